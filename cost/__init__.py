@@ -1,0 +1,29 @@
+"""Operator cost models (analytic roofline, measured on CPU or GPU with torch) and their cache."""
+
+from __future__ import annotations
+
+from .analytic import AnalyticCost
+from .base import CostModel, OpKey, graph_cost, graph_ops, node_costs
+
+__all__ = ["AnalyticCost", "CostModel", "OpKey", "graph_cost", "graph_ops", "node_costs"]
+
+
+def make(name: str, cache_path: str | None = None):
+    """The cost model for a ``--cost`` value: analytic | cpu | cuda | auto (cuda if a GPU is present, else cpu)."""
+    from eqsat.errors import InputError
+
+    if name == "auto":
+        import torch
+
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "analytic":
+        return AnalyticCost("cpu")
+    if name in ("cpu", "cuda"):
+        from .cache import CostCache
+        from .measure import TorchCost
+
+        return TorchCost(name, CostCache(cache_path))
+    raise InputError(f"--cost {name!r}: choose analytic, cpu, cuda or auto")
+
+
+__all__ += ["make"]

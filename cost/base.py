@@ -1,0 +1,93 @@
+"""The cost interface: microseconds of one operator given its attributes and operand shapes.
+
+A program's cost is the sum over its distinct operators (DAG cost). Zero-cost operators follow TASO
+(layout-only ops, leaves, merge, dropout); an operator computable from weights alone is precomputed
+before inference and costs nothing, in the original program and the optimized one alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from eqsat.ir import ZERO_COST_OPS
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpKey:
+    """Everything an operator's cost depends on (hashable; the cache key)."""
+
+    op: str
+    attrs: tuple
+    in_shapes: tuple[Shape, ...]
+    out_shape: Shape
+    dtype: str = "float32"
+
+    def text(self) -> str:
+        return f"{self.op}|{self.attrs!r}|{self.in_shapes!r}|{self.out_shape!r}|{self.dtype}"
+
+
+class CostModel(Protocol):
+    name: str
+
+    def op_cost(self, key: OpKey) -> float:
+        """Microseconds to run one operator (only called for operators that are not free)."""
+        ...
+
+
+def is_free(op: str) -> bool:
+    return op in ZERO_COST_OPS
+
+
+def node_costs(snapshot, model: CostModel) -> list[float]:
+    """Own cost of every e-node of an :class:`~eqsat.egraph.Snapshot` (0 for free and all-weights nodes)."""
+    out: list[float] = []
+    memo: dict[OpKey, float] = {}
+    for e in snapshot.nodes:
+        if is_free(e.op) or snapshot.all_weights[e.eclass]:
+            out.append(0.0)
+            continue
+        shapes = tuple(snapshot.shapes[c] or () for c in e.children)
+        attrs = e.attrs
+        dtype = "float32"
+        if e.op == "opaque":
+            proto = snapshot.opaque[e.attrs[0]]
+            attrs = (proto.attrs[0], proto.attrs[1], proto.attrs[2], proto.attrs[3])
+            dtype = proto.dtype
+        elif e.op == "enlarge":
+            attrs = ()
+        key = OpKey(e.op, attrs, shapes, snapshot.shapes[e.eclass] or (), dtype)
+        if key not in memo:
+            memo[key] = float(model.op_cost(key))
+        out.append(memo[key])
+    return out
+
+
+def graph_ops(graph) -> list[tuple[object, OpKey | None]]:
+    """(node, key) for every node of an IR graph; key None for free or weight-only nodes."""
+    weight_only: set[int] = set()
+    result = []
+    for n in graph.nodes():
+        if n.op == "weight" or (n.op not in ("input", "opaque") and n.inputs
+                                and all(id(i) in weight_only for i in n.inputs)):
+            weight_only.add(id(n))
+        if is_free(n.op) or id(n) in weight_only:
+            result.append((n, None))
+            continue
+        attrs = n.attrs if n.op != "opaque" else n.attrs[:4]
+        result.append((n, OpKey(n.op, attrs, tuple(i.shape for i in n.inputs), n.shape, n.dtype)))
+    return result
+
+
+def graph_cost(graph, model: CostModel) -> float:
+    """Estimated runtime of an IR program: the sum of its distinct operators' costs (microseconds)."""
+    return float(sum(model.op_cost(k) for _, k in graph_ops(graph) if k is not None))
+
+
+def volume(shape: Sequence[int]) -> int:
+    v = 1
+    for d in shape:
+        v *= int(d)
+    return v

@@ -1,0 +1,165 @@
+"""Operator costs measured with torch, on the CPU (median of repeats, fixed thread count) or on a GPU
+(CUDA events, cuDNN benchmark mode picking the fastest algorithm, TASO's 8 warm-ups + 32 runs).
+Opaque ONNX operators are timed as one-node models in onnxruntime (CPU)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+
+from .analytic import AnalyticCost
+from .base import OpKey
+from .cache import CostCache
+
+_ACT = {1: "sigmoid", 2: "relu", 3: "tanh"}
+
+
+def _torch_fn(key: OpKey):
+    import torch
+    import torch.nn.functional as F
+
+    from eqsat.shapes import conv_pad
+
+    op, a = key.op, key.attrs
+
+    def act(y, code):
+        return getattr(torch, _ACT[code])(y) if code in _ACT else y
+
+    if op == "ewadd":
+        return lambda x, y: x + y
+    if op == "ewmul":
+        return lambda x, y: x * y
+    if op in ("relu", "tanh", "sigmoid"):
+        return getattr(torch, op)
+    if op == "matmul":
+        return lambda x, y: act(torch.matmul(x, y), a[0])
+    if op == "conv2d":
+        sh, sw, ph, pw, code = a
+        kh, kw = key.in_shapes[1][2], key.in_shapes[1][3]
+        groups = key.in_shapes[0][1] // key.in_shapes[1][1]
+        pad = (conv_pad(kh, ph), conv_pad(kw, pw))
+        return lambda x, w: act(F.conv2d(x, w, stride=(sh, sw), padding=pad, groups=groups), code)
+    if op == "pool":
+        kind, kh, kw, sh, sw, ph, pw, code = a
+        pad = (conv_pad(kh, ph), conv_pad(kw, pw))
+        if kind == 0:
+            return lambda x: act(F.max_pool2d(x, (kh, kw), (sh, sw), pad), code)
+        return lambda x: act(F.avg_pool2d(x, (kh, kw), (sh, sw), pad, count_include_pad=False), code)
+    if op == "concat":
+        return lambda *xs: torch.cat(xs, dim=a[0])
+    if op == "batchnorm":
+        return lambda x, s, b, m, v: F.batch_norm(x, m, v.abs() + 1, s, b, False, 0.0, a[0] * 1e-12)
+    if op == "enlarge":
+        def enlarge(w, ref):
+            dh, dw = ref.shape[2] - w.shape[2], ref.shape[3] - w.shape[3]
+            return F.pad(w, (dw // 2, dw - dw // 2, dh // 2, dh - dh // 2))
+        return enlarge
+    return None
+
+
+class TorchCost:
+    """Times each operator with torch on ``device`` ("cpu" or "cuda"); results cached persistently."""
+
+    def __init__(self, device: str = "cpu", cache: CostCache | None = None, threads: int | None = None,
+                 warmup: int | None = None, repeats: int | None = None):
+        import torch
+
+        self.torch = torch
+        self.device = device
+        if device == "cuda":
+            if not torch.cuda.is_available():
+                from eqsat.errors import InputError
+
+                raise InputError("--cost cuda: torch sees no GPU; use --cost cpu or --cost analytic")
+            torch.backends.cudnn.benchmark = True
+            self.device_name = torch.cuda.get_device_name(0)
+            self.warmup, self.repeats = warmup or 8, repeats or 32
+        else:
+            self.threads = threads or max(1, os.cpu_count() or 1)
+            torch.set_num_threads(self.threads)
+            self.device_name = f"cpu-{self.threads}t"
+            self.warmup, self.repeats = warmup or 3, repeats or 10
+        self.backend = f"torch-{torch.__version__}"
+        self.name = f"{device}:{self.device_name}"
+        self.cache = cache if cache is not None else CostCache()
+        self._memo: dict[OpKey, float] = {}
+        self._fallback = AnalyticCost("a100" if device == "cuda" else "cpu")
+        self.measured = 0
+
+    def op_cost(self, key: OpKey) -> float:
+        if key in self._memo:
+            return self._memo[key]
+        us = self.cache.get(self.device_name, self.backend, key)
+        if us is None:
+            us = self.measure(key)
+            self.measured += 1
+            self.cache.put(self.device_name, self.backend, key, us)
+        self._memo[key] = us
+        return us
+
+    def measure(self, key: OpKey) -> float:
+        """Time one operator now (microseconds), bypassing the cache."""
+        if key.op == "opaque":
+            return _time_opaque(key, self.warmup, self.repeats) if self.device == "cpu" else self._fallback.op_cost(key)
+        fn = _torch_fn(key)
+        if fn is None:
+            return self._fallback.op_cost(key)
+        torch = self.torch
+        gen = torch.Generator().manual_seed(0)
+        args = [torch.randn(*s, generator=gen).to(self.device) for s in key.in_shapes]
+        with torch.no_grad():
+            if self.device == "cuda":
+                for _ in range(self.warmup):
+                    fn(*args)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                start.record()
+                for _ in range(self.repeats):
+                    fn(*args)
+                end.record()
+                torch.cuda.synchronize()
+                return start.elapsed_time(end) * 1e3 / self.repeats
+            for _ in range(self.warmup):
+                fn(*args)
+            times = []
+            for _ in range(self.repeats):
+                t = time.perf_counter()
+                fn(*args)
+                times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e6
+
+
+def _time_opaque(key: OpKey, warmup: int, repeats: int) -> float:
+    import onnx
+    import onnxruntime as ort
+    from onnx import AttributeProto, helper
+
+    op_type, domain, attr_bytes, _out_index = key.attrs
+    ins = [f"i{k}" for k in range(len(key.in_shapes))]
+    node = helper.make_node(op_type, ins, ["y"], domain=domain or None)
+    for b in attr_bytes:
+        ap = AttributeProto()
+        ap.ParseFromString(b)
+        node.attribute.append(ap)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(key.dtype)) if key.dtype else onnx.TensorProto.FLOAT
+    graph = helper.make_graph([node], "op", [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s)
+                                             for n, s in zip(ins, key.in_shapes)],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    try:
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(ins, key.in_shapes)}
+        for _ in range(warmup):
+            sess.run(None, feeds)
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            sess.run(None, feeds)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e6
+    except Exception:  # inputs of other dtypes, ops needing constant inputs: estimate instead
+        return AnalyticCost("cpu").op_cost(key)

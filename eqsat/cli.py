@@ -1,0 +1,173 @@
+"""The ``eqsat`` command line. Exit codes: 0 success, 1 internal error, 2 bad input or usage,
+3 verification failed (nothing written)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .errors import EqsatError, InputError
+
+
+def _add_model_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_path", nargs="?", metavar="MODEL.onnx", help="an ONNX model file")
+    p.add_argument("--model", dest="builtin", metavar="NAME", help="a built-in architecture (eqsat models list)")
+    p.add_argument("--small", action="store_true", help="the reduced size of a built-in model (fast)")
+    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                   help="fix a dynamic input dimension (repeatable)")
+
+
+def _source(args):
+    """(ONNX model or IR graph, label) from the model arguments."""
+    from .onnx_import import load_model, parse_input_shapes
+
+    if bool(args.model_path) == bool(args.builtin):
+        raise InputError("give either MODEL.onnx or --model NAME (eqsat models list shows the names)")
+    shapes = parse_input_shapes(args.input_shape)
+    if args.builtin:
+        from eqsat.models import build
+
+        return build(args.builtin, small=args.small), args.builtin, shapes
+    return load_model(args.model_path), args.model_path, shapes
+
+
+def _cmd_optimize(args) -> int:
+    from .pipeline import OptimizeConfig, check_output_path, optimize, write_atomic, write_report
+
+    check_output_path(args.output)
+    if args.report:
+        check_output_path(args.report)
+    model, label, shapes = _source(args)
+    config = OptimizeConfig(scheduler=args.scheduler, main_extractor=args.main_extractor,
+                            final_extractor=args.final_extractor, cost=args.cost, seed=args.seed, budget=args.budget,
+                            depth=args.depth, node_limit=args.node_limit, k_multi=args.k_multi,
+                            time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit,
+                            measure=not args.no_measure, input_shapes=shapes)
+    from .progress import progress_printer
+
+    result = optimize(model, config, progress=progress_printer(args.quiet))
+    result.report["input"] = label
+    result.report["output"] = args.output
+    write_atomic(args.output, result.optimized.SerializeToString())
+    if args.report:
+        write_report(args.report, result.report)
+    if not args.quiet:
+        _summary(result.report)
+    return 0
+
+
+def _summary(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="eqsat optimize-model", show_header=True)
+    t.add_column("")
+    t.add_column("original", justify="right")
+    t.add_column("optimized", justify="right")
+    t.add_row("estimated cost (us)", f"{r['original_cost']:.1f}", f"{r['optimized_cost']:.1f}")
+    m = r.get("measured")
+    if m:
+        t.add_row("measured latency (ms)", f"{m['original_ms']:.3f}", f"{m['optimized_ms']:.3f}")
+    t.add_row("operators", str(sum(r["operators"]["original"].values())), str(sum(r["operators"]["optimized"].values())))
+    con = Console(stderr=True)
+    con.print(t)
+    speed = f"estimated speedup {r['estimated_speedup']:.3f}x" if r.get("estimated_speedup") else ""
+    if m and m.get("speedup"):
+        speed += f", measured {m['speedup']:.3f}x"
+    con.print(f"verified (max abs error {r['max_abs_error']:.2e}); {speed}; wrote {r['output']}")
+
+
+def _cmd_info(args) -> int:
+    from .onnx_import import import_model
+
+    model, label, shapes = _source(args)
+    graph = model if not hasattr(model, "graph") else import_model(model, shapes)
+    counts = graph.op_counts()
+    opaque = sorted({n.attrs[0] for n in graph.nodes() if n.op == "opaque"})
+    info = {
+        "model": label,
+        "inputs": {i.name: list(i.shape) for i in graph.inputs},
+        "outputs": {n: list(o.shape) for n, o in zip(graph.output_names, graph.outputs)},
+        "operators": dict(sorted(counts.items())),
+        "opaque": opaque,
+        "parameters": graph.num_parameters(),
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"model: {label}")
+    for k in ("inputs", "outputs"):
+        for name, shape in info[k].items():
+            print(f"  {k[:-1]:6} {name}: {shape}")
+    print(f"  parameters: {info['parameters']:,}")
+    print("  operators: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+    print("  opaque (no rules): " + (", ".join(opaque) if opaque else "none"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eqsat", description="Optimize tensor graphs with equality saturation.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    o = sub.add_parser("optimize-model", help="optimize an ONNX model or a built-in architecture")
+    _add_model_source(o)
+    o.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    o.add_argument("--scheduler", default="none", choices=["mcts", "tensat", "random", "none"])
+    o.add_argument("--main-extractor", default="greedy-dag")
+    o.add_argument("--final-extractor", default="ilp")
+    o.add_argument("--cost", default="auto", choices=["analytic", "cpu", "cuda", "auto"],
+                   help="operator cost model (auto: cuda if a GPU is present, else cpu)")
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--budget", type=int, default=128, help="MCTS simulations per decision")
+    o.add_argument("--depth", type=int, default=10, help="MCTS rollout depth")
+    o.add_argument("--node-limit", type=int, default=2000)
+    o.add_argument("--k-multi", type=int, default=1, help="TENSAT: iterations in which multi-pattern rules run")
+    o.add_argument("--time-limit", type=float, default=600.0, help="search time limit (s)")
+    o.add_argument("--ilp-time-limit", type=float, default=60.0)
+    o.add_argument("--report", metavar="REPORT.json")
+    o.add_argument("--no-measure", action="store_true", help="skip the end-to-end latency measurement")
+    o.add_argument("-q", "--quiet", action="store_true")
+    o.set_defaults(fn=_cmd_optimize)
+
+    i = sub.add_parser("info", help="operators, inputs and outputs of a model")
+    _add_model_source(i)
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(fn=_cmd_info)
+
+    for register in _extra_commands():
+        register(sub)
+    return p
+
+
+def _extra_commands():
+    """Subcommand groups of the subpackages (models, rules, cost), registered if importable."""
+    out = []
+    for mod in ("eqsat.models.cli", "eqsat.rules.cli", "eqsat.cost.cli"):
+        try:
+            module = __import__(mod, fromlist=["register"])
+        except ImportError:
+            continue
+        out.append(module.register)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except EqsatError as exc:
+        print(f"eqsat: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("eqsat: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["main", "build_parser"]

@@ -1,0 +1,46 @@
+"""E-graph -> IR: rebuild a program from one chosen e-node per e-class."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from . import ir
+from .egraph import Snapshot
+from .errors import EqsatError
+from .ir import Graph, Node
+
+
+def build_program(snap: Snapshot, choice: Mapping[int, int], template: Graph) -> Graph:
+    """The IR program that ``choice`` (class -> e-node index) selects; inputs/weights/names from ``template``."""
+    built: dict[int, Node] = {}
+
+    def build(c: int) -> Node:
+        stack = [(c, False)]
+        while stack:
+            cls, ready = stack.pop()
+            if cls in built:
+                continue
+            if cls not in choice:
+                raise EqsatError(f"extraction chose no e-node for e-class {cls}")
+            e = snap.nodes[choice[cls]]
+            if not ready:
+                stack.append((cls, True))
+                stack.extend((ch, False) for ch in e.children if ch not in built)
+                continue
+            args = [built[ch] for ch in e.children]
+            if e.op in ("input", "weight"):
+                node = snap.leaves[e.attrs[0]]
+            elif e.op == "opaque":
+                proto = snap.opaque[e.attrs[0]]
+                node = Node("opaque", tuple(args), proto.attrs, proto.shape, proto.dtype)
+            elif e.op in ("transpose", "reshape"):
+                node = ir.make(e.op, args, e.attrs)
+            else:
+                node = ir.make(e.op, args, e.attrs)
+            if snap.shapes[cls] is not None and tuple(node.shape) != tuple(snap.shapes[cls]):
+                raise EqsatError(f"e-class {cls}: rebuilt {node!r} but the e-graph says shape {snap.shapes[cls]}")
+            built[cls] = node
+        return built[c]
+
+    outputs = tuple(build(r) for r in snap.roots)
+    return Graph(template.inputs, outputs, template.output_names, template.weights, template.name, template.opset)

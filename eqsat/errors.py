@@ -1,0 +1,37 @@
+"""Narrow exception types. Every message says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class EqsatError(Exception):
+    """Base class of every error eqsat raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(EqsatError):
+    """Bad user input: a missing, corrupt or unsupported model, a bad flag value."""
+
+    exit_code = 2
+
+
+class DynamicShapeError(InputError):
+    """A model input has a symbolic or unknown dimension."""
+
+
+class ShapeError(EqsatError):
+    """An operator was given operands whose shapes it does not accept."""
+
+
+class VerificationError(EqsatError):
+    """The optimized model does not compute the same outputs as the original."""
+
+    exit_code = 3
+
+
+class EGraphError(EqsatError):
+    """egglog rejected a command or panicked (a Rust panic is turned into this)."""
+
+
+class LimitError(InputError):
+    """An impossible limit was asked for (e.g. a node limit below the initial e-graph size)."""

@@ -1,0 +1,136 @@
+"""The tensor IR: an immutable DAG of operators with static shapes and dtypes.
+
+A :class:`Node` is one operator application; nodes compare by identity, so a DAG shares a node by
+referring to the same object. A :class:`Graph` holds the inputs, the outputs, and the weight data.
+
+Operators (TENSAT's language plus what ONNX models need):
+
+==========  ==============================  ======================================================
+op          attrs                           meaning
+==========  ==============================  ======================================================
+input       ()                              model input, ``name`` set
+weight      ()                              constant tensor, ``name`` set, data in Graph.weights
+ewadd       ()                              a + b (equal rank, broadcasting)
+ewmul       ()                              a * b
+relu/tanh/sigmoid/dropout  ()               element-wise; dropout is identity at inference
+matmul      (act,)                          2-D or batched 3-D matmul, fused activation
+conv2d      (sh, sw, ph, pw, act)           grouped conv (groups = C / weight[1]); ph = -1 SAME
+pool        (kind, kh, kw, sh, sw, ph, pw, act)  kind 0 max, 1 average (padding excluded)
+concat      (axis,)                         n-input concatenation
+slice       (axis, start, end)              TENSAT's split halves, with explicit bounds
+transpose   perm                            out[i] = in[perm[i]]
+reshape     target shape
+merge       (groups, count)                 grouped-conv weight merge: groups -> groups/count
+enlarge     ()                              zero-pad a kernel (centred) to the size of ``ref``
+batchnorm   (eps_pico,)                     inference batch norm, eps = eps_pico * 1e-12
+noop        ()                              joins outputs (e-graph root only)
+opaque      (op_type, domain, attr_bytes, out_index, n_outputs)  any other ONNX operator;
+                                            attr_bytes: serialized AttributeProtos
+==========  ==============================  ======================================================
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from . import shapes as _shapes
+from .shapes import Shape
+
+ZERO_COST_OPS = frozenset({"input", "weight", "reshape", "transpose", "slice", "merge", "dropout", "noop"})
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One operator application. Immutable; identity is the node's identity."""
+
+    op: str
+    inputs: tuple["Node", ...]
+    attrs: tuple
+    shape: Shape
+    dtype: str = "float32"
+    name: str | None = None
+
+    def __repr__(self) -> str:
+        label = self.name if self.name else ",".join(map(str, self.attrs)) if self.op != "opaque" else self.attrs[0]
+        return f"{self.op}[{label}]{list(self.shape)}"
+
+
+def make(op: str, inputs: Iterable[Node], attrs: tuple = (), dtype: str | None = None) -> Node:
+    """Build a node, inferring its shape (raises :class:`~eqsat.errors.ShapeError`)."""
+    ins = tuple(inputs)
+    shape = _shapes.infer(op, tuple(attrs), [i.shape for i in ins])
+    return Node(op, ins, tuple(attrs), shape, dtype or (ins[0].dtype if ins else "float32"))
+
+
+def input_(name: str, shape: Iterable[int], dtype: str = "float32") -> Node:
+    return Node("input", (), (), tuple(int(d) for d in shape), dtype, name)
+
+
+def weight(name: str, shape: Iterable[int], dtype: str = "float32") -> Node:
+    return Node("weight", (), (), tuple(int(d) for d in shape), dtype, name)
+
+
+def opaque(op_type: str, inputs: Iterable[Node], shape: Iterable[int], dtype: str = "float32", *,
+           domain: str = "", attr_bytes: tuple[bytes, ...] = (), out_index: int = 0,
+           n_outputs: int = 1) -> Node:
+    """An ONNX operator the optimizer has no rules for, carried unchanged."""
+    return Node("opaque", tuple(inputs), (op_type, domain, attr_bytes, out_index, n_outputs),
+                tuple(int(d) for d in shape), dtype)
+
+
+def topo_order(outputs: Iterable[Node]) -> list[Node]:
+    """Nodes reachable from ``outputs``, every node after its inputs (iterative DFS)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for out in outputs:
+        if id(out) in seen:
+            continue
+        stack: list[tuple[Node, int]] = [(out, 0)]
+        seen.add(id(out))
+        while stack:
+            node, i = stack[-1]
+            if i < len(node.inputs):
+                stack[-1] = (node, i + 1)
+                child = node.inputs[i]
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    stack.append((child, 0))
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+@dataclass
+class Graph:
+    """A model: named inputs, named outputs, and weight data keyed by weight-node name."""
+
+    inputs: tuple[Node, ...]
+    outputs: tuple[Node, ...]
+    output_names: tuple[str, ...]
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    name: str = "model"
+    opset: int = 17
+
+    def nodes(self) -> list[Node]:
+        return topo_order(self.outputs)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes())
+
+    def op_counts(self) -> Counter:
+        """Operator counts; opaque operators counted under their ONNX op type."""
+        c: Counter = Counter()
+        for n in self.nodes():
+            c[n.attrs[0] if n.op == "opaque" else n.op] += 1
+        return c
+
+    def weight_nodes(self) -> list[Node]:
+        return [n for n in self.nodes() if n.op == "weight"]
+
+    def num_parameters(self) -> int:
+        return int(sum(int(np.prod(n.shape)) for n in self.weight_nodes()))

@@ -1,0 +1,183 @@
+"""IR -> ONNX.
+
+Weight-only subgraphs (the concatenated, merged or enlarged weights that rules create, transposed
+weights, ...) are folded into initializers with the numpy semantics of :mod:`eqsat.evaluate`, so the
+exported model computes them once, at export, not at every inference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from .errors import EqsatError
+from .evaluate import NotEvaluable, apply_op
+from .ir import Graph, Node, topo_order
+from .shapes import ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, conv_pad
+
+_ACT_OPS = {ACT_RELU: "Relu", ACT_SIGMOID: "Sigmoid", ACT_TANH: "Tanh"}
+_UNARY = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "dropout": "Identity",
+          "ewadd": "Add", "ewmul": "Mul"}
+
+
+def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
+    """Values of every non-leaf node computable from weights alone (numpy semantics)."""
+    order = topo_order(graph.outputs)
+    consts: dict[int, np.ndarray] = {}
+    for n in order:
+        if n.op == "weight":
+            consts[id(n)] = graph.weights[n.name]
+        elif n.op not in ("input", "opaque", "noop") and n.inputs and all(id(i) in consts for i in n.inputs):
+            try:
+                consts[id(n)] = apply_op(n, [consts[id(i)] for i in n.inputs]).astype(n.dtype, copy=False)
+            except NotEvaluable:
+                pass
+    return order, consts
+
+
+class _Exporter:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[TensorProto] = []
+        self.names: dict[int, str] = {}
+        self.counter = 0
+        self.used_names: set[str] = {i.name for i in graph.inputs}
+
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        name = f"{base}_{self.counter}"
+        while name in self.used_names:
+            self.counter += 1
+            name = f"{base}_{self.counter}"
+        self.used_names.add(name)
+        return name
+
+    def const(self, array: np.ndarray, base: str) -> str:
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def emit(self, op_type: str, inputs: list[str], base: str, **attrs) -> str:
+        out = self.fresh(base)
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
+        return out
+
+    def act(self, value: str, act: int) -> str:
+        if act == ACT_NONE:
+            return value
+        return self.emit(_ACT_OPS[act], [value], "act")
+
+    def run(self) -> onnx.ModelProto:
+        g = self.graph
+        order, consts = fold_weights(g)
+        needed = self._needed(order, consts)
+        opaque_groups: dict[tuple, list[str]] = {}
+        for n in order:
+            if id(n) not in needed:
+                continue
+            if n.op == "input":
+                self.names[id(n)] = n.name
+            elif id(n) in consts:
+                base = n.name if n.op == "weight" and n.name not in self.used_names else "w"
+                self.names[id(n)] = self.const(consts[id(n)], base)
+            elif n.op == "opaque":
+                self._opaque(n, opaque_groups)
+            else:
+                self.names[id(n)] = self._op(n)
+        outputs = []
+        for node, name in zip(g.outputs, g.output_names):
+            src = self.names[id(node)]
+            self.nodes.append(helper.make_node("Identity", [src], [name], name=f"out_{name}"))
+            outputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(node.dtype)),
+                                                         list(node.shape)))
+        inputs = [helper.make_tensor_value_info(i.name, helper.np_dtype_to_tensor_dtype(np.dtype(i.dtype)), list(i.shape))
+                  for i in g.inputs]
+        graph = helper.make_graph(self.nodes, g.name, inputs, outputs, initializer=self.inits)
+        opsets = [helper.make_opsetid("", g.opset)]
+        domains = {n.attrs[1] for n in order if n.op == "opaque" and n.attrs[1] not in ("", "ai.onnx")}
+        opsets += [helper.make_opsetid(d, 1) for d in sorted(domains)]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="eqsat")
+        model.ir_version = min(model.ir_version, 10)
+        return model
+
+    def _needed(self, order: list[Node], consts: dict[int, np.ndarray]) -> set[int]:
+        """Nodes the exported graph needs: reachable from the outputs without entering folded constants."""
+        needed: set[int] = set()
+        stack = list(self.graph.outputs)
+        while stack:
+            n = stack.pop()
+            if id(n) in needed:
+                continue
+            needed.add(id(n))
+            if id(n) not in consts:
+                stack.extend(n.inputs)
+        return needed
+
+    def _op(self, n: Node) -> str:
+        ins = [self.names[id(i)] for i in n.inputs]
+        op, a = n.op, n.attrs
+        if op in _UNARY:
+            return self.emit(_UNARY[op], ins, op)
+        if op == "matmul":
+            return self.act(self.emit("MatMul", ins, "matmul"), a[0])
+        if op == "conv2d":
+            sh, sw, ph, pw, act = a
+            w = n.inputs[1].shape
+            ph, pw = conv_pad(w[2], ph), conv_pad(w[3], pw)
+            groups = n.inputs[0].shape[1] // w[1]
+            out = self.emit("Conv", ins, "conv", strides=[sh, sw], pads=[ph, pw, ph, pw],
+                            kernel_shape=[w[2], w[3]], group=groups)
+            return self.act(out, act)
+        if op == "pool":
+            kind, kh, kw, sh, sw, ph, pw, act = a
+            ph, pw = conv_pad(kh, ph), conv_pad(kw, pw)
+            common = dict(kernel_shape=[kh, kw], strides=[sh, sw], pads=[ph, pw, ph, pw])
+            out = self.emit("MaxPool", ins, "maxpool", **common) if kind == 0 else \
+                self.emit("AveragePool", ins, "avgpool", count_include_pad=0, **common)
+            return self.act(out, act)
+        if op == "concat":
+            return self.emit("Concat", ins, "concat", axis=a[0])
+        if op == "slice":
+            axis, start, end = a
+            arr = lambda v: self.const(np.array([v], dtype=np.int64), "idx")  # noqa: E731
+            return self.emit("Slice", ins + [arr(start), arr(end), arr(axis)], "slice")
+        if op == "transpose":
+            return self.emit("Transpose", ins, "transpose", perm=list(a))
+        if op == "reshape":
+            return self.emit("Reshape", ins + [self.const(np.array(a, dtype=np.int64), "shape")], "reshape")
+        if op == "batchnorm":
+            return self.emit("BatchNormalization", ins, "bn", epsilon=a[0] * 1e-12)
+        if op == "enlarge":
+            w, ref = n.inputs[0].shape, n.inputs[1].shape
+            dh, dw = ref[2] - w[2], ref[3] - w[3]
+            pads = np.array([0, 0, dh // 2, dw // 2, 0, 0, dh - dh // 2, dw - dw // 2], dtype=np.int64)
+            return self.emit("Pad", [ins[0], self.const(pads, "pads")], "enlarge")
+        raise EqsatError(f"cannot export {n!r}: its operand is not a weight, so it cannot be folded")
+
+    def _opaque(self, n: Node, groups: dict[tuple, list[str]]) -> None:
+        op_type, domain, attr_bytes, out_index, n_out = n.attrs
+        key = (op_type, domain, attr_bytes, n_out, tuple(id(i) for i in n.inputs))
+        if key not in groups:
+            outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
+            attrs = []
+            for b in attr_bytes:
+                ap = AttributeProto()
+                ap.ParseFromString(b)
+                attrs.append(ap)
+            node = helper.make_node(op_type, [self.names[id(i)] for i in n.inputs], outs,
+                                    name=self.fresh(f"{op_type}_node"), domain=domain or None)
+            node.attribute.extend(attrs)
+            self.nodes.append(node)
+            groups[key] = outs
+        self.names[id(n)] = groups[key][out_index]
+
+
+def export_model(graph: Graph) -> onnx.ModelProto:
+    """Export the IR graph as an ONNX model (weight-only subgraphs folded)."""
+    return _Exporter(graph).run()
+
+
+def save_model(model: onnx.ModelProto, path: str) -> None:
+    onnx.save(model, path)

@@ -1,0 +1,473 @@
+"""ONNX -> IR.
+
+Every static-shaped ONNX model (opset >= 13) imports: operators the rules know become IR operators
+(Conv bias, Gemm and broadcasting MatMul are decomposed into them), constant subgraphs (the
+Shape/Gather/Concat chains torch exports) are folded, Identity and Dropout are dropped, and every other
+operator is carried as an opaque node with its attributes and output shapes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from . import ir
+from .errors import DynamicShapeError, InputError, ShapeError
+from .ir import Graph, Node
+from .shapes import SAME
+
+FLOAT_TYPES = {"float32", "float64", "float16"}
+MIN_OPSET = 13
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read and sanity-check an ONNX file; raises InputError with a message naming the problem."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise InputError(f"{p}: no such file; give the path of an .onnx model")
+    if os.path.isdir(p):
+        raise InputError(f"{p}: is a directory; give the path of an .onnx model")
+    try:
+        model = onnx.load(p)
+    except Exception as exc:  # protobuf raises DecodeError and others
+        raise InputError(f"{p}: not a readable ONNX model ({type(exc).__name__}); is the file truncated or of another format?") from exc
+    if not model.graph.node and not model.graph.output:
+        raise InputError(f"{p}: not an ONNX model (no graph found); is the file of another format?")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise InputError(f"{p}: invalid ONNX model: {str(exc).splitlines()[0]}") from exc
+    return model
+
+
+def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=D1,D2,...`` flags."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs or []:
+        name, sep, dims = spec.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or any(d <= 0 for d in shape):
+            raise InputError(f"--input-shape {spec!r}: expected NAME=D1,D2,... with positive integers")
+        out[name] = shape
+    return out
+
+
+def _dtype_name(elem_type: int) -> str:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+
+
+class _Importer:
+    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]):
+        self.model = model
+        self.g = model.graph
+        self.input_shapes = dict(input_shapes)
+        self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+        self.values: dict[str, Node] = {}
+        self.consts: dict[str, np.ndarray] = {}
+        self.weights: dict[str, np.ndarray] = {}
+        self._names: set[str] = set()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _unique(self, base: str) -> str:
+        base = base or "w"
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        self._names.add(name)
+        return name
+
+    def weight(self, array: np.ndarray, hint: str) -> Node:
+        name = self._unique(hint)
+        arr = np.ascontiguousarray(array)
+        self.weights[name] = arr
+        return ir.weight(name, arr.shape, arr.dtype.name)
+
+    def value(self, name: str) -> Node:
+        if name in self.values:
+            return self.values[name]
+        if name in self.consts:
+            node = self.weight(self.consts[name], name)
+            self.values[name] = node
+            return node
+        raise InputError(f"value {name!r} is used before it is defined; the model is not topologically sorted")
+
+    def reshape(self, node: Node, shape: tuple[int, ...]) -> Node:
+        if tuple(node.shape) == tuple(shape):
+            return node
+        if node.op == "weight":
+            return self.weight(self.weights[node.name].reshape(shape), node.name)
+        return ir.make("reshape", [node], tuple(shape))
+
+    # -- main ----------------------------------------------------------------------------------
+    def run(self) -> Graph:
+        if self.opset < MIN_OPSET:
+            raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
+                             "(convert it with onnx.version_converter.convert_version(model, 13))")
+        for init in self.g.initializer:
+            self.consts[init.name] = numpy_helper.to_array(init)
+        inputs = []
+        for vi in self.g.input:
+            if vi.name in self.consts:
+                continue
+            inputs.append(self._graph_input(vi))
+        unknown = set(self.input_shapes) - {i.name for i in inputs}
+        if unknown:
+            raise InputError(f"--input-shape names {sorted(unknown)}, which are not model inputs "
+                             f"(inputs: {[i.name for i in inputs]})")
+        for node in self.g.node:
+            self._node(node)
+        outputs, names = [], []
+        for vo in self.g.output:
+            names.append(vo.name)
+            outputs.append(self.value(vo.name))
+        used = {n.name for n in ir.topo_order(outputs) if n.op == "weight"}
+        weights = {k: v for k, v in self.weights.items() if k in used}
+        return Graph(tuple(inputs), tuple(outputs), tuple(names), weights,
+                     name=self.g.name or "model", opset=max(self.opset, 17))
+
+    def _graph_input(self, vi: onnx.ValueInfoProto) -> Node:
+        tt = vi.type.tensor_type
+        dims: list[int] = []
+        if vi.name in self.input_shapes:
+            dims = list(self.input_shapes[vi.name])
+            if len(dims) != len(tt.shape.dim):
+                raise InputError(f"--input-shape {vi.name}: model input has rank {len(tt.shape.dim)}, "
+                                 f"got {len(dims)} dimensions")
+        else:
+            for d in tt.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    dims.append(d.dim_value)
+                else:
+                    shown = ",".join(str(x.dim_value) if x.HasField("dim_value") and x.dim_value > 0
+                                     else (x.dim_param or "?") for x in tt.shape.dim)
+                    raise DynamicShapeError(
+                        f"input {vi.name!r} has a dynamic shape [{shown}]; fix it with "
+                        f"--input-shape {vi.name}=D1,D2,... (e.g. "
+                        f"--input-shape {vi.name}={','.join('1' if not (x.HasField('dim_value') and x.dim_value > 0) else str(x.dim_value) for x in tt.shape.dim)})")
+        node = ir.input_(vi.name, dims, _dtype_name(tt.elem_type))
+        self._names.add(vi.name)
+        self.values[vi.name] = node
+        return node
+
+    # -- per node ------------------------------------------------------------------------------
+    def _node(self, node: onnx.NodeProto) -> None:
+        ins = [i for i in node.input]
+        if node.op_type == "Constant":
+            attr = node.attribute[0]
+            self.consts[node.output[0]] = numpy_helper.to_array(helper.get_attribute_value(attr)) \
+                if attr.type == onnx.AttributeProto.TENSOR else np.array(helper.get_attribute_value(attr))
+            return
+        if node.op_type == "Shape" and ins[0] in self.values and node.domain in ("", "ai.onnx"):
+            shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
+            a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+            self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
+            return
+        if ins and all((i == "" or i in self.consts) for i in ins) and node.domain in ("", "ai.onnx") \
+                and node.op_type not in ("RandomNormal", "RandomUniform"):
+            self._fold(node)
+            return
+        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx"):
+            self.values[node.output[0]] = self.value(ins[0])
+            return
+        mapped = None
+        if node.domain in ("", "ai.onnx"):
+            handler = getattr(self, f"_op_{node.op_type}", None)
+            if handler is not None:
+                try:
+                    mapped = handler(node, [self.value(i) if i else None for i in ins])
+                except ShapeError:
+                    mapped = None
+        if mapped is None:
+            self._opaque(node)
+        else:
+            self.values[node.output[0]] = mapped
+
+    def _fold(self, node: onnx.NodeProto) -> None:
+        from onnx.reference import ReferenceEvaluator
+
+        inputs = [i for i in node.input if i]
+        graph = helper.make_graph(
+            [node], "fold",
+            [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(self.consts[i].dtype), self.consts[i].shape)
+             for i in inputs],
+            [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        try:
+            results = ReferenceEvaluator(model).run(None, {i: self.consts[i] for i in inputs})
+        except Exception as exc:
+            raise InputError(f"cannot fold constant node {node.name or node.op_type} ({node.op_type}): {exc}") from exc
+        for name, val in zip([o for o in node.output if o], results):
+            self.consts[name] = np.asarray(val)
+
+    def _opaque(self, node: onnx.NodeProto) -> None:
+        ins = [self.value(i) for i in node.input if i]
+        if len(ins) != len(node.input):
+            raise InputError(f"node {node.name or node.op_type} ({node.op_type}) has an omitted optional input; "
+                             "eqsat cannot carry it")
+        shapes = self._infer_shapes(node, ins)
+        attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
+        outs = [o for o in node.output]
+        for k, name in enumerate(outs):
+            if not name:
+                continue
+            shape, dtype = shapes[k]
+            self.values[name] = ir.opaque(node.op_type, ins, shape, dtype, domain=node.domain,
+                                          attr_bytes=attr_bytes, out_index=k, n_outputs=len(outs))
+
+    def _infer_shapes(self, node: onnx.NodeProto, ins: list[Node]) -> list[tuple[tuple[int, ...], str]]:
+        vis, inits = [], []
+        for name, n in zip(node.input, ins):
+            if n.op == "weight" and n.name in self.weights and self.weights[n.name].dtype.kind in "iub":
+                inits.append(numpy_helper.from_array(self.weights[n.name], name))
+            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(n.dtype)), n.shape))
+        graph = helper.make_graph([node], "infer", vis, [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None)
+                                                         for o in node.output if o], initializer=inits)
+        opsets = [helper.make_opsetid(o.domain, o.version) for o in self.model.opset_import]
+        model = helper.make_model(graph, opset_imports=opsets)
+        try:
+            inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        except Exception as exc:
+            raise InputError(f"cannot infer the output shape of {node.op_type} node {node.name!r}: {exc}") from exc
+        found = {v.name: v for v in inferred.graph.output}
+        found.update({v.name: v for v in inferred.graph.value_info})
+        result = []
+        for o in node.output:
+            if not o:
+                result.append(((), "float32"))
+                continue
+            v = found.get(o)
+            tt = v.type.tensor_type if v is not None else None
+            if tt is None or not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+                raise DynamicShapeError(f"output {o!r} of {node.op_type} node {node.name!r} has no static shape; "
+                                        "fix the model's input shapes with --input-shape NAME=D1,D2,...")
+            result.append((tuple(d.dim_value for d in tt.shape.dim), _dtype_name(tt.elem_type)))
+        return result
+
+    # -- operators the rules know ----------------------------------------------------------------
+    @staticmethod
+    def _attrs(node: onnx.NodeProto) -> dict:
+        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    @staticmethod
+    def _is_float(*nodes: Node | None) -> bool:
+        return all(n is not None and n.dtype == "float32" for n in nodes)
+
+    def _unary(self, op: str, node: onnx.NodeProto, ins: list) -> Node | None:
+        return ir.make(op, [ins[0]]) if self._is_float(ins[0]) else None
+
+    def _op_Relu(self, node, ins):
+        return self._unary("relu", node, ins)
+
+    def _op_Tanh(self, node, ins):
+        return self._unary("tanh", node, ins)
+
+    def _op_Sigmoid(self, node, ins):
+        return self._unary("sigmoid", node, ins)
+
+    def _binary(self, op: str, a: Node, b: Node) -> Node | None:
+        if not self._is_float(a, b):
+            return None
+        ra, rb = len(a.shape), len(b.shape)
+        if ra < rb:
+            a = self.reshape(a, (1,) * (rb - ra) + tuple(a.shape))
+        elif rb < ra:
+            b = self.reshape(b, (1,) * (ra - rb) + tuple(b.shape))
+        if not a.shape or len(a.shape) > 4:
+            return None
+        return ir.make(op, [a, b])
+
+    def _op_Add(self, node, ins):
+        return self._binary("ewadd", ins[0], ins[1])
+
+    def _op_Mul(self, node, ins):
+        return self._binary("ewmul", ins[0], ins[1])
+
+    def _op_MatMul(self, node, ins):
+        a, b = ins
+        if not self._is_float(a, b):
+            return None
+        sa, sb = tuple(a.shape), tuple(b.shape)
+        if len(sa) < 2 or len(sb) < 2:
+            return None
+        if len(sb) == 2:  # [..., M, K] x [K, N]: flatten the leading dimensions
+            lead = sa[:-1]
+            a2 = self.reshape(a, (int(np.prod(lead)), sa[-1]))
+            out = ir.make("matmul", [a2, b], (0,))
+            return self.reshape(out, lead + (sb[-1],))
+        if len(sa) == len(sb) and sa[:-2] == sb[:-2]:
+            batch = int(np.prod(sa[:-2]))
+            out = ir.make("matmul", [self.reshape(a, (batch,) + sa[-2:]), self.reshape(b, (batch,) + sb[-2:])], (0,))
+            return self.reshape(out, sa[:-1] + (sb[-1],))
+        return None
+
+    def _op_Gemm(self, node, ins):
+        a, b = ins[0], ins[1]
+        c = ins[2] if len(ins) > 2 else None
+        at = self._attrs(node)
+        if not self._is_float(a, b) or len(a.shape) != 2 or len(b.shape) != 2:
+            return None
+        if at.get("transA", 0):
+            a = ir.make("transpose", [a], (1, 0))
+        if at.get("transB", 0):
+            b = self.weight(self.weights[b.name].T, b.name) if b.op == "weight" else ir.make("transpose", [b], (1, 0))
+        out = ir.make("matmul", [a, b], (0,))
+        alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+        if alpha != 1.0:
+            out = ir.make("ewmul", [out, self.weight(np.full((1, 1), alpha, np.float32), "alpha")])
+        if c is not None:
+            if beta != 1.0:
+                if c.op != "weight":
+                    return None
+                c = self.weight(self.weights[c.name] * np.float32(beta), c.name)
+            out = self._binary("ewadd", out, c)
+        return out
+
+    def _window_attrs(self, node, kernel: tuple[int, int]) -> tuple[int, int, int, int] | None:
+        at = self._attrs(node)
+        if any(d != 1 for d in at.get("dilations", [1, 1])) or at.get("ceil_mode", 0):
+            return None
+        sh, sw = at.get("strides", [1, 1])
+        auto = at.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto == "VALID":
+            return sh, sw, 0, 0
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            if sh == 1 and sw == 1 and kernel[0] % 2 and kernel[1] % 2:
+                return sh, sw, SAME, SAME
+            return None
+        pads = at.get("pads", [0, 0, 0, 0])
+        if pads[0] != pads[2] or pads[1] != pads[3]:
+            return None
+        ph, pw = pads[0], pads[1]
+        if kernel[0] % 2 and ph == kernel[0] // 2 and kernel[1] % 2 and pw == kernel[1] // 2:
+            ph, pw = SAME, SAME  # the IR's canonical spelling of "k // 2 on each side"
+        return sh, sw, ph, pw
+
+    def _op_Conv(self, node, ins):
+        x, w = ins[0], ins[1]
+        bias = ins[2] if len(ins) > 2 else None
+        if not self._is_float(x, w) or len(x.shape) != 4 or len(w.shape) != 4:
+            return None
+        win = self._window_attrs(node, tuple(w.shape[2:]))
+        if win is None:
+            return None
+        sh, sw, ph, pw = win
+        kh, kw = w.shape[2], w.shape[3]
+        if (ph == SAME) != (pw == SAME):  # mixed: spell both out
+            ph, pw = (kh // 2 if ph == SAME else ph), (kw // 2 if pw == SAME else pw)
+        out = ir.make("conv2d", [x, w], (sh, sw, ph, pw, 0))
+        if bias is not None:
+            out = ir.make("ewadd", [out, self.reshape(bias, (1, w.shape[0], 1, 1))])
+        return out
+
+    def _pool(self, node, ins, kind: int):
+        (x,) = ins[:1]
+        at = self._attrs(node)
+        if not self._is_float(x) or len(x.shape) != 4 or len(node.output) > 1 and node.output[1]:
+            return None
+        kh, kw = at["kernel_shape"]
+        win = self._window_attrs(node, (kh, kw))
+        if win is None:
+            return None
+        sh, sw, ph, pw = win
+        if (ph == SAME) != (pw == SAME):
+            ph, pw = (kh // 2 if ph == SAME else ph), (kw // 2 if pw == SAME else pw)
+        if kind == 1 and at.get("count_include_pad", 0) and (ph != 0 or pw != 0):
+            return None
+        return ir.make("pool", [x], (kind, kh, kw, sh, sw, ph, pw, 0))
+
+    def _op_MaxPool(self, node, ins):
+        return self._pool(node, ins, 0)
+
+    def _op_AveragePool(self, node, ins):
+        return self._pool(node, ins, 1)
+
+    def _op_GlobalAveragePool(self, node, ins):
+        (x,) = ins
+        if not self._is_float(x) or len(x.shape) != 4:
+            return None
+        return ir.make("pool", [x], (1, x.shape[2], x.shape[3], 1, 1, 0, 0, 0))
+
+    def _op_BatchNormalization(self, node, ins):
+        if len(node.output) > 1 and any(node.output[1:]):
+            return None
+        x = ins[0]
+        if not self._is_float(*ins) or len(x.shape) != 4:
+            return None
+        eps = float(self._attrs(node).get("epsilon", 1e-5))
+        return ir.make("batchnorm", ins, (int(round(eps * 1e12)),))
+
+    def _op_Concat(self, node, ins):
+        if not self._is_float(*ins) or len(ins[0].shape) > 4:
+            return None
+        axis = self._attrs(node)["axis"] % len(ins[0].shape)
+        return ir.make("concat", ins, (axis,)) if len(ins) > 1 else ins[0]
+
+    def _op_Transpose(self, node, ins):
+        (x,) = ins
+        if len(x.shape) > 4:
+            return None
+        perm = tuple(self._attrs(node).get("perm", list(reversed(range(len(x.shape))))))
+        return ir.make("transpose", [x], perm)
+
+    def _target(self, node, x: Node) -> tuple[int, ...] | None:
+        out = None
+        if node.op_type == "Reshape":
+            if node.input[1] not in self.consts:
+                return None
+            shape = [int(d) for d in self.consts[node.input[1]]]
+            allowzero = self._attrs(node).get("allowzero", 0)
+            shape = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
+            if -1 in shape:
+                known = int(np.prod([d for d in shape if d != -1]))
+                shape[shape.index(-1)] = int(np.prod(x.shape)) // max(known, 1)
+            out = tuple(shape)
+        elif node.op_type == "Flatten":
+            axis = self._attrs(node).get("axis", 1) % (len(x.shape) + 1) if x.shape else 0
+            out = (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
+        else:  # Squeeze / Unsqueeze
+            axes = self._attrs(node).get("axes")
+            if axes is None and len(node.input) > 1:
+                if node.input[1] not in self.consts:
+                    return None
+                axes = [int(a) for a in self.consts[node.input[1]]]
+            if node.op_type == "Squeeze":
+                axes = [a % len(x.shape) for a in axes] if axes else [i for i, d in enumerate(x.shape) if d == 1]
+                out = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+            else:
+                rank = len(x.shape) + len(axes)
+                axes = sorted(a % rank for a in axes)
+                dims = list(x.shape)
+                for a in axes:
+                    dims.insert(a, 1)
+                out = tuple(dims)
+        return out
+
+    def _reshape_like(self, node, ins):
+        x = ins[0]
+        target = self._target(node, x)
+        if target is None or not target or len(target) > 4 or int(np.prod(target)) != int(np.prod(x.shape)):
+            return None
+        if tuple(target) == tuple(x.shape):
+            return x
+        return ir.make("reshape", [x], target)
+
+    _op_Reshape = _reshape_like
+    _op_Flatten = _reshape_like
+    _op_Squeeze = _reshape_like
+    _op_Unsqueeze = _reshape_like
+
+
+def import_model(model: onnx.ModelProto | str | os.PathLike,
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    """Import an ONNX model (a ModelProto or a path) into the IR."""
+    if not isinstance(model, onnx.ModelProto):
+        model = load_model(model)
+    return _Importer(model, input_shapes or {}).run()

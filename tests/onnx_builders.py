@@ -1,0 +1,88 @@
+"""Small ONNX models built inline for the tests (onnx.helper and torch exports)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _w(rng, name, *shape):
+    return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+
+def model(nodes, inputs, outputs, inits, opset=17):
+    g = helper.make_graph(nodes, "test", inputs, outputs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def residual_block(seed=0, batch=1):
+    rng = np.random.default_rng(seed)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 8, 12, 12])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8, 12, 12])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "x"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    return model(nodes, [x], [y], [_w(rng, "w1", 8, 8, 3, 3), _w(rng, "b1", 8), _w(rng, "w2", 8, 8, 3, 3)])
+
+
+def mlp(seed=0):
+    rng = np.random.default_rng(seed)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+        helper.make_node("Tanh", ["h"], ["t"]),
+        helper.make_node("MatMul", ["t", "w2"], ["m"]),
+        helper.make_node("Add", ["m", "b2"], ["z"]),
+        helper.make_node("Sigmoid", ["z"], ["y"]),
+    ]
+    return model(nodes, [x], [y], [_w(rng, "w1", 32, 16), _w(rng, "b1", 32), _w(rng, "w2", 32, 10), _w(rng, "b2", 10)])
+
+
+def attention(seed=0, seq=8, d=16, heads=2):
+    """Q/K/V projections with biases on a [1, S, D] input, softmax attention, layer norm."""
+    rng = np.random.default_rng(seed)
+    hd = d // heads
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, d])
+    inits = [_w(rng, n, d, d) for n in ("wq", "wk", "wv", "wo")] + [_w(rng, n, d) for n in ("bq", "bk", "bv")]
+    inits += [numpy_helper.from_array(np.array([1, seq, heads, hd], dtype=np.int64), "split_shape"),
+              numpy_helper.from_array(np.array([1, seq, d], dtype=np.int64), "merge_shape"),
+              numpy_helper.from_array(np.ones(d, np.float32), "gamma"),
+              numpy_helper.from_array(np.zeros(d, np.float32), "beta"),
+              numpy_helper.from_array(np.array(1.0 / np.sqrt(hd), np.float32), "scale")]
+    nodes = []
+    for p in "qkv":
+        nodes += [helper.make_node("MatMul", ["x", f"w{p}"], [f"{p}m"]),
+                  helper.make_node("Add", [f"{p}m", f"b{p}"], [f"{p}b"]),
+                  helper.make_node("Reshape", [f"{p}b", "split_shape"], [f"{p}r"]),
+                  helper.make_node("Transpose", [f"{p}r"], [f"{p}t"], perm=[0, 2, 1, 3] if p != "k" else [0, 2, 3, 1])]
+    nodes += [helper.make_node("MatMul", ["qt", "kt"], ["logits"]),
+              helper.make_node("Mul", ["logits", "scale"], ["scaled"]),
+              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "vt"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "merge_shape"], ["ctx_m"]),
+              helper.make_node("MatMul", ["ctx_m", "wo"], ["o"]),
+              helper.make_node("Add", ["o", "x"], ["res"]),
+              helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["y"], axis=-1)]
+    return model(nodes, [x], [y], inits)
+
+
+def torch_export(module, example, path, dynamic_batch=False):
+    import torch
+
+    kwargs = {}
+    if dynamic_batch:
+        kwargs["dynamic_axes"] = {"x": {0: "batch"}}
+    torch.onnx.export(module.eval(), (example,), path, input_names=["x"], output_names=["y"], opset_version=17,
+                      dynamo=False, **kwargs)
+    return onnx.load(path)

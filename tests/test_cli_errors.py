@@ -1,0 +1,103 @@
+"""Bad input gives a one-line message, exit code 2 (or 3), and leaves the output path untouched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import onnx
+import pytest
+import torch
+
+import onnx_builders as ob
+import torch_modules as tm
+
+
+def run(*args):
+    proc = subprocess.run([sys.executable, "-m", "eqsat.cli", *args], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture()
+def good(tmp_path):
+    path = tmp_path / "good.onnx"
+    onnx.save(ob.residual_block(), path)
+    return path
+
+
+def _one_error_line(err):
+    lines = [line for line in err.splitlines() if line.startswith("eqsat: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_missing_file(tmp_path):
+    rc, _, err = run("optimize-model", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "out.onnx"))
+    assert rc == 2 and "no such file" in _one_error_line(err)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_non_onnx_bytes(tmp_path):
+    p = tmp_path / "junk.onnx"
+    p.write_bytes(b"this is not a protobuf \x00\xff\xfe" * 10)
+    rc, _, err = run("optimize-model", str(p), "-o", str(tmp_path / "out.onnx"))
+    assert rc == 2 and "ONNX" in _one_error_line(err)
+
+
+def test_truncated_onnx(tmp_path, good):
+    data = good.read_bytes()
+    p = tmp_path / "trunc.onnx"
+    p.write_bytes(data[: len(data) // 2])
+    rc, _, err = run("optimize-model", str(p), "-o", str(tmp_path / "out.onnx"))
+    assert rc == 2 and "trunc.onnx" in _one_error_line(err)
+
+
+def test_dynamic_batch_without_input_shape(tmp_path):
+    ob.torch_export(tm.seeded(tm.ResNet18), torch.randn(1, 3, 32, 32), str(tmp_path / "d.onnx"), dynamic_batch=True)
+    rc, _, err = run("optimize-model", str(tmp_path / "d.onnx"), "-o", str(tmp_path / "out.onnx"))
+    assert rc == 2 and "--input-shape x=" in _one_error_line(err)
+    rc, _, err = run("optimize-model", str(tmp_path / "d.onnx"), "-o", str(tmp_path / "out.onnx"),
+                     "--input-shape", "x=1,3,32,32", "--scheduler", "none", "--cost", "analytic", "--no-measure")
+    assert rc == 0, err
+    assert (tmp_path / "out.onnx").exists()
+
+
+def test_output_directory_missing(tmp_path, good):
+    rc, _, err = run("optimize-model", str(good), "-o", str(tmp_path / "no" / "dir" / "out.onnx"))
+    assert rc == 2 and "does not exist" in _one_error_line(err)
+
+
+def test_existing_output_survives_failed_run(tmp_path):
+    out = tmp_path / "out.onnx"
+    out.write_bytes(b"precious")
+    p = tmp_path / "junk.onnx"
+    p.write_bytes(b"garbage")
+    rc, _, _ = run("optimize-model", str(p), "-o", str(out))
+    assert rc == 2
+    assert out.read_bytes() == b"precious"
+
+
+def test_impossible_node_limit(tmp_path, good):
+    rc, _, err = run("optimize-model", str(good), "-o", str(tmp_path / "o.onnx"), "--node-limit", "3",
+                     "--scheduler", "none", "--cost", "analytic")
+    assert rc == 2 and "--node-limit" in _one_error_line(err)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_success_writes_model_and_report(tmp_path, good):
+    import json
+
+    rc, _, err = run("optimize-model", str(good), "-o", str(tmp_path / "o.onnx"), "--scheduler", "none",
+                     "--cost", "analytic", "--report", str(tmp_path / "r.json"), "--seed", "3")
+    assert rc == 0, err
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["verified"] is True and r["seed"] == 3
+    for key in ("max_abs_error", "max_rel_error", "config", "times", "egraph", "input", "output"):
+        assert key in r
+    assert r["egraph"]["enodes"] > 0 and r["egraph"]["eclasses"] > 0
+    onnx.checker.check_model(onnx.load(tmp_path / "o.onnx"), full_check=True)
+
+
+def test_info(good):
+    rc, out, _ = run("info", str(good))
+    assert rc == 0 and "conv2d 2" in out and "opaque (no rules): none" in out

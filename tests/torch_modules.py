@@ -1,0 +1,101 @@
+"""Small torch modules exported inside the tests (seeded; nothing downloaded)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Mixed(nn.Module):
+    """conv, batch norm, linear, layer norm, attention."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.proj = nn.Linear(8, 16)
+        self.ln = nn.LayerNorm(16)
+        self.att = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))            # [B, 8, H, W]
+        t = y.flatten(2).transpose(1, 2)                   # [B, HW, 8]
+        t = self.ln(self.proj(t))
+        a, _ = self.att(t, t, t)
+        return a + t
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = self.b2(self.c2(y))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18's structure (stem, 4 stages of 2 basic blocks, pool, fc), at a reduced width."""
+
+    def __init__(self, width=16, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], width
+        for i, mult in enumerate((1, 2, 4, 8)):
+            cout = width * mult
+            layers += [BasicBlock(cin, cout, 1 if i == 0 else 2), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+class EncoderLayer(nn.Module):
+    """A BERT-like encoder layer: Q/K/V with biases, softmax attention, layer norms, GELU feed-forward."""
+
+    def __init__(self, d=32, heads=4, ff=64):
+        super().__init__()
+        self.h, self.dk = heads, d // heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff1, self.ff2 = nn.Linear(d, ff), nn.Linear(ff, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        split = lambda t: t.view(b, s, self.h, self.dk).transpose(1, 2)  # noqa: E731
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        att = torch.softmax(q @ k.transpose(-1, -2) / self.dk ** 0.5, dim=-1) @ v
+        x = self.ln1(x + self.o(att.transpose(1, 2).reshape(b, s, d)))
+        return self.ln2(x + self.ff2(torch.nn.functional.gelu(self.ff1(x))))
+
+
+class BertLike(nn.Module):
+    def __init__(self, layers=2, d=32):
+        super().__init__()
+        self.layers = nn.Sequential(*(EncoderLayer(d) for _ in range(layers)))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def seeded(cls, *args, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    m = cls(*args, **kwargs).eval()
+    # non-trivial batch-norm statistics so that folding them is observable
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 1.5)
+    return m
