@@ -36,13 +36,15 @@ CONSTRUCTORS: dict[str, tuple[str, str]] = {
     "Merge": ("merge", "iit"),
     "Enlarge": ("enlarge", "tt"),
     "BatchNorm": ("batchnorm", "ittttt"),
+    "BnScale": ("bn_scale", "itt"),
+    "BnShift": ("bn_shift", "itttt"),
     "Opaque": ("opaque", "il"),
 }
 OP_TO_CONSTRUCTOR = {"input": "Input", "weight": "Weight", "ewadd": "Ewadd", "ewmul": "Ewmul", "relu": "Relu",
                      "tanh": "Tanh", "sigmoid": "Sigmoid", "dropout": "Dropout", "matmul": "Matmul",
                      "conv2d": "Conv2d", "pool": "Pool", "slice": "Slice", "transpose": "Transpose",
                      "reshape": "Reshape", "merge": "Merge", "enlarge": "Enlarge", "batchnorm": "BatchNorm",
-                     "opaque": "Opaque"}
+                     "bn_scale": "BnScale", "bn_shift": "BnShift", "opaque": "Opaque"}
 _SORT = {"i": "i64", "s": "String", "h": "Shape", "t": "T", "l": "TList"}
 MAX_RANK = 4
 
@@ -138,6 +140,10 @@ def _shape_rules() -> list[str]:
     rules.append(_rule("shape_BatchNorm", ["(= e (BatchNorm eps x s b m v))", "(= (S4 n c h w) (shape x))",
                                            "(= (S1 c) (shape s))", "(= (S1 c) (shape b))", "(= (S1 c) (shape m))",
                                            "(= (S1 c) (shape v))"], ["(set (shape e) (S4 n c h w))"]))
+    rules.append(_rule("shape_BnScale", ["(= e (BnScale eps s v))", "(= (S1 c) (shape s))", "(= (S1 c) (shape v))"],
+                       ["(set (shape e) (S1 c))"]))
+    rules.append(_rule("shape_BnShift", ["(= e (BnShift eps b m s v))", "(= (S1 c) (shape b))", "(= (S1 c) (shape m))",
+                                         "(= (S1 c) (shape s))", "(= (S1 c) (shape v))"], ["(set (shape e) (S1 c))"]))
     return rules
 
 

@@ -124,6 +124,16 @@ def apply_op(node: Node, args: list[np.ndarray], modulus: int | None = None) -> 
         eps = a[0] * 1e-12
         c = (1, -1, 1, 1)
         out = (x - mean.reshape(c)) / np.sqrt(var.reshape(c) + eps) * scale.reshape(c) + bias.reshape(c)
+    elif op in ("bn_scale", "bn_shift"):
+        if modulus is not None:
+            raise NotEvaluable("batch-norm folding is not defined over a prime field")
+        eps = a[0] * 1e-12
+        if op == "bn_scale":
+            scale, var = args
+            out = scale / np.sqrt(var + eps)
+        else:
+            bias, mean, scale, var = args
+            out = bias - mean * scale / np.sqrt(var + eps)
     else:
         raise NotEvaluable(f"no numpy semantics for {node!r}")
     if modulus is not None:

@@ -23,6 +23,8 @@ reshape     target shape
 merge       (groups, count)                 grouped-conv weight merge: groups -> groups/count
 enlarge     ()                              zero-pad a kernel (centred) to the size of ``ref``
 batchnorm   (eps_pico,)                     inference batch norm, eps = eps_pico * 1e-12
+bn_scale    (eps_pico,)                     scale / sqrt(var + eps)          (folding batch norm)
+bn_shift    (eps_pico,)                     bias - mean * scale / sqrt(var + eps)
 noop        ()                              joins outputs (e-graph root only)
 opaque      (op_type, domain, attr_bytes, out_index, n_outputs)  any other ONNX operator;
                                             attr_bytes: serialized AttributeProtos

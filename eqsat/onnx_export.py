@@ -149,6 +149,14 @@ class _Exporter:
             return self.emit("Reshape", ins + [self.const(np.array(a, dtype=np.int64), "shape")], "reshape")
         if op == "batchnorm":
             return self.emit("BatchNormalization", ins, "bn", epsilon=a[0] * 1e-12)
+        if op in ("bn_scale", "bn_shift"):
+            eps = self.const(np.array(a[0] * 1e-12, dtype=np.float32), "eps")
+            var = ins[1] if op == "bn_scale" else ins[3]
+            scale = ins[0] if op == "bn_scale" else ins[2]
+            k = self.emit("Div", [scale, self.emit("Sqrt", [self.emit("Add", [var, eps], "bn")], "bn")], "bn_scale")
+            if op == "bn_scale":
+                return k
+            return self.emit("Sub", [ins[0], self.emit("Mul", [ins[1], k], "bn")], "bn_shift")
         if op == "enlarge":
             w, ref = n.inputs[0].shape, n.inputs[1].shape
             dh, dw = ref[2] - w[2], ref[3] - w[3]

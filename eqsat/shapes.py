@@ -133,6 +133,11 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> Shape:
         if len(x) != 4 or any(tuple(s) != (x[1],) for s in shapes[1:]):
             raise _fail(op, f"expects a 4-D input and four [C] parameters, got {tuple(shapes)}")
         return tuple(x)
+    if op in ("bn_scale", "bn_shift"):
+        first = shapes[0]
+        if len(first) != 1 or any(tuple(x) != tuple(first) for x in shapes):
+            raise _fail(op, f"expects [C] parameters, got {tuple(shapes)}")
+        return tuple(first)
     if op == "noop":
         return ()
     raise _fail(op, f"no shape rule (operands {tuple(shapes)}, {n} inputs)")

@@ -1,1 +1,10 @@
-"""(package)"""
+"""Rewrite rules: TASO's rule set (as data, compiled to egglog), our own rules, the rule engine that
+applies one named rule at a time, and the verifier."""
+
+from __future__ import annotations
+
+from .engine import RuleEngine, StepReport
+from .registry import actions, all_rules, by_name, our_rules, taso_rules
+from .rule import Rule
+
+__all__ = ["Rule", "RuleEngine", "StepReport", "actions", "all_rules", "by_name", "our_rules", "taso_rules"]
