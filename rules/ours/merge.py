@@ -14,11 +14,13 @@ from ..rule import Rule
 
 
 def _matmul_example(rng):
-    x = ir.input_("x", (5, 4))
+    x = ir.input_("x", (6, 4))
     outs = []
     for n in (3, 6):
         w, b = ir.weight(f"w{n}", (4, n)), ir.weight(f"b{n}", (1, n))
         outs.append(ir.make("ewadd", [ir.make("matmul", [x, w], (0,)), b]))
+        b3 = ir.weight(f"c{n}", (1, 1, n))
+        outs.append(ir.make("ewadd", [ir.make("reshape", [ir.make("matmul", [x, w], (0,))], (2, 3, n)), b3]))
     return outs
 
 
@@ -32,7 +34,13 @@ rules = [
          (("(= r1 (Ewadd (Matmul 0 x w1) b1)) (= r2 (Ewadd (Matmul 0 x w2) b2)) (!= r1 r2) "
            "(= (S2 m n1) (shape r1)) (= (S2 m n2) (shape r2)) (= r1 (ordering-max r1 r2))",
            "(Pend r1 (Slice 1 0 n1 (Ewadd (Matmul 0 x (Concat 1 w1 w2)) (Concat 1 b1 b2)))) "
-           "(Pend r2 (Slice 1 n1 (+ n1 n2) (Ewadd (Matmul 0 x (Concat 1 w1 w2)) (Concat 1 b1 b2))))"),), 8,
+           "(Pend r2 (Slice 1 n1 (+ n1 n2) (Ewadd (Matmul 0 x (Concat 1 w1 w2)) (Concat 1 b1 b2))))"),
+          # the form the ONNX importer gives [B, S, H] x [H, N] + b: reshape(x2d W) + b
+          ("(= r1 (Ewadd (Reshape (S3 p q n1) (Matmul 0 x w1)) b1)) (= r2 (Ewadd (Reshape (S3 p q n2) (Matmul 0 x w2)) b2)) "
+           "(!= r1 r2) (= r1 (ordering-max r1 r2))",
+           "(Pend r1 (Slice 2 0 n1 (Ewadd (Reshape (S3 p q (+ n1 n2)) (Matmul 0 x (Concat 1 w1 w2))) (Concat 2 b1 b2)))) "
+           "(Pend r2 (Slice 2 n1 (+ n1 n2) (Ewadd (Reshape (S3 p q (+ n1 n2)) (Matmul 0 x (Concat 1 w1 w2))) "
+           "(Concat 2 b1 b2))))")), 9,
          example=_matmul_example),
     Rule("merge_conv_shared_input", "multi", "ours", "conv(x, w1), conv(x, w2) -> split(conv(x, concat(w1, w2)))",
          (("(= r1 (Conv2d sh sw ph pw act x w1)) (= r2 (Conv2d sh sw ph pw act x w2)) (!= r1 r2) "
