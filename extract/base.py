@@ -25,6 +25,8 @@ class Extraction:
     extractor: str
     optimal: bool = False
     gap: float | None = None
+    estimate: float | None = None
+    """the extractor's own cost of the roots (tree cost, constituent cost, ...), what Table 1 reports"""
     notes: list[str] = field(default_factory=list)
 
 

@@ -19,7 +19,33 @@ from .base import Extraction, finish
 from .cycles import without_cycles
 
 
-def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[int, int]:
+def _constituent(own: float, children, cost, hist) -> tuple[float, dict[int, float]]:
+    """The paper's cost of a node: own cost plus each child's cost less its largest known overlap."""
+    total = own
+    h: dict[int, float] = {}
+    for ch in children:
+        if not h:
+            h = dict(hist.get(ch, {}))
+            contrib = cost[ch]
+        elif ch in h:
+            contrib = 0.0
+        elif ch in hist:
+            vmax = 0.0
+            for k, v in hist[ch].items():
+                if k in h:
+                    vmax = max(vmax, v)
+                else:
+                    h[k] = v
+            contrib = max(cost[ch] - vmax, 0.0)
+        else:
+            contrib = cost[ch]
+        total += contrib
+        if contrib > 0:
+            h[ch] = contrib
+    return total, h
+
+
+def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tuple[dict[int, int], float]:
     cost = [math.inf] * snap.num_classes
     hist: dict[int, dict[int, float]] = {}
     choice: dict[int, int] = {}
@@ -34,27 +60,7 @@ def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[in
                 e = snap.nodes[n]
                 if any(cost[ch] == math.inf for ch in e.children):
                     continue
-                total = costs[n]
-                h: dict[int, float] = {}
-                for ch in e.children:
-                    if not h:
-                        h = dict(hist.get(ch, {}))
-                        contrib = cost[ch]
-                    elif ch in h:
-                        contrib = 0.0
-                    elif ch in hist:
-                        vmax = 0.0
-                        for k, v in hist[ch].items():
-                            if k in h:
-                                vmax = max(vmax, v)
-                            else:
-                                h[k] = v
-                        contrib = max(cost[ch] - vmax, 0.0)
-                    else:
-                        contrib = cost[ch]
-                    total += contrib
-                    if contrib > 0:
-                        h[ch] = contrib
+                total, h = _constituent(costs[n], e.children, cost, hist)
                 if total < best:
                     best, best_hist, best_node = total, h, n
             if best_hist:
@@ -63,10 +69,14 @@ def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[in
                 cost[c] = best
                 choice[c] = best_node
                 changed = True
-    return choice
+    roots = list(dict.fromkeys(snap.roots))
+    if len(roots) == 1:
+        return choice, float(cost[roots[0]])
+    # several outputs: cost them as TENSAT's zero-cost noop node joining them
+    return choice, float(_constituent(0.0, roots, cost, hist)[0])
 
 
 def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
     t = time.perf_counter()
-    choice = without_cycles(snap, lambda banned: _choice(snap, costs, banned))
-    return finish(snap, choice, costs, time.perf_counter() - t, "greedy-constituent")
+    choice, estimate = without_cycles(snap, lambda banned: _choice(snap, costs, banned))
+    return finish(snap, choice, costs, time.perf_counter() - t, "greedy-constituent", estimate=estimate)

@@ -22,11 +22,11 @@ from .cycles import without_cycles
 
 def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
     t = time.perf_counter()
-    choice = without_cycles(snap, lambda banned: _choice(snap, costs, banned))
-    return finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag")
+    choice, estimate = without_cycles(snap, lambda banned: _choice(snap, costs, banned))
+    return finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag", estimate=estimate)
 
 
-def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[int, int]:
+def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tuple[dict[int, int], float]:
     nclass = snap.num_classes
     best = [math.inf] * nclass
     sets: list[dict[int, float] | None] = [None] * nclass
@@ -65,4 +65,7 @@ def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[in
                 if p not in queued:
                     queued.add(p)
                     queue.append(p)
-    return choice
+    union: dict[int, float] = {}
+    for r in snap.roots:
+        union.update(sets[r] or {})
+    return choice, float(sum(union.values()))

@@ -16,7 +16,7 @@ from .base import Extraction, finish
 from .cycles import without_cycles
 
 
-def _tree_choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[int, int]:
+def _tree_choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tuple[dict[int, int], float]:
     best = [math.inf] * snap.num_classes
     choice: dict[int, int] = {}
     changed = True
@@ -34,10 +34,10 @@ def _tree_choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> di
                     best[c] = total
                     choice[c] = n
                     changed = True
-    return choice
+    return choice, float(sum(best[r] for r in dict.fromkeys(snap.roots)))
 
 
 def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
     t = time.perf_counter()
-    choice = without_cycles(snap, lambda banned: _tree_choice(snap, costs, banned))
-    return finish(snap, choice, costs, time.perf_counter() - t, "greedy-tree")
+    choice, estimate = without_cycles(snap, lambda banned: _tree_choice(snap, costs, banned))
+    return finish(snap, choice, costs, time.perf_counter() - t, "greedy-tree", estimate=estimate)

@@ -150,4 +150,5 @@ def extract(snap: Snapshot, costs: Sequence[float], *, time_limit: float = 60.0,
     gap = 0.0 if optimal else float(m.getGap())
     if not optimal:
         notes.append(f"SCIP stopped with status {status}, gap {gap:.3%}")
-    return finish(snap, choice, costs, time.perf_counter() - t0, "ilp", optimal=optimal, gap=gap, notes=notes)
+    return finish(snap, choice, costs, time.perf_counter() - t0, "ilp", optimal=optimal, gap=gap, notes=notes,
+                  estimate=float(m.getSolObjVal(best)))
