@@ -1,0 +1,75 @@
+"""``eqsat cost profile|show``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def _profile(args) -> int:
+    from rich.progress import Progress
+
+    from eqsat.cli import _source
+    from eqsat.egraph import EGraph
+    from eqsat.onnx_import import import_model
+    from eqsat.rules import RuleEngine, actions, all_rules
+
+    from . import make
+    from .base import OpKey, is_free
+
+    model, label, shapes = _source(args)
+    graph = model if not hasattr(model, "graph") else import_model(model, shapes)
+    eg = EGraph.from_graph(graph)
+    engine = RuleEngine(eg, all_rules(nasrnn=args.builtin == "nasrnn"))
+    for rule in actions(engine.rules.values()):  # one guarded pass of every rule: the operators search creates
+        engine.apply(rule.name, node_limit=args.node_limit)
+    snap = eg.snapshot().restrict()
+    cost = make(args.cost, args.cache)
+    keys = []
+    seen = set()
+    for e in snap.nodes:
+        if is_free(e.op) or snap.all_weights[e.eclass]:
+            continue
+        attrs = e.attrs if e.op != "opaque" else snap.opaque[e.attrs[0]].attrs[:4]
+        dtype = snap.opaque[e.attrs[0]].dtype if e.op == "opaque" else "float32"
+        key = OpKey(e.op, () if e.op == "enlarge" else attrs, tuple(snap.shapes[c] or () for c in e.children),
+                    snap.shapes[e.eclass] or (), dtype)
+        if key not in seen:
+            seen.add(key)
+            keys.append(key)
+    total = 0.0
+    with Progress(transient=not sys.stderr.isatty()) as bar:
+        task = bar.add_task(f"profiling {label} ({len(keys)} operators)", total=len(keys))
+        for key in keys:
+            total += cost.op_cost(key)
+            bar.advance(task)
+    measured = getattr(cost, "measured", 0)
+    print(f"{label}: {len(keys)} distinct operators in a {len(snap.nodes)}-e-node e-graph; {measured} timed now, "
+          f"{len(keys) - measured} from the cache ({cost.name})")
+    return 0
+
+
+def _show(args) -> int:
+    from .cache import CostCache
+
+    cache = CostCache(args.cache)
+    rows = cache.summary()
+    print(f"cache {cache.path}: {len(cache)} measurements")
+    for device, backend, op, count, total in rows:
+        print(f"  {device:16} {backend:18} {op:12} {count:6} entries, mean {total / count:10.2f} us")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("cost", help="operator cost measurements and their cache")
+    cs = p.add_subparsers(dest="cost_command", required=True)
+    pr = cs.add_parser("profile", help="time every operator a model's e-graph can contain, filling the cache")
+    from eqsat.cli import _add_model_source
+
+    _add_model_source(pr)
+    pr.add_argument("--cost", default="cpu", choices=["cpu", "cuda", "auto"])
+    pr.add_argument("--node-limit", type=int, default=2000)
+    pr.add_argument("--cache", metavar="FILE", help="SQLite cache file (default ~/.cache/eqsat/costs.sqlite)")
+    pr.set_defaults(fn=_profile)
+    sh = cs.add_parser("show", help="summarize the cache")
+    sh.add_argument("--cache", metavar="FILE")
+    sh.set_defaults(fn=_show)
