@@ -37,8 +37,9 @@ class CostModel(Protocol):
         ...
 
 
-def is_free(op: str) -> bool:
-    return op in ZERO_COST_OPS
+def is_free(op: str, model: object = None) -> bool:
+    """TASO's zero-cost operators, or the cost model's own set (``free_ops``)."""
+    return op in getattr(model, "free_ops", ZERO_COST_OPS)
 
 
 def node_costs(snapshot, model: CostModel) -> list[float]:
@@ -46,7 +47,7 @@ def node_costs(snapshot, model: CostModel) -> list[float]:
     out: list[float] = []
     memo: dict[OpKey, float] = {}
     for e in snapshot.nodes:
-        if is_free(e.op) or snapshot.all_weights[e.eclass]:
+        if is_free(e.op, model) or snapshot.all_weights[e.eclass]:
             out.append(0.0)
             continue
         shapes = tuple(snapshot.shapes[c] or () for c in e.children)
@@ -65,7 +66,7 @@ def node_costs(snapshot, model: CostModel) -> list[float]:
     return out
 
 
-def graph_ops(graph) -> list[tuple[object, OpKey | None]]:
+def graph_ops(graph, model: object = None) -> list[tuple[object, OpKey | None]]:
     """(node, key) for every node of an IR graph; key None for free or weight-only nodes."""
     weight_only: set[int] = set()
     result = []
@@ -73,7 +74,7 @@ def graph_ops(graph) -> list[tuple[object, OpKey | None]]:
         if n.op == "weight" or (n.op not in ("input", "opaque") and n.inputs
                                 and all(id(i) in weight_only for i in n.inputs)):
             weight_only.add(id(n))
-        if is_free(n.op) or id(n) in weight_only:
+        if is_free(n.op, model) or id(n) in weight_only:
             result.append((n, None))
             continue
         attrs = n.attrs if n.op != "opaque" else n.attrs[:4]
@@ -83,7 +84,7 @@ def graph_ops(graph) -> list[tuple[object, OpKey | None]]:
 
 def graph_cost(graph, model: CostModel) -> float:
     """Estimated runtime of an IR program: the sum of its distinct operators' costs (microseconds)."""
-    return float(sum(model.op_cost(k) for _, k in graph_ops(graph) if k is not None))
+    return float(sum(model.op_cost(k) for _, k in graph_ops(graph, model) if k is not None))
 
 
 def volume(shape: Sequence[int]) -> int:

@@ -17,17 +17,17 @@ def _profile(args) -> int:
     from .base import OpKey, is_free
 
     model, label, shapes = _source(args)
+    cost = make(args.cost, args.cache)
     graph = model if not hasattr(model, "graph") else import_model(model, shapes)
     eg = EGraph.from_graph(graph)
     engine = RuleEngine(eg, all_rules(nasrnn=args.builtin == "nasrnn"))
     for rule in actions(engine.rules.values()):  # one guarded pass of every rule: the operators search creates
         engine.apply(rule.name, node_limit=args.node_limit)
     snap = eg.snapshot().restrict()
-    cost = make(args.cost, args.cache)
     keys = []
     seen = set()
     for e in snap.nodes:
-        if is_free(e.op) or snap.all_weights[e.eclass]:
+        if is_free(e.op, cost) or snap.all_weights[e.eclass]:
             continue
         attrs = e.attrs if e.op != "opaque" else snap.opaque[e.attrs[0]].attrs[:4]
         dtype = snap.opaque[e.attrs[0]].dtype if e.op == "opaque" else "float32"

@@ -50,6 +50,11 @@ def _torch_fn(key: OpKey):
         return lambda x: act(F.avg_pool2d(x, (kh, kw), (sh, sw), pad, count_include_pad=False), code)
     if op == "concat":
         return lambda *xs: torch.cat(xs, dim=a[0])
+    if op == "slice":
+        axis, start, end = a
+        return lambda x: x.narrow(axis, start, end - start).contiguous()
+    if op == "transpose":
+        return lambda x: x.permute(*a).contiguous()
     if op == "batchnorm":
         return lambda x, s, b, m, v: F.batch_norm(x, m, v.abs() + 1, s, b, False, 0.0, a[0] * 1e-12)
     if op == "enlarge":
@@ -61,7 +66,13 @@ def _torch_fn(key: OpKey):
 
 
 class TorchCost:
-    """Times each operator with torch on ``device`` ("cpu" or "cuda"); results cached persistently."""
+    """Times each operator with torch on ``device`` ("cpu" or "cuda"); results cached persistently.
+
+    Unlike TASO's model, slices and transposes are timed: onnxruntime materializes them as copies, so
+    calling them free would favour programs that are slower end to end.
+    """
+
+    free_ops = frozenset({"input", "weight", "reshape", "merge", "dropout", "noop"})
 
     def __init__(self, device: str = "cpu", cache: CostCache | None = None, threads: int | None = None,
                  warmup: int | None = None, repeats: int | None = None):

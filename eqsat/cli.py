@@ -33,6 +33,17 @@ def _source(args):
     return load_model(args.model_path), args.model_path, shapes
 
 
+def _k_multi(args) -> int:
+    if args.k_multi is not None:
+        return args.k_multi
+    if args.builtin:
+        from eqsat.models import MODELS
+
+        spec = MODELS.get(args.builtin)
+        return spec.k_multi if spec else 1
+    return 1
+
+
 def _cmd_optimize(args) -> int:
     from .pipeline import OptimizeConfig, check_output_path, optimize, write_atomic, write_report
 
@@ -42,9 +53,9 @@ def _cmd_optimize(args) -> int:
     model, label, shapes = _source(args)
     config = OptimizeConfig(scheduler=args.scheduler, main_extractor=args.main_extractor,
                             final_extractor=args.final_extractor, cost=args.cost, seed=args.seed, budget=args.budget,
-                            depth=args.depth, node_limit=args.node_limit, k_multi=args.k_multi,
+                            depth=args.depth, node_limit=args.node_limit, k_multi=_k_multi(args),
                             time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit,
-                            measure=not args.no_measure, input_shapes=shapes)
+                            measure=not args.no_measure, allow_slower=args.allow_slower, input_shapes=shapes)
     from .progress import progress_printer
 
     result = optimize(model, config, progress=progress_printer(args.quiet))
@@ -114,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("optimize-model", help="optimize an ONNX model or a built-in architecture")
     _add_model_source(o)
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
-    o.add_argument("--scheduler", default="none", choices=["mcts", "tensat", "random", "none"])
+    o.add_argument("--scheduler", default="mcts", choices=["mcts", "tensat", "random", "none"])
     o.add_argument("--main-extractor", default="greedy-dag")
     o.add_argument("--final-extractor", default="ilp")
     o.add_argument("--cost", default="auto", choices=["analytic", "cpu", "cuda", "auto"],
@@ -123,11 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--budget", type=int, default=128, help="MCTS simulations per decision")
     o.add_argument("--depth", type=int, default=10, help="MCTS rollout depth")
     o.add_argument("--node-limit", type=int, default=2000)
-    o.add_argument("--k-multi", type=int, default=1, help="TENSAT: iterations in which multi-pattern rules run")
+    o.add_argument("--k-multi", type=int, default=None,
+                   help="TENSAT: iterations in which multi-pattern rules run (default: the model's, else 1)")
     o.add_argument("--time-limit", type=float, default=600.0, help="search time limit (s)")
     o.add_argument("--ilp-time-limit", type=float, default=60.0)
     o.add_argument("--report", metavar="REPORT.json")
     o.add_argument("--no-measure", action="store_true", help="skip the end-to-end latency measurement")
+    o.add_argument("--allow-slower", action="store_true",
+                   help="keep the optimized program even if it measures slower than the original")
     o.add_argument("-q", "--quiet", action="store_true")
     o.set_defaults(fn=_cmd_optimize)
 

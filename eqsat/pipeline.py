@@ -28,8 +28,8 @@ from .verify import measure_pair, verify
 class OptimizeConfig:
     """Options of one optimization run (the CLI's flags). Defaults are the documented ones."""
 
-    scheduler: str = "none"
-    """none | mcts | tensat | random (search schedulers come from eqsat.mcts when available)"""
+    scheduler: str = "mcts"
+    """mcts | tensat | random | none"""
     main_extractor: str = "greedy-dag"
     final_extractor: str = "ilp"
     cost: str = "analytic"
@@ -43,6 +43,10 @@ class OptimizeConfig:
     ilp_time_limit: float = 60.0
     verify_draws: int = 3
     measure: bool = True
+    allow_slower: bool = False
+    """keep the optimized program even when it measures slower than the original end to end"""
+    slower_tolerance: float = 0.03
+    """measured slowdown tolerated as noise before falling back to the original program"""
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
@@ -65,10 +69,8 @@ def make_cost_model(name: str):
 def _search(eg: EGraph, graph: Graph, config: OptimizeConfig, cost_model, progress) -> dict[str, Any]:
     if config.scheduler == "none":
         return {"rules_applied": {}, "steps": [], "stop_reason": "no search"}
-    try:
-        from eqsat.mcts import run_scheduler
-    except ImportError:
-        raise InputError(f"scheduler {config.scheduler!r} is not available in this build; use --scheduler none") from None
+    from eqsat.mcts import run_scheduler
+
     return run_scheduler(eg, graph, config, cost_model, progress)
 
 
@@ -129,11 +131,19 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
     original_cost = graph_cost(graph, cost_model)
     optimized_cost = graph_cost(new_graph, cost_model)
     measured = None
+    fallback = None
     if config.measure:
         t = time.perf_counter()
         a, b = measure_pair(original, optimized, seed=config.seed)
         measured = {"original_ms": a, "optimized_ms": b, "speedup": a / b if b > 0 else None}
         times["measure"] = time.perf_counter() - t
+        if not config.allow_slower and b > a * (1 + config.slower_tolerance):
+            fallback = (f"the optimized program measured {b / a:.3f}x the original's latency in onnxruntime; "
+                        "the original program is returned (use --allow-slower to keep the optimized one)")
+            say(fallback)
+            measured["rejected_optimized_ms"] = b
+            measured["optimized_ms"], measured["speedup"] = a, 1.0
+            optimized, new_graph, optimized_cost = original, graph, original_cost
     snap_size = eg.snapshot()
     report = {
         "verified": True,
@@ -149,6 +159,7 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
         "optimized_cost": optimized_cost,
         "estimated_speedup": original_cost / optimized_cost if optimized_cost > 0 else None,
         "measured": measured,
+        "fallback": fallback,
         "cost_model": cost_model.name,
         "operators": {"original": dict(graph.op_counts()), "optimized": dict(new_graph.op_counts())},
         **search,

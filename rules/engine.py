@@ -46,10 +46,23 @@ class RuleEngine:
         self.rules: dict[str, Rule] = {}
         self._run: dict[str, list] = {}
         self._probe: dict[str, list] = {}
+        self._probe_all: list = []
+        self._probe_all_for = -1
         for rule in rules:
             self.add(rule)
+        self._build_probe_all()
+
+    def _build_probe_all(self) -> None:
+        """A combined ruleset of every probe twin (declared outside any push, so it survives pops)."""
+        name = f"probe_all_{len(self.rules)}"
+        self.egraph.run_program(f"(unstable-combined-ruleset {name} " + " ".join(f"probe_{r}" for r in self.rules) + ")")
+        self._probe_all = self.egraph.parse(f"(run {name} 1)")
+        self._probe_all_for = len(self.rules)
 
     def add(self, rule: Rule) -> None:
+        """Register a rule (outside any push: a pop would drop it)."""
+        if self.egraph.depth:
+            raise InputError("rules must be registered on an e-graph that is not inside a push")
         if rule.name in self.rules:
             raise InputError(f"rule {rule.name!r} registered twice")
         eg = self.egraph
@@ -91,6 +104,24 @@ class RuleEngine:
         matches = sum(out[0].report.num_matches_per_rule.values())
         changed = eg.commit() if matches else False
         return StepReport(name, changed, matches, eg.size().enodes, time.perf_counter() - t)
+
+    def probe_all(self) -> dict[str, int]:
+        """Match counts of every registered rule, in one run of a combined probe ruleset."""
+        eg = self.egraph
+        if self._probe_all_for != len(self.rules):
+            if eg.depth:
+                return {name: self.probe(name) for name in self.rules}
+            self._build_probe_all()
+        eg.push()
+        try:
+            out = eg.run_commands(self._probe_all)
+        finally:
+            eg.pop()
+        counts = dict.fromkeys(self.rules, 0)
+        for key, n in out[0].report.num_matches_per_rule.items():
+            rule = key[len("probe_"):].rsplit("#", 1)[0]
+            counts[rule] += n
+        return counts
 
     def saturated(self, name: str) -> bool:
         """True if the rule has no match at all now (an MCTS action to prune)."""

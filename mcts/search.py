@@ -1,0 +1,192 @@
+"""Monte Carlo tree search over rule applications (the MCTS paper's agent, SPEC section 6).
+
+A tree node is the e-graph after its path of rules from the current real e-graph. Each simulation
+pushes the e-graph, replays the selected path (selection with the 50% stop rule and UCB1), expands one
+untried unpruned action, runs a random rollout of up to ``depth + 1`` steps, backs the discounted
+return up the path, and pops. After ``budget`` simulations the root child with the best mean value is
+applied for real. Rewards are decreases of the main extractor's cost, never negative; costs are cached
+by rule path (the e-graph is a deterministic function of it), and every random choice comes from one
+seeded generator, so the same seed gives the same search.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .env import Env, SearchConfig, SearchReport, Step
+
+
+@dataclass(eq=False)
+class TreeNode:
+    action: str | None
+    parent: "TreeNode | None"
+    reward: float = 0.0
+    cost: float = 0.0
+    visits: int = 0
+    value: float = 0.0
+    saturated: bool = False
+    """the action changed nothing: never selected again"""
+    terminal: bool = False
+    """the e-graph reached the node limit here"""
+    untried: list[str] | None = None
+    children: dict[str, "TreeNode"] = field(default_factory=dict)
+
+    def path(self) -> list[str]:
+        out, node = [], self
+        while node.parent is not None:
+            out.append(node.action)  # type: ignore[arg-type]
+            node = node.parent
+        return out[::-1]
+
+
+class MCTS:
+    def __init__(self, env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None):
+        self.env = env
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.say = progress or (lambda _m: None)
+        self.real_path: list[str] = []
+        self.simulations = 0
+
+    # -- one simulation ------------------------------------------------------------------------------
+    def _apply(self, node_path: list[str], action: str) -> tuple[bool, float, bool]:
+        """Apply ``action`` on top of the current (replayed) state: (changed, cost, full)."""
+        report = self.env.apply(action)
+        if not report.changed:
+            return False, math.nan, self.env.full()
+        key = tuple(self.real_path + node_path + [action])
+        return True, self.env.cost(key), self.env.full()
+
+    def _expand_actions(self, node: TreeNode) -> None:
+        if node.untried is None:
+            node.untried = [] if node.terminal else self.env.live_actions()
+
+    def simulate(self, root: TreeNode) -> bool:
+        """One simulation; False if every action from the root is saturated (nothing left to plan)."""
+        env, cfg, rng = self.env, self.config, self.rng
+        env.egraph.push()
+        try:
+            node, path = root, []
+            while True:
+                self._expand_actions(node)
+                if node.terminal:
+                    break
+                open_children = [c for c in node.children.values() if not c.saturated]
+                can_expand = bool(node.untried)
+                if can_expand and (not open_children or node is root or rng.random() < cfg.stop_probability):
+                    action = node.untried.pop(rng.randrange(len(node.untried)))  # type: ignore[union-attr]
+                    changed, cost, full = self._apply(path, action)
+                    child = TreeNode(action, node)
+                    node.children[action] = child
+                    if not changed:
+                        child.saturated = True
+                        child.cost = node.cost
+                        self._backup(child, 0.0)
+                        return True
+                    child.cost = cost
+                    child.reward = max(node.cost - cost, 0.0)
+                    child.terminal = full
+                    path.append(action)
+                    node = child
+                    break
+                if not open_children:
+                    if node is root:
+                        return False
+                    break
+                node = self._ucb(node, open_children)
+                changed, _cost, _full = self._apply(path, node.action)  # type: ignore[arg-type]
+                path.append(node.action)  # type: ignore[arg-type]
+            ret = 0.0 if node.terminal else self._rollout(node, path)
+            self._backup(node, ret)
+            return True
+        finally:
+            env.egraph.pop()
+            self.simulations += 1
+
+    def _ucb(self, node: TreeNode, children: list[TreeNode]) -> TreeNode:
+        c = self.config.exploration
+        log_n = math.log(max(node.visits, 1))
+        best, best_score = None, -math.inf
+        for child in children:
+            if child.visits == 0:
+                return child
+            score = child.value / child.visits + c * math.sqrt(2 * log_n / child.visits)
+            if score > best_score:
+                best, best_score = child, score
+        return best  # type: ignore[return-value]
+
+    def _rollout(self, node: TreeNode, path: list[str]) -> float:
+        env, cfg = self.env, self.config
+        last, ret, discount = node.cost, 0.0, 1.0
+        rollout_path = list(path)
+        for _ in range(cfg.depth + 1):
+            action = self.rng.choice(env.actions)
+            changed, cost, full = self._apply(rollout_path, action)
+            if changed:
+                rollout_path.append(action)
+                ret += discount * max(last - cost, 0.0)
+                last = cost
+            discount *= cfg.gamma
+            if full:
+                break
+        return ret
+
+    def _backup(self, node: TreeNode, ret: float) -> None:
+        acc = ret
+        while node is not None:
+            node.visits += 1
+            node.value += acc
+            acc = node.reward + self.config.gamma * acc
+            node = node.parent  # type: ignore[assignment]
+
+    # -- the outer loop ----------------------------------------------------------------------------
+    def run(self) -> SearchReport:
+        env, cfg = self.env, self.config
+        start = time.perf_counter()
+        deadline = start + cfg.time_limit
+        cost = env.cost(tuple())
+        report = SearchReport("saturated", initial_cost=cost, best_cost=cost)
+        root = TreeNode(None, None, cost=cost)
+        for _ in range(cfg.max_iterations):
+            if env.full():
+                report.stop_reason = "node limit"
+                break
+            t = time.perf_counter()
+            planned = 0
+            for _ in range(cfg.budget):
+                if time.perf_counter() > deadline:
+                    break
+                if not self.simulate(root):
+                    break
+                planned += 1
+            candidates = [c for c in root.children.values() if not c.saturated and c.visits > 0]
+            if not candidates:
+                report.stop_reason = "time limit" if time.perf_counter() > deadline else "saturated"
+                break
+            best = max(candidates, key=lambda c: (c.value / c.visits, -self.env.actions.index(c.action)))
+            step = env.apply(best.action)  # type: ignore[arg-type]
+            self.real_path.append(best.action)  # type: ignore[arg-type]
+            new_cost = env.cost(tuple(self.real_path))
+            reward = max(cost - new_cost, 0.0)
+            cost = new_cost
+            report.steps.append(Step(best.action, reward, cost, step.enodes, time.perf_counter() - t, planned))  # type: ignore[arg-type]
+            report.best_cost = min(report.best_cost, cost)
+            self.say(f"step {len(report.steps)}: {best.action} -> {step.enodes} e-nodes, "
+                     f"estimated {cost:.1f} us ({planned} simulations)")
+            if cfg.reuse_subtree:
+                root = best
+                root.parent, root.action, root.reward = None, None, 0.0
+            else:
+                root = TreeNode(None, None, cost=cost)
+            if time.perf_counter() > deadline:
+                report.stop_reason = "time limit"
+                break
+        else:
+            report.stop_reason = "iteration limit"
+        report.seconds = time.perf_counter() - start
+        report.simulations = self.simulations
+        return report
