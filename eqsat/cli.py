@@ -45,7 +45,7 @@ def _k_multi(args) -> int:
 
 
 def _cmd_optimize(args) -> int:
-    from .pipeline import OptimizeConfig, check_output_path, optimize, write_atomic, write_report
+    from .pipeline import OptimizeConfig, check_output_path, optimize, write_report
 
     check_output_path(args.output)
     if args.report:
@@ -61,7 +61,9 @@ def _cmd_optimize(args) -> int:
     result = optimize(model, config, progress=progress_printer(args.quiet))
     result.report["input"] = label
     result.report["output"] = args.output
-    write_atomic(args.output, result.optimized.SerializeToString())
+    from .onnx_io import write_atomic as write_model
+
+    write_model(result.optimized, args.output)
     if args.report:
         write_report(args.report, result.report)
     if not args.quiet:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import onnx
 
-from . import onnx_export, onnx_import
+from . import onnx_export, onnx_import, onnx_io
 from .decode import build_program
 from .egraph import EGraph
 from .errors import InputError, VerificationError
@@ -118,7 +118,7 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
     t = time.perf_counter()
     new_graph = build_program(snap, ext.choice, graph)
     optimized = onnx_export.export_model(new_graph)
-    onnx.checker.check_model(optimized, full_check=True)
+    onnx_io.check(optimized)
     times["export"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -78,21 +78,31 @@ class Env:
         self.cost_model = cost_model
         self.config = config
         self._cost_cache: dict[tuple, float] = {}
+        self._matches: dict[tuple, dict[str, int]] = {}
         self.extractions = 0
         self.extract_seconds = 0.0
 
     def size(self) -> int:
         return self.egraph.size().enodes
 
-    def apply(self, rule: str) -> StepReport:
-        return self.engine.apply(rule, node_limit=self.config.node_limit)
+    def apply(self, rule: str, key: tuple | None = None) -> StepReport:
+        """Apply ``rule`` under the node-limit guard; ``key`` (the rule path of the current state) lets
+        match counts be remembered, so replaying a path does not probe again."""
+        known = self._matches.get(key) if key is not None else None
+        matches = known.get(rule) if known is not None else None
+        if matches is None and key is not None:
+            matches = self.engine.probe(rule)
+            self._matches.setdefault(key, {})[rule] = matches
+        return self.engine.apply(rule, node_limit=self.config.node_limit, matches=matches)
 
     def full(self) -> bool:
         return self.size() >= self.config.node_limit
 
-    def live_actions(self) -> list[str]:
+    def live_actions(self, key: tuple | None = None) -> list[str]:
         """Actions with at least one match now (the others are pruned as saturated)."""
         counts = self.engine.probe_all()
+        if key is not None:
+            self._matches[key] = counts
         return [a for a in self.actions if counts.get(a, 0) > 0]
 
     def cost(self, key: tuple | None = None) -> float:

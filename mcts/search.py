@@ -55,15 +55,16 @@ class MCTS:
     # -- one simulation ------------------------------------------------------------------------------
     def _apply(self, node_path: list[str], action: str) -> tuple[bool, float, bool]:
         """Apply ``action`` on top of the current (replayed) state: (changed, cost, full)."""
-        report = self.env.apply(action)
+        state = tuple(self.real_path + node_path)
+        report = self.env.apply(action, state)
         if not report.changed:
             return False, math.nan, self.env.full()
         key = tuple(self.real_path + node_path + [action])
         return True, self.env.cost(key), self.env.full()
 
-    def _expand_actions(self, node: TreeNode) -> None:
+    def _expand_actions(self, node: TreeNode, path: list[str]) -> None:
         if node.untried is None:
-            node.untried = [] if node.terminal else self.env.live_actions()
+            node.untried = [] if node.terminal else self.env.live_actions(tuple(self.real_path + path))
 
     def simulate(self, root: TreeNode) -> bool:
         """One simulation; False if every action from the root is saturated (nothing left to plan)."""
@@ -72,7 +73,7 @@ class MCTS:
         try:
             node, path = root, []
             while True:
-                self._expand_actions(node)
+                self._expand_actions(node, path)
                 if node.terminal:
                     break
                 open_children = [c for c in node.children.values() if not c.saturated]
@@ -168,7 +169,7 @@ class MCTS:
                 report.stop_reason = "time limit" if time.perf_counter() > deadline else "saturated"
                 break
             best = max(candidates, key=lambda c: (c.value / c.visits, -self.env.actions.index(c.action)))
-            step = env.apply(best.action)  # type: ignore[arg-type]
+            step = env.apply(best.action, tuple(self.real_path))  # type: ignore[arg-type]
             self.real_path.append(best.action)  # type: ignore[arg-type]
             new_cost = env.cost(tuple(self.real_path))
             reward = max(cost - new_cost, 0.0)

@@ -26,17 +26,15 @@ def _list(args) -> int:
 
 
 def _export(args) -> int:
-    import onnx
-
     from eqsat.onnx_export import export_model
-    from eqsat.pipeline import check_output_path, write_atomic
+    from eqsat.onnx_io import write_atomic
+    from eqsat.pipeline import check_output_path
 
     from . import build
 
     check_output_path(args.output)
     model = export_model(build(args.name, small=args.small, seed=args.seed))
-    onnx.checker.check_model(model)
-    write_atomic(args.output, model.SerializeToString())
+    write_atomic(model, args.output)
     print(f"wrote {args.output}")
     return 0
 

@@ -89,14 +89,19 @@ class RuleEngine:
             eg.pop()
         return sum(out[0].report.num_matches_per_rule.values())
 
-    def apply(self, name: str, node_limit: int | None = None) -> StepReport:
-        """Apply the rule for one iteration; refuse if it is predicted to pass ``node_limit``."""
+    def apply(self, name: str, node_limit: int | None = None, matches: int | None = None) -> StepReport:
+        """Apply the rule for one iteration; refuse if it is predicted to pass ``node_limit``.
+
+        ``matches``, when the caller knows the rule's current match count, saves the probe."""
         rule = self._get(name)
         eg = self.egraph
         t = time.perf_counter()
         before = eg.size().enodes
         if node_limit is not None:
-            matches = self.probe(name)
+            if matches is None:
+                matches = self.probe(name)
+            if matches == 0:
+                return StepReport(name, False, 0, before, time.perf_counter() - t)
             if matches and before + matches * rule.growth > node_limit:
                 return StepReport(name, False, matches, before, time.perf_counter() - t,
                                   skipped=f"node limit: {before} + {matches} matches x {rule.growth} > {node_limit}")
