@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""MCTS against the TENSAT baseline on every built-in model: estimated speedup, optimization time,
+e-graph size and rules applied of each, one JSON record per run.
+
+    python scripts/bench_search.py [--models all] [--cost analytic|cpu] [--budget 128] [--small] [--jobs 2] [--out results/search]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from eqsat.mcts.experiment import RunSpec, run
+from eqsat.models import MODELS
+
+
+def _run(spec: RunSpec) -> dict:
+    try:
+        return run(spec)
+    except Exception as exc:  # one failing model must not lose the others' results
+        return {"key": spec.key(), "error": f"{type(exc).__name__}: {exc}"}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="all")
+    p.add_argument("--cost", default="analytic", choices=["analytic", "cpu", "cuda"])
+    p.add_argument("--budget", type=int, default=128)
+    p.add_argument("--depth", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-limit", type=float, default=600.0)
+    p.add_argument("--small", action="store_true")
+    p.add_argument("--measure", action="store_true", help="also time both models end to end in onnxruntime")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--out", default="results/search")
+    args = p.parse_args(argv)
+    names = list(MODELS) if args.models == "all" else args.models.split(",")
+    os.makedirs(args.out, exist_ok=True)
+    specs = [RunSpec(m, s, seed=args.seed, cost=args.cost, budget=args.budget, depth=args.depth, small=args.small,
+                     time_limit=args.time_limit, measure=args.measure) for m in names for s in ("mcts", "tensat")]
+    records: dict[str, dict] = {}
+    # spawn, not fork: a forked child inherits locks held by torch's and egglog's threads
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_run, s): s for s in specs}
+        for done, fut in enumerate(as_completed(futures), 1):
+            spec, rec = futures[fut], fut.result()
+            records[rec["key"]] = rec
+            with open(os.path.join(args.out, rec["key"] + ".json"), "w") as f:
+                json.dump(rec, f, indent=2, default=str)
+            status = rec.get("error") or f"speedup {rec['estimated_speedup']:.3f}x in {rec['optimization_seconds']:.1f}s"
+            print(f"[{done}/{len(specs)}] {spec.model} {spec.scheduler}: {status}", file=sys.stderr, flush=True)
+    print(f"\n{'model':12} {'MCTS speedup':>12} {'TENSAT speedup':>14} {'MCTS s':>8} {'TENSAT s':>9} "
+          f"{'MCTS e-nodes':>12} {'TENSAT e-nodes':>14}  MCTS rules")
+    for m in names:
+        a, b = (records.get(RunSpec(m, s, seed=args.seed, cost=args.cost, budget=args.budget, depth=args.depth,
+                                    small=args.small, time_limit=args.time_limit, measure=args.measure).key(), {})
+                for s in ("mcts", "tensat"))
+        if "error" in a or "error" in b or not a or not b:
+            print(f"{m:12} error: {a.get('error') or b.get('error')}")
+            continue
+        rules = ", ".join(f"{k}x{v}" for k, v in a["rules_applied"].items())
+        print(f"{m:12} {a['estimated_speedup']:>12.3f} {b['estimated_speedup']:>14.3f} {a['optimization_seconds']:>8.1f} "
+              f"{b['optimization_seconds']:>9.1f} {a['egraph']['enodes']:>12} {b['egraph']['enodes']:>14}  {rules}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
