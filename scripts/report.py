@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Aggregate result JSONs (from reproduce.py or bench_search.py) into Table 2/Table 1-style markdown and
+PNG figures.
+
+    python scripts/report.py results/ -o report/ [--table1 table1.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+# The MCTS paper's A100 speedups (%), Table 2 means: MCTS with ILP/ILP and TENSAT (for orientation only:
+# other hardware, TASO's GPU cost model, not end-to-end measurements).
+PAPER_A100 = {
+    "bert": (18.20, 18.27), "inceptionv3": (0.25, 0.36), "mobilenetv2": (4.16, 1.52), "nasneta": (19.62, 11.18),
+    "nasrnn": (42.07, 36.92), "resnet50": (-0.22, 0.43), "resnext50": (74.20, 66.87), "squeezenet": (50.66, 46.02),
+    "vgg19": (39.21, 39.58),
+}
+
+
+def load(folder: str) -> list[dict]:
+    records = []
+    for path in sorted(glob.glob(os.path.join(folder, "**", "*.json"), recursive=True)):
+        with open(path) as f:
+            try:
+                rec = json.load(f)
+            except json.JSONDecodeError:
+                continue
+        if isinstance(rec, dict) and "spec" in rec and "error" not in rec:
+            records.append(rec)
+    return records
+
+
+def approach(spec: dict) -> str:
+    if spec["scheduler"] == "mcts":
+        return f"MCTS {spec['main_extractor']} / {spec['final_extractor']}"
+    if spec["scheduler"] == "tensat":
+        return f"TENSAT k_multi={spec.get('k_multi')} / {spec['final_extractor']}"
+    return f"{spec['scheduler']} / {spec['final_extractor']}"
+
+
+def ms(xs) -> str:
+    if not xs:
+        return "-"
+    m = statistics.mean(xs)
+    s = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{m:.3g} ± {s:.2g}"
+
+
+def table2(records: list[dict]) -> tuple[str, dict]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["spec"]["model"], approach(r["spec"]))].append(r)
+    lines = ["| Model | Approach | Seeds | Original (ms, est.) | Optimized (ms, est.) | Speedup (%) | "
+             "Measured speedup (x) | Optimization time (s) | Final e-nodes |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    summary: dict = defaultdict(dict)
+    for (model, appr), rs in sorted(groups.items()):
+        orig = [r["original_cost"] / 1e3 for r in rs]
+        opt = [r["optimized_cost"] / 1e3 for r in rs]
+        speed = [100.0 * (a - b) / a for a, b in zip(orig, opt)]
+        meas = [r["measured"]["speedup"] for r in rs if r.get("measured")]
+        t = [r["optimization_seconds"] for r in rs]
+        nodes = [r["egraph"]["enodes"] for r in rs]
+        lines.append(f"| {model} | {appr} | {len(rs)} | {ms(orig)} | {ms(opt)} | {ms(speed)} | {ms(meas)} | "
+                     f"{ms(t)} | {ms(nodes)} |")
+        summary[model][appr] = {"speedup": statistics.mean(speed), "seconds": statistics.mean(t)}
+    return "\n".join(lines), summary
+
+
+def table1(path: str) -> str:
+    with open(path) as f:
+        data = json.load(f)
+    exts = list(next(iter(data["models"].values())))
+    lines = [f"Cost model: {data['cost_model']}; estimated runtime of the initial program ({data['unit']}), "
+             "extraction time in parentheses.", "", "| Model | " + " | ".join(exts) + " |",
+             "|---" * (len(exts) + 1) + "|"]
+    for model, row in data["models"].items():
+        lines.append(f"| {model} | " + " | ".join(f"{row[e]['cost']:.4g} ({row[e]['seconds'] * 1e3:.0f} ms)"
+                                                  for e in exts) + " |")
+    return "\n".join(lines)
+
+
+def paper_comparison(summary: dict) -> str:
+    lines = ["| Model | ours: best MCTS (%) | ours: TENSAT (%) | paper A100: MCTS ILP/ILP (%) | paper A100: TENSAT (%) |",
+             "|---|---|---|---|---|"]
+    for model, appr in sorted(summary.items()):
+        mcts = max((v["speedup"] for k, v in appr.items() if k.startswith("MCTS")), default=float("nan"))
+        tensat = max((v["speedup"] for k, v in appr.items() if k.startswith("TENSAT")), default=float("nan"))
+        paper = PAPER_A100.get(model)
+        p = f"{paper[0]:.1f} | {paper[1]:.1f}" if paper else "- | -"
+        lines.append(f"| {model} | {mcts:.1f} | {tensat:.1f} | {p} |")
+    return "\n".join(lines)
+
+
+def figures(records: list[dict], summary: dict, out: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    made = []
+    models = sorted(summary)
+    approaches = sorted({a for m in summary.values() for a in m})
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(models)), 4.5))
+    width = 0.8 / max(len(approaches), 1)
+    for i, a in enumerate(approaches):
+        ax.bar([j + i * width for j in range(len(models))], [summary[m].get(a, {}).get("speedup", 0) for m in models],
+               width, label=a)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=30, ha="right")
+    ax.set_ylabel("estimated speedup (%)")
+    ax.set_title("Speedup per model and configuration")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(out, "speedup.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    made.append(path)
+
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(models)), 4))
+    for i, a in enumerate(approaches):
+        ax.bar([j + i * width for j in range(len(models))],
+               [max(summary[m].get(a, {}).get("seconds", 0), 1e-3) for m in models], width, label=a)
+    ax.set_yscale("log")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=30, ha="right")
+    ax.set_ylabel("optimization time (s)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(out, "optimization_time.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    made.append(path)
+
+    # rule-application timeline of one MCTS run per model (the paper's Figures 7, 8, 10)
+    runs = {}
+    for r in records:
+        if r["spec"]["scheduler"] == "mcts" and r["steps"]:
+            runs.setdefault(r["spec"]["model"], r)
+    if runs:
+        fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.6 * len(runs) + 0.5), squeeze=False)
+        for ax, (model, r) in zip(axes[:, 0], sorted(runs.items())):
+            rules = list(dict.fromkeys(s["rule"] for s in r["steps"]))
+            ax.scatter(range(1, len(r["steps"]) + 1), [rules.index(s["rule"]) for s in r["steps"]], s=18)
+            ax.set_yticks(range(len(rules)), rules, fontsize=6)
+            ax.set_title(f"{model}: {approach(r['spec'])}, seed {r['spec']['seed']}", fontsize=8)
+        axes[-1, 0].set_xlabel("step")
+        fig.tight_layout()
+        path = os.path.join(out, "rule_timeline.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results")
+    p.add_argument("-o", "--out", default="report")
+    p.add_argument("--table1", metavar="JSON", help="output of scripts/table1_extractors.py --json")
+    args = p.parse_args(argv)
+    records = load(args.results)
+    if not records:
+        print(f"no result records in {args.results}", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    t2, summary = table2(records)
+    parts = ["# eqsat results", "", f"{len(records)} runs from `{args.results}`. Costs are the cost model's estimates "
+             "(sum of operator costs); measured speedups are end-to-end onnxruntime latencies where runs measured them.",
+             "", "## Table 2: optimization results (mean ± std over seeds)", "", t2, "",
+             "## Against the paper", "", "The paper's figures are A100 GPU costs from TASO's measurements; ours come from "
+             "the cost model named in each run. Compare orderings (which configuration wins, MCTS vs TENSAT), not "
+             "magnitudes.", "", paper_comparison(summary), ""]
+    if args.table1:
+        parts += ["## Table 1: initial programs by extractor", "", table1(args.table1), ""]
+    figs = figures(records, summary, args.out)
+    parts += ["## Figures", ""] + [f"![{os.path.basename(f)}]({os.path.basename(f)})" for f in figs]
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write("\n".join(parts) + "\n")
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"wrote {os.path.join(args.out, 'report.md')} and {len(figs)} figures")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

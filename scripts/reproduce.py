@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Reproduce the MCTS paper's sweep for one architecture (or all): MCTS with each (main, final) extractor
+pair of the paper plus ours (greedy-dag, ilp), and TENSAT with the model's k_multi; one JSON per run in
+--out, finished runs skipped (resume), runs in parallel processes.
+
+    python scripts/reproduce.py --model nasrnn [--seeds 0-4] [--configs all|paper|ours|tensat] [--cost analytic]
+                                [--jobs 2] [--out results/] [--quick]
+
+One line per architecture (``--model all`` runs the 13):
+    python scripts/reproduce.py --model bert        ... --model vit-huge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from eqsat.mcts.experiment import RunSpec, run
+from eqsat.models import MODELS
+
+PAPER_PAIRS = [("greedy-tree", "greedy-tree"), ("greedy-tree", "ilp"), ("greedy-constituent", "greedy-constituent"),
+               ("greedy-constituent", "ilp"), ("ilp", "ilp")]
+OURS = [("greedy-dag", "ilp")]
+
+
+def parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        seeds += list(range(int(lo), int(hi or lo) + 1))
+    return seeds
+
+
+def specs_for(model: str, args) -> list[RunSpec]:
+    pairs = {"all": PAPER_PAIRS + OURS, "paper": PAPER_PAIRS, "ours": OURS, "tensat": []}[args.configs]
+    common = dict(cost=args.cost, budget=args.budget, depth=args.depth, node_limit=args.node_limit, small=args.quick,
+                  time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit, measure=args.measure)
+    out = []
+    for seed in args.seed_list:
+        for main, final in pairs:
+            out.append(RunSpec(model, "mcts", main, final, seed, **common))
+        if args.configs in ("all", "tensat"):
+            out.append(RunSpec(model, "tensat", "greedy-dag", "ilp", seed, **common))
+    return out
+
+
+def _run(spec: RunSpec) -> dict:
+    try:
+        return run(spec)
+    except Exception as exc:  # keep the sweep going; the failure is recorded
+        return {"key": spec.key(), "spec": spec.__dict__, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="a model name, a comma list, or all")
+    p.add_argument("--seeds", default="0-4")
+    p.add_argument("--configs", default="all", choices=["all", "paper", "ours", "tensat"])
+    p.add_argument("--cost", default="analytic", choices=["analytic", "cpu", "cuda"])
+    p.add_argument("--budget", type=int, default=128)
+    p.add_argument("--depth", type=int, default=10)
+    p.add_argument("--node-limit", type=int, default=2000)
+    p.add_argument("--time-limit", type=float, default=600.0)
+    p.add_argument("--ilp-time-limit", type=float, default=60.0)
+    p.add_argument("--measure", action="store_true", help="time original and optimized models in onnxruntime")
+    p.add_argument("--quick", action="store_true", help="reduced model sizes, budget 8, depth 4, seed 0")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--out", default="results")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.budget, args.depth, args.seeds, args.ilp_time_limit = 8, 4, "0", 20.0
+    args.seed_list = parse_seeds(args.seeds)
+    models = list(MODELS) if args.model == "all" else args.model.split(",")
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}; choose from {' '.join(MODELS)}")
+    os.makedirs(args.out, exist_ok=True)
+    todo, skipped = [], 0
+    for m in models:
+        for spec in specs_for(m, args):
+            if os.path.exists(os.path.join(args.out, spec.key() + ".json")):
+                skipped += 1
+            else:
+                todo.append(spec)
+    print(f"{len(todo)} runs to do, {skipped} already finished in {args.out}", file=sys.stderr)
+    t = time.perf_counter()
+    failed = 0
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_run, s): s for s in todo}
+        for done, fut in enumerate(as_completed(futures), 1):
+            spec, rec = futures[fut], fut.result()
+            with open(os.path.join(args.out, spec.key() + ".json"), "w") as f:
+                json.dump(rec, f, indent=2, default=str)
+            failed += "error" in rec
+            what = rec.get("error") or (f"est. speedup {rec['estimated_speedup']:.3f}x, search "
+                                        f"{rec['optimization_seconds']:.1f}s")
+            print(f"[{done}/{len(todo)} {time.perf_counter() - t:7.0f}s] {spec.key()}: {what}", file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
