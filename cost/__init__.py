@@ -9,7 +9,8 @@ __all__ = ["AnalyticCost", "CostModel", "OpKey", "graph_cost", "graph_ops", "nod
 
 
 def make(name: str, cache_path: str | None = None):
-    """The cost model for a ``--cost`` value: analytic | cpu | cuda | auto (cuda if a GPU is present, else cpu)."""
+    """The cost model for a ``--cost`` value: analytic (roofline of this CPU) | analytic-a100 (roofline of an A100,
+    the paper's GPU) | cpu | cuda | auto (cuda if a GPU is present, else cpu)."""
     from eqsat.errors import InputError
 
     if name == "auto":
@@ -18,6 +19,13 @@ def make(name: str, cache_path: str | None = None):
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "analytic":
         return AnalyticCost("cpu")
+    if name.startswith("analytic-"):
+        from .analytic import DEVICES
+
+        device = name.split("-", 1)[1]
+        if device not in DEVICES:
+            raise InputError(f"--cost {name!r}: analytic devices are {', '.join(DEVICES)}")
+        return AnalyticCost(device)
     if name in ("cpu", "cuda"):
         from .cache import CostCache
         from .measure import TorchCost

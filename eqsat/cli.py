@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--scheduler", default="mcts", choices=["mcts", "tensat", "random", "none"])
     o.add_argument("--main-extractor", default="greedy-dag")
     o.add_argument("--final-extractor", default="ilp")
-    o.add_argument("--cost", default="auto", choices=["analytic", "cpu", "cuda", "auto"],
+    o.add_argument("--cost", default="auto", choices=["analytic", "analytic-a100", "cpu", "cuda", "auto"],
                    help="operator cost model (auto: cuda if a GPU is present, else cpu)")
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--budget", type=int, default=128, help="MCTS simulations per decision")

@@ -28,7 +28,7 @@ def _run(spec: RunSpec) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="all")
-    p.add_argument("--cost", default="analytic", choices=["analytic", "cpu", "cuda"])
+    p.add_argument("--cost", default="analytic", choices=["analytic", "analytic-a100", "cpu", "cuda"])
     p.add_argument("--budget", type=int, default=128)
     p.add_argument("--depth", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)

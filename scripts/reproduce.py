@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="a model name, a comma list, or all")
     p.add_argument("--seeds", default="0-4")
     p.add_argument("--configs", default="all", choices=["all", "paper", "ours", "tensat"])
-    p.add_argument("--cost", default="analytic", choices=["analytic", "cpu", "cuda"])
+    p.add_argument("--cost", default="analytic", choices=["analytic", "analytic-a100", "cpu", "cuda"])
     p.add_argument("--budget", type=int, default=128)
     p.add_argument("--depth", type=int, default=10)
     p.add_argument("--node-limit", type=int, default=2000)

@@ -21,7 +21,7 @@ from eqsat.models import MODELS, build
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cost", default="analytic", choices=["analytic", "cpu", "cuda"])
+    p.add_argument("--cost", default="analytic", choices=["analytic", "analytic-a100", "cpu", "cuda"])
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--small", action="store_true", help="reduced model sizes")
     p.add_argument("--ilp-time-limit", type=float, default=60.0)
