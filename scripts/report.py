@@ -108,34 +108,25 @@ def figures(records: list[dict], summary: dict, out: str) -> list[str]:
     made = []
     models = sorted(summary)
     approaches = sorted({a for m in summary.values() for a in m})
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(models)), 4.5))
-    width = 0.8 / max(len(approaches), 1)
-    for i, a in enumerate(approaches):
-        ax.bar([j + i * width for j in range(len(models))], [summary[m].get(a, {}).get("speedup", 0) for m in models],
-               width, label=a)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=30, ha="right")
-    ax.set_ylabel("estimated speedup (%)")
-    ax.set_title("Speedup per model and configuration")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = os.path.join(out, "speedup.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    made.append(path)
+    def grouped_bars(field: str, ylabel: str, name: str, log: bool = False, floor: float = 0.0) -> None:
+        fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(models)), 4.5))
+        width = 0.8 / max(len(approaches), 1)
+        for i, a in enumerate(approaches):
+            ax.bar([j + i * width for j in range(len(models))],
+                   [max(summary[m].get(a, {}).get(field, 0), floor) for m in models], width, label=a)
+        if log:
+            ax.set_yscale("log")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=30, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out, name)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        made.append(path)
 
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(models)), 4))
-    for i, a in enumerate(approaches):
-        ax.bar([j + i * width for j in range(len(models))],
-               [max(summary[m].get(a, {}).get("seconds", 0), 1e-3) for m in models], width, label=a)
-    ax.set_yscale("log")
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=30, ha="right")
-    ax.set_ylabel("optimization time (s)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = os.path.join(out, "optimization_time.png")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    made.append(path)
+    grouped_bars("speedup", "estimated speedup (%)", "speedup.png", floor=-1e9)
+    grouped_bars("seconds", "optimization time (s)", "optimization_time.png", log=True, floor=1e-3)
 
     # rule-application timeline of one MCTS run per model (the paper's Figures 7, 8, 10)
     runs = {}
