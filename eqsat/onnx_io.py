@@ -14,7 +14,13 @@ LIMIT = 1_800_000_000
 
 
 def is_large(model: onnx.ModelProto) -> bool:
-    return model.ByteSize() > LIMIT
+    """Whether ``model`` is too big to serialize as one message (protobuf fails past 2 GiB, even to size it)."""
+    if sum(len(t.raw_data) for t in model.graph.initializer) > LIMIT:
+        return True
+    try:
+        return model.ByteSize() > LIMIT
+    except Exception:  # google.protobuf.message.EncodeError: over 2 GiB
+        return True
 
 
 @contextlib.contextmanager

@@ -80,9 +80,9 @@ class Builder:
 
     # operators
     def conv(self, x: Node, cout: int, k: int | tuple[int, int], stride: int = 1, pad: int = SAME,
-             act: int = ACT_NONE, groups: int = 1) -> Node:
+             act: int = ACT_NONE, groups: int = 1, std: float | None = None) -> Node:
         kh, kw = (k, k) if isinstance(k, int) else k
-        w = self.weight((cout, x.shape[1] // groups, kh, kw))
+        w = self.weight((cout, x.shape[1] // groups, kh, kw), std=std)
         ph = pw = pad
         if pad == SAME and (kh % 2 == 0 or kw % 2 == 0):
             raise ValueError("SAME padding needs odd kernels")

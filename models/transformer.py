@@ -36,35 +36,43 @@ def bert(seed: int = 0, layers: int = 8, seq: int = 64, hidden: int = 1024, head
     return b.graph(outputs)
 
 
-def _encoder_layer(b: Builder, x: Node, heads: int, ff: int) -> Node:
+def _encoder_layer(b: Builder, x: Node, heads: int, ff: int, branch: float) -> Node:
+    """One encoder layer, its weights scaled so that deep stacks stay finite without layer norm.
+
+    The MLP branch adds about ``branch`` (``(2 * layers) ** -0.5``) times the stream's scale. Without
+    softmax the attention branch is cubic in ``x``, and the ReLU MLPs give the stream a component shared by
+    all tokens that the sum over tokens amplifies; its output projection divides by the sequence length, as
+    softmax's average would, so the branch adds 3-15% to a stream whose scale stays below 1.5 over the 32
+    layers of ViT-Huge (simulated in float32 over every paper size).
+    """
     seq, d = x.shape
     dk = d // heads
-    small = 0.5 * d ** -0.5
+    unit = d ** -0.5
 
     def split(t: Node, perm) -> Node:
         return b.transpose(b.reshape(t, (seq, heads, dk)), perm)
 
-    q = split(b.linear(x, d, std=small), (1, 0, 2))
-    k = split(b.linear(x, d, std=small), (1, 2, 0))
-    v = split(b.linear(x, d, std=small), (1, 0, 2))
+    q = split(b.linear(x, d, std=unit), (1, 0, 2))
+    k = split(b.linear(x, d, std=unit), (1, 2, 0))
+    v = split(b.linear(x, d, std=unit), (1, 0, 2))
     logits = b.matmul(q, k)
     ctx = b.reshape(b.transpose(b.matmul(logits, v), (1, 0, 2)), (seq, d))
-    x = b.add(x, b.linear(ctx, d, std=small / seq ** 0.5))
-    h = b.linear(x, ff, ACT_RELU, std=d ** -0.5)
-    return b.add(x, b.linear(h, d, std=0.5 * ff ** -0.5))
+    x = b.add(x, b.linear(ctx, d, std=0.5 * unit / (seq * dk ** 0.5)))
+    h = b.linear(x, ff, ACT_RELU, std=(2 / d) ** 0.5)
+    return b.add(x, b.linear(h, d, std=branch * ff ** -0.5))
 
 
 def vit(seed: int = 0, layers: int = 12, hidden: int = 768, mlp: int = 3072, heads: int = 12, patch: int = 16,
         image: int = 224, name: str = "vit") -> Graph:
     b = Builder(seed, name)
     img = b.input((1, 3, image, image))
-    p = b.conv(img, hidden, patch, patch, VALID)
+    p = b.conv(img, hidden, patch, patch, VALID, std=(3 * patch * patch) ** -0.5)
     n = p.shape[2] * p.shape[3]
     tokens = b.transpose(b.reshape(p, (hidden, n)), (1, 0))
     x = b.concat(0, b.weight((1, hidden), std=0.02), tokens)
     x = b.add(x, b.weight((n + 1, hidden), std=0.02))
     for _ in range(layers):
-        x = _encoder_layer(b, x, heads, mlp)
+        x = _encoder_layer(b, x, heads, mlp, (2 * layers) ** -0.5)
     return b.graph([x])
 
 
@@ -75,6 +83,6 @@ def transformer_transducer(seed: int = 0, audio_layers: int = 18, label_layers: 
     for seq, layers, name in ((frames, audio_layers, "audio"), (tokens, label_layers, "labels")):
         x = b.input((seq, hidden), name)
         for _ in range(layers):
-            x = _encoder_layer(b, x, heads, ff)
+            x = _encoder_layer(b, x, heads, ff, (2 * layers) ** -0.5)
         outs.append(x)
     return b.graph(outs)

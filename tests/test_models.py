@@ -111,6 +111,18 @@ def test_other_paper_shapes():
     assert all(n.inputs[0].shape[1] // n.inputs[1].shape[1] == 32 for n in grouped)
 
 
+@pytest.mark.parametrize("name", ["tt", "vit-base"])
+def test_deep_transformers_stay_finite_at_paper_size(name):
+    """No layer norm or softmax: the weight scales alone must keep 12-18 layers of attention finite."""
+    model = export_model(build(name))
+    sess = session(model)
+    rng = np.random.default_rng(1)
+    feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in sess.get_inputs()}
+    for out in sess.run(None, feeds):
+        assert np.all(np.isfinite(out))
+        assert 0.5 < float(out.std()) < 4.0
+
+
 def test_models_cli(tmp_path, capsys):
     assert main(["models", "list", "--small"]) == 0
     out = capsys.readouterr().out
