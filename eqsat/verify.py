@@ -117,13 +117,19 @@ def measure_latency(model: onnx.ModelProto, seed: int = 0, warmup: int = 5, repe
 
 
 def measure_pair(a: onnx.ModelProto, b: onnx.ModelProto, seed: int = 0, rounds: int = 5, repeats: int = 10,
-                 threads: int | None = None) -> tuple[float, float]:
-    """Median latencies (ms) of two models timed in alternating rounds, so drift hits both alike."""
+                 threads: int | None = None, budget_s: float = 30.0) -> tuple[float, float]:
+    """Median latencies (ms) of two models timed in alternating rounds, so drift hits both alike.
+
+    Large models take fewer repeats per round (at least one), so that timing each stays near ``budget_s``."""
     sa, sb = session(a, threads), session(b, threads)
     feeds = random_inputs(sa, np.random.default_rng(seed))
+    slowest = 0.0
     for s in (sa, sb):
         for _ in range(3):
+            t = time.perf_counter()
             s.run(None, feeds)
+            slowest = max(slowest, time.perf_counter() - t)
+    repeats = max(1, min(repeats, int(budget_s / (rounds * max(slowest, 1e-9)))))
     ta, tb = [], []
     for _ in range(rounds):
         for s, acc in ((sa, ta), (sb, tb)):

@@ -79,6 +79,7 @@ class Env:
         self.config = config
         self._cost_cache: dict[tuple, float] = {}
         self._matches: dict[tuple, dict[str, int]] = {}
+        self._fits: dict[tuple, bool] = {}
         self.extractions = 0
         self.extract_seconds = 0.0
 
@@ -87,13 +88,31 @@ class Env:
 
     def apply(self, rule: str, key: tuple | None = None) -> StepReport:
         """Apply ``rule`` under the node-limit guard; ``key`` (the rule path of the current state) lets
-        match counts be remembered, so replaying a path does not probe again."""
+        match counts and the guard's verdict be remembered, so replaying a path neither probes nor tries
+        the rule again."""
         known = self._matches.get(key) if key is not None else None
         matches = known.get(rule) if known is not None else None
         if matches is None and key is not None:
             matches = self.engine.probe(rule)
             self._matches.setdefault(key, {})[rule] = matches
-        return self.engine.apply(rule, node_limit=self.config.node_limit, matches=matches)
+        verdict = self._fits.get((key, rule)) if key is not None else None
+        if verdict is False:
+            return StepReport(rule, False, matches or 0, self.size(), 0.0, skipped="node limit (known)")
+        limit = None if verdict else self.config.node_limit
+        report = self.engine.apply(rule, node_limit=limit, matches=matches)
+        if key is not None and (report.changed or report.skipped):
+            self._fits[(key, rule)] = report.skipped is None
+        return report
+
+    def apply_in_rollout(self, rule: str, key: tuple) -> StepReport:
+        """Apply ``rule`` inside a simulation's push, where an over-limit state is simply abandoned.
+
+        Single-pattern rules (at most one match per e-node, so bounded growth) run without a probe or a
+        trial; the caller ends the rollout when the result passes the limit. Multi-pattern rules, which can
+        grow quadratically, keep the full guard."""
+        if self.engine.rules[rule].kind == "multi":
+            return self.apply(rule, key)
+        return self.engine.apply(rule)
 
     def full(self) -> bool:
         return self.size() >= self.config.node_limit

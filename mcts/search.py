@@ -32,6 +32,8 @@ class TreeNode:
     """the action changed nothing: never selected again"""
     terminal: bool = False
     """the e-graph reached the node limit here"""
+    enodes: int = 0
+    """the e-graph's size here"""
     untried: list[str] | None = None
     children: dict[str, "TreeNode"] = field(default_factory=dict)
 
@@ -51,6 +53,7 @@ class MCTS:
         self.say = progress or (lambda _m: None)
         self.real_path: list[str] = []
         self.simulations = 0
+        self.unit = 1.0
 
     # -- one simulation ------------------------------------------------------------------------------
     def _apply(self, node_path: list[str], action: str) -> tuple[bool, float, bool]:
@@ -89,8 +92,9 @@ class MCTS:
                         self._backup(child, 0.0)
                         return True
                     child.cost = cost
-                    child.reward = max(node.cost - cost, 0.0)
+                    child.reward = self._gain(node.cost, cost)
                     child.terminal = full
+                    child.enodes = env.size()
                     path.append(action)
                     node = child
                     break
@@ -121,27 +125,43 @@ class MCTS:
         return best  # type: ignore[return-value]
 
     def _rollout(self, node: TreeNode, path: list[str]) -> float:
+        """Random rule applications from ``node``; the discounted sum of their (non-negative) cost decreases.
+
+        Actions are drawn uniformly from all rules, as in the paper; the rollout ends at the first step
+        whose result passes the node limit (that state earns nothing)."""
         env, cfg = self.env, self.config
+        pool = env.actions
         last, ret, discount = node.cost, 0.0, 1.0
-        rollout_path = list(path)
+        rollout_path = self.real_path + list(path)
         for _ in range(cfg.depth + 1):
-            action = self.rng.choice(env.actions)
-            changed, cost, full = self._apply(rollout_path, action)
-            if changed:
+            action = self.rng.choice(pool)
+            report = env.apply_in_rollout(action, tuple(rollout_path))
+            if report.enodes > cfg.node_limit:
+                break
+            if report.changed:
                 rollout_path.append(action)
-                ret += discount * max(last - cost, 0.0)
+                cost = env.cost(tuple(rollout_path))
+                ret += discount * self._gain(last, cost)
                 last = cost
             discount *= cfg.gamma
-            if full:
+            if env.full():
                 break
         return ret
 
+    def _gain(self, before: float, after: float) -> float:
+        """A step's reward: the cost decrease (never negative) as a fraction of the initial cost, so that
+        the UCB1 constant weighs exploration alike on every model (the paper's costs were in ms, with
+        rewards of the same order as c; ours are in us)."""
+        return max(before - after, 0.0) / self.unit
+
     def _backup(self, node: TreeNode, ret: float) -> None:
+        """Q(node) accumulates the discounted return from its parent: the reward of the edge into it plus
+        gamma times what followed."""
         acc = ret
         while node is not None:
+            acc = node.reward + self.config.gamma * acc
             node.visits += 1
             node.value += acc
-            acc = node.reward + self.config.gamma * acc
             node = node.parent  # type: ignore[assignment]
 
     # -- the outer loop ----------------------------------------------------------------------------
@@ -150,6 +170,7 @@ class MCTS:
         start = time.perf_counter()
         deadline = start + cfg.time_limit
         cost = env.cost(tuple())
+        self.unit = cost if cost > 0 else 1.0
         report = SearchReport("saturated", initial_cost=cost, best_cost=cost)
         root = TreeNode(None, None, cost=cost)
         for _ in range(cfg.max_iterations):
@@ -168,7 +189,10 @@ class MCTS:
             if not candidates:
                 report.stop_reason = "time limit" if time.perf_counter() > deadline else "saturated"
                 break
-            best = max(candidates, key=lambda c: (c.value / c.visits, -self.env.actions.index(c.action)))
+            # ties (common: many rules change nothing the extractor sees) go to the larger immediate
+            # reward, then to the rule that spent fewer e-nodes of the limit
+            best = max(candidates, key=lambda c: (round(c.value / c.visits, 9), c.reward, -c.enodes,
+                                                  -self.env.actions.index(c.action)))
             step = env.apply(best.action, tuple(self.real_path))  # type: ignore[arg-type]
             self.real_path.append(best.action)  # type: ignore[arg-type]
             new_cost = env.cost(tuple(self.real_path))

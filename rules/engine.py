@@ -90,9 +90,13 @@ class RuleEngine:
         return sum(out[0].report.num_matches_per_rule.values())
 
     def apply(self, name: str, node_limit: int | None = None, matches: int | None = None) -> StepReport:
-        """Apply the rule for one iteration; refuse if it is predicted to pass ``node_limit``.
+        """Apply the rule for one iteration, unless the result would pass ``node_limit``.
 
-        ``matches``, when the caller knows the rule's current match count, saves the probe."""
+        The match count times the rule's growth bounds the new e-nodes; when that bound passes the limit,
+        the rule is tried inside a push and kept only if the e-graph it gives fits (most matches usually
+        rebuild e-nodes that exist already). A bound past ``TRIAL_FACTOR`` times the limit is refused
+        untried, so memory stays bounded. ``matches``, when the caller knows the rule's current match count,
+        saves the probe."""
         rule = self._get(name)
         eg = self.egraph
         t = time.perf_counter()
@@ -102,13 +106,31 @@ class RuleEngine:
                 matches = self.probe(name)
             if matches == 0:
                 return StepReport(name, False, 0, before, time.perf_counter() - t)
-            if matches and before + matches * rule.growth > node_limit:
-                return StepReport(name, False, matches, before, time.perf_counter() - t,
-                                  skipped=f"node limit: {before} + {matches} matches x {rule.growth} > {node_limit}")
+            bound = before + matches * rule.growth
+            if bound > node_limit:
+                why = self._refusal(name, bound, node_limit)
+                if why is not None:
+                    return StepReport(name, False, matches, before, time.perf_counter() - t, skipped=why)
         out = eg.run_commands(self._run[name])
         matches = sum(out[0].report.num_matches_per_rule.values())
         changed = eg.commit() if matches else False
         return StepReport(name, changed, matches, eg.size().enodes, time.perf_counter() - t)
+
+    TRIAL_FACTOR = 25
+
+    def _refusal(self, name: str, bound: int, node_limit: int) -> str | None:
+        """Why the rule may not be applied under ``node_limit`` (None: it fits, as a trial shows)."""
+        if bound > self.TRIAL_FACTOR * node_limit:
+            return f"node limit: up to {bound} e-nodes, too many to try (limit {node_limit})"
+        eg = self.egraph
+        eg.push()
+        try:
+            eg.run_commands(self._run[name])
+            eg.commit()
+            after = eg.size().enodes
+        finally:
+            eg.pop()
+        return f"node limit: {after} e-nodes after it > {node_limit}" if after > node_limit else None
 
     def probe_all(self) -> dict[str, int]:
         """Match counts of every registered rule, in one run of a combined probe ruleset."""

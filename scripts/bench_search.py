@@ -3,6 +3,9 @@
 e-graph size and rules applied of each, one JSON record per run.
 
     python scripts/bench_search.py [--models all] [--cost analytic|cpu] [--budget 128] [--small] [--jobs 2] [--out results/search]
+
+Runs whose JSON is already in --out are read back instead of run again (reproduce.py writes the same
+records under the same names, so a sweep's MCTS (greedy-dag, ilp) and TENSAT runs serve here too).
 """
 
 from __future__ import annotations
@@ -43,6 +46,16 @@ def main(argv=None) -> int:
     specs = [RunSpec(m, s, seed=args.seed, cost=args.cost, budget=args.budget, depth=args.depth, small=args.small,
                      time_limit=args.time_limit, measure=args.measure) for m in names for s in ("mcts", "tensat")]
     records: dict[str, dict] = {}
+    for spec in list(specs):  # resume: a finished run (this script's or reproduce.py's, same key) is read back
+        path = os.path.join(args.out, spec.key() + ".json")
+        if os.path.exists(path):
+            with open(path) as f:
+                rec = json.load(f)
+            if "error" not in rec:
+                records[rec["key"]] = rec
+                specs.remove(spec)
+    if records:
+        print(f"{len(records)} runs already finished in {args.out}", file=sys.stderr)
     # spawn, not fork: a forked child inherits locks held by torch's and egglog's threads
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
         futures = {pool.submit(_run, s): s for s in specs}

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from eqsat.mcts.experiment import RunSpec, run
-from eqsat.models import MODELS
+from eqsat.models import MODELS, build
 
 PAPER_PAIRS = [("greedy-tree", "greedy-tree"), ("greedy-tree", "ilp"), ("greedy-constituent", "greedy-constituent"),
                ("greedy-constituent", "ilp"), ("ilp", "ilp")]
@@ -54,6 +54,17 @@ def _run(spec: RunSpec) -> dict:
         return run(spec)
     except Exception as exc:  # keep the sweep going; the failure is recorded
         return {"key": spec.key(), "spec": spec.__dict__, "error": f"{type(exc).__name__}: {exc}"}
+
+
+HEAVY_BYTES = 1_000_000_000
+"""models with more weights than this (ViT-Large, ViT-Huge) run one at a time: each holds several copies"""
+
+
+def heavy(spec: RunSpec) -> bool:
+    import math
+
+    g = build(spec.model, small=spec.small)  # weights are lazy: shapes only
+    return sum(4 * math.prod(w.shape) for w in g.nodes() if w.op == "weight") > HEAVY_BYTES
 
 
 def main(argv=None) -> int:
@@ -89,17 +100,23 @@ def main(argv=None) -> int:
                 todo.append(spec)
     print(f"{len(todo)} runs to do, {skipped} already finished in {args.out}", file=sys.stderr)
     t = time.perf_counter()
-    failed = 0
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_run, s): s for s in todo}
-        for done, fut in enumerate(as_completed(futures), 1):
-            spec, rec = futures[fut], fut.result()
-            with open(os.path.join(args.out, spec.key() + ".json"), "w") as f:
-                json.dump(rec, f, indent=2, default=str)
-            failed += "error" in rec
-            what = rec.get("error") or (f"est. speedup {rec['estimated_speedup']:.3f}x, search "
-                                        f"{rec['optimization_seconds']:.1f}s")
-            print(f"[{done}/{len(todo)} {time.perf_counter() - t:7.0f}s] {spec.key()}: {what}", file=sys.stderr, flush=True)
+    failed = done = 0
+    light = [s for s in todo if not heavy(s)]
+    for batch, jobs in ((light, args.jobs), ([s for s in todo if s not in light], 1)):
+        if not batch:
+            continue
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_run, s): s for s in batch}
+            for fut in as_completed(futures):
+                spec, rec = futures[fut], fut.result()
+                done += 1
+                with open(os.path.join(args.out, spec.key() + ".json"), "w") as f:
+                    json.dump(rec, f, indent=2, default=str)
+                failed += "error" in rec
+                what = rec.get("error") or (f"est. speedup {rec['estimated_speedup']:.3f}x, search "
+                                            f"{rec['optimization_seconds']:.1f}s")
+                print(f"[{done}/{len(todo)} {time.perf_counter() - t:7.0f}s] {spec.key()}: {what}", file=sys.stderr,
+                      flush=True)
     return 1 if failed else 0
 
 

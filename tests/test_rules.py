@@ -203,6 +203,21 @@ def test_node_limit_guard_refuses_blowup():
     assert eg.size().enodes == size
 
 
+def test_node_limit_guard_keeps_a_rule_that_fits():
+    """The match bound passes the limit, but the matches rebuild existing e-nodes: a trial shows it fits."""
+    g = import_model(ob.attention())
+    eg = EGraph.from_graph(g)
+    engine = RuleEngine(eg, [by_name()["reshape_cancel"], by_name()["taso_m04"]])
+    assert engine.apply("reshape_cancel").changed and engine.apply("taso_m04").changed
+    size = eg.size().enodes
+    assert engine.probe("reshape_cancel") * engine.rules["reshape_cancel"].growth > 0  # the bound would refuse
+    again = engine.apply("reshape_cancel", node_limit=size)
+    assert again.skipped is None and not again.changed and eg.size().enodes == size
+    refused = engine.apply("taso_m04", node_limit=size + 1)  # new matches among the merged matmuls: grows
+    assert refused.skipped and "after it" in refused.skipped and not refused.changed
+    assert eg.size().enodes == size and engine.probe("taso_m04") == refused.matches  # rolled back
+
+
 def test_custom_rule_object_is_usable():
     r = Rule("double_relu", "single", "ours", "relu(relu(x)) -> relu(x)",
              (("(= root (Relu (Relu x))) (= root_shape (shape root))", "(Pend root (Relu x))"),), 0,

@@ -117,3 +117,19 @@ def test_cli_default_scheduler_is_mcts(tmp_path):
     r = json.loads(rep.read_text())
     assert r["config"]["scheduler"] == "mcts" and r["verified"]
     assert r["estimated_speedup"] > 1.0
+
+
+def test_backup_counts_the_reward_of_the_edge_into_each_node():
+    """Q(child) = r(child) + gamma * (what followed): a root child's immediate reward drives the decision."""
+    from eqsat.mcts.env import SearchConfig
+    from eqsat.mcts.search import MCTS, TreeNode
+
+    root = TreeNode(None, None)
+    a = TreeNode("a", root, reward=0.5)
+    b = TreeNode("b", a, reward=0.25)
+    mcts = MCTS.__new__(MCTS)
+    mcts.config = SearchConfig(gamma=0.5)
+    mcts._backup(b, 1.0)
+    assert b.value == 0.25 + 0.5 * 1.0
+    assert a.value == 0.5 + 0.5 * b.value
+    assert root.value == 0.5 * a.value and root.visits == a.visits == b.visits == 1
