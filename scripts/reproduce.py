@@ -67,6 +67,20 @@ def heavy(spec: RunSpec) -> bool:
     return sum(4 * math.prod(w.shape) for w in g.nodes() if w.op == "weight") > HEAVY_BYTES
 
 
+_done = 0
+
+
+def _record(args, spec: RunSpec, rec: dict, total: int, start: float) -> int:
+    """Write one run's JSON and a progress line; 1 if it failed."""
+    global _done
+    _done += 1
+    with open(os.path.join(args.out, spec.key() + ".json"), "w") as f:
+        json.dump(rec, f, indent=2, default=str)
+    what = rec.get("error") or f"est. speedup {rec['estimated_speedup']:.3f}x, search {rec['optimization_seconds']:.1f}s"
+    print(f"[{_done}/{total} {time.perf_counter() - start:7.0f}s] {spec.key()}: {what}", file=sys.stderr, flush=True)
+    return int("error" in rec)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="a model name, a comma list, or all")
@@ -100,23 +114,22 @@ def main(argv=None) -> int:
                 todo.append(spec)
     print(f"{len(todo)} runs to do, {skipped} already finished in {args.out}", file=sys.stderr)
     t = time.perf_counter()
-    failed = done = 0
-    light = [s for s in todo if not heavy(s)]
-    for batch, jobs in ((light, args.jobs), ([s for s in todo if s not in light], 1)):
-        if not batch:
-            continue
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(_run, s): s for s in batch}
-            for fut in as_completed(futures):
-                spec, rec = futures[fut], fut.result()
-                done += 1
-                with open(os.path.join(args.out, spec.key() + ".json"), "w") as f:
-                    json.dump(rec, f, indent=2, default=str)
-                failed += "error" in rec
-                what = rec.get("error") or (f"est. speedup {rec['estimated_speedup']:.3f}x, search "
-                                            f"{rec['optimization_seconds']:.1f}s")
-                print(f"[{done}/{len(todo)} {time.perf_counter() - t:7.0f}s] {spec.key()}: {what}", file=sys.stderr,
-                      flush=True)
+    failed = 0
+    # heavy models run one at a time, beside the others (jobs - 1 workers) when there are two jobs or more
+    heavy_runs = [s for s in todo if heavy(s)]
+    light = [s for s in todo if s not in heavy_runs]
+    light_jobs = max(1, args.jobs - 1) if heavy_runs else args.jobs
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=light_jobs, mp_context=ctx) as pool, \
+            ProcessPoolExecutor(max_workers=1, mp_context=ctx) as heavy_pool:
+        futures = {pool.submit(_run, s): s for s in light}
+        if args.jobs == 1:  # one at a time anyway: the heavy runs after the others
+            for fut in as_completed(list(futures)):
+                failed += _record(args, futures[fut], fut.result(), len(todo), t)
+            futures = {}
+        futures |= {heavy_pool.submit(_run, s): s for s in heavy_runs}
+        for fut in as_completed(futures):
+            failed += _record(args, futures[fut], fut.result(), len(todo), t)
     return 1 if failed else 0
 
 

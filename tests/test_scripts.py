@@ -33,3 +33,16 @@ def test_reproduce_quick_then_report(tmp_path):
     assert "| bert | MCTS greedy-dag / ilp |" in text and "TENSAT" in text and "greedy-constituent" in text
     for fig in ("speedup.png", "optimization_time.png", "rule_timeline.png"):
         assert (rep / fig).stat().st_size > 1000
+
+
+def test_reproduce_runs_heavy_models_one_at_a_time():
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    try:
+        import reproduce
+    finally:
+        sys.path.pop(0)
+    from eqsat.mcts.experiment import RunSpec
+
+    assert reproduce.heavy(RunSpec("vit-huge")) and reproduce.heavy(RunSpec("vit-large"))
+    assert not any(reproduce.heavy(RunSpec(m)) for m in ("bert", "vit-base", "nasneta", "vgg19"))
+    assert not reproduce.heavy(RunSpec("vit-huge", small=True))
