@@ -148,6 +148,8 @@ def _time_opaque(key: OpKey, warmup: int, repeats: int) -> float:
     import onnxruntime as ort
     from onnx import AttributeProto, helper
 
+    from eqsat.verify import median_run_ms
+
     op_type, domain, attr_bytes, _out_index = key.attrs
     ins = [f"i{k}" for k in range(len(key.in_shapes))]
     node = helper.make_node(op_type, ins, ["y"], domain=domain or None)
@@ -164,13 +166,6 @@ def _time_opaque(key: OpKey, warmup: int, repeats: int) -> float:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(ins, key.in_shapes)}
-        for _ in range(warmup):
-            sess.run(None, feeds)
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            sess.run(None, feeds)
-            times.append(time.perf_counter() - t)
-        return statistics.median(times) * 1e6
+        return median_run_ms(sess, feeds, warmup, repeats) * 1e3
     except Exception:  # inputs of other dtypes, ops needing constant inputs: estimate instead
         return AnalyticCost("cpu").op_cost(key)

@@ -101,11 +101,8 @@ def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0,
     return Verification(passed, worst_abs, worst_rel, draws, detail)
 
 
-def measure_latency(model: onnx.ModelProto, seed: int = 0, warmup: int = 5, repeats: int = 20,
-                    threads: int | None = None) -> float:
-    """Median end-to-end latency in milliseconds of one onnxruntime session on seeded random inputs."""
-    sess = session(model, threads)
-    feeds = random_inputs(sess, np.random.default_rng(seed))
+def median_run_ms(sess: ort.InferenceSession, feeds: dict, warmup: int = 5, repeats: int = 20) -> float:
+    """Median wall time in milliseconds of ``sess.run`` on ``feeds``, after ``warmup`` untimed runs."""
     for _ in range(warmup):
         sess.run(None, feeds)
     times = []
@@ -114,6 +111,13 @@ def measure_latency(model: onnx.ModelProto, seed: int = 0, warmup: int = 5, repe
         sess.run(None, feeds)
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
+
+
+def measure_latency(model: onnx.ModelProto, seed: int = 0, warmup: int = 5, repeats: int = 20,
+                    threads: int | None = None) -> float:
+    """Median end-to-end latency in milliseconds of one onnxruntime session on seeded random inputs."""
+    sess = session(model, threads)
+    return median_run_ms(sess, random_inputs(sess, np.random.default_rng(seed)), warmup, repeats)
 
 
 def measure_pair(a: onnx.ModelProto, b: onnx.ModelProto, seed: int = 0, rounds: int = 5, repeats: int = 10,
