@@ -46,3 +46,14 @@ def test_reproduce_runs_heavy_models_one_at_a_time():
     assert reproduce.heavy(RunSpec("vit-huge")) and reproduce.heavy(RunSpec("vit-large"))
     assert not any(reproduce.heavy(RunSpec(m)) for m in ("bert", "vit-base", "nasneta", "vgg19"))
     assert not reproduce.heavy(RunSpec("vit-huge", small=True))
+
+
+def test_export_bert_like_gives_an_optimizable_model(tmp_path):
+    out = tmp_path / "b.onnx"
+    proc = script("export_bert_like.py", "-o", str(out), "--layers", "1", "--d", "64", "--seq", "8")
+    assert proc.returncode == 0, proc.stderr
+    from eqsat.onnx_import import import_model
+
+    g = import_model(str(out))
+    ops = g.op_counts()  # six linear layers and the two attention products
+    assert ops["matmul"] == 8 and ops["Softmax"] == 1 and ops["LayerNormalization"] == 2

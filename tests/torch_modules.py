@@ -82,9 +82,9 @@ class EncoderLayer(nn.Module):
 
 
 class BertLike(nn.Module):
-    def __init__(self, layers=2, d=32):
+    def __init__(self, layers=2, d=32, heads=4, ff=64):
         super().__init__()
-        self.layers = nn.Sequential(*(EncoderLayer(d) for _ in range(layers)))
+        self.layers = nn.Sequential(*(EncoderLayer(d, heads, ff) for _ in range(layers)))
 
     def forward(self, x):
         return self.layers(x)
