@@ -18,7 +18,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from eqsat.mcts.experiment import RunSpec, run
 from eqsat.models import MODELS, build
@@ -56,15 +56,17 @@ def _run(spec: RunSpec) -> dict:
         return {"key": spec.key(), "spec": spec.__dict__, "error": f"{type(exc).__name__}: {exc}"}
 
 
-HEAVY_BYTES = 1_000_000_000
-"""models with more weights than this (ViT-Large, ViT-Huge) run one at a time: each holds several copies"""
-
-
-def heavy(spec: RunSpec) -> bool:
+def weight_bytes(spec: RunSpec) -> int:
     import math
 
     g = build(spec.model, small=spec.small)  # weights are lazy: shapes only
-    return sum(4 * math.prod(w.shape) for w in g.nodes() if w.op == "weight") > HEAVY_BYTES
+    return sum(4 * math.prod(w.shape) for w in g.nodes() if w.op == "weight")
+
+
+def heavy(spec: RunSpec, limit_gb: float = 1.0) -> bool:
+    """Models with more weights than ``limit_gb`` (ViT-Large, ViT-Huge) run one at a time: a run holds
+    several copies of them (ViT-Huge peaks near 13 GB)."""
+    return weight_bytes(spec) > limit_gb * 1e9
 
 
 _done = 0
@@ -81,6 +83,36 @@ def _record(args, spec: RunSpec, rec: dict, total: int, start: float) -> int:
     return int("error" in rec)
 
 
+def run_all(light: list, heavy_runs: list, jobs: int, fn, done) -> None:
+    """Run ``fn`` on every spec in worker processes, calling ``done(spec, result)`` as each finishes.
+
+    Heavy runs go one at a time to their own worker, beside ``jobs - 1`` workers for the others; once
+    the heavy runs are over, that worker takes half of the runs still queued. With one job, the heavy
+    runs come after the others."""
+    ctx = mp.get_context("spawn")
+    workers = max(1, jobs - 1) if heavy_runs else jobs
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool, \
+            ProcessPoolExecutor(max_workers=1, mp_context=ctx) as heavy_pool:
+        if jobs == 1:
+            for spec in light:
+                done(spec, pool.submit(fn, spec).result())
+            light = []
+        futures = {pool.submit(fn, s): s for s in light} | {heavy_pool.submit(fn, s): s for s in heavy_runs}
+        heavy_busy = jobs > 1 and bool(heavy_runs)
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                done(futures[fut], fut.result())
+            if heavy_busy and not any(futures[f] in heavy_runs for f in pending):
+                heavy_busy = False
+                for i, f in enumerate([f for f in pending if f.cancel()]):
+                    moved = (heavy_pool if i % 2 == 0 else pool).submit(fn, futures[f])
+                    futures[moved] = futures[f]
+                    pending.remove(f)
+                    pending.add(moved)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True, help="a model name, a comma list, or all")
@@ -95,6 +127,8 @@ def main(argv=None) -> int:
     p.add_argument("--measure", action="store_true", help="time original and optimized models in onnxruntime")
     p.add_argument("--quick", action="store_true", help="reduced model sizes, budget 8, depth 4, seed 0")
     p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--heavy-gb", type=float, default=1.0,
+                   help="models with more weights than this run one at a time (default 1.0: ViT-Large and -Huge)")
     p.add_argument("--out", default="results")
     args = p.parse_args(argv)
     if args.quick:
@@ -114,22 +148,14 @@ def main(argv=None) -> int:
                 todo.append(spec)
     print(f"{len(todo)} runs to do, {skipped} already finished in {args.out}", file=sys.stderr)
     t = time.perf_counter()
+    heavy_runs = [s for s in todo if heavy(s, args.heavy_gb)]
     failed = 0
-    # heavy models run one at a time, beside the others (jobs - 1 workers) when there are two jobs or more
-    heavy_runs = [s for s in todo if heavy(s)]
-    light = [s for s in todo if s not in heavy_runs]
-    light_jobs = max(1, args.jobs - 1) if heavy_runs else args.jobs
-    ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=light_jobs, mp_context=ctx) as pool, \
-            ProcessPoolExecutor(max_workers=1, mp_context=ctx) as heavy_pool:
-        futures = {pool.submit(_run, s): s for s in light}
-        if args.jobs == 1:  # one at a time anyway: the heavy runs after the others
-            for fut in as_completed(list(futures)):
-                failed += _record(args, futures[fut], fut.result(), len(todo), t)
-            futures = {}
-        futures |= {heavy_pool.submit(_run, s): s for s in heavy_runs}
-        for fut in as_completed(futures):
-            failed += _record(args, futures[fut], fut.result(), len(todo), t)
+
+    def done(spec: RunSpec, rec: dict) -> None:
+        nonlocal failed
+        failed += _record(args, spec, rec, len(todo), t)
+
+    run_all([s for s in todo if s not in heavy_runs], heavy_runs, args.jobs, _run, done)
     return 1 if failed else 0
 
 

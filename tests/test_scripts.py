@@ -35,17 +35,41 @@ def test_reproduce_quick_then_report(tmp_path):
         assert (rep / fig).stat().st_size > 1000
 
 
-def test_reproduce_runs_heavy_models_one_at_a_time():
+def _reproduce():
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     try:
         import reproduce
     finally:
         sys.path.pop(0)
+    return reproduce
+
+
+def timed_run(spec):
+    """Stands in for one experiment in the scheduling test: records where and when it ran."""
+    import time
+
+    start = time.time()
+    time.sleep(0.05 if spec.model == "vit-huge" else 0.4)
+    return {"pid": os.getpid(), "start": start, "end": time.time()}
+
+
+def test_reproduce_runs_heavy_models_one_at_a_time():
+    reproduce = _reproduce()
     from eqsat.mcts.experiment import RunSpec
 
     assert reproduce.heavy(RunSpec("vit-huge")) and reproduce.heavy(RunSpec("vit-large"))
     assert not any(reproduce.heavy(RunSpec(m)) for m in ("bert", "vit-base", "nasneta", "vgg19"))
     assert not reproduce.heavy(RunSpec("vit-huge", small=True))
+
+    heavy = [RunSpec("vit-huge", seed=s) for s in range(3)]
+    light = [RunSpec("bert", seed=s) for s in range(6)]
+    got = {}
+    reproduce.run_all(light, heavy, 2, timed_run, lambda spec, rec: got.setdefault(spec, rec))
+    assert set(got) == set(light) | set(heavy)
+    spans = sorted((got[s]["start"], got[s]["end"]) for s in heavy)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # never two heavy runs at once
+    # the heavy worker, free early, took some of the queued light runs
+    assert len({got[s]["pid"] for s in light}) == 2
 
 
 def test_export_bert_like_gives_an_optimizable_model(tmp_path):
