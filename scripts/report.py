@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import statistics
 import sys
@@ -40,8 +41,8 @@ def load(folder: str) -> list[dict]:
 def approach(spec: dict) -> str:
     if spec["scheduler"] == "mcts":
         return f"MCTS {spec['main_extractor']} / {spec['final_extractor']}"
-    if spec["scheduler"] == "tensat":
-        return f"TENSAT k_multi={spec.get('k_multi')} / {spec['final_extractor']}"
+    if spec["scheduler"] == "tensat":  # k_multi differs per model: one series, k shown in the table
+        return f"TENSAT / {spec['final_extractor']}"
     return f"{spec['scheduler']} / {spec['final_extractor']}"
 
 
@@ -68,7 +69,8 @@ def table2(records: list[dict]) -> tuple[str, dict]:
         meas = [r["measured"]["speedup"] for r in rs if r.get("measured")]
         t = [r["optimization_seconds"] for r in rs]
         nodes = [r["egraph"]["enodes"] for r in rs]
-        lines.append(f"| {model} | {appr} | {len(rs)} | {ms(orig)} | {ms(opt)} | {ms(speed)} | {ms(meas)} | "
+        label = appr.replace("TENSAT", f"TENSAT k_multi={rs[0]['spec'].get('k_multi')}")
+        lines.append(f"| {model} | {label} | {len(rs)} | {ms(orig)} | {ms(opt)} | {ms(speed)} | {ms(meas)} | "
                      f"{ms(t)} | {ms(nodes)} |")
         summary[model][appr] = {"speedup": statistics.mean(speed), "seconds": statistics.mean(t)}
     return "\n".join(lines), summary
@@ -108,29 +110,31 @@ def figures(records: list[dict], summary: dict, out: str) -> list[str]:
     made = []
     models = sorted(summary)
     approaches = sorted({a for m in summary.values() for a in m})
-    def grouped_bars(field: str, ylabel: str, name: str, log: bool = False, floor: float = 0.0) -> None:
-        fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(models)), 4.5))
+    def grouped_bars(field: str, ylabel: str, name: str, log: bool = False) -> None:
+        fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(models)) + 3, 4.5))
         width = 0.8 / max(len(approaches), 1)
         for i, a in enumerate(approaches):
+            values = [summary[m].get(a, {}).get(field, math.nan) for m in models]  # NaN: no bar
             ax.bar([j + i * width for j in range(len(models))],
-                   [max(summary[m].get(a, {}).get(field, 0), floor) for m in models], width, label=a)
+                   [v if not (log and v <= 0) else math.nan for v in values], width, label=a)
         if log:
             ax.set_yscale("log")
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(models))], models, rotation=30, ha="right")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         path = os.path.join(out, name)
         fig.savefig(path, dpi=120)
         plt.close(fig)
         made.append(path)
 
-    grouped_bars("speedup", "estimated speedup (%)", "speedup.png", floor=-1e9)
-    grouped_bars("seconds", "optimization time (s)", "optimization_time.png", log=True, floor=1e-3)
+    grouped_bars("speedup", "estimated speedup (%)", "speedup.png")
+    grouped_bars("seconds", "optimization time (s)", "optimization_time.png", log=True)
 
-    # rule-application timeline of one MCTS run per model (the paper's Figures 7, 8, 10)
+    # rule-application timeline of one MCTS run per model (the paper's Figures 7, 8, 10): ours, greedy-dag /
+    # ilp, where the results hold it
     runs = {}
-    for r in records:
+    for r in sorted(records, key=lambda r: (r["spec"]["main_extractor"], r["spec"]["final_extractor"]) != ("greedy-dag", "ilp")):
         if r["spec"]["scheduler"] == "mcts" and r["steps"]:
             runs.setdefault(r["spec"]["model"], r)
     if runs:
