@@ -130,6 +130,7 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
 
     original_cost = graph_cost(graph, cost_model)
     optimized_cost = graph_cost(new_graph, cost_model)
+    extracted_cost = optimized_cost
     measured = None
     fallback = None
     if config.measure:
@@ -158,6 +159,7 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
         "original_cost": original_cost,
         "optimized_cost": optimized_cost,
         "estimated_speedup": original_cost / optimized_cost if optimized_cost > 0 else None,
+        "extracted_cost": extracted_cost,
         "measured": measured,
         "fallback": fallback,
         "cost_model": cost_model.name,

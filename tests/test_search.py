@@ -100,6 +100,9 @@ def test_bert_like_torch_model_end_to_end(tmp_path):
     m = r["measured"]
     # never worse than the original end to end: a slower program is rejected for the original
     assert m["optimized_ms"] <= m["original_ms"] * 1.03 or r["fallback"]
+    assert r["extracted_cost"] <= r["original_cost"] * (1 + 1e-9)  # what the search found, before any fallback
+    if r["fallback"]:
+        assert r["optimized_cost"] == r["original_cost"] and m["rejected_optimized_ms"] > m["original_ms"]
     assert r["rules_applied"] is not None and "steps" in r
 
 
