@@ -5,10 +5,10 @@ Opaque ONNX operators are timed as one-node models in onnxruntime (CPU)."""
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
 import numpy as np
+
+from eqsat.verify import median_ms
 
 from .analytic import AnalyticCost
 from .base import OpKey
@@ -133,22 +133,13 @@ class TorchCost:
                 end.record()
                 torch.cuda.synchronize()
                 return start.elapsed_time(end) * 1e3 / self.repeats
-            for _ in range(self.warmup):
-                fn(*args)
-            times = []
-            for _ in range(self.repeats):
-                t = time.perf_counter()
-                fn(*args)
-                times.append(time.perf_counter() - t)
-        return statistics.median(times) * 1e6
+            return median_ms(lambda: fn(*args), self.warmup, self.repeats) * 1e3
 
 
 def _time_opaque(key: OpKey, warmup: int, repeats: int) -> float:
     import onnx
     import onnxruntime as ort
     from onnx import AttributeProto, helper
-
-    from eqsat.verify import median_run_ms
 
     op_type, domain, attr_bytes, _out_index = key.attrs
     ins = [f"i{k}" for k in range(len(key.in_shapes))]
@@ -166,6 +157,6 @@ def _time_opaque(key: OpKey, warmup: int, repeats: int) -> float:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(ins, key.in_shapes)}
-        return median_run_ms(sess, feeds, warmup, repeats) * 1e3
+        return median_ms(lambda: sess.run(None, feeds), warmup, repeats) * 1e3
     except Exception:  # inputs of other dtypes, ops needing constant inputs: estimate instead
         return AnalyticCost("cpu").op_cost(key)

@@ -101,14 +101,14 @@ def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0,
     return Verification(passed, worst_abs, worst_rel, draws, detail)
 
 
-def median_run_ms(sess: ort.InferenceSession, feeds: dict, warmup: int = 5, repeats: int = 20) -> float:
-    """Median wall time in milliseconds of ``sess.run`` on ``feeds``, after ``warmup`` untimed runs."""
+def median_ms(call, warmup: int = 5, repeats: int = 20) -> float:
+    """Median wall time in milliseconds of ``call()``, after ``warmup`` untimed calls."""
     for _ in range(warmup):
-        sess.run(None, feeds)
+        call()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        sess.run(None, feeds)
+        call()
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
 
@@ -117,7 +117,8 @@ def measure_latency(model: onnx.ModelProto, seed: int = 0, warmup: int = 5, repe
                     threads: int | None = None) -> float:
     """Median end-to-end latency in milliseconds of one onnxruntime session on seeded random inputs."""
     sess = session(model, threads)
-    return median_run_ms(sess, random_inputs(sess, np.random.default_rng(seed)), warmup, repeats)
+    feeds = random_inputs(sess, np.random.default_rng(seed))
+    return median_ms(lambda: sess.run(None, feeds), warmup, repeats)
 
 
 def measure_pair(a: onnx.ModelProto, b: onnx.ModelProto, seed: int = 0, rounds: int = 5, repeats: int = 10,

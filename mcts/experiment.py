@@ -51,3 +51,11 @@ def run(spec: RunSpec) -> dict:
             "egraph": report["egraph"], "rules_applied": report["rules_applied"], "steps": report["steps"],
             "stop_reason": report["stop_reason"], "verified": report["verified"],
             "max_abs_error": report["max_abs_error"], "extraction": report["extraction"]}
+
+
+def run_or_record_error(spec: RunSpec) -> dict:
+    """``run(spec)``, or a record of its failure, so that one failing run does not end a sweep."""
+    try:
+        return run(spec)
+    except Exception as exc:
+        return {"key": spec.key(), "spec": asdict(spec), "error": f"{type(exc).__name__}: {exc}"}

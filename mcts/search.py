@@ -130,11 +130,10 @@ class MCTS:
         Actions are drawn uniformly from all rules, as in the paper; the rollout ends at the first step
         whose result passes the node limit (that state earns nothing)."""
         env, cfg = self.env, self.config
-        pool = env.actions
         last, ret, discount = node.cost, 0.0, 1.0
         rollout_path = self.real_path + list(path)
         for _ in range(cfg.depth + 1):
-            action = self.rng.choice(pool)
+            action = self.rng.choice(env.actions)
             report = env.apply_in_rollout(action, tuple(rollout_path))
             if report.enodes > cfg.node_limit:
                 break

@@ -17,15 +17,8 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from eqsat.mcts.experiment import RunSpec, run
+from eqsat.mcts.experiment import RunSpec, run_or_record_error
 from eqsat.models import MODELS
-
-
-def _run(spec: RunSpec) -> dict:
-    try:
-        return run(spec)
-    except Exception as exc:  # one failing model must not lose the others' results
-        return {"key": spec.key(), "error": f"{type(exc).__name__}: {exc}"}
 
 
 def main(argv=None) -> int:
@@ -58,7 +51,7 @@ def main(argv=None) -> int:
         print(f"{len(records)} runs already finished in {args.out}", file=sys.stderr)
     # spawn, not fork: a forked child inherits locks held by torch's and egglog's threads
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_run, s): s for s in specs}
+        futures = {pool.submit(run_or_record_error, s): s for s in specs}
         for done, fut in enumerate(as_completed(futures), 1):
             spec, rec = futures[fut], fut.result()
             records[rec["key"]] = rec

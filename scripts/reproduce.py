@@ -13,14 +13,16 @@ One line per architecture (``--model all`` runs the 13):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import multiprocessing as mp
 import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-from eqsat.mcts.experiment import RunSpec, run
+from eqsat.mcts.experiment import RunSpec, run_or_record_error
 from eqsat.models import MODELS, build
 
 PAPER_PAIRS = [("greedy-tree", "greedy-tree"), ("greedy-tree", "ilp"), ("greedy-constituent", "greedy-constituent"),
@@ -49,18 +51,14 @@ def specs_for(model: str, args) -> list[RunSpec]:
     return out
 
 
-def _run(spec: RunSpec) -> dict:
-    try:
-        return run(spec)
-    except Exception as exc:  # keep the sweep going; the failure is recorded
-        return {"key": spec.key(), "spec": spec.__dict__, "error": f"{type(exc).__name__}: {exc}"}
+@functools.lru_cache(maxsize=None)
+def _weight_bytes(model: str, small: bool) -> int:
+    g = build(model, small=small)  # weights are lazy: shapes only
+    return sum(4 * math.prod(w.shape) for w in g.nodes() if w.op == "weight")
 
 
 def weight_bytes(spec: RunSpec) -> int:
-    import math
-
-    g = build(spec.model, small=spec.small)  # weights are lazy: shapes only
-    return sum(4 * math.prod(w.shape) for w in g.nodes() if w.op == "weight")
+    return _weight_bytes(spec.model, spec.small)
 
 
 def heavy(spec: RunSpec, limit_gb: float = 1.0) -> bool:
@@ -69,17 +67,12 @@ def heavy(spec: RunSpec, limit_gb: float = 1.0) -> bool:
     return weight_bytes(spec) > limit_gb * 1e9
 
 
-_done = 0
-
-
-def _record(args, spec: RunSpec, rec: dict, total: int, start: float) -> int:
+def _record(args, spec: RunSpec, rec: dict, index: int, total: int, start: float) -> int:
     """Write one run's JSON and a progress line; 1 if it failed."""
-    global _done
-    _done += 1
     with open(os.path.join(args.out, spec.key() + ".json"), "w") as f:
         json.dump(rec, f, indent=2, default=str)
     what = rec.get("error") or f"est. speedup {rec['estimated_speedup']:.3f}x, search {rec['optimization_seconds']:.1f}s"
-    print(f"[{_done}/{total} {time.perf_counter() - start:7.0f}s] {spec.key()}: {what}", file=sys.stderr, flush=True)
+    print(f"[{index}/{total} {time.perf_counter() - start:7.0f}s] {spec.key()}: {what}", file=sys.stderr, flush=True)
     return int("error" in rec)
 
 
@@ -149,13 +142,14 @@ def main(argv=None) -> int:
     print(f"{len(todo)} runs to do, {skipped} already finished in {args.out}", file=sys.stderr)
     t = time.perf_counter()
     heavy_runs = [s for s in todo if heavy(s, args.heavy_gb)]
-    failed = 0
+    failed = finished = 0
 
     def done(spec: RunSpec, rec: dict) -> None:
-        nonlocal failed
-        failed += _record(args, spec, rec, len(todo), t)
+        nonlocal failed, finished
+        finished += 1
+        failed += _record(args, spec, rec, finished, len(todo), t)
 
-    run_all([s for s in todo if s not in heavy_runs], heavy_runs, args.jobs, _run, done)
+    run_all([s for s in todo if s not in heavy_runs], heavy_runs, args.jobs, run_or_record_error, done)
     return 1 if failed else 0
 
 
