@@ -2,15 +2,24 @@
 
 Keyed by device name, backend version, and the operator key (op, attributes, shapes, dtype). The
 default location is ``$EQSAT_CACHE_DIR/costs.sqlite`` or ``~/.cache/eqsat/costs.sqlite``.
+
+A cache that is not a readable database (random bytes, a truncated file, a folder in its place) is moved
+aside to ``<path>.corrupt-<timestamp>`` with a one-line warning on stderr, and an empty one is built.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
+import time
+
+from eqsat.errors import InputError
 
 from .base import OpKey
+
+_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def default_path() -> str:
@@ -18,20 +27,77 @@ def default_path() -> str:
     return os.path.join(base, "costs.sqlite")
 
 
+def _is_corruption(exc: sqlite3.Error) -> bool:
+    """A damaged or foreign file (including the I/O errors a truncated one gives), as opposed to a lock or a
+    permission problem, which moving the file aside would not cure."""
+    text = str(exc).lower()
+    return not any(word in text for word in ("locked", "busy", "readonly", "read-only", "unable to open"))
+
+
 class CostCache:
     def __init__(self, path: str | None = None):
         self.path = path or default_path()
+        self.moved_aside: str | None = None
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         self._local = threading.local()
-        with self._conn() as c:
-            c.execute("CREATE TABLE IF NOT EXISTS costs (device TEXT, backend TEXT, key TEXT, us REAL, "
-                      "PRIMARY KEY (device, backend, key))")
+        if os.path.isdir(self.path):
+            self._move_aside("it is a folder")
+        try:
+            self._open_checked()
+        except sqlite3.Error as exc:
+            if not _is_corruption(exc):
+                raise InputError(f"cost cache {self.path}: {exc}; check its permissions, or point EQSAT_CACHE_DIR "
+                                 "(or --cache) at a writable folder") from exc
+            self._move_aside(str(exc))
+            self._open_checked()
+
+    def _open_checked(self) -> None:
+        conn = self._conn()
+        row = conn.execute("PRAGMA quick_check").fetchone()
+        if row is None or row[0] != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {row[0] if row else 'no answer'}")
+        with conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS costs (device TEXT, backend TEXT, key TEXT, us REAL, "
+                         "PRIMARY KEY (device, backend, key))")
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(costs)").fetchall()]
+        if columns != ["device", "backend", "key", "us"]:
+            raise sqlite3.DatabaseError(f"its costs table has columns {columns}, not eqsat's")
+        conn.execute("SELECT COUNT(*) FROM costs").fetchone()
+
+    def _move_aside(self, reason: str) -> None:
+        self.close()
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        target = f"{self.path}.corrupt-{stamp}"
+        k = 1
+        while os.path.exists(target):
+            target, k = f"{self.path}.corrupt-{stamp}-{k}", k + 1
+        try:
+            os.replace(self.path, target)
+        except FileNotFoundError:  # another process moved it first
+            target = "(moved by another process)"
+        for side in _SIDE_FILES:  # a stale write-ahead log must not be replayed into the new database
+            if os.path.exists(self.path + side):
+                os.replace(self.path + side, f"{self.path}.corrupt-{stamp}{side}")
+        self.moved_aside = target
+        print(f"eqsat: warning: cost cache {self.path} is unreadable ({reason}); moved it to {target} "
+              "and started an empty one", file=sys.stderr)
+
+    def close(self) -> None:
+        """Close this thread's connection (others close when their threads end)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=60.0)
-            conn.execute("PRAGMA journal_mode=WAL")
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.Error:
+                conn.close()
+                raise
             self._local.conn = conn
         return conn
 

@@ -16,7 +16,10 @@ def _profile(args) -> int:
     from . import make
     from .base import OpKey, is_free
 
-    model, label, shapes = _source(args)
+    from eqsat.onnx_import import parse_input_shapes
+
+    shapes = parse_input_shapes(args.input_shape)
+    model, label = _source(args)
     cost = make(args.cost, args.cache)
     graph = model if not hasattr(model, "graph") else import_model(model, shapes)
     eg = EGraph.from_graph(graph)
@@ -43,7 +46,9 @@ def _profile(args) -> int:
             total += cost.op_cost(key)
             bar.advance(task)
     measured = getattr(cost, "measured", 0)
-    print(f"{label}: {len(keys)} distinct operators in a {len(snap.nodes)}-e-node e-graph; {measured} timed now, "
+    outliers = getattr(cost, "outliers", 0)
+    print(f"{label}: {len(keys)} distinct operators in a {len(snap.nodes)}-e-node e-graph; {measured} timed now "
+          f"({outliers} contention outliers, not cached), "
           f"{len(keys) - measured} from the cache ({cost.name})")
     return 0
 

@@ -1,20 +1,34 @@
 """Operator costs measured with torch, on the CPU (median of repeats, fixed thread count) or on a GPU
 (CUDA events, cuDNN benchmark mode picking the fastest algorithm, TASO's 8 warm-ups + 32 runs).
-Opaque ONNX operators are timed as one-node models in onnxruntime (CPU)."""
+Opaque ONNX operators are timed as one-node models in onnxruntime (CPU).
+
+Each operator is timed in rounds and costs the minimum of the rounds' medians. A timing far above the
+analytic estimate, or a minimum that no second round confirms, is taken for contention (another process
+on the same cores) and re-measured; one that stays an outlier is used for this run but never cached.
+"""
 
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from eqsat.verify import median_ms
+from eqsat.timing import median_ms
 
 from .analytic import AnalyticCost
 from .base import OpKey
 from .cache import CostCache
 
 _ACT = {1: "sigmoid", 2: "relu", 3: "tanh"}
+
+OUTLIER_FACTOR = 20.0
+"""A timing above this many times the analytic estimate (of at least ``ESTIMATE_FLOOR_US``) is suspect."""
+ESTIMATE_FLOOR_US = 10.0
+AGREEMENT = 2.0
+"""The minimum round median counts as confirmed when another round lies within this factor of it."""
 
 
 def _torch_fn(key: OpKey):
@@ -65,6 +79,38 @@ def _torch_fn(key: OpKey):
     return None
 
 
+@dataclass(frozen=True)
+class Timing:
+    """One operator's measured cost: ``us`` the minimum of the round medians; ``trusted`` False when it stayed
+    an outlier after every re-measurement (such a timing is not cached)."""
+
+    us: float
+    medians: tuple[float, ...]
+    estimate_us: float
+    trusted: bool
+
+
+def suspicious(medians: list[float], estimate_us: float) -> bool:
+    """Whether the best of ``medians`` (us) looks like contention: far above the analytic estimate, or not
+    confirmed by a second round within ``AGREEMENT`` of it."""
+    ordered = sorted(medians)
+    if ordered[0] > OUTLIER_FACTOR * max(estimate_us, ESTIMATE_FLOOR_US):
+        return True
+    return len(ordered) < 2 or ordered[1] > AGREEMENT * ordered[0]
+
+
+def robust_time(time_round: Callable[[int], float], estimate_us: float, repeats: int, min_rounds: int = 2,
+                max_rounds: int = 5, retry_repeats: int = 3, backoff_s: float = 0.005) -> Timing:
+    """Time an operator in rounds (``time_round(n)`` returns the median of ``n`` runs, us) until the minimum
+    is credible (see :func:`suspicious`) or ``max_rounds`` have run. Re-measurements take fewer runs
+    (``retry_repeats``) and wait a little longer each time, so that a passing burst of contention can end."""
+    medians = [float(time_round(repeats)) for _ in range(min_rounds)]
+    while suspicious(medians, estimate_us) and len(medians) < max_rounds:
+        time.sleep(backoff_s * len(medians))
+        medians.append(float(time_round(min(repeats, retry_repeats))))
+    return Timing(min(medians), tuple(medians), estimate_us, not suspicious(medians, estimate_us))
+
+
 class TorchCost:
     """Times each operator with torch on ``device`` ("cpu" or "cuda"); results cached persistently.
 
@@ -99,44 +145,68 @@ class TorchCost:
         self._memo: dict[OpKey, float] = {}
         self._fallback = AnalyticCost("a100" if device == "cuda" else "cpu")
         self.measured = 0
+        self.outliers = 0
+        """operators whose timing stayed an outlier (used in this run, not cached)"""
 
     def op_cost(self, key: OpKey) -> float:
         if key in self._memo:
             return self._memo[key]
         us = self.cache.get(self.device_name, self.backend, key)
         if us is None:
-            us = self.measure(key)
+            timing = self.timing(key)
+            us = timing.us
             self.measured += 1
-            self.cache.put(self.device_name, self.backend, key, us)
+            if timing.trusted:
+                self.cache.put(self.device_name, self.backend, key, us)
+            else:
+                self.outliers += 1
         self._memo[key] = us
         return us
 
     def measure(self, key: OpKey) -> float:
         """Time one operator now (microseconds), bypassing the cache."""
+        return self.timing(key).us
+
+    def timing(self, key: OpKey) -> Timing:
+        """Time one operator now, in rounds checked against the analytic estimate (see :func:`robust_time`)."""
+        estimate = self._fallback.op_cost(key)
+        run = self._runner(key)
+        if run is None:  # nothing to time: the estimate is the cost, and a deterministic one
+            return Timing(estimate, (), estimate, True)
+        with self.torch.no_grad():
+            for _ in range(self.warmup):
+                run()
+            if self.device == "cuda":
+                return robust_time(lambda n: self._cuda_round(run, n), estimate, self.repeats)
+            return robust_time(lambda n: median_ms(run, 0, n) * 1e3, estimate, self.repeats)
+
+    def _runner(self, key: OpKey) -> Callable[[], object] | None:
+        """A callable that runs the operator once on seeded random operands, or None if it cannot be run."""
         if key.op == "opaque":
-            return _time_opaque(key, self.warmup, self.repeats) if self.device == "cpu" else self._fallback.op_cost(key)
+            return _opaque_runner(key) if self.device == "cpu" else None
         fn = _torch_fn(key)
         if fn is None:
-            return self._fallback.op_cost(key)
+            return None
         torch = self.torch
         gen = torch.Generator().manual_seed(0)
         args = [torch.randn(*s, generator=gen).to(self.device) for s in key.in_shapes]
-        with torch.no_grad():
-            if self.device == "cuda":
-                for _ in range(self.warmup):
-                    fn(*args)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                start.record()
-                for _ in range(self.repeats):
-                    fn(*args)
-                end.record()
-                torch.cuda.synchronize()
-                return start.elapsed_time(end) * 1e3 / self.repeats
-            return median_ms(lambda: fn(*args), self.warmup, self.repeats) * 1e3
+        return lambda: fn(*args)
+
+    def _cuda_round(self, run: Callable[[], object], repeats: int) -> float:
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(repeats):
+            run()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3 / repeats
 
 
-def _time_opaque(key: OpKey, warmup: int, repeats: int) -> float:
+def _opaque_runner(key: OpKey) -> Callable[[], object] | None:
+    """A one-node onnxruntime session running an opaque operator on seeded float32 inputs, or None when it
+    cannot run that way (inputs of other dtypes, operators needing constant inputs)."""
     import onnx
     import onnxruntime as ort
     from onnx import AttributeProto, helper
@@ -157,6 +227,7 @@ def _time_opaque(key: OpKey, warmup: int, repeats: int) -> float:
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(ins, key.in_shapes)}
-        return median_ms(lambda: sess.run(None, feeds), warmup, repeats) * 1e3
-    except Exception:  # inputs of other dtypes, ops needing constant inputs: estimate instead
-        return AnalyticCost("cpu").op_cost(key)
+        sess.run(None, feeds)
+    except Exception:  # inputs of other dtypes, ops needing constant inputs: estimated instead
+        return None
+    return lambda: sess.run(None, feeds)

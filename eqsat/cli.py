@@ -1,11 +1,15 @@
 """The ``eqsat`` command line. Exit codes: 0 success, 1 internal error, 2 bad input or usage,
-3 verification failed (nothing written)."""
+3 verification failed (nothing written), 130 interrupted (SIGINT or SIGTERM; nothing written), 141 stdout
+closed early (a pipe)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 from typing import Sequence
 
 from .errors import EqsatError, InputError
@@ -21,20 +25,26 @@ def _add_model_source(p: argparse.ArgumentParser) -> None:
 
 def _source(args):
     """(ONNX model or IR graph, label) from the model arguments."""
-    from .onnx_import import load_model, parse_input_shapes
+    from .onnx_import import load_model
 
     if bool(args.model_path) == bool(args.builtin):
         raise InputError("give either MODEL.onnx or --model NAME (eqsat models list shows the names)")
-    shapes = parse_input_shapes(args.input_shape)
     if args.builtin:
         from eqsat.models import build
 
-        return build(args.builtin, small=args.small), args.builtin, shapes
-    return load_model(args.model_path), args.model_path, shapes
+        return build(args.builtin, small=args.small), args.builtin
+    return load_model(args.model_path), args.model_path
+
+
+def _check_source_flags(args) -> None:
+    if args.small and args.model_path:
+        raise InputError("--small applies to built-in models (--model NAME) only; leave it out with MODEL.onnx")
 
 
 def _k_multi(args) -> int:
     if args.k_multi is not None:
+        if args.scheduler != "tensat":
+            raise InputError(f"--k-multi applies to --scheduler tensat only (not {args.scheduler}); leave it out")
         return args.k_multi
     if args.builtin:
         from eqsat.models import MODELS
@@ -44,30 +54,63 @@ def _k_multi(args) -> int:
     return 1
 
 
-def _cmd_optimize(args) -> int:
-    from .pipeline import OptimizeConfig, check_output_path, optimize, write_report
+def _check_distinct_paths(args) -> None:
+    """Refuse any two of the input, ``-o`` (and its external data file) and ``--report`` naming one file
+    (symbolic and hard links included), before any work."""
+    named = [("-o", args.output), ("-o's external data file", args.output + ".data")]
+    if args.report is not None:
+        named.append(("--report", args.report))
+    if args.model_path:
+        named.insert(0, ("the input model", args.model_path))
+    for a in range(len(named)):
+        for b in range(a + 1, len(named)):
+            (flag_a, path_a), (flag_b, path_b) = named[a], named[b]
+            if flag_a.startswith("-o") and flag_b.startswith("-o"):
+                continue
+            if _same_file(path_a, path_b):
+                raise InputError(f"{flag_b} {path_b} is the same file as {flag_a} {path_a}; writing it would "
+                                 "destroy the other: give different paths")
 
-    check_output_path(args.output)
-    if args.report:
-        check_output_path(args.report)
-    model, label, shapes = _source(args)
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def _cmd_optimize(args) -> int:
+    from .onnx_import import parse_input_shapes
+    from .onnx_io import write_together
+    from .pipeline import OptimizeConfig, check_output_path, optimize, report_bytes
+
+    _check_source_flags(args)
+    check_output_path(args.output, "-o")
+    if args.report is not None:
+        check_output_path(args.report, "--report")
+    _check_distinct_paths(args)
     config = OptimizeConfig(scheduler=args.scheduler, main_extractor=args.main_extractor,
                             final_extractor=args.final_extractor, cost=args.cost, seed=args.seed, budget=args.budget,
                             depth=args.depth, node_limit=args.node_limit, k_multi=_k_multi(args),
                             time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit,
-                            measure=not args.no_measure, allow_slower=args.allow_slower, input_shapes=shapes)
+                            measure=not args.no_measure, allow_slower=args.allow_slower,
+                            input_shapes=parse_input_shapes(args.input_shape))
+    config.validate()
+    model, label = _source(args)
     from .progress import progress_printer
 
     result = optimize(model, config, progress=progress_printer(args.quiet))
     result.report["input"] = label
     result.report["output"] = args.output
-    from .onnx_io import write_atomic as write_model
-
-    write_model(result.optimized, args.output)
-    if args.report:
-        write_report(args.report, result.report)
     if not args.quiet:
         _summary(result.report)
+    others = {args.report: report_bytes(result.report)} if args.report is not None else {}
+    write_together(result.optimized, args.output, others)
+    if not args.quiet:
+        print(f"eqsat: wrote {args.output}" + (f" and {args.report}" if args.report is not None else ""),
+              file=sys.stderr)
     return 0
 
 
@@ -89,13 +132,17 @@ def _summary(r: dict) -> None:
     speed = f"estimated speedup {r['estimated_speedup']:.3f}x" if r.get("estimated_speedup") else ""
     if m and m.get("speedup"):
         speed += f", measured {m['speedup']:.3f}x"
-    con.print(f"verified (max abs error {r['max_abs_error']:.2e}); {speed}; wrote {r['output']}")
+    con.print(f"verified (max abs error {r['max_abs_error']:.2e}); {speed}")
 
 
 def _cmd_info(args) -> int:
     from .onnx_import import import_model
 
-    model, label, shapes = _source(args)
+    from .onnx_import import parse_input_shapes
+
+    _check_source_flags(args)
+    shapes = parse_input_shapes(args.input_shape)
+    model, label = _source(args)
     graph = model if not hasattr(model, "graph") else import_model(model, shapes)
     counts = graph.op_counts()
     opaque = sorted({n.attrs[0] for n in graph.nodes() if n.op == "opaque"})
@@ -135,11 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--budget", type=int, default=128, help="MCTS simulations per decision")
     o.add_argument("--depth", type=int, default=10, help="MCTS rollout depth")
-    o.add_argument("--node-limit", type=int, default=2000)
+    o.add_argument("--node-limit", type=int, default=None,
+                   help="e-node limit of the search (default: max(2000, 4 x the initial e-graph); in the report)")
     o.add_argument("--k-multi", type=int, default=None,
                    help="TENSAT: iterations in which multi-pattern rules run (default: the model's, else 1)")
-    o.add_argument("--time-limit", type=float, default=600.0, help="search time limit (s)")
-    o.add_argument("--ilp-time-limit", type=float, default=60.0)
+    o.add_argument("--time-limit", type=float, default=600.0,
+                   help="seconds for search plus extraction; the ILP takes what the search left (default 600)")
+    o.add_argument("--ilp-time-limit", type=float, default=60.0, help="at most this many seconds of ILP (default 60)")
     o.add_argument("--report", metavar="REPORT.json")
     o.add_argument("--no-measure", action="store_true", help="skip the end-to-end latency measurement")
     o.add_argument("--allow-slower", action="store_true",
@@ -169,17 +218,29 @@ def _extra_commands():
     return out
 
 
+def _interrupt(signum, _frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None  # SIGTERM ends like Ctrl-C
     try:
         return int(args.fn(args) or 0)
     except EqsatError as exc:
         print(f"eqsat: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("eqsat: interrupted", file=sys.stderr)
+        print("eqsat: interrupted; no output was written or changed", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (eqsat info ... | head): stop quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":

@@ -43,4 +43,5 @@ def build_program(snap: Snapshot, choice: Mapping[int, int], template: Graph) ->
         return built[c]
 
     outputs = tuple(build(r) for r in snap.roots)
-    return Graph(template.inputs, outputs, template.output_names, template.weights, template.name, template.opset)
+    return Graph(template.inputs, outputs, template.output_names, template.weights, template.name, template.opset,
+                 template.input_defaults, template.interface_types, template.domains)

@@ -26,8 +26,11 @@ batchnorm   (eps_pico,)                     inference batch norm, eps = eps_pico
 bn_scale    (eps_pico,)                     scale / sqrt(var + eps)          (folding batch norm)
 bn_shift    (eps_pico,)                     bias - mean * scale / sqrt(var + eps)
 noop        ()                              joins outputs (e-graph root only)
-opaque      (op_type, domain, attr_bytes, out_index, n_outputs)  any other ONNX operator;
-                                            attr_bytes: serialized AttributeProtos
+opaque      (op_type, domain, attr_bytes,       any other ONNX operator, carried exactly:
+             out_index, n_outputs, slots,   attr_bytes: serialized AttributeProtos (subgraphs included);
+             implicit)                      slots: per ONNX input position, the index into ``inputs``
+                                            (-1: an omitted optional input); implicit: the outer-scope
+                                            names its subgraphs read, fed by the trailing inputs
 ==========  ==============================  ======================================================
 """
 
@@ -78,9 +81,16 @@ def weight(name: str, shape: Iterable[int], dtype: str = "float32") -> Node:
 
 def opaque(op_type: str, inputs: Iterable[Node], shape: Iterable[int], dtype: str = "float32", *,
            domain: str = "", attr_bytes: tuple[bytes, ...] = (), out_index: int = 0,
-           n_outputs: int = 1) -> Node:
-    """An ONNX operator the optimizer has no rules for, carried unchanged."""
-    return Node("opaque", tuple(inputs), (op_type, domain, attr_bytes, out_index, n_outputs),
+           n_outputs: int = 1, slots: Iterable[int] | None = None, implicit: Iterable[str] = ()) -> Node:
+    """An ONNX operator the optimizer has no rules for, carried unchanged.
+
+    ``inputs`` are the present explicit inputs followed by one node per ``implicit`` name (the outer-scope
+    values the operator's subgraphs read), so that the DAG orders the operator after them. ``slots`` maps
+    each ONNX input position to an index into ``inputs`` (-1 for an omitted optional input); by default
+    every explicit input is present."""
+    ins, implicit = tuple(inputs), tuple(implicit)
+    slots = tuple(range(len(ins) - len(implicit))) if slots is None else tuple(int(k) for k in slots)
+    return Node("opaque", ins, (op_type, domain, attr_bytes, out_index, n_outputs, slots, implicit),
                 tuple(int(d) for d in shape), dtype)
 
 
@@ -117,6 +127,12 @@ class Graph:
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     name: str = "model"
     opset: int = 17
+    input_defaults: dict[str, np.ndarray] = field(default_factory=dict)
+    """overridable initializers: default values of inputs that are also initializers"""
+    interface_types: dict[str, bytes] = field(default_factory=dict)
+    """declared types (serialized onnx TypeProto) of inputs and outputs, written back unchanged on export"""
+    domains: dict[str, int] = field(default_factory=dict)
+    """opset versions of the non-default operator domains (custom operators) the model imports"""
 
     def nodes(self) -> list[Node]:
         return topo_order(self.outputs)

@@ -1,9 +1,13 @@
 """ONNX -> IR.
 
 Every static-shaped ONNX model (opset >= 13) imports: operators the rules know become IR operators
-(Conv bias, Gemm and broadcasting MatMul are decomposed into them), constant subgraphs (the
-Shape/Gather/Concat chains torch exports) are folded, Identity and Dropout are dropped, and every other
-operator is carried as an opaque node with its attributes and output shapes.
+(Conv bias, Gemm and broadcasting MatMul are decomposed into them), constant subgraphs (weight-only
+subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with onnxruntime (onnx's
+reference evaluator where onnxruntime cannot), Identity and Dropout are dropped, and every other operator
+(a custom domain, If/Loop/Scan, a node that cannot be folded) is carried as an opaque node with its
+attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
+read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model.
+Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
 """
 
 from __future__ import annotations
@@ -13,15 +17,21 @@ from typing import Mapping
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+import onnxruntime as ort
+from onnx import TensorProto, external_data_helper, helper, numpy_helper, shape_inference
 
 from . import ir
 from .errors import DynamicShapeError, InputError, ShapeError
 from .ir import Graph, Node
+from .onnx_io import as_path, is_large
+from .onnx_subgraphs import implicit_inputs
 from .shapes import SAME
 
 FLOAT_TYPES = {"float32", "float64", "float16"}
 MIN_OPSET = 13
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                              "Multinomial", "Bernoulli"})
+"""operators never folded to constants: each run of the model draws new values"""
 
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
@@ -32,16 +42,68 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if os.path.isdir(p):
         raise InputError(f"{p}: is a directory; give the path of an .onnx model")
     try:
-        model = onnx.load(p)
+        model = onnx.load(p, load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and others
         raise InputError(f"{p}: not a readable ONNX model ({type(exc).__name__}); is the file truncated or of another format?") from exc
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{p}: not an ONNX model (no graph found); is the file of another format?")
+    _load_external_data(model, p)
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
         raise InputError(f"{p}: invalid ONNX model: {str(exc).splitlines()[0]}") from exc
     return model
+
+
+def _load_external_data(model: onnx.ModelProto, path: str) -> None:
+    """Read the weights a model keeps in external files, naming any file that is missing."""
+    base = os.path.dirname(os.path.abspath(path))
+    tensors = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+    for t in tensors:
+        location = {e.key: e.value for e in t.external_data}.get("location", "")
+        full = os.path.normpath(os.path.join(base, location))
+        inside = not os.path.isabs(location) and os.path.commonpath([base, full]) == base
+        if inside and not os.path.isfile(full):
+            raise InputError(f"{path}: the external data file {location!r} (weights of tensor {t.name!r}) is missing; "
+                             f"put it in {base}, beside the model")
+    if tensors:
+        try:
+            external_data_helper.load_external_data_for_model(model, base)
+        except Exception as exc:
+            raise InputError(f"{path}: cannot read its external data: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+
+
+def _check_bfloat16(model: onnx.ModelProto) -> None:
+    """Refuse (exit 2) a bfloat16 model that onnxruntime cannot run or feed on CPU; the others import."""
+    g = model.graph
+    for kind, values in (("input", g.input), ("output", g.output)):
+        for v in values:
+            if v.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+                raise InputError(f"model {kind} {v.name!r} has dtype bfloat16, which onnxruntime cannot feed or return "
+                                 "from Python on CPU, so eqsat cannot verify the optimized model; convert the model's "
+                                 f"{kind}s to float32 or float16 (e.g. a Cast at the model's edge)")
+    bf16 = TensorProto.BFLOAT16
+    uses = any(t.data_type == bf16 for t in g.initializer) or \
+        any(v.type.tensor_type.elem_type == bf16 for v in g.value_info) or \
+        any(a.name == "to" and a.i == bf16 or a.type == onnx.AttributeProto.TENSOR and a.t.data_type == bf16
+            for n in g.node for a in n.attribute)
+    if not uses:
+        return
+    try:
+        _session(model)
+    except Exception as exc:
+        raise InputError(f"the model computes in bfloat16, which onnxruntime's CPU provider cannot run here "
+                         f"({str(exc).splitlines()[0]}); eqsat verifies every model in onnxruntime: convert the "
+                         "model to float32 or float16") from exc
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if is_large(model):
+        with as_path(model) as path:
+            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -53,10 +115,40 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
             shape = tuple(int(d) for d in dims.split(",")) if dims else ()
         except ValueError:
             shape = ()
-        if not sep or not name or not shape or any(d <= 0 for d in shape):
+        if not sep or not name or not shape:
             raise InputError(f"--input-shape {spec!r}: expected NAME=D1,D2,... with positive integers")
+        if any(d <= 0 for d in shape):
+            raise InputError(f"--input-shape {spec!r}: dimension {min(shape)} is not positive; every dimension "
+                             "must be at least 1 (eqsat cannot optimize empty or negative-size tensors)")
+        if name in out and out[name] != shape:
+            raise InputError(f"--input-shape {name} is given twice, as {out[name]} and {shape}; give it once")
         out[name] = shape
     return out
+
+
+def _dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """A sparse tensor (initializer or Constant) as a dense array."""
+    values = numpy_helper.to_array(sparse.values)
+    dense = np.zeros(tuple(sparse.dims), values.dtype)
+    indices = numpy_helper.to_array(sparse.indices) if sparse.HasField("indices") else np.zeros(0, np.int64)
+    if indices.ndim == 2:  # [NNZ, rank] coordinates
+        dense[tuple(indices.T)] = values
+    else:  # [NNZ] positions in the flattened tensor
+        dense.reshape(-1)[indices] = values
+    return dense
+
+
+_CONSTANT_DTYPES = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                    "value_ints": np.int64, "value_string": np.object_, "value_strings": np.object_}
+
+
+def _constant_value(attr: onnx.AttributeProto) -> np.ndarray:
+    """The value of a Constant node, whichever of its attributes holds it."""
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return _dense(attr.sparse_tensor)
+    return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES.get(attr.name))
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -73,6 +165,7 @@ class _Importer:
         self.consts: dict[str, np.ndarray] = {}
         self.weights: dict[str, np.ndarray] = {}
         self._names: set[str] = set()
+        self._runtime: dict[str, tuple[tuple[int, ...], str]] | None = None
 
     # -- helpers -------------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
@@ -85,7 +178,7 @@ class _Importer:
 
     def weight(self, array: np.ndarray, hint: str) -> Node:
         name = self._unique(hint)
-        arr = np.ascontiguousarray(array)
+        arr = np.asarray(array, order="C")
         self.weights[name] = arr
         return ir.weight(name, arr.shape, arr.dtype.name)
 
@@ -110,17 +203,19 @@ class _Importer:
         if self.opset < MIN_OPSET:
             raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
+        _check_bfloat16(self.model)
         for init in self.g.initializer:
             self.consts[init.name] = numpy_helper.to_array(init)
-        inputs = []
-        for vi in self.g.input:
-            if vi.name in self.consts:
-                continue
-            inputs.append(self._graph_input(vi))
-        unknown = set(self.input_shapes) - {i.name for i in inputs}
+        for sparse in self.g.sparse_initializer:
+            self.consts[sparse.values.name] = _dense(sparse)
+        input_names = [vi.name for vi in self.g.input if vi.name not in self.consts]
+        unknown = set(self.input_shapes) - set(input_names)
         if unknown:
             raise InputError(f"--input-shape names {sorted(unknown)}, which are not model inputs "
-                             f"(inputs: {[i.name for i in inputs]})")
+                             f"(inputs: {input_names})")
+        defaults = {vi.name: self.consts.pop(vi.name) for vi in self.g.input if vi.name in self.consts}
+        inputs = [self._default_input(vi.name, defaults[vi.name]) if vi.name in defaults else self._graph_input(vi)
+                  for vi in self.g.input]
         for node in self.g.node:
             self._node(node)
         outputs, names = [], []
@@ -129,8 +224,34 @@ class _Importer:
             outputs.append(self.value(vo.name))
         used = {n.name for n in ir.topo_order(outputs) if n.op == "weight"}
         weights = {k: v for k, v in self.weights.items() if k in used}
+        domains = {o.domain: o.version for o in self.model.opset_import if o.domain not in ("", "ai.onnx")}
         return Graph(tuple(inputs), tuple(outputs), tuple(names), weights,
-                     name=self.g.name or "model", opset=max(self.opset, 17))
+                     name=self.g.name or "model", opset=max(self.opset, 17), input_defaults=defaults,
+                     interface_types=self._interface_types(outputs), domains=domains)
+
+    def _default_input(self, name: str, default: np.ndarray) -> Node:
+        """An overridable initializer: a graph input with a default value (never folded into constants)."""
+        node = ir.input_(name, default.shape, default.dtype.name)
+        self._names.add(name)
+        self.values[name] = node
+        return node
+
+    def _interface_types(self, outputs: list[Node]) -> dict[str, bytes]:
+        """The declared types to write back: every input's (but those --input-shape fixed), and every
+        output's that agrees with the imported dtype and shape."""
+        types: dict[str, bytes] = {}
+        for vi in self.g.input:
+            if vi.name not in self.input_shapes and vi.type.HasField("tensor_type"):
+                types[vi.name] = vi.type.SerializeToString()
+        for vo, node in zip(self.g.output, outputs):
+            tt = vo.type.tensor_type
+            if not vo.type.HasField("tensor_type") or tt.elem_type != helper.np_dtype_to_tensor_dtype(np.dtype(node.dtype)):
+                continue
+            if tt.HasField("shape") and (len(tt.shape.dim) != len(node.shape) or any(
+                    d.HasField("dim_value") and d.dim_value != n for d, n in zip(tt.shape.dim, node.shape))):
+                continue
+            types[vo.name] = vo.type.SerializeToString()
+        return types
 
     def _graph_input(self, vi: onnx.ValueInfoProto) -> Node:
         tt = vi.type.tensor_type
@@ -140,6 +261,10 @@ class _Importer:
             if len(dims) != len(tt.shape.dim):
                 raise InputError(f"--input-shape {vi.name}: model input has rank {len(tt.shape.dim)}, "
                                  f"got {len(dims)} dimensions")
+            for k, (d, fixed) in enumerate(zip(tt.shape.dim, dims)):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != fixed:
+                    raise InputError(f"--input-shape {vi.name}={','.join(map(str, dims))}: dimension {k} of input "
+                                     f"{vi.name!r} is static ({d.dim_value}); only dynamic dimensions can be fixed")
         else:
             for d in tt.shape.dim:
                 if d.HasField("dim_value") and d.dim_value > 0:
@@ -159,25 +284,23 @@ class _Importer:
     # -- per node ------------------------------------------------------------------------------
     def _node(self, node: onnx.NodeProto) -> None:
         ins = [i for i in node.input]
-        if node.op_type == "Constant":
-            attr = node.attribute[0]
-            self.consts[node.output[0]] = numpy_helper.to_array(helper.get_attribute_value(attr)) \
-                if attr.type == onnx.AttributeProto.TENSOR else np.array(helper.get_attribute_value(attr))
+        implicit = implicit_inputs(node)
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            self.consts[node.output[0]] = _constant_value(node.attribute[0])
             return
         if node.op_type == "Shape" and ins[0] in self.values and node.domain in ("", "ai.onnx"):
             shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
             a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
             self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
             return
-        if ins and all((i == "" or i in self.consts) for i in ins) and node.domain in ("", "ai.onnx") \
-                and node.op_type not in ("RandomNormal", "RandomUniform"):
-            self._fold(node)
+        if any(ins + implicit) and all((i == "" or i in self.consts) for i in ins + implicit) \
+                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC and self._fold(node, implicit):
             return
-        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx"):
+        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0]:
             self.values[node.output[0]] = self.value(ins[0])
             return
         mapped = None
-        if node.domain in ("", "ai.onnx"):
+        if node.domain in ("", "ai.onnx") and not implicit:
             handler = getattr(self, f"_op_{node.op_type}", None)
             if handler is not None:
                 try:
@@ -185,33 +308,49 @@ class _Importer:
                 except ShapeError:
                     mapped = None
         if mapped is None:
-            self._opaque(node)
+            self._opaque(node, implicit)
         else:
             self.values[node.output[0]] = mapped
 
-    def _fold(self, node: onnx.NodeProto) -> None:
+    def _node_model(self, node: onnx.NodeProto, names: list[str], types: list[tuple[tuple[int, ...], str]],
+                    inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
+        """A one-node model of ``node`` whose inputs are ``names`` (explicit, then implicit inputs)."""
+        vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(d)), s)
+               for n, (s, d) in zip(names, types)]
+        graph = helper.make_graph([node], "node", vis, [onnx.ValueInfoProto(name=o) for o in node.output if o],
+                                  initializer=inits or [])
+        opsets = [helper.make_opsetid(o.domain, o.version) for o in self.model.opset_import]
+        return helper.make_model(graph, opset_imports=opsets, ir_version=self.model.ir_version or 8)
+
+    def _fold(self, node: onnx.NodeProto, implicit: list[str]) -> bool:
+        """Compute a node of constant inputs now (onnxruntime, else onnx's reference evaluator); False if
+        neither can, and the node is then carried as an opaque operator."""
         from onnx.reference import ReferenceEvaluator
 
-        inputs = [i for i in node.input if i]
-        graph = helper.make_graph(
-            [node], "fold",
-            [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(self.consts[i].dtype), self.consts[i].shape)
-             for i in inputs],
-            [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        names = list(dict.fromkeys([i for i in node.input if i] + implicit))
+        feeds = {n: self.consts[n] for n in names}
+        model = self._node_model(node, names, [(v.shape, v.dtype.name) for v in feeds.values()])
+        outs = [o for o in node.output if o]
         try:
-            results = ReferenceEvaluator(model).run(None, {i: self.consts[i] for i in inputs})
-        except Exception as exc:
-            raise InputError(f"cannot fold constant node {node.name or node.op_type} ({node.op_type}): {exc}") from exc
-        for name, val in zip([o for o in node.output if o], results):
+            results = _session(model).run(outs, feeds)
+        except Exception:  # noqa: BLE001 - a kernel onnxruntime lacks for these dtypes, ...
+            try:
+                results = ReferenceEvaluator(model).run(outs, feeds)
+            except Exception:  # noqa: BLE001 - neither can: carry the node
+                return False
+        for name, val in zip(outs, results):
             self.consts[name] = np.asarray(val)
+        return True
 
-    def _opaque(self, node: onnx.NodeProto) -> None:
-        ins = [self.value(i) for i in node.input if i]
-        if len(ins) != len(node.input):
-            raise InputError(f"node {node.name or node.op_type} ({node.op_type}) has an omitted optional input; "
-                             "eqsat cannot carry it")
-        shapes = self._infer_shapes(node, ins)
+    def _opaque(self, node: onnx.NodeProto, implicit: list[str]) -> None:
+        present = [i for i in node.input if i]
+        slots, k = [], 0
+        for name in node.input:
+            slots.append(k if name else -1)
+            k += bool(name)
+        names = present + implicit
+        ins = [self.value(i) for i in names]
+        shapes = self._infer_shapes(node, names, ins)
         attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
         outs = [o for o in node.output]
         for k, name in enumerate(outs):
@@ -219,24 +358,21 @@ class _Importer:
                 continue
             shape, dtype = shapes[k]
             self.values[name] = ir.opaque(node.op_type, ins, shape, dtype, domain=node.domain,
-                                          attr_bytes=attr_bytes, out_index=k, n_outputs=len(outs))
+                                          attr_bytes=attr_bytes, out_index=k, n_outputs=len(outs),
+                                          slots=slots, implicit=implicit)
 
-    def _infer_shapes(self, node: onnx.NodeProto, ins: list[Node]) -> list[tuple[tuple[int, ...], str]]:
-        vis, inits = [], []
-        for name, n in zip(node.input, ins):
-            if n.op == "weight" and n.name in self.weights and self.weights[n.name].dtype.kind in "iub":
-                inits.append(numpy_helper.from_array(self.weights[n.name], name))
-            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(n.dtype)), n.shape))
-        graph = helper.make_graph([node], "infer", vis, [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None)
-                                                         for o in node.output if o], initializer=inits)
-        opsets = [helper.make_opsetid(o.domain, o.version) for o in self.model.opset_import]
-        model = helper.make_model(graph, opset_imports=opsets)
+    def _infer_shapes(self, node: onnx.NodeProto, names: list[str], ins: list[Node]) -> list[tuple[tuple[int, ...], str]]:
+        """Static output shapes and dtypes: onnx shape inference on the node alone, else a run of the model."""
+        unique = dict(zip(names, ins))
+        inits = [numpy_helper.from_array(self.weights[n.name], name) for name, n in unique.items()
+                 if n.op == "weight" and n.name in self.weights and self.weights[n.name].dtype.kind in "iub"]
+        model = self._node_model(node, list(unique), [(n.shape, n.dtype) for n in unique.values()], inits)
+        found: dict[str, onnx.ValueInfoProto] = {}
         try:
             inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-        except Exception as exc:
-            raise InputError(f"cannot infer the output shape of {node.op_type} node {node.name!r}: {exc}") from exc
-        found = {v.name: v for v in inferred.graph.output}
-        found.update({v.name: v for v in inferred.graph.value_info})
+            found = {v.name: v for v in list(inferred.graph.output) + list(inferred.graph.value_info)}
+        except Exception:  # noqa: BLE001 - the run below gives the shapes, or names the problem
+            pass
         result = []
         for o in node.output:
             if not o:
@@ -244,11 +380,53 @@ class _Importer:
                 continue
             v = found.get(o)
             tt = v.type.tensor_type if v is not None else None
-            if tt is None or not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
-                raise DynamicShapeError(f"output {o!r} of {node.op_type} node {node.name!r} has no static shape; "
-                                        "fix the model's input shapes with --input-shape NAME=D1,D2,...")
-            result.append((tuple(d.dim_value for d in tt.shape.dim), _dtype_name(tt.elem_type)))
+            if tt is None or not tt.elem_type or not tt.HasField("shape") \
+                    or any(not d.HasField("dim_value") for d in tt.shape.dim):
+                result.append(self._runtime_type(node, o))
+            else:
+                result.append((tuple(d.dim_value for d in tt.shape.dim), _dtype_name(tt.elem_type)))
         return result
+
+    def _runtime_type(self, node: onnx.NodeProto, value: str) -> tuple[tuple[int, ...], str]:
+        """Shape and dtype of ``value`` from one onnxruntime run of the whole model (every value exposed),
+        for operators onnx's shape inference cannot type (custom domains, Loop outputs)."""
+        if self._runtime is None:
+            self._runtime = self._run_all(node)
+        if value not in self._runtime:
+            raise InputError(f"{node.op_type} node {node.name!r}: onnxruntime gave no value for its output {value!r}")
+        return self._runtime[value]
+
+    def _run_all(self, node: onnx.NodeProto) -> dict[str, tuple[tuple[int, ...], str]]:
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        g = model.graph
+        for vi in g.input:
+            if vi.name in self.input_shapes:
+                for d, n in zip(vi.type.tensor_type.shape.dim, self.input_shapes[vi.name]):
+                    d.Clear()
+                    d.dim_value = n
+        known = {o.name for o in g.output}
+        g.output.extend(onnx.ValueInfoProto(name=o) for n in g.node for o in n.output if o and o not in known)
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for vi in self.g.input:
+            n = self.values.get(vi.name)
+            if n is None or n.op != "input" or vi.name in {t.name for t in self.g.initializer}:
+                continue
+            dt = np.dtype(n.dtype)
+            feeds[vi.name] = rng.standard_normal(n.shape).astype(dt) if dt.kind == "f" else \
+                np.ones(n.shape, dt) if dt.kind == "b" else np.zeros(n.shape, dt)
+        try:
+            sess = _session(model)
+            names = [o.name for o in sess.get_outputs()]
+            return {k: (tuple(int(d) for d in np.shape(v)), np.asarray(v).dtype.name)
+                    for k, v in zip(names, sess.run(names, feeds))}
+        except Exception as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(
+                f"{node.op_type} node {node.name!r} (domain {node.domain or 'ai.onnx'}): onnx shape inference cannot "
+                f"give its output shapes, and onnxruntime cannot run the model ({reason}); eqsat needs every value's "
+                "shape and verifies in onnxruntime, so it cannot optimize this model") from exc
 
     # -- operators the rules know ----------------------------------------------------------------
     @staticmethod

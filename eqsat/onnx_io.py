@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import tempfile
-from typing import Iterator
+import threading
+from typing import Callable, Iterator
 
 import onnx
 
@@ -53,11 +56,89 @@ def check(model: onnx.ModelProto) -> None:
 
 def write_atomic(model: onnx.ModelProto, path: str) -> None:
     """Write ``model`` to ``path`` through temporary files and renames: a failure leaves ``path`` as it was."""
-    parent = os.path.dirname(os.path.abspath(path))
-    with tempfile.TemporaryDirectory(dir=parent, prefix=".eqsat-") as tmp:
-        staged = os.path.join(tmp, os.path.basename(path))
+    write_together(model, path, {})
+
+
+def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes]) -> None:
+    """Write ``model`` to ``path`` and each ``others`` file (e.g. the JSON report): all are replaced, or none.
+
+    Everything is first staged in ``.eqsat-*`` folders beside the targets, then renamed into place with SIGINT
+    and SIGTERM held back; if a rename fails, or an interrupt arrived meanwhile, the files already replaced get
+    their old contents back (or are removed if they did not exist) before the error or interrupt goes on. The
+    staged folders are removed in every case. Symbolic links are written through (their target is replaced).
+    """
+    with contextlib.ExitStack() as stack:
+        stages: dict[str, str] = {}
+
+        def stage_for(target: str) -> str:
+            parent = os.path.dirname(target)
+            if parent not in stages:
+                stages[parent] = stack.enter_context(tempfile.TemporaryDirectory(dir=parent, prefix=".eqsat-"))
+            return stages[parent]
+
+        target = os.path.realpath(path)
+        model_dir = os.path.join(stage_for(target), "model")  # own folder: the name must stay (external data)
+        os.mkdir(model_dir)
+        staged = os.path.join(model_dir, os.path.basename(target))
         save(model, staged)
-        data = staged + ".data"
-        if os.path.exists(data):
-            os.replace(data, path + ".data")
-        os.replace(staged, path)
+        pairs = [(staged, target)]
+        if os.path.exists(staged + ".data"):
+            pairs.insert(0, (staged + ".data", target + ".data"))
+        for other, data in others.items():
+            real = os.path.realpath(other)
+            staged_other = os.path.join(stage_for(real), "other-" + os.path.basename(real))
+            with open(staged_other, "wb") as f:
+                f.write(data)
+            pairs.append((staged_other, real))
+        with _signals_held() as interrupted:
+            done = _replace_all(pairs, stage_for)
+            if interrupted():
+                _restore(done)
+
+
+def _replace_all(pairs: list[tuple[str, str]], stage_for) -> list[tuple[str, str | None]]:
+    """Rename each staged file onto its target, keeping a hard link (or copy) of the old one in the stage;
+    on any failure restore what was replaced and re-raise. Returns (target, backup or None) per file."""
+    done: list[tuple[str, str | None]] = []
+    try:
+        for staged, target in pairs:
+            backup = None
+            if os.path.lexists(target):
+                backup = os.path.join(stage_for(target), "backup-" + str(len(done)))
+                try:
+                    os.link(target, backup)
+                except OSError:
+                    shutil.copy2(target, backup)
+            os.replace(staged, target)
+            done.append((target, backup))
+    except BaseException:
+        _restore(done)
+        raise
+    return done
+
+
+def _restore(done: list[tuple[str, str | None]]) -> None:
+    for target, backup in reversed(done):
+        if backup is None:
+            os.unlink(target)
+        else:
+            os.replace(backup, target)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[Callable[[], bool]]:
+    """Hold back SIGINT and SIGTERM: they are noted, and passed on to the previous handlers on exit (a Ctrl-C
+    then raises KeyboardInterrupt). Yields a function telling whether one arrived meanwhile."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield lambda: False
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(caught)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            signal.raise_signal(caught[0])

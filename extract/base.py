@@ -28,6 +28,8 @@ class Extraction:
     estimate: float | None = None
     """the extractor's own cost of the roots (tree cost, constituent cost, ...), what Table 1 reports"""
     notes: list[str] = field(default_factory=list)
+    used_warm_start: bool = False
+    """the ILP returned its warm start (greedy-dag's program) because SCIP found nothing better in time"""
 
 
 def chosen_classes(snap: Snapshot, choice: dict[int, int]) -> list[int]:

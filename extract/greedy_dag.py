@@ -3,8 +3,13 @@
 Each e-class keeps the set of e-classes its best sub-DAG uses (a dict class -> own cost of the node
 chosen there), so a shared subgraph is counted once however many paths reach it. On an e-graph with
 one node per class this is the exact DAG cost; a node whose children's sub-DAGs contain its own class
-would close a cycle and is never chosen, so the result is always acyclic. A worklist re-evaluates only
+would close a cycle and is not chosen (a cycle that stale sets, below, still let through is broken by
+``cycles.without_cycles``). A worklist re-evaluates only
 the parents of classes whose cost improved.
+
+A parent's stored set is a snapshot: when a child class later switches to a cheaper e-node, the parent
+is re-evaluated but keeps its old set unless the new one is cheaper, so the sets can go stale. The
+returned choice is therefore costed afresh: ``estimate`` is the DAG cost of the program returned.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ from .cycles import without_cycles
 
 def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
     t = time.perf_counter()
-    choice, estimate = without_cycles(snap, lambda banned: _choice(snap, costs, banned))
-    return finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag", estimate=estimate)
+    choice, _ = without_cycles(snap, lambda banned: (_choice(snap, costs, banned), math.nan))
+    result = finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag")
+    result.estimate = result.dag_cost
+    return result
 
 
-def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tuple[dict[int, int], float]:
+def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[int, int]:
     nclass = snap.num_classes
     best = [math.inf] * nclass
     sets: list[dict[int, float] | None] = [None] * nclass
@@ -65,7 +72,4 @@ def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tuple[d
                 if p not in queued:
                     queued.add(p)
                     queue.append(p)
-    union: dict[int, float] = {}
-    for r in snap.roots:
-        union.update(sets[r] or {})
-    return choice, float(sum(union.values()))
+    return choice

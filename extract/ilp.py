@@ -8,20 +8,25 @@ Formulation (TENSAT's, SPEC section 4), over the classes reachable from the root
   component of the class graph, so integer order variables ``t_m in [0, |SCC|-1]`` exist only for classes
   in non-trivial SCCs and ``t_g(i) - t_m + |SCC| (1 - x_i) >= 1`` only for edges inside an SCC.
   Self-loops are fixed to 0. An acyclic e-graph (every initial program) gets no order constraints.
-* Warm start from the greedy-dag solution; a time limit; the solution read by rounding; on timeout the
-  best incumbent and its gap, or the greedy solution with a note if SCIP found none.
+* Warm start from the greedy-dag solution, checked feasible (order values rank each SCC's chosen classes
+  children first); a time limit; the solution read by rounding; on timeout the best incumbent and its
+  gap. The result is never dearer than the warm start: if SCIP found nothing or something dearer, the
+  warm start is returned with ``used_warm_start`` set and a note.
+* Ctrl-C while SCIP solves (SCIP catches SIGINT, status ``userinterrupt``) raises KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from eqsat.egraph import Snapshot
 
 from . import greedy_dag
-from .base import Extraction, chosen_classes, finish
+from .base import Extraction, ExtractionError, chosen_classes, finish
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +77,25 @@ def _sccs(n: int, succ: list[set[int]]) -> list[int]:
     return comp
 
 
-def extract(snap: Snapshot, costs: Sequence[float], *, time_limit: float = 60.0, warm_start: Extraction | None = None,
-            log_file: str | None = None, **_: object) -> Extraction:
+@dataclass
+class IlpModel:
+    """The SCIP model of one extraction and the handles needed to seed and read it."""
+
+    model: Any
+    x: dict[int, Any]
+    """e-node -> its binary pick variable"""
+    order: dict[int, Any]
+    """class -> its integer order variable (classes in non-trivial SCCs only)"""
+    component: dict[int, int]
+    """class -> its SCC id (classes in non-trivial SCCs only)"""
+    reach: list[int]
+
+
+def build_model(snap: Snapshot, costs: Sequence[float], time_limit: float = 60.0,
+                log_file: str | None = None) -> IlpModel:
+    """The ILP of the module docstring over the classes reachable from the roots."""
     from pyscipopt import Model, quicksum
 
-    t0 = time.perf_counter()
-    if warm_start is None:
-        warm_start = greedy_dag.extract(snap, costs)
     reach = snap.reachable()
     classes = set(reach)
     succ: dict[int, set[int]] = {c: set() for c in reach}
@@ -90,6 +107,7 @@ def extract(snap: Snapshot, costs: Sequence[float], *, time_limit: float = 60.0,
     comp_size: dict[int, int] = {}
     for k in comp:
         comp_size[k] = comp_size.get(k, 0) + 1
+    component = {c: comp[index[c]] for c in reach if comp_size[comp[index[c]]] > 1}
 
     m = Model("extract")
     m.hideOutput()
@@ -103,11 +121,7 @@ def extract(snap: Snapshot, costs: Sequence[float], *, time_limit: float = 60.0,
             e = snap.nodes[n]
             ub = 0.0 if c in e.children or any(ch not in classes for ch in e.children) else 1.0
             x[n] = m.addVar(vtype="B", name=f"x{n}", ub=ub, obj=float(costs[n]))
-    order = {}
-    for c in reach:
-        k = comp[index[c]]
-        if comp_size[k] > 1:
-            order[c] = m.addVar(vtype="I", lb=0, ub=comp_size[k] - 1, name=f"t{c}")
+    order = {c: m.addVar(vtype="I", lb=0, ub=comp_size[k] - 1, name=f"t{c}") for c, k in component.items()}
     for r in dict.fromkeys(snap.roots):
         m.addCons(quicksum(x[n] for n in snap.classes[r]) >= 1, name=f"root{r}")
     for c in reach:
@@ -116,39 +130,93 @@ def extract(snap: Snapshot, costs: Sequence[float], *, time_limit: float = 60.0,
                 if ch == c:
                     continue
                 m.addCons(quicksum(x[j] for j in snap.classes[ch]) >= x[n])
-                if c in order and ch in order and comp[index[c]] == comp[index[ch]]:
-                    big = comp_size[comp[index[c]]]
+                if c in component and component.get(ch) == component[c]:
+                    big = comp_size[component[c]]
                     m.addCons(order[c] - order[ch] + big * (1 - x[n]) >= 1)
     m.setMinimize()
-    if warm_start is not None:
-        sol = m.createSol()
-        picked = set(warm_start.choice.values())
-        for n, var in x.items():
-            m.setSolVal(sol, var, 1.0 if n in picked else 0.0)
-        position = {c: i for i, c in enumerate(chosen_classes(snap, warm_start.choice))}
-        for c, var in order.items():
-            k = comp_size[comp[index[c]]]
-            m.setSolVal(sol, var, float(min(position.get(c, 0), k - 1)))
+    return IlpModel(m, x, order, component, reach)
+
+
+def warm_start_solution(ilp: IlpModel, snap: Snapshot, choice: dict[int, int]):
+    """A SCIP solution for an acyclic ``choice``: its nodes picked, and order values that rank the chosen
+    classes of each SCC children first (0, 1, 2, ... in a post-order of the chosen program), so every
+    picked edge inside an SCC has ``t_parent - t_child >= 1``. Unchosen classes get 0 (their constraints
+    are relaxed by the big-M term)."""
+    m = ilp.model
+    sol = m.createSol()
+    picked = {choice[c] for c in chosen_classes(snap, choice)}
+    for n, var in ilp.x.items():
+        m.setSolVal(sol, var, 1.0 if n in picked else 0.0)
+    rank: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for c in chosen_classes(snap, choice):
+        k = ilp.component.get(c)
+        if k is not None:
+            rank[c] = used.get(k, 0)
+            used[k] = rank[c] + 1
+    for c, var in ilp.order.items():
+        m.setSolVal(sol, var, float(rank.get(c, 0)))
+    return sol
+
+
+def _gap(primal: float, dual: float) -> float:
+    """SCIP's gap: |primal - dual| / min(|primal|, |dual|), 0 when equal, inf when the minimum is 0."""
+    if abs(primal - dual) <= 1e-9 * max(1.0, abs(primal)):
+        return 0.0
+    low = min(abs(primal), abs(dual))
+    return abs(primal - dual) / low if low > 0 else math.inf
+
+
+def extract(snap: Snapshot, costs: Sequence[float], *, time_limit: float = 60.0, warm_start: Extraction | None = None,
+            log_file: str | None = None, **_: object) -> Extraction:
+    """Solve the ILP; never return a program dearer than the warm start (greedy-dag's unless given).
+
+    Raises KeyboardInterrupt when SCIP stops because of Ctrl-C (SCIP catches SIGINT itself while solving).
+    """
+    t0 = time.perf_counter()
+    notes: list[str] = []
+    if warm_start is None:
         try:
+            warm_start = greedy_dag.extract(snap, costs)
+        except ExtractionError as exc:  # its cycle breaking can fail where an acyclic program exists
+            notes.append(f"no greedy-dag warm start: {exc}")
+    ilp = build_model(snap, costs, time_limit, log_file)
+    m = ilp.model
+    if warm_start is not None:
+        sol = warm_start_solution(ilp, snap, warm_start.choice)
+        if m.checkSol(sol, printreason=False):
             m.addSol(sol, free=True)
-        except Exception as exc:  # an infeasible hint is only a lost head start
-            log.debug("warm start rejected: %s", exc)
+        else:  # a bug, not an expected case: say so, and still return the warm start if SCIP does worse
+            notes.append("SCIP rejected the warm start as infeasible")
+            log.warning("SCIP rejected the greedy-dag warm start as infeasible")
     m.optimize()
     status = m.getStatus()
-    notes: list[str] = []
+    if status == "userinterrupt":
+        raise KeyboardInterrupt("the ILP extraction was interrupted (SCIP stopped on Ctrl-C)")
+
+    def keep_warm_start(why: str) -> Extraction:
+        if warm_start is None:
+            raise ExtractionError(f"{why} and there is no warm start to fall back on: the roots have no acyclic "
+                                  "program, or give the ILP a longer time limit (--ilp-time-limit)")
+        notes.append(f"{why}; kept the greedy-dag warm start (DAG cost {warm_start.dag_cost:.6g})")
+        gap = _gap(warm_start.dag_cost, m.getDualbound())
+        return finish(snap, warm_start.choice, costs, time.perf_counter() - t0, "ilp", optimal=gap == 0.0, gap=gap,
+                      notes=notes, estimate=warm_start.dag_cost, used_warm_start=True)
+
     if m.getNSols() == 0:
-        notes.append(f"SCIP found no solution ({status}); returning the greedy-dag solution")
-        result = warm_start
-        return finish(snap, result.choice, costs, time.perf_counter() - t0, "ilp", optimal=False, gap=None, notes=notes)
+        return keep_warm_start(f"SCIP found no solution ({status})")
     best = m.getBestSol()
     choice: dict[int, int] = {}
-    for c in reach:
-        picked = [n for n in snap.classes[c] if round(m.getSolVal(best, x[n])) == 1]
+    for c in ilp.reach:
+        picked = [n for n in snap.classes[c] if round(m.getSolVal(best, ilp.x[n])) == 1]
         if picked:
             choice[c] = min(picked, key=lambda n: costs[n])
-    optimal = status == "optimal"
-    gap = 0.0 if optimal else float(m.getGap())
-    if not optimal:
-        notes.append(f"SCIP stopped with status {status}, gap {gap:.3%}")
-    return finish(snap, choice, costs, time.perf_counter() - t0, "ilp", optimal=optimal, gap=gap, notes=notes,
-                  estimate=float(m.getSolObjVal(best)))
+    result = finish(snap, choice, costs, time.perf_counter() - t0, "ilp", estimate=float(m.getSolObjVal(best)))
+    if warm_start is not None and result.dag_cost > warm_start.dag_cost + 1e-9 * max(1.0, abs(warm_start.dag_cost)):
+        return keep_warm_start(f"SCIP's best program (DAG cost {result.dag_cost:.6g}, status {status}) is dearer")
+    result.optimal = status == "optimal"
+    result.gap = 0.0 if result.optimal else float(m.getGap())
+    if not result.optimal:
+        notes.append(f"SCIP stopped with status {status}, gap {result.gap:.3%}")
+    result.notes = notes
+    return result

@@ -10,7 +10,7 @@ from eqsat.errors import InputError
 from eqsat.rules import all_rules
 
 from .baselines import random_order, tensat
-from .env import Env, SearchConfig, SearchReport, Step
+from .env import Env, SearchConfig, SearchReport, Step, StopReason
 from .search import MCTS
 
 
@@ -42,4 +42,5 @@ def run_scheduler(egraph: EGraph, graph, config, cost_model, progress=None, nasr
     return out
 
 
-__all__ = ["Env", "MCTS", "SCHEDULERS", "SearchConfig", "SearchReport", "Step", "run_scheduler", "search_config"]
+__all__ = ["Env", "MCTS", "SCHEDULERS", "SearchConfig", "SearchReport", "Step", "StopReason", "run_scheduler",
+           "search_config"]

@@ -4,6 +4,9 @@
   ``k_multi`` iterations (TENSAT's schedule, SPEC section 9), until nothing changes, the node limit is
   reached, or the iteration/time limit.
 * ``random``: uniformly random rules (seeded) until the node limit, saturation, or the time limit.
+
+Every step goes through ``Env.apply``: the node limit is checked on the e-graph it gives, rolled back
+when passed.
 """
 
 from __future__ import annotations
@@ -12,27 +15,28 @@ import random
 import time
 from typing import Callable
 
-from .env import Env, SearchConfig, SearchReport, Step
+from .env import Env, SearchConfig, SearchReport, Step, StopReason
 
 
 def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None) -> SearchReport:
     say = progress or (lambda _m: None)
     start = time.perf_counter()
     cost = env.cost(("tensat", 0))
-    report = SearchReport("saturated", initial_cost=cost, best_cost=cost)
+    report = SearchReport(StopReason.STEP_LIMIT, initial_cost=cost, best_cost=cost)
     rules = env.engine.rules
     singles = [a for a in env.actions if rules[a].kind == "single"]
     multis = [a for a in env.actions if rules[a].kind == "multi"]
     for it in range(config.max_iterations):
         t = time.perf_counter()
-        changed = False
+        changed = refused = timed_out = False
         for name in singles + (multis if it < config.k_multi else []):
             step = env.apply(name)
+            refused |= step.refused
             if step.changed:
                 changed = True
                 report.steps.append(Step(name, 0.0, float("nan"), step.enodes, step.seconds))
             if time.perf_counter() - start > config.time_limit:
-                report.stop_reason = "time limit"
+                timed_out = True
                 break
         new_cost = env.cost(("tensat", it + 1))
         if report.steps:
@@ -41,49 +45,53 @@ def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | Non
         cost = new_cost
         report.best_cost = min(report.best_cost, cost)
         say(f"iteration {it + 1}: {env.size()} e-nodes, estimated {cost:.1f} us ({time.perf_counter() - t:.2f}s)")
-        if report.stop_reason == "time limit":
+        if timed_out:
+            report.stop_reason = StopReason.TIME_LIMIT
             break
         if env.full():
-            report.stop_reason = "node limit"
+            report.stop_reason = StopReason.NODE_LIMIT
             break
-        if not changed:
-            report.stop_reason = "saturated"
+        if not changed:  # of the rules this iteration's schedule runs
+            report.stop_reason = StopReason.NODE_LIMIT if refused else StopReason.SATURATED
             break
-    else:
-        report.stop_reason = "iteration limit"
     report.seconds = time.perf_counter() - start
     return report
 
 
 def random_order(env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None) -> SearchReport:
+    """Uniformly random live rules; a rule that changes nothing (or that the node limit refuses) leaves the
+    live set until the next change. Stops when none is left: saturated, or the node limit if it refused one."""
     say = progress or (lambda _m: None)
     rng = random.Random(config.seed)
     start = time.perf_counter()
     cost = env.cost(("random", 0))
-    report = SearchReport("saturated", initial_cost=cost, best_cost=cost)
-    live = env.live_actions()
-    for _ in range(config.max_iterations):
+    report = SearchReport(StopReason.STEP_LIMIT, initial_cost=cost, best_cost=cost)
+    path: tuple[str, ...] = ()
+    live = env.live_actions(path)
+    refused = False
+    while len(report.steps) < config.max_iterations:
         if not live:
-            report.stop_reason = "saturated"
+            report.stop_reason = StopReason.NODE_LIMIT if refused else StopReason.SATURATED
             break
         name = rng.choice(live)
-        step = env.apply(name)
+        step = env.apply(name, path)
         if not step.changed:
+            refused |= step.refused
             live.remove(name)
             continue
+        path += (name,)
+        refused = False
         new_cost = env.cost(("random", len(report.steps) + 1))
         report.steps.append(Step(name, max(cost - new_cost, 0.0), new_cost, step.enodes, step.seconds))
         cost = new_cost
         report.best_cost = min(report.best_cost, cost)
         say(f"step {len(report.steps)}: {name} -> {step.enodes} e-nodes, estimated {cost:.1f} us")
-        live = env.live_actions()
         if env.full():
-            report.stop_reason = "node limit"
+            report.stop_reason = StopReason.NODE_LIMIT
             break
         if time.perf_counter() - start > config.time_limit:
-            report.stop_reason = "time limit"
+            report.stop_reason = StopReason.TIME_LIMIT
             break
-    else:
-        report.stop_reason = "iteration limit"
+        live = env.live_actions(path)
     report.seconds = time.perf_counter() - start
     return report

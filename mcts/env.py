@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from eqsat.cost import node_costs
 from eqsat.egraph import EGraph
@@ -46,9 +47,25 @@ class Step:
     simulations: int = 0
 
 
+class StopReason(StrEnum):
+    """Why a search ended; reports carry the value (a plain string)."""
+
+    SATURATED = "saturated"
+    """no action changes the e-graph any more"""
+    NODE_LIMIT = "node_limit"
+    """the e-graph reached the node limit, or the limit refused every rule that still changes it"""
+    TIME_LIMIT = "time_limit"
+    STEP_LIMIT = "step_limit"
+    """``max_iterations`` real steps (TENSAT: iterations) were taken"""
+    BUDGET = "budget"
+    """MCTS had no simulation budget (budget 0), so it could not plan a step"""
+    NO_SEARCH = "no_search"
+    """no scheduler ran (``--scheduler none``)"""
+
+
 @dataclass
 class SearchReport:
-    stop_reason: str
+    stop_reason: StopReason
     steps: list[Step] = field(default_factory=list)
     initial_cost: float = 0.0
     best_cost: float = 0.0
@@ -62,7 +79,7 @@ class SearchReport:
         return counts
 
     def to_json(self) -> dict:
-        return {"stop_reason": self.stop_reason, "rules_applied": self.rules_applied(),
+        return {"stop_reason": StopReason(self.stop_reason).value, "rules_applied": self.rules_applied(),
                 "steps": [s.__dict__ for s in self.steps], "search": {
                     "initial_cost": self.initial_cost, "best_cost": self.best_cost, "seconds": self.seconds,
                     "simulations": self.simulations}}
@@ -79,7 +96,9 @@ class Env:
         self.config = config
         self._cost_cache: dict[tuple, float] = {}
         self._matches: dict[tuple, dict[str, int]] = {}
+        """rule path -> match counts of every rule there (probe_all)"""
         self._fits: dict[tuple, bool] = {}
+        """(rule path, rule) -> whether the state the rule gives there fits the node limit"""
         self.extractions = 0
         self.extract_seconds = 0.0
 
@@ -87,32 +106,32 @@ class Env:
         return self.egraph.size().enodes
 
     def apply(self, rule: str, key: tuple | None = None) -> StepReport:
-        """Apply ``rule`` under the node-limit guard; ``key`` (the rule path of the current state) lets
-        match counts and the guard's verdict be remembered, so replaying a path neither probes nor tries
-        the rule again."""
+        """A real step: apply ``rule`` to the e-graph the final extraction sees. The node limit is checked on
+        the e-graph the rule gives, which is rolled back when it passes the limit (``report.refused``).
+        ``key`` (the rule path of the current state) lets a known match count spare the probe."""
         known = self._matches.get(key) if key is not None else None
         matches = known.get(rule) if known is not None else None
-        if matches is None and key is not None:
-            matches = self.engine.probe(rule)
-            self._matches.setdefault(key, {})[rule] = matches
-        verdict = self._fits.get((key, rule)) if key is not None else None
+        return self.engine.apply(rule, node_limit=self.config.node_limit, matches=matches)
+
+    def apply_simulated(self, rule: str, key: tuple, remember: bool = True) -> StepReport:
+        """Apply ``rule`` inside an MCTS simulation's push, which the caller pops when the result passes the
+        node limit (``report.refused``, or ``report.enodes`` past the limit); no push of its own.
+
+        ``key`` is the rule path of the current state: the limit's verdict on (state, rule) is remembered, so
+        replaying a path neither probes nor tries a refused rule again (the e-graph is a function of the
+        path), and known match counts spare the probe. Rollouts, whose states are never replayed, pass
+        ``remember=False``."""
+        verdict = self._fits.get((key, rule))
         if verdict is False:
-            return StepReport(rule, False, matches or 0, self.size(), 0.0, skipped="node limit (known)")
-        limit = None if verdict else self.config.node_limit
-        report = self.engine.apply(rule, node_limit=limit, matches=matches)
-        if key is not None and (report.changed or report.skipped):
-            self._fits[(key, rule)] = report.skipped is None
+            return StepReport(rule, False, 0, self.size(), 0.0, skipped="node limit (known)", refused=True)
+        if verdict:
+            return self.engine.apply(rule)
+        known = self._matches.get(key)
+        matches = known.get(rule) if known is not None else None
+        report = self.engine.apply(rule, node_limit=self.config.node_limit, matches=matches, rollback=False)
+        if remember and (report.changed or report.refused):
+            self._fits[(key, rule)] = not report.refused
         return report
-
-    def apply_in_rollout(self, rule: str, key: tuple) -> StepReport:
-        """Apply ``rule`` inside a simulation's push, where an over-limit state is simply abandoned.
-
-        Single-pattern rules (at most one match per e-node, so bounded growth) run without a probe or a
-        trial; the caller ends the rollout when the result passes the limit. Multi-pattern rules, which can
-        grow quadratically, keep the full guard."""
-        if self.engine.rules[rule].kind == "multi":
-            return self.apply(rule, key)
-        return self.engine.apply(rule)
 
     def full(self) -> bool:
         return self.size() >= self.config.node_limit

@@ -4,9 +4,13 @@ A tree node is the e-graph after its path of rules from the current real e-graph
 pushes the e-graph, replays the selected path (selection with the 50% stop rule and UCB1), expands one
 untried unpruned action, runs a random rollout of up to ``depth + 1`` steps, backs the discounted
 return up the path, and pops. After ``budget`` simulations the root child with the best mean value is
-applied for real. Rewards are decreases of the main extractor's cost, never negative; costs are cached
-by rule path (the e-graph is a deterministic function of it), and every random choice comes from one
-seeded generator, so the same seed gives the same search.
+applied for real; if every root child tried so far changed nothing, the untried root actions are tried
+too, so that the search stops as saturated only when no action changes the e-graph. The node limit is
+checked on the e-graph after every step, simulated (the simulation ends there, its pop discards the
+state, and the action is never chosen again from that state) or real (rolled back: ``Env.apply``).
+Rewards are decreases of the main extractor's cost, never negative; costs are cached by rule path (the
+e-graph is a deterministic function of it), and every random choice comes from one seeded generator, so
+the same seed gives the same search.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .env import Env, SearchConfig, SearchReport, Step
+from .env import Env, SearchConfig, SearchReport, Step, StopReason
 
 
 @dataclass(eq=False)
@@ -29,7 +33,9 @@ class TreeNode:
     visits: int = 0
     value: float = 0.0
     saturated: bool = False
-    """the action changed nothing: never selected again"""
+    """the action changed nothing (or the node limit refused it): never selected again"""
+    refused: bool = False
+    """the node limit refused the action here: it would change the e-graph past the limit"""
     terminal: bool = False
     """the e-graph reached the node limit here"""
     enodes: int = 0
@@ -56,14 +62,15 @@ class MCTS:
         self.unit = 1.0
 
     # -- one simulation ------------------------------------------------------------------------------
-    def _apply(self, node_path: list[str], action: str) -> tuple[bool, float, bool]:
-        """Apply ``action`` on top of the current (replayed) state: (changed, cost, full)."""
+    def _apply(self, node_path: list[str], action: str) -> tuple[bool, float, bool, bool]:
+        """Apply ``action`` on top of the current (replayed) state, inside the simulation's push:
+        (changed, cost, full, refused by the node limit; the simulation then ends and pops)."""
         state = tuple(self.real_path + node_path)
-        report = self.env.apply(action, state)
-        if not report.changed:
-            return False, math.nan, self.env.full()
+        report = self.env.apply_simulated(action, state)
+        if not report.changed or report.enodes > self.config.node_limit:
+            return False, math.nan, self.env.full(), report.changed or report.refused
         key = tuple(self.real_path + node_path + [action])
-        return True, self.env.cost(key), self.env.full()
+        return True, self.env.cost(key), self.env.full(), False
 
     def _expand_actions(self, node: TreeNode, path: list[str]) -> None:
         if node.untried is None:
@@ -83,11 +90,11 @@ class MCTS:
                 can_expand = bool(node.untried)
                 if can_expand and (not open_children or node is root or rng.random() < cfg.stop_probability):
                     action = node.untried.pop(rng.randrange(len(node.untried)))  # type: ignore[union-attr]
-                    changed, cost, full = self._apply(path, action)
+                    changed, cost, full, refused = self._apply(path, action)
                     child = TreeNode(action, node)
                     node.children[action] = child
                     if not changed:
-                        child.saturated = True
+                        child.saturated, child.refused = True, refused
                         child.cost = node.cost
                         self._backup(child, 0.0)
                         return True
@@ -103,7 +110,10 @@ class MCTS:
                         return False
                     break
                 node = self._ucb(node, open_children)
-                changed, _cost, _full = self._apply(path, node.action)  # type: ignore[arg-type]
+                changed, _cost, _full, refused = self._apply(path, node.action)  # type: ignore[arg-type]
+                if not changed:  # a replay that no longer fits (the e-graph is a function of the path: never)
+                    node.saturated, node.refused = True, refused
+                    return True
                 path.append(node.action)  # type: ignore[arg-type]
             ret = 0.0 if node.terminal else self._rollout(node, path)
             self._backup(node, ret)
@@ -127,15 +137,16 @@ class MCTS:
     def _rollout(self, node: TreeNode, path: list[str]) -> float:
         """Random rule applications from ``node``; the discounted sum of their (non-negative) cost decreases.
 
-        Actions are drawn uniformly from all rules, as in the paper; the rollout ends at the first step
-        whose result passes the node limit (that state earns nothing)."""
+        Actions are drawn uniformly from all rules, as in the paper; the node limit is checked on the e-graph
+        after each step, and the rollout ends at the first step whose result passes it (that state earns
+        nothing; the simulation's pop discards it)."""
         env, cfg = self.env, self.config
         last, ret, discount = node.cost, 0.0, 1.0
         rollout_path = self.real_path + list(path)
         for _ in range(cfg.depth + 1):
             action = self.rng.choice(env.actions)
-            report = env.apply_in_rollout(action, tuple(rollout_path))
-            if report.enodes > cfg.node_limit:
+            report = env.apply_simulated(action, tuple(rollout_path), remember=False)
+            if report.refused or report.enodes > cfg.node_limit:
                 break
             if report.changed:
                 rollout_path.append(action)
@@ -170,29 +181,29 @@ class MCTS:
         deadline = start + cfg.time_limit
         cost = env.cost(tuple())
         self.unit = cost if cost > 0 else 1.0
-        report = SearchReport("saturated", initial_cost=cost, best_cost=cost)
+        report = SearchReport(StopReason.STEP_LIMIT, initial_cost=cost, best_cost=cost)
         root = TreeNode(None, None, cost=cost)
-        for _ in range(cfg.max_iterations):
+        while len(report.steps) < cfg.max_iterations:
+            if cfg.budget <= 0:
+                report.stop_reason = StopReason.BUDGET
+                break
             if env.full():
-                report.stop_reason = "node limit"
+                report.stop_reason = StopReason.NODE_LIMIT
                 break
             t = time.perf_counter()
-            planned = 0
-            for _ in range(cfg.budget):
-                if time.perf_counter() > deadline:
-                    break
-                if not self.simulate(root):
-                    break
-                planned += 1
-            candidates = [c for c in root.children.values() if not c.saturated and c.visits > 0]
+            planned = self._plan(root, deadline)
+            candidates = self._candidates(root)
             if not candidates:
-                report.stop_reason = "time limit" if time.perf_counter() > deadline else "saturated"
+                report.stop_reason = self._why_no_candidate(root)
                 break
             # ties (common: many rules change nothing the extractor sees) go to the larger immediate
             # reward, then to the rule that spent fewer e-nodes of the limit
             best = max(candidates, key=lambda c: (round(c.value / c.visits, 9), c.reward, -c.enodes,
                                                   -self.env.actions.index(c.action)))
             step = env.apply(best.action, tuple(self.real_path))  # type: ignore[arg-type]
+            if not step.changed:  # the real e-graph refused what the simulation kept: plan again without it
+                best.saturated, best.refused = True, step.refused
+                continue
             self.real_path.append(best.action)  # type: ignore[arg-type]
             new_cost = env.cost(tuple(self.real_path))
             reward = max(cost - new_cost, 0.0)
@@ -207,10 +218,34 @@ class MCTS:
             else:
                 root = TreeNode(None, None, cost=cost)
             if time.perf_counter() > deadline:
-                report.stop_reason = "time limit"
+                report.stop_reason = StopReason.TIME_LIMIT
                 break
-        else:
-            report.stop_reason = "iteration limit"
         report.seconds = time.perf_counter() - start
         report.simulations = self.simulations
         return report
+
+    def _plan(self, root: TreeNode, deadline: float) -> int:
+        """Run ``budget`` simulations from ``root``; then, while no root child changes the e-graph and
+        actions remain untried, one more each (they end at the expansion, cheaply): the search may stop
+        as saturated only when no action changes the e-graph. Returns the number of simulations."""
+        planned = 0
+        for _ in range(self.config.budget):
+            if time.perf_counter() > deadline or not self.simulate(root):
+                return planned
+            planned += 1
+        while not self._candidates(root) and root.untried and time.perf_counter() <= deadline:
+            self.simulate(root)
+            planned += 1
+        return planned
+
+    @staticmethod
+    def _candidates(root: TreeNode) -> list[TreeNode]:
+        return [c for c in root.children.values() if not c.saturated and c.visits > 0]
+
+    @staticmethod
+    def _why_no_candidate(root: TreeNode) -> StopReason:
+        if root.untried is None or root.untried:  # planning was cut short with actions untried: the deadline
+            return StopReason.TIME_LIMIT
+        if any(c.refused for c in root.children.values()):
+            return StopReason.NODE_LIMIT
+        return StopReason.SATURATED

@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+from .verify import DEFAULT_INSTANCES
+
 
 def _list(args) -> int:
     from .registry import all_rules
@@ -26,8 +28,12 @@ def _list(args) -> int:
 
 def _verify(args) -> int:
     from .registry import all_rules
-    from .verify import check_rule
+    from .verify import MIN_FIRED, check_rule
 
+    if args.instances < 1:
+        from eqsat.errors import InputError
+
+        raise InputError(f"--instances must be at least 1, got {args.instances}")
     rules = [r for r in all_rules(nasrnn=args.nasrnn) if args.rule is None or r.name == args.rule]
     if not rules:
         from eqsat.errors import InputError
@@ -35,16 +41,22 @@ def _verify(args) -> int:
         raise InputError(f"unknown rule {args.rule!r}; 'eqsat rules list' shows the names")
     t = time.perf_counter()
     failed = 0
-    results = []
+    results, thin = [], []
     for r in rules:
-        c = check_rule(r, seed=args.seed)
+        c = check_rule(r, seed=args.seed, instances=args.instances)
         results.append(c)
         failed += not c.passed
-        status = "ok  " if c.passed else "FAIL"
+        if c.thin:
+            thin.append(c)
+        status = "FAIL" if not c.passed else "thin" if c.thin else "ok  "
         mod = "float64+mod-p" if c.modular else "float64"
-        print(f"{status} {r.name:24} fired on {c.fired}/{c.instances} instances, {mod:13} {c.seconds:6.2f}s"
+        print(f"{status} {r.name:24} fired on {c.fired}/{c.instances} distinct instances, {mod:13} {c.seconds:6.2f}s"
               + (f"  {c.detail}" if c.detail else ""), flush=True)
-    print(f"{len(rules) - failed} passed, {failed} failed ({time.perf_counter() - t:.1f}s, seed {args.seed})")
+    print(f"{len(rules) - failed} passed, {failed} failed ({time.perf_counter() - t:.1f}s, seed {args.seed}, "
+          f"{args.instances} instances per rule)")
+    if thin:
+        print(f"{len(thin)} rules fired on fewer than {min(MIN_FIRED, args.instances)} distinct instances "
+              f"(thinly tested): {' '.join(c.rule for c in thin)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([c.__dict__ for c in results], f, indent=2)
@@ -61,6 +73,8 @@ def register(sub) -> None:
     v = rs.add_parser("verify", help="check every rule on random instances (exit 1 if any fails)")
     v.add_argument("--rule", help="only this rule")
     v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--instances", type=int, default=DEFAULT_INSTANCES,
+                   help=f"random instances drawn per rule (default {DEFAULT_INSTANCES})")
     v.add_argument("--nasrnn", action="store_true")
     v.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     v.set_defaults(fn=_verify)

@@ -1,4 +1,5 @@
-"""Applying one named rule to an e-graph: one iteration, a match probe, and a node-limit guard.
+"""Applying one named rule to an e-graph: one iteration, a match probe, and a node limit checked on the real
+e-graph (a push, popped when the result passes the limit).
 
 >>> from eqsat import ir
 >>> from eqsat.egraph import EGraph
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from eqsat.egraph import EGraph
-from eqsat.errors import InputError
+from eqsat.errors import EGraphError, InputError
 
 from .rule import Rule
 
@@ -36,6 +37,8 @@ class StepReport:
     seconds: float
     skipped: str | None = None
     """why the rule was not applied (e.g. the node-limit guard), None if it was"""
+    refused: bool = False
+    """the node limit refused it: the rule matched and its result passed (or could pass) the limit"""
 
 
 class RuleEngine:
@@ -79,7 +82,11 @@ class RuleEngine:
             raise InputError(f"unknown rule {name!r}; 'eqsat rules list' shows the names") from None
 
     def probe(self, name: str) -> int:
-        """How many matches the rule has now (all of them, not only new ones); changes nothing."""
+        """How many matches the rule has now (all of them, not only new ones); changes nothing.
+
+        A cheap pre-filter only: egglog counts a query's matches projected on the variables its actions use,
+        and the probe has no action, so its count can be below the matches the rule's run finds
+        (``taso_s106`` on NASNet-A: 20 against 60); it never decides on its own that a rule fits the limit."""
         self._get(name)
         eg = self.egraph
         eg.push()
@@ -89,48 +96,68 @@ class RuleEngine:
             eg.pop()
         return sum(out[0].report.num_matches_per_rule.values())
 
-    def apply(self, name: str, node_limit: int | None = None, matches: int | None = None) -> StepReport:
-        """Apply the rule for one iteration, unless the result would pass ``node_limit``.
+    def apply(self, name: str, node_limit: int | None = None, matches: int | None = None,
+              rollback: bool = True) -> StepReport:
+        """Apply the rule for one iteration, unless the e-graph it gives passes ``node_limit``.
 
-        The match count times the rule's growth bounds the new e-nodes; when that bound passes the limit,
-        the rule is tried inside a push and kept only if the e-graph it gives fits (most matches usually
-        rebuild e-nodes that exist already). A bound past ``TRIAL_FACTOR`` times the limit is refused
-        untried, so memory stays bounded. ``matches``, when the caller knows the rule's current match count,
+        With a limit, the size is checked on the real e-graph after the run, whatever the probe said: the
+        rule runs inside an egglog push, which is popped (rolled back) when the result passes the limit; a
+        result that fits is kept (popped and run again: egglog is deterministic, and a push cannot be kept
+        without its pop). ``rollback=False`` is for a caller that is inside a push of its own and abandons an
+        over-limit state by popping it (MCTS simulations): the rule then runs directly, and a report with
+        ``refused`` leaves the e-graph past the limit.
+
+        The probe stays a cheap pre-filter: no match means nothing to do, and a multi-pattern rule whose
+        match count times its growth passes ``TRIAL_FACTOR`` times the limit is refused untried, so that a
+        blow-up never reaches memory. ``matches``, when the caller knows the rule's current match count,
         saves the probe."""
         rule = self._get(name)
         eg = self.egraph
         t = time.perf_counter()
+        if node_limit is None:
+            return self._run_once(name, t)
         before = eg.size().enodes
-        if node_limit is not None:
-            if matches is None:
-                matches = self.probe(name)
-            if matches == 0:
-                return StepReport(name, False, 0, before, time.perf_counter() - t)
+        if matches is None and rule.kind == "multi":
+            matches = self.probe(name)
+        if matches == 0:
+            return StepReport(name, False, 0, before, time.perf_counter() - t)
+        if matches is not None and before + matches * rule.growth > self.TRIAL_FACTOR * node_limit:
             bound = before + matches * rule.growth
-            if bound > node_limit:
-                why = self._refusal(name, bound, node_limit)
-                if why is not None:
-                    return StepReport(name, False, matches, before, time.perf_counter() - t, skipped=why)
+            return StepReport(name, False, matches, before, time.perf_counter() - t, refused=True,
+                              skipped=f"node limit: up to {bound} e-nodes, too many to try (limit {node_limit})")
+        if not rollback:
+            step = self._run_once(name, t)
+            return self._over(step, node_limit, matches) if step.changed and step.enodes > node_limit else step
+        eg.push()
+        try:
+            trial = self._run_once(name, t)
+        finally:
+            eg.pop()
+        if not trial.changed or trial.enodes > node_limit:
+            out = self._over(trial, node_limit, matches) if trial.changed else trial
+            out.enodes = before  # rolled back
+            return out
+        step = self._run_once(name, t)
+        if step.enodes != trial.enodes:
+            raise EGraphError(f"rule {name!r} gave {step.enodes} e-nodes, {trial.enodes} in its trial run: egglog was "
+                              "expected to be deterministic; please report this with the model and seed")
+        return step
+
+    def _run_once(self, name: str, start: float) -> StepReport:
+        eg = self.egraph
         out = eg.run_commands(self._run[name])
         matches = sum(out[0].report.num_matches_per_rule.values())
         changed = eg.commit() if matches else False
-        return StepReport(name, changed, matches, eg.size().enodes, time.perf_counter() - t)
+        # measured even when nothing changed: proposals whose right-hand side never got a shape stay as e-nodes
+        return StepReport(name, changed, matches, eg.size().enodes, time.perf_counter() - start)
+
+    @staticmethod
+    def _over(step: StepReport, node_limit: int, probed: int | None) -> StepReport:
+        """``step`` as refused by the node limit (its e-nodes: the size it reached)."""
+        return StepReport(step.rule, False, step.matches if probed is None else probed, step.enodes, step.seconds,
+                          refused=True, skipped=f"node limit: {step.enodes} e-nodes after it > {node_limit}")
 
     TRIAL_FACTOR = 25
-
-    def _refusal(self, name: str, bound: int, node_limit: int) -> str | None:
-        """Why the rule may not be applied under ``node_limit`` (None: it fits, as a trial shows)."""
-        if bound > self.TRIAL_FACTOR * node_limit:
-            return f"node limit: up to {bound} e-nodes, too many to try (limit {node_limit})"
-        eg = self.egraph
-        eg.push()
-        try:
-            eg.run_commands(self._run[name])
-            eg.commit()
-            after = eg.size().enodes
-        finally:
-            eg.pop()
-        return f"node limit: {after} e-nodes after it > {node_limit}" if after > node_limit else None
 
     def probe_all(self) -> dict[str, int]:
         """Match counts of every registered rule, in one run of a combined probe ruleset."""

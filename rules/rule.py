@@ -35,7 +35,7 @@ class Rule:
     lhs: tuple[Pattern, ...] = ()
     """source patterns in TENSAT syntax (TASO rules), used by the verifier to build instances"""
     example: Callable | None = field(default=None, compare=False)
-    """ours: fn(rng) -> list of IR nodes that the rule matches (the verifier's instances)"""
+    """ours: fn(rng) -> the roots of one random instance, on which the rule may fire (the verifier draws many)"""
     duplicate_of: str | None = None
 
     def egglog_forms(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""Helpers for extraction tests: cycle detection on a snapshot."""
+"""Helpers for extraction tests: crafted and random e-graphs, cycle detection on a snapshot."""
 
 from __future__ import annotations
 
@@ -49,3 +49,33 @@ def random_egraph(rng, n_classes=30, cycles=False):
     for c in range(1, n_classes):
         spec.append((c, "leaf", [], 20))
     return snapshot(spec, [n_classes - 1])
+
+
+def random_cyclic_spec(rng, n_classes: int, max_nodes: int = 3, p_back: float = 0.25, p_self: float = 0.1,
+                       p_zero: float = 0.3):
+    """A random e-graph spec (see :func:`snapshot`) with back edges (cycles), self-loops, zero costs and
+    children shared between nodes and repeated within one node. ``rng`` is a ``random.Random``. Class 0
+    always has a leaf; other classes may have no acyclic option at all."""
+    spec = [(0, "leaf", [], rng.choice([0, rng.randint(1, 9)]))]
+    for c in range(n_classes):
+        for _ in range(rng.randint(1, max_nodes) - (c == 0)):
+            kids = [rng.randrange(c) for _ in range(rng.randint(0, 3))] if c else []
+            if rng.random() < p_back:
+                kids.append(rng.randrange(c, n_classes))
+            if rng.random() < p_self:
+                kids.append(c)
+            cost = 0 if rng.random() < p_zero else rng.randint(1, 9)
+            spec.append((c, "op", kids, cost))
+    return spec
+
+
+def dense_cyclic_egraph(rng, n_classes: int, nodes_per_class: int = 3):
+    """Every class: ``nodes_per_class`` nodes with 1-2 children anywhere, plus a dear leaf; roots 0, 1, 2.
+    SCIP cannot close the gap on 60 classes within 20 s (a long ILP for interrupt tests)."""
+    spec = []
+    for c in range(n_classes):
+        for _ in range(nodes_per_class):
+            kids = sorted({int(rng.integers(0, n_classes)) for _ in range(int(rng.integers(1, 3)))})
+            spec.append((c, "op", kids, int(rng.integers(0, 10))))
+        spec.append((c, "leaf", [], 50))
+    return snapshot(spec, [0, 1, 2])

@@ -9,8 +9,10 @@ from __future__ import annotations
 from itertools import permutations
 
 from eqsat import ir
+from eqsat.shapes import volume
 
 from ..rule import Rule
+from .sampling import dim, factorize, retry
 
 
 def _inverse(p):
@@ -36,23 +38,31 @@ def _transpose_bodies():
     return tuple(bodies)
 
 
-def _transpose_example(rng):
-    x = ir.input_("x", (2, 3, 4))
-    t = ir.make("transpose", [x], (1, 2, 0))
-    return [ir.make("ewadd", [ir.make("transpose", [t], (2, 0, 1)), x])]
+def _transpose_instance(rng):
+    """transpose(transpose(x, p), q), ranks 2-5, q the inverse of p or (a near miss) another permutation."""
+    rank = dim(rng, 2, 5)
+    x = ir.input_("x", tuple(dim(rng, 1, 6) for _ in range(rank)))
+    p = tuple(int(v) for v in rng.permutation(rank))
+    q = _inverse(p) if rng.random() < 0.7 else tuple(int(v) for v in rng.permutation(rank))
+    return [ir.make("transpose", [ir.make("transpose", [x], p)], q)]
 
 
-def _reshape_example(rng):
-    x = ir.input_("x", (2, 3, 4))
-    r = ir.make("reshape", [ir.make("reshape", [x], (6, 4))], (4, 6))
-    back = ir.make("reshape", [ir.make("reshape", [x], (24,))], (2, 3, 4))
-    return [r, ir.make("ewadd", [back, x])]
+def _reshape_instance(rng):
+    """reshape(reshape(x, s1), s2) with ranks 1-5, s2 sometimes x's own shape; and reshape(x, shape(x))."""
+    x = ir.input_("x", tuple(dim(rng, 1, 6) for _ in range(dim(rng, 1, 4))))
+    total = volume(x.shape)
+    s1 = factorize(rng, total, dim(rng, 1, 5))
+    s2 = x.shape if rng.random() < 0.3 else factorize(rng, total, dim(rng, 1, 5))
+    roots = [ir.make("reshape", [ir.make("reshape", [x], s1)], s2)]
+    if rng.random() < 0.3:
+        roots.append(ir.make("ewadd", [ir.make("reshape", [x], x.shape), x]))
+    return roots
 
 
 rules = [
     Rule("transpose_cancel", "single", "ours", "transpose(transpose(x, p), inverse(p)) -> x", _transpose_bodies(), 0,
-         example=_transpose_example),
+         example=lambda rng: retry(rng, _transpose_instance)),
     Rule("reshape_cancel", "single", "ours", "reshape(reshape(x, s1), s2) -> reshape(x, s2); reshape(x, shape(x)) -> x",
          (("(= root (Reshape s2 (Reshape s1 x))) (= root_shape (shape root))", "(Pend root (Reshape s2 x))"),
-          ("(= root (Reshape s x)) (= s (shape x))", "(Pend root x)")), 1, example=_reshape_example),
+          ("(= root (Reshape s x)) (= s (shape x))", "(Pend root x)")), 1, example=lambda rng: retry(rng, _reshape_instance)),
 ]

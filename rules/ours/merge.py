@@ -11,42 +11,78 @@ from __future__ import annotations
 from eqsat import ir
 
 from ..rule import Rule
+from .sampling import conv_attrs, conv_weight_shape, dim, factorize, retry
 
 
-def _matmul_example(rng):
-    x = ir.input_("x", (6, 4))
-    outs = []
-    for n in (3, 6):
-        w, b = ir.weight(f"w{n}", (4, n)), ir.weight(f"b{n}", (1, n))
-        outs.append(ir.make("ewadd", [ir.make("matmul", [x, w], (0,)), b]))
-        b3 = ir.weight(f"c{n}", (1, 1, n))
-        outs.append(ir.make("ewadd", [ir.make("reshape", [ir.make("matmul", [x, w], (0,))], (2, 3, n)), b3]))
+def _matmul_bias_instance(rng):
+    """x W1 + b1, x W2 + b2 in the 2-D form, or with each product reshaped to 3-D: by (p, q, n) with
+    p q = m (keeps the last dimension) or by any 3-D factorization (moves the column boundary). Biases
+    broadcast; in the 2-D form a one-column product sometimes broadcasts up to a wider bias."""
+    m, k = dim(rng), dim(rng)
+    x = ir.input_("x", (m, k))
+    n1 = dim(rng)
+    ns = (n1, n1 if rng.random() < 0.5 else dim(rng))
+    three_d = rng.random() < 0.6
+    p, q = factorize(rng, m, 2)
+    keep = rng.random() < 0.5
+    mask = [rng.random() < 0.4 for _ in range(3)]
+    outs, targets = [], []
+    narrow = not three_d and rng.random() < 0.4  # the first product has one column, its bias n1
+    for i, n in enumerate(ns):
+        cols = 1 if narrow and i == 0 else n
+        y = ir.make("matmul", [x, ir.weight(f"w{i}", (k, cols))], (0,))
+        if three_d:
+            target = (p, q, n) if keep else targets[0] if i and n == ns[0] else factorize(rng, m * n, 3)
+            targets.append(target)
+            y = ir.make("reshape", [y], target)
+        else:
+            target = (m, n)
+        if rng.random() < 0.3:
+            mask = [rng.random() < 0.4 for _ in range(3)]
+        bias = tuple(1 if drop else d for d, drop in zip(target, mask[-len(target):]))
+        if narrow:
+            bias = (*bias[:-1], n if i == 0 else 1)
+        outs.append(ir.make("ewadd", [y, ir.weight(f"b{i}", bias)]))
     return outs
 
 
-def _conv_example(rng):
-    x = ir.input_("x", (1, 3, 7, 7))
-    return [ir.make("conv2d", [x, ir.weight(f"w{co}", (co, 3, 3, 3))], (2, 2, 1, 1, 2)) for co in (4, 5)]
+def _conv_pair_instance(rng):
+    """conv(x, w1), conv(x, w2): equal or different strides, padding and activations; grouped or not
+    (sometimes with equal groups), equal or different kernels."""
+    attrs = conv_attrs(rng)
+    attrs2 = attrs if rng.random() < 0.7 else conv_attrs(rng)
+    c = dim(rng, 1, 6)
+    w1 = conv_weight_shape(rng, c, attrs)
+    w2 = conv_weight_shape(rng, c, attrs2, groups=c // w1[1] if rng.random() < 0.5 else None,
+                           kernel=w1[2:] if rng.random() < 0.7 else None)
+    x = ir.input_("x", (dim(rng, 1, 2), c, dim(rng, max(w1[2], w2[2]), 9), dim(rng, max(w1[3], w2[3]), 9)))
+    return [ir.make("conv2d", [x, ir.weight("w1", w1)], attrs), ir.make("conv2d", [x, ir.weight("w2", w2)], attrs2)]
 
+
+# W1, W2 are 2-D with n1, n2 columns: the product itself has the width that the slices cut. Without it
+# the 3-D form fires on a reshape that moves the column boundary ((6, 4) -> (2, 4, 3): the slices pick
+# wrong elements while the shapes agree), and the 2-D form on a one-column product broadcast up to a wider
+# bias.
+_COLUMNS = "(= (S2 k n1) (shape w1)) (= (S2 k n2) (shape w2))"
 
 rules = [
     Rule("merge_matmul_bias", "multi", "ours", "x W1 + b1, x W2 + b2 -> split(x concat(W1, W2) + concat(b1, b2))",
          (("(= r1 (Ewadd (Matmul 0 x w1) b1)) (= r2 (Ewadd (Matmul 0 x w2) b2)) (!= r1 r2) "
-           "(= (S2 m n1) (shape r1)) (= (S2 m n2) (shape r2)) (= r1 (ordering-max r1 r2))",
+           "(= (S2 m n1) (shape r1)) (= (S2 m n2) (shape r2)) (= r1 (ordering-max r1 r2)) " + _COLUMNS,
            "(Pend r1 (Slice 1 0 n1 (Ewadd (Matmul 0 x (Concat 1 w1 w2)) (Concat 1 b1 b2)))) "
            "(Pend r2 (Slice 1 n1 (+ n1 n2) (Ewadd (Matmul 0 x (Concat 1 w1 w2)) (Concat 1 b1 b2))))"),
           # the form the ONNX importer gives [B, S, H] x [H, N] + b: reshape(x2d W) + b
           ("(= r1 (Ewadd (Reshape (S3 p q n1) (Matmul 0 x w1)) b1)) (= r2 (Ewadd (Reshape (S3 p q n2) (Matmul 0 x w2)) b2)) "
-           "(!= r1 r2) (= r1 (ordering-max r1 r2))",
+           "(!= r1 r2) (= r1 (ordering-max r1 r2)) " + _COLUMNS,
            "(Pend r1 (Slice 2 0 n1 (Ewadd (Reshape (S3 p q (+ n1 n2)) (Matmul 0 x (Concat 1 w1 w2))) (Concat 2 b1 b2)))) "
            "(Pend r2 (Slice 2 n1 (+ n1 n2) (Ewadd (Reshape (S3 p q (+ n1 n2)) (Matmul 0 x (Concat 1 w1 w2))) "
            "(Concat 2 b1 b2))))")), 9,
-         example=_matmul_example),
+         example=lambda rng: retry(rng, _matmul_bias_instance)),
     Rule("merge_conv_shared_input", "multi", "ours", "conv(x, w1), conv(x, w2) -> split(conv(x, concat(w1, w2)))",
          (("(= r1 (Conv2d sh sw ph pw act x w1)) (= r2 (Conv2d sh sw ph pw act x w2)) (!= r1 r2) "
            "(= (S4 n a1 h wd) (shape r1)) (= (S4 n a2 h wd) (shape r2)) (= r1 (ordering-max r1 r2)) "
            "(= (S4 n c xh xw) (shape x)) (= (S4 a1 c k1 l1) (shape w1))",
            "(Pend r1 (Slice 1 0 a1 (Conv2d sh sw ph pw act x (Concat 0 w1 w2)))) "
            "(Pend r2 (Slice 1 a1 (+ a1 a2) (Conv2d sh sw ph pw act x (Concat 0 w1 w2))))"),), 4,
-         example=_conv_example),
+         example=lambda rng: retry(rng, _conv_pair_instance)),
 ]

@@ -1,0 +1,146 @@
+"""Seeded random inputs for verification and timing in onnxruntime.
+
+Shapes come from the model, with the dimensions the user fixed (``--input-shape``) in place of dynamic
+ones. Integer inputs that reach a Gather's indices (token ids, positions, through Cast, Unsqueeze and
+other index-preserving operators) are drawn across ``[0, size)`` of the axis they index; other integer
+inputs from a small safe range.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import shape_inference
+
+from .errors import InputError
+
+SAFE_INT_HIGH = 2
+"""Exclusive upper bound of integer inputs whose use is unknown (masks, flags)."""
+
+_ORT_DTYPES = {
+    "tensor(float16)": np.float16, "tensor(float)": np.float32, "tensor(double)": np.float64,
+    "tensor(bool)": np.bool_, "tensor(int8)": np.int8, "tensor(int16)": np.int16, "tensor(int32)": np.int32,
+    "tensor(int64)": np.int64, "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32, "tensor(uint64)": np.uint64,
+}
+
+# Operators whose output carries its first input's values unchanged (only their layout or dtype changes).
+_PASS_THROUGH = {"Cast", "CastLike", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand",
+                 "Transpose", "Tile", "Concat", "Slice", "Gather", "Clip"}
+# (operator, index of the indices input)
+_INDEXING = {"Gather": 1, "GatherElements": 1}
+_INT_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+              onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+
+
+def fixed_shape(name: str, dims: list, fixed: Mapping[str, tuple[int, ...]] | None) -> list[int]:
+    """The concrete shape of input ``name``: the user's fixed shape where given (checked against the static
+    dimensions), else the static dimensions with 1 for each dynamic one."""
+    if fixed and name in fixed:
+        shape = [int(d) for d in fixed[name]]
+        if len(shape) != len(dims) or any(isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, shape)):
+            shown = ",".join(str(d) if isinstance(d, int) and d > 0 else (str(d) if d else "?") for d in dims)
+            raise InputError(f"--input-shape {name}={','.join(map(str, shape))} contradicts the model's input "
+                             f"shape [{shown}]; only dynamic dimensions can be fixed")
+        return shape
+    return [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+
+
+def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
+    """Exclusive upper bound of each integer graph input used as Gather indices: the smallest size of an axis
+    it indexes. Inputs whose indexed axis has no static size are left out."""
+    g = model.graph
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in g.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    sizes = _StaticShapes(model)
+    inits = {t.name for t in g.initializer}
+    bounds: dict[str, int] = {}
+    for vi in g.input:
+        if vi.name in inits or vi.type.tensor_type.elem_type not in _INT_TYPES:
+            continue
+        seen, frontier = {vi.name}, [vi.name]
+        while frontier:
+            value = frontier.pop()
+            for node in consumers.get(value, []):
+                k = _INDEXING.get(node.op_type)
+                if k is not None and len(node.input) > k and node.input[k] == value:
+                    shape = sizes.get(node.input[0])
+                    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                    if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] > 0:
+                        size = shape[axis]
+                        bounds[vi.name] = min(bounds.get(vi.name, size), size)
+                elif node.op_type in _PASS_THROUGH and (node.input[0] == value or node.op_type == "Concat"):
+                    for out in node.output:
+                        if out and out not in seen:
+                            seen.add(out)
+                            frontier.append(out)
+    return bounds
+
+
+class _StaticShapes:
+    """Static shapes of the initializers and constants; of other values by shape inference, run once on demand."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.known: dict[str, tuple[int, ...]] = {t.name: tuple(t.dims) for t in model.graph.initializer}
+        for node in model.graph.node:
+            if node.op_type == "Constant" and node.attribute and node.attribute[0].type == onnx.AttributeProto.TENSOR:
+                self.known[node.output[0]] = tuple(node.attribute[0].t.dims)
+        self.inferred = False
+
+    def get(self, name: str) -> tuple[int, ...] | None:
+        if name not in self.known and not self.inferred:
+            self.inferred = True
+            self._infer()
+        return self.known.get(name)
+
+    def _infer(self) -> None:
+        from .onnx_io import is_large
+
+        if is_large(self.model):
+            return
+        try:
+            inferred = shape_inference.infer_shapes(self.model, strict_mode=False)
+        except Exception:  # a model inference cannot type: initializers and constants only
+            return
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
+            tt = vi.type.tensor_type
+            dims = tt.shape.dim
+            if vi.name not in self.known and tt.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+                self.known[vi.name] = tuple(d.dim_value for d in dims)
+
+
+def random_inputs(sess: ort.InferenceSession, rng: np.random.Generator,
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  int_bounds: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """One seeded random feed for every input of ``sess`` (see the module docstring)."""
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = fixed_shape(i.name, list(i.shape), input_shapes)
+        dtype = _ORT_DTYPES.get(i.type)
+        if dtype is None:
+            raise InputError(f"input {i.name!r} has type {i.type}, which eqsat cannot generate test inputs for; "
+                             "convert it to float32, float16, float64, an integer type or bool")
+        if np.dtype(dtype).kind == "f":
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype is np.bool_:
+            feeds[i.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            high = (int_bounds or {}).get(i.name, SAFE_INT_HIGH)
+            high = min(high, int(np.iinfo(dtype).max) + 1)
+            feeds[i.name] = rng.integers(0, max(high, 1), shape).astype(dtype)
+    return feeds
+
+
+def model_inputs(model: onnx.ModelProto, sess: ort.InferenceSession, rng: np.random.Generator,
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """:func:`random_inputs` with integer inputs bounded by the Gather axes of ``model`` they index."""
+    return random_inputs(sess, rng, input_shapes, index_bounds(model))
+
+
+__all__ = ["fixed_shape", "index_bounds", "model_inputs", "random_inputs"]

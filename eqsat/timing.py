@@ -1,0 +1,282 @@
+"""End-to-end latency of two ONNX programs, measured so that the comparison holds on a busy machine.
+
+The protocol (:func:`compare`): both programs in one process, in onnxruntime sessions built with the
+same :func:`session_options` (all graph optimizations, a fixed intra-op thread count, sequential
+execution), several sessions per program used in turn; alternated warm-up calls; then rounds, each
+timing a block of calls of either program in a seeded random order, summarized by the block's median;
+the calls per block and the rounds adapt to a time budget. The speedup is the median over rounds of the
+paired ratio original / optimized, with a percentile-bootstrap confidence interval (seeded) that
+resamples the session pairs and the rounds within each (sessions of one program differ slightly).
+A program ships (:func:`decide`) only if it is faster with confidence: the interval's lower bound > 1.
+
+>>> lo = speedup_ci([2.0, 2.1, 1.9, 2.0, 2.2], [1.0, 1.05, 0.95, 1.0, 1.1])
+>>> round(lo.speedup, 3), lo.ci_low > 1.5
+(2.0, True)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .inputs import index_bounds, random_inputs
+from .onnx_io import as_path, is_large
+from .verify import feed_shapes
+
+RUNTIME = "onnxruntime-cpu"
+SESSIONS_WEIGHT_LIMIT = 512 * 2**20
+"""bytes of weights that the sessions of one program may hold together"""
+MIN_SESSIONS = 3
+
+
+def median_ms(call: Callable[[], Any], warmup: int = 5, repeats: int = 20) -> float:
+    """Median wall time in milliseconds of ``call()``, after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    """The options every timed session uses, so that two programs run under the same conditions."""
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}; give the intra-op thread count to time with")
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return opts
+
+
+def runtime_info(threads: int) -> dict[str, Any]:
+    """What the timings were taken on (the report's ``measured.runtime``)."""
+    return {"name": RUNTIME, "version": ort.__version__, "intra_op_threads": threads, "inter_op_threads": 1,
+            "graph_optimization_level": "ORT_ENABLE_ALL", "execution_mode": "sequential"}
+
+
+def timing_session(model: onnx.ModelProto | bytes, threads: int) -> ort.InferenceSession:
+    opts = session_options(threads)
+    if isinstance(model, onnx.ModelProto) and is_large(model):
+        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
+            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Knobs of one comparison. ``budget_s`` bounds the timed rounds (``min_rounds`` are always run)."""
+
+    threads: int = 1
+    budget_s: float = 10.0
+    warmup: int = 5
+    min_rounds: int = 10
+    max_rounds: int = 30
+    max_repeats: int = 1000
+    block_s: float = 0.02
+    """the time one round spends on one program: fast programs run many calls per round, slow ones one"""
+    sessions: int = 10
+    """sessions per program, used in turn by the rounds (fewer for programs slow to load or with large weights)"""
+    confidence: float = 0.95
+    resamples: int = 4000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(f"confidence {self.confidence} must lie in [0.5, 1), e.g. 0.95")
+        if not 2 <= self.min_rounds <= self.max_rounds:
+            raise ValueError(f"rounds: need 2 <= min_rounds ({self.min_rounds}) <= max_rounds ({self.max_rounds})")
+        if self.budget_s <= 0 or self.warmup < 1 or self.max_repeats < 1 or self.threads < 1 or self.sessions < 1:
+            raise ValueError("budget_s must be positive and warmup, max_repeats, threads and sessions at least 1")
+
+
+@dataclass(frozen=True)
+class SpeedupEstimate:
+    speedup: float
+    ci_low: float
+    ci_high: float
+
+
+def speedup_ci(original_ms: Sequence[float], optimized_ms: Sequence[float], confidence: float = 0.95,
+               resamples: int = 4000, seed: int = 0, clusters: Sequence[int] | None = None) -> SpeedupEstimate:
+    """Median over rounds of the paired ratios original/optimized, and its percentile-bootstrap interval
+    (seeded). ``clusters`` labels rounds that share something (the same pair of sessions): the bootstrap
+    then resamples clusters, and rounds within each, so that what a cluster shares widens the interval."""
+    a, b = np.asarray(original_ms, float), np.asarray(optimized_ms, float)
+    if a.shape != b.shape or a.ndim != 1 or a.size < 2:
+        raise ValueError(f"need two equally long series of at least 2 paired rounds, got {a.shape} and {b.shape}")
+    if np.any(a <= 0) or np.any(b <= 0):
+        raise ValueError("round times must be positive")
+    log_ratio = np.log(a / b)
+    labels = np.arange(a.size) if clusters is None else np.asarray(clusters)
+    if labels.shape != a.shape:
+        raise ValueError(f"clusters: need one label per round ({a.size}), got {labels.shape}")
+    groups = [log_ratio[labels == k] for k in np.unique(labels)]
+    sizes = np.array([len(g) for g in groups])
+    table = np.full((len(groups), sizes.max()), np.nan)
+    for i, g in enumerate(groups):
+        table[i, :len(g)] = g
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, len(groups), (resamples, len(groups)))  # clusters drawn with replacement
+    rows_size = sizes[rows][..., None]
+    cols = (rng.random((*rows.shape, sizes.max())) * rows_size).astype(int)  # rounds within each, likewise
+    draws = np.where(np.arange(sizes.max()) < rows_size, table[rows[..., None], cols], np.nan)
+    boot = np.nanmedian(draws.reshape(resamples, -1), axis=1)
+    alpha = 1 - confidence
+    lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return SpeedupEstimate(float(np.exp(np.median(log_ratio))), float(np.exp(lo)), float(np.exp(hi)))
+
+
+@dataclass
+class Comparison:
+    """Timings of the original (A) and the optimized (B) program, and the speedup A/B with its interval."""
+
+    original_ms: float
+    optimized_ms: float
+    speedup: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    rounds: int
+    repeats: int
+    seconds: float
+    runtime: dict[str, Any]
+    round_original_ms: list[float] = field(repr=False, default_factory=list)
+    round_optimized_ms: list[float] = field(repr=False, default_factory=list)
+
+    @property
+    def faster(self) -> bool:
+        """Faster with confidence: the whole interval lies above 1."""
+        return self.ci_low > 1.0
+
+    @property
+    def slower(self) -> bool:
+        """Slower with confidence: the whole interval lies below 1."""
+        return self.ci_high < 1.0
+
+    def report(self) -> dict[str, Any]:
+        return {"original_ms": self.original_ms, "optimized_ms": self.optimized_ms, "speedup": self.speedup,
+                "ci_low": self.ci_low, "ci_high": self.ci_high, "confidence": self.confidence,
+                "rounds": self.rounds, "repeats_per_round": self.repeats, "seconds": self.seconds,
+                "runtime": self.runtime}
+
+
+@dataclass(frozen=True)
+class Decision:
+    ship: bool
+    reason: str
+
+
+def decide(cmp: Comparison, allow_slower: bool = False) -> Decision:
+    """Ship the optimized program only if it is faster with confidence (or ``allow_slower`` asks to keep it)."""
+    ci = f"{cmp.speedup:.3f}x, {cmp.confidence:.0%} CI {cmp.ci_low:.3f}-{cmp.ci_high:.3f} over {cmp.rounds} rounds"
+    if cmp.faster:
+        return Decision(True, f"the optimized program is faster with confidence ({ci})")
+    verdict = "slower" if cmp.slower else "not faster with confidence"
+    if allow_slower:
+        return Decision(True, f"the optimized program is {verdict} ({ci}); kept because --allow-slower was given")
+    return Decision(False, f"the optimized program is {verdict} ({ci}); the original model is returned unchanged "
+                           "(use --allow-slower to keep the optimized one)")
+
+
+def _timed(call: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    call()
+    return time.perf_counter() - t
+
+
+def _instances(calls: Callable[[], Any] | Sequence[Callable[[], Any]]) -> list[Callable[[], Any]]:
+    return [calls] if callable(calls) else list(calls)
+
+
+def compare_calls(calls_a: Callable[[], Any] | Sequence[Callable[[], Any]],
+                  calls_b: Callable[[], Any] | Sequence[Callable[[], Any]],
+                  protocol: Protocol = Protocol(), runtime: dict[str, Any] | None = None) -> Comparison:
+    """Time program A (the original) against program B with the protocol (see the module's docstring).
+
+    Each side is a callable, or several interchangeable instances of it (sessions): round ``r`` uses
+    instance ``r mod n``, so that what differs between two instances of one program (memory placement)
+    shows up in the spread of the rounds, and so in the interval, instead of biasing one side."""
+    p = protocol
+    inst = (_instances(calls_a), _instances(calls_b))
+    start = time.perf_counter()
+    rng = np.random.default_rng(p.seed)
+    warm: tuple[list[float], list[float]] = ([], [])
+    for i in range(p.warmup):  # alternated; stop early (after two each) when a call is a large part of the budget
+        for which in rng.permutation(2):
+            for call in inst[which]:
+                warm[which].append(_timed(call))
+        if i >= 1 and time.perf_counter() - start > 0.2 * p.budget_s:
+            break
+    skip = max(len(inst[0]), len(inst[1]))  # the first call of each instance allocates
+    per_call = max(statistics.median(warm[0][skip:] or warm[0]), statistics.median(warm[1][skip:] or warm[1]), 1e-7)
+    pairs = p.budget_s / (2 * per_call)  # how many (A, B) call pairs the budget affords
+    repeats = min(max(math.ceil(p.block_s / per_call), 1), p.max_repeats, max(int(pairs // p.min_rounds), 1))
+    rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
+    series: tuple[list[float], list[float]] = ([], [])
+    t0 = time.perf_counter()
+    for r in range(rounds):
+        for which in rng.permutation(2):
+            call = inst[which][r % len(inst[which])]
+            series[which].append(statistics.median(_timed(call) for _ in range(repeats)) * 1e3)
+        if r + 1 >= p.min_rounds and time.perf_counter() - t0 > p.budget_s:
+            break
+    ra, rb = series
+    pairs_of_instances = [(r % len(inst[0])) * len(inst[1]) + r % len(inst[1]) for r in range(len(ra))]
+    est = speedup_ci(ra, rb, p.confidence, p.resamples, p.seed, clusters=pairs_of_instances)
+    return Comparison(statistics.median(ra), statistics.median(rb), est.speedup, est.ci_low, est.ci_high,
+                      p.confidence, len(ra), repeats, time.perf_counter() - start,
+                      runtime or {"name": "python-callables"}, ra, rb)
+
+
+def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float) -> int:
+    """Sessions per program: ``wanted``; fewer where building them would take more than 30% of the budget,
+    but at least 3 (what differs between sessions must show in the interval); fewer where their weights
+    together would pass SESSIONS_WEIGHT_LIMIT; one for models too large for one protobuf message."""
+    if any(is_large(m) for m in models):
+        return 1
+    weight_bytes = max(sum(len(t.raw_data) for t in m.graph.initializer) for m in models)
+    by_memory = SESSIONS_WEIGHT_LIMIT // max(weight_bytes, 1)
+    by_time = max(MIN_SESSIONS, int(0.3 * budget_s / max(build_s, 1e-6)))
+    return int(max(1, min(wanted, by_memory, by_time)))
+
+
+def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, protocol: Protocol = Protocol(),
+            input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+            feeds: dict[str, np.ndarray] | None = None) -> Comparison:
+    """Time ``original`` against ``optimized`` end to end in onnxruntime on the same inputs: ``feeds``, or
+    seeded random ones (the verification's: ``input_shapes`` fix dynamic dimensions, integer inputs range
+    over the axis they index). The speedup is original / optimized."""
+    models = (original, optimized)
+    rng = np.random.default_rng(protocol.seed)
+    sessions: tuple[list[ort.InferenceSession], list[ort.InferenceSession]] = ([], [])
+    t = time.perf_counter()
+    for which in rng.permutation(2):  # build order: seeded, so that neither side is always first
+        sessions[which].append(timing_session(models[which], protocol.threads))
+    n = session_count(models, protocol.sessions, time.perf_counter() - t, protocol.budget_s)
+    for which in rng.permutation(np.repeat([0, 1], n - 1)):
+        sessions[which].append(timing_session(models[which], protocol.threads))
+    inputs_a, inputs_b = (sorted((i.name, i.type, len(i.shape)) for i in side[0].get_inputs()) for side in sessions)
+    if inputs_a != inputs_b:
+        raise ValueError(f"the two programs take different inputs (name, type, rank: {inputs_a} vs {inputs_b}); "
+                         "only programs with the same interface can be compared")
+    if feeds is None:
+        shapes = feed_shapes(sessions[0][0], sessions[1][0], input_shapes)
+        feeds = random_inputs(sessions[0][0], np.random.default_rng(protocol.seed), shapes, index_bounds(original))
+    runs = tuple([functools.partial(s.run, None, feeds) for s in side] for side in sessions)
+    info = {**runtime_info(protocol.threads), "sessions_per_program": n}
+    return compare_calls(runs[0], runs[1], protocol, info)

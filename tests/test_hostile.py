@@ -1,0 +1,307 @@
+"""What a careless or hostile user does to the command line (issue 16): each case checks the exit code, one
+error line naming the cause, files left as they were, and no ``.eqsat-*`` leftovers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from eqsat import onnx_io
+from eqsat.cli import main
+from eqsat.errors import InputError
+from eqsat.pipeline import OptimizeConfig, ilp_seconds, optimize
+
+FAST = ["--scheduler", "none", "--cost", "analytic", "--no-measure", "-q"]
+PRECIOUS = b"precious bytes that must survive"
+
+
+def relu_chain(n: int, size: int = 4) -> onnx.ModelProto:
+    """x -> Relu -> ... (n times) -> y, built with the onnx helper API."""
+    names = ["x"] + [f"v{i}" for i in range(1, n)] + ["y"]
+    nodes = [helper.make_node("Relu", [names[i]], [names[i + 1]]) for i in range(n)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, size])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def small_matmul() -> onnx.ModelProto:
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 8], np.random.default_rng(0).standard_normal(64).tolist())
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture()
+def model(tmp_path) -> Path:
+    path = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), path)
+    return path
+
+
+def cli(capsys, *args: str) -> tuple[int, str]:
+    """Run the CLI in this process; (exit code, the one ``eqsat: error:`` line, or '' if none)."""
+    rc = main(list(args))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("eqsat: error:")]
+    assert len(lines) <= 1, err
+    if rc == 2:
+        assert len(lines) == 1, err
+        assert not any(line.startswith("[") for line in err.splitlines()), f"work was done before the error: {err}"
+    return rc, lines[0] if lines else ""
+
+
+def leftovers(*folders: Path) -> list[str]:
+    return [p.name for f in folders for p in f.iterdir() if p.name.startswith(".eqsat-")]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+# 1. path collisions -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["report=output", "report=input", "output=input", "output=symlink-to-input",
+                                  "report=hardlink-to-input", "report=output.data"])
+def test_colliding_paths_are_refused(capsys, tmp_path, model, case):
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    out.write_bytes(PRECIOUS)
+    if case == "report=output":
+        rep = out
+    elif case == "report=input":
+        rep = model
+    elif case == "output=input":
+        out = model
+    elif case == "output=symlink-to-input":
+        out = tmp_path / "link.onnx"
+        out.symlink_to(model)
+    elif case == "report=hardlink-to-input":
+        rep = tmp_path / "hard.json"
+        os.link(model, rep)
+    elif case == "report=output.data":
+        rep = tmp_path / "out.onnx.data"
+    before = snapshot(tmp_path)
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", str(out), "--report", str(rep), *FAST)
+    assert rc == 2 and "same file" in line, line
+    assert ("--report" if "report" in case.split("=")[0] else "-o") in line, line
+    assert snapshot(tmp_path) == before
+    assert leftovers(tmp_path) == []
+
+
+def test_report_same_as_output_for_builtin_model(capsys, tmp_path):
+    out = tmp_path / "o.onnx"
+    rc, line = cli(capsys, "optimize-model", "--model", "squeezenet", "--small", "-o", str(out), "--report",
+                   str(tmp_path / "." / "o.onnx"), *FAST)
+    assert rc == 2 and "--report" in line and "same file" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+# 7. unwritable outputs ---------------------------------------------------------------------------------------
+
+def _read_only_folder(tmp_path: Path) -> Path:
+    """A folder this process cannot create files in: chmod 555, or /sys for root (who ignores modes)."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    return ro
+
+
+@pytest.mark.parametrize("flag", ["-o", "--report"])
+@pytest.mark.parametrize("case", ["empty", "missing-folder", "trailing-slash", "existing-folder", "too-long",
+                                  "read-only"])
+def test_unwritable_output_is_found_up_front(capsys, tmp_path, model, flag, case):
+    target = {
+        "empty": "",
+        "missing-folder": str(tmp_path / "nowhere" / "x"),
+        "trailing-slash": str(tmp_path / "newdir") + "/",
+        "existing-folder": str(tmp_path),
+        "too-long": str(tmp_path / ("n" * 300)),
+        "read-only": str(_read_only_folder(tmp_path) / "x.onnx"),
+    }[case]
+    paths = {"-o": str(tmp_path / "out.onnx"), "--report": str(tmp_path / "rep.json")} | {flag: target}
+    before = snapshot(tmp_path)
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", paths["-o"], "--report", paths["--report"], *FAST)
+    assert rc == 2, line
+    assert line.startswith(f"eqsat: error: {flag} "), line
+    other = "--report" if flag == "-o" else "-o "
+    assert other not in line, line
+    expected = {"empty": "is empty", "missing-folder": "does not exist", "trailing-slash": "ends with /",
+                "existing-folder": "is a directory", "too-long": "too long",
+                "read-only": "cannot write"}[case]
+    assert expected in line, line
+    assert snapshot(tmp_path) == before
+    assert not (tmp_path / "newdir").exists()
+    assert leftovers(tmp_path) == []
+
+
+# 10. bad flag values ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags, named", [
+    (["--budget", "0"], "--budget"), (["--budget", "-3"], "--budget"), (["--depth", "-1"], "--depth"),
+    (["--time-limit", "0"], "--time-limit"), (["--time-limit", "-1"], "--time-limit"),
+    (["--time-limit", "nan"], "--time-limit"), (["--time-limit", "inf"], "--time-limit"),
+    (["--ilp-time-limit", "0"], "--ilp-time-limit"), (["--ilp-time-limit", "NaN"], "--ilp-time-limit"),
+    (["--ilp-time-limit=-inf"], "--ilp-time-limit"), (["--node-limit", "0"], "--node-limit"),
+    (["--node-limit", "-5"], "--node-limit"), (["--seed", "-1"], "--seed"),
+    (["--scheduler", "tensat", "--k-multi", "-1"], "--k-multi"),
+    (["--scheduler", "mcts", "--k-multi", "2"], "--k-multi"),
+    (["--final-extractor", "ilpp"], "--final-extractor"), (["--main-extractor", "greedy"], "--main-extractor"),
+    (["--small"], "--small"),
+])
+def test_bad_flag_values_exit_2_before_any_work(capsys, tmp_path, model, flags, named):
+    args = ["optimize-model", str(model), "-o", str(tmp_path / "o.onnx"), "--cost", "analytic", "--no-measure"]
+    start = time.perf_counter()
+    rc, line = cli(capsys, *args, *flags)
+    assert rc == 2 and named in line, line
+    assert time.perf_counter() - start < 5
+    assert not (tmp_path / "o.onnx").exists() and leftovers(tmp_path) == []
+
+
+def test_api_rejects_bad_config_before_loading():
+    # the path does not exist: the config error must come first, so it cannot be "no such file"
+    for config, named in [(OptimizeConfig(final_extractor="ilpp"), "--final-extractor"),
+                          (OptimizeConfig(time_limit=math.nan), "--time-limit"),
+                          (OptimizeConfig(scheduler="mtcs"), "--scheduler"),
+                          (OptimizeConfig(cost="analytic-tpu"), "--cost")]:
+        with pytest.raises(InputError, match=named):
+            optimize("/nonexistent/model.onnx", config)
+
+
+# 14. node limit default and time limit ----------------------------------------------------------------------
+
+def test_model_over_2000_operators_runs_with_default_node_limit(capsys, tmp_path):
+    n = 2100
+    path = tmp_path / "chain.onnx"
+    onnx.save(relu_chain(n), path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--report",
+                   str(tmp_path / "r.json"), "--final-extractor", "greedy-dag", *FAST)
+    assert rc == 0, line
+    egraph = json.loads((tmp_path / "r.json").read_text())["egraph"]
+    assert egraph["initial_enodes"] >= n
+    assert egraph["node_limit"] == 4 * egraph["initial_enodes"]
+    x = np.random.default_rng(1).standard_normal((1, 4)).astype(np.float32)
+    got = ort.InferenceSession(str(tmp_path / "o.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.maximum(x, 0))
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--node-limit", "1000",
+                   *FAST)
+    assert rc == 2 and "--node-limit 1000" in line
+
+
+def test_explicit_node_limit_is_reported(capsys, tmp_path, model):
+    rc, _ = cli(capsys, "optimize-model", str(model), "-o", str(tmp_path / "o.onnx"), "--report",
+                str(tmp_path / "r.json"), "--node-limit", "777", *FAST)
+    assert rc == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["egraph"]["node_limit"] == 777 and r["config"]["node_limit"] == 777
+
+
+def test_ilp_gets_what_the_time_limit_leaves():
+    config = OptimizeConfig(time_limit=10.0, ilp_time_limit=60.0)
+    assert ilp_seconds(config, 2.5) == pytest.approx(7.5)
+    assert ilp_seconds(config, 11.0) == pytest.approx(0.1)  # the floor: SCIP returns its warm start
+    assert ilp_seconds(OptimizeConfig(time_limit=600.0, ilp_time_limit=3.0), 1.0) == pytest.approx(3.0)
+
+
+# 3. interrupts -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_search_exits_130_and_keeps_outputs(tmp_path, sig):
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    out.write_bytes(PRECIOUS)
+    rep.write_bytes(PRECIOUS)
+    proc = subprocess.Popen([sys.executable, "-m", "eqsat.cli", "optimize-model", "--model", "squeezenet", "--small",
+                             "--scheduler", "mcts", "--budget", "1000000", "--cost", "analytic", "--no-measure",
+                             "-o", str(out), "--report", str(rep)], stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # wait until the search is under way
+            if "imported" in line:
+                break
+        time.sleep(2.0)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        proc.send_signal(sig)
+        rest = proc.stderr.read()
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert rc == 130, rest
+    assert "interrupted" in rest and "Traceback" not in rest
+    assert out.read_bytes() == PRECIOUS and rep.read_bytes() == PRECIOUS
+    assert leftovers(tmp_path) == []
+
+
+def test_second_rename_failing_restores_the_first(tmp_path):
+    out = tmp_path / "out.onnx"
+    out.write_bytes(PRECIOUS)
+    blocker = tmp_path / "rep.json"  # a non-empty folder: renaming a file onto it fails
+    blocker.mkdir()
+    (blocker / "keep").write_text("x")
+    with pytest.raises(OSError):
+        onnx_io.write_together(small_matmul(), str(out), {str(blocker): b"{}"})
+    assert out.read_bytes() == PRECIOUS
+    assert leftovers(tmp_path) == []
+    fresh = tmp_path / "fresh.onnx"
+    with pytest.raises(OSError):
+        onnx_io.write_together(small_matmul(), str(fresh), {str(blocker): b"{}"})
+    assert not fresh.exists()
+
+
+def test_interrupt_during_commit_restores_both(tmp_path, monkeypatch):
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    out.write_bytes(PRECIOUS)
+    real_replace = os.replace
+
+    def replace_then_interrupt(src, dst):  # Ctrl-C arrives right after the model was renamed into place
+        real_replace(src, dst)
+        if Path(dst) == out:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", replace_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        onnx_io.write_together(small_matmul(), str(out), {str(rep): b"{}"})
+    monkeypatch.undo()
+    assert out.read_bytes() == PRECIOUS and not rep.exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_model_and_report_written_together(tmp_path):
+    out, rep = tmp_path / "out.onnx", tmp_path / "sub" / "rep.json"
+    rep.parent.mkdir()
+    out.write_bytes(PRECIOUS)
+    onnx_io.write_together(small_matmul(), str(out), {str(rep): b'{"ok": 1}'})
+    assert onnx.load(out).graph.node[0].op_type == "MatMul"
+    assert json.loads(rep.read_text()) == {"ok": 1}
+    assert leftovers(tmp_path, rep.parent) == []
+
+
+# 13. packaging -------------------------------------------------------------------------------------------------
+
+def test_pyproject_lists_every_package():
+    """A regular install takes only the listed packages: each folder with an __init__.py must be listed."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set()
+    for name, folder in tool["package-dir"].items():
+        for init in (root / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(root / folder).parts
+            if "__pycache__" not in rel:
+                found.add(".".join((name, *rel)))
+    assert "eqsat.rules.ours" in found
+    assert found == set(tool["packages"])

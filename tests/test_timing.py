@@ -1,0 +1,157 @@
+"""The end-to-end timing protocol (eqsat.timing) and the rule it feeds: ship only if faster with confidence,
+otherwise hand back the user's model untouched."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_builders as ob
+from eqsat.cli import main
+from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.timing import Comparison, Protocol, compare, decide, runtime_info, session_count, speedup_ci
+
+
+def synthetic_rounds(rng: np.random.Generator, ratio: float, n: int, noise: float = 0.1):
+    """Round medians of two programs whose true latency ratio is ``ratio``, under a drifting machine load
+    (shared by both programs of a round) and independent lognormal noise (median 1)."""
+    load = np.exp(np.cumsum(rng.normal(0, 0.1, n)))
+    a = ratio * load * np.exp(rng.normal(0, noise, n))
+    b = load * np.exp(rng.normal(0, noise, n))
+    return a, b
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.3])
+def test_bootstrap_interval_covers_the_true_ratio_about_as_often_as_its_confidence(ratio):
+    trials, covered, estimates = 300, 0, []
+    for t in range(trials):
+        a, b = synthetic_rounds(np.random.default_rng(t), ratio, 20)
+        est = speedup_ci(a, b, confidence=0.95, resamples=1000, seed=t)
+        covered += est.ci_low <= ratio <= est.ci_high
+        estimates.append(est.speedup)
+    assert 0.90 <= covered / trials <= 0.99
+    assert np.median(estimates) == pytest.approx(ratio, rel=0.01)
+
+
+def test_clustered_bootstrap_covers_when_rounds_share_a_session_pair_effect():
+    """10 session pairs of 3 rounds each; every pair adds its own offset (sessions of one program differ):
+    the plain bootstrap over rounds is too narrow, resampling the pairs restores the coverage."""
+    trials, plain, clustered = 300, 0, 0
+    labels = np.arange(30) % 10
+    for t in range(trials):
+        rng = np.random.default_rng(t)
+        a, b = synthetic_rounds(rng, 1.0, 30, noise=0.01)
+        a = a * np.exp(rng.normal(0, 0.03, 10))[labels]
+        e = speedup_ci(a, b, resamples=1000, seed=t)
+        c = speedup_ci(a, b, resamples=1000, seed=t, clusters=labels)
+        plain += e.ci_low <= 1.0 <= e.ci_high
+        clustered += c.ci_low <= 1.0 <= c.ci_high
+    assert clustered / trials >= 0.88 and plain / trials < 0.85
+
+
+def test_bootstrap_interval_is_seeded_and_narrows_with_more_rounds():
+    rng = np.random.default_rng(7)
+    a, b = synthetic_rounds(rng, 1.1, 40)
+    assert speedup_ci(a, b, seed=3) == speedup_ci(a, b, seed=3)
+    short, long_ = speedup_ci(a[:8], b[:8], seed=0), speedup_ci(a, b, seed=0)
+    assert long_.ci_high - long_.ci_low < short.ci_high - short.ci_low
+    with pytest.raises(ValueError, match="paired rounds"):
+        speedup_ci(a[:5], b[:4])
+
+
+def comparison(low: float, high: float) -> Comparison:
+    mid = (low + high) / 2
+    return Comparison(mid, 1.0, mid, low, high, 0.95, 20, 5, 1.0, runtime_info(1))
+
+
+def test_decision_ships_only_when_the_whole_interval_is_above_one():
+    assert decide(comparison(1.02, 1.2)).ship
+    unsure, slower = decide(comparison(0.97, 1.05)), decide(comparison(0.8, 0.95))
+    assert not unsure.ship and "not faster with confidence" in unsure.reason and "--allow-slower" in unsure.reason
+    assert not slower.ship and "slower" in slower.reason
+    assert decide(comparison(0.8, 0.95), allow_slower=True).ship
+
+
+def chain_model(adds: int, size: int = 256) -> onnx.ModelProto:
+    """x -> ``adds`` Adds of distinct non-zero constants -> Relu: the Adds are real work onnxruntime keeps."""
+    rng = np.random.default_rng(adds)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [size, size])
+    nodes, inits, prev = [], [], "x"
+    for i in range(adds):
+        inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, (size, size)).astype(np.float32), f"c{i}"))
+        nodes.append(helper.make_node("Add", [prev, f"c{i}"], [f"a{i}"]))
+        prev = f"a{i}"
+    nodes.append(helper.make_node("Relu", [prev], ["y"]))
+    return ob.model(nodes, [x], [y], inits)
+
+
+def test_same_model_against_itself_is_not_called_faster():
+    """A/A on a real model: two sessions of one program; at 99% confidence the interval holds 1.0."""
+    model = ob.residual_block()
+    results = [compare(model, model, Protocol(budget_s=0.5, seed=s, confidence=0.99)) for s in range(3)]
+    contains = sum(r.ci_low <= 1.0 <= r.ci_high for r in results)
+    assert contains >= 2, [(r.ci_low, r.ci_high) for r in results]
+    assert sum(decide(r).ship for r in results) <= 1
+    r = results[0]
+    assert r.rounds >= Protocol().min_rounds and r.runtime["intra_op_threads"] == 1
+    assert r.runtime["graph_optimization_level"] == "ORT_ENABLE_ALL" and r.runtime["sessions_per_program"] >= 1
+
+
+def test_session_count_is_bounded_by_the_budget_and_by_weight_memory():
+    small = ob.mlp()
+    assert session_count([small], 10, build_s=0.01, budget_s=10) == 10
+    assert session_count([small], 10, build_s=0.5, budget_s=10) == 6
+    assert session_count([small], 10, build_s=1.0, budget_s=1) == 3  # never fewer than 3 for the time
+    heavy = chain_model(0)
+    heavy.graph.initializer.append(numpy_helper.from_array(np.zeros(40 * 2**20, np.float32), "unused"))  # 160 MiB
+    assert session_count([small, heavy], 10, build_s=0.01, budget_s=10) == 3
+
+
+def test_clearly_faster_program_is_detected_and_shipped_and_the_reverse_is_not():
+    slow, fast = chain_model(50), chain_model(0)
+    ab = compare(slow, fast, Protocol(budget_s=0.5, seed=0))
+    assert ab.ci_low > 2 and ab.speedup > 2 and decide(ab).ship
+    ba = compare(fast, slow, Protocol(budget_s=0.5, seed=0))
+    assert ba.ci_high < 0.5 and ba.slower and not decide(ba).ship
+
+
+def test_programs_with_different_inputs_are_refused():
+    with pytest.raises(ValueError, match="different inputs"):
+        compare(ob.mlp(), ob.residual_block(), Protocol(budget_s=0.1))
+
+
+def test_nothing_found_writes_the_input_file_byte_for_byte(tmp_path):
+    model = ob.residual_block()
+    model.producer_name, model.doc_string = "someone's exporter", "kept as it was"
+    onnx.helper.set_model_props(model, {"owner": "user", "version": "7"})
+    src, out, rep = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "report.json"
+    onnx.save(model, str(src))
+    code = main(["optimize-model", str(src), "-o", str(out), "--report", str(rep), "--scheduler", "none", "--cost", "analytic", "-q"])
+    assert code == 0
+    assert out.read_bytes() == src.read_bytes()
+    report = json.loads(rep.read_text())
+    assert report["returned"] == "original" and "no program other than the original" in report["fallback"]
+
+
+def test_model_given_in_memory_comes_back_untouched_when_nothing_beats_it():
+    model = ob.mlp()
+    before = model.SerializeToString()
+    result = optimize(model, OptimizeConfig(scheduler="none", cost="analytic", measure=True))
+    assert result.optimized is model and model.SerializeToString() == before
+    assert result.report["returned"] == "original" and result.report["measured"] is None
+
+
+def test_allow_slower_keeps_the_searched_program_and_reports_the_measurement():
+    model = ob.mlp()
+    cfg = OptimizeConfig(scheduler="none", cost="analytic", measure=True, allow_slower=True, measure_budget=0.3)
+    r = optimize(model, cfg)
+    m = r.report["measured"]
+    assert r.report["returned"] == "optimized" and r.report["fallback"] is None and r.optimized is not model
+    assert m["ci_low"] <= m["speedup"] <= m["ci_high"] and m["rounds"] >= 10
+    assert m["runtime"]["name"] == "onnxruntime-cpu" and m["decision"] == "ship"
+    assert m["original_ms"] > 0 and m["optimized_ms"] > 0

@@ -1,0 +1,166 @@
+"""Verification: NaN/Inf outputs, inputs of the user's fixed shapes, integer inputs across their index range."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx_builders as ob
+from eqsat.cli import main
+from eqsat.errors import InputError
+from eqsat.inputs import index_bounds, random_inputs
+from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.verify import compare_outputs, session, verify
+
+
+# -- NaN and Inf --------------------------------------------------------------------------------
+def test_nan_and_inf_match_position_by_position():
+    ref = np.array([1.0, np.nan, np.inf, -np.inf, 2.0], dtype=np.float32)
+    assert compare_outputs(ref, ref.copy())[0]
+    ok, max_abs, max_rel = compare_outputs(ref, ref + np.float32(1e-6))
+    assert ok and np.isfinite(max_abs) and np.isfinite(max_rel)
+    for bad in ([1.0, 1.0, np.inf, -np.inf, 2.0],      # NaN became a number
+                [1.0, np.nan, np.nan, -np.inf, 2.0],   # +inf became NaN
+                [1.0, np.nan, -np.inf, -np.inf, 2.0],  # sign of an infinity flipped
+                [np.nan, 1.0, np.inf, -np.inf, 2.0],   # NaN moved
+                [1.0, np.nan, np.inf, -np.inf, 2.5]):  # a finite value off by 25%
+        ok, max_abs, _ = compare_outputs(ref, np.array(bad, dtype=np.float32))
+        assert not ok, bad
+    assert compare_outputs(np.full(3, np.nan), np.full(3, np.nan))[0]  # all-NaN outputs are equal
+
+
+def _nan_weight_model(weight: np.ndarray) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    nodes = [helper.make_node("Mul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    return ob.model(nodes, [x], [y], [numpy_helper.from_array(weight, "w")])
+
+
+def test_identical_models_with_nan_and_inf_weights_verify():
+    w = np.array([1.0, np.nan, np.inf, -np.inf], dtype=np.float32)
+    model = _nan_weight_model(w)
+    check = verify(model, model, seed=0)
+    assert check.passed and np.isfinite(check.max_abs_error) and np.isfinite(check.max_rel_error)
+    moved = _nan_weight_model(np.array([np.nan, 1.0, np.inf, -np.inf], dtype=np.float32))
+    assert not verify(model, moved, seed=0).passed
+    result = optimize(model, OptimizeConfig(scheduler="none", cost="analytic", measure=False))
+    assert result.report["verified"] and np.isfinite(result.report["max_rel_error"])
+
+
+# -- fixed shapes (--input-shape) ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dynamic_batch_model(tmp_path_factory) -> str:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 1))
+    path = str(tmp_path_factory.mktemp("dyn") / "dyn.onnx")
+    ob.torch_export(m, torch.randn(1, 3, 8, 8), path, dynamic_batch=True)
+    return path
+
+
+def test_fixed_batch_verifies_and_measures_with_the_fixed_shape(dynamic_batch_model, tmp_path, capsys):
+    out = str(tmp_path / "o.onnx")
+    code = main(["optimize-model", dynamic_batch_model, "-o", out, "--input-shape", "x=3,3,8,8",
+                 "--scheduler", "none", "--cost", "analytic", "-q"])
+    assert code == 0, capsys.readouterr().err
+    optimized = onnx.load(out)
+    dims = [d.dim_value or d.dim_param for d in optimized.graph.input[0].type.tensor_type.shape.dim]
+    assert dims in ([3, 3, 8, 8], ["batch", 3, 8, 8])  # fixed, or the original's dynamic batch kept
+    # an independent check: onnxruntime runs both on a batch of 3
+    x = np.random.default_rng(1).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    a = session(onnx.load(dynamic_batch_model)).run(None, {"x": x})[0]
+    b = session(optimized).run(None, {"x": x})[0]
+    assert a.shape == b.shape == (3, 4, 8, 8)
+    np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_verify_feeds_the_fixed_shape_to_a_dynamic_original_and_a_static_result(dynamic_batch_model, tmp_path):
+    original = onnx.load(dynamic_batch_model)
+    static = onnx.load(dynamic_batch_model)
+    static.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3  # what a fully static export gives
+    static.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 3
+    assert verify(original, static, seed=0, input_shapes={"x": (3, 3, 8, 8)}).passed
+    assert verify(original, static, seed=0).passed  # the static side's shape completes the dynamic one
+    with pytest.raises(InputError, match="contradicts"):
+        verify(original, static, seed=0, input_shapes={"x": (3, 5, 8, 8)})
+
+
+@pytest.mark.parametrize("spec,reason", [
+    ("x=2,5,8,8", "static"),          # contradicts the static channel count
+    ("y=2,3,8,8", "not model inputs"),  # unknown input name
+    ("x=0,3,8,8", "not positive"),     # empty batch
+    ("x=-2,3,8,8", "not positive"),    # negative batch
+    ("x=2,3,8", "rank"),               # wrong rank
+])
+def test_bad_input_shapes_exit_2_before_any_work(dynamic_batch_model, tmp_path, capsys, spec, reason):
+    out = tmp_path / "o.onnx"
+    code = main(["optimize-model", dynamic_batch_model, "-o", str(out), "--input-shape", spec,
+                 "--scheduler", "none", "--cost", "analytic", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and reason in err and "Traceback" not in err, err
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+# -- integer inputs -----------------------------------------------------------------------------
+def _embedding_model(vocab: int = 50, types: int = 3, seq: int = 64) -> onnx.ModelProto:
+    """ids (int64) -> Gather(word table); type ids (int32) -> Cast -> Unsqueeze -> Gather(type table);
+    a mask (int64) used arithmetically only."""
+    rng = np.random.default_rng(0)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [1, seq])
+    tids = helper.make_tensor_value_info("type_ids", TensorProto.INT32, [seq])
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, [1, seq])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, 8])
+    inits = [numpy_helper.from_array(rng.standard_normal((vocab, 8)).astype(np.float32), "word"),
+             numpy_helper.from_array(rng.standard_normal((types, 8)).astype(np.float32), "type"),
+             numpy_helper.from_array(np.array([0], dtype=np.int64), "axes")]
+    nodes = [helper.make_node("Gather", ["word", "ids"], ["we"]),
+             helper.make_node("Cast", ["type_ids"], ["t64"], to=TensorProto.INT64),
+             helper.make_node("Unsqueeze", ["t64", "axes"], ["t2"]),
+             helper.make_node("Gather", ["type", "t2"], ["te"]),
+             helper.make_node("Add", ["we", "te"], ["e"]),
+             helper.make_node("Cast", ["mask"], ["mf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["mf", "axes2"], ["m3"]),
+             helper.make_node("Mul", ["e", "m3"], ["y"])]
+    inits.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "axes2"))
+    return ob.model(nodes, [ids, tids, mask], [y], inits)
+
+
+def test_index_inputs_are_bounded_by_the_tables_they_index():
+    model = _embedding_model(vocab=50, types=3)
+    assert index_bounds(model) == {"ids": 50, "type_ids": 3}
+    feeds = random_inputs(session(model), np.random.default_rng(0), None, index_bounds(model))
+    assert feeds["ids"].dtype == np.int64 and feeds["type_ids"].dtype == np.int32
+    assert feeds["ids"].min() >= 0 and feeds["ids"].max() < 50 and len(np.unique(feeds["ids"])) > 10
+    assert set(np.unique(feeds["type_ids"])) <= {0, 1, 2} and feeds["type_ids"].max() == 2
+    assert set(np.unique(feeds["mask"])) <= {0, 1}
+    # seeded: the same seed gives the same draws
+    again = random_inputs(session(model), np.random.default_rng(0), None, index_bounds(model))
+    assert all(np.array_equal(feeds[k], again[k]) for k in feeds)
+
+
+def test_smallest_table_bounds_an_input_indexing_two():
+    rng = np.random.default_rng(0)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [6])
+    ya = helper.make_tensor_value_info("a", TensorProto.FLOAT, [6, 4])
+    yb = helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 6])
+    nodes = [helper.make_node("Gather", ["big", "ids"], ["a"]),
+             helper.make_node("Gather", ["small", "ids"], ["b"], axis=1)]
+    inits = [numpy_helper.from_array(rng.standard_normal((40, 4)).astype(np.float32), "big"),
+             numpy_helper.from_array(rng.standard_normal((4, 7)).astype(np.float32), "small")]
+    assert index_bounds(ob.model(nodes, [ids], [ya, yb], inits)) == {"ids": 7}
+
+
+def test_embedding_model_round_trips_with_ids_across_the_vocabulary():
+    model = _embedding_model()
+    check = verify(model, model, seed=0)  # onnxruntime rejects out-of-range Gather indices
+    assert check.passed
+    result = optimize(model, OptimizeConfig(scheduler="none", cost="analytic", measure=False))
+    assert result.report["verified"]
+    ids = np.arange(64, dtype=np.int64).reshape(1, 64) % 50
+    feeds = {"ids": ids, "type_ids": (np.arange(64) % 3).astype(np.int32), "mask": np.ones((1, 64), np.int64)}
+    np.testing.assert_allclose(session(result.optimized).run(None, feeds)[0], session(model).run(None, feeds)[0],
+                               rtol=1e-5, atol=1e-6)
