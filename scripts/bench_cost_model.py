@@ -16,7 +16,7 @@ import json
 import sys
 
 from eqsat.models import MODELS, build
-from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.app.pipeline import OptimizeConfig, optimize
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from eqsat.mcts.experiment import RunSpec, run_or_record_error
+from experiment import RunSpec, run_or_record_error
 from eqsat.models import MODELS
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-from eqsat.mcts.experiment import RunSpec, run_or_record_error
+from experiment import RunSpec, run_or_record_error
 from eqsat.models import MODELS, build
 
 PAPER_PAIRS = [("greedy-tree", "greedy-tree"), ("greedy-tree", "ilp"), ("greedy-constituent", "greedy-constituent"),

@@ -14,7 +14,7 @@ import torch_modules as tm
 
 
 def run(*args):
-    proc = subprocess.run([sys.executable, "-m", "eqsat.cli", *args], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "eqsat", *args], capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from eqsat.cli import main
+from eqsat.app.cli import main
 from eqsat.cost import AnalyticCost, OpKey, graph_cost, make
 from eqsat.cost.cache import CostCache
 from eqsat.cost.measure import ESTIMATE_FLOOR_US, OUTLIER_FACTOR, TorchCost, robust_time

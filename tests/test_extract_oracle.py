@@ -239,7 +239,7 @@ def test_grown_vgg19_warm_start_accepted_and_ilp_never_dearer_than_greedy_dag():
 
 
 def test_pipeline_reports_whether_the_ilp_kept_its_warm_start():
-    from eqsat.pipeline import OptimizeConfig, optimize
+    from eqsat.app.pipeline import OptimizeConfig, optimize
 
     r = optimize(build("vgg19", small=True), OptimizeConfig(scheduler="none", cost="analytic", measure=False))
     entry = r.report["extraction"]

@@ -19,9 +19,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from eqsat import onnx_io
-from eqsat.cli import main
+from eqsat.app.cli import main
 from eqsat.errors import InputError
-from eqsat.pipeline import OptimizeConfig, ilp_seconds, optimize
+from eqsat.app.pipeline import OptimizeConfig, ilp_seconds, optimize
 
 FAST = ["--scheduler", "none", "--cost", "analytic", "--no-measure", "-q"]
 PRECIOUS = b"precious bytes that must survive"
@@ -223,7 +223,7 @@ def test_signal_mid_search_exits_130_and_keeps_outputs(tmp_path, sig):
     out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
     out.write_bytes(PRECIOUS)
     rep.write_bytes(PRECIOUS)
-    proc = subprocess.Popen([sys.executable, "-m", "eqsat.cli", "optimize-model", "--model", "squeezenet", "--small",
+    proc = subprocess.Popen([sys.executable, "-m", "eqsat", "optimize-model", "--model", "squeezenet", "--small",
                              "--scheduler", "mcts", "--budget", "1000000", "--cost", "analytic", "--no-measure",
                              "-o", str(out), "--report", str(rep)], stderr=subprocess.PIPE, text=True)
     try:

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from eqsat.cli import main
+from eqsat.app.cli import main
 from eqsat.evaluate import evaluate
 from eqsat.models import MODELS, build
 from eqsat.onnx_export import export_model

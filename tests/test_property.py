@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 import onnx_builders as ob
-from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.verify import session
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16}

@@ -9,7 +9,7 @@ import torch
 import onnx_builders as ob
 import torch_modules as tm
 from eqsat.onnx_import import import_model
-from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.verify import verify
 
 CONFIG = OptimizeConfig(scheduler="none", cost="analytic", measure=False)

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx_builders as ob
 from eqsat import ir
-from eqsat.cli import main
+from eqsat.app.cli import main
 from eqsat.egraph import EGraph
 from eqsat.evaluate import evaluate
 from eqsat.rules import RuleEngine, by_name, our_rules
@@ -161,7 +161,7 @@ def test_optimize_model_with_moved_column_boundary_verifies(tmp_path, scheduler)
     case (the reshape keeps the last dimension, the rule fires) is checked at IR level above."""
     path, out, rep = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
     onnx.save(_moved_boundary_model(keep_last=False), path)
-    proc = subprocess.run([sys.executable, "-m", "eqsat.cli", "optimize-model", str(path), "-o", str(out),
+    proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize-model", str(path), "-o", str(out),
                            "--report", str(rep), "--scheduler", scheduler, "--budget", "4", "--cost", "analytic",
                            "--no-measure", "--seed", "0", "-q"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

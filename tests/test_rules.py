@@ -11,7 +11,7 @@ import pytest
 
 import onnx_builders as ob
 from eqsat import ir
-from eqsat.cli import main
+from eqsat.app.cli import main
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
 from eqsat.egraph import EGraph

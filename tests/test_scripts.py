@@ -35,12 +35,11 @@ def test_reproduce_quick_then_report(tmp_path):
         assert (rep / fig).stat().st_size > 1000
 
 
-def _reproduce():
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        import reproduce
-    finally:
-        sys.path.pop(0)
+def _reproduce(monkeypatch):
+    # the scripts folder stays on sys.path for the test: spawned workers unpickle RunSpec from scripts/experiment.py
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    import reproduce
+
     return reproduce
 
 
@@ -53,9 +52,9 @@ def timed_run(spec):
     return {"pid": os.getpid(), "start": start, "end": time.time()}
 
 
-def test_reproduce_runs_heavy_models_one_at_a_time():
-    reproduce = _reproduce()
-    from eqsat.mcts.experiment import RunSpec
+def test_reproduce_runs_heavy_models_one_at_a_time(monkeypatch):
+    reproduce = _reproduce(monkeypatch)
+    RunSpec = reproduce.RunSpec
 
     assert reproduce.heavy(RunSpec("vit-huge")) and reproduce.heavy(RunSpec("vit-large"))
     assert not any(reproduce.heavy(RunSpec(m)) for m in ("bert", "vit-base", "nasneta", "vgg19"))

@@ -14,7 +14,7 @@ import torch_modules as tm
 from eqsat import ir
 from eqsat.egraph import EGraph
 from eqsat.models import build
-from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.app.pipeline import OptimizeConfig, optimize
 
 FAST = dict(cost="analytic", budget=12, depth=4, measure=False, ilp_time_limit=20)
 
@@ -116,7 +116,7 @@ def test_cli_default_scheduler_is_mcts(tmp_path):
 
     out = tmp_path / "o.onnx"
     rep = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "eqsat.cli", "optimize-model", "--model", "bert", "--small",
+    proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize-model", "--model", "bert", "--small",
                            "-o", str(out), "--report", str(rep), "--cost", "analytic", "--budget", "4", "--depth", "2",
                            "--no-measure", "-q"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

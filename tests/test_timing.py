@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_builders as ob
-from eqsat.cli import main
-from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.app.cli import main
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.timing import Comparison, Protocol, compare, decide, runtime_info, session_count, speedup_ci
 
 

@@ -11,10 +11,10 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx_builders as ob
-from eqsat.cli import main
+from eqsat.app.cli import main
 from eqsat.errors import InputError
 from eqsat.inputs import index_bounds, random_inputs
-from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.verify import compare_outputs, session, verify
 
 

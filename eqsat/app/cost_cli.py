@@ -8,13 +8,13 @@ import sys
 def _profile(args) -> int:
     from rich.progress import Progress
 
-    from eqsat.cli import _source
+    from eqsat.app.cli import _source
     from eqsat.egraph import EGraph
     from eqsat.onnx_import import import_model
     from eqsat.rules import RuleEngine, actions, all_rules
 
-    from . import make
-    from .base import OpKey, is_free
+    from eqsat.cost import make
+    from eqsat.cost.base import OpKey, is_free
 
     from eqsat.onnx_import import parse_input_shapes
 
@@ -54,7 +54,7 @@ def _profile(args) -> int:
 
 
 def _show(args) -> int:
-    from .cache import CostCache
+    from eqsat.cost.cache import CostCache
 
     cache = CostCache(args.cache)
     rows = cache.summary()
@@ -68,7 +68,7 @@ def register(sub) -> None:
     p = sub.add_parser("cost", help="operator cost measurements and their cache")
     cs = p.add_subparsers(dest="cost_command", required=True)
     pr = cs.add_parser("profile", help="time every operator a model's e-graph can contain, filling the cache")
-    from eqsat.cli import _add_model_source
+    from eqsat.app.cli import _add_model_source
 
     _add_model_source(pr)
     pr.add_argument("--cost", default="cpu", choices=["cpu", "cuda", "auto"])

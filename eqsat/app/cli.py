@@ -12,7 +12,8 @@ import sys
 import threading
 from typing import Sequence
 
-from .errors import EqsatError, InputError
+from eqsat.errors import EqsatError, InputError
+from . import cost_cli, models_cli, rules_cli
 
 
 def _add_model_source(p: argparse.ArgumentParser) -> None:
@@ -25,7 +26,7 @@ def _add_model_source(p: argparse.ArgumentParser) -> None:
 
 def _source(args):
     """(ONNX model or IR graph, label) from the model arguments."""
-    from .onnx_import import load_model
+    from eqsat.onnx_import import load_model
 
     if bool(args.model_path) == bool(args.builtin):
         raise InputError("give either MODEL.onnx or --model NAME (eqsat models list shows the names)")
@@ -82,8 +83,8 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _cmd_optimize(args) -> int:
-    from .onnx_import import parse_input_shapes
-    from .onnx_io import write_together
+    from eqsat.onnx_import import parse_input_shapes
+    from eqsat.onnx_io import write_together
     from .pipeline import OptimizeConfig, check_output_path, optimize, report_bytes
 
     _check_source_flags(args)
@@ -99,7 +100,7 @@ def _cmd_optimize(args) -> int:
                             input_shapes=parse_input_shapes(args.input_shape))
     config.validate()
     model, label = _source(args)
-    from .progress import progress_printer
+    from eqsat.progress import progress_printer
 
     result = optimize(model, config, progress=progress_printer(args.quiet))
     result.report["input"] = label
@@ -136,9 +137,9 @@ def _summary(r: dict) -> None:
 
 
 def _cmd_info(args) -> int:
-    from .onnx_import import import_model
+    from eqsat.onnx_import import import_model
 
-    from .onnx_import import parse_input_shapes
+    from eqsat.onnx_import import parse_input_shapes
 
     _check_source_flags(args)
     shapes = parse_input_shapes(args.input_shape)
@@ -207,15 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands():
-    """Subcommand groups of the subpackages (models, rules, cost), registered if importable."""
-    out = []
-    for mod in ("eqsat.models.cli", "eqsat.rules.cli", "eqsat.cost.cli"):
-        try:
-            module = __import__(mod, fromlist=["register"])
-        except ImportError:
-            continue
-        out.append(module.register)
-    return out
+    """Subcommand groups of the models, rules and cost packages."""
+    return [models_cli.register, rules_cli.register, cost_cli.register]
 
 
 def _interrupt(signum, _frame) -> None:

@@ -7,7 +7,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from eqsat.models import MODELS, build
-from eqsat.pipeline import OptimizeConfig, optimize
+from eqsat.app.pipeline import OptimizeConfig, optimize
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""Checks of an :class:`~eqsat.pipeline.OptimizeConfig` made before any work, shared by the API and the CLI.
+"""Checks of an :class:`~eqsat.app.pipeline.OptimizeConfig` made before any work, shared by the API and the CLI.
 
 Each problem raises :class:`~eqsat.errors.InputError` (exit 2) naming the flag and what to give instead.
 
->>> from eqsat.pipeline import OptimizeConfig
+>>> from eqsat.app.pipeline import OptimizeConfig
 >>> validate(OptimizeConfig(budget=0))
 Traceback (most recent call last):
 ...
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError
+from eqsat.errors import InputError
 
 if TYPE_CHECKING:
     from .pipeline import OptimizeConfig

@@ -6,11 +6,11 @@ import json
 import sys
 import time
 
-from .verify import DEFAULT_INSTANCES
+from eqsat.rules.verify import DEFAULT_INSTANCES
 
 
 def _list(args) -> int:
-    from .registry import all_rules
+    from eqsat.rules.registry import all_rules
 
     rules = all_rules(nasrnn=args.nasrnn)
     if args.json:
@@ -27,8 +27,8 @@ def _list(args) -> int:
 
 
 def _verify(args) -> int:
-    from .registry import all_rules
-    from .verify import MIN_FIRED, check_rule
+    from eqsat.rules.registry import all_rules
+    from eqsat.rules.verify import MIN_FIRED, check_rule
 
     if args.instances < 1:
         from eqsat.errors import InputError

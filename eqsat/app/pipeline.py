@@ -1,6 +1,6 @@
 """The optimize-model pipeline: import -> e-graph -> search -> extract -> export -> verify -> measure.
 
->>> from eqsat.pipeline import OptimizeConfig
+>>> from eqsat.app.pipeline import OptimizeConfig
 >>> OptimizeConfig().final_extractor
 'ilp'
 """
@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 import onnx
 
-from . import onnx_export, onnx_import, onnx_io
-from .decode import build_program
-from .egraph import EGraph
-from .errors import InputError, VerificationError
-from .ir import Graph, Node
-from .timing import Protocol, compare, decide
-from .verify import verify
+from eqsat import onnx_export, onnx_import, onnx_io
+from eqsat.decode import build_program
+from eqsat.egraph import EGraph
+from eqsat.errors import InputError, VerificationError
+from eqsat.ir import Graph, Node
+from eqsat.timing import Protocol, compare, decide
+from eqsat.verify import verify
 
 
 @dataclass
@@ -54,7 +54,7 @@ class OptimizeConfig:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def validate(self) -> None:
-        """Raise InputError naming the first unusable option (see eqsat.config_check)."""
+        """Raise InputError naming the first unusable option (see eqsat.app.config_check)."""
         from .config_check import validate
 
         validate(self)

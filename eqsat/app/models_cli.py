@@ -8,7 +8,7 @@ import json
 def _list(args) -> int:
     from eqsat.egraph import EGraph
 
-    from . import MODELS, build
+    from eqsat.models import MODELS, build
 
     rows = []
     for name, spec in MODELS.items():
@@ -28,9 +28,9 @@ def _list(args) -> int:
 def _export(args) -> int:
     from eqsat.onnx_export import export_model
     from eqsat.onnx_io import write_atomic
-    from eqsat.pipeline import check_output_path
+    from eqsat.app.pipeline import check_output_path
 
-    from . import build
+    from eqsat.models import build
 
     check_output_path(args.output)
     model = export_model(build(args.name, small=args.small, seed=args.seed))
