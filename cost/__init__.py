@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from .analytic import AnalyticCost
+from .analytic import DEVICES, AnalyticCost
 from .base import CostModel, OpKey, graph_cost, graph_ops, node_costs
 
 __all__ = ["AnalyticCost", "CostModel", "OpKey", "graph_cost", "graph_ops", "node_costs"]
+
+COST_MODELS = ("analytic", "cpu", "cuda", "auto")
+"""--cost values besides ``analytic-DEVICE`` (see :func:`cost_names`)"""
+
+
+def cost_names() -> list[str]:
+    """Every accepted ``--cost`` value: :data:`COST_MODELS` and ``analytic-DEVICE`` per roofline device."""
+    return [*COST_MODELS, *(f"analytic-{d}" for d in DEVICES)]
 
 
 def make(name: str, cache_path: str | None = None):
@@ -34,4 +42,4 @@ def make(name: str, cache_path: str | None = None):
     raise InputError(f"--cost {name!r}: choose analytic, cpu, cuda or auto")
 
 
-__all__ += ["make"]
+__all__ += ["COST_MODELS", "cost_names", "make"]

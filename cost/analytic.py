@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eqsat.ops import OPS
+from eqsat.ops.base import bytes_moved as default_bytes
+
 from .base import OpKey, volume
 
 ITEMSIZE = {"float32": 4, "float16": 2, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
@@ -24,28 +27,20 @@ DEVICES = {
 
 
 def flops(key: OpKey) -> float:
-    op, a, ins, out = key.op, key.attrs, key.in_shapes, key.out_shape
-    n_out = volume(out)
-    if op == "matmul":
-        k = ins[0][-1]
-        return 2.0 * n_out * k + (n_out if a and a[0] else 0)
-    if op == "conv2d":
-        w = ins[1]
-        return 2.0 * n_out * w[1] * w[2] * w[3] + (n_out if a[4] else 0)
-    if op == "pool":
-        return float(n_out * a[1] * a[2])
-    if op in ("batchnorm",):
-        return 2.0 * n_out
-    if op in ("sigmoid", "tanh"):
-        return 4.0 * n_out
-    if op == "opaque":
-        return 4.0 * n_out
-    return float(n_out)
+    """Floating-point operations of one operator (its :mod:`eqsat.ops` entry's count)."""
+    entry = OPS.get(key.op)
+    if entry is None:
+        return float(volume(key.out_shape))
+    return entry.flops(key.attrs, key.in_shapes, key.out_shape)
 
 
 def bytes_moved(key: OpKey) -> float:
+    """Bytes one operator reads and writes (its :mod:`eqsat.ops` entry's count)."""
     size = ITEMSIZE.get(key.dtype, 4)
-    return float(size * (sum(volume(s) for s in key.in_shapes) + volume(key.out_shape)))
+    entry = OPS.get(key.op)
+    if entry is None:
+        return default_bytes(key.in_shapes, key.out_shape, size)
+    return entry.bytes(key.in_shapes, key.out_shape, size)
 
 
 class AnalyticCost:

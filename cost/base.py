@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from eqsat.ir import ZERO_COST_OPS
+from eqsat.ops import FREE_OPS
+from eqsat.snapshot import Snapshot
 
 Shape = tuple[int, ...]
 
@@ -38,12 +39,12 @@ class CostModel(Protocol):
 
 
 def is_free(op: str, model: object = None) -> bool:
-    """TASO's zero-cost operators, or the cost model's own set (``free_ops``)."""
-    return op in getattr(model, "free_ops", ZERO_COST_OPS)
+    """TASO's zero-cost operators (``free`` in :mod:`eqsat.ops`), or the cost model's own set (``free_ops``)."""
+    return op in getattr(model, "free_ops", FREE_OPS)
 
 
-def node_costs(snapshot, model: CostModel) -> list[float]:
-    """Own cost of every e-node of an :class:`~eqsat.egraph.Snapshot` (0 for free and all-weights nodes)."""
+def node_costs(snapshot: Snapshot, model: CostModel) -> list[float]:
+    """Own cost of every e-node of an :class:`~eqsat.snapshot.Snapshot` (0 for free and all-weights nodes)."""
     out: list[float] = []
     memo: dict[OpKey, float] = {}
     for e in snapshot.nodes:
@@ -57,8 +58,6 @@ def node_costs(snapshot, model: CostModel) -> list[float]:
             proto = snapshot.opaque[e.attrs[0]]
             attrs = (proto.attrs[0], proto.attrs[1], proto.attrs[2], proto.attrs[3])
             dtype = proto.dtype
-        elif e.op == "enlarge":
-            attrs = ()
         key = OpKey(e.op, attrs, shapes, snapshot.shapes[e.eclass] or (), dtype)
         if key not in memo:
             memo[key] = float(model.op_cost(key))

@@ -12,17 +12,16 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from eqsat.timing import median_ms
+from eqsat.ops import OPS
+from eqsat.timing import cuda_event_ms, median_ms
 
 from .analytic import AnalyticCost
 from .base import OpKey
 from .cache import CostCache
-
-_ACT = {1: "sigmoid", 2: "relu", 3: "tanh"}
 
 OUTLIER_FACTOR = 20.0
 """A timing above this many times the analytic estimate (of at least ``ESTIMATE_FLOOR_US``) is suspect."""
@@ -31,52 +30,14 @@ AGREEMENT = 2.0
 """The minimum round median counts as confirmed when another round lies within this factor of it."""
 
 
-def _torch_fn(key: OpKey):
-    import torch
-    import torch.nn.functional as F
+def _torch_fn(key: OpKey) -> Callable[..., Any] | None:
+    """The operator as a function of torch tensors (its :mod:`eqsat.ops` entry's), or None if it has none."""
+    import torch  # deferred: torch takes seconds to import and only the measured cost models need it
 
-    from eqsat.shapes import conv_pad
-
-    op, a = key.op, key.attrs
-
-    def act(y, code):
-        return getattr(torch, _ACT[code])(y) if code in _ACT else y
-
-    if op == "ewadd":
-        return lambda x, y: x + y
-    if op == "ewmul":
-        return lambda x, y: x * y
-    if op in ("relu", "tanh", "sigmoid"):
-        return getattr(torch, op)
-    if op == "matmul":
-        return lambda x, y: act(torch.matmul(x, y), a[0])
-    if op == "conv2d":
-        sh, sw, ph, pw, code = a
-        kh, kw = key.in_shapes[1][2], key.in_shapes[1][3]
-        groups = key.in_shapes[0][1] // key.in_shapes[1][1]
-        pad = (conv_pad(kh, ph), conv_pad(kw, pw))
-        return lambda x, w: act(F.conv2d(x, w, stride=(sh, sw), padding=pad, groups=groups), code)
-    if op == "pool":
-        kind, kh, kw, sh, sw, ph, pw, code = a
-        pad = (conv_pad(kh, ph), conv_pad(kw, pw))
-        if kind == 0:
-            return lambda x: act(F.max_pool2d(x, (kh, kw), (sh, sw), pad), code)
-        return lambda x: act(F.avg_pool2d(x, (kh, kw), (sh, sw), pad, count_include_pad=False), code)
-    if op == "concat":
-        return lambda *xs: torch.cat(xs, dim=a[0])
-    if op == "slice":
-        axis, start, end = a
-        return lambda x: x.narrow(axis, start, end - start).contiguous()
-    if op == "transpose":
-        return lambda x: x.permute(*a).contiguous()
-    if op == "batchnorm":
-        return lambda x, s, b, m, v: F.batch_norm(x, m, v.abs() + 1, s, b, False, 0.0, a[0] * 1e-12)
-    if op == "enlarge":
-        def enlarge(w, ref):
-            dh, dw = ref.shape[2] - w.shape[2], ref.shape[3] - w.shape[3]
-            return F.pad(w, (dw // 2, dw - dw // 2, dh // 2, dh - dh // 2))
-        return enlarge
-    return None
+    entry = OPS.get(key.op)
+    if entry is None or entry.torch is None:
+        return None
+    return entry.torch(torch, key.attrs, key.in_shapes)
 
 
 @dataclass(frozen=True)
@@ -118,7 +79,7 @@ class TorchCost:
     calling them free would favour programs that are slower end to end.
     """
 
-    free_ops = frozenset({"input", "weight", "reshape", "merge", "dropout", "noop"})
+    free_ops = frozenset(d.op for d in OPS.values() if d.free and not d.copies)
 
     def __init__(self, device: str = "cpu", cache: CostCache | None = None, threads: int | None = None,
                  warmup: int | None = None, repeats: int | None = None):
@@ -177,7 +138,7 @@ class TorchCost:
             for _ in range(self.warmup):
                 run()
             if self.device == "cuda":
-                return robust_time(lambda n: self._cuda_round(run, n), estimate, self.repeats)
+                return robust_time(lambda n: cuda_event_ms(run, n) * 1e3, estimate, self.repeats)
             return robust_time(lambda n: median_ms(run, 0, n) * 1e3, estimate, self.repeats)
 
     def _runner(self, key: OpKey) -> Callable[[], object] | None:
@@ -191,17 +152,6 @@ class TorchCost:
         gen = torch.Generator().manual_seed(0)
         args = [torch.randn(*s, generator=gen).to(self.device) for s in key.in_shapes]
         return lambda: fn(*args)
-
-    def _cuda_round(self, run: Callable[[], object], repeats: int) -> float:
-        torch = self.torch
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        for _ in range(repeats):
-            run()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) * 1e3 / repeats
 
 
 def _opaque_runner(key: OpKey) -> Callable[[], object] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from . import ir
-from .egraph import Snapshot
+from .snapshot import Snapshot
 from .errors import EqsatError
 from .ir import Graph, Node
 

@@ -1,4 +1,10 @@
-"""The e-graph: an IR program encoded into egglog (low-level bindings), rule runs, push/pop, export.
+"""The egglog runtime wrapper: one e-graph holding a program, the commands run on it, push/pop, its size,
+and freezing it into a :class:`~eqsat.snapshot.Snapshot`. Encoding a program into commands is
+:mod:`eqsat.encode`'s job, decoding a chosen program :mod:`eqsat.decode`'s.
+
+Every call into egglog goes through :func:`egglog_guard`: an error egglog reports, or a Rust panic (a
+``pyo3_runtime.PanicException``, which is a BaseException), becomes an :class:`~eqsat.errors.EgglogError`
+saying what was being done; KeyboardInterrupt and SystemExit pass through unchanged.
 
 >>> from eqsat import ir
 >>> x = ir.input_("x", (2, 3)); g = ir.Graph((x,), (ir.make("relu", [x]),), ("y",))
@@ -9,29 +15,47 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
 
 import egglog.bindings as eb
 
 from . import egglog_schema as schema
-from .errors import EGraphError
-from .ir import Graph, Node, topo_order
+from .encode import Encoding
+from .errors import EGraphError, EgglogError, EqsatError
+from .ir import Graph, Node
+from .snapshot import ENode, Snapshot
+
+__all__ = ["EGraph", "ENode", "Size", "Snapshot", "egglog_guard"]  # ENode, Snapshot: re-exported from .snapshot
 
 
-def _commands(egraph: eb.EGraph, text: str) -> list:
+def _is_egglog_failure(exc: BaseException) -> bool:
+    """An error egglog raised (an Exception) or a Rust panic; not KeyboardInterrupt, SystemExit or GeneratorExit."""
+    kind = type(exc)
+    return isinstance(exc, Exception) or (kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime")
+
+
+@contextmanager
+def egglog_guard(doing: str | Callable[[], str]) -> Iterator[None]:
+    """The one guard around calls into egglog: a failure inside becomes an :class:`EgglogError` whose message
+    says what was being done (``doing``, or a callable giving it, called only on failure). An
+    :class:`EqsatError` raised inside, KeyboardInterrupt and SystemExit propagate unchanged."""
     try:
-        return egraph.parse_program(text)
-    except BaseException as exc:  # noqa: BLE001 - Rust panics are BaseException
-        raise EGraphError(f"egglog rejected {text[:200]!r}: {exc}") from None
-
-
-def _run(egraph: eb.EGraph, commands: list) -> list:
-    try:
-        return egraph.run_program(*commands)
-    except BaseException as exc:  # noqa: BLE001 - Rust panics are BaseException
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        yield
+    except EqsatError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - Rust panics are BaseException; the rest is re-raised below
+        if not _is_egglog_failure(exc):
             raise
-        raise EGraphError(f"egglog failed: {exc}") from None
+        what = doing() if callable(doing) else doing
+        detail = str(exc).strip().splitlines()
+        raise EgglogError(f"egglog failed while {what}: {type(exc).__name__}: "
+                          f"{' '.join(detail)[:500] or '(no message)'}") from exc
+
+
+def _excerpt(text: str) -> str:
+    return repr(text[:200] + ("..." if len(text) > 200 else ""))
 
 
 @dataclass(frozen=True)
@@ -40,177 +64,85 @@ class Size:
     """Rows of tensor constructors (every e-node, including proposals that never got a shape)."""
 
 
-@dataclass(frozen=True)
-class ENode:
-    op: str
-    attrs: tuple
-    children: tuple[int, ...]
-    eclass: int
-
-
-@dataclass
-class Snapshot:
-    """A frozen e-graph with integer-indexed e-classes, the input of every extractor."""
-
-    nodes: list[ENode]
-    classes: list[list[int]]
-    """class index -> indices of its e-nodes"""
-    shapes: list[tuple[int, ...] | None]
-    all_weights: list[bool]
-    roots: list[int]
-    """class index of each program output"""
-    leaves: dict[str, Node] = field(default_factory=dict)
-    """egglog name of input/weight leaves -> IR node"""
-    opaque: list[Node] = field(default_factory=list)
-    """opaque table: id -> an IR node carrying the op's attributes, shape and dtype"""
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    def reachable(self) -> list[int]:
-        """Classes reachable from the roots (through any e-node)."""
-        seen, stack = set(self.roots), list(self.roots)
-        while stack:
-            c = stack.pop()
-            for n in self.classes[c]:
-                for ch in self.nodes[n].children:
-                    if ch not in seen:
-                        seen.add(ch)
-                        stack.append(ch)
-        return sorted(seen)
-
-    def restrict(self) -> "Snapshot":
-        """The sub-e-graph reachable from the roots, re-indexed (drops unshaped proposals)."""
-        keep = self.reachable()
-        index = {c: i for i, c in enumerate(keep)}
-        nodes, classes = [], []
-        for c in keep:
-            members = []
-            for n in self.classes[c]:
-                e = self.nodes[n]
-                if all(ch in index for ch in e.children):
-                    members.append(len(nodes))
-                    nodes.append(ENode(e.op, e.attrs, tuple(index[ch] for ch in e.children), index[c]))
-            classes.append(members)
-        return Snapshot(nodes, classes, [self.shapes[c] for c in keep], [self.all_weights[c] for c in keep],
-                        [index[r] for r in self.roots], self.leaves, self.opaque)
-
-
 class EGraph:
     """An egglog e-graph holding one program and the rules registered on it."""
 
     def __init__(self) -> None:
-        self._eg = eb.EGraph()
+        with egglog_guard("creating an e-graph"):
+            self._eg = eb.EGraph()
+            self._push = [eb.Push(1)]
         for form in schema.program():
-            _run(self._eg, _commands(self._eg, form))
-        self.leaves: dict[str, Node] = {}
-        self.opaque: list[Node] = []
-        self._opaque_ids: dict[tuple, int] = {}
+            self.run_program(form)
+        self.encoding = Encoding()
         self.output_handles: list[str] = []
-        self.rulesets: set[str] = set()
         self.depth = 0
-        self._next_handle = 0
         self._ctor_names = set(schema.CONSTRUCTORS)
-        self._analysis = _commands(self._eg, "(run-schedule (saturate (run analysis)))")
-        self._commit = _commands(self._eg, "(run-schedule (saturate (run commit)))")
-        self._size_cmd = _commands(self._eg, "(print-size)")
+        self._analysis = self.parse("(run-schedule (saturate (run analysis)))")
+        self._commit = self.parse("(run-schedule (saturate (run commit)))")
+        self._size_cmd = self.parse("(print-size)")
+        self._pop = self.parse("(pop)")
 
-    # -- encoding ----------------------------------------------------------------------------------
     @classmethod
-    def from_graph(cls, graph: Graph) -> "EGraph":
+    def from_graph(cls, graph: Graph) -> EGraph:
+        """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.encode`)."""
         eg = cls()
         eg.add_program(graph.outputs)
         return eg
 
-    def _term(self, n: Node, handles: dict[int, str]) -> str:
-        ref = lambda m: f'(node "{handles[id(m)]}")'  # noqa: E731
-        if n.op in ("input", "weight"):
-            key = f"{n.op[0]}:{n.name}"
-            self.leaves[key] = n
-            return f'({"Input" if n.op == "input" else "Weight"} "{key}")'
-        if n.op == "opaque":
-            k = (n.attrs, n.shape, n.dtype)
-            if k not in self._opaque_ids:
-                self._opaque_ids[k] = len(self.opaque)
-                self.opaque.append(n)
-            lst = "(TNil)"
-            for m in reversed(n.inputs):
-                lst = f"(TCons {ref(m)} {lst})"
-            return f"(Opaque {self._opaque_ids[k]} {lst})"
-        if n.op == "concat" and len(n.inputs) != 2:
-            lst = "(TNil)"
-            for m in reversed(n.inputs):
-                lst = f"(TCons {ref(m)} {lst})"
-            return f"(ConcatN {n.attrs[0]} {lst})"
-        ctor = "Concat" if n.op == "concat" else schema.OP_TO_CONSTRUCTOR[n.op]
-        kinds = schema.CONSTRUCTORS[ctor][1]
-        ints = iter(n.attrs)
-        tensors = iter(n.inputs)
-        args = []
-        for k in kinds:
-            if k == "i":
-                args.append(str(int(next(ints))))
-            elif k == "h":
-                args.append(schema.shape_term(n.attrs))
-            else:
-                args.append(ref(next(tensors)))
-        return f"({ctor} {' '.join(args)})"
-
-    def add_program(self, outputs: tuple[Node, ...] | list[Node]) -> list[str]:
+    def add_program(self, outputs: Sequence[Node]) -> list[str]:
         """Encode the program rooted at ``outputs``; returns the handle of each output."""
-        handles: dict[int, str] = {}
-        for n in topo_order(outputs):
-            h = f"n{self._next_handle}"
-            self._next_handle += 1
-            handles[id(n)] = h
-            cmds = [f'(set (node "{h}") {self._term(n, handles)})',
-                    f'(set (shape (node "{h}")) {schema.shape_term(n.shape)})']
-            if n.op == "weight":
-                cmds.append(f'(AllW (node "{h}"))')
-            for c in cmds:
-                _run(self._eg, _commands(self._eg, c))
-        outs = [handles[id(o)] for o in outputs]
+        commands, outs = self.encoding.program(outputs)
+        for command in commands:
+            self.run_program(command)
         self.output_handles.extend(outs)
         self.saturate_analysis()
         return outs
 
-    # -- running -----------------------------------------------------------------------------------
-    def run_program(self, text: str) -> list:
-        return _run(self._eg, _commands(self._eg, text))
+    # -- running: every call into egglog below goes through egglog_guard ----------------------------
+    def parse(self, text: str) -> list:
+        """Parse egglog program text into commands (to run later with :meth:`run_commands`)."""
+        with egglog_guard(lambda: f"parsing {_excerpt(text)}"):
+            return self._eg.parse_program(text)
 
     def run_commands(self, commands: list) -> list:
-        return _run(self._eg, commands)
+        """Run parsed commands; returns egglog's outputs."""
+        with egglog_guard(lambda: f"running {_excerpt(' '.join(str(c) for c in commands))}"):
+            return self._eg.run_program(*commands)
 
-    def parse(self, text: str) -> list:
-        return _commands(self._eg, text)
+    def run_program(self, text: str) -> list:
+        """Parse and run egglog program text."""
+        return self.run_commands(self.parse(text))
 
     def saturate_analysis(self) -> None:
-        _run(self._eg, self._analysis)
+        self.run_commands(self._analysis)
 
     def commit(self) -> bool:
         """Union every pending right-hand side that got a valid shape; True if an e-class changed."""
         self.saturate_analysis()
-        out = _run(self._eg, self._commit)
+        out = self.run_commands(self._commit)
         return bool(out and out[0].report.updated)
 
     def push(self) -> None:
-        _run(self._eg, [eb.Push(1)])
+        self.run_commands(self._push)
         self.depth += 1
 
     def pop(self) -> None:
         if self.depth == 0:
             raise EGraphError("pop without a matching push")
-        _run(self._eg, _commands(self._eg, "(pop)"))
+        self.run_commands(self._pop)
         self.depth -= 1
 
     def size(self) -> Size:
-        out = _run(self._eg, self._size_cmd)[0]
+        out = self.run_commands(self._size_cmd)[0]
         return Size(sum(n for name, n in out.sizes if name in self._ctor_names))
 
     # -- export ------------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """Freeze the e-graph into integer-indexed classes and nodes (tensor sort only)."""
+        with egglog_guard("freezing the e-graph into a snapshot"):
+            return self._snapshot()
+
+    def _snapshot(self) -> Snapshot:
         eg = self._eg
         frozen = eg.freeze()
         fns = frozen.functions
@@ -220,9 +152,6 @@ class EGraph:
                 shape_of[row.output] = tuple(eg.value_to_i64(v) for v in row.inputs)
         for row in fns["SN"].rows:
             shape_of[row.output] = tuple(int(x) for x in eg.value_to_string(row.inputs[0]).split("_"))
-        lists: dict = {}
-        for row in fns["TNil"].rows:
-            lists[row.output] = ()
         cons = {row.output: (row.inputs[0], row.inputs[1]) for row in fns["TCons"].rows}
 
         def flatten(v) -> tuple:
@@ -273,4 +202,4 @@ class EGraph:
                 allw[class_index[row.inputs[0]]] = True
         handles = {eg.value_to_string(row.inputs[0]): row.output for row in fns["node"].rows}
         roots = [class_index[handles[h]] for h in self.output_handles]
-        return Snapshot(nodes, classes, shapes, allw, roots, dict(self.leaves), list(self.opaque))
+        return Snapshot(nodes, classes, shapes, allw, roots, dict(self.encoding.leaves), list(self.encoding.opaque))

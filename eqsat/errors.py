@@ -30,7 +30,12 @@ class VerificationError(EqsatError):
 
 
 class EGraphError(EqsatError):
-    """egglog rejected a command or panicked (a Rust panic is turned into this)."""
+    """The e-graph is used wrongly or behaved unexpectedly (a pop without a push, a non-deterministic run)."""
+
+
+class EgglogError(EGraphError):
+    """A call into egglog failed: egglog reported an error or panicked (a Rust panic, a BaseException, is
+    turned into this by :func:`eqsat.egraph.egglog_guard`). The message says what was being done."""
 
 
 class LimitError(InputError):

@@ -3,35 +3,9 @@
 A :class:`Node` is one operator application; nodes compare by identity, so a DAG shares a node by
 referring to the same object. A :class:`Graph` holds the inputs, the outputs, and the weight data.
 
-Operators (TENSAT's language plus what ONNX models need):
-
-==========  ==============================  ======================================================
-op          attrs                           meaning
-==========  ==============================  ======================================================
-input       ()                              model input, ``name`` set
-weight      ()                              constant tensor, ``name`` set, data in Graph.weights
-ewadd       ()                              a + b (equal rank, broadcasting)
-ewmul       ()                              a * b
-relu/tanh/sigmoid/dropout  ()               element-wise; dropout is identity at inference
-matmul      (act,)                          2-D or batched 3-D matmul, fused activation
-conv2d      (sh, sw, ph, pw, act)           grouped conv (groups = C / weight[1]); ph = -1 SAME
-pool        (kind, kh, kw, sh, sw, ph, pw, act)  kind 0 max, 1 average (padding excluded)
-concat      (axis,)                         n-input concatenation
-slice       (axis, start, end)              TENSAT's split halves, with explicit bounds
-transpose   perm                            out[i] = in[perm[i]]
-reshape     target shape
-merge       (groups, count)                 grouped-conv weight merge: groups -> groups/count
-enlarge     ()                              zero-pad a kernel (centred) to the size of ``ref``
-batchnorm   (eps_pico,)                     inference batch norm, eps = eps_pico * 1e-12
-bn_scale    (eps_pico,)                     scale / sqrt(var + eps)          (folding batch norm)
-bn_shift    (eps_pico,)                     bias - mean * scale / sqrt(var + eps)
-noop        ()                              joins outputs (e-graph root only)
-opaque      (op_type, domain, attr_bytes,       any other ONNX operator, carried exactly:
-             out_index, n_outputs, slots,   attr_bytes: serialized AttributeProtos (subgraphs included);
-             implicit)                      slots: per ONNX input position, the index into ``inputs``
-                                            (-1: an omitted optional input); implicit: the outer-scope
-                                            names its subgraphs read, fed by the trailing inputs
-==========  ==============================  ======================================================
+Operators (TENSAT's language plus what ONNX models need) are defined, one entry each, in :mod:`eqsat.ops`:
+attributes, shapes, egglog form, numpy semantics, ONNX form, costs. ``print(eqsat.ops.describe())`` lists
+them; ``opaque`` carries any other ONNX operator exactly (see :func:`opaque`).
 """
 
 from __future__ import annotations
@@ -43,9 +17,11 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from . import shapes as _shapes
+from .ops import FREE_OPS
 from .shapes import Shape
 
-ZERO_COST_OPS = frozenset({"input", "weight", "reshape", "transpose", "slice", "merge", "dropout", "noop"})
+ZERO_COST_OPS = FREE_OPS
+"""TASO's zero-cost operators (the entries marked ``free`` in :mod:`eqsat.ops`)"""
 
 
 @dataclass(frozen=True, eq=False)

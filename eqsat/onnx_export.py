@@ -2,7 +2,8 @@
 
 Weight-only subgraphs (the concatenated, merged or enlarged weights that rules create, transposed
 weights, ...) are folded into initializers with the numpy semantics of :mod:`eqsat.evaluate`, so the
-exported model computes them once, at export, not at every inference.
+exported model computes them once, at export, not at every inference. Every other operator is written by
+its ONNX emitter in :mod:`eqsat.ops` (opaque ones as they were imported).
 """
 
 from __future__ import annotations
@@ -11,15 +12,11 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
+from . import ops
 from .errors import EqsatError
 from .evaluate import NotEvaluable, apply_op
 from .ir import Graph, Node, topo_order
 from .onnx_subgraphs import defined_names, rename_outer
-from .shapes import ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, conv_pad
-
-_ACT_OPS = {ACT_RELU: "Relu", ACT_SIGMOID: "Sigmoid", ACT_TANH: "Tanh"}
-_UNARY = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "dropout": "Identity",
-          "ewadd": "Add", "ewmul": "Mul"}
 
 
 def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
@@ -29,7 +26,7 @@ def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
     for n in order:
         if n.op == "weight":
             consts[id(n)] = graph.weights[n.name]
-        elif n.op not in ("input", "opaque", "noop") and n.inputs and all(id(i) in consts for i in n.inputs):
+        elif ops.OPS[n.op].numpy is not None and n.inputs and all(id(i) in consts for i in n.inputs):
             try:
                 consts[id(n)] = apply_op(n, [consts[id(i)] for i in n.inputs]).astype(n.dtype, copy=False)
             except NotEvaluable:
@@ -67,11 +64,6 @@ class _Exporter:
         out = self.fresh(base)
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, **attrs))
         return out
-
-    def act(self, value: str, act: int) -> str:
-        if act == ACT_NONE:
-            return value
-        return self.emit(_ACT_OPS[act], [value], "act")
 
     def run(self) -> onnx.ModelProto:
         g = self.graph
@@ -130,53 +122,10 @@ class _Exporter:
         return needed
 
     def _op(self, n: Node) -> str:
-        ins = [self.names[id(i)] for i in n.inputs]
-        op, a = n.op, n.attrs
-        if op in _UNARY:
-            return self.emit(_UNARY[op], ins, op)
-        if op == "matmul":
-            return self.act(self.emit("MatMul", ins, "matmul"), a[0])
-        if op == "conv2d":
-            sh, sw, ph, pw, act = a
-            w = n.inputs[1].shape
-            ph, pw = conv_pad(w[2], ph), conv_pad(w[3], pw)
-            groups = n.inputs[0].shape[1] // w[1]
-            out = self.emit("Conv", ins, "conv", strides=[sh, sw], pads=[ph, pw, ph, pw],
-                            kernel_shape=[w[2], w[3]], group=groups)
-            return self.act(out, act)
-        if op == "pool":
-            kind, kh, kw, sh, sw, ph, pw, act = a
-            ph, pw = conv_pad(kh, ph), conv_pad(kw, pw)
-            common = dict(kernel_shape=[kh, kw], strides=[sh, sw], pads=[ph, pw, ph, pw])
-            out = self.emit("MaxPool", ins, "maxpool", **common) if kind == 0 else \
-                self.emit("AveragePool", ins, "avgpool", count_include_pad=0, **common)
-            return self.act(out, act)
-        if op == "concat":
-            return self.emit("Concat", ins, "concat", axis=a[0])
-        if op == "slice":
-            axis, start, end = a
-            arr = lambda v: self.const(np.array([v], dtype=np.int64), "idx")  # noqa: E731
-            return self.emit("Slice", ins + [arr(start), arr(end), arr(axis)], "slice")
-        if op == "transpose":
-            return self.emit("Transpose", ins, "transpose", perm=list(a))
-        if op == "reshape":
-            return self.emit("Reshape", ins + [self.const(np.array(a, dtype=np.int64), "shape")], "reshape")
-        if op == "batchnorm":
-            return self.emit("BatchNormalization", ins, "bn", epsilon=a[0] * 1e-12)
-        if op in ("bn_scale", "bn_shift"):
-            eps = self.const(np.array(a[0] * 1e-12, dtype=np.float32), "eps")
-            var = ins[1] if op == "bn_scale" else ins[3]
-            scale = ins[0] if op == "bn_scale" else ins[2]
-            k = self.emit("Div", [scale, self.emit("Sqrt", [self.emit("Add", [var, eps], "bn")], "bn")], "bn_scale")
-            if op == "bn_scale":
-                return k
-            return self.emit("Sub", [ins[0], self.emit("Mul", [ins[1], k], "bn")], "bn_shift")
-        if op == "enlarge":
-            w, ref = n.inputs[0].shape, n.inputs[1].shape
-            dh, dw = ref[2] - w[2], ref[3] - w[3]
-            pads = np.array([0, 0, dh // 2, dw // 2, 0, 0, dh - dh // 2, dw - dw // 2], dtype=np.int64)
-            return self.emit("Pad", [ins[0], self.const(pads, "pads")], "enlarge")
-        raise EqsatError(f"cannot export {n!r}: its operand is not a weight, so it cannot be folded")
+        entry = ops.OPS.get(n.op)
+        if entry is None or entry.onnx is None:
+            raise EqsatError(f"cannot export {n!r}: its operand is not a weight, so it cannot be folded")
+        return entry.onnx(self, n.attrs, [self.names[id(i)] for i in n.inputs], [i.shape for i in n.inputs])
 
     def _opaque(self, n: Node, groups: dict[tuple, list[str]]) -> None:
         op_type, domain, attr_bytes, out_index, n_out, slots, implicit = n.attrs

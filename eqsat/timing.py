@@ -1,4 +1,5 @@
-"""End-to-end latency of two ONNX programs, measured so that the comparison holds on a busy machine.
+"""Timing: the generic primitives (:func:`median_ms`, wall-clock; :func:`cuda_event_ms`, CUDA events) and the
+end-to-end latency of two ONNX programs, measured so that the comparison holds on a busy machine.
 
 The protocol (:func:`compare`): both programs in one process, in onnxruntime sessions built with the
 same :func:`session_options` (all graph optimizations, a fixed intra-op thread count, sequential
@@ -47,6 +48,23 @@ def median_ms(call: Callable[[], Any], warmup: int = 5, repeats: int = 20) -> fl
         call()
         times.append(time.perf_counter() - t)
     return statistics.median(times) * 1e3
+
+
+def cuda_event_ms(call: Callable[[], Any], repeats: int) -> float:
+    """Mean milliseconds of ``call()`` on the current CUDA device over ``repeats`` back-to-back calls, timed
+    by CUDA events recorded between two synchronizations (the GPU's clock, so launches overlap the work)."""
+    import torch  # here, not at the top: torch takes seconds to import and only GPU timing needs it
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(repeats):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / repeats
 
 
 def session_options(threads: int) -> ort.SessionOptions:

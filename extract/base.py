@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from eqsat.egraph import Snapshot
+from eqsat.snapshot import Snapshot
 from eqsat.errors import EqsatError
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from eqsat.egraph import Snapshot
+from eqsat.snapshot import Snapshot
 
 from .base import ExtractionError, find_cycle
 

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import Sequence
 
-from eqsat.egraph import Snapshot
+from eqsat.snapshot import Snapshot
 
 from .base import Extraction, finish, parents_index
 from .cycles import without_cycles

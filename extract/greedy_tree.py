@@ -10,7 +10,7 @@ import math
 import time
 from typing import Sequence
 
-from eqsat.egraph import Snapshot
+from eqsat.snapshot import Snapshot
 
 from .base import Extraction, finish
 from .cycles import without_cycles

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from eqsat.egraph import Snapshot
+from eqsat.snapshot import Snapshot
 
 from . import greedy_dag
 from .base import Extraction, ExtractionError, chosen_classes, finish

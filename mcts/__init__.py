@@ -1,46 +1,57 @@
 """Rule schedulers: MCTS (the paper's agent), and the TENSAT and random baselines, behind one interface
-``run_scheduler(egraph, graph, config, cost_model, progress) -> report dict``."""
+``run_scheduler(name, egraph, config, cost_model, progress, extra_rules) -> SearchReport``."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 from eqsat.egraph import EGraph
 from eqsat.errors import InputError
-from eqsat.rules import all_rules
+from eqsat.rules import rule_set
+from eqsat.rules.rule import Rule
 
 from .baselines import random_order, tensat
-from .env import Env, SearchConfig, SearchReport, Step, StopReason
+from .env import (DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, Env, SearchConfig, SearchReport, Step, StopReason,
+                  option)
 from .search import MCTS
 
+Progress = Callable[[str], None]
+Scheduler = Callable[[Env, SearchConfig, "Progress | None"], SearchReport]
 
-def _mcts(env: Env, config: SearchConfig, progress) -> SearchReport:
+
+def _mcts(env: Env, config: SearchConfig, progress: Progress | None) -> SearchReport:
     return MCTS(env, config, progress).run()
 
 
-SCHEDULERS: dict[str, Callable] = {"mcts": _mcts, "tensat": tensat, "random": random_order}
+SCHEDULERS: dict[str, Scheduler] = {"mcts": _mcts, "tensat": tensat, "random": random_order}
+NO_SEARCH = "none"
+"""the scheduler name that runs no search (``--scheduler none``)"""
 
 
-def search_config(config) -> SearchConfig:
-    """The scheduler options of an OptimizeConfig."""
-    return SearchConfig(budget=config.budget, depth=config.depth, node_limit=config.node_limit, seed=config.seed,
-                        time_limit=config.time_limit, main_extractor=config.main_extractor, k_multi=config.k_multi)
+def scheduler_names() -> list[str]:
+    """Every accepted ``--scheduler`` value."""
+    return [*SCHEDULERS, NO_SEARCH]
 
 
-def run_scheduler(egraph: EGraph, graph, config, cost_model, progress=None, nasrnn_rules: bool = False) -> dict:
-    """Grow ``egraph`` with the scheduler named by ``config.scheduler``; returns the report's JSON."""
+def run_scheduler(name: str, egraph: EGraph, config: SearchConfig, cost_model: object,
+                  progress: Progress | None = None, extra_rules: Sequence[Rule] = ()) -> SearchReport:
+    """Grow ``egraph`` with the scheduler ``name`` over the rules of ``config.rule_set`` plus ``extra_rules``
+    (tests inject rules this way); ``none`` runs no search.
+
+    >>> run_scheduler(NO_SEARCH, EGraph.__new__(EGraph), SearchConfig(), None).stop_reason.value
+    'no_search'
+    """
+    if name == NO_SEARCH:
+        return SearchReport(StopReason.NO_SEARCH)
     try:
-        fn = SCHEDULERS[config.scheduler]
+        fn = SCHEDULERS[name]
     except KeyError:
-        raise InputError(f"--scheduler {config.scheduler!r}: choose one of {', '.join(SCHEDULERS)} or none") from None
-    rules = list(all_rules(nasrnn=nasrnn_rules or getattr(graph, "name", "") == "nasrnn"))
-    env = Env(egraph, rules, cost_model, search_config(config))
-    report = fn(env, search_config(config), progress)
-    out = report.to_json()
-    out["search"]["extractions"] = env.extractions
-    out["search"]["extraction_seconds"] = env.extract_seconds
-    return out
+        raise InputError(f"--scheduler {name!r}: choose one of {', '.join(scheduler_names())}") from None
+    env = Env(egraph, [*rule_set(config.rule_set), *extra_rules], cost_model, config)
+    report = fn(env, env.config, progress)
+    report.extractions, report.extraction_seconds = env.extractions, env.extract_seconds
+    return report
 
 
-__all__ = ["Env", "MCTS", "SCHEDULERS", "SearchConfig", "SearchReport", "Step", "StopReason", "run_scheduler",
-           "search_config"]
+__all__ = ["DEFAULT_NODE_LIMIT", "Env", "MCTS", "NODE_LIMIT_FACTOR", "NO_SEARCH", "SCHEDULERS", "SearchConfig",
+           "SearchReport", "Step", "StopReason", "option", "run_scheduler", "scheduler_names"]

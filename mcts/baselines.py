@@ -22,7 +22,7 @@ def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | Non
     say = progress or (lambda _m: None)
     start = time.perf_counter()
     cost = env.cost(("tensat", 0))
-    report = SearchReport(StopReason.STEP_LIMIT, initial_cost=cost, best_cost=cost)
+    report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
     rules = env.engine.rules
     singles = [a for a in env.actions if rules[a].kind == "single"]
     multis = [a for a in env.actions if rules[a].kind == "multi"]
@@ -34,16 +34,16 @@ def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | Non
             refused |= step.refused
             if step.changed:
                 changed = True
-                report.steps.append(Step(name, 0.0, float("nan"), step.enodes, step.seconds))
+                report.steps.append(Step(name, 0.0, None, step.enodes, step.seconds))  # priced after the iteration
             if time.perf_counter() - start > config.time_limit:
                 timed_out = True
                 break
         new_cost = env.cost(("tensat", it + 1))
         if report.steps:
-            report.steps[-1].reward = max(cost - new_cost, 0.0)
-            report.steps[-1].cost = new_cost
+            report.steps[-1].reward_us = max(cost - new_cost, 0.0)
+            report.steps[-1].cost_us = new_cost
         cost = new_cost
-        report.best_cost = min(report.best_cost, cost)
+        report.best_cost_us = min(report.best_cost_us, cost)
         say(f"iteration {it + 1}: {env.size()} e-nodes, estimated {cost:.1f} us ({time.perf_counter() - t:.2f}s)")
         if timed_out:
             report.stop_reason = StopReason.TIME_LIMIT
@@ -65,7 +65,7 @@ def random_order(env: Env, config: SearchConfig, progress: Callable[[str], None]
     rng = random.Random(config.seed)
     start = time.perf_counter()
     cost = env.cost(("random", 0))
-    report = SearchReport(StopReason.STEP_LIMIT, initial_cost=cost, best_cost=cost)
+    report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
     path: tuple[str, ...] = ()
     live = env.live_actions(path)
     refused = False
@@ -84,7 +84,7 @@ def random_order(env: Env, config: SearchConfig, progress: Callable[[str], None]
         new_cost = env.cost(("random", len(report.steps) + 1))
         report.steps.append(Step(name, max(cost - new_cost, 0.0), new_cost, step.enodes, step.seconds))
         cost = new_cost
-        report.best_cost = min(report.best_cost, cost)
+        report.best_cost_us = min(report.best_cost_us, cost)
         say(f"step {len(report.steps)}: {name} -> {step.enodes} e-nodes, estimated {cost:.1f} us")
         if env.full():
             report.stop_reason = StopReason.NODE_LIMIT

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from eqsat.cost import node_costs
 from eqsat.egraph import EGraph
@@ -13,26 +14,61 @@ from eqsat.rules import RuleEngine, StepReport, actions
 from eqsat.rules.rule import Rule
 
 
+DEFAULT_NODE_LIMIT = 2000
+"""the least e-node limit a search gets by default"""
+NODE_LIMIT_FACTOR = 4
+"""by default a search may grow the e-graph to this many times its initial e-nodes"""
+
+
+def option(default: Any, doc: str, flag: str | None = None, *, least: int | None = None, seconds: bool = False,
+           choices: str | None = None) -> Any:
+    """A config field with its documentation and the checks the CLI and the API apply to it (see
+    ``eqsat.app.config``): ``flag`` names it on the command line (None: API only), ``least`` is an
+    integer's minimum, ``seconds`` asks for a finite number > 0, ``choices`` names the registry of its values."""
+    return field(default=default, metadata={"doc": doc, "flag": flag, "least": least, "seconds": seconds,
+                                            "choices": choices})
+
+
 @dataclass
 class SearchConfig:
-    """Options shared by the schedulers (defaults are the paper's, SPEC section 6)."""
+    """Options of the schedulers (defaults are the paper's, SPEC section 6)."""
 
-    budget: int = 128
-    """MCTS simulations per real decision"""
-    depth: int = 10
-    """random rollout steps after expansion (the paper's max_sim_step; rollouts take depth + 1 steps)"""
-    node_limit: int = 2000
-    gamma: float = 0.99
-    exploration: float = 2.0
-    """UCB1 constant c in Q/n + c sqrt(2 ln N / n)"""
-    stop_probability: float = 0.5
-    """the 50% rule: below the root, expand an untried action only with this probability"""
-    seed: int = 0
-    time_limit: float = 600.0
-    main_extractor: str = "greedy-dag"
-    k_multi: int = 1
-    max_iterations: int = 200
-    reuse_subtree: bool = False
+    budget: int = option(128, "MCTS simulations per real decision", "--budget", least=1)
+    depth: int = option(10, "MCTS random rollout steps after expansion (the paper's max_sim_step; rollouts take "
+                            "depth + 1 steps)", "--depth", least=0)
+    node_limit: int | None = option(None, f"e-node limit of the search; None: max({DEFAULT_NODE_LIMIT}, "
+                                          f"{NODE_LIMIT_FACTOR} x the initial e-graph's e-nodes)", "--node-limit",
+                                    least=1)
+    seed: int = option(0, "seed of every random choice (search, verification inputs, timing order)", "--seed",
+                       least=0)
+    time_limit: float = option(600.0, "seconds of search plus extraction; the ILP gets what the search left",
+                               "--time-limit", seconds=True)
+    main_extractor: str = option("greedy-dag", "extractor that prices the states of the search", "--main-extractor",
+                                 choices="extractors")
+    k_multi: int = option(1, "TENSAT: iterations in which multi-pattern rules run (a built-in model's default "
+                             "comes from eqsat.models.MODELS)", "--k-multi", least=0)
+    rule_set: str = option("default", "rule-set variant (nasrnn: NASRNN's multi-pattern rules; a built-in "
+                                      "model's default comes from eqsat.models.MODELS)", "--rule-set",
+                           choices="rule_sets")
+    gamma: float = option(0.99, "MCTS discount of rewards per step")
+    exploration: float = option(2.0, "UCB1 constant c in Q/n + c sqrt(2 ln N / n)")
+    stop_probability: float = option(0.5, "the 50% rule: below the root, expand an untried action only with this "
+                                          "probability")
+    max_iterations: int = option(200, "at most this many real steps (TENSAT: iterations)", least=1)
+    reuse_subtree: bool = option(False, "MCTS keeps the chosen child's subtree for the next decision")
+
+    def resolved(self, initial_enodes: int) -> SearchConfig:
+        """This config with its node limit fixed: the one given, else max(2000, 4 x ``initial_enodes``)."""
+        if self.node_limit is not None:
+            return self
+        return replace(self, node_limit=max(DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR * initial_enodes))
+
+    @property
+    def limit(self) -> int:
+        """The node limit of a resolved config (see :meth:`resolved`)."""
+        if self.node_limit is None:
+            raise ValueError("the node limit is not resolved yet; call SearchConfig.resolved(initial_enodes)")
+        return self.node_limit
 
 
 @dataclass
@@ -40,8 +76,11 @@ class Step:
     """One real step: a rule applied to the e-graph the final extraction sees."""
 
     rule: str
-    reward: float
-    cost: float
+    reward_us: float
+    """the main extractor's cost decrease of this step (never negative), microseconds"""
+    cost_us: float | None
+    """the main extractor's cost after this step, microseconds; None where the step was not priced (TENSAT prices
+    each iteration once, after its last step)"""
     enodes: int
     seconds: float
     simulations: int = 0
@@ -65,24 +104,24 @@ class StopReason(StrEnum):
 
 @dataclass
 class SearchReport:
+    """What a scheduler did; costs are the main extractor's estimates in microseconds."""
+
     stop_reason: StopReason
     steps: list[Step] = field(default_factory=list)
-    initial_cost: float = 0.0
-    best_cost: float = 0.0
+    initial_cost_us: float = 0.0
+    best_cost_us: float = 0.0
     seconds: float = 0.0
     simulations: int = 0
+    extractions: int = 0
+    """main-extractor runs that priced states"""
+    extraction_seconds: float = 0.0
 
     def rules_applied(self) -> dict[str, int]:
+        """How many real steps applied each rule."""
         counts: dict[str, int] = {}
         for s in self.steps:
             counts[s.rule] = counts.get(s.rule, 0) + 1
         return counts
-
-    def to_json(self) -> dict:
-        return {"stop_reason": StopReason(self.stop_reason).value, "rules_applied": self.rules_applied(),
-                "steps": [s.__dict__ for s in self.steps], "search": {
-                    "initial_cost": self.initial_cost, "best_cost": self.best_cost, "seconds": self.seconds,
-                    "simulations": self.simulations}}
 
 
 class Env:
@@ -93,7 +132,7 @@ class Env:
         self.engine = RuleEngine(egraph, rules)
         self.actions = [r.name for r in actions(rules)]
         self.cost_model = cost_model
-        self.config = config
+        self.config = config.resolved(egraph.size().enodes)
         self._cost_cache: dict[tuple, float] = {}
         self._matches: dict[tuple, dict[str, int]] = {}
         """rule path -> match counts of every rule there (probe_all)"""
@@ -111,7 +150,7 @@ class Env:
         ``key`` (the rule path of the current state) lets a known match count spare the probe."""
         known = self._matches.get(key) if key is not None else None
         matches = known.get(rule) if known is not None else None
-        return self.engine.apply(rule, node_limit=self.config.node_limit, matches=matches)
+        return self.engine.apply(rule, node_limit=self.config.limit, matches=matches)
 
     def apply_simulated(self, rule: str, key: tuple, remember: bool = True) -> StepReport:
         """Apply ``rule`` inside an MCTS simulation's push, which the caller pops when the result passes the
@@ -128,13 +167,13 @@ class Env:
             return self.engine.apply(rule)
         known = self._matches.get(key)
         matches = known.get(rule) if known is not None else None
-        report = self.engine.apply(rule, node_limit=self.config.node_limit, matches=matches, rollback=False)
+        report = self.engine.apply(rule, node_limit=self.config.limit, matches=matches, rollback=False)
         if remember and (report.changed or report.refused):
             self._fits[(key, rule)] = not report.refused
         return report
 
     def full(self) -> bool:
-        return self.size() >= self.config.node_limit
+        return self.size() >= self.config.limit
 
     def live_actions(self, key: tuple | None = None) -> list[str]:
         """Actions with at least one match now (the others are pruned as saturated)."""

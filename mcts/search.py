@@ -54,7 +54,7 @@ class TreeNode:
 class MCTS:
     def __init__(self, env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None):
         self.env = env
-        self.config = config
+        self.config = config.resolved(env.size())
         self.rng = random.Random(config.seed)
         self.say = progress or (lambda _m: None)
         self.real_path: list[str] = []
@@ -67,7 +67,7 @@ class MCTS:
         (changed, cost, full, refused by the node limit; the simulation then ends and pops)."""
         state = tuple(self.real_path + node_path)
         report = self.env.apply_simulated(action, state)
-        if not report.changed or report.enodes > self.config.node_limit:
+        if not report.changed or report.enodes > self.config.limit:
             return False, math.nan, self.env.full(), report.changed or report.refused
         key = tuple(self.real_path + node_path + [action])
         return True, self.env.cost(key), self.env.full(), False
@@ -146,7 +146,7 @@ class MCTS:
         for _ in range(cfg.depth + 1):
             action = self.rng.choice(env.actions)
             report = env.apply_simulated(action, tuple(rollout_path), remember=False)
-            if report.refused or report.enodes > cfg.node_limit:
+            if report.refused or report.enodes > cfg.limit:
                 break
             if report.changed:
                 rollout_path.append(action)
@@ -181,7 +181,7 @@ class MCTS:
         deadline = start + cfg.time_limit
         cost = env.cost(tuple())
         self.unit = cost if cost > 0 else 1.0
-        report = SearchReport(StopReason.STEP_LIMIT, initial_cost=cost, best_cost=cost)
+        report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
         root = TreeNode(None, None, cost=cost)
         while len(report.steps) < cfg.max_iterations:
             if cfg.budget <= 0:
@@ -209,7 +209,7 @@ class MCTS:
             reward = max(cost - new_cost, 0.0)
             cost = new_cost
             report.steps.append(Step(best.action, reward, cost, step.enodes, time.perf_counter() - t, planned))  # type: ignore[arg-type]
-            report.best_cost = min(report.best_cost, cost)
+            report.best_cost_us = min(report.best_cost_us, cost)
             self.say(f"step {len(report.steps)}: {best.action} -> {step.enodes} e-nodes, "
                      f"estimated {cost:.1f} us ({planned} simulations)")
             if cfg.reuse_subtree:

@@ -28,6 +28,8 @@ class ModelSpec:
     small: dict = field(default_factory=dict)
     k_multi: int = 1
     """TENSAT's per-model number of iterations with multi-pattern rules (SPEC section 9)"""
+    rule_set: str = "default"
+    """the rule-set variant the model's runs default to (eqsat.rules.RULE_SETS)"""
 
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
@@ -37,7 +39,8 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("mobilenetv2", mobilenetv2, "MobileNet-v2 (TASO export), 224x224", {}, {"image": 64, "width": 0.25}, 1),
     ModelSpec("nasneta", nasneta, "NASNet-A as in TENSAT, 224x224", {},
               {"normal_cells": 1, "oc": 16, "image": 64}, 1),
-    ModelSpec("nasrnn", nasrnn, "NASRNN as in TENSAT: 5 steps, hidden 512", {}, {"steps": 2, "hidden": 64}, 3),
+    ModelSpec("nasrnn", nasrnn, "NASRNN as in TENSAT: 5 steps, hidden 512", {}, {"steps": 2, "hidden": 64}, 3,
+              rule_set="nasrnn"),
     ModelSpec("resnet50", resnet50, "ResNet-50 as in TENSAT (no stem/head), [1, 64, 56, 56]", {},
               {"blocks": (1, 1, 1, 1), "widths": (8, 16, 32, 64), "spatial": 16}, 4),
     ModelSpec("resnext50", resnext50, "ResNeXt-50 (32 groups), 224x224", {},

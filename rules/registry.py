@@ -21,6 +21,15 @@ def all_rules(nasrnn: bool = False, include_ours: bool = True) -> tuple[Rule, ..
     return taso_rules(nasrnn) + (our_rules() if include_ours else ())
 
 
+RULE_SETS: dict[str, bool] = {"default": False, "nasrnn": True}
+"""rule-set variants (``--rule-set``) -> whether they use NASRNN's multi-pattern variant"""
+
+
+def rule_set(name: str) -> tuple[Rule, ...]:
+    """Every rule of the variant ``name`` (see :data:`RULE_SETS`)."""
+    return all_rules(nasrnn=RULE_SETS[name])
+
+
 def actions(rules) -> list[Rule]:
     """The rules a scheduler chooses among: duplicates of earlier rules left out."""
     return [r for r in rules if r.duplicate_of is None]

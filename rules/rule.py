@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from eqsat import ops
+
 from . import sexpr
 from .sexpr import Pattern
-
-PAD = {0: "-1 -1", 1: "0 0"}  # TENSAT pad code -> the IR's (ph, pw): SAME, VALID
 
 
 @dataclass(frozen=True)
@@ -66,24 +66,24 @@ class _Compiler:
             return str(p)
         op, args = p[0], p[1:]
         t = lambda x: self.term(x, splits)  # noqa: E731
-        if op == "matmul":
-            return f"(Matmul {args[0]} {t(args[1])} {t(args[2])})"
-        if op == "conv2d":
-            sh, sw, pad, act, x, w = args
-            return f"(Conv2d {sh} {sw} {PAD[pad]} {act} {t(x)} {t(w)})"
-        if op in ("ewadd", "ewmul", "relu", "tanh", "sigmoid"):
-            return f"({op.capitalize()} {' '.join(t(a) for a in args)})"
-        if op == "concat":
-            axis, ndim, a, b = args
-            self.ranks.add(ndim)
-            return f"(Concat {axis} {t(a)} {t(b)})"
         if op in ("split_0", "split_1"):
             inner = args[0]
             assert isinstance(inner, tuple) and inner[0] == "split", p
             axis, x = inner[1], inner[2]
             lo, hi = splits[op]  # type: ignore[index]
-            return f"(Slice {axis} {lo} {hi} {t(x)})"
+            return ops.egglog_term("slice", (axis, lo, hi), [t(x)])
+        attrs, operands, rank = _taso_form(op, args)
+        if rank is not None:
+            self.ranks.add(rank)
+        return ops.egglog_term(op, attrs, [t(x) for x in operands])
+
+
+def _taso_form(op: str, args: tuple) -> tuple[tuple, tuple, int | None]:
+    """(attrs, operand patterns, concat rank) of a TENSAT pattern node, from the operator table."""
+    entry = ops.OPS.get(op)
+    if entry is None or entry.taso is None:
         raise ValueError(f"operator {op!r} not supported in TASO rules")
+    return entry.taso(args)
 
 
 def _shape_atoms(var: str, rank: int, prefix: str) -> str:
@@ -93,25 +93,17 @@ def _shape_atoms(var: str, rank: int, prefix: str) -> str:
 
 def _sym_dims(p: Pattern, rank: int) -> list[str]:
     """egglog expressions for the dimensions of a pattern term, from its variables' bound dimensions
-    ``vN_d0..`` (TASO's convs are stride 1, SAME: spatial dimensions are kept)."""
+    ``vN_d0..`` (each operator's ``sym_shape`` in :mod:`eqsat.ops`)."""
     if sexpr.is_var(p):
         return [f"{_var(p)}_d{k}" for k in range(rank)]  # type: ignore[arg-type]
     op, args = p[0], p[1:]  # type: ignore[index]
-    if op == "concat":
-        axis, _nd, a, b = args
-        da, db = _sym_dims(a, rank), _sym_dims(b, rank)
-        return [f"(+ {x} {y})" if k == axis else x for k, (x, y) in enumerate(zip(da, db))]
-    if op in ("ewadd", "ewmul", "relu", "tanh", "sigmoid"):
-        return _sym_dims(args[0], rank)
-    if op == "matmul":
-        a, b = _sym_dims(args[1], rank), _sym_dims(args[2], rank)
-        return a[:-1] + [b[-1]]
-    if op == "conv2d":
-        x, w = _sym_dims(args[4], rank), _sym_dims(args[5], rank)
-        return [x[0], w[0], x[2], x[3]]
     if op in ("split_0", "split_1"):
         raise ValueError("split terms have no symbolic shape")
-    raise ValueError(f"no symbolic shape rule for {op!r}")
+    attrs, operands, _rank = _taso_form(op, args)
+    sym = ops.OPS[op].sym_shape
+    if sym is None:
+        raise ValueError(f"no symbolic shape rule for {op!r}")
+    return sym(attrs, [_sym_dims(x, rank) for x in operands])
 
 
 def _walk(p: Pattern):

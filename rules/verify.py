@@ -19,17 +19,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eqsat import ir
+from eqsat import ir, ops
 from eqsat.egraph import EGraph, Snapshot
 from eqsat.errors import ShapeError
-from eqsat.evaluate import NotEvaluable, apply_op
+from eqsat.ops import NotEvaluable
 
 from . import sexpr
 from .engine import RuleEngine
 from .rule import Rule
 
 PRIME = 1_000_003
-PAD = {0: (-1, -1), 1: (0, 0)}
 
 
 @dataclass
@@ -48,17 +47,14 @@ class RuleCheck:
 
 
 def _to_ir(p, leaves: dict[str, ir.Node]) -> ir.Node:
+    """The IR term of a TENSAT pattern (each operator's ``taso`` form in :mod:`eqsat.ops`)."""
     if sexpr.is_var(p):
         return leaves[p]
-    op, args = p[0], p[1:]
-    if op == "matmul":
-        return ir.make("matmul", [_to_ir(args[1], leaves), _to_ir(args[2], leaves)], (args[0],))
-    if op == "conv2d":
-        sh, sw, pad, act, x, w = args
-        return ir.make("conv2d", [_to_ir(x, leaves), _to_ir(w, leaves)], (sh, sw, *PAD[pad], act))
-    if op == "concat":
-        return ir.make("concat", [_to_ir(args[2], leaves), _to_ir(args[3], leaves)], (args[0],))
-    return ir.make(op, [_to_ir(a, leaves) for a in args])
+    entry = ops.get(p[0])
+    if entry.taso is None:
+        raise ValueError(f"operator {p[0]!r} not supported in TASO rules")
+    attrs, operands, _rank = entry.taso(p[1:])
+    return ir.make(p[0], [_to_ir(x, leaves) for x in operands], attrs)
 
 
 def _var_ranks(rule: Rule) -> list[int]:
@@ -161,11 +157,8 @@ def _evaluate_classes(snap: Snapshot, leaf_value, modulus: int | None) -> tuple[
             if e.op in ("input", "weight"):
                 val = leaf_value(snap.leaves[e.attrs[0]])
             else:
-                args = [values[ch] for ch in e.children]
-                fake_inputs = tuple(ir.Node("input", (), (), tuple(a.shape)) for a in args)
-                node = ir.Node(e.op, fake_inputs, e.attrs, tuple(snap.shapes[e.eclass]))
                 try:
-                    val = apply_op(node, args, modulus)
+                    val = ops.evaluate(e.op, e.attrs, [values[ch] for ch in e.children], modulus)
                 except NotEvaluable:
                     complete = False
                     continue

@@ -15,13 +15,13 @@ import time
 from eqsat.cost import make, node_costs
 from eqsat.egraph import EGraph
 from eqsat.extract import EXTRACTORS, extract
-from eqsat.models import build
-from eqsat.rules import RuleEngine, actions, all_rules
+from eqsat.models import MODELS, build
+from eqsat.rules import RuleEngine, actions, rule_set
 
 
 def grow(model: str, target: int, seed: int, small: bool) -> EGraph:
     eg = EGraph.from_graph(build(model, small=small))
-    engine = RuleEngine(eg, all_rules(nasrnn=model == "nasrnn"))
+    engine = RuleEngine(eg, rule_set(MODELS[model].rule_set))
     names = [r.name for r in actions(engine.rules.values())]
     rng = random.Random(seed)
     live = [n for n, c in engine.probe_all().items() if c and n in names]

@@ -17,27 +17,22 @@ import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from experiment import RunSpec, run_or_record_error
+from experiment import RunSpec, add_arguments, base_config, run_or_record_error
 from eqsat.models import MODELS
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="all")
-    p.add_argument("--cost", default="analytic", choices=["analytic", "analytic-a100", "cpu", "cuda"])
-    p.add_argument("--budget", type=int, default=128)
-    p.add_argument("--depth", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--time-limit", type=float, default=600.0)
+    add_arguments(p)
     p.add_argument("--small", action="store_true")
-    p.add_argument("--measure", action="store_true", help="also time both models end to end in onnxruntime")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--out", default="results/search")
     args = p.parse_args(argv)
     names = list(MODELS) if args.models == "all" else args.models.split(",")
     os.makedirs(args.out, exist_ok=True)
-    specs = [RunSpec(m, s, seed=args.seed, cost=args.cost, budget=args.budget, depth=args.depth, small=args.small,
-                     time_limit=args.time_limit, measure=args.measure) for m in names for s in ("mcts", "tensat")]
+    base = base_config(args)
+    specs = [RunSpec.of(m, args.small, base, scheduler=s) for m in names for s in ("mcts", "tensat")]
     records: dict[str, dict] = {}
     for spec in list(specs):  # resume: a finished run (this script's or reproduce.py's, same key) is read back
         path = os.path.join(args.out, spec.key() + ".json")
@@ -57,20 +52,20 @@ def main(argv=None) -> int:
             records[rec["key"]] = rec
             with open(os.path.join(args.out, rec["key"] + ".json"), "w") as f:
                 json.dump(rec, f, indent=2, default=str)
-            status = rec.get("error") or f"speedup {rec['estimated_speedup']:.3f}x in {rec['optimization_seconds']:.1f}s"
-            print(f"[{done}/{len(specs)}] {spec.model} {spec.scheduler}: {status}", file=sys.stderr, flush=True)
+            status = rec.get("error") or (f"speedup {rec['report']['estimated_speedup']:.3f}x in "
+                                          f"{rec['report']['times']['search']:.1f}s")
+            print(f"[{done}/{len(specs)}] {spec.model} {spec.config.scheduler}: {status}", file=sys.stderr, flush=True)
     print(f"\n{'model':12} {'MCTS speedup':>12} {'TENSAT speedup':>14} {'MCTS s':>8} {'TENSAT s':>9} "
           f"{'MCTS e-nodes':>12} {'TENSAT e-nodes':>14}  MCTS rules")
     for m in names:
-        a, b = (records.get(RunSpec(m, s, seed=args.seed, cost=args.cost, budget=args.budget, depth=args.depth,
-                                    small=args.small, time_limit=args.time_limit, measure=args.measure).key(), {})
-                for s in ("mcts", "tensat"))
+        a, b = (records.get(RunSpec.of(m, args.small, base, scheduler=s).key(), {}) for s in ("mcts", "tensat"))
         if "error" in a or "error" in b or not a or not b:
             print(f"{m:12} error: {a.get('error') or b.get('error')}")
             continue
+        a, b = a["report"], b["report"]
         rules = ", ".join(f"{k}x{v}" for k, v in a["rules_applied"].items())
-        print(f"{m:12} {a['estimated_speedup']:>12.3f} {b['estimated_speedup']:>14.3f} {a['optimization_seconds']:>8.1f} "
-              f"{b['optimization_seconds']:>9.1f} {a['egraph']['enodes']:>12} {b['egraph']['enodes']:>14}  {rules}")
+        print(f"{m:12} {a['estimated_speedup']:>12.3f} {b['estimated_speedup']:>14.3f} {a['times']['search']:>8.1f} "
+              f"{b['times']['search']:>9.1f} {a['egraph']['enodes']:>12} {b['egraph']['enodes']:>14}  {rules}")
     return 0
 
 

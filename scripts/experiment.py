@@ -1,61 +1,72 @@
-"""One experiment run (a model, a scheduler, a pair of extractors, a seed) as a JSON-ready record: the
-unit the benchmark and reproduction scripts are made of."""
+"""One experiment run (a built-in model and an OptimizeConfig) as a JSON-ready record: the unit the benchmark
+and reproduction scripts are made of. Scripts build their configs with :func:`add_config_arguments`, the CLI's
+flags with the scripts' defaults (:data:`SCRIPT_DEFAULTS`)."""
 
 from __future__ import annotations
 
+import argparse
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from eqsat.app.cli import add_config_arguments, config_from_args
+from eqsat.app.config import OptimizeConfig
+from eqsat.app.pipeline import optimize
 from eqsat.models import MODELS, build
-from eqsat.app.pipeline import OptimizeConfig, optimize
+
+SCRIPT_DEFAULTS = OptimizeConfig.of(cost="analytic", node_limit=2000, measure=False,
+                                    allow_slower=True)  # a record is of the program the search found, even if slower
+"""the scripts' config: deterministic analytic costs, the paper's node limit, no end-to-end timing"""
 
 
 @dataclass(frozen=True)
 class RunSpec:
+    """A built-in model (``small``: its reduced size) and the config of its run."""
+
     model: str
-    scheduler: str = "mcts"
-    main_extractor: str = "greedy-dag"
-    final_extractor: str = "ilp"
-    seed: int = 0
-    cost: str = "analytic"
-    budget: int = 128
-    depth: int = 10
-    node_limit: int = 2000
-    k_multi: int | None = None
-    time_limit: float = 600.0
-    ilp_time_limit: float = 60.0
+    config: OptimizeConfig = field(default_factory=lambda: SCRIPT_DEFAULTS)
     small: bool = False
-    measure: bool = False
+
+    @classmethod
+    def of(cls, model: str, small: bool = False, base: OptimizeConfig = SCRIPT_DEFAULTS, **options: Any) -> RunSpec:
+        """A spec from flat options (OptimizeConfig.of's names); the model's own k_multi and rule set unless given."""
+        spec = MODELS[model]
+        own = {k: getattr(spec, k) for k in ("k_multi", "rule_set") if k not in options}
+        return cls(model, base.updated(**own, **options), small)
+
+    def __hash__(self) -> int:  # the config is a mutable dataclass: hash by the key (equal specs, equal keys)
+        return hash(self.key())
 
     def key(self) -> str:
+        c = self.config
         size = "small" if self.small else "paper"
-        ext = f"{self.main_extractor}+{self.final_extractor}" if self.scheduler == "mcts" else self.final_extractor
-        return f"{self.model}__{size}__{self.scheduler}__{ext}__{self.cost}__b{self.budget}__s{self.seed}"
+        ext = f"{c.search.main_extractor}+{c.final_extractor}" if c.scheduler == "mcts" else c.final_extractor
+        return f"{self.model}__{size}__{c.scheduler}__{ext}__{c.cost}__b{c.search.budget}__s{c.seed}"
 
 
-def run(spec: RunSpec) -> dict:
-    """Optimize one built-in model as ``spec`` says; the record holds the spec and the pipeline's report."""
-    k_multi = spec.k_multi if spec.k_multi is not None else MODELS[spec.model].k_multi
-    config = OptimizeConfig(scheduler=spec.scheduler, main_extractor=spec.main_extractor,
-                            final_extractor=spec.final_extractor, cost=spec.cost, seed=spec.seed, budget=spec.budget,
-                            depth=spec.depth, node_limit=spec.node_limit, k_multi=k_multi, time_limit=spec.time_limit,
-                            ilp_time_limit=spec.ilp_time_limit, measure=spec.measure,
-                            allow_slower=True)  # the record is of the program the search found, even if it measures slower
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The optimize-model flags, with the scripts' defaults."""
+    add_config_arguments(p, SCRIPT_DEFAULTS)
+
+
+def base_config(args: argparse.Namespace) -> OptimizeConfig:
+    """SCRIPT_DEFAULTS with the flags given in ``args``."""
+    return config_from_args(args, SCRIPT_DEFAULTS)
+
+
+def run(spec: RunSpec) -> dict[str, Any]:
+    """Optimize one built-in model as ``spec`` says; the record holds the spec, the key, the wall time and the
+    pipeline's report JSON (``report``)."""
     t = time.perf_counter()
-    result = optimize(build(spec.model, small=spec.small), config)
-    report = result.report
-    return {"spec": asdict(spec) | {"k_multi": k_multi}, "key": spec.key(), "seconds": time.perf_counter() - t,
-            "original_cost": report["original_cost"], "optimized_cost": report["optimized_cost"],
-            "estimated_speedup": report["estimated_speedup"], "measured": report["measured"],
-            "optimization_seconds": report["times"]["search"], "extraction_seconds": report["times"]["extract"],
-            "egraph": report["egraph"], "rules_applied": report["rules_applied"], "steps": report["steps"],
-            "stop_reason": report["stop_reason"], "verified": report["verified"],
-            "max_abs_error": report["max_abs_error"], "extraction": report["extraction"]}
+    result = optimize(build(spec.model, small=spec.small), spec.config)
+    return {"spec": {"model": spec.model, "small": spec.small, "config": spec.config.to_json()}, "key": spec.key(),
+            "seconds": time.perf_counter() - t, "report": result.report.to_json()}
 
 
-def run_or_record_error(spec: RunSpec) -> dict:
+def run_or_record_error(spec: RunSpec) -> dict[str, Any]:
     """``run(spec)``, or a record of its failure, so that one failing run does not end a sweep."""
     try:
         return run(spec)
     except Exception as exc:
-        return {"key": spec.key(), "spec": asdict(spec), "error": f"{type(exc).__name__}: {exc}"}
+        return {"key": spec.key(), "spec": {"model": spec.model, "small": spec.small,
+                                            "config": spec.config.to_json()}, "error": f"{type(exc).__name__}: {exc}"}

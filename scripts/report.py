@@ -33,17 +33,23 @@ def load(folder: str) -> list[dict]:
                 rec = json.load(f)
             except json.JSONDecodeError:
                 continue
-        if isinstance(rec, dict) and "spec" in rec and "error" not in rec:
+        if isinstance(rec, dict) and "spec" in rec and "report" in rec:  # experiment.run's records
             records.append(rec)
     return records
 
 
-def approach(spec: dict) -> str:
-    if spec["scheduler"] == "mcts":
-        return f"MCTS {spec['main_extractor']} / {spec['final_extractor']}"
-    if spec["scheduler"] == "tensat":  # k_multi differs per model: one series, k shown in the table
-        return f"TENSAT / {spec['final_extractor']}"
-    return f"{spec['scheduler']} / {spec['final_extractor']}"
+def approach(config: dict) -> str:
+    """The series a run's config (OptimizeConfig.to_json) belongs to."""
+    if config["scheduler"] == "mcts":
+        return f"MCTS {config['search']['main_extractor']} / {config['final_extractor']}"
+    if config["scheduler"] == "tensat":  # k_multi differs per model: one series, k shown in the table
+        return f"TENSAT / {config['final_extractor']}"
+    return f"{config['scheduler']} / {config['final_extractor']}"
+
+
+def extractors(r: dict) -> tuple[str, str]:
+    c = r["spec"]["config"]
+    return c["search"]["main_extractor"], c["final_extractor"]
 
 
 def ms(xs) -> str:
@@ -57,19 +63,19 @@ def ms(xs) -> str:
 def table2(records: list[dict]) -> tuple[str, dict]:
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
-        groups[(r["spec"]["model"], approach(r["spec"]))].append(r)
+        groups[(r["spec"]["model"], approach(r["spec"]["config"]))].append(r)
     lines = ["| Model | Approach | Seeds | Original (ms, est.) | Optimized (ms, est.) | Speedup (%) | "
              "Measured speedup (x) | Optimization time (s) | Final e-nodes |",
              "|---|---|---|---|---|---|---|---|---|"]
     summary: dict = defaultdict(dict)
     for (model, appr), rs in sorted(groups.items()):
-        orig = [r["original_cost"] / 1e3 for r in rs]
-        opt = [r["optimized_cost"] / 1e3 for r in rs]
+        orig = [r["report"]["original_cost"] / 1e3 for r in rs]
+        opt = [r["report"]["extracted_cost"] / 1e3 for r in rs]  # the program the search found
         speed = [100.0 * (a - b) / a for a, b in zip(orig, opt)]
-        meas = [r["measured"]["speedup"] for r in rs if r.get("measured")]
-        t = [r["optimization_seconds"] for r in rs]
-        nodes = [r["egraph"]["enodes"] for r in rs]
-        label = appr.replace("TENSAT", f"TENSAT k_multi={rs[0]['spec'].get('k_multi')}")
+        meas = [r["report"]["measured"]["speedup"] for r in rs if r["report"].get("measured")]
+        t = [r["report"]["times"]["search"] for r in rs]
+        nodes = [r["report"]["egraph"]["enodes"] for r in rs]
+        label = appr.replace("TENSAT", f"TENSAT k_multi={rs[0]['spec']['config']['search']['k_multi']}")
         lines.append(f"| {model} | {label} | {len(rs)} | {ms(orig)} | {ms(opt)} | {ms(speed)} | {ms(meas)} | "
                      f"{ms(t)} | {ms(nodes)} |")
         summary[model][appr] = {"speedup": statistics.mean(speed), "seconds": statistics.mean(t)}
@@ -134,16 +140,17 @@ def figures(records: list[dict], summary: dict, out: str) -> list[str]:
     # rule-application timeline of one MCTS run per model (the paper's Figures 7, 8, 10): ours, greedy-dag /
     # ilp, where the results hold it
     runs = {}
-    for r in sorted(records, key=lambda r: (r["spec"]["main_extractor"], r["spec"]["final_extractor"]) != ("greedy-dag", "ilp")):
-        if r["spec"]["scheduler"] == "mcts" and r["steps"]:
+    for r in sorted(records, key=lambda r: extractors(r) != ("greedy-dag", "ilp")):
+        if r["spec"]["config"]["scheduler"] == "mcts" and r["report"]["steps"]:
             runs.setdefault(r["spec"]["model"], r)
     if runs:
         fig, axes = plt.subplots(len(runs), 1, figsize=(9, 1.6 * len(runs) + 0.5), squeeze=False)
         for ax, (model, r) in zip(axes[:, 0], sorted(runs.items())):
-            rules = list(dict.fromkeys(s["rule"] for s in r["steps"]))
-            ax.scatter(range(1, len(r["steps"]) + 1), [rules.index(s["rule"]) for s in r["steps"]], s=18)
+            steps = r["report"]["steps"]
+            rules = list(dict.fromkeys(s["rule"] for s in steps))
+            ax.scatter(range(1, len(steps) + 1), [rules.index(s["rule"]) for s in steps], s=18)
             ax.set_yticks(range(len(rules)), rules, fontsize=6)
-            ax.set_title(f"{model}: {approach(r['spec'])}, seed {r['spec']['seed']}", fontsize=8)
+            ax.set_title(f"{model}: {approach(r['spec']['config'])}, seed {r['report']['seed']}", fontsize=8)
         axes[-1, 0].set_xlabel("step")
         fig.tight_layout()
         path = os.path.join(out, "rule_timeline.png")

@@ -22,7 +22,7 @@ import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-from experiment import RunSpec, run_or_record_error
+from experiment import RunSpec, add_arguments, base_config, run_or_record_error
 from eqsat.models import MODELS, build
 
 PAPER_PAIRS = [("greedy-tree", "greedy-tree"), ("greedy-tree", "ilp"), ("greedy-constituent", "greedy-constituent"),
@@ -40,14 +40,14 @@ def parse_seeds(text: str) -> list[int]:
 
 def specs_for(model: str, args) -> list[RunSpec]:
     pairs = {"all": PAPER_PAIRS + OURS, "paper": PAPER_PAIRS, "ours": OURS, "tensat": []}[args.configs]
-    common = dict(cost=args.cost, budget=args.budget, depth=args.depth, node_limit=args.node_limit, small=args.quick,
-                  time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit, measure=args.measure)
     out = []
     for seed in args.seed_list:
         for main, final in pairs:
-            out.append(RunSpec(model, "mcts", main, final, seed, **common))
+            out.append(RunSpec.of(model, args.quick, args.base, scheduler="mcts", main_extractor=main,
+                                  final_extractor=final, seed=seed))
         if args.configs in ("all", "tensat"):
-            out.append(RunSpec(model, "tensat", "greedy-dag", "ilp", seed, **common))
+            out.append(RunSpec.of(model, args.quick, args.base, scheduler="tensat", main_extractor="greedy-dag",
+                                  final_extractor="ilp", seed=seed))
     return out
 
 
@@ -71,7 +71,8 @@ def _record(args, spec: RunSpec, rec: dict, index: int, total: int, start: float
     """Write one run's JSON and a progress line; 1 if it failed."""
     with open(os.path.join(args.out, spec.key() + ".json"), "w") as f:
         json.dump(rec, f, indent=2, default=str)
-    what = rec.get("error") or f"est. speedup {rec['estimated_speedup']:.3f}x, search {rec['optimization_seconds']:.1f}s"
+    what = rec.get("error") or (f"est. speedup {rec['report']['estimated_speedup']:.3f}x, "
+                                f"search {rec['report']['times']['search']:.1f}s")
     print(f"[{index}/{total} {time.perf_counter() - start:7.0f}s] {spec.key()}: {what}", file=sys.stderr, flush=True)
     return int("error" in rec)
 
@@ -111,21 +112,16 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="a model name, a comma list, or all")
     p.add_argument("--seeds", default="0-4")
     p.add_argument("--configs", default="all", choices=["all", "paper", "ours", "tensat"])
-    p.add_argument("--cost", default="analytic", choices=["analytic", "analytic-a100", "cpu", "cuda"])
-    p.add_argument("--budget", type=int, default=128)
-    p.add_argument("--depth", type=int, default=10)
-    p.add_argument("--node-limit", type=int, default=2000)
-    p.add_argument("--time-limit", type=float, default=600.0)
-    p.add_argument("--ilp-time-limit", type=float, default=60.0)
-    p.add_argument("--measure", action="store_true", help="time original and optimized models in onnxruntime")
+    add_arguments(p)
     p.add_argument("--quick", action="store_true", help="reduced model sizes, budget 8, depth 4, seed 0")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--heavy-gb", type=float, default=1.0,
                    help="models with more weights than this run one at a time (default 1.0: ViT-Large and -Huge)")
     p.add_argument("--out", default="results")
     args = p.parse_args(argv)
+    args.base = base_config(args)
     if args.quick:
-        args.budget, args.depth, args.seeds, args.ilp_time_limit = 8, 4, "0", 20.0
+        args.base, args.seeds = args.base.updated(budget=8, depth=4, ilp_time_limit=20.0), "0"
     args.seed_list = parse_seeds(args.seeds)
     models = list(MODELS) if args.model == "all" else args.model.split(",")
     unknown = [m for m in models if m not in MODELS]

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from eqsat.cost import make, node_costs
+from eqsat.cost import cost_names, make, node_costs
 from eqsat.egraph import EGraph
 from eqsat.extract import EXTRACTORS, extract
 from eqsat.models import MODELS, build
@@ -21,7 +21,7 @@ from eqsat.models import MODELS, build
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cost", default="analytic", choices=["analytic", "analytic-a100", "cpu", "cuda"])
+    p.add_argument("--cost", default="analytic", choices=cost_names())
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--small", action="store_true", help="reduced model sizes")
     p.add_argument("--ilp-time-limit", type=float, default=60.0)

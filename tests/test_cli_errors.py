@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
@@ -11,6 +12,16 @@ import torch
 
 import onnx_builders as ob
 import torch_modules as tm
+from eqsat.app import cli
+from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.errors import VerificationError
+from eqsat.rules.rule import Rule
+from ort_check import outputs_match
+
+UNSOUND = Rule("unsound_relu_drop", "single", "ours", "relu(x) -> x", (("(= root (Relu x))", "(Pend root x)"),), 0)
+"""a deliberately wrong rule: relu(x) = x; every program it reaches differs from the original"""
+UNSOUND_RUN = ["--scheduler", "tensat", "--k-multi", "0", "--cost", "analytic", "--final-extractor", "greedy-dag",
+               "--no-measure", "-q"]
 
 
 def run(*args):
@@ -91,7 +102,8 @@ def test_success_writes_model_and_report(tmp_path, good):
                      "--cost", "analytic", "--report", str(tmp_path / "r.json"), "--seed", "3")
     assert rc == 0, err
     r = json.loads((tmp_path / "r.json").read_text())
-    assert r["verified"] is True and r["seed"] == 3
+    assert r["seed"] == 3 and r["config"]["search"]["seed"] == 3
+    assert outputs_match(str(good), str(tmp_path / "o.onnx"))
     for key in ("max_abs_error", "max_rel_error", "config", "times", "egraph", "input", "output"):
         assert key in r
     assert r["egraph"]["enodes"] > 0 and r["egraph"]["eclasses"] > 0
@@ -101,3 +113,21 @@ def test_success_writes_model_and_report(tmp_path, good):
 def test_info(good):
     rc, out, _ = run("info", str(good))
     assert rc == 0 and "conv2d 2" in out and "opaque (no rules): none" in out
+
+
+def test_unsound_rule_fails_verification_in_the_api(good):
+    config = OptimizeConfig.of(scheduler="tensat", k_multi=0, cost="analytic", final_extractor="greedy-dag",
+                               measure=False)
+    with pytest.raises(VerificationError, match="does not match the original"):
+        optimize(str(good), config, extra_rules=[UNSOUND])
+    assert outputs_match(str(good), optimize(str(good), config).optimized)  # without the rule, the run verifies
+
+
+def test_unsound_rule_exits_3_and_writes_nothing(tmp_path, good, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "optimize", functools.partial(optimize, extra_rules=[UNSOUND]))
+    out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = cli.main(["optimize-model", str(good), "-o", str(out), "--report", str(rep), *UNSOUND_RUN])
+    err = capsys.readouterr().err
+    assert rc == 3 and "does not match the original" in _one_error_line(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no report, no .eqsat-* leftovers

@@ -96,6 +96,7 @@ def test_cuda_backend(tmp_path):
     assert all(cost.op_cost(k) > 0 for k in KEYS)
 
 
+@pytest.mark.slow
 def test_make_and_cli(tmp_path, capsys):
     from eqsat.errors import InputError
 

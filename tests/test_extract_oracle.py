@@ -242,7 +242,7 @@ def test_pipeline_reports_whether_the_ilp_kept_its_warm_start():
     from eqsat.app.pipeline import OptimizeConfig, optimize
 
     r = optimize(build("vgg19", small=True), OptimizeConfig(scheduler="none", cost="analytic", measure=False))
-    entry = r.report["extraction"]
+    entry = r.report.to_json()["extraction"]
     assert entry["extractor"] == "ilp" and entry["used_warm_start"] is False and entry["optimal"]
     snap = EGraph.from_graph(build("vgg19", small=True)).snapshot().restrict()
     assert len(snap.nodes) == snap.num_classes  # the initial program: its DAG cost is the sum of its nodes' costs

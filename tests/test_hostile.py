@@ -174,7 +174,7 @@ def test_bad_flag_values_exit_2_before_any_work(capsys, tmp_path, model, flags, 
 def test_api_rejects_bad_config_before_loading():
     # the path does not exist: the config error must come first, so it cannot be "no such file"
     for config, named in [(OptimizeConfig(final_extractor="ilpp"), "--final-extractor"),
-                          (OptimizeConfig(time_limit=math.nan), "--time-limit"),
+                          (OptimizeConfig.of(time_limit=math.nan), "--time-limit"),
                           (OptimizeConfig(scheduler="mtcs"), "--scheduler"),
                           (OptimizeConfig(cost="analytic-tpu"), "--cost")]:
         with pytest.raises(InputError, match=named):
@@ -206,14 +206,14 @@ def test_explicit_node_limit_is_reported(capsys, tmp_path, model):
                 str(tmp_path / "r.json"), "--node-limit", "777", *FAST)
     assert rc == 0
     r = json.loads((tmp_path / "r.json").read_text())
-    assert r["egraph"]["node_limit"] == 777 and r["config"]["node_limit"] == 777
+    assert r["egraph"]["node_limit"] == 777 and r["config"]["search"]["node_limit"] == 777
 
 
 def test_ilp_gets_what_the_time_limit_leaves():
-    config = OptimizeConfig(time_limit=10.0, ilp_time_limit=60.0)
+    config = OptimizeConfig.of(time_limit=10.0, ilp_time_limit=60.0)
     assert ilp_seconds(config, 2.5) == pytest.approx(7.5)
     assert ilp_seconds(config, 11.0) == pytest.approx(0.1)  # the floor: SCIP returns its warm start
-    assert ilp_seconds(OptimizeConfig(time_limit=600.0, ilp_time_limit=3.0), 1.0) == pytest.approx(3.0)
+    assert ilp_seconds(OptimizeConfig.of(time_limit=600.0, ilp_time_limit=3.0), 1.0) == pytest.approx(3.0)
 
 
 # 3. interrupts -------------------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from eqsat.app.pipeline import OptimizeConfig, optimize
 
 # allow_slower: return the exported program even where it equals the original (the round trip is under test)
 CONFIG = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)
-SEARCH = OptimizeConfig(scheduler="mcts", cost="analytic", measure=False, budget=2, depth=1,
-                        final_extractor="greedy-dag", allow_slower=True)
+SEARCH = OptimizeConfig.of(scheduler="mcts", cost="analytic", measure=False, budget=2, depth=1,
+                           final_extractor="greedy-dag", allow_slower=True)
 F = TensorProto.FLOAT
 
 
@@ -67,7 +67,7 @@ def same_outputs(original: onnx.ModelProto, optimized: onnx.ModelProto, feeds: d
 
 def optimized(m: onnx.ModelProto, config: OptimizeConfig = CONFIG) -> onnx.ModelProto:
     result = optimize(m, config)
-    assert result.report["returned"] == "optimized"  # the re-exported program, not the input model
+    assert result.report.returned.program == "optimized"  # the re-exported program, not the input model
     out = result.optimized
     onnx.checker.check_model(out, full_check=True)
     assert interface(out) == interface(m)

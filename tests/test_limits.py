@@ -16,6 +16,7 @@ import pytest
 from eqsat import ir
 from eqsat.cost import make
 from eqsat.egraph import EGraph
+from eqsat.app.report import jsonable
 from eqsat.mcts import Env, MCTS, SearchConfig, StopReason
 from eqsat.mcts.baselines import random_order, tensat
 from eqsat.models import build
@@ -130,7 +131,7 @@ def test_random_scheduler_never_passes_the_node_limit():
         assert before + 1 <= limit
     changing = _changing_rules(env)
     assert changing and all(after > limit for after in changing.values())
-    assert report.stop_reason == StopReason.NODE_LIMIT and report.to_json()["stop_reason"] == "node_limit"
+    assert report.stop_reason == StopReason.NODE_LIMIT and jsonable(report)["stop_reason"] == "node_limit"
 
 
 def test_mcts_real_steps_and_priced_states_stay_within_the_node_limit():
@@ -192,7 +193,7 @@ def test_stop_reason_is_node_limit_when_the_limit_refuses_the_only_changing_rule
            "random": lambda: random_order(env, env.config)}[scheduler]
     report = run()
     assert report.stop_reason == StopReason.NODE_LIMIT and not report.steps and env.size() == initial
-    assert json.loads(json.dumps(report.to_json()))["stop_reason"] == "node_limit"
+    assert json.loads(json.dumps(jsonable(report)))["stop_reason"] == "node_limit"
 
 
 def test_stop_reason_with_no_budget_and_when_saturated():
@@ -203,4 +204,4 @@ def test_stop_reason_with_no_budget_and_when_saturated():
               SearchConfig(budget=2, depth=1, node_limit=100))
     report = MCTS(env, env.config).run()
     assert report.steps and report.stop_reason == StopReason.SATURATED and _changing_rules(env) == {}
-    assert report.to_json()["stop_reason"] == "saturated" and type(report.to_json()["stop_reason"]) is str
+    assert jsonable(report)["stop_reason"] == "saturated" and type(jsonable(report)["stop_reason"]) is str

@@ -29,8 +29,8 @@ OPS = {"float32": ["MatMul", "Add", "Mul", "Relu", "Conv", "Transpose", "Reshape
 TOLERANCE = {"float32": (1e-4, 1e-5), "float64": (1e-10, 1e-12), "float16": (2e-2, 2e-2)}
 
 NO_SEARCH = OptimizeConfig(scheduler="none", cost="analytic", measure=False)
-SHORT_SEARCH = OptimizeConfig(scheduler="tensat", cost="analytic", measure=False, node_limit=300, k_multi=1,
-                              time_limit=1.5, ilp_time_limit=2.0)
+SHORT_SEARCH = OptimizeConfig.of(scheduler="tensat", cost="analytic", measure=False, node_limit=300, k_multi=1,
+                                 time_limit=1.5, ilp_time_limit=2.0)
 
 
 @st.composite

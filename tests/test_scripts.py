@@ -22,7 +22,8 @@ def test_reproduce_quick_then_report(tmp_path):
     files = sorted(os.listdir(out))
     assert len(files) == 7  # 6 MCTS extractor pairs + TENSAT
     rec = json.loads((out / files[0]).read_text())
-    assert rec["verified"] and "steps" in rec and rec["spec"]["seed"] == 0
+    assert rec["report"]["steps"] is not None and rec["spec"]["config"]["search"]["seed"] == 0
+    assert rec["report"]["extracted_cost"] <= rec["report"]["original_cost"] * (1 + 1e-9)
     again = script("reproduce.py", "--model", "bert", "--quick", "--out", str(out))
     assert again.returncode == 0 and "0 runs to do, 7 already finished" in again.stderr
     t1 = tmp_path / "t1.json"
@@ -56,12 +57,12 @@ def test_reproduce_runs_heavy_models_one_at_a_time(monkeypatch):
     reproduce = _reproduce(monkeypatch)
     RunSpec = reproduce.RunSpec
 
-    assert reproduce.heavy(RunSpec("vit-huge")) and reproduce.heavy(RunSpec("vit-large"))
-    assert not any(reproduce.heavy(RunSpec(m)) for m in ("bert", "vit-base", "nasneta", "vgg19"))
-    assert not reproduce.heavy(RunSpec("vit-huge", small=True))
+    assert reproduce.heavy(RunSpec.of("vit-huge")) and reproduce.heavy(RunSpec.of("vit-large"))
+    assert not any(reproduce.heavy(RunSpec.of(m)) for m in ("bert", "vit-base", "nasneta", "vgg19"))
+    assert not reproduce.heavy(RunSpec.of("vit-huge", small=True))
 
-    heavy = [RunSpec("vit-huge", seed=s) for s in range(3)]
-    light = [RunSpec("bert", seed=s) for s in range(6)]
+    heavy = [RunSpec.of("vit-huge", seed=s) for s in range(3)]
+    light = [RunSpec.of("bert", seed=s) for s in range(6)]
     got = {}
     reproduce.run_all(light, heavy, 2, timed_run, lambda spec, rec: got.setdefault(spec, rec))
     assert set(got) == set(light) | set(heavy)
@@ -80,3 +81,17 @@ def test_export_bert_like_gives_an_optimizable_model(tmp_path):
     g = import_model(str(out))
     ops = g.op_counts()  # six linear layers and the two attention products
     assert ops["matmul"] == 8 and ops["Softmax"] == 1 and ops["LayerNormalization"] == 2
+
+
+def test_run_spec_takes_the_models_defaults_and_flags(monkeypatch):
+    reproduce = _reproduce(monkeypatch)
+    spec = reproduce.RunSpec.of("nasrnn", small=True)
+    assert spec.config.search.rule_set == "nasrnn" and spec.config.search.k_multi == 3
+    assert reproduce.RunSpec.of("bert").config.search.rule_set == "default"
+    import experiment
+
+    p = __import__("argparse").ArgumentParser()
+    experiment.add_arguments(p)
+    base = experiment.base_config(p.parse_args(["--budget", "7", "--measure"]))
+    assert base.search.budget == 7 and base.measure and base.cost == "analytic"  # the scripts' default cost
+    assert experiment.base_config(p.parse_args([])) == experiment.SCRIPT_DEFAULTS

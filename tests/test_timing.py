@@ -143,15 +143,15 @@ def test_model_given_in_memory_comes_back_untouched_when_nothing_beats_it():
     before = model.SerializeToString()
     result = optimize(model, OptimizeConfig(scheduler="none", cost="analytic", measure=True))
     assert result.optimized is model and model.SerializeToString() == before
-    assert result.report["returned"] == "original" and result.report["measured"] is None
+    assert result.report.returned.program == "original" and result.report.measured is None
 
 
 def test_allow_slower_keeps_the_searched_program_and_reports_the_measurement():
     model = ob.mlp()
     cfg = OptimizeConfig(scheduler="none", cost="analytic", measure=True, allow_slower=True, measure_budget=0.3)
     r = optimize(model, cfg)
-    m = r.report["measured"]
-    assert r.report["returned"] == "optimized" and r.report["fallback"] is None and r.optimized is not model
+    m = r.report.to_json()["measured"]
+    assert r.report.returned.program == "optimized" and r.report.returned.fallback is None and r.optimized is not model
     assert m["ci_low"] <= m["speedup"] <= m["ci_high"] and m["rounds"] >= 10
     assert m["runtime"]["name"] == "onnxruntime-cpu" and m["decision"] == "ship"
     assert m["original_ms"] > 0 and m["optimized_ms"] > 0

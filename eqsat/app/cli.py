@@ -10,49 +10,61 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 from typing import Sequence
 
+from rich.console import Console
+from rich.table import Table
+
 from eqsat.errors import EqsatError, InputError
+from eqsat.models import MODELS
+from eqsat.onnx_import import parse_input_shapes
+from eqsat.onnx_io import write_together
+from eqsat.progress import progress_printer
+
 from . import cost_cli, models_cli, rules_cli
+from .config import OptimizeConfig, choices, options, value_type
+from .pipeline import check_output_path, optimize, report_bytes
+from .report import Report
+from .source import add_model_source, check_source_flags, source, source_graph
 
 
-def _add_model_source(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model_path", nargs="?", metavar="MODEL.onnx", help="an ONNX model file")
-    p.add_argument("--model", dest="builtin", metavar="NAME", help="a built-in architecture (eqsat models list)")
-    p.add_argument("--small", action="store_true", help="the reduced size of a built-in model (fast)")
-    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
-                   help="fix a dynamic input dimension (repeatable)")
+def add_config_arguments(p: argparse.ArgumentParser, base: OptimizeConfig | None = None) -> None:
+    """One argument per flagged field of OptimizeConfig and SearchConfig: its type, documentation, the names its
+    registry accepts and its default in ``base`` (the documented config if None) come from the field. Every
+    argument defaults to None (not given): :func:`config_from_args` then keeps ``base``'s value."""
+    base = base or OptimizeConfig()
+    for owner, f in options():
+        if not f.metadata.get("flag"):
+            continue
+        default = getattr(base.search if owner else base, f.name)
+        names = choices(f)
+        if isinstance(default, bool):
+            dashed = f.name.replace("_", "-")
+            p.add_argument(f"--{dashed}" if not default else f"--no-{dashed}", dest=f.name, action="store_const",
+                           const=not default, default=None,
+                           help=f"leave out: {f.metadata['doc']}" if default else f.metadata["doc"])
+            continue
+        kind = value_type(type(base.search) if owner else type(base), f)
+        shown = "by the input" if default is None else default
+        p.add_argument(f.metadata["flag"], dest=f.name, type=kind, default=None,
+                       metavar="{" + ",".join(names) + "}" if names else kind.__name__.upper(),
+                       help=f"{f.metadata['doc']} (default: {shown})")
 
 
-def _source(args):
-    """(ONNX model or IR graph, label) from the model arguments."""
-    from eqsat.onnx_import import load_model
-
-    if bool(args.model_path) == bool(args.builtin):
-        raise InputError("give either MODEL.onnx or --model NAME (eqsat models list shows the names)")
-    if args.builtin:
-        from eqsat.models import build
-
-        return build(args.builtin, small=args.small), args.builtin
-    return load_model(args.model_path), args.model_path
-
-
-def _check_source_flags(args) -> None:
-    if args.small and args.model_path:
-        raise InputError("--small applies to built-in models (--model NAME) only; leave it out with MODEL.onnx")
-
-
-def _k_multi(args) -> int:
-    if args.k_multi is not None:
-        if args.scheduler != "tensat":
-            raise InputError(f"--k-multi applies to --scheduler tensat only (not {args.scheduler}); leave it out")
-        return args.k_multi
-    if args.builtin:
-        from eqsat.models import MODELS
-
-        spec = MODELS.get(args.builtin)
-        return spec.k_multi if spec else 1
-    return 1
+def config_from_args(args: argparse.Namespace, base: OptimizeConfig | None = None,
+                     builtin: str | None = None) -> OptimizeConfig:
+    """``base`` (the documented config if None) with the flags given in ``args``; a built-in model's own
+    defaults (eqsat.models.MODELS: k_multi, rule_set) where its flags were not given."""
+    given = {f.name: getattr(args, f.name) for _owner, f in options()
+             if f.metadata.get("flag") and getattr(args, f.name, None) is not None}
+    config = (base or OptimizeConfig()).updated(**given)
+    if "k_multi" in given and config.scheduler != "tensat":
+        raise InputError(f"--k-multi applies to --scheduler tensat only (not {config.scheduler}); leave it out")
+    spec = MODELS.get(builtin) if builtin else None
+    if spec is not None:
+        config = config.updated(**{k: getattr(spec, k) for k in ("k_multi", "rule_set") if k not in given})
+    return config
 
 
 def _check_distinct_paths(args) -> None:
@@ -83,31 +95,20 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _cmd_optimize(args) -> int:
-    from eqsat.onnx_import import parse_input_shapes
-    from eqsat.onnx_io import write_together
-    from .pipeline import OptimizeConfig, check_output_path, optimize, report_bytes
-
-    _check_source_flags(args)
+    check_source_flags(args)
     check_output_path(args.output, "-o")
     if args.report is not None:
         check_output_path(args.report, "--report")
     _check_distinct_paths(args)
-    config = OptimizeConfig(scheduler=args.scheduler, main_extractor=args.main_extractor,
-                            final_extractor=args.final_extractor, cost=args.cost, seed=args.seed, budget=args.budget,
-                            depth=args.depth, node_limit=args.node_limit, k_multi=_k_multi(args),
-                            time_limit=args.time_limit, ilp_time_limit=args.ilp_time_limit,
-                            measure=not args.no_measure, allow_slower=args.allow_slower,
-                            input_shapes=parse_input_shapes(args.input_shape))
+    config = config_from_args(args, builtin=args.builtin)
+    config = replace(config, input_shapes=parse_input_shapes(args.input_shape))
     config.validate()
-    model, label = _source(args)
-    from eqsat.progress import progress_printer
-
+    model, label = source(args)
     result = optimize(model, config, progress=progress_printer(args.quiet))
-    result.report["input"] = label
-    result.report["output"] = args.output
+    report = replace(result.report, input=label, output=args.output)
     if not args.quiet:
-        _summary(result.report)
-    others = {args.report: report_bytes(result.report)} if args.report is not None else {}
+        _summary(report)
+    others = {args.report: report_bytes(report)} if args.report is not None else {}
     write_together(result.optimized, args.output, others)
     if not args.quiet:
         print(f"eqsat: wrote {args.output}" + (f" and {args.report}" if args.report is not None else ""),
@@ -115,36 +116,28 @@ def _cmd_optimize(args) -> int:
     return 0
 
 
-def _summary(r: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
+def _summary(r: Report) -> None:
     t = Table(title="eqsat optimize-model", show_header=True)
     t.add_column("")
     t.add_column("original", justify="right")
     t.add_column("optimized", justify="right")
-    t.add_row("estimated cost (us)", f"{r['original_cost']:.1f}", f"{r['optimized_cost']:.1f}")
-    m = r.get("measured")
+    t.add_row("estimated cost (us)", f"{r.original_cost:.1f}", f"{r.optimized_cost:.1f}")
+    m = r.measured
     if m:
-        t.add_row("measured latency (ms)", f"{m['original_ms']:.3f}", f"{m['optimized_ms']:.3f}")
-    t.add_row("operators", str(sum(r["operators"]["original"].values())), str(sum(r["operators"]["optimized"].values())))
+        t.add_row("measured latency (ms)", f"{m.original_ms:.3f}", f"{m.optimized_ms:.3f}")
+    ops = r.to_json()["operators"]
+    t.add_row("operators", str(sum(ops["original"].values())), str(sum(ops["optimized"].values())))
     con = Console(stderr=True)
     con.print(t)
-    speed = f"estimated speedup {r['estimated_speedup']:.3f}x" if r.get("estimated_speedup") else ""
-    if m and m.get("speedup"):
-        speed += f", measured {m['speedup']:.3f}x"
-    con.print(f"verified (max abs error {r['max_abs_error']:.2e}); {speed}")
+    speed = f"estimated speedup {r.estimated_speedup:.3f}x" if r.estimated_speedup else ""
+    if m:
+        speed += f", measured {m.speedup:.3f}x"
+    con.print(f"verified (max abs error {r.verification.max_abs_error:.2e}); {speed}")
 
 
-def _cmd_info(args) -> int:
-    from eqsat.onnx_import import import_model
-
-    from eqsat.onnx_import import parse_input_shapes
-
-    _check_source_flags(args)
-    shapes = parse_input_shapes(args.input_shape)
-    model, label = _source(args)
-    graph = model if not hasattr(model, "graph") else import_model(model, shapes)
+def _cmd_info(args: argparse.Namespace) -> int:
+    check_source_flags(args)
+    graph, label = source_graph(args)
     counts = graph.op_counts()
     opaque = sorted({n.attrs[0] for n in graph.nodes() if n.op == "opaque"})
     info = {
@@ -173,32 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     o = sub.add_parser("optimize-model", help="optimize an ONNX model or a built-in architecture")
-    _add_model_source(o)
+    add_model_source(o)
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
-    o.add_argument("--scheduler", default="mcts", choices=["mcts", "tensat", "random", "none"])
-    o.add_argument("--main-extractor", default="greedy-dag")
-    o.add_argument("--final-extractor", default="ilp")
-    o.add_argument("--cost", default="auto", choices=["analytic", "analytic-a100", "cpu", "cuda", "auto"],
-                   help="operator cost model (auto: cuda if a GPU is present, else cpu)")
-    o.add_argument("--seed", type=int, default=0)
-    o.add_argument("--budget", type=int, default=128, help="MCTS simulations per decision")
-    o.add_argument("--depth", type=int, default=10, help="MCTS rollout depth")
-    o.add_argument("--node-limit", type=int, default=None,
-                   help="e-node limit of the search (default: max(2000, 4 x the initial e-graph); in the report)")
-    o.add_argument("--k-multi", type=int, default=None,
-                   help="TENSAT: iterations in which multi-pattern rules run (default: the model's, else 1)")
-    o.add_argument("--time-limit", type=float, default=600.0,
-                   help="seconds for search plus extraction; the ILP takes what the search left (default 600)")
-    o.add_argument("--ilp-time-limit", type=float, default=60.0, help="at most this many seconds of ILP (default 60)")
+    add_config_arguments(o)
     o.add_argument("--report", metavar="REPORT.json")
-    o.add_argument("--no-measure", action="store_true", help="skip the end-to-end latency measurement")
-    o.add_argument("--allow-slower", action="store_true",
-                   help="keep the optimized program even if it measures slower than the original")
     o.add_argument("-q", "--quiet", action="store_true")
     o.set_defaults(fn=_cmd_optimize)
 
     i = sub.add_parser("info", help="operators, inputs and outputs of a model")
-    _add_model_source(i)
+    add_model_source(i)
     i.add_argument("--json", action="store_true")
     i.set_defaults(fn=_cmd_info)
 
@@ -241,4 +217,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["main", "build_parser"]
+__all__ = ["add_config_arguments", "build_parser", "config_from_args", "main"]

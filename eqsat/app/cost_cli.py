@@ -4,26 +4,24 @@ from __future__ import annotations
 
 import sys
 
+from rich.progress import Progress
+
+from eqsat.cost import make
+from eqsat.cost.base import OpKey, is_free
+from eqsat.cost.cache import CostCache
+from eqsat.egraph import EGraph
+from eqsat.models import MODELS
+from eqsat.rules import RuleEngine, actions, rule_set
+
+from .source import add_model_source, source_graph
+
 
 def _profile(args) -> int:
-    from rich.progress import Progress
-
-    from eqsat.app.cli import _source
-    from eqsat.egraph import EGraph
-    from eqsat.onnx_import import import_model
-    from eqsat.rules import RuleEngine, actions, all_rules
-
-    from eqsat.cost import make
-    from eqsat.cost.base import OpKey, is_free
-
-    from eqsat.onnx_import import parse_input_shapes
-
-    shapes = parse_input_shapes(args.input_shape)
-    model, label = _source(args)
+    graph, label = source_graph(args)
     cost = make(args.cost, args.cache)
-    graph = model if not hasattr(model, "graph") else import_model(model, shapes)
     eg = EGraph.from_graph(graph)
-    engine = RuleEngine(eg, all_rules(nasrnn=args.builtin == "nasrnn"))
+    variant = MODELS[args.builtin].rule_set if args.builtin else "default"
+    engine = RuleEngine(eg, rule_set(variant))
     for rule in actions(engine.rules.values()):  # one guarded pass of every rule: the operators search creates
         engine.apply(rule.name, node_limit=args.node_limit)
     snap = eg.snapshot().restrict()
@@ -54,8 +52,6 @@ def _profile(args) -> int:
 
 
 def _show(args) -> int:
-    from eqsat.cost.cache import CostCache
-
     cache = CostCache(args.cache)
     rows = cache.summary()
     print(f"cache {cache.path}: {len(cache)} measurements")
@@ -68,9 +64,7 @@ def register(sub) -> None:
     p = sub.add_parser("cost", help="operator cost measurements and their cache")
     cs = p.add_subparsers(dest="cost_command", required=True)
     pr = cs.add_parser("profile", help="time every operator a model's e-graph can contain, filling the cache")
-    from eqsat.app.cli import _add_model_source
-
-    _add_model_source(pr)
+    add_model_source(pr)
     pr.add_argument("--cost", default="cpu", choices=["cpu", "cuda", "auto"])
     pr.add_argument("--node-limit", type=int, default=2000)
     pr.add_argument("--cache", metavar="FILE", help="SQLite cache file (default ~/.cache/eqsat/costs.sqlite)")

@@ -1,4 +1,6 @@
-"""The optimize-model pipeline: import -> e-graph -> search -> extract -> export -> verify -> measure.
+"""The optimize-model pipeline, one function per phase: import -> encode -> search -> extract -> export ->
+verify -> measure -> decide. :func:`optimize` runs them in turn under one :class:`PhaseTimer` and returns the
+typed :class:`Report`.
 
 >>> from eqsat.app.pipeline import OptimizeConfig
 >>> OptimizeConfig().final_extractor
@@ -7,101 +9,43 @@
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import tempfile
-import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
 import onnx
 
+from eqsat import extract as extractors
 from eqsat import onnx_export, onnx_import, onnx_io
+from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
+from eqsat.extract import Extraction
 from eqsat.ir import Graph, Node
+from eqsat.mcts import NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
+from eqsat.rules.rule import Rule
+from eqsat.snapshot import Snapshot
 from eqsat.timing import Protocol, compare, decide
 from eqsat.verify import verify
 
+from .config import OptimizeConfig, ilp_seconds
+from .report import (Candidate, EGraphSize, ExtractionReport, Measurement, PhaseTimer, Report, Returned,
+                     VerificationReport)
 
-@dataclass
-class OptimizeConfig:
-    """Options of one optimization run (the CLI's flags). Defaults are the documented ones."""
-
-    scheduler: str = "mcts"
-    """mcts | tensat | random | none"""
-    main_extractor: str = "greedy-dag"
-    final_extractor: str = "ilp"
-    cost: str = "analytic"
-    """analytic | cpu | cuda"""
-    seed: int = 0
-    budget: int = 128
-    depth: int = 10
-    node_limit: int | None = None
-    """e-node limit of the search; None: max(2000, 4 x the initial e-graph's e-nodes) (see effective_node_limit)"""
-    k_multi: int = 1
-    time_limit: float = 600.0
-    ilp_time_limit: float = 60.0
-    verify_draws: int = 3
-    measure: bool = True
-    allow_slower: bool = False
-    """keep the optimized program even when it is not measured faster with confidence than the original"""
-    measure_budget: float = 10.0
-    """seconds of timed rounds in the end-to-end comparison (eqsat.timing; the minimum rounds always run)"""
-    measure_threads: int = 1
-    """onnxruntime intra-op threads of the end-to-end comparison"""
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        """Raise InputError naming the first unusable option (see eqsat.app.config_check)."""
-        from .config_check import validate
-
-        validate(self)
-
-
-DEFAULT_NODE_LIMIT = 2000
-NODE_LIMIT_FACTOR = 4
-
-
-ILP_FLOOR_SECONDS = 0.1
-
-
-def ilp_seconds(config: OptimizeConfig, elapsed: float) -> float:
-    """The ILP's time limit: what ``--time-limit`` (search plus extraction) leaves after ``elapsed`` seconds,
-    at most ``--ilp-time-limit`` and at least 0.1 s (SCIP then returns its greedy warm start)."""
-    return max(ILP_FLOOR_SECONDS, min(config.ilp_time_limit, config.time_limit - elapsed))
-
-
-def effective_node_limit(config: OptimizeConfig, initial_enodes: int) -> int:
-    """``config.node_limit`` if given, else max(2000, 4 x the initial e-graph), so that any model can grow."""
-    if config.node_limit is not None:
-        return config.node_limit
-    return max(DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR * initial_enodes)
+Progress = Callable[[str], None]
 
 
 @dataclass
 class Result:
-    """What an optimization produced; ``report`` is the JSON-ready summary."""
+    """What an optimization produced: the input and returned models, the returned program, the typed report."""
 
     original: onnx.ModelProto
     optimized: onnx.ModelProto
     graph: Graph
-    report: dict[str, Any]
-
-
-def make_cost_model(name: str):
-    from eqsat.cost import make
-
-    return make(name)
-
-
-def _search(eg: EGraph, graph: Graph, config: OptimizeConfig, cost_model, progress) -> dict[str, Any]:
-    if config.scheduler == "none":
-        return {"rules_applied": {}, "steps": [], "stop_reason": "no_search"}
-    from eqsat.mcts import run_scheduler
-
-    return run_scheduler(eg, graph, config, cost_model, progress)
+    report: Report
 
 
 def same_program(a: Graph, b: Graph) -> bool:
@@ -124,114 +68,138 @@ def same_program(a: Graph, b: Graph) -> bool:
     return canon(a) == canon(b)
 
 
-def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None = None,
-             progress: Callable[[str], None] | None = None) -> Result:
-    """Optimize ``model`` (an ONNX model, a path, or an IR graph) and check the result against it."""
-    from eqsat import extract as extractors
-    from eqsat.cost import graph_cost, node_costs
+# -- the phases ----------------------------------------------------------------------------------------------
 
-    config = config or OptimizeConfig()
-    config.validate()
-    say = progress or (lambda _msg: None)
-    times: dict[str, float] = {}
-    t = time.perf_counter()
+def import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph]:
+    """(the original ONNX model, its IR graph) from a model, a path or a graph."""
     if isinstance(model, Graph):
-        graph = model
-        original = onnx_export.export_model(graph)
-    else:
-        original = model if isinstance(model, onnx.ModelProto) else onnx_import.load_model(model)
-        graph = onnx_import.import_model(original, config.input_shapes)
-    times["import"] = time.perf_counter() - t
-    say(f"imported: {sum(graph.op_counts().values())} operators")
+        return onnx_export.export_model(model), model
+    original = model if isinstance(model, onnx.ModelProto) else onnx_import.load_model(model)
+    return original, onnx_import.import_model(original, config.input_shapes)
 
-    t = time.perf_counter()
-    cost_model = make_cost_model(config.cost)
-    eg = EGraph.from_graph(graph)
-    times["encode"] = time.perf_counter() - t
-    initial = eg.size().enodes
-    if config.node_limit is not None and config.node_limit < initial:
-        raise InputError(f"--node-limit {config.node_limit} is below the initial e-graph's {initial} e-nodes; "
+
+def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchConfig]:
+    """The e-graph of ``graph`` and the search config with its node limit resolved against it."""
+    egraph = EGraph.from_graph(graph)
+    initial = egraph.size().enodes
+    limit = config.search.node_limit
+    if limit is not None and limit < initial:
+        raise InputError(f"--node-limit {limit} is below the initial e-graph's {initial} e-nodes; "
                          f"give at least {initial}, or leave it out for {NODE_LIMIT_FACTOR} x that")
-    config = replace(config, node_limit=effective_node_limit(config, initial))
+    return egraph, config.search.resolved(initial)
 
-    t = time.perf_counter()
-    search = _search(eg, graph, config, cost_model, say)
-    times["search"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    snap = eg.snapshot().restrict()
+def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, cost_model: CostModel,
+                 say: Progress, extra_rules: Sequence[Rule] = ()) -> SearchReport:
+    """Grow ``egraph`` with the configured scheduler (``extra_rules`` join the rule set)."""
+    return run_scheduler(config.scheduler, egraph, search, cost_model, say, extra_rules)
+
+
+def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
+                  elapsed: float) -> tuple[Snapshot, Extraction]:
+    """The final extractor's program of the grown e-graph; the ILP gets what ``--time-limit`` left after
+    ``elapsed`` seconds and greedy-dag's program as its warm start, never returning a dearer one."""
+    snap = egraph.snapshot().restrict()
     costs = node_costs(snap, cost_model)
     warm = extractors.extract("greedy-dag", snap, costs)
-    ilp_limit = ilp_seconds(config, times["search"] + time.perf_counter() - t)
-    options = {"time_limit": ilp_limit, "warm_start": warm} if config.final_extractor == "ilp" else {}
-    ext = warm if config.final_extractor == "greedy-dag" else extractors.extract(config.final_extractor, snap, costs, **options)
+    if config.final_extractor == "greedy-dag":
+        return snap, warm
+    options = {"time_limit": ilp_seconds(config, elapsed), "warm_start": warm} if config.final_extractor == "ilp" \
+        else {}
+    ext = extractors.extract(config.final_extractor, snap, costs, **options)
     if config.final_extractor == "ilp" and ext.dag_cost > warm.dag_cost:  # ilp.extract does this itself already
         ext = replace(warm, extractor="ilp", used_warm_start=True, notes=[*ext.notes, (
             f"the ILP's program (DAG cost {ext.dag_cost:.6g}) is dearer than its warm start; kept greedy-dag's")])
-    times["extract"] = time.perf_counter() - t
-    say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
-        + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
+    return snap, ext
 
-    t = time.perf_counter()
-    new_graph = build_program(snap, ext.choice, graph)
-    optimized = onnx_export.export_model(new_graph)
+
+def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel) -> tuple[Graph, onnx.ModelProto]:
+    """The extracted program as IR and as a checked ONNX model. Its recomputed cost must equal the
+    extractor's DAG cost (one costing, two paths: a disagreement is a bug)."""
+    program = build_program(snap, ext.choice, graph)
+    recomputed = graph_cost(program, cost_model)
+    assert math.isclose(recomputed, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
+        f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
+    optimized = onnx_export.export_model(program)
     onnx_io.check(optimized)
-    times["export"] = time.perf_counter() - t
+    return program, optimized
 
-    t = time.perf_counter()
-    check = verify(original, optimized, seed=config.seed, draws=config.verify_draws,
-                   input_shapes=config.input_shapes)
-    times["verify"] = time.perf_counter() - t
+
+def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig) -> VerificationReport:
+    """Check ``optimized`` against ``original`` on seeded random inputs; raise VerificationError on a mismatch."""
+    check = verify(original, optimized, seed=config.seed, draws=config.verify_draws, input_shapes=config.input_shapes)
     if not check.passed:
         raise VerificationError(f"the optimized model does not match the original: {check.detail}; nothing was written")
-    say(f"verified: max abs error {check.max_abs_error:.2e}")
+    return VerificationReport.of(check, config.seed)
 
-    original_cost = graph_cost(graph, cost_model)
-    optimized_cost = graph_cost(new_graph, cost_model)
-    extracted_cost = optimized_cost
+
+def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig) -> Measurement:
+    """Time both programs end to end (eqsat.timing) and decide whether the optimized one ships."""
+    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed)
+    comparison = compare(original, optimized, protocol, input_shapes=config.input_shapes)
+    return Measurement.of(comparison, decide(comparison, allow_slower=config.allow_slower))
+
+
+def decide_phase(unchanged: bool, measured: Measurement | None, config: OptimizeConfig) -> Returned:
+    """Which program to return: the original when the search found no other one (unless --allow-slower) or
+    when it did not measure faster with confidence; else the optimized one."""
+    if unchanged and not config.allow_slower:
+        return Returned("original", "the search found no program other than the original; "
+                                    "the input model is returned unchanged")
+    if measured is None:
+        return Returned("optimized", "not measured (measure=False): the optimized program is returned unmeasured")
+    return Returned("optimized" if measured.decision == "ship" else "original", measured.reason)
+
+
+# -- the pipeline --------------------------------------------------------------------------------------------
+
+def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None = None,
+             progress: Progress | None = None, *, extra_rules: Sequence[Rule] = ()) -> Result:
+    """Optimize ``model`` (an ONNX model, a path, or an IR graph) and check the result against it.
+
+    ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
+    unusable config before any work, VerificationError when the optimized model does not match."""
+    config = config or OptimizeConfig()
+    config.validate()
+    say = progress or (lambda _msg: None)
+    timer = PhaseTimer()
+    with timer("import"):
+        original, graph = import_phase(model, config)
+    say(f"imported: {sum(graph.op_counts().values())} operators")
+    with timer("encode"):
+        cost_model = make(config.cost)
+        egraph, search_config = encode_phase(graph, config)
+    initial = egraph.size().enodes
+    with timer("search"):
+        search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
+    with timer("extract"):
+        snap, ext = extract_phase(egraph, config, cost_model, timer.total("search"))
+    say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
+        + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
+    with timer("export"):
+        program, optimized = export_phase(snap, ext, graph, cost_model)
+    with timer("verify"):
+        verification = verify_phase(original, optimized, config)
+    say(f"verified: max abs error {verification.max_abs_error:.2e}")
+    unchanged = same_program(graph, program)
     measured = None
-    returned, reason = "optimized", "not measured (measure=False): the optimized program is returned unmeasured"
-    if not config.allow_slower and same_program(graph, new_graph):
-        returned, reason = "original", ("the search found no program other than the original; "
-                                        "the input model is returned unchanged")
-    elif config.measure:
-        t = time.perf_counter()
-        protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed)
-        comparison = compare(original, optimized, protocol, input_shapes=config.input_shapes)
-        decision = decide(comparison, allow_slower=config.allow_slower)
-        times["measure"] = time.perf_counter() - t
-        measured = {**comparison.report(), "decision": "ship" if decision.ship else "original",
-                    "reason": decision.reason}
-        returned, reason = ("optimized" if decision.ship else "original"), decision.reason
-    fallback = reason if returned == "original" else None
-    if fallback:
-        say(fallback)
-        optimized, new_graph, optimized_cost = original, graph, original_cost  # the user's model, untouched
-    snap_size = eg.snapshot()
-    report = {
-        "verified": True,
-        "max_abs_error": check.max_abs_error,
-        "max_rel_error": check.max_rel_error,
-        "seed": config.seed,
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()},
-        "times": times,
-        "egraph": {"enodes": len(snap_size.nodes), "eclasses": snap_size.num_classes, "initial_enodes": initial,
-                   "node_limit": config.node_limit},
-        "extraction": {"extractor": ext.extractor, "dag_cost": ext.dag_cost, "optimal": ext.optimal, "gap": ext.gap,
-                       "seconds": ext.seconds, "notes": ext.notes, "used_warm_start": ext.used_warm_start},
-        "original_cost": original_cost,
-        "optimized_cost": optimized_cost,
-        "estimated_speedup": original_cost / optimized_cost if optimized_cost > 0 else None,
-        "extracted_cost": extracted_cost,
-        "measured": measured,
-        "fallback": fallback,
-        "returned": returned,
-        "returned_reason": reason,
-        "cost_model": cost_model.name,
-        "operators": {"original": dict(graph.op_counts()), "optimized": dict(new_graph.op_counts())},
-        **search,
-    }
-    return Result(original, optimized, new_graph, report)
+    if config.measure and not (unchanged and not config.allow_slower):
+        with timer("measure"):
+            measured = measure_phase(original, optimized, config)
+    returned = decide_phase(unchanged, measured, config)
+    if returned.fallback:
+        say(returned.fallback)
+    size = egraph.snapshot()
+    report = Report(
+        config=replace(config, search=search_config), cost_model=cost_model.name, search=search,
+        egraph=EGraphSize(len(size.nodes), size.num_classes, initial, search_config.limit),
+        extraction=ExtractionReport.of(ext), verification=verification,
+        candidates=[Candidate("original", graph_cost(graph, cost_model), dict(graph.op_counts())),
+                    Candidate("extracted", ext.dag_cost, dict(program.op_counts()))],
+        returned=returned, measured=measured, times=timer.seconds)
+    if returned.program == "original":
+        return Result(original, original, graph, report)  # the user's model, untouched
+    return Result(original, optimized, program, report)
 
 
 def check_output_path(path: str, flag: str = "-o") -> None:
@@ -280,10 +248,16 @@ def write_atomic(path: str, data: bytes) -> None:
         raise
 
 
-def report_bytes(report: dict[str, Any]) -> bytes:
-    """The report as written to ``--report``: indented JSON, UTF-8."""
-    return (json.dumps(report, indent=2, default=str) + "\n").encode()
+def report_bytes(report: Report) -> bytes:
+    """The report as written to ``--report``: indented JSON (no NaN or Infinity), UTF-8."""
+    return (report.dumps() + "\n").encode()
 
 
-def write_report(path: str, report: dict[str, Any]) -> None:
+def write_report(path: str, report: Report) -> None:
+    """Write the report's JSON to ``path`` atomically."""
     write_atomic(path, report_bytes(report))
+
+
+__all__ = ["OptimizeConfig", "Result", "check_output_path", "decide_phase", "encode_phase", "export_phase",
+           "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
+           "same_program", "search_phase", "verify_phase", "write_atomic", "write_report"]

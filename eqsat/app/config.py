@@ -1,0 +1,158 @@
+"""The one configuration of an optimization run, its documentation and its checks.
+
+:class:`OptimizeConfig` holds the pipeline's options and nests the schedulers' :class:`SearchConfig`. Each
+field carries its documentation, its command-line flag and its check in its metadata (``eqsat.mcts.option``):
+the CLI's arguments, their defaults and help (eqsat.app.cli), and :func:`validate` derive from them, and the
+names a field accepts come from the registries (extractors, schedulers, cost models, rule sets).
+
+>>> OptimizeConfig().final_extractor, OptimizeConfig().cost, OptimizeConfig().search.budget
+('ilp', 'auto', 128)
+>>> OptimizeConfig.of(budget=4, cost="analytic").search.budget
+4
+>>> validate(OptimizeConfig.of(budget=0))
+Traceback (most recent call last):
+...
+eqsat.errors.InputError: --budget 0: give a whole number >= 1
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, Callable, Iterator
+
+from eqsat.cost import cost_names
+from eqsat.errors import InputError
+from eqsat.extract import EXTRACTORS
+from eqsat.mcts import SearchConfig, option, scheduler_names
+from eqsat.rules import RULE_SETS
+
+REGISTRIES: dict[str, Callable[[], list[str]]] = {
+    "extractors": lambda: list(EXTRACTORS),
+    "schedulers": scheduler_names,
+    "costs": cost_names,
+    "rule_sets": lambda: list(RULE_SETS),
+}
+"""registry name (a field's ``choices``) -> the names it accepts"""
+
+ILP_FLOOR_SECONDS = 0.1
+"""the least time the ILP gets: SCIP then returns its greedy warm start"""
+
+
+@dataclass
+class OptimizeConfig:
+    """Options of one optimization run (the CLI's ``optimize-model`` flags); defaults are the documented ones.
+
+    Build it nested (``OptimizeConfig(search=SearchConfig(budget=8))``) or flat (``OptimizeConfig.of(budget=8)``).
+    """
+
+    scheduler: str = option("mcts", "rule scheduler (none: no search, the program is re-extracted as it is)",
+                            "--scheduler", choices="schedulers")
+    search: SearchConfig = field(default_factory=SearchConfig, metadata={"doc": "the scheduler's options"})
+    final_extractor: str = option("ilp", "extractor of the program returned", "--final-extractor",
+                                  choices="extractors")
+    cost: str = option("auto", "operator cost model (auto: cuda if a GPU is present, else cpu)", "--cost",
+                       choices="costs")
+    ilp_time_limit: float = option(60.0, "at most this many seconds of ILP", "--ilp-time-limit", seconds=True)
+    verify_draws: int = option(3, "seeded random inputs on which the optimized model is checked", least=1)
+    measure: bool = option(True, "time both programs end to end in onnxruntime and ship the optimized one only if "
+                                 "faster with confidence", "--no-measure")
+    allow_slower: bool = option(False, "keep the optimized program even when it is not measured faster with "
+                                       "confidence than the original", "--allow-slower")
+    measure_budget: float = option(10.0, "seconds of timed rounds in the end-to-end comparison (eqsat.timing; the "
+                                         "minimum rounds always run)", seconds=True)
+    measure_threads: int = option(1, "onnxruntime intra-op threads of the end-to-end comparison", least=1)
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
+        "doc": "input name -> shape fixing its dynamic dimensions (--input-shape NAME=D1,D2,...)"})
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (``search.seed``): search, verification inputs and timing order."""
+        return self.search.seed
+
+    @classmethod
+    def of(cls, **options: Any) -> OptimizeConfig:
+        """A config from flat options: each name is a field of OptimizeConfig or of SearchConfig."""
+        return cls().updated(**options)
+
+    def updated(self, **options: Any) -> OptimizeConfig:
+        """This config with flat options replaced (names of OptimizeConfig's or SearchConfig's fields)."""
+        top = {f.name for f in fields(self)} - {"search"}
+        nested = {f.name for f in fields(SearchConfig)}
+        unknown = set(options) - top - nested
+        if unknown:
+            raise TypeError(f"unknown option(s) {sorted(unknown)}; options are {sorted(top | nested)}")
+        search = replace(self.search, **{k: v for k, v in options.items() if k in nested})
+        return replace(self, search=search, **{k: v for k, v in options.items() if k in top})
+
+    def validate(self) -> None:
+        """Raise :class:`InputError` naming the first unusable option (see :func:`validate`)."""
+        validate(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as JSON-ready data (shapes as lists)."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "search"}
+        out["search"] = {f.name: getattr(self.search, f.name) for f in fields(self.search)}
+        out["input_shapes"] = {k: list(v) for k, v in self.input_shapes.items()}
+        return out
+
+
+def options() -> Iterator[tuple[str | None, Field[Any]]]:
+    """Every checked field: (None for OptimizeConfig's own, or ``"search"``, the field)."""
+    for f in fields(OptimizeConfig):
+        if f.name != "search":
+            yield None, f
+    for f in fields(SearchConfig):
+        yield "search", f
+
+
+def flag(f: Field[Any]) -> str:
+    """How messages name a field: its CLI flag, else its name (an API-only option)."""
+    return f.metadata.get("flag") or f.name
+
+
+def choices(f: Field[Any]) -> list[str] | None:
+    """The names a field accepts, from its registry; None if any value of its type goes."""
+    registry = f.metadata.get("choices")
+    return REGISTRIES[registry]() if registry else None
+
+
+def value_type(owner: type, f: Field[Any]) -> type:
+    """A field's value type, ``X`` of ``X | None`` (the annotations are strings: resolved here)."""
+    hint = typing.get_type_hints(owner)[f.name]
+    if isinstance(hint, types.UnionType):
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def _check(f: Field[Any], value: Any) -> None:
+    meta, name = f.metadata, flag(f)
+    names = choices(f)
+    if names is not None and value not in names:
+        raise InputError(f"{name} {value!r}: choose one of {', '.join(names)}")
+    if meta.get("least") is not None and value is not None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < meta["least"]:
+            raise InputError(f"{name} {value!r}: give a whole number >= {meta['least']}")
+    if meta.get("seconds"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise InputError(f"{name} {value!r}: give a finite number of seconds > 0 (NaN and inf are refused)")
+
+
+def validate(config: OptimizeConfig) -> None:
+    """Raise :class:`InputError` (exit 2) naming the first unusable option of ``config``; None if all are usable."""
+    if not isinstance(config.search, SearchConfig):
+        raise InputError(f"search {config.search!r}: give an eqsat.mcts.SearchConfig")
+    for owner, f in options():
+        _check(f, getattr(config.search if owner else config, f.name))
+
+
+def ilp_seconds(config: OptimizeConfig, elapsed: float) -> float:
+    """The ILP's time limit: what ``--time-limit`` (search plus extraction) leaves after ``elapsed`` seconds,
+    at most ``--ilp-time-limit`` and at least 0.1 s (SCIP then returns its greedy warm start)."""
+    return max(ILP_FLOOR_SECONDS, min(config.ilp_time_limit, config.search.time_limit - elapsed))
+
+
+__all__ = ["ILP_FLOOR_SECONDS", "OptimizeConfig", "REGISTRIES", "SearchConfig", "choices", "flag", "ilp_seconds",
+           "options", "validate", "value_type"]

@@ -1,0 +1,227 @@
+"""The typed report of an optimization run, its phase timer, and its one serialization (:meth:`Report.to_json`).
+
+Costs are the cost model's estimates in microseconds; times are seconds. JSON never holds NaN or Infinity:
+non-finite floats become null (``allow_nan=False`` guards the rest).
+
+>>> jsonable({"a": float("nan"), "b": (1, 2.5), "c": StopReason.SATURATED})
+{'a': None, 'b': [1, 2.5], 'c': 'saturated'}
+>>> timer = PhaseTimer()
+>>> with timer("search"):
+...     pass
+>>> list(timer.seconds)
+['search']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterator, Literal
+
+from eqsat.extract import Extraction
+from eqsat.mcts import SearchReport, StopReason
+from eqsat.timing import Comparison, Decision
+from eqsat.verify import Verification
+
+from .config import OptimizeConfig
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data: dataclasses and mappings as objects, enums as their values, tuples as
+    lists, non-finite floats as None."""
+    if isinstance(value, Enum):
+        return jsonable(value.value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+class PhaseTimer:
+    """Wall time per phase, from one clock: ``with timer("search"): ...`` adds to ``timer.seconds["search"]``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def total(self, *phases: str) -> float:
+        """Seconds spent so far in ``phases``."""
+        return sum(self.seconds.get(p, 0.0) for p in phases)
+
+
+@dataclass
+class EGraphSize:
+    """The e-graph the final extraction saw."""
+
+    enodes: int
+    eclasses: int
+    initial_enodes: int
+    node_limit: int
+
+
+@dataclass
+class ExtractionReport:
+    """The final extractor's result; ``dag_cost`` (microseconds) is the returned program's estimate."""
+
+    extractor: str
+    dag_cost: float
+    optimal: bool
+    gap: float | None
+    seconds: float
+    notes: list[str]
+    used_warm_start: bool
+
+    @classmethod
+    def of(cls, ext: Extraction) -> ExtractionReport:
+        """The report of one extraction."""
+        return cls(ext.extractor, ext.dag_cost, ext.optimal, ext.gap, ext.seconds, list(ext.notes),
+                   ext.used_warm_start)
+
+
+@dataclass
+class VerificationReport:
+    """The check of the optimized model against the original on seeded random inputs (eqsat.verify)."""
+
+    verified: bool
+    max_abs_error: float
+    max_rel_error: float
+    draws: int
+    seed: int
+
+    @classmethod
+    def of(cls, check: Verification, seed: int) -> VerificationReport:
+        return cls(check.passed, check.max_abs_error, check.max_rel_error, check.draws, seed)
+
+
+@dataclass
+class Measurement:
+    """The end-to-end comparison (eqsat.timing.Comparison's fields, milliseconds) and the decision taken on it."""
+
+    original_ms: float
+    optimized_ms: float
+    speedup: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    rounds: int
+    repeats_per_round: int
+    seconds: float
+    runtime: dict[str, Any]
+    decision: Literal["ship", "original"]
+    reason: str
+
+    @classmethod
+    def of(cls, cmp: Comparison, decision: Decision) -> Measurement:
+        return cls(cmp.original_ms, cmp.optimized_ms, cmp.speedup, cmp.ci_low, cmp.ci_high, cmp.confidence,
+                   cmp.rounds, cmp.repeats, cmp.seconds, dict(cmp.runtime), "ship" if decision.ship else "original",
+                   decision.reason)
+
+
+@dataclass
+class Candidate:
+    """A program the run could return, with its estimate (microseconds) and operator counts."""
+
+    name: str
+    estimated_cost: float
+    operators: dict[str, int]
+
+
+@dataclass
+class Returned:
+    """Which program the run returned, and why."""
+
+    program: Literal["optimized", "original"]
+    reason: str
+
+    @property
+    def fallback(self) -> str | None:
+        """The reason, when the input model was returned unchanged."""
+        return self.reason if self.program == "original" else None
+
+
+@dataclass
+class Report:
+    """Everything an optimization run reports; :meth:`to_json` gives the documented JSON layout."""
+
+    config: OptimizeConfig
+    cost_model: str
+    search: SearchReport
+    egraph: EGraphSize
+    extraction: ExtractionReport
+    verification: VerificationReport
+    candidates: list[Candidate]
+    returned: Returned
+    measured: Measurement | None = None
+    times: dict[str, float] = field(default_factory=dict)
+    input: str | None = None
+    output: str | None = None
+
+    def candidate(self, name: str) -> Candidate:
+        """The candidate called ``name`` (``original`` or ``extracted``)."""
+        return next(c for c in self.candidates if c.name == name)
+
+    @property
+    def original_cost(self) -> float:
+        return self.candidate("original").estimated_cost
+
+    @property
+    def extracted_cost(self) -> float:
+        """The searched program's estimate (the extractor's DAG cost), before any fallback."""
+        return self.candidate("extracted").estimated_cost
+
+    @property
+    def optimized_cost(self) -> float:
+        """The returned program's estimate."""
+        return self.extracted_cost if self.returned.program == "optimized" else self.original_cost
+
+    @property
+    def estimated_speedup(self) -> float | None:
+        return self.original_cost / self.optimized_cost if self.optimized_cost > 0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (the layout README.md documents); no NaN or Infinity."""
+        v = self.verification
+        optimized = self.candidate("extracted" if self.returned.program == "optimized" else "original")
+        return jsonable({
+            "verified": v.verified, "max_abs_error": v.max_abs_error, "max_rel_error": v.max_rel_error,
+            "seed": v.seed, "config": self.config.to_json(), "times": self.times, "egraph": self.egraph,
+            "extraction": self.extraction, "original_cost": self.original_cost,
+            "optimized_cost": self.optimized_cost, "estimated_speedup": self.estimated_speedup,
+            "extracted_cost": self.extracted_cost, "measured": self.measured, "fallback": self.returned.fallback,
+            "returned": self.returned.program, "returned_reason": self.returned.reason,
+            "cost_model": self.cost_model, "candidates": self.candidates,
+            "operators": {"original": self.candidate("original").operators, "optimized": optimized.operators},
+            "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
+            "stop_reason": self.search.stop_reason, "search": self._search_summary(),
+            "input": self.input, "output": self.output})
+
+    def _search_summary(self) -> dict[str, Any]:
+        s = self.search
+        return {"initial_cost_us": s.initial_cost_us, "best_cost_us": s.best_cost_us, "seconds": s.seconds,
+                "simulations": s.simulations, "extractions": s.extractions,
+                "extraction_seconds": s.extraction_seconds}
+
+    def dumps(self) -> str:
+        """The report as JSON text (indented); refuses NaN and Infinity."""
+        return json.dumps(self.to_json(), indent=2, allow_nan=False)
+
+
+__all__ = ["Candidate", "EGraphSize", "ExtractionReport", "Measurement", "PhaseTimer", "Report", "Returned",
+           "VerificationReport", "jsonable"]

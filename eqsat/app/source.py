@@ -1,0 +1,47 @@
+"""The model arguments shared by the commands that read a model: ``MODEL.onnx`` or ``--model NAME [--small]``,
+and ``--input-shape``."""
+
+from __future__ import annotations
+
+import argparse
+
+import onnx
+
+from eqsat.errors import InputError
+from eqsat.ir import Graph
+from eqsat.models import build
+from eqsat.onnx_import import import_model, load_model, parse_input_shapes
+
+
+def add_model_source(p: argparse.ArgumentParser) -> None:
+    """The arguments naming a model."""
+    p.add_argument("model_path", nargs="?", metavar="MODEL.onnx", help="an ONNX model file")
+    p.add_argument("--model", dest="builtin", metavar="NAME", help="a built-in architecture (eqsat models list)")
+    p.add_argument("--small", action="store_true", help="the reduced size of a built-in model (fast)")
+    p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
+                   help="fix a dynamic input dimension (repeatable)")
+
+
+def check_source_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that do not apply to the model given, before any work."""
+    if args.small and args.model_path:
+        raise InputError("--small applies to built-in models (--model NAME) only; leave it out with MODEL.onnx")
+
+
+def source(args: argparse.Namespace) -> tuple[onnx.ModelProto | Graph, str]:
+    """(ONNX model or IR graph, label) from the model arguments."""
+    if bool(args.model_path) == bool(args.builtin):
+        raise InputError("give either MODEL.onnx or --model NAME (eqsat models list shows the names)")
+    if args.builtin:
+        return build(args.builtin, small=args.small), args.builtin
+    return load_model(args.model_path), args.model_path
+
+
+def source_graph(args: argparse.Namespace) -> tuple[Graph, str]:
+    """(IR graph, label) from the model arguments, with the ``--input-shape`` fixes applied."""
+    shapes = parse_input_shapes(args.input_shape)
+    model, label = source(args)
+    return (model if isinstance(model, Graph) else import_model(model, shapes)), label
+
+
+__all__ = ["add_model_source", "check_source_flags", "source", "source_graph"]

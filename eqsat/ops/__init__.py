@@ -1,0 +1,129 @@
+"""The operator table: one :class:`OpDef` per IR operator, the single source of what an operator means.
+
+An entry holds the operator's egglog constructor(s) and argument kinds, its attributes, the Python shape
+function and the egglog shape rules (its twin; ``tests/test_ops.py`` checks that they agree on random
+shapes), numpy semantics (float64 and, where defined, integers modulo a prime), the ONNX emitter, the
+torch function used for timing, flops and bytes moved, and whether it is free. Everything else derives
+from the table: the egglog schema (:mod:`eqsat.egglog_schema`), shape inference (:func:`eqsat.shapes.infer`),
+evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx_export`), the cost models (:mod:`eqsat.cost`)
+and the rule compiler and verifier (:mod:`eqsat.rules`).
+
+Adding an operator is one entry (in the family module it belongs to, listed in ``_ENTRIES`` below) plus a
+sampler of valid attributes and shapes in ``tests/test_ops.py``, which then checks it like every other.
+For example, an element-wise ``neg``::
+
+    NEG = OpDef("neg", "-x", "()", lambda attrs, shapes: tuple(shapes[0]), (Ctor("Neg", "t"),),
+                lambda: [rule("shape_Neg", ["(= e (Neg x))", "(= s (shape x))"], ["(set (shape e) s)"])],
+                numpy=lambda attrs, args, modulus: -args[0],
+                onnx=lambda em, attrs, ins, shapes: em.emit("Neg", ins, "neg"),
+                torch=lambda torch, attrs, shapes: torch.neg)
+
+>>> OPS["conv2d"].ctors[0].name, get("relu").free, get("slice").free
+('Conv2d', False, True)
+>>> infer_shape("matmul", (0,), [(2, 3), (3, 4)])
+(2, 4)
+>>> egglog_term("concat", (1,), ["a", "b", "c"])
+'(ConcatN 1 (TCons a (TCons b (TCons c (TNil)))))'
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from . import batchnorm, conv, elementwise, layout, leaf, matmul, opaque, pool
+from .base import (ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, SAME, Ctor, Emitter, NotEvaluable, OpDef, Shape,
+                   activation, broadcast, conv_pad, fail, volume, window_out)
+from .egglog_text import MAX_RANK, attr_text, shape_term
+
+__all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "CONSTRUCTORS", "Ctor", "Emitter", "FREE_OPS",
+           "MAX_RANK", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
+           "describe", "egglog_term", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
+           "window_out"]
+
+_ENTRIES: tuple[OpDef, ...] = (
+    leaf.INPUT, leaf.WEIGHT,
+    elementwise.EWADD, elementwise.EWMUL, elementwise.RELU, elementwise.TANH, elementwise.SIGMOID,
+    elementwise.DROPOUT,
+    matmul.MATMUL, conv.CONV2D, pool.POOL,
+    layout.CONCAT, layout.SLICE, layout.TRANSPOSE, layout.RESHAPE,
+    conv.MERGE, conv.ENLARGE,
+    batchnorm.BATCHNORM, batchnorm.BN_SCALE, batchnorm.BN_SHIFT,
+    opaque.OPAQUE, leaf.NOOP,
+)
+"""in this order (it fixes the order of the egglog schema's constructors and rules)"""
+
+OPS: Mapping[str, OpDef] = MappingProxyType({d.op: d for d in _ENTRIES})
+"""op name -> entry (read-only)"""
+
+CONSTRUCTORS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {c.name: (d.op, c.kinds) for d in _ENTRIES for c in d.ctors})
+"""egglog constructor -> (IR op, argument kinds)"""
+
+FREE_OPS = frozenset(d.op for d in _ENTRIES if d.free)
+"""TASO's zero-cost operators"""
+
+
+def get(op: str) -> OpDef:
+    """The entry of ``op``; raises KeyError naming the known operators."""
+    try:
+        return OPS[op]
+    except KeyError:
+        raise KeyError(f"unknown operator {op!r}; known: {', '.join(OPS)}") from None
+
+
+def infer_shape(op: str, attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    """Output shape of ``op`` with ``attrs`` on operands of ``shapes``; raises ShapeError."""
+    d = OPS.get(op)
+    if d is None:
+        raise fail(op, f"no shape rule (operands {tuple(shapes)}, {len(shapes)} inputs)")
+    return d.shape(tuple(attrs), shapes)
+
+
+def evaluate(op: str, attrs: tuple, args: list[np.ndarray], modulus: int | None = None) -> np.ndarray:
+    """The value of ``op`` on operand values (float64, or modulo ``modulus``); raises NotEvaluable."""
+    d = OPS.get(op)
+    if d is None or d.numpy is None:
+        raise NotEvaluable(f"no numpy semantics for {op}{tuple(attrs)}")
+    out = d.numpy(tuple(attrs), args, modulus)
+    if modulus is not None:
+        out = np.mod(out, modulus)
+    return np.asarray(out)
+
+
+def egglog_term(op: str, attrs: Sequence[object], operands: Sequence[str]) -> str:
+    """The egglog term of ``op`` over operand terms: the first constructor that fits the operand count. An
+    ``i`` attribute is an int or (in rule patterns) egglog text; ``h`` holds all attributes as a Shape."""
+    d = get(op)
+    ctor = next((c for c in d.ctors if c.fits(len(operands))), None)
+    if ctor is None:
+        raise ValueError(f"{op} has no egglog constructor for {len(operands)} operands")
+    values, tensors, args = iter(attrs), iter(operands), []
+    for k in ctor.kinds:
+        if k == "i":
+            args.append(attr_text(next(values)))
+        elif k == "s":
+            args.append(f'"{next(values)}"')
+        elif k == "h":
+            args.append(shape_term(attrs))  # type: ignore[arg-type]
+        elif k == "t":
+            args.append(next(tensors))
+        else:
+            lst = "(TNil)"
+            for t in reversed(list(tensors)):
+                lst = f"(TCons {t} {lst})"
+            args.append(lst)
+    return f"({ctor.name} {' '.join(args)})"
+
+
+def shape_rules() -> list[str]:
+    """Every entry's egglog shape rules (the ``analysis`` ruleset), in table order."""
+    return [r for d in _ENTRIES for r in d.shape_rules()]
+
+
+def describe() -> str:
+    """The table as text: op, attributes, constructors, meaning."""
+    rows = [f"{d.op:<10} {d.attrs:<36} {' '.join(c.name for c in d.ctors) or '-':<16} {d.doc}" for d in _ENTRIES]
+    return "\n".join(rows)

@@ -1,0 +1,165 @@
+"""Layout operators: ``concat``, ``slice``, ``transpose``, ``reshape``."""
+
+from __future__ import annotations
+
+from itertools import permutations
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .base import Ctor, Emitter, OpDef, Shape, fail, volume
+from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
+
+
+def _concat_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    (axis,) = attrs
+    first = shapes[0]
+    if not 0 <= axis < len(first):
+        raise fail("concat", f"axis {axis} out of range for rank {len(first)}")
+    total = 0
+    for s in shapes:
+        if len(s) != len(first) or any(s[i] != first[i] for i in range(len(s)) if i != axis):
+            raise fail("concat", f"operands {tuple(shapes)} differ outside axis {axis}")
+        total += s[axis]
+    return tuple(first[:axis]) + (total,) + tuple(first[axis + 1:])
+
+
+def _concat_rules() -> list[str]:
+    """Binary ``Concat`` only: an n-ary ``ConcatN`` (imported models) has its shape set by the encoder."""
+    out = []
+    for r in range(1, MAX_RANK + 1):
+        for ax in range(r):
+            a = dim_vars("d", r)
+            b, dims = list(a), list(a)
+            b[ax], dims[ax] = "q", f"(+ {a[ax]} q)"
+            out.append(rule(f"shape_Concat{r}_{ax}", [f"(= e (Concat {ax} x y))", f"(= {shape_of(a)} (shape x))",
+                                                      f"(= {shape_of(b)} (shape y))"],
+                            [f"(set (shape e) {shape_of(dims)})"]))
+    return out
+
+
+def _concat_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    return np.concatenate(args, axis=attrs[0])
+
+
+def _concat_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    return em.emit("Concat", ins, "concat", axis=attrs[0])
+
+
+def _concat_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    return lambda *xs: torch.cat(xs, dim=attrs[0])
+
+
+def _concat_taso(args: tuple) -> tuple[tuple, tuple, int | None]:
+    axis, ndim, a, b = args
+    return (axis,), (a, b), int(ndim)
+
+
+def _concat_sym(attrs: tuple, dims: list[list[str]]) -> list[str]:
+    (axis,), (da, db) = attrs, dims
+    return [f"(+ {x} {y})" if k == axis else x for k, (x, y) in enumerate(zip(da, db))]
+
+
+CONCAT = OpDef("concat", "n-input concatenation along an axis", "(axis,)", _concat_shape,
+               (Ctor("Concat", "itt"), Ctor("ConcatN", "il")), _concat_rules, _concat_numpy, _concat_onnx,
+               _concat_torch, taso=_concat_taso, sym_shape=_concat_sym)
+
+
+def _slice_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    axis, start, end = attrs
+    (x,) = shapes
+    if not 0 <= axis < len(x) or not 0 <= start < end <= x[axis]:
+        raise fail("slice", f"slice [{start}:{end}] of axis {axis} out of range for {x}")
+    return tuple(x[:axis]) + (end - start,) + tuple(x[axis + 1:])
+
+
+def _slice_rules() -> list[str]:
+    out = []
+    for r in range(1, MAX_RANK + 1):
+        for ax in range(r):
+            a = dim_vars("d", r)
+            dims = list(a)
+            dims[ax] = "(- en st)"
+            out.append(rule(f"shape_Slice{r}_{ax}", [f"(= e (Slice {ax} st en x))", f"(= {shape_of(a)} (shape x))",
+                                                     "(>= st 0)", "(< st en)", f"(<= en {a[ax]})"],
+                            [f"(set (shape e) {shape_of(dims)})"]))
+    return out
+
+
+def _slice_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    axis, start, end = attrs
+    return np.take(args[0], np.arange(start, end), axis=axis)
+
+
+def _slice_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    axis, start, end = attrs
+    bounds = [em.const(np.array([v], dtype=np.int64), "idx") for v in (start, end, axis)]
+    return em.emit("Slice", ins + bounds, "slice")
+
+
+def _slice_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    axis, start, end = attrs
+    return lambda x: x.narrow(axis, start, end - start).contiguous()
+
+
+SLICE = OpDef("slice", "x[start:end] along an axis (TENSAT's split halves, with explicit bounds)",
+              "(axis, start, end)", _slice_shape, (Ctor("Slice", "iiit"),), _slice_rules, _slice_numpy,
+              _slice_onnx, _slice_torch, free=True, copies=True)
+
+
+def _transpose_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    (x,) = shapes
+    if sorted(attrs) != list(range(len(x))):
+        raise fail("transpose", f"permutation {attrs} does not fit rank {len(x)}")
+    return tuple(x[p] for p in attrs)
+
+
+def _transpose_rules() -> list[str]:
+    out = []
+    for r in range(2, MAX_RANK + 1):
+        for perm in permutations(range(r)):
+            a = dim_vars("d", r)
+            out.append(rule(f"shape_Transpose_{''.join(map(str, perm))}",
+                            [f"(= e (Transpose {shape_of([str(p) for p in perm])} x))", f"(= {shape_of(a)} (shape x))"],
+                            [f"(set (shape e) {shape_of([a[p] for p in perm])})"]))
+    return out
+
+
+def _transpose_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    return lambda x: x.permute(*attrs).contiguous()
+
+
+TRANSPOSE = OpDef("transpose", "out[i] = in[perm[i]] (egglog: ranks 2-4)", "perm", _transpose_shape,
+                  (Ctor("Transpose", "ht"),), _transpose_rules, lambda attrs, args, modulus: np.transpose(args[0], attrs),
+                  lambda em, attrs, ins, shapes: em.emit("Transpose", ins, "transpose", perm=list(attrs)),
+                  _transpose_torch, free=True, copies=True)
+
+
+def _reshape_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    (x,) = shapes
+    if volume(attrs) != volume(x):
+        raise fail("reshape", f"cannot reshape {x} to {tuple(attrs)}")
+    return tuple(attrs)
+
+
+def _product(vs: list[str]) -> str:
+    return vs[0] if len(vs) == 1 else "(* " * (len(vs) - 1) + vs[0] + "".join(f" {x})" for x in vs[1:])
+
+
+def _reshape_rules() -> list[str]:
+    out = []
+    for r in range(1, MAX_RANK + 1):
+        for q in range(1, MAX_RANK + 1):
+            a, b = dim_vars("a", r), dim_vars("b", q)
+            out.append(rule(f"shape_Reshape{r}_{q}", [f"(= e (Reshape {shape_of(b)} x))", f"(= {shape_of(a)} (shape x))",
+                                                      f"(= {_product(a)} {_product(b)})"], [f"(set (shape e) {shape_of(b)})"]))
+    return out
+
+
+def _reshape_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    return em.emit("Reshape", ins + [em.const(np.array(attrs, dtype=np.int64), "shape")], "reshape")
+
+
+RESHAPE = OpDef("reshape", "the same elements in a new shape (egglog: ranks 1-4)", "target shape", _reshape_shape,
+                (Ctor("Reshape", "ht"),), _reshape_rules, lambda attrs, args, modulus: args[0].reshape(attrs),
+                _reshape_onnx, free=True)

@@ -1,0 +1,27 @@
+"""``opaque``: any other ONNX operator, carried exactly (built by :func:`eqsat.ir.opaque`, shape given).
+
+attrs ``(op_type, domain, attr_bytes, out_index, n_outputs, slots, implicit)``: ``attr_bytes`` the serialized
+AttributeProtos (subgraphs included); ``slots`` per ONNX input position the index into the operands (-1: an
+omitted optional input); ``implicit`` the outer-scope names its subgraphs read, fed by the trailing operands.
+In the e-graph it is ``(Opaque id operands)``, ``id`` indexing the encoder's table of such nodes. It has no
+numpy semantics (never folded, never in a rule) and is exported and timed by its own code paths
+(``onnx_export._Exporter._opaque``, ``cost.measure._opaque_runner``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .base import Ctor, OpDef, Shape, fail, volume
+
+
+def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    raise fail("opaque", f"no shape rule (operands {tuple(shapes)}, {len(shapes)} inputs)")
+
+
+def _flops(attrs: tuple, ins: Sequence[Shape], out: Shape) -> float:
+    return 4.0 * volume(out)
+
+
+OPAQUE = OpDef("opaque", "any other ONNX operator, carried exactly", "(op_type, domain, attr_bytes, out_index, "
+               "n_outputs, slots, implicit)", _shape, (Ctor("Opaque", "il"),), flops=_flops)

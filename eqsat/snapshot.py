@@ -1,0 +1,72 @@
+"""The extracted e-graph as plain data: integer-indexed e-classes and e-nodes, the input of every extractor
+and cost model. It imports no egglog: :meth:`eqsat.egraph.EGraph.snapshot` fills it from the runtime.
+
+>>> snap = Snapshot([ENode("input", ("i:x",), (), 0), ENode("relu", (), (0,), 1)], [[0], [1]],
+...                 [(2,), (2,)], [False, False], [1])
+>>> snap.num_classes, snap.reachable()
+(2, [0, 1])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ir import Node
+
+
+@dataclass(frozen=True)
+class ENode:
+    op: str
+    attrs: tuple
+    children: tuple[int, ...]
+    eclass: int
+
+
+@dataclass
+class Snapshot:
+    """A frozen e-graph with integer-indexed e-classes, the input of every extractor."""
+
+    nodes: list[ENode]
+    classes: list[list[int]]
+    """class index -> indices of its e-nodes"""
+    shapes: list[tuple[int, ...] | None]
+    all_weights: list[bool]
+    roots: list[int]
+    """class index of each program output"""
+    leaves: dict[str, Node] = field(default_factory=dict)
+    """egglog name of input/weight leaves -> IR node"""
+    opaque: list[Node] = field(default_factory=list)
+    """opaque table: id -> an IR node carrying the op's attributes, shape and dtype"""
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def reachable(self) -> list[int]:
+        """Classes reachable from the roots (through any e-node)."""
+        seen, stack = set(self.roots), list(self.roots)
+        while stack:
+            c = stack.pop()
+            for n in self.classes[c]:
+                for ch in self.nodes[n].children:
+                    if ch not in seen:
+                        seen.add(ch)
+                        stack.append(ch)
+        return sorted(seen)
+
+    def restrict(self) -> Snapshot:
+        """The sub-e-graph reachable from the roots, re-indexed (drops unshaped proposals)."""
+        keep = self.reachable()
+        index = {c: i for i, c in enumerate(keep)}
+        nodes: list[ENode] = []
+        classes: list[list[int]] = []
+        for c in keep:
+            members = []
+            for n in self.classes[c]:
+                e = self.nodes[n]
+                if all(ch in index for ch in e.children):
+                    members.append(len(nodes))
+                    nodes.append(ENode(e.op, e.attrs, tuple(index[ch] for ch in e.children), index[c]))
+            classes.append(members)
+        return Snapshot(nodes, classes, [self.shapes[c] for c in keep], [self.all_weights[c] for c in keep],
+                        [index[r] for r in self.roots], self.leaves, self.opaque)

@@ -1,0 +1,44 @@
+"""An independent check that two ONNX models compute the same function: both run in onnxruntime on seeded
+random inputs and their outputs compared with numpy (no eqsat code involved)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
+           "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+
+
+def _session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+    data = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+
+
+def _feeds(sess: ort.InferenceSession, rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict:
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = shapes.get(i.name) or tuple(d if isinstance(d, int) and d > 0 else 1 for d in i.shape)
+        dtype = _DTYPES[i.type]
+        if np.issubdtype(dtype, np.floating):
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feeds[i.name] = np.zeros(shape, dtype)  # valid as an index for any axis
+    return feeds
+
+
+def outputs_match(original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, seed: int = 0, draws: int = 2,
+                  shapes: dict[str, tuple[int, ...]] | None = None, rtol: float = 1e-3) -> bool:
+    """Whether ``optimized`` gives ``original``'s outputs (within ``rtol`` of the output's scale) on ``draws``
+    seeded random inputs."""
+    a, b = _session(original), _session(optimized)
+    rng = np.random.default_rng(seed)
+    for _ in range(draws):
+        feeds = _feeds(a, rng, shapes or {})
+        for x, y in zip(a.run(None, feeds), b.run(None, feeds)):
+            x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+            scale = max(float(np.max(np.abs(x))) if x.size else 0.0, 1e-6)
+            if x.shape != y.shape or not np.allclose(x, y, rtol=rtol, atol=rtol * scale):
+                return False
+    return True

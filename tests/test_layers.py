@@ -1,0 +1,260 @@
+"""The layers of the code base, checked on the source: no import cycle between packages, every import
+pointing down, and no egglog below the e-graph wrapper.
+
+The import graph is read with ``ast`` from every module of every package (the folders come from
+pyproject.toml's package-dir: ``rules/`` is ``eqsat.rules`` and so on), and it holds ALL imports, those
+inside functions and under ``if TYPE_CHECKING`` included: an import deferred into a function hides a
+cycle from Python, not from the design.
+
+The floors, from the bottom:
+
+* ``eqsat.errors``: the basement, the exception hierarchy every layer raises; it imports nothing of eqsat.
+  (It is a package of its own here so that the operator table may raise ShapeError without a cycle.)
+* ``eqsat.ops``: the operator table.
+* ``eqsat``: the ground floor, the root modules (ir, shapes, snapshot, egraph, encode, decode, onnx_*,
+  verify, inputs, timing, progress, ...).
+* ``eqsat.rules``, ``eqsat.extract``, ``eqsat.cost``, ``eqsat.models``: each on the ground floor only
+  (extract and cost share the e-graph data through ``eqsat.snapshot``).
+* ``eqsat.mcts``: rules, extract and cost, and the ground floor.
+* ``eqsat.app``: the pipeline, config, report and CLI, on top of everything.
+
+``eqsat/__init__.py`` is the public facade and is exempt as an importer: its one upward import
+(``eqsat.app``, deferred to the first use of ``eqsat.optimize``) is what a facade is for, and its
+top-level imports stay on the ground floor. ``eqsat/__main__.py`` (``python -m eqsat``) must live in the
+root folder but is the CLI's entry point: it counts as part of ``eqsat.app``. Importing ``eqsat`` from below counts as importing the
+ground floor: Python imports the facade anyway as the parent of every ``eqsat.*`` module.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FACADE = "eqsat"
+ENTRY = "eqsat.__main__"
+"""``python -m eqsat``: the CLI's entry point, on the top floor wherever Python wants its file"""
+GROUND = {"eqsat", "eqsat.ops", "eqsat.errors"}
+ALLOWED: dict[str, set[str]] = {
+    "eqsat.errors": set(),
+    "eqsat.ops": {"eqsat.errors"},
+    "eqsat": {"eqsat.ops", "eqsat.errors"},
+    "eqsat.rules": GROUND,
+    "eqsat.extract": GROUND,
+    "eqsat.cost": GROUND,
+    "eqsat.models": GROUND,
+    "eqsat.mcts": GROUND | {"eqsat.rules", "eqsat.extract", "eqsat.cost"},
+    "eqsat.app": GROUND | {"eqsat.rules", "eqsat.extract", "eqsat.cost", "eqsat.models", "eqsat.mcts"},
+}
+"""package -> the other packages it may import"""
+SUBPACKAGES = ("eqsat.app", "eqsat.ops", "eqsat.rules", "eqsat.extract", "eqsat.mcts", "eqsat.cost", "eqsat.models")
+NO_EGGLOG = ("eqsat.extract", "eqsat.cost")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str
+    """the imported module (or, for a name imported from a module, that module)"""
+    where: str
+    """file:line and the statement, for messages"""
+
+
+def package_dirs(root: Path = ROOT) -> dict[str, Path]:
+    """Top-level import name -> folder, from pyproject.toml's [tool.setuptools] package-dir."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    return {name: root / folder for name, folder in config["tool"]["setuptools"]["package-dir"].items()}
+
+
+def modules(dirs: dict[str, Path]) -> dict[str, Path]:
+    """Module name -> source file, for every .py file under the package folders."""
+    out: dict[str, Path] = {}
+    for package, folder in dirs.items():
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(folder).with_suffix("").parts
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            if not all(p.isidentifier() for p in rel):  # __pycache__ holds no .py; skip odd names
+                continue
+            name = ".".join((package, *rel))
+            if name in out and out[name] != path:  # a folder nested in another package's folder: the nearer wins
+                continue
+            out[name] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str], root: Path = ROOT) -> list[Import]:
+    """Every import statement of one module (anywhere in it), resolved to module names."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in known else source for a in node.names]
+        where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}: {ast.unparse(node)}" if targets else ""
+        out.extend(Import(name, t, where) for t in dict.fromkeys(targets))
+    return out
+
+
+def package_of(module: str) -> str:
+    if module == "eqsat.errors":
+        return "eqsat.errors"
+    if module == ENTRY:
+        return "eqsat.app"
+    for package in SUBPACKAGES:
+        if module == package or module.startswith(package + "."):
+            return package
+    return "eqsat"
+
+
+def package_edges(root: Path = ROOT) -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) -> the importing lines, for imports between eqsat packages."""
+    mods = modules(package_dirs(root))
+    known = set(mods)
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name, path in mods.items():
+        if name == FACADE:
+            continue
+        for imp in imports(name, path, known, root):
+            if imp.target.split(".")[0] != "eqsat":
+                continue
+            a, b = package_of(imp.importer), package_of(imp.target)
+            if a != b:
+                edges[(a, b)].append(imp.where)
+    return dict(edges)
+
+
+def find_cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
+    """One cycle (a list of packages, first == last) through each strongly connected component of the graph."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan (the package graph is small: recursion is fine)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(set(graph) | {b for _, b in edges}):
+        if v not in index:
+            connect(v)
+    cycles = []
+    for component in components:
+        start = min(component)
+        paths = {start: [start]}
+        frontier = [start]
+        cycle = None
+        while frontier and cycle is None:  # breadth first: the shortest way back to start
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v] & component):
+                    if w == start:
+                        cycle = paths[v] + [start]
+                        break
+                    if w not in paths:
+                        paths[w] = paths[v] + [w]
+                        nxt.append(w)
+                if cycle:
+                    break
+            frontier = nxt
+        cycles.append(cycle or [start, start])
+    return cycles
+
+
+def describe(path: list[str], edges: dict[tuple[str, str], list[str]]) -> str:
+    lines = [" -> ".join(path)]
+    for a, b in zip(path, path[1:]):
+        lines.append(f"  {a} -> {b}:")
+        lines.extend(f"    {w}" for w in edges[(a, b)][:5])
+        if len(edges[(a, b)]) > 5:
+            lines.append(f"    ... and {len(edges[(a, b)]) - 5} more")
+    return "\n".join(lines)
+
+
+def test_no_import_cycle_between_packages():
+    edges = package_edges()
+    cycles = find_cycles(edges)
+    assert not cycles, "import cycles between packages:\n" + "\n".join(describe(c, edges) for c in cycles)
+
+
+def test_every_import_points_down_the_layers():
+    edges = package_edges()
+    bad = sorted((a, b) for a, b in edges if b not in ALLOWED.get(a, set()))
+    assert not bad, "imports against the layering (see tests/test_layers.py's docstring):\n" + "\n".join(
+        describe([a, b], edges) for a, b in bad)
+
+
+def test_extractors_and_cost_models_never_import_egglog():
+    mods = modules(package_dirs())
+    known = set(mods)
+    found = [imp.where for name, path in mods.items() if package_of(name) in NO_EGGLOG
+             for imp in imports(name, path, known) if imp.target.split(".")[0] == "egglog"]
+    assert not found, "egglog imported by an extractor or cost model:\n" + "\n".join(found)
+    code = ("import sys, eqsat.extract, eqsat.cost, eqsat.extract.ilp, eqsat.cost.measure, eqsat.snapshot; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'egglog'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", f"importing the extractors and cost models loaded {out.stdout.strip()}"
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_checker_finds_a_cycle_hidden_in_a_function_through_mapped_folders(tmp_path):
+    """The checker itself: a cycle eqsat.rules -> eqsat.extract -> eqsat.rules where one import is relative,
+    one sits inside a function, and the folders are mapped by package-dir like the real project."""
+    write(tmp_path / "pyproject.toml", '[tool.setuptools]\npackage-dir = { "eqsat" = "eqsat", '
+                                       '"eqsat.rules" = "rules", "eqsat.extract" = "extract" }\n')
+    write(tmp_path / "eqsat/__init__.py", "import eqsat.app\n")  # the facade: exempt
+    write(tmp_path / "eqsat/ir.py", "from . import errors\n")
+    write(tmp_path / "eqsat/errors.py", "")
+    write(tmp_path / "rules/__init__.py", "")
+    write(tmp_path / "rules/engine.py", "from eqsat import ir\nfrom .sub import x\n")
+    write(tmp_path / "rules/sub.py", "def f():\n    from eqsat.extract.base import g\n")
+    write(tmp_path / "extract/__init__.py", "")
+    write(tmp_path / "extract/base.py", "from eqsat.rules import engine\n")
+    edges = package_edges(tmp_path)
+    assert set(edges) == {("eqsat.rules", "eqsat"), ("eqsat.rules", "eqsat.extract"), ("eqsat.extract", "eqsat.rules"),
+                          ("eqsat", "eqsat.errors")}
+    assert edges[("eqsat.rules", "eqsat.extract")] == ["rules/sub.py:2: from eqsat.extract.base import g"]
+    cycles = find_cycles(edges)
+    assert cycles == [["eqsat.extract", "eqsat.rules", "eqsat.extract"]]
+    message = describe(cycles[0], edges)
+    assert "extract/base.py:1: from eqsat.rules import engine" in message and "rules/sub.py:2" in message

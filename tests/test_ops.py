@@ -1,0 +1,279 @@
+"""The operator table (eqsat.ops): every entry is complete, its Python shape function and its egglog shape
+rules agree on random shapes (valid ones and near misses), and its numpy semantics agree with onnxruntime
+on the exported one-operator model, with torch on its timing function, and in the prime-field mode with
+exact float64 arithmetic on small integers.
+
+Adding an operator means adding a sampler to SAMPLERS (random valid attributes and operand shapes).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from eqsat import ir, ops
+from eqsat.egraph import EGraph
+from eqsat.errors import ShapeError
+from eqsat.onnx_export import export_model
+from eqsat.ops import SAME, NotEvaluable, Shape
+
+Sample = tuple[tuple, list[Shape]]
+PRIME = 1_000_003
+
+
+def _dims(rng: np.random.Generator, rank: int, hi: int = 5) -> list[int]:
+    return [int(d) for d in rng.integers(1, hi + 1, size=rank)]
+
+
+def _elementwise(rng: np.random.Generator) -> Sample:
+    return (), [tuple(_dims(rng, int(rng.integers(1, 5))))]
+
+
+def _broadcast(rng: np.random.Generator) -> Sample:
+    a = _dims(rng, int(rng.integers(1, 5)))
+    b = [1 if rng.random() < 0.3 else d for d in a]
+    a = [1 if rng.random() < 0.2 else d for d in a]
+    return (), [tuple(a), tuple(b)]
+
+
+def _matmul(rng: np.random.Generator) -> Sample:
+    m, k, n = _dims(rng, 3)
+    batch = tuple(_dims(rng, 1)) if rng.random() < 0.5 else ()
+    return (int(rng.integers(0, 4)),), [batch + (m, k), batch + (k, n)]
+
+
+def _pads(rng: np.random.Generator, kh: int, kw: int) -> tuple[int, int]:
+    """Both SAME (odd kernels) or both explicit, at most k // 2 (what ONNX pooling accepts)."""
+    if kh % 2 and kw % 2 and rng.random() < 0.5:
+        return SAME, SAME
+    return int(rng.integers(0, kh // 2 + 1)), int(rng.integers(0, kw // 2 + 1))
+
+
+def _conv2d(rng: np.random.Generator) -> Sample:
+    groups, cg, per = (int(v) for v in rng.integers(1, 4, size=3))
+    kh, kw, sh, sw = (int(v) for v in rng.integers(1, 4, size=4))
+    ph, pw = _pads(rng, kh, kw)
+    h, w = kh + int(rng.integers(0, 5)), kw + int(rng.integers(0, 5))
+    return (sh, sw, ph, pw, int(rng.integers(0, 4))), [(int(rng.integers(1, 3)), groups * cg, h, w),
+                                                      (groups * per, cg, kh, kw)]
+
+
+def _pool(rng: np.random.Generator) -> Sample:
+    kh, kw, sh, sw = (int(v) for v in rng.integers(1, 4, size=4))
+    ph, pw = _pads(rng, kh, kw)
+    x = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), kh + int(rng.integers(0, 5)), kw + int(rng.integers(0, 5)))
+    return (int(rng.integers(0, 2)), kh, kw, sh, sw, ph, pw, int(rng.integers(0, 4))), [x]
+
+
+def _concat(rng: np.random.Generator) -> Sample:
+    a = _dims(rng, int(rng.integers(1, 5)))
+    axis = int(rng.integers(0, len(a)))
+    b = list(a)
+    b[axis] = int(rng.integers(1, 6))
+    return (axis,), [tuple(a), tuple(b)]
+
+
+def _slice(rng: np.random.Generator) -> Sample:
+    x = _dims(rng, int(rng.integers(1, 5)), 6)
+    axis = int(rng.integers(0, len(x)))
+    start = int(rng.integers(0, x[axis]))
+    return (axis, start, int(rng.integers(start + 1, x[axis] + 1))), [tuple(x)]
+
+
+def _transpose(rng: np.random.Generator) -> Sample:
+    x = _dims(rng, int(rng.integers(2, 5)))
+    return tuple(int(p) for p in rng.permutation(len(x))), [tuple(x)]
+
+
+def _reshape(rng: np.random.Generator) -> Sample:
+    x = _dims(rng, int(rng.integers(1, 5)))
+    rest, target = int(np.prod(x)), []
+    for _ in range(int(rng.integers(0, 4))):
+        divisors = [d for d in range(1, rest + 1) if rest % d == 0]
+        target.append(int(rng.choice(divisors)))
+        rest //= target[-1]
+    return tuple(target + [rest]), [tuple(x)]
+
+
+def _merge(rng: np.random.Generator) -> Sample:
+    count, per_count, per_group = (int(v) for v in rng.integers(1, 4, size=3))
+    groups = count * per_count
+    return (groups, count), [(groups * per_group, *_dims(rng, 3, 3))]
+
+
+def _enlarge(rng: np.random.Generator) -> Sample:
+    kh, kw = _dims(rng, 2, 3)
+    grow = [2 * int(v) for v in rng.integers(0, 3, size=2)]
+    return (), [(*_dims(rng, 2, 3), kh, kw), (*_dims(rng, 2, 3), kh + grow[0], kw + grow[1])]
+
+
+def _params(count: int) -> Callable[[np.random.Generator], Sample]:
+    def sample(rng: np.random.Generator) -> Sample:
+        return (int(rng.integers(1, 10 ** 6)),), [(int(rng.integers(1, 6)),)] * count
+    return sample
+
+
+def _batchnorm(rng: np.random.Generator) -> Sample:
+    x = tuple(_dims(rng, 4))
+    return (int(rng.integers(1, 10 ** 6)),), [x] + [(x[1],)] * 4
+
+
+SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
+    "ewadd": _broadcast, "ewmul": _broadcast, "relu": _elementwise, "tanh": _elementwise,
+    "sigmoid": _elementwise, "dropout": _elementwise, "matmul": _matmul, "conv2d": _conv2d, "pool": _pool,
+    "concat": _concat, "slice": _slice, "transpose": _transpose, "reshape": _reshape, "merge": _merge,
+    "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
+}
+WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
+"""leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""
+FIELD_OPS = {"ewadd", "ewmul", "dropout", "matmul", "conv2d", "concat", "slice", "transpose", "reshape", "merge",
+             "enlarge"}
+"""multi-linear (or layout) operators, defined over a prime field without a non-linear activation"""
+COMPUTED = sorted(SAMPLERS)
+
+
+def _python_shape(op: str, attrs: tuple, shapes: list[Shape]) -> Shape | None:
+    try:
+        return ops.infer_shape(op, attrs, shapes)
+    except ShapeError:
+        return None
+
+
+def _near_miss(rng: np.random.Generator, shapes: list[Shape]) -> list[Shape]:
+    """One dimension of one operand redrawn (often ill-shaped, sometimes still valid)."""
+    k = int(rng.integers(len(shapes)))
+    dims = list(shapes[k])
+    dims[int(rng.integers(len(dims)))] = int(rng.integers(1, 7))
+    return [tuple(dims) if i == k else s for i, s in enumerate(shapes)]
+
+
+def test_every_operator_is_in_the_table_and_has_a_sampler():
+    assert set(ops.OPS) == set(SAMPLERS) | WITHOUT_SEMANTICS
+
+
+@pytest.mark.parametrize("op", sorted(ops.OPS))
+def test_entry_is_complete(op):
+    entry = ops.OPS[op]
+    assert entry.op == op and entry.doc and entry.attrs and callable(entry.shape)
+    if op in WITHOUT_SEMANTICS:
+        assert entry.numpy is None and entry.onnx is None and entry.shape_rules() == []
+        return
+    assert entry.ctors and entry.shape_rules(), "an operator in the e-graph needs egglog shape rules"
+    assert entry.numpy is not None
+    assert (entry.onnx is None) == entry.fold_only, "an ONNX emitter, or marked fold-only (exported folded)"
+    attrs, shapes = SAMPLERS[op](np.random.default_rng(0))
+    out = ops.infer_shape(op, attrs, shapes)
+    flops, moved = entry.flops(attrs, shapes, out), entry.bytes(shapes, out, 4)
+    assert np.isfinite(flops) and flops >= 1 and moved >= 4 * (sum(map(ops.volume, shapes)) + ops.volume(out))
+    if not (entry.free or entry.fold_only or op in ("bn_scale", "bn_shift")):
+        assert entry.torch is not None, "a timed operator needs a torch function (bn folding runs on weights)"
+
+
+def test_constructors_are_unique_and_cover_the_schema():
+    names = [c.name for d in ops.OPS.values() for c in d.ctors]
+    assert len(names) == len(set(names)) == len(ops.CONSTRUCTORS)
+    assert all(ops.OPS[op].ctors for op, _kinds in ops.CONSTRUCTORS.values())
+
+
+@pytest.mark.parametrize("op", COMPUTED)
+def test_python_and_egglog_shape_inference_agree(op):
+    """Each draw is encoded as its own term over fresh leaves (their shapes set, the operator's not), the
+    analysis ruleset saturated, and the shape egglog derived read back."""
+    rng = np.random.default_rng(sum(map(ord, op)))
+    draws = []
+    for k in range(24):
+        attrs, shapes = SAMPLERS[op](rng)
+        assert _python_shape(op, attrs, shapes) is not None, f"sampler drew an invalid {op}{attrs} on {shapes}"
+        draws.append((attrs, shapes if k % 2 == 0 else _near_miss(rng, shapes)))
+    eg = EGraph()
+    for k, (attrs, shapes) in enumerate(draws):
+        leaves = []
+        for i, s in enumerate(shapes):
+            h = f"l{k}_{i}"
+            eg.run_program(f'(set (node "{h}") (Input "i:{h}")) (set (shape (node "{h}")) {ops.shape_term(s)})')
+            leaves.append(f'(node "{h}")')
+        eg.run_program(f'(set (node "o{k}") {ops.egglog_term(op, attrs, leaves)})')
+        eg.output_handles.append(f"o{k}")
+    eg.saturate_analysis()
+    snap = eg.snapshot()
+    valid = 0
+    for k, (attrs, shapes) in enumerate(draws):
+        expected = _python_shape(op, attrs, shapes)
+        got = snap.shapes[snap.roots[k]]
+        assert got == expected, f"{op}{attrs} on {shapes}: egglog {got}, python {expected}"
+        valid += expected is not None
+    assert valid >= 12
+
+
+def _run_onnx(op: str, attrs: tuple, values: list[np.ndarray]) -> np.ndarray:
+    inputs = [ir.input_(f"x{i}", v.shape) for i, v in enumerate(values)]
+    graph = ir.Graph(tuple(inputs), (ir.make(op, inputs, attrs),), ("y",))
+    sess = ort.InferenceSession(export_model(graph).SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {f"x{i}": v.astype(np.float32) for i, v in enumerate(values)})[0]
+
+
+def _operands(rng: np.random.Generator, op: str, shapes: list[Shape]) -> list[np.ndarray]:
+    if op in ("batchnorm", "bn_scale", "bn_shift"):  # a variance under a square root
+        return [rng.uniform(0.5, 2.0, s) for s in shapes]
+    return [rng.standard_normal(s) for s in shapes]
+
+
+@pytest.mark.parametrize("op", [op for op in COMPUTED if ops.OPS[op].onnx is not None])
+def test_numpy_semantics_agree_with_onnxruntime(op):
+    rng = np.random.default_rng(1 + sum(map(ord, op)))
+    for _ in range(4):
+        attrs, shapes = SAMPLERS[op](rng)
+        values = _operands(rng, op, shapes)
+        expected = ops.evaluate(op, attrs, values)
+        got = _run_onnx(op, attrs, values)
+        assert got.shape == expected.shape == ops.infer_shape(op, attrs, shapes)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=f"{op}{attrs} on {shapes}")
+
+
+@pytest.mark.parametrize("op", [op for op in COMPUTED if ops.OPS[op].torch is not None and op != "batchnorm"])
+def test_numpy_semantics_agree_with_the_torch_function(op):
+    """(batchnorm's torch function times a positive variance it makes itself, so it is left out.)"""
+    rng = np.random.default_rng(2 + sum(map(ord, op)))
+    for _ in range(4):
+        attrs, shapes = SAMPLERS[op](rng)
+        values = _operands(rng, op, shapes)
+        fn = ops.OPS[op].torch(torch, attrs, shapes)
+        got = fn(*[torch.from_numpy(v) for v in values]).numpy()
+        np.testing.assert_allclose(got, ops.evaluate(op, attrs, values), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", COMPUTED)
+def test_prime_field_mode_matches_exact_integer_arithmetic(op):
+    """On small non-negative integers float64 is exact, so the value modulo a prime must equal the float
+    value reduced modulo it; the operators outside FIELD_OPS (and fused activations) refuse the mode."""
+    rng = np.random.default_rng(3 + sum(map(ord, op)))
+    checked = 0
+    for k in range(6):
+        attrs, shapes = SAMPLERS[op](rng)
+        if op in ("matmul", "conv2d") and k % 2 == 0:  # the fused activation off: multi-linear
+            attrs = attrs[:-1] + (0,)
+        values = [rng.integers(0, 10, s, dtype=np.int64) for s in shapes]
+        act = attrs[-1] if op in ("matmul", "conv2d") else 0
+        if op not in FIELD_OPS or act:
+            with pytest.raises(NotEvaluable):
+                ops.evaluate(op, attrs, values, PRIME)
+            continue
+        exact = ops.evaluate(op, attrs, [v.astype(np.float64) for v in values])
+        field = ops.evaluate(op, attrs, values, PRIME)
+        assert field.dtype.kind == "i"
+        np.testing.assert_array_equal(field, np.mod(exact.astype(np.int64), PRIME))
+        checked += 1
+    assert checked >= 3 or op not in FIELD_OPS
+
+
+def test_unknown_operator_is_refused_everywhere():
+    with pytest.raises(ShapeError):
+        ops.infer_shape("frobnicate", (), [(2, 2)])
+    with pytest.raises(NotEvaluable):
+        ops.evaluate("frobnicate", (), [np.zeros(2)])
+    with pytest.raises(KeyError, match="known"):
+        ops.get("frobnicate")

@@ -1,0 +1,109 @@
+"""The typed report and the one config: serialization without NaN, config checks and CLI flags derived from
+the config's fields, the returned program's cost equal to the extractor's DAG cost, rule sets chosen by flag."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+
+import pytest
+
+import onnx_builders as ob
+from eqsat import ir
+from eqsat.app.cli import build_parser, config_from_args
+from eqsat.app.config import OptimizeConfig, options, validate
+from eqsat.app.pipeline import optimize
+from eqsat.app.report import PhaseTimer
+from eqsat.cost import graph_cost, make
+from eqsat.errors import InputError
+from eqsat.extract import EXTRACTORS
+from eqsat.mcts import SearchConfig, Step, StopReason
+from eqsat.models import build
+
+FAST = dict(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")
+
+
+def test_tensat_report_is_strict_json_with_unpriced_steps_as_null():
+    result = optimize(ob.attention(), OptimizeConfig.of(scheduler="tensat", k_multi=1, **FAST))
+    report = result.report
+    steps = report.search.steps
+    assert steps and any(s.cost_us is None for s in steps)  # TENSAT prices each iteration once
+    data = json.loads(report.dumps())  # allow_nan=False: would raise on NaN or Infinity
+    assert data["stop_reason"] == report.search.stop_reason.value in {s.value for s in StopReason}
+    assert [s["rule"] for s in data["steps"]] == [s.rule for s in steps]
+    assert any(s["cost_us"] is None for s in data["steps"]) and all("reward_us" in s for s in data["steps"])
+    assert data["rules_applied"] == report.search.rules_applied() and sum(data["rules_applied"].values()) == len(steps)
+    assert set(data["times"]) == {"import", "encode", "search", "extract", "export", "verify"}
+    assert data["config"]["search"]["k_multi"] == 1 and data["config"]["scheduler"] == "tensat"
+
+
+def test_reported_cost_is_the_decoded_programs_cost():
+    config = OptimizeConfig.of(scheduler="mcts", allow_slower=True, seed=0, **FAST)
+    result = optimize(ob.attention(), config)
+    r = result.report
+    assert r.returned.program == "optimized"
+    assert math.isclose(r.optimized_cost, graph_cost(result.graph, make("analytic")), rel_tol=1e-9)
+    assert r.optimized_cost == r.extraction.dag_cost == r.extracted_cost
+    assert r.original_cost == pytest.approx(graph_cost(build_graph_of(ob.attention()), make("analytic")))
+
+
+def build_graph_of(model):
+    from eqsat.onnx_import import import_model
+
+    return import_model(model)
+
+
+def test_phase_timer_adds_up_repeated_phases():
+    timer = PhaseTimer()
+    for _ in range(3):
+        with timer("a"):
+            sum(range(1000))
+    with pytest.raises(ZeroDivisionError):
+        with timer("b"):
+            1 / 0
+    assert set(timer.seconds) == {"a", "b"} and timer.total("a", "b") == timer.seconds["a"] + timer.seconds["b"]
+
+
+@pytest.mark.parametrize("options_, flag", [
+    (dict(budget=0), "--budget"), (dict(depth=-1), "--depth"), (dict(time_limit=math.inf), "--time-limit"),
+    (dict(ilp_time_limit=math.nan), "--ilp-time-limit"), (dict(main_extractor="ilpp"), "--main-extractor"),
+    (dict(rule_set="nasrn"), "--rule-set"), (dict(cost="gpu"), "--cost"), (dict(verify_draws=0), "verify_draws"),
+    (dict(measure_budget=-1.0), "measure_budget"), (dict(seed=True), "--seed"),
+])
+def test_validate_names_the_bad_option(options_, flag):
+    with pytest.raises(InputError, match=flag):
+        validate(OptimizeConfig.of(**options_))
+
+
+def test_every_option_is_documented_and_the_cli_defaults_are_the_configs():
+    for _owner, f in options():
+        assert f.metadata.get("doc"), f.name
+    args = build_parser().parse_args(["optimize-model", "m.onnx", "-o", "o.onnx"])
+    assert config_from_args(args) == OptimizeConfig()
+    assert OptimizeConfig().cost == "auto"  # the CLI's documented default, for the API alike
+    sub = build_parser()._subparsers._group_actions[0].choices["optimize-model"]  # type: ignore[union-attr]
+    helps = {a.dest: a for a in sub._actions}
+    assert set(EXTRACTORS) <= set(helps["final_extractor"].metavar.strip("{}").split(","))
+    assert "(default: 128)" in helps["budget"].help and "(default: ilp)" in helps["final_extractor"].help
+    flags = {f.metadata["flag"] for _o, f in options() if f.metadata.get("flag")}
+    assert {"--budget", "--node-limit", "--rule-set", "--scheduler", "--cost"} <= flags
+    assert {f.name for f in fields(SearchConfig)} >= {"budget", "depth", "rule_set", "k_multi"}
+
+
+def test_cli_rule_set_defaults_to_the_models_and_never_to_a_graph_name():
+    parse = build_parser().parse_args
+    nasrnn = config_from_args(parse(["optimize-model", "--model", "nasrnn", "-o", "o.onnx"]), builtin="nasrnn")
+    assert nasrnn.search.rule_set == "nasrnn" and nasrnn.search.k_multi == 3
+    given = parse(["optimize-model", "--model", "nasrnn", "-o", "o.onnx", "--rule-set", "default"])
+    assert config_from_args(given, builtin="nasrnn").search.rule_set == "default"
+    # an imported graph that happens to be named nasrnn keeps the default rule set
+    x = ir.input_("x", (2, 4))
+    g = ir.Graph((x,), (ir.make("relu", [x]),), ("y",), {}, name="nasrnn")
+    r = optimize(g, OptimizeConfig.of(scheduler="tensat", k_multi=1, **FAST)).report
+    assert r.config.search.rule_set == "default"
+
+
+def test_steps_say_their_units():
+    names = {f.name for f in fields(Step)}
+    assert {"reward_us", "cost_us"} <= names and "reward" not in names and "cost" not in names
