@@ -7,8 +7,9 @@ before inference and costs nothing, in the original program and the optimized on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from eqsat.ops import FREE_OPS
 from eqsat.snapshot import Snapshot

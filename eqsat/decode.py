@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from . import ir
-from .snapshot import Snapshot
 from .errors import EqsatError
 from .ir import Graph, Node
+from .snapshot import Snapshot
 
 
 def build_program(snap: Snapshot, choice: Mapping[int, int], template: Graph) -> Graph:

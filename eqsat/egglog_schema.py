@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 from . import ops
-from .ops.egglog_text import MAX_RANK, rule as _rule, shape_ctor as _shape_ctor, shape_term
+from .ops.egglog_text import MAX_RANK, shape_term
+from .ops.egglog_text import rule as _rule
+from .ops.egglog_text import shape_ctor as _shape_ctor
 
 __all__ = ["CONSTRUCTORS", "MAX_RANK", "OP_TO_CONSTRUCTOR", "program", "shape_term"]
 

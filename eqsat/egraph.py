@@ -15,15 +15,15 @@ saying what was being done; KeyboardInterrupt and SystemExit pass through unchan
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import egglog.bindings as eb
 
 from . import egglog_schema as schema
 from .encode import Encoding
-from .errors import EGraphError, EgglogError, EqsatError
+from .errors import EgglogError, EGraphError, EqsatError
 from .ir import Graph, Node
 from .snapshot import ENode, Snapshot
 

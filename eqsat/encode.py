@@ -13,8 +13,8 @@ weight leaves are named ``i:NAME`` / ``w:NAME``; opaque operators are numbered i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from . import egglog_schema as schema
 from .ir import Node, topo_order

@@ -6,7 +6,7 @@ a rule in float64 and, for multi-linear rules, in the integers modulo a prime (`
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 

@@ -8,7 +8,7 @@ inputs from a small safe range.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import onnx

@@ -11,8 +11,8 @@ them; ``opaque`` carries any other ONNX operator exactly (see :func:`opaque`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class Node:
     """One operator application. Immutable; identity is the node's identity."""
 
     op: str
-    inputs: tuple["Node", ...]
+    inputs: tuple[Node, ...]
     attrs: tuple
     shape: Shape
     dtype: str = "float32"

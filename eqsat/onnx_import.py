@@ -13,7 +13,7 @@ Overridable initializers stay inputs with their defaults, and declared input/out
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import onnx

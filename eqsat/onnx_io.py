@@ -9,7 +9,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import onnx
 

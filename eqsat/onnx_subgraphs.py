@@ -4,7 +4,7 @@ read (a node's implicit inputs), the names they define, and renaming outer value
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import onnx
 from onnx import AttributeProto

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def progress_printer(quiet: bool = False) -> Callable[[str], None]:

@@ -8,9 +8,21 @@ kernel (TASO's SAME for stride 1).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from .ops import ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, SAME, Shape, broadcast, conv_pad, infer_shape, volume, window_out
+from .ops import (
+    ACT_NONE,
+    ACT_RELU,
+    ACT_SIGMOID,
+    ACT_TANH,
+    SAME,
+    Shape,
+    broadcast,
+    conv_pad,
+    infer_shape,
+    volume,
+    window_out,
+)
 
 __all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "SAME", "Shape", "broadcast", "conv_pad", "infer",
            "volume", "window_out"]

@@ -12,8 +12,8 @@ ilp                    SCIP, acyclic, warm-started                    DAG       
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import greedy_constituent, greedy_dag, greedy_tree, ilp
 from .base import Extraction, ExtractionError, chosen_classes, dag_cost, find_cycle, tree_cost

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
-from eqsat.snapshot import Snapshot
 from eqsat.errors import EqsatError
+from eqsat.snapshot import Snapshot
 
 
 class ExtractionError(EqsatError):

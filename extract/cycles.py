@@ -7,7 +7,7 @@ newest e-node (highest index, as TENSAT blacklists) is banned and the greedy pas
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from eqsat.snapshot import Snapshot
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from eqsat.snapshot import Snapshot
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Sequence
+from collections.abc import Sequence
 
 from eqsat.snapshot import Snapshot
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from eqsat.egraph import EGraph
 from eqsat.errors import InputError
@@ -11,8 +11,7 @@ from eqsat.rules import rule_set
 from eqsat.rules.rule import Rule
 
 from .baselines import random_order, tensat
-from .env import (DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, Env, SearchConfig, SearchReport, Step, StopReason,
-                  option)
+from .env import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, Env, SearchConfig, SearchReport, Step, StopReason, option
 from .search import MCTS
 
 Progress = Callable[[str], None]

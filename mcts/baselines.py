@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .env import Env, SearchConfig, SearchReport, Step, StopReason
 

@@ -13,7 +13,6 @@ from eqsat.extract import extract
 from eqsat.rules import RuleEngine, StepReport, actions
 from eqsat.rules.rule import Rule
 
-
 DEFAULT_NODE_LIMIT = 2000
 """the least e-node limit a search gets by default"""
 NODE_LIMIT_FACTOR = 4

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .env import Env, SearchConfig, SearchReport, Step, StopReason
 
@@ -27,7 +27,7 @@ from .env import Env, SearchConfig, SearchReport, Step, StopReason
 @dataclass(eq=False)
 class TreeNode:
     action: str | None
-    parent: "TreeNode | None"
+    parent: TreeNode | None
     reward: float = 0.0
     cost: float = 0.0
     visits: int = 0
@@ -41,7 +41,7 @@ class TreeNode:
     enodes: int = 0
     """the e-graph's size here"""
     untried: list[str] | None = None
-    children: dict[str, "TreeNode"] = field(default_factory=dict)
+    children: dict[str, TreeNode] = field(default_factory=dict)
 
     def path(self) -> list[str]:
         out, node = [], self

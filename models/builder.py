@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Iterator
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
@@ -40,7 +39,7 @@ class LazyWeights(Mapping):
     def __len__(self) -> int:
         return len(self.specs)
 
-    def restricted(self, names: set[str]) -> "LazyWeights":
+    def restricted(self, names: set[str]) -> LazyWeights:
         out = LazyWeights(self.seed)
         out.specs = {k: v for k, v in self.specs.items() if k in names}
         out._data = {k: v for k, v in self._data.items() if k in names}

@@ -17,8 +17,8 @@ True
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from eqsat.egraph import EGraph
 from eqsat.errors import EGraphError, InputError

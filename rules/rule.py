@@ -8,8 +8,8 @@ broadcastability, concat ranks and non-axis dimensions, enlarge kernel sizes are
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from eqsat import ops
 
@@ -113,7 +113,7 @@ def _walk(p: Pattern):
             yield from _walk(x)
 
 
-def _conditions(sources: tuple[Pattern, ...], targets: tuple[Pattern, ...], comp: "_Compiler") -> list[str]:
+def _conditions(sources: tuple[Pattern, ...], targets: tuple[Pattern, ...], comp: _Compiler) -> list[str]:
     """Conditions that make TASO's identities sound in the IR's semantics:
 
     * element-wise ops never broadcast (TASO's identities are over equal shapes: with broadcasting,

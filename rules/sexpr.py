@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Union
-
-Pattern = Union[str, int, tuple]
+Pattern = str | int | tuple
 
 
 def _tokens(text: str) -> list[str]:

@@ -15,9 +15,9 @@ import argparse
 import json
 import sys
 
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.cost import cost_names
 from eqsat.models import MODELS, build
-from eqsat.app.pipeline import OptimizeConfig, optimize
 
 
 def main(argv=None) -> int:

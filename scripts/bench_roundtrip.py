@@ -40,8 +40,8 @@ for path in (ROOT, os.path.join(ROOT, "tests")):
 
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
-
 import zoo  # noqa: E402  (tests/zoo)
+
 from eqsat import OptimizeConfig, optimize  # noqa: E402
 from eqsat.timing import Protocol, compare, session_options  # noqa: E402
 

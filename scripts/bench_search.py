@@ -18,6 +18,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from experiment import RunSpec, add_arguments, base_config, run_or_record_error
+
 from eqsat.models import MODELS
 
 

@@ -23,6 +23,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from experiment import RunSpec, add_arguments, base_config, run_or_record_error
+
 from eqsat.models import MODELS, build
 
 PAPER_PAIRS = [("greedy-tree", "greedy-tree"), ("greedy-tree", "ilp"), ("greedy-constituent", "greedy-constituent"),
@@ -51,7 +52,7 @@ def specs_for(model: str, args) -> list[RunSpec]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _weight_bytes(model: str, small: bool) -> int:
     g = build(model, small=small)  # weights are lazy: shapes only
     return sum(4 * math.prod(w.shape) for w in g.nodes() if w.op == "weight")

@@ -7,16 +7,16 @@ import subprocess
 import sys
 
 import onnx
+import onnx_builders as ob
 import pytest
 import torch
-
-import onnx_builders as ob
 import torch_modules as tm
+from ort_check import outputs_match
+
 from eqsat.app import cli
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import VerificationError
 from eqsat.rules.rule import Rule
-from ort_check import outputs_match
 
 UNSOUND = Rule("unsound_relu_drop", "single", "ours", "relu(x) -> x", (("(= root (Relu x))", "(Pend root x)"),), 0)
 """a deliberately wrong rule: relu(x) = x; every program it reaches differs from the original"""

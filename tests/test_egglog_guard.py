@@ -10,7 +10,7 @@ import pytest
 
 from eqsat import ir
 from eqsat.egraph import EGraph, egglog_guard
-from eqsat.errors import EGraphError, EgglogError, EqsatError, InputError
+from eqsat.errors import EgglogError, EGraphError, EqsatError, InputError
 
 
 @pytest.fixture

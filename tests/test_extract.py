@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from extract_cases import random_egraph, snapshot
 
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.egraph import EGraph
 from eqsat.extract import EXTRACTORS, dag_cost, extract, find_cycle
 from eqsat.models import build
-from extract_cases import random_egraph, snapshot
 
 NAMES = list(EXTRACTORS)
 

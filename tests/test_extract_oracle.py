@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from extract_cases import random_cyclic_spec, snapshot
 
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.egraph import EGraph
@@ -27,7 +28,6 @@ from eqsat.extract import EXTRACTORS, ExtractionError, extract, greedy_dag, ilp
 from eqsat.models import build
 from eqsat.rules import registry
 from eqsat.rules.engine import RuleEngine
-from extract_cases import random_cyclic_spec, snapshot
 
 TESTS = Path(__file__).resolve().parent
 

@@ -20,8 +20,8 @@ from onnx import TensorProto, helper
 
 from eqsat import onnx_io
 from eqsat.app.cli import main
-from eqsat.errors import InputError
 from eqsat.app.pipeline import OptimizeConfig, ilp_seconds, optimize
+from eqsat.errors import InputError
 
 FAST = ["--scheduler", "none", "--cost", "analytic", "--no-measure", "-q"]
 PRECIOUS = b"precious bytes that must survive"

@@ -17,9 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from eqsat.app.cli import main as cli_main
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import InputError
 from eqsat.onnx_import import import_model
-from eqsat.app.pipeline import OptimizeConfig, optimize
 
 # allow_slower: return the exported program even where it equals the original (the round trip is under test)
 CONFIG = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)

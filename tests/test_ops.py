@@ -8,7 +8,7 @@ Adding an operator means adding a sampler to SAMPLERS (random valid attributes a
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnxruntime as ort

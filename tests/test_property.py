@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_builders as ob
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
-import onnx_builders as ob
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.verify import session
 

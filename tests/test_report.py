@@ -7,9 +7,9 @@ import json
 import math
 from dataclasses import fields
 
+import onnx_builders as ob
 import pytest
 
-import onnx_builders as ob
 from eqsat import ir
 from eqsat.app.cli import build_parser, config_from_args
 from eqsat.app.config import OptimizeConfig, options, validate
@@ -19,7 +19,6 @@ from eqsat.cost import graph_cost, make
 from eqsat.errors import InputError
 from eqsat.extract import EXTRACTORS
 from eqsat.mcts import SearchConfig, Step, StopReason
-from eqsat.models import build
 
 FAST = dict(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")
 
@@ -61,7 +60,7 @@ def test_phase_timer_adds_up_repeated_phases():
             sum(range(1000))
     with pytest.raises(ZeroDivisionError):
         with timer("b"):
-            1 / 0
+            _ = 1 / 0
     assert set(timer.seconds) == {"a", "b"} and timer.total("a", "b") == timer.seconds["a"] + timer.seconds["b"]
 
 

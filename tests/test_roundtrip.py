@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import onnx
+import onnx_builders as ob
 import pytest
 import torch
-
-import onnx_builders as ob
 import torch_modules as tm
-from eqsat.onnx_import import import_model
-from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.verify import verify
 from ort_check import outputs_match
+
+from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.onnx_import import import_model
+from eqsat.verify import verify
 
 CONFIG = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)  # the round trip, returned
 

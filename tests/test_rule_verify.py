@@ -11,11 +11,12 @@ import sys
 
 import numpy as np
 import onnx
+import onnx_builders as ob
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from ort_check import outputs_match
 
-import onnx_builders as ob
 from eqsat import ir
 from eqsat.app.cli import main
 from eqsat.egraph import EGraph
@@ -23,7 +24,6 @@ from eqsat.evaluate import evaluate
 from eqsat.rules import RuleEngine, by_name, our_rules
 from eqsat.rules.ours import merge
 from eqsat.rules.verify import check_rule, instance_key
-from ort_check import outputs_match
 
 
 def _without(rule, condition: str, name: str):

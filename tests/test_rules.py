@@ -7,9 +7,9 @@ from collections import Counter
 
 import numpy as np
 import onnx
+import onnx_builders as ob
 import pytest
 
-import onnx_builders as ob
 from eqsat import ir
 from eqsat.app.cli import main
 from eqsat.cost import AnalyticCost, node_costs

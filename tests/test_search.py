@@ -6,17 +6,17 @@ import time
 from collections import Counter
 
 import numpy as np
+import onnx_builders as ob
 import pytest
 import torch
-
-import onnx_builders as ob
 import torch_modules as tm
-from eqsat import ir, onnx_export
-from eqsat.egraph import EGraph
-from eqsat.models import build
-from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.mcts import StopReason
 from ort_check import outputs_match
+
+from eqsat import ir, onnx_export
+from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.egraph import EGraph
+from eqsat.mcts import StopReason
+from eqsat.models import build
 
 FAST = dict(cost="analytic", budget=12, depth=4, measure=False, ilp_time_limit=20)
 

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import onnx
+import onnx_builders as ob
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import onnx_builders as ob
 from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.timing import Comparison, Protocol, compare, decide, runtime_info, session_count, speedup_ci

@@ -6,15 +6,15 @@ import os
 
 import numpy as np
 import onnx
+import onnx_builders as ob
 import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-import onnx_builders as ob
 from eqsat.app.cli import main
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import InputError
 from eqsat.inputs import index_bounds, random_inputs
-from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.verify import compare_outputs, session, verify
 
 

@@ -19,8 +19,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
-
 import zoo
+
 from eqsat import OptimizeConfig, optimize
 
 ROUND_TRIP = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)

@@ -10,8 +10,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import types
 import typing
+from collections.abc import Callable, Iterator
 from dataclasses import Field, dataclass, field, fields, replace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from eqsat.cost import cost_names
 from eqsat.errors import InputError

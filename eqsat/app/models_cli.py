@@ -7,7 +7,6 @@ import json
 
 def _list(args) -> int:
     from eqsat.egraph import EGraph
-
     from eqsat.models import MODELS, build
 
     rows = []
@@ -26,11 +25,10 @@ def _list(args) -> int:
 
 
 def _export(args) -> int:
+    from eqsat.app.pipeline import check_output_path
+    from eqsat.models import build
     from eqsat.onnx_export import export_model
     from eqsat.onnx_io import write_atomic
-    from eqsat.app.pipeline import check_output_path
-
-    from eqsat.models import build
 
     check_output_path(args.output)
     model = export_model(build(args.name, small=args.small, seed=args.seed))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 import onnx
 
@@ -32,8 +32,16 @@ from eqsat.timing import Protocol, compare, decide
 from eqsat.verify import verify
 
 from .config import OptimizeConfig, ilp_seconds
-from .report import (Candidate, EGraphSize, ExtractionReport, Measurement, PhaseTimer, Report, Returned,
-                     VerificationReport)
+from .report import (
+    Candidate,
+    EGraphSize,
+    ExtractionReport,
+    Measurement,
+    PhaseTimer,
+    Report,
+    Returned,
+    VerificationReport,
+)
 
 Progress = Callable[[str], None]
 

@@ -18,13 +18,14 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from eqsat.extract import Extraction
-from eqsat.mcts import SearchReport, StopReason
+from eqsat.mcts import SearchReport
 from eqsat.timing import Comparison, Decision
 from eqsat.verify import Verification
 

@@ -28,14 +28,30 @@ For example, an element-wise ``neg``::
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from . import batchnorm, conv, elementwise, layout, leaf, matmul, opaque, pool
-from .base import (ACT_NONE, ACT_RELU, ACT_SIGMOID, ACT_TANH, SAME, Ctor, Emitter, NotEvaluable, OpDef, Shape,
-                   activation, broadcast, conv_pad, fail, volume, window_out)
+from .base import (
+    ACT_NONE,
+    ACT_RELU,
+    ACT_SIGMOID,
+    ACT_TANH,
+    SAME,
+    Ctor,
+    Emitter,
+    NotEvaluable,
+    OpDef,
+    Shape,
+    activation,
+    broadcast,
+    conv_pad,
+    fail,
+    volume,
+    window_out,
+)
 from .egglog_text import MAX_RANK, attr_text, shape_term
 
 __all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "CONSTRUCTORS", "Ctor", "Emitter", "FREE_OPS",

@@ -7,12 +7,25 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .base import (Ctor, Emitter, OpDef, Shape, act_flops, activation, conv_pad, emit_activation, fail,
-                   torch_activation, volume, window_out)
+from .base import (
+    Ctor,
+    Emitter,
+    OpDef,
+    Shape,
+    act_flops,
+    activation,
+    conv_pad,
+    emit_activation,
+    fail,
+    torch_activation,
+    volume,
+    window_out,
+)
 from .egglog_text import rule
 
 TASO_PAD = {0: (-1, -1), 1: (0, 0)}

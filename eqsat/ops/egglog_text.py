@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 MAX_RANK = 4
 """shapes up to this rank are ``S0`` .. ``S4`` values (egglog shape rules cover them); higher ranks ``SN``"""

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .base import (ACT_RELU, ACT_SIGMOID, ACT_TANH, Ctor, Emitter, OpDef, Shape, activation, broadcast,
-                   volume)
+from .base import ACT_RELU, ACT_SIGMOID, ACT_TANH, Ctor, Emitter, OpDef, Shape, activation, broadcast, volume
 from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
 
 

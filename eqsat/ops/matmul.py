@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .base import (Ctor, Emitter, OpDef, Shape, act_flops, activation, emit_activation, fail,
-                   torch_activation, volume)
+from .base import Ctor, Emitter, OpDef, Shape, act_flops, activation, emit_activation, fail, torch_activation, volume
 from .egglog_text import rule
 
 

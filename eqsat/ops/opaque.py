@@ -10,7 +10,7 @@ numpy semantics (never folded, never in a rule) and is exported and timed by its
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .base import Ctor, OpDef, Shape, fail, volume
 

@@ -3,12 +3,25 @@ with a fused activation; ph = pw = -1 is SAME."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .base import (Ctor, Emitter, NotEvaluable, OpDef, Shape, activation, conv_pad, emit_activation, fail,
-                   torch_activation, volume, window_out)
+from .base import (
+    Ctor,
+    Emitter,
+    NotEvaluable,
+    OpDef,
+    Shape,
+    activation,
+    conv_pad,
+    emit_activation,
+    fail,
+    torch_activation,
+    volume,
+    window_out,
+)
 from .conv import pad_hw, windows
 from .egglog_text import rule
 

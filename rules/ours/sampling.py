@@ -6,7 +6,7 @@ may or may not fire (near misses are drawn on purpose: a missing condition shows
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
