@@ -3,6 +3,7 @@
 Costs are the cost model's estimates in microseconds; times are seconds. JSON never holds NaN or Infinity:
 non-finite floats become null (``allow_nan=False`` guards the rest).
 
+>>> from eqsat.mcts import StopReason
 >>> jsonable({"a": float("nan"), "b": (1, 2.5), "c": StopReason.SATURATED})
 {'a': None, 'b': [1, 2.5], 'c': 'saturated'}
 >>> timer = PhaseTimer()
