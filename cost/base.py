@@ -69,7 +69,7 @@ def node_costs(snapshot: Snapshot, model: CostModel) -> list[float]:
 def graph_ops(graph, model: object = None) -> list[tuple[object, OpKey | None]]:
     """(node, key) for every node of an IR graph; key None for free or weight-only nodes."""
     weight_only: set[int] = set()
-    result = []
+    result: list[tuple[object, OpKey | None]] = []
     for n in graph.nodes():
         if n.op == "weight" or (n.op not in ("input", "opaque") and n.inputs
                                 and all(id(i) in weight_only for i in n.inputs)):

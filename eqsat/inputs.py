@@ -119,7 +119,7 @@ def random_inputs(sess: ort.InferenceSession, rng: np.random.Generator,
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                   int_bounds: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """One seeded random feed for every input of ``sess`` (see the module docstring)."""
-    feeds = {}
+    feeds: dict[str, np.ndarray] = {}
     for i in sess.get_inputs():
         shape = fixed_shape(i.name, list(i.shape), input_shapes)
         dtype = _ORT_DTYPES.get(i.type)

@@ -27,7 +27,7 @@ from .cycles import without_cycles
 
 def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
     t = time.perf_counter()
-    choice, _ = without_cycles(snap, lambda banned: (_choice(snap, costs, banned), math.nan))
+    choice, _unused = without_cycles(snap, lambda banned: (_choice(snap, costs, banned), math.nan))
     result = finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag")
     result.estimate = result.dag_cost
     return result

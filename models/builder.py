@@ -136,7 +136,7 @@ class Builder:
 
     def graph(self, outputs: list[Node]) -> Graph:
         names = tuple(f"output_{i}" for i in range(len(outputs)))
-        used = {n.name for n in ir.topo_order(outputs) if n.op == "weight"}
+        used = {n.name for n in ir.topo_order(outputs) if n.op == "weight" and n.name is not None}
         return Graph(tuple(self.inputs), tuple(outputs), names, self.weights.restricted(used), name=self.name)
 
 

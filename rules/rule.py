@@ -96,7 +96,8 @@ def _sym_dims(p: Pattern, rank: int) -> list[str]:
     ``vN_d0..`` (each operator's ``sym_shape`` in :mod:`eqsat.ops`)."""
     if sexpr.is_var(p):
         return [f"{_var(p)}_d{k}" for k in range(rank)]  # type: ignore[arg-type]
-    op, args = p[0], p[1:]  # type: ignore[index]
+    assert isinstance(p, tuple)  # a pattern is a variable or an operator term
+    op, args = p[0], p[1:]
     if op in ("split_0", "split_1"):
         raise ValueError("split terms have no symbolic shape")
     attrs, operands, _rank = _taso_form(op, args)

@@ -23,7 +23,8 @@ def _lines(name: str) -> list[str]:
 
 
 def single_rules() -> list[Rule]:
-    rules, seen = [], {}
+    rules: list[Rule] = []
+    seen: dict[str, str] = {}
     for i, line in enumerate(_lines("converted.txt")):
         lhs, rhs = line.split("=>")
         name = f"taso_s{i:03d}"

@@ -119,7 +119,7 @@ def taso_instances(rule: Rule, rng: np.random.Generator, wanted: int = 4, tries:
 
 def instance_key(roots: list[ir.Node]) -> tuple:
     """What makes two instances the same: every node's operator, attributes, shape and leaf name."""
-    index = {}
+    index: dict[int, int] = {}
     key = []
     for n in ir.topo_order(roots):
         index[id(n)] = len(index)

@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -140,7 +141,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     graph, label = source_graph(args)
     counts = graph.op_counts()
     opaque = sorted({n.attrs[0] for n in graph.nodes() if n.op == "opaque"})
-    info = {
+    info: dict[str, Any] = {
         "model": label,
         "inputs": {i.name: list(i.shape) for i in graph.inputs},
         "outputs": {n: list(o.shape) for n, o in zip(graph.output_names, graph.outputs)},

@@ -40,6 +40,7 @@ def _unary(op: str, ctor: str, doc: str, onnx_type: str, act: int | None, torch_
         return [rule(f"shape_{ctor}", [f"(= e ({ctor} x))", "(= s (shape x))"], ["(set (shape e) s)"])]
 
     def torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+        assert torch_name is not None  # only set where torch_name is
         return getattr(torch, torch_name)
 
     extra: dict[str, Any] = {"flops": _four_per_element} if flops_per_element == 4 else {}
