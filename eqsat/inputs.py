@@ -16,6 +16,7 @@ import onnxruntime as ort
 from onnx import shape_inference
 
 from .errors import InputError
+from .onnx_io import is_large
 
 SAFE_INT_HIGH = 2
 """Exclusive upper bound of integer inputs whose use is unknown (masks, flags)."""
@@ -100,8 +101,6 @@ class _StaticShapes:
         return self.known.get(name)
 
     def _infer(self) -> None:
-        from .onnx_io import is_large
-
         if is_large(self.model):
             return
         try:

@@ -10,13 +10,12 @@ import onnx
 import onnxruntime as ort
 
 from .inputs import index_bounds, random_inputs
+from .onnx_io import as_path, is_large
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
 
 
 def session(model: onnx.ModelProto | bytes | str, threads: int | None = None) -> ort.InferenceSession:
-    from .onnx_io import as_path, is_large
-
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads:

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyscipopt import Model, quicksum
+
 from eqsat.snapshot import Snapshot
 
 from . import greedy_dag
@@ -95,8 +97,6 @@ class IlpModel:
 def build_model(snap: Snapshot, costs: Sequence[float], time_limit: float = 60.0,
                 log_file: str | None = None) -> IlpModel:
     """The ILP of the module docstring over the classes reachable from the roots."""
-    from pyscipopt import Model, quicksum
-
     reach = snap.reachable()
     classes = set(reach)
     succ: dict[int, set[int]] = {c: set() for c in reach}

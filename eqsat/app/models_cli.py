@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 
+from eqsat.egraph import EGraph
+from eqsat.models import MODELS, build
+from eqsat.onnx_export import export_model
+from eqsat.onnx_io import write_atomic
+
+from .pipeline import check_output_path
+
 
 def _list(args) -> int:
-    from eqsat.egraph import EGraph
-    from eqsat.models import MODELS, build
-
     rows = []
     for name, spec in MODELS.items():
         g = build(name, small=args.small)
@@ -25,11 +29,6 @@ def _list(args) -> int:
 
 
 def _export(args) -> int:
-    from eqsat.app.pipeline import check_output_path
-    from eqsat.models import build
-    from eqsat.onnx_export import export_model
-    from eqsat.onnx_io import write_atomic
-
     check_output_path(args.output)
     model = export_model(build(args.name, small=args.small, seed=args.seed))
     write_atomic(model, args.output)

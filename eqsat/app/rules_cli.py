@@ -6,12 +6,12 @@ import json
 import sys
 import time
 
-from eqsat.rules.verify import DEFAULT_INSTANCES
+from eqsat.errors import InputError
+from eqsat.rules.registry import all_rules
+from eqsat.rules.verify import DEFAULT_INSTANCES, MIN_FIRED, check_rule
 
 
 def _list(args) -> int:
-    from eqsat.rules.registry import all_rules
-
     rules = all_rules(nasrnn=args.nasrnn)
     if args.json:
         print(json.dumps([{"name": r.name, "kind": r.kind, "source": r.source, "identity": r.statement,
@@ -27,17 +27,10 @@ def _list(args) -> int:
 
 
 def _verify(args) -> int:
-    from eqsat.rules.registry import all_rules
-    from eqsat.rules.verify import MIN_FIRED, check_rule
-
     if args.instances < 1:
-        from eqsat.errors import InputError
-
         raise InputError(f"--instances must be at least 1, got {args.instances}")
     rules = [r for r in all_rules(nasrnn=args.nasrnn) if args.rule is None or r.name == args.rule]
     if not rules:
-        from eqsat.errors import InputError
-
         raise InputError(f"unknown rule {args.rule!r}; 'eqsat rules list' shows the names")
     t = time.perf_counter()
     failed = 0
