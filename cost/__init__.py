@@ -1,4 +1,5 @@
-"""Operator cost models (analytic roofline, measured on CPU or GPU with torch) and their cache."""
+"""Operator cost models (analytic roofline; measured in onnxruntime on the CPU, or with torch on CPU or GPU) and
+their cache."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from .base import CostModel, OpKey, graph_cost, graph_ops, node_costs
 
 __all__ = ["AnalyticCost", "CostModel", "OpKey", "graph_cost", "graph_ops", "node_costs"]
 
-COST_MODELS = ("analytic", "cpu", "cuda", "auto")
+COST_MODELS = ("analytic", "ort-cpu", "cpu", "cuda", "auto")
 """--cost values besides ``analytic-DEVICE`` (see :func:`cost_names`)"""
 
 
@@ -16,15 +17,29 @@ def cost_names() -> list[str]:
     return [*COST_MODELS, *(f"analytic-{d}" for d in DEVICES)]
 
 
-def make(name: str, cache_path: str | None = None):
+def resolve_auto(runtime: str | None = None) -> str:
+    """The cost model ``--cost auto`` stands for: the one measured in the end-to-end runtime (``--runtime``):
+    ort-cpu for onnxruntime on the CPU, cpu for torch on the CPU, cuda for the GPU runtimes; None or ``auto``:
+    cuda where torch sees a GPU, else ort-cpu (what :mod:`eqsat.timing` measures on the CPU)."""
+    if runtime in (None, "auto", "torch-compile"):
+        import torch
+
+        gpu = torch.cuda.is_available()
+        return "cuda" if gpu else ("cpu" if runtime == "torch-compile" else "ort-cpu")
+    if runtime in ("ort-cpu", "onnxruntime-cpu"):
+        return "ort-cpu"
+    return "cpu" if runtime == "torch-cpu" else "cuda"
+
+
+def make(name: str, cache_path: str | None = None, *, runtime: str | None = None, threads: int = 1):
     """The cost model for a ``--cost`` value: analytic (roofline of this CPU) | analytic-a100 (roofline of an A100,
-    the paper's GPU) | cpu | cuda | auto (cuda if a GPU is present, else cpu)."""
+    the paper's GPU) | ort-cpu (operators timed in onnxruntime on the CPU with ``threads`` intra-op threads, the
+    end-to-end run's) | cpu | cuda (timed with torch) | auto (see :func:`resolve_auto`; ``runtime`` is the
+    end-to-end runtime)."""
     from eqsat.errors import InputError
 
     if name == "auto":
-        import torch
-
-        name = "cuda" if torch.cuda.is_available() else "cpu"
+        name = resolve_auto(runtime)
     if name == "analytic":
         return AnalyticCost("cpu")
     if name.startswith("analytic-"):
@@ -34,12 +49,17 @@ def make(name: str, cache_path: str | None = None):
         if device not in DEVICES:
             raise InputError(f"--cost {name!r}: analytic devices are {', '.join(DEVICES)}")
         return AnalyticCost(device)
+    if name == "ort-cpu":
+        from .cache import CostCache
+        from .ort import OrtCost
+
+        return OrtCost(CostCache(cache_path), threads=threads)
     if name in ("cpu", "cuda"):
         from .cache import CostCache
         from .measure import TorchCost
 
         return TorchCost(name, CostCache(cache_path))
-    raise InputError(f"--cost {name!r}: choose analytic, cpu, cuda or auto")
+    raise InputError(f"--cost {name!r}: choose analytic, ort-cpu, cpu, cuda or auto")
 
 
-__all__ += ["COST_MODELS", "cost_names", "make"]
+__all__ += ["COST_MODELS", "cost_names", "make", "resolve_auto"]

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import AttributeProto, helper
 
 from eqsat.ops import OPS
 from eqsat.timing import cuda_event_ms, median_ms
@@ -158,27 +160,37 @@ class TorchCost:
 def _opaque_runner(key: OpKey) -> Callable[[], object] | None:
     """A one-node onnxruntime session running an opaque operator on seeded float32 inputs, or None when it
     cannot run that way (inputs of other dtypes, operators needing constant inputs)."""
-    import onnx
     import onnxruntime as ort
-    from onnx import AttributeProto, helper
 
-    op_type, domain, attr_bytes, _out_index = key.attrs
-    ins = [f"i{k}" for k in range(len(key.in_shapes))]
-    node = helper.make_node(op_type, ins, ["y"], domain=domain or None)
-    for b in attr_bytes:
-        ap = AttributeProto()
-        ap.ParseFromString(b)
-        node.attribute.append(ap)
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(key.dtype)) if key.dtype else onnx.TensorProto.FLOAT
-    graph = helper.make_graph([node], "op", [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s)
-                                             for n, s in zip(ins, key.in_shapes)],
-                              [helper.make_tensor_value_info("y", elem, None)])
+    built = opaque_model(key)
+    if built is None:
+        return None
+    model, feeds = built
     try:
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        rng = np.random.default_rng(0)
-        feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(ins, key.in_shapes)}
         sess.run(None, feeds)
     except Exception:  # inputs of other dtypes, ops needing constant inputs: estimated instead
         return None
     return lambda: sess.run(None, feeds)
+
+
+def opaque_model(key: OpKey) -> tuple[onnx.ModelProto, dict[str, np.ndarray]] | None:
+    """The one-node ONNX model (opset 17) of an opaque operator's key and seeded float32 feeds for it, or None
+    when its attributes do not parse. Whether onnxruntime can run it shows only when a session is built."""
+    op_type, domain, attr_bytes, _out_index = key.attrs
+    ins = [f"i{k}" for k in range(len(key.in_shapes))]
+    node = helper.make_node(op_type, ins, ["y"], domain=domain or None)
+    try:
+        for b in attr_bytes:
+            ap = AttributeProto()
+            ap.ParseFromString(b)
+            node.attribute.append(ap)
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(key.dtype)) if key.dtype else onnx.TensorProto.FLOAT
+        graph = helper.make_graph([node], "op", [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s)
+                                                 for n, s in zip(ins, key.in_shapes)],
+                                  [helper.make_tensor_value_info("y", elem, None)])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    except Exception:  # unparsable attributes or an unknown dtype: estimated instead
+        return None
+    rng = np.random.default_rng(0)
+    return model, {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(ins, key.in_shapes)}

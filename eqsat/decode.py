@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import ir
+from . import ir, origins
 from .errors import EqsatError
 from .ir import Graph, Node
 from .snapshot import Snapshot
 
 
 def build_program(snap: Snapshot, choice: Mapping[int, int], template: Graph) -> Graph:
-    """The IR program that ``choice`` (class -> e-node index) selects; inputs/weights/names from ``template``."""
+    """The IR program that ``choice`` (class -> e-node index) selects; inputs/weights/names from ``template``.
+    The template's origins (:mod:`eqsat.origins`) whose expansion the choice keeps unchanged are carried over,
+    so that the exporter writes those ONNX nodes back verbatim."""
     built: dict[int, Node] = {}
 
     def build(c: int) -> Node:
@@ -33,15 +35,17 @@ def build_program(snap: Snapshot, choice: Mapping[int, int], template: Graph) ->
             elif e.op == "opaque":
                 proto = snap.opaque[e.attrs[0]]
                 node = Node("opaque", tuple(args), proto.attrs, proto.shape, proto.dtype)
-            elif e.op in ("transpose", "reshape"):
-                node = ir.make(e.op, args, e.attrs)
             else:
                 node = ir.make(e.op, args, e.attrs)
-            if snap.shapes[cls] is not None and tuple(node.shape) != tuple(snap.shapes[cls]):
-                raise EqsatError(f"e-class {cls}: rebuilt {node!r} but the e-graph says shape {snap.shapes[cls]}")
+            want = snap.shapes[cls]
+            if want is not None and tuple(node.shape) != tuple(want):
+                raise EqsatError(f"e-class {cls}: rebuilt {node!r} but the e-graph says shape {want}")
             built[cls] = node
         return built[c]
 
     outputs = tuple(build(r) for r in snap.roots)
+    carried = (origins.carry(o, snap.class_of, choice, lambda e: snap.nodes[e].children, built)
+               for o in template.origins)
     return Graph(template.inputs, outputs, template.output_names, template.weights, template.name, template.opset,
-                 template.input_defaults, template.interface_types, template.domains)
+                 template.input_defaults, template.interface_types, template.domains,
+                 tuple(o for o in carried if o is not None))

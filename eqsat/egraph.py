@@ -189,8 +189,8 @@ class EGraph:
                 raw.append((op, tuple(attrs), tuple(children), cls(row.output)))
         classes: list[list[int]] = [[] for _ in range(len(class_index))]
         nodes = []
-        for i, (op, attrs, children, c) in enumerate(raw):
-            nodes.append(ENode(op, attrs, children, c))
+        for i, (op, e_attrs, e_children, c) in enumerate(raw):
+            nodes.append(ENode(op, e_attrs, e_children, c))
             classes[c].append(i)
         shapes: list = [None] * len(classes)
         for row in fns["shape"].rows:
@@ -202,4 +202,6 @@ class EGraph:
                 allw[class_index[row.inputs[0]]] = True
         handles = {eg.value_to_string(row.inputs[0]): row.output for row in fns["node"].rows}
         roots = [class_index[handles[h]] for h in self.output_handles]
-        return Snapshot(nodes, classes, shapes, allw, roots, dict(self.encoding.leaves), list(self.encoding.opaque))
+        handle_classes = {h: class_index[v] for h, v in handles.items() if v in class_index}
+        return Snapshot(nodes, classes, shapes, allw, roots, dict(self.encoding.leaves), list(self.encoding.opaque),
+                        handle_classes, dict(self.encoding.handles))

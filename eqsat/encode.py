@@ -37,6 +37,10 @@ class Encoding:
     """opaque table: id -> an IR node carrying the op's attributes, shape and dtype"""
     opaque_ids: dict[tuple, int] = field(default_factory=dict)
     next_handle: int = 0
+    handles: dict[int, str] = field(default_factory=dict)
+    """id of every encoded IR node -> its first handle (:meth:`eqsat.snapshot.Snapshot.class_of` reads it)"""
+    encoded: list[Node] = field(default_factory=list)
+    """the encoded IR nodes, kept alive so that no id in :attr:`handles` is reused"""
 
     def term(self, n: Node, handles: dict[int, str]) -> str:
         """The constructor term of ``n``, its operands referred to by their handles."""
@@ -46,11 +50,11 @@ class Encoding:
             self.leaves[key] = n
             return f'({"Input" if n.op == "input" else "Weight"} "{key}")'
         if n.op == "opaque":
-            k = (n.attrs, n.shape, n.dtype)
-            if k not in self.opaque_ids:
-                self.opaque_ids[k] = len(self.opaque)
+            key_ = (n.attrs, n.shape, n.dtype)
+            if key_ not in self.opaque_ids:
+                self.opaque_ids[key_] = len(self.opaque)
                 self.opaque.append(n)
-            return f"(Opaque {self.opaque_ids[k]} {_tensor_list(refs)})"
+            return f"(Opaque {self.opaque_ids[key_]} {_tensor_list(refs)})"
         if n.op == "concat" and len(n.inputs) != 2:
             return f"(ConcatN {n.attrs[0]} {_tensor_list(refs)})"
         ctor = "Concat" if n.op == "concat" else schema.OP_TO_CONSTRUCTOR[n.op]
@@ -76,6 +80,9 @@ class Encoding:
             h = f"n{self.next_handle}"
             self.next_handle += 1
             handles[id(n)] = h
+            if id(n) not in self.handles:
+                self.handles[id(n)] = h
+                self.encoded.append(n)
             commands.append(f'(set (node "{h}") {self.term(n, handles)})')
             commands.append(f'(set (shape (node "{h}")) {schema.shape_term(n.shape)})')
             if n.op == "weight":

@@ -11,14 +11,18 @@ them; ``opaque`` carries any other ONNX operator exactly (see :func:`opaque`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import shapes as _shapes
 from .ops import FREE_OPS
 from .shapes import Shape
+
+if TYPE_CHECKING:
+    from .origins import Origin
 
 ZERO_COST_OPS = FREE_OPS
 """TASO's zero-cost operators (the entries marked ``free`` in :mod:`eqsat.ops`)"""
@@ -45,6 +49,13 @@ def make(op: str, inputs: Iterable[Node], attrs: tuple = (), dtype: str | None =
     ins = tuple(inputs)
     shape = _shapes.infer(op, tuple(attrs), [i.shape for i in ins])
     return Node(op, ins, tuple(attrs), shape, dtype or (ins[0].dtype if ins else "float32"))
+
+
+def leaf_name(n: Node) -> str:
+    """The name of an input or weight leaf (every leaf has one)."""
+    if n.name is None:
+        raise ValueError(f"{n!r}: a leaf without a name")
+    return n.name
 
 
 def input_(name: str, shape: Iterable[int], dtype: str = "float32") -> Node:
@@ -100,7 +111,8 @@ class Graph:
     inputs: tuple[Node, ...]
     outputs: tuple[Node, ...]
     output_names: tuple[str, ...]
-    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    weights: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """read-only here (built-in models generate theirs lazily, :class:`eqsat.models.builder.LazyWeights`)"""
     name: str = "model"
     opset: int = 17
     input_defaults: dict[str, np.ndarray] = field(default_factory=dict)
@@ -109,6 +121,9 @@ class Graph:
     """declared types (serialized onnx TypeProto) of inputs and outputs, written back unchanged on export"""
     domains: dict[str, int] = field(default_factory=dict)
     """opset versions of the non-default operator domains (custom operators) the model imports"""
+    origins: tuple[Origin, ...] = ()
+    """the ONNX nodes the importer mapped to IR operators, each with the IR nodes it became
+    (:mod:`eqsat.origins`): the exporter writes a node back verbatim while its expansion is intact"""
 
     def nodes(self) -> list[Node]:
         return topo_order(self.outputs)

@@ -3,7 +3,13 @@
 Weight-only subgraphs (the concatenated, merged or enlarged weights that rules create, transposed
 weights, ...) are folded into initializers with the numpy semantics of :mod:`eqsat.evaluate`, so the
 exported model computes them once, at export, not at every inference. Every other operator is written by
-its ONNX emitter in :mod:`eqsat.ops` (opaque ones as they were imported).
+its ONNX emitter in :mod:`eqsat.ops` (opaque ones as they were imported), except:
+
+- the user's own ONNX nodes (:mod:`eqsat.origins`) whose IR expansion the program kept unchanged are written
+  back verbatim (op type, attributes, domain, original value and node names where free, constant inputs as the
+  original constants), so that a round trip with no rewrite is the user's graph and onnxruntime fuses it alike;
+- IR patterns that onnxruntime fuses only in another spelling are written in that one (:mod:`eqsat.onnx_forms`);
+- the node that computes a graph output writes it under the output's name (no Identity).
 """
 
 from __future__ import annotations
@@ -15,8 +21,11 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from . import ops
 from .errors import EqsatError
 from .evaluate import NotEvaluable, apply_op
-from .ir import Graph, Node, topo_order
+from .ir import Graph, Node, leaf_name, topo_order
+from .onnx_forms import Form, SplitGroup, plan
 from .onnx_subgraphs import defined_names, rename_outer
+from .ops.base import emit_activation
+from .origins import Origin
 
 
 def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
@@ -25,7 +34,7 @@ def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
     consts: dict[int, np.ndarray] = {}
     for n in order:
         if n.op == "weight":
-            consts[id(n)] = graph.weights[n.name]
+            consts[id(n)] = graph.weights[leaf_name(n)]
         elif ops.OPS[n.op].numpy is not None and n.inputs and all(id(i) in consts for i in n.inputs):
             try:
                 consts[id(n)] = apply_op(n, [consts[id(i)] for i in n.inputs]).astype(n.dtype, copy=False)
@@ -37,11 +46,22 @@ def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
 class _Exporter:
     def __init__(self, graph: Graph):
         self.graph = graph
+        self.opset = graph.opset
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[TensorProto] = []
         self.names: dict[int, str] = {}
         self.counter = 0
-        self.used_names: set[str] = {i.name for i in graph.inputs} | set(graph.output_names)
+        self.used_names: set[str] = {leaf_name(i) for i in graph.inputs} | set(graph.output_names)
+        inputs = {i.name for i in graph.inputs}
+        self.output_names: dict[str, int] = {}
+        """graph output name -> id of its node, while no node has been written under that name"""
+        self.adopt: dict[int, str] = {}
+        for node, name in zip(graph.outputs, graph.output_names):
+            if name not in inputs and name not in self.output_names:
+                self.output_names[name] = id(node)
+                self.adopt.setdefault(id(node), name)
+        self.shared: dict[tuple[str, str], str] = {}
+        self.written: list[Origin] = []
         for n in topo_order(graph.outputs):  # names inside subgraphs must not be shadowed by ours
             if n.op == "opaque" and n.attrs[2]:
                 self.used_names |= defined_names(_proto_node(n))
@@ -68,35 +88,211 @@ class _Exporter:
     def run(self) -> onnx.ModelProto:
         g = self.graph
         order, consts = fold_weights(g)
-        needed = self._needed(order, consts)
+        regions = self._regions(consts)
+        forms = _claim_splits(plan(g.outputs, consts), regions)
+        forms = {k: f for k, f in forms.items() if k not in regions}
         opaque_groups: dict[tuple, list[str]] = {}
-        for n in order:
-            if id(n) not in needed:
+        for n in self._order(consts, regions, forms):
+            if id(n) in self.names:  # an output of a region already written
                 continue
             if n.op == "input":
-                self.names[id(n)] = n.name
+                self.names[id(n)] = leaf_name(n)
             elif id(n) in consts:
-                base = n.name if n.op == "weight" and n.name not in self.used_names else "w"
-                self.names[id(n)] = self.const(consts[id(n)], base)
+                if n.op == "weight":
+                    self.names[id(n)] = self._shared(("leaf", str(n.name)), consts[id(n)], str(n.name))
+                else:
+                    self.names[id(n)] = self.const(consts[id(n)], "w")
+            elif id(n) in regions:
+                self._region(regions[id(n)])
+            elif id(n) in forms:
+                self.names[id(n)] = self._form(n, forms[id(n)])
             elif n.op == "opaque":
                 self._opaque(n, opaque_groups)
             else:
                 self.names[id(n)] = self._op(n)
+            self._adopt_output_name(n, opaque_groups)
         outputs = []
         for node, name in zip(g.outputs, g.output_names):
             src = self.names[id(node)]
             if src != name:  # an output that is directly a graph input keeps its name, and needs no node
                 self.nodes.append(helper.make_node("Identity", [src], [name], name=self.fresh(f"out_{name}")))
             outputs.append(self._value_info(name, node))
-        inputs = [self._value_info(i.name, i) for i in g.inputs]
+        inputs = [self._value_info(leaf_name(i), i) for i in g.inputs]
         self.inits += [numpy_helper.from_array(np.asarray(v, order="C"), k) for k, v in g.input_defaults.items()]
         graph = helper.make_graph(self.nodes, g.name, inputs, outputs, initializer=self.inits)
         opsets = [helper.make_opsetid("", g.opset)]
         domains = {n.attrs[1] for n in order if n.op == "opaque" and n.attrs[1] not in ("", "ai.onnx")}
+        domains |= {d for o in self.written for d in o.domains}
         opsets += [helper.make_opsetid(d, g.domains.get(d, 1)) for d in sorted(domains)]
         model = helper.make_model(graph, opset_imports=opsets, producer_name="eqsat")
         model.ir_version = min(model.ir_version, 10)
         return model
+
+    def _form(self, n: Node, form: Form) -> str:
+        """Write ``n`` in its :mod:`eqsat.onnx_forms` form."""
+        if form.kind == "matmul":
+            a, b = (self.names[id(d)] for d in form.deps)
+            if form.shape is not None:
+                a = self.emit("Reshape", [a, self.const(np.array(form.shape, np.int64), "shape")], "reshape")
+            return self.emit("MatMul", [a, b], "matmul")
+        if form.kind == "split":
+            assert form.group is not None
+            self._split(form.group)
+            return self.names[id(n)]
+        if form.kind == "gemm":
+            gemm = self.emit("Gemm", [self.names[id(d)] for d in form.deps], "gemm")
+            return emit_activation(self, gemm, n.attrs[0])
+        if form.kind == "conv_bias":
+            assert form.of is not None
+            bias = self._shared(("bias", str(id(n))), form.constants[2], "bias")
+            conv = ops.OPS["conv2d"].onnx
+            assert conv is not None
+            x, w = form.of.inputs
+            out = conv(self, form.of.attrs, [self.names[id(x)], self.names[id(w)], bias], [x.shape, w.shape])
+            residual = form.deps[2:]
+            return self.emit("Add", [out, self.names[id(residual[0])]], "ewadd") if residual else out
+        ins = []
+        for k, i in enumerate(n.inputs):
+            if k in form.constants:
+                key = ("stripped", i.name if i.op == "weight" and i.name else str(id(i)))
+                ins.append(self._shared(key, form.constants[k], i.name if i.op == "weight" and i.name else "c"))
+            else:
+                ins.append(self.names[id(i)])
+        emitter = ops.OPS[n.op].onnx
+        assert emitter is not None
+        return emitter(self, n.attrs, ins, [i.shape for i in n.inputs])
+
+    def _split(self, g: SplitGroup) -> None:
+        """Write a :class:`~eqsat.onnx_forms.SplitGroup`: (MatMul), (Add of the biases), one Split, and each part
+        reshaped to the shape of the node it is."""
+        if g.operand is not None:
+            x = self.emit("MatMul", [self.names[id(d)] for d in g.deps], "matmul")
+        else:
+            x = self.names[id(g.source)]
+        if g.bias is not None:
+            x = self.emit("Add", [x, self.const(g.bias, "bias")], "ewadd")
+        parts = [self.fresh("split") for _ in g.sizes]
+        sizes = np.array(g.sizes, np.int64)
+        if self.opset >= 13:
+            split = helper.make_node("Split", [x, self.const(sizes, "sizes")], parts, name=self.fresh("split_node"),
+                                     axis=g.axis)
+        else:
+            split = helper.make_node("Split", [x], parts, name=self.fresh("split_node"), axis=g.axis,
+                                     split=list(g.sizes))
+        self.nodes.append(split)
+        for top, part, shape in zip(g.tops, parts, g.part_shapes):
+            if tuple(top.shape) != shape:
+                part = self.emit("Reshape", [part, self.const(np.array(top.shape, np.int64), "shape")], "reshape")
+            self.names[id(top)] = part
+
+    # -- the user's own nodes (eqsat.origins) ----------------------------------------------------
+    def _regions(self, consts: dict[int, np.ndarray]) -> dict[int, Origin]:
+        """Output node -> the origin that writes it: each origin of the graph none of whose outputs is folded
+        into a constant or claimed by an earlier origin."""
+        regions: dict[int, Origin] = {}
+        for o in self.graph.origins:
+            ids = [id(n) for _, n in o.outputs]
+            if ids and not any(i in consts or i in regions for i in ids):
+                regions.update(dict.fromkeys(ids, o))
+        return regions
+
+    def _order(self, consts: dict[int, np.ndarray], regions: dict[int, Origin],
+               forms: dict[int, Form]) -> list[Node]:
+        """The nodes to write, each after the values it reads: a folded constant reads nothing, a region's
+        output reads the region's inputs (not the IR nodes of its expansion), a form its own."""
+
+        def deps(n: Node) -> tuple[Node, ...]:
+            if id(n) in consts:
+                return ()
+            if id(n) in forms:
+                return forms[id(n)].deps
+            o = regions.get(id(n))
+            if o is None:
+                return n.inputs
+            return tuple(m for name, m in o.inputs if m is not None and name not in o.constants)
+
+        order: list[Node] = []
+        seen: set[int] = set()
+        for out in self.graph.outputs:
+            if id(out) in seen:
+                continue
+            seen.add(id(out))
+            stack: list[tuple[Node, tuple[Node, ...], int]] = [(out, deps(out), 0)]
+            while stack:
+                n, ds, i = stack[-1]
+                if i < len(ds):
+                    stack[-1] = (n, ds, i + 1)
+                    if id(ds[i]) not in seen:
+                        seen.add(id(ds[i]))
+                        stack.append((ds[i], deps(ds[i]), 0))
+                else:
+                    stack.pop()
+                    order.append(n)
+        return order
+
+    def _region(self, o: Origin) -> None:
+        """Write an origin's ONNX nodes verbatim: inputs renamed to our names for their values, constant inputs
+        as the original constants, original value and node names where they do not clash."""
+        rename: dict[str, str] = {}
+        for name, node in o.inputs:
+            if name in o.constants:
+                key = ("leaf", str(node.name)) if node is not None and node.op == "weight" else ("const", name)
+                rename[name] = self._shared(key, o.constants[name], name)
+            else:
+                assert node is not None
+                rename[name] = self.names[id(node)]
+        for name, node in o.outputs:
+            rename[name] = self.names[id(node)] = self._claim(name, node)
+        for proto in o.nodes:
+            node = onnx.NodeProto()
+            node.CopyFrom(proto)
+            for k, name in enumerate(node.output):
+                if name and name not in rename:  # a value inside the region
+                    rename[name] = self._claim(name)
+                node.output[k] = rename.get(name, name)
+            for k, name in enumerate(node.input):
+                node.input[k] = rename.get(name, name)
+            node.name = self._claim(node.name) if node.name else self.fresh(f"{node.op_type}_node")
+            self.nodes.append(node)
+        self.written.append(o)
+
+    def _claim(self, name: str, node: Node | None = None) -> str:
+        """``name`` if free (or the graph output ``node`` is written as), else a fresh variant of it."""
+        if node is not None and self.output_names.get(name) == id(node):
+            del self.output_names[name]
+            return name
+        if name not in self.used_names:
+            self.used_names.add(name)
+            return name
+        return self.fresh(name)
+
+    def _shared(self, key: tuple[str, str], array: np.ndarray, name: str) -> str:
+        """One initializer per weight leaf or original constant (``key``), named ``name`` where free."""
+        if key not in self.shared:
+            self.shared[key] = self._claim(name)
+            self.inits.append(numpy_helper.from_array(np.asarray(array, order="C"), self.shared[key]))
+        return self.shared[key]
+
+    def _adopt_output_name(self, n: Node, groups: dict[tuple, list[str]]) -> None:
+        """Give the node just written for graph output ``n`` the output's name (no Identity needed). Only the
+        nodes written with it can read the value yet (every other reader comes later): they are renamed too."""
+        name = self.adopt.get(id(n))
+        src = self.names.get(id(n))
+        if name is None or src is None or src == name or self.output_names.get(name) != id(n) \
+                or not any(src in proto.output for proto in self.nodes):
+            return  # an input or an initializer: the Identity stays
+        for proto in self.nodes:
+            for field in (proto.input, proto.output):
+                for k, v in enumerate(field):
+                    if v == src:
+                        field[k] = name
+        del self.output_names[name]
+        for outs in groups.values():
+            if src in outs:
+                outs[outs.index(src)] = name
+        for k, v in self.names.items():
+            if v == src:
+                self.names[k] = name
 
     def _value_info(self, name: str, node: Node) -> onnx.ValueInfoProto:
         """The declared type of an input or output: the original model's where it has one."""
@@ -107,19 +303,6 @@ class _Exporter:
             return info
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(node.dtype)),
                                              list(node.shape))
-
-    def _needed(self, order: list[Node], consts: dict[int, np.ndarray]) -> set[int]:
-        """Nodes the exported graph needs: reachable from the outputs without entering folded constants."""
-        needed: set[int] = set()
-        stack = list(self.graph.outputs)
-        while stack:
-            n = stack.pop()
-            if id(n) in needed:
-                continue
-            needed.add(id(n))
-            if id(n) not in consts:
-                stack.extend(n.inputs)
-        return needed
 
     def _op(self, n: Node) -> str:
         entry = ops.OPS.get(n.op)
@@ -141,6 +324,22 @@ class _Exporter:
             self.nodes.append(node)
             groups[key] = list(node.output)
         self.names[id(n)] = groups[key][out_index]
+
+
+def _claim_splits(forms: dict[int, Form], regions: dict[int, Origin]) -> dict[int, Form]:
+    """``forms`` without the split groups that would write a node of the user's regions (``regions``) other than
+    whole regions of a part's node (a bias Add): those regions are dropped from ``regions``, the group writes them."""
+    groups = {id(f.group): f.group for f in forms.values() if f.group is not None}
+    for key, group in groups.items():
+        tops = {id(t) for t in group.tops}
+        owned = [regions[i] for i in tops if i in regions]
+        if any(id(n) in regions for n in group.inner) \
+                or any(id(n) not in tops for o in owned for _, n in o.outputs):
+            forms = {k: f for k, f in forms.items() if id(f.group) != key}
+            continue
+        for i in tops:
+            regions.pop(i, None)
+    return forms
 
 
 def _proto_node(n: Node, inputs: list[str] | None = None, outputs: list[str] | None = None,

@@ -20,10 +20,11 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, external_data_helper, helper, numpy_helper, shape_inference
 
-from . import ir
+from . import ir, origins
 from .errors import DynamicShapeError, InputError, ShapeError
 from .ir import Graph, Node
 from .onnx_io import as_path, is_large
+from .onnx_patterns import Match, find_composites
 from .onnx_subgraphs import implicit_inputs
 from .shapes import SAME
 
@@ -151,6 +152,12 @@ def _constant_value(attr: onnx.AttributeProto) -> np.ndarray:
     return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES.get(attr.name))
 
 
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    return out
+
+
 def _dtype_name(elem_type: int) -> str:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
 
@@ -166,6 +173,7 @@ class _Importer:
         self.weights: dict[str, np.ndarray] = {}
         self._names: set[str] = set()
         self._runtime: dict[str, tuple[tuple[int, ...], str]] | None = None
+        self.origins: list[origins.Origin] = []
 
     # -- helpers -------------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
@@ -194,7 +202,7 @@ class _Importer:
     def reshape(self, node: Node, shape: tuple[int, ...]) -> Node:
         if tuple(node.shape) == tuple(shape):
             return node
-        if node.op == "weight":
+        if node.op == "weight" and node.name is not None:
             return self.weight(self.weights[node.name].reshape(shape), node.name)
         return ir.make("reshape", [node], tuple(shape))
 
@@ -216,8 +224,10 @@ class _Importer:
         defaults = {vi.name: self.consts.pop(vi.name) for vi in self.g.input if vi.name in self.consts}
         inputs = [self._default_input(vi.name, defaults[vi.name]) if vi.name in defaults else self._graph_input(vi)
                   for vi in self.g.input]
+        self._covered: dict[str, Match] = {n.output[0]: m for m in find_composites(self.g, self.consts) for n in m.nodes}
         for node in self.g.node:
-            self._node(node)
+            if not self._composite(node):
+                self._node(node)
         outputs, names = [], []
         for vo in self.g.output:
             names.append(vo.name)
@@ -227,7 +237,19 @@ class _Importer:
         domains = {o.domain: o.version for o in self.model.opset_import if o.domain not in ("", "ai.onnx")}
         return Graph(tuple(inputs), tuple(outputs), tuple(names), weights,
                      name=self.g.name or "model", opset=max(self.opset, 17), input_defaults=defaults,
-                     interface_types=self._interface_types(outputs), domains=domains)
+                     interface_types=self._interface_types(outputs), domains=domains,
+                     origins=origins.live(self.origins, outputs))
+
+    def record_origin(self, nodes: list[onnx.NodeProto], outputs: list[str]) -> None:
+        """Remember that the ONNX ``nodes`` (a region) became the IR nodes now bound to their ``outputs``, so that
+        the exporter can write them back verbatim (:mod:`eqsat.origins`). Call it once the outputs are bound."""
+        produced = {o for n in nodes for o in n.output if o}
+        external = list(dict.fromkeys(i for n in nodes for i in n.input if i and i not in produced))
+        constants = {i: self.consts[i] for i in external if i in self.consts}
+        inputs = [(i, self.values.get(i)) for i in external]
+        record = origins.make([_copy(n) for n in nodes], inputs, [(o, self.values[o]) for o in outputs], constants)
+        if record is not None:
+            self.origins.append(record)
 
     def _default_input(self, name: str, default: np.ndarray) -> Node:
         """An overridable initializer: a graph input with a default value (never folded into constants)."""
@@ -311,6 +333,36 @@ class _Importer:
             self._opaque(node, implicit)
         else:
             self.values[node.output[0]] = mapped
+            self.record_origin([node], [node.output[0]])
+
+    def _composite(self, node: onnx.NodeProto) -> bool:
+        """Whether ``node`` is part of a composite (:mod:`eqsat.onnx_patterns`): its inner nodes are skipped, and
+        at its last one the composite IR node is made; where it cannot be (not float32, a shape the operator
+        refuses, constant operands to fold), the covered nodes are imported one by one instead. A one-node
+        composite (a LayerNormalization, Softmax or Gelu node) is an origin record, written back verbatim while
+        the program keeps it; a decomposed one is not: the exporter writes its own form, the one onnxruntime
+        fuses (the exporters' forms are not always fused: dynamo's erf-GELU and LLaMA's RMSNorm are not)."""
+        match = self._covered.get(node.output[0]) if node.output else None
+        if match is None:
+            return False
+        if match.output not in node.output:
+            return True
+        mapped = None
+        if not all(i in self.consts for i in match.inputs):
+            ins = [self.value(i) for i in match.inputs]
+            if self._is_float(*ins):
+                try:
+                    mapped = ir.make(match.op, ins, match.ir_attrs([i.shape for i in ins]))
+                except ShapeError:
+                    mapped = None
+        if mapped is None:
+            for inner in match.nodes:
+                self._node(inner)
+        else:
+            self.values[match.output] = mapped
+            if len(match.nodes) == 1:
+                self.record_origin(list(match.nodes), [match.output])
+        return True
 
     def _node_model(self, node: onnx.NodeProto, names: list[str], types: list[tuple[tuple[int, ...], str]],
                     inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
@@ -373,7 +425,7 @@ class _Importer:
             found = {v.name: v for v in list(inferred.graph.output) + list(inferred.graph.value_info)}
         except Exception:  # noqa: BLE001 - the run below gives the shapes, or names the problem
             pass
-        result = []
+        result: list[tuple[tuple[int, ...], str]] = []
         for o in node.output:
             if not o:
                 result.append(((), "float32"))
@@ -408,14 +460,14 @@ class _Importer:
         known = {o.name for o in g.output}
         g.output.extend(onnx.ValueInfoProto(name=o) for n in g.node for o in n.output if o and o not in known)
         rng = np.random.default_rng(0)
-        feeds = {}
+        feeds: dict[str, np.ndarray] = {}
         for vi in self.g.input:
-            n = self.values.get(vi.name)
-            if n is None or n.op != "input" or vi.name in {t.name for t in self.g.initializer}:
+            leaf = self.values.get(vi.name)
+            if leaf is None or leaf.op != "input" or vi.name in {t.name for t in self.g.initializer}:
                 continue
-            dt = np.dtype(n.dtype)
-            feeds[vi.name] = rng.standard_normal(n.shape).astype(dt) if dt.kind == "f" else \
-                np.ones(n.shape, dt) if dt.kind == "b" else np.zeros(n.shape, dt)
+            dt = np.dtype(leaf.dtype)
+            feeds[vi.name] = rng.standard_normal(leaf.shape).astype(dt) if dt.kind == "f" else \
+                np.ones(leaf.shape, dt) if dt.kind == "b" else np.zeros(leaf.shape, dt)
         try:
             sess = _session(model)
             names = [o.name for o in sess.get_outputs()]
@@ -620,6 +672,8 @@ class _Importer:
                 axes = [a % len(x.shape) for a in axes] if axes else [i for i, d in enumerate(x.shape) if d == 1]
                 out = tuple(d for i, d in enumerate(x.shape) if i not in axes)
             else:
+                if not axes:
+                    return None  # Unsqueeze without axes: not a valid node; carried as an opaque operator
                 rank = len(x.shape) + len(axes)
                 axes = sorted(a % rank for a in axes)
                 dims = list(x.shape)

@@ -37,6 +37,15 @@ class Snapshot:
     """egglog name of input/weight leaves -> IR node"""
     opaque: list[Node] = field(default_factory=list)
     """opaque table: id -> an IR node carrying the op's attributes, shape and dtype"""
+    handle_classes: dict[str, int] = field(default_factory=dict)
+    """handle of every encoded IR node (``(node "nK")``) -> its e-class"""
+    node_handles: dict[int, str] = field(default_factory=dict)
+    """id of every encoded IR node -> its handle (see :attr:`eqsat.encode.Encoding.handles`)"""
+
+    def class_of(self, node: Node) -> int | None:
+        """The e-class of an IR node of the encoded program (None if it was not encoded or was dropped)."""
+        h = self.node_handles.get(id(node))
+        return self.handle_classes.get(h) if h is not None else None
 
     @property
     def num_classes(self) -> int:
@@ -69,4 +78,5 @@ class Snapshot:
                     nodes.append(ENode(e.op, e.attrs, tuple(index[ch] for ch in e.children), index[c]))
             classes.append(members)
         return Snapshot(nodes, classes, [self.shapes[c] for c in keep], [self.all_weights[c] for c in keep],
-                        [index[r] for r in self.roots], self.leaves, self.opaque)
+                        [index[r] for r in self.roots], self.leaves, self.opaque,
+                        {h: index[c] for h, c in self.handle_classes.items() if c in index}, self.node_handles)

@@ -33,7 +33,8 @@ from .inputs import index_bounds, random_inputs
 from .onnx_io import as_path, is_large
 from .verify import feed_shapes
 
-RUNTIME = "onnxruntime-cpu"
+RUNTIME = "ort-cpu"
+"""the runtime :func:`compare` measures in (``--runtime`` names it so; others: :mod:`eqsat.runtimes`)"""
 SESSIONS_WEIGHT_LIMIT = 512 * 2**20
 """bytes of weights that the sessions of one program may hold together"""
 MIN_SESSIONS = 3
@@ -87,13 +88,14 @@ def runtime_info(threads: int) -> dict[str, Any]:
             "graph_optimization_level": "ORT_ENABLE_ALL", "execution_mode": "sequential"}
 
 
-def timing_session(model: onnx.ModelProto | bytes, threads: int) -> ort.InferenceSession:
+def timing_session(model: onnx.ModelProto | bytes, threads: int,
+                   providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
     opts = session_options(threads)
     if isinstance(model, onnx.ModelProto) and is_large(model):
         with as_path(model) as path:  # onnxruntime reads the external data while the session is built
-            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(path, opts, providers=list(providers))
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(data, opts, providers=list(providers))
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ class Decision:
 
 def decide(cmp: Comparison, allow_slower: bool = False) -> Decision:
     """Ship the optimized program only if it is faster with confidence (or ``allow_slower`` asks to keep it)."""
-    ci = f"{cmp.speedup:.3f}x, {cmp.confidence:.0%} CI {cmp.ci_low:.3f}-{cmp.ci_high:.3f} over {cmp.rounds} rounds"
+    ci = f"{cmp.speedup:.3f}x, {100 * cmp.confidence:g}% CI {cmp.ci_low:.3f}-{cmp.ci_high:.3f} over {cmp.rounds} rounds"
     if cmp.faster:
         return Decision(True, f"the optimized program is faster with confidence ({ci})")
     verdict = "slower" if cmp.slower else "not faster with confidence"
@@ -218,48 +220,74 @@ def _timed(call: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
-def _instances(calls: Callable[[], Any] | Sequence[Callable[[], Any]]) -> list[Callable[[], Any]]:
+Calls = Callable[[], Any] | Sequence[Callable[[], Any]]
+"""one program: a callable, or several interchangeable instances of it (sessions)"""
+BlockClock = Callable[[Callable[[], Any], int], float]
+"""(call, n) -> milliseconds per call over a block of ``n`` calls (the round's summary of one program)"""
+
+
+def wall_block_ms(call: Callable[[], Any], repeats: int) -> float:
+    """The median wall time (ms) of ``repeats`` individually timed calls: the CPU runtimes' clock."""
+    return statistics.median(_timed(call) for _ in range(repeats)) * 1e3
+
+
+def _instances(calls: Calls) -> list[Callable[[], Any]]:
     return [calls] if callable(calls) else list(calls)
 
 
-def compare_calls(calls_a: Callable[[], Any] | Sequence[Callable[[], Any]],
-                  calls_b: Callable[[], Any] | Sequence[Callable[[], Any]],
-                  protocol: Protocol = Protocol(), runtime: dict[str, Any] | None = None) -> Comparison:
+def compare_calls(calls_a: Calls, calls_b: Calls, protocol: Protocol = Protocol(),
+                  runtime: dict[str, Any] | None = None, clock: BlockClock = wall_block_ms) -> Comparison:
     """Time program A (the original) against program B with the protocol (see the module's docstring).
 
     Each side is a callable, or several interchangeable instances of it (sessions): round ``r`` uses
     instance ``r mod n``, so that what differs between two instances of one program (memory placement)
     shows up in the spread of the rounds, and so in the interval, instead of biasing one side."""
+    return compare_many([calls_a, calls_b], protocol, runtime, clock)[0]
+
+
+def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), runtime: dict[str, Any] | None = None,
+                 clock: BlockClock = wall_block_ms) -> list[Comparison]:
+    """Time the original (``programs[0]``) against each other program in one interleaved run: every round
+    times a block of each program in a seeded random order, and each comparison pairs the original's block
+    with the other program's in the same round. ``clock`` times a block (wall clock by default; CUDA events
+    for the GPU runtimes). One :class:`Comparison` per program after the first, in order."""
     p = protocol
-    inst = (_instances(calls_a), _instances(calls_b))
+    if len(programs) < 2:
+        raise ValueError(f"need the original and at least one other program, got {len(programs)}")
+    inst = [_instances(c) for c in programs]
+    k = len(inst)
     start = time.perf_counter()
     rng = np.random.default_rng(p.seed)
-    warm: tuple[list[float], list[float]] = ([], [])
+    warm: list[list[float]] = [[] for _ in inst]
     for i in range(p.warmup):  # alternated; stop early (after two each) when a call is a large part of the budget
-        for which in rng.permutation(2):
+        for which in rng.permutation(k):
             for call in inst[which]:
-                warm[which].append(_timed(call))
+                warm[which].append(clock(call, 1) / 1e3)
         if i >= 1 and time.perf_counter() - start > 0.2 * p.budget_s:
             break
-    skip = max(len(inst[0]), len(inst[1]))  # the first call of each instance allocates
-    per_call = max(statistics.median(warm[0][skip:] or warm[0]), statistics.median(warm[1][skip:] or warm[1]), 1e-7)
-    pairs = p.budget_s / (2 * per_call)  # how many (A, B) call pairs the budget affords
+    skip = max(len(x) for x in inst)  # the first call of each instance allocates
+    per_call = max(max(statistics.median(w[skip:] or w) for w in warm), 1e-7)
+    pairs = p.budget_s / (k * per_call)  # how many rounds of one call per program the budget affords
     repeats = min(max(math.ceil(p.block_s / per_call), 1), p.max_repeats, max(int(pairs // p.min_rounds), 1))
     rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
-    series: tuple[list[float], list[float]] = ([], [])
+    series: list[list[float]] = [[] for _ in inst]
     t0 = time.perf_counter()
     for r in range(rounds):
-        for which in rng.permutation(2):
-            call = inst[which][r % len(inst[which])]
-            series[which].append(statistics.median(_timed(call) for _ in range(repeats)) * 1e3)
+        for which in rng.permutation(k):
+            series[which].append(clock(inst[which][r % len(inst[which])], repeats))
         if r + 1 >= p.min_rounds and time.perf_counter() - t0 > p.budget_s:
             break
-    ra, rb = series
-    pairs_of_instances = [(r % len(inst[0])) * len(inst[1]) + r % len(inst[1]) for r in range(len(ra))]
-    est = speedup_ci(ra, rb, p.confidence, p.resamples, p.seed, clusters=pairs_of_instances)
-    return Comparison(statistics.median(ra), statistics.median(rb), est.speedup, est.ci_low, est.ci_high,
-                      p.confidence, len(ra), repeats, time.perf_counter() - start,
-                      runtime or {"name": "python-callables"}, ra, rb)
+    seconds = time.perf_counter() - start
+    ra = series[0]
+    out = []
+    for j in range(1, k):
+        rb = series[j]
+        clusters = [(r % len(inst[0])) * len(inst[j]) + r % len(inst[j]) for r in range(len(ra))]
+        est = speedup_ci(ra, rb, p.confidence, p.resamples, p.seed, clusters=clusters)
+        out.append(Comparison(statistics.median(ra), statistics.median(rb), est.speedup, est.ci_low, est.ci_high,
+                              p.confidence, len(ra), repeats, seconds, runtime or {"name": "python-callables"},
+                              ra, rb))
+    return out
 
 
 def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float) -> int:
@@ -274,28 +302,44 @@ def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float
     return int(max(1, min(wanted, by_memory, by_time)))
 
 
+def timing_sessions(models: Sequence[onnx.ModelProto], protocol: Protocol,
+                    providers: Sequence[str] = ("CPUExecutionProvider",)) -> list[list[ort.InferenceSession]]:
+    """Sessions for each of ``models`` (:func:`session_count` of them each), built in a seeded order so that
+    no program is always first; raises ValueError if the programs take different inputs."""
+    rng = np.random.default_rng(protocol.seed)
+    sessions: list[list[ort.InferenceSession]] = [[] for _ in models]
+    t = time.perf_counter()
+    for which in rng.permutation(len(models)):  # build order: seeded, so that no side is always first
+        sessions[which].append(timing_session(models[which], protocol.threads, providers))
+    n = session_count(models, protocol.sessions, (time.perf_counter() - t) / max(len(models) / 2, 1),
+                      protocol.budget_s)
+    for which in rng.permutation(np.repeat(np.arange(len(models)), n - 1)):
+        sessions[which].append(timing_session(models[which], protocol.threads, providers))
+    signatures = [sorted((i.name, i.type, len(i.shape)) for i in side[0].get_inputs()) for side in sessions]
+    for other in signatures[1:]:
+        if other != signatures[0]:
+            raise ValueError(f"the programs take different inputs (name, type, rank: {signatures[0]} vs {other}); "
+                             "only programs with the same interface can be compared")
+    return sessions
+
+
+def timing_feeds(original: onnx.ModelProto, sessions: Sequence[ort.InferenceSession], seed: int,
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """The seeded random inputs both programs are timed on (the verification's: ``input_shapes`` fix dynamic
+    dimensions, integer inputs range over the axis they index); ``sessions``: the original's and another's."""
+    shapes = feed_shapes(sessions[0], sessions[-1], input_shapes)
+    return random_inputs(sessions[0], np.random.default_rng(seed), shapes, index_bounds(original))
+
+
 def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, protocol: Protocol = Protocol(),
             input_shapes: Mapping[str, tuple[int, ...]] | None = None,
             feeds: dict[str, np.ndarray] | None = None) -> Comparison:
     """Time ``original`` against ``optimized`` end to end in onnxruntime on the same inputs: ``feeds``, or
-    seeded random ones (the verification's: ``input_shapes`` fix dynamic dimensions, integer inputs range
-    over the axis they index). The speedup is original / optimized."""
-    models = (original, optimized)
-    rng = np.random.default_rng(protocol.seed)
-    sessions: tuple[list[ort.InferenceSession], list[ort.InferenceSession]] = ([], [])
-    t = time.perf_counter()
-    for which in rng.permutation(2):  # build order: seeded, so that neither side is always first
-        sessions[which].append(timing_session(models[which], protocol.threads))
-    n = session_count(models, protocol.sessions, time.perf_counter() - t, protocol.budget_s)
-    for which in rng.permutation(np.repeat([0, 1], n - 1)):
-        sessions[which].append(timing_session(models[which], protocol.threads))
-    inputs_a, inputs_b = (sorted((i.name, i.type, len(i.shape)) for i in side[0].get_inputs()) for side in sessions)
-    if inputs_a != inputs_b:
-        raise ValueError(f"the two programs take different inputs (name, type, rank: {inputs_a} vs {inputs_b}); "
-                         "only programs with the same interface can be compared")
+    seeded random ones (:func:`timing_feeds`). The speedup is original / optimized. Other runtimes, and
+    several candidates at once: :func:`eqsat.runtimes.compare_programs`."""
+    sessions = timing_sessions([original, optimized], protocol)
     if feeds is None:
-        shapes = feed_shapes(sessions[0][0], sessions[1][0], input_shapes)
-        feeds = random_inputs(sessions[0][0], np.random.default_rng(protocol.seed), shapes, index_bounds(original))
-    runs = tuple([functools.partial(s.run, None, feeds) for s in side] for side in sessions)
-    info = {**runtime_info(protocol.threads), "sessions_per_program": n}
+        feeds = timing_feeds(original, [sessions[0][0], sessions[1][0]], protocol.seed, input_shapes)
+    runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
+    info = {**runtime_info(protocol.threads), "sessions_per_program": len(sessions[1])}
     return compare_calls(runs[0], runs[1], protocol, info)

@@ -53,6 +53,12 @@ class SearchConfig:
     exploration: float = option(2.0, "UCB1 constant c in Q/n + c sqrt(2 ln N / n)")
     stop_probability: float = option(0.5, "the 50% rule: below the root, expand an untried action only with this "
                                           "probability")
+    prior_explore: float = option(1.0, "MCTS rollouts draw a step uniformly from every rule with this probability, "
+                                       "else from the rules seen to match or change the e-graph in this search")
+    no_gain_steps: int = option(8, "MCTS stops (stop reason no_gain) when no simulation found a cost decrease in "
+                                   "this many consecutive real decisions; 0: never", "--no-gain-steps", least=0)
+    workers: int = option(1, "MCTS root-parallel trees (this process and N - 1 worker processes), merged before "
+                             "every real decision", "--workers", least=1)
     max_iterations: int = option(200, "at most this many real steps (TENSAT: iterations)", least=1)
     reuse_subtree: bool = option(False, "MCTS keeps the chosen child's subtree for the next decision")
 
@@ -97,6 +103,8 @@ class StopReason(StrEnum):
     """``max_iterations`` real steps (TENSAT: iterations) were taken"""
     BUDGET = "budget"
     """MCTS had no simulation budget (budget 0), so it could not plan a step"""
+    NO_GAIN = "no_gain"
+    """MCTS: no simulation found a cost decrease in ``no_gain_steps`` consecutive real decisions"""
     NO_SEARCH = "no_search"
     """no scheduler ran (``--scheduler none``)"""
 
@@ -114,6 +122,11 @@ class SearchReport:
     extractions: int = 0
     """main-extractor runs that priced states"""
     extraction_seconds: float = 0.0
+
+    @property
+    def simulations_per_second(self) -> float:
+        """MCTS simulations per second of search (0 for the other schedulers)."""
+        return self.simulations / self.seconds if self.seconds > 0 else 0.0
 
     def rules_applied(self) -> dict[str, int]:
         """How many real steps applied each rule."""
@@ -166,10 +179,19 @@ class Env:
             return self.engine.apply(rule)
         known = self._matches.get(key)
         matches = known.get(rule) if known is not None else None
+        if matches is None and self.engine.rules[rule].kind == "multi":
+            matches = self._probe_here(rule)
         report = self.engine.apply(rule, node_limit=self.config.limit, matches=matches, rollback=False)
         if remember and (report.changed or report.refused):
             self._fits[(key, rule)] = not report.refused
         return report
+
+    def _probe_here(self, rule: str) -> int:
+        """The rule's match count, probed without the engine's own push (which costs as much as the probe): only
+        inside a simulation's push, whose pop discards whatever the run touched; a probe rule has no actions,
+        so it adds nothing to the state the simulation goes on from."""
+        out = self.egraph.run_commands(self.engine._probe[rule])
+        return sum(out[0].report.num_matches_per_rule.values())
 
     def full(self) -> bool:
         return self.size() >= self.config.limit

@@ -2,8 +2,11 @@
 
 A tree node is the e-graph after its path of rules from the current real e-graph. Each simulation
 pushes the e-graph, replays the selected path (selection with the 50% stop rule and UCB1), expands one
-untried unpruned action, runs a random rollout of up to ``depth + 1`` steps, backs the discounted
-return up the path, and pops. After ``budget`` simulations the root child with the best mean value is
+untried action that changes the e-graph (the root probes every rule's matches; deeper nodes try their
+actions lazily, those known to match in this search first), runs a random rollout of up to ``depth + 1``
+steps (priced once, at its end), backs the discounted return up the path, and pops. ``parallel.Forest``
+runs ``workers`` such trees and merges their roots before each real step; ``no_gain_steps`` decisions in a
+row without a cost decrease in any simulation end the search (``StopReason.NO_GAIN``). After ``budget`` simulations the root child with the best mean value is
 applied for real; if every root child tried so far changed nothing, the untried root actions are tried
 too, so that the search stops as saturated only when no action changes the e-graph. The node limit is
 checked on the e-graph after every step, simulated (the simulation ends there, its pop discards the
@@ -21,7 +24,54 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from eqsat.errors import EGraphError
+
 from .env import Env, SearchConfig, SearchReport, Step, StopReason
+
+
+@dataclass
+class ChildStats:
+    """A root child's statistics, as trees report them for the merge."""
+
+    visits: int
+    value: float
+    reward: float
+    enodes: int
+    saturated: bool
+    refused: bool
+
+
+@dataclass
+class RootStats:
+    """One tree's (or the merged trees') root after planning a real decision."""
+
+    planned: int
+    """simulations run"""
+    gained: bool
+    """some simulation found a cost decrease"""
+    open_actions: bool
+    """planning was cut short with root actions untried"""
+    children: dict[str, ChildStats]
+
+    @staticmethod
+    def merge(parts: list[RootStats]) -> RootStats:
+        """Visits and values summed per action; an action saturated (or refused) in one tree is so in all (the
+        e-graph is the same in every tree); rewards and sizes are the same function of the state everywhere."""
+        children: dict[str, ChildStats] = {}
+        for part in parts:
+            for action, c in part.children.items():
+                m = children.get(action)
+                if m is None:
+                    children[action] = ChildStats(c.visits, c.value, c.reward, c.enodes, c.saturated, c.refused)
+                    continue
+                m.visits += c.visits
+                m.value += c.value
+                m.saturated |= c.saturated
+                m.refused |= c.refused
+                if not m.enodes:
+                    m.reward, m.enodes = c.reward, c.enodes
+        return RootStats(sum(p.planned for p in parts), any(p.gained for p in parts),
+                         any(p.open_actions for p in parts), children)
 
 
 @dataclass(eq=False)
@@ -44,22 +94,33 @@ class TreeNode:
     children: dict[str, TreeNode] = field(default_factory=dict)
 
     def path(self) -> list[str]:
-        out, node = [], self
-        while node.parent is not None:
-            out.append(node.action)  # type: ignore[arg-type]
+        out: list[str] = []
+        node = self
+        while node.parent is not None and node.action is not None:
+            out.append(node.action)
             node = node.parent
         return out[::-1]
 
 
 class MCTS:
-    def __init__(self, env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None):
+    def __init__(self, env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None,
+                 tree: int = 0):
         self.env = env
         self.config = config.resolved(env.size())
-        self.rng = random.Random(config.seed)
+        self.rng = random.Random(config.seed if tree == 0 else f"{config.seed}/{tree}")
+        """tree 0 (the only one unless ``workers`` > 1) draws from ``seed``; a parallel tree i from (seed, i)"""
+        self.root = TreeNode(None, None)
+        self.gained = False
+        """a simulation of the current plan found a cost decrease"""
+        self.enodes = 0
+        """the e-graph's size after the last simulated step"""
         self.say = progress or (lambda _m: None)
         self.real_path: list[str] = []
         self.simulations = 0
         self.unit = 1.0
+        self.known: dict[str, None] = {}
+        """actions seen to match (at a root probe) or to change the e-graph in this search, in first-seen order:
+        the online prior that expansions try first and rollouts draw from (see ``_pick``)"""
 
     # -- one simulation ------------------------------------------------------------------------------
     def _apply(self, node_path: list[str], action: str) -> tuple[bool, float, bool, bool]:
@@ -67,21 +128,55 @@ class MCTS:
         (changed, cost, full, refused by the node limit; the simulation then ends and pops)."""
         state = tuple(self.real_path + node_path)
         report = self.env.apply_simulated(action, state)
+        self.enodes = report.enodes
+        full = report.enodes >= self.config.limit
         if not report.changed or report.enodes > self.config.limit:
-            return False, math.nan, self.env.full(), report.changed or report.refused
+            return False, math.nan, full, report.changed or report.refused
         key = tuple(self.real_path + node_path + [action])
-        return True, self.env.cost(key), self.env.full(), False
+        self.known[action] = None
+        return True, self.env.cost(key), full, False
 
     def _expand_actions(self, node: TreeNode, path: list[str]) -> None:
+        """The root probes every rule's matches once (it expands many); a node below it tries its actions
+        lazily (``_expand``): a probe of every rule costs as much as dozens of rule runs."""
         if node.untried is None:
-            node.untried = [] if node.terminal else self.env.live_actions(tuple(self.real_path + path))
+            if node.terminal:
+                node.untried = []
+            elif node.parent is None:
+                node.untried = self.env.live_actions(tuple(self.real_path + path))
+                self.known.update(dict.fromkeys(node.untried))
+            else:
+                node.untried = list(self.env.actions)
+
+    def _expand(self, node: TreeNode, path: list[str]) -> TreeNode | None:
+        """Try untried actions of ``node`` in random order until one changes the e-graph: its new child (None if
+        none did, or if the node limit refused one, which may leave the e-graph past the limit). Each action
+        tried becomes a child; one that changed nothing is saturated there."""
+        rng = self.rng
+        while node.untried:
+            known = [i for i, a in enumerate(node.untried) if a in self.known]
+            action = node.untried.pop(known[rng.randrange(len(known))] if known else rng.randrange(len(node.untried)))
+            changed, cost, full, refused = self._apply(path, action)
+            child = TreeNode(action, node, cost=node.cost)
+            node.children[action] = child
+            if not changed:
+                child.saturated, child.refused = True, refused
+                if refused:
+                    return None
+                continue
+            child.cost = cost
+            child.reward = self._gain(node.cost, cost)
+            child.terminal = full
+            child.enodes = self.enodes
+            return child
+        return None
 
     def simulate(self, root: TreeNode) -> bool:
         """One simulation; False if every action from the root is saturated (nothing left to plan)."""
         env, cfg, rng = self.env, self.config, self.rng
         env.egraph.push()
         try:
-            node, path = root, []
+            node, path = root, list[str]()
             while True:
                 self._expand_actions(node, path)
                 if node.terminal:
@@ -89,20 +184,11 @@ class MCTS:
                 open_children = [c for c in node.children.values() if not c.saturated]
                 can_expand = bool(node.untried)
                 if can_expand and (not open_children or node is root or rng.random() < cfg.stop_probability):
-                    action = node.untried.pop(rng.randrange(len(node.untried)))  # type: ignore[union-attr]
-                    changed, cost, full, refused = self._apply(path, action)
-                    child = TreeNode(action, node)
-                    node.children[action] = child
-                    if not changed:
-                        child.saturated, child.refused = True, refused
-                        child.cost = node.cost
-                        self._backup(child, 0.0)
+                    child = self._expand(node, path)
+                    if child is None:  # nothing untried changed the e-graph (or the limit refused one): it ends
+                        self._backup(node, 0.0)
                         return True
-                    child.cost = cost
-                    child.reward = self._gain(node.cost, cost)
-                    child.terminal = full
-                    child.enodes = env.size()
-                    path.append(action)
+                    path.append(child.action or "")
                     node = child
                     break
                 if not open_children:
@@ -110,11 +196,12 @@ class MCTS:
                         return False
                     break
                 node = self._ucb(node, open_children)
-                changed, _cost, _full, refused = self._apply(path, node.action)  # type: ignore[arg-type]
+                action = node.action or ""
+                changed, _cost, _full, refused = self._apply(path, action)
                 if not changed:  # a replay that no longer fits (the e-graph is a function of the path: never)
                     node.saturated, node.refused = True, refused
                     return True
-                path.append(node.action)  # type: ignore[arg-type]
+                path.append(action)
             ret = 0.0 if node.terminal else self._rollout(node, path)
             self._backup(node, ret)
             return True
@@ -135,28 +222,45 @@ class MCTS:
         return best  # type: ignore[return-value]
 
     def _rollout(self, node: TreeNode, path: list[str]) -> float:
-        """Random rule applications from ``node``; the discounted sum of their (non-negative) cost decreases.
+        """Random rule applications from ``node``; the discounted cost decrease they reach (never negative).
 
-        Actions are drawn uniformly from all rules, as in the paper; the node limit is checked on the e-graph
-        after each step, and the rollout ends at the first step whose result passes it (that state earns
-        nothing; the simulation's pop discards it)."""
+        Actions come from ``_pick``; the node limit is checked on the e-graph after each step, and the rollout
+        ends at the first step whose result passes it (that state earns nothing; the simulation's pop discards
+        it). The state is priced once, at the end (the paper prices every step: an extraction per changing step,
+        most of a simulation's time); its decrease counts at the discount of the last step that changed the
+        e-graph. Near the limit (past ``PRICE_NEAR_LIMIT`` of it) changed states are priced as they come, so
+        that a step the limit refuses does not lose what came before it."""
         env, cfg = self.env, self.config
-        last, ret, discount = node.cost, 0.0, 1.0
         rollout_path = self.real_path + list(path)
+        best, discount, pending, pending_discount = 0.0, 1.0, False, 1.0
         for _ in range(cfg.depth + 1):
-            action = self.rng.choice(env.actions)
+            action = self._pick()
             report = env.apply_simulated(action, tuple(rollout_path), remember=False)
             if report.refused or report.enodes > cfg.limit:
-                break
+                return best
             if report.changed:
+                self.known[action] = None
                 rollout_path.append(action)
-                cost = env.cost(tuple(rollout_path))
-                ret += discount * self._gain(last, cost)
-                last = cost
+                pending, pending_discount = True, discount
+                if report.enodes > self.PRICE_NEAR_LIMIT * cfg.limit:
+                    best = max(best, pending_discount * self._gain(node.cost, env.cost(tuple(rollout_path))))
+                    pending = False
             discount *= cfg.gamma
-            if env.full():
+            if report.enodes >= cfg.limit:
                 break
-        return ret
+        if pending:
+            best = max(best, pending_discount * self._gain(node.cost, env.cost(tuple(rollout_path))))
+        return best
+
+    PRICE_NEAR_LIMIT = 0.75
+
+    def _pick(self) -> str:
+        """A rollout's action: with probability ``prior_explore`` (or while nothing is known) uniform over every
+        rule, as in the paper; otherwise uniform over the rules known to match or change the e-graph, so that
+        rollouts do not spend their steps on the many rules that match nothing in this model."""
+        if not self.known or self.rng.random() < self.config.prior_explore:
+            return self.rng.choice(self.env.actions)
+        return self.rng.choice(list(self.known))
 
     def _gain(self, before: float, after: float) -> float:
         """A step's reward: the cost decrease (never negative) as a fraction of the initial cost, so that
@@ -168,60 +272,112 @@ class MCTS:
         """Q(node) accumulates the discounted return from its parent: the reward of the edge into it plus
         gamma times what followed."""
         acc = ret
+        if ret > 0:
+            self.gained = True
         while node is not None:
+            self.gained |= node.reward > 0
             acc = node.reward + self.config.gamma * acc
             node.visits += 1
             node.value += acc
             node = node.parent  # type: ignore[assignment]
 
+    # -- one tree's part of a real decision (parallel.py runs several trees and merges their roots) --------
+    def start(self) -> float:
+        """Price the initial e-graph and plant the root; returns its cost."""
+        cost = self.env.cost(tuple())
+        self.unit = cost if cost > 0 else 1.0
+        self.root = TreeNode(None, None, cost=cost)
+        return cost
+
+    def plan(self, deadline: float) -> RootStats:
+        """Plan from the root (``_plan``) and summarise its children for the merge."""
+        self.gained = False
+        planned = self._plan(self.root, deadline)
+        root = self.root
+        children = {a: ChildStats(c.visits, c.value, c.reward, c.enodes, c.saturated, c.refused)
+                    for a, c in root.children.items()}
+        return RootStats(planned, self.gained, root.untried is None or bool(root.untried), children)
+
+    def advance(self, action: str, cost: float | None = None) -> None:
+        """The real e-graph took ``action``: apply it here too (unless this tree's env is the real one and already
+        did: ``cost`` given) and move the root to its child (``reuse_subtree``) or to a fresh node."""
+        if cost is None:
+            step = self.env.apply(action, tuple(self.real_path))
+            if not step.changed:
+                raise EGraphError(f"a search tree's replica refused {action!r}, which the real e-graph took: egglog "
+                                  "was expected to be deterministic; please report this with the model and seed")
+        self.real_path.append(action)
+        if cost is None:
+            cost = self.env.cost(tuple(self.real_path))
+        child = self.root.children.get(action)
+        if self.config.reuse_subtree and child is not None:
+            self.root = child
+            child.parent, child.action, child.reward, child.cost = None, None, 0.0, cost
+        else:
+            self.root = TreeNode(None, None, cost=cost)
+
+    def refuse(self, action: str, refused: bool) -> None:
+        """The real e-graph refused ``action``: never choose it from this root again."""
+        child = self.root.children.get(action)
+        if child is not None:
+            child.saturated, child.refused = True, refused
+
     # -- the outer loop ----------------------------------------------------------------------------
     def run(self) -> SearchReport:
+        """The search: ``workers`` trees (this one and forked replicas, see parallel.py) plan each real decision;
+        their root statistics are merged and the best merged child is applied to the real e-graph."""
+        from .parallel import Forest
+
         env, cfg = self.env, self.config
         start = time.perf_counter()
         deadline = start + cfg.time_limit
-        cost = env.cost(tuple())
-        self.unit = cost if cost > 0 else 1.0
+        cost = self.start()
         report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
-        root = TreeNode(None, None, cost=cost)
-        while len(report.steps) < cfg.max_iterations:
-            if cfg.budget <= 0:
-                report.stop_reason = StopReason.BUDGET
-                break
-            if env.full():
-                report.stop_reason = StopReason.NODE_LIMIT
-                break
-            t = time.perf_counter()
-            planned = self._plan(root, deadline)
-            candidates = self._candidates(root)
-            if not candidates:
-                report.stop_reason = self._why_no_candidate(root)
-                break
-            # ties (common: many rules change nothing the extractor sees) go to the larger immediate
-            # reward, then to the rule that spent fewer e-nodes of the limit
-            best = max(candidates, key=lambda c: (round(c.value / c.visits, 9), c.reward, -c.enodes,
-                                                  -self.env.actions.index(c.action)))
-            step = env.apply(best.action, tuple(self.real_path))  # type: ignore[arg-type]
-            if not step.changed:  # the real e-graph refused what the simulation kept: plan again without it
-                best.saturated, best.refused = True, step.refused
-                continue
-            self.real_path.append(best.action)  # type: ignore[arg-type]
-            new_cost = env.cost(tuple(self.real_path))
-            reward = max(cost - new_cost, 0.0)
-            cost = new_cost
-            report.steps.append(Step(best.action, reward, cost, step.enodes, time.perf_counter() - t, planned))  # type: ignore[arg-type]
-            report.best_cost_us = min(report.best_cost_us, cost)
-            self.say(f"step {len(report.steps)}: {best.action} -> {step.enodes} e-nodes, "
-                     f"estimated {cost:.1f} us ({planned} simulations)")
-            if cfg.reuse_subtree:
-                root = best
-                root.parent, root.action, root.reward = None, None, 0.0
-            else:
-                root = TreeNode(None, None, cost=cost)
-            if time.perf_counter() > deadline:
-                report.stop_reason = StopReason.TIME_LIMIT
-                break
+        forest = Forest(self, cfg.workers)
+        idle = 0
+        try:
+            while len(report.steps) < cfg.max_iterations:
+                if cfg.budget <= 0:
+                    report.stop_reason = StopReason.BUDGET
+                    break
+                if env.full():
+                    report.stop_reason = StopReason.NODE_LIMIT
+                    break
+                t = time.perf_counter()
+                merged = forest.plan(deadline)
+                candidates = {a: c for a, c in merged.children.items() if not c.saturated and c.visits > 0}
+                if not candidates:
+                    report.stop_reason = self._why_no_candidate(merged)
+                    break
+                idle = 0 if merged.gained else idle + 1
+                if cfg.no_gain_steps and idle >= cfg.no_gain_steps:
+                    report.stop_reason = StopReason.NO_GAIN
+                    break
+                # ties (common: many rules change nothing the extractor sees) go to the larger immediate
+                # reward, then to the rule that spent fewer e-nodes of the limit
+                action = max(candidates, key=lambda a: (round(candidates[a].value / candidates[a].visits, 9),
+                                                        candidates[a].reward, -candidates[a].enodes,
+                                                        -env.actions.index(a)))
+                step = env.apply(action, tuple(self.real_path))
+                if not step.changed:  # the real e-graph refused what the simulation kept: plan again without it
+                    forest.refuse(action, step.refused)
+                    continue
+                new_cost = env.cost(tuple(self.real_path + [action]))
+                forest.advance(action, new_cost)
+                reward = max(cost - new_cost, 0.0)
+                cost = new_cost
+                report.steps.append(Step(action, reward, cost, step.enodes, time.perf_counter() - t, merged.planned))
+                report.best_cost_us = min(report.best_cost_us, cost)
+                self.say(f"step {len(report.steps)}: {action} -> {step.enodes} e-nodes, "
+                         f"estimated {cost:.1f} us ({merged.planned} simulations)")
+                if time.perf_counter() > deadline:
+                    report.stop_reason = StopReason.TIME_LIMIT
+                    break
+        finally:
+            report.simulations, extractions, seconds = forest.close()
+        env.extractions += extractions
+        env.extract_seconds += seconds
         report.seconds = time.perf_counter() - start
-        report.simulations = self.simulations
         return report
 
     def _plan(self, root: TreeNode, deadline: float) -> int:
@@ -243,9 +399,9 @@ class MCTS:
         return [c for c in root.children.values() if not c.saturated and c.visits > 0]
 
     @staticmethod
-    def _why_no_candidate(root: TreeNode) -> StopReason:
-        if root.untried is None or root.untried:  # planning was cut short with actions untried: the deadline
+    def _why_no_candidate(merged: RootStats) -> StopReason:
+        if merged.open_actions:  # planning was cut short with actions untried: the deadline
             return StopReason.TIME_LIMIT
-        if any(c.refused for c in root.children.values()):
+        if any(c.refused for c in merged.children.values()):
             return StopReason.NODE_LIMIT
         return StopReason.SATURATED

@@ -237,7 +237,7 @@ def compile_multi(name: str, src1: Pattern, dst1: Pattern, src2: Pattern, dst2: 
 def _unsplit(p: Pattern) -> Pattern:
     """The term under split_k(split(axis, term)), for conditions on it."""
     if isinstance(p, tuple) and p[0] in ("split_0", "split_1"):
-        return p[1][2]  # type: ignore[index]
+        return p[1][2]
     return p
 
 

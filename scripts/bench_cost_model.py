@@ -1,57 +1,164 @@
 #!/usr/bin/env python3
-"""How well the cost model predicts onnxruntime on this machine's CPU.
+"""Calibration of the cost models against end-to-end latency in a runtime (issue 15, point 4).
 
-For each built-in model: the estimated cost of the whole program (sum of operator costs, cpu backend by
-default) next to the measured end-to-end onnxruntime latency, and their ratio; and for a pair of programs
-from the same model (the original, and the program TENSAT's schedule rewrites it into), whether the
-estimate orders the pair as the measurement does.
+For each model: its e-graph is grown (the TENSAT schedule by default), ``--programs`` distinct programs are
+drawn from it by random extraction choices (seeded; eqsat.extract.sample), each is verified against the
+original in onnxruntime and timed end to end against it (eqsat.timing's protocol: interleaved rounds, the
+median paired ratio; a round's block of calls summarized by its fastest call, ``--clock min``, or by its
+median), and estimated by every cost model of ``--cost`` (a comma list; the estimated speedup is the
+original's DAG cost over the program's). Prints, per model and over all programs, Spearman's rank
+correlation of estimated and measured speedups and their mean absolute difference; writes one JSON per run.
 
-    python scripts/bench_cost_model.py [--models all] [--small] [--cost cpu] [--json FILE]
+    python scripts/bench_cost_model.py --runtime ort-cpu --models squeezenet,bert --cost analytic,ort-cpu \\
+        [--programs 20] [--small] [--budget 2] [--clock min] [--seed 0] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import sys
+import time
+from typing import Any
 
-from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.cost import cost_names
+from eqsat import onnx_export
+from eqsat.app.pipeline import OptimizeConfig, encode_phase, search_phase
+from eqsat.cost import AnalyticCost, cost_names, graph_cost, make, node_costs
+from eqsat.cost.calibration import mean_abs_error, spearman
+from eqsat.cost.ort import min_ms
+from eqsat.decode import build_program
+from eqsat.extract.sample import sample_choices, structure_key
 from eqsat.models import MODELS, build
+from eqsat.timing import Protocol, compare_calls, runtime_info, timing_feeds, timing_sessions, wall_block_ms
+from eqsat.verify import verify
+
+RUNTIMES = ("ort-cpu",)
+"""runtimes this script can measure in (onnxruntime on the CPU, eqsat.timing)"""
 
 
-def main(argv=None) -> int:
+def draw_programs(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], dict[str, Any]]:
+    """(the model's IR graph, distinct programs drawn from its grown e-graph other than the original, facts)."""
+    graph = build(name, small=args.small)
+    cfg = OptimizeConfig.of(scheduler=args.scheduler, cost="analytic", k_multi=MODELS[name].k_multi,
+                            rule_set=MODELS[name].rule_set, time_limit=args.search_time, seed=args.seed)
+    t = time.perf_counter()
+    egraph, search = encode_phase(graph, cfg)
+    search_phase(egraph, cfg, search, AnalyticCost("cpu"), lambda _msg: None)
+    snap = egraph.snapshot().restrict()
+    table: dict[tuple, int] = {}
+    original = structure_key(graph, table)
+    programs: dict[Any, Any] = {}
+
+    def identity(choice: dict[int, int]) -> Any:
+        program = build_program(snap, choice, graph)
+        key = structure_key(program, table)
+        programs.setdefault(key, program)
+        return key
+
+    choices = sample_choices(snap, node_costs(snap, AnalyticCost("cpu")), args.programs + 1, args.seed, identity)
+    keys = [identity(c) for c in choices]
+    drawn = [programs[k] for k in keys if k != original][:args.programs]
+    facts = {"enodes": len(snap.nodes), "eclasses": snap.num_classes, "grow_seconds": time.perf_counter() - t}
+    return graph, drawn, facts
+
+
+def min_block_ms(call: Any, repeats: int) -> float:
+    """The fastest of ``repeats`` calls (ms): robust where other processes share the cores (see cost.ort.min_ms)."""
+    return min_ms(call, repeats)
+
+
+CLOCKS = {"min": min_block_ms, "median": wall_block_ms}
+"""how a round summarizes a block of calls of one program: the fastest call, or the median (the pipeline's)"""
+
+
+def measure(original: Any, program: Any, args: argparse.Namespace) -> Any:
+    """Time ``program`` against ``original`` end to end in onnxruntime (eqsat.timing's protocol, ``--clock``)."""
+    protocol = Protocol(threads=args.threads, budget_s=args.budget, seed=args.seed)
+    sessions = timing_sessions([original, program], protocol)
+    feeds = timing_feeds(original, [sessions[0][0], sessions[1][0]], args.seed)
+    runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
+    return compare_calls(runs[0], runs[1], protocol, runtime_info(args.threads), CLOCKS[args.clock])
+
+
+def summary(rows: list[dict[str, Any]], costs: list[str]) -> dict[str, Any]:
+    measured = [r["measured_speedup"] for r in rows]
+    out: dict[str, Any] = {"programs": len(rows)}
+    for c in costs:
+        estimated = [r["estimated_speedup"][c] for r in rows]
+        out[c] = {"spearman": spearman(estimated, measured),
+                  "mean_abs_error": mean_abs_error(estimated, measured) if rows else math.nan}
+    return out
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="all")
-    p.add_argument("--small", action="store_true")
-    p.add_argument("--cost", default="cpu", choices=cost_names())
+    p.add_argument("--runtime", default="ort-cpu", choices=RUNTIMES, help="where programs are measured end to end")
+    p.add_argument("--models", default="squeezenet,resnet50,bert", help="comma list of built-in models, or all")
+    p.add_argument("--cost", default="analytic,ort-cpu", help=f"comma list of cost models ({', '.join(cost_names())})")
+    p.add_argument("--programs", type=int, default=20, help="distinct programs drawn per model")
+    p.add_argument("--small", action="store_true", help="the models' reduced sizes")
+    p.add_argument("--scheduler", default="tensat", help="how the e-graph is grown")
+    p.add_argument("--search-time", type=float, default=60.0, help="seconds the growth may take")
+    p.add_argument("--budget", type=float, default=2.0, help="seconds of timed rounds per program (eqsat.timing)")
+    p.add_argument("--clock", default="min", choices=list(CLOCKS),
+                   help="a round's summary of a block of calls: the fastest (robust on a shared machine) or the median")
+    p.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (timing and ort-cpu costs)")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     names = list(MODELS) if args.models == "all" else args.models.split(",")
-    rows = []
-    print(f"{'model':12} {'est. ms':>9} {'measured ms':>11} {'ratio':>6} | {'rewritten est.':>14} {'measured':>9} "
-          f"{'est. order':>10} {'meas. order':>11} {'agree':>5}")
+    costs = args.cost.split(",")
+    unknown = [c for c in costs if c not in cost_names()]
+    if unknown:
+        p.error(f"--cost {','.join(unknown)}: choose from {', '.join(cost_names())}")
+    models = {c: make(c, threads=args.threads) for c in costs}
+    rows: list[dict[str, Any]] = []
+    per_model: dict[str, Any] = {}
     for name in names:
-        g = build(name, small=args.small)
-        cfg = OptimizeConfig.of(scheduler="tensat", cost=args.cost, final_extractor="greedy-dag", measure=True,
-                                allow_slower=True, k_multi=MODELS[name].k_multi, rule_set=MODELS[name].rule_set,
-                                time_limit=300)
-        r = optimize(g, cfg).report
-        m = r.measured
-        assert m is not None  # measure=True
-        est_a, est_b = r.original_cost / 1e3, r.optimized_cost / 1e3
-        meas_a, meas_b = m.original_ms, m.optimized_ms
-        order_est = "same" if abs(est_a - est_b) < 1e-9 else ("faster" if est_b < est_a else "slower")
-        order_meas = "faster" if meas_b < meas_a * 0.98 else "slower" if meas_b > meas_a * 1.02 else "same"
-        agree = order_est == order_meas or "same" in (order_est, order_meas)
-        rows.append({"model": name, "estimated_ms": est_a, "measured_ms": meas_a, "ratio": est_a / meas_a,
-                     "rewritten_estimated_ms": est_b, "rewritten_measured_ms": meas_b, "estimate_order": order_est,
-                     "measured_order": order_meas, "agree": agree, "cost_model": r.cost_model})
-        print(f"{name:12} {est_a:>9.3f} {meas_a:>11.3f} {est_a / meas_a:>6.2f} | {est_b:>14.3f} {meas_b:>9.3f} "
-              f"{order_est:>10} {order_meas:>11} {'yes' if agree else 'NO':>5}", flush=True)
+        graph, programs, facts = draw_programs(name, args)
+        original = onnx_export.export_model(graph)
+        base = {c: graph_cost(graph, m) for c, m in models.items()}
+        print(f"[{name}: {facts['enodes']} e-nodes, {len(programs)} programs drawn in {facts['grow_seconds']:.1f}s]",
+              file=sys.stderr, flush=True)
+        model_rows = []
+        for i, program in enumerate(programs):
+            exported = onnx_export.export_model(program)
+            check = verify(original, exported, seed=args.seed)
+            if not check.passed:
+                raise SystemExit(f"{name} program {i} does not match the original: {check.detail}")
+            cmp = measure(original, exported, args)
+            est = {c: base[c] / graph_cost(program, m) for c, m in models.items()}
+            row = {"model": name, "program": i, "operators": sum(program.op_counts().values()),
+                   "measured_speedup": cmp.speedup, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high,
+                   "original_ms": cmp.original_ms, "estimated_speedup": est}
+            model_rows.append(row)
+            print(f"{name:12} {i:>3} measured {cmp.speedup:6.3f} [{cmp.ci_low:.3f}, {cmp.ci_high:.3f}]  "
+                  + "  ".join(f"{c} {v:6.3f}" for c, v in est.items()), flush=True)
+        per_model[name] = {**facts, **summary(model_rows, costs), "original_estimated_us": base}
+        rows += model_rows
+    overall = summary(rows, costs)
+    print(f"\n{'model':12} {'n':>3} " + " ".join(f"{c + ' rho':>16} {c + ' MAE':>16}" for c in costs))
+    for name, s in [*per_model.items(), ("overall", overall)]:
+        print(f"{name:12} {s['programs']:>3} "
+              + " ".join(f"{s[c]['spearman']:>16.3f} {s[c]['mean_abs_error']:>16.3%}" for c in costs))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"small": args.small, "rows": rows}, f, indent=2)
+            json.dump(finite({"config": vars(args), "runtime": runtime_info(args.threads),
+                              "cost_models": {c: m.name for c, m in models.items()}, "per_model": per_model,
+                              "overall": overall, "rows": rows}), f, indent=2, allow_nan=False)
     return 0
 
 

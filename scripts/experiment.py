@@ -5,6 +5,8 @@ flags with the scripts' defaults (:data:`SCRIPT_DEFAULTS`)."""
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +43,11 @@ class RunSpec:
         c = self.config
         size = "small" if self.small else "paper"
         ext = f"{c.search.main_extractor}+{c.final_extractor}" if c.scheduler == "mcts" else c.final_extractor
-        return f"{self.model}__{size}__{c.scheduler}__{ext}__{c.cost}__b{c.search.budget}__s{c.seed}"
+        name = f"{self.model}__{size}__{c.scheduler}__{ext}__{c.cost}__b{c.search.budget}__s{c.seed}"
+        # every other option (time limits, node limit, workers, early stop, ...) in a short digest, so that a
+        # resumed sweep never takes a run made with other settings for this one
+        digest = hashlib.sha1(json.dumps(c.to_json(), sort_keys=True, default=str).encode()).hexdigest()[:8]
+        return f"{name}__{digest}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from eqsat.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.onnx_export import export_model
 from eqsat.ops import SAME, NotEvaluable, Shape
+from eqsat.ops.composite import eps_bits
 
 Sample = tuple[tuple, list[Shape]]
 PRIME = 1_000_003
@@ -122,16 +123,42 @@ def _batchnorm(rng: np.random.Generator) -> Sample:
     return (int(rng.integers(1, 10 ** 6)),), [x] + [(x[1],)] * 4
 
 
+def _gelu(rng: np.random.Generator) -> Sample:
+    return (int(rng.integers(0, 2)),), _elementwise(rng)[1]
+
+
+def _softmax(rng: np.random.Generator) -> Sample:
+    x = _dims(rng, int(rng.integers(1, 5)))
+    return (int(rng.integers(0, len(x))),), [tuple(x)]
+
+
+def _norm(n_params: int) -> Callable[[np.random.Generator], Sample]:
+    """layernorm (x, gamma, beta) / rmsnorm (x, gamma) over the last axis; eps as its float32 bits."""
+    def sample(rng: np.random.Generator) -> Sample:
+        x = tuple(_dims(rng, int(rng.integers(1, 5))))
+        eps = float(rng.choice([1e-5, 1e-6, 1e-12, 0.25]))
+        return (eps_bits(eps),), [x] + [(x[-1],)] * n_params
+    return sample
+
+
+def _linear(rng: np.random.Generator) -> Sample:
+    x = tuple(_dims(rng, int(rng.integers(1, 5))))
+    n = int(rng.integers(1, 6))
+    return (), [x, (x[-1], n), (n,)]
+
+
 SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "ewadd": _broadcast, "ewmul": _broadcast, "relu": _elementwise, "tanh": _elementwise,
     "sigmoid": _elementwise, "dropout": _elementwise, "matmul": _matmul, "conv2d": _conv2d, "pool": _pool,
     "concat": _concat, "slice": _slice, "transpose": _transpose, "reshape": _reshape, "merge": _merge,
     "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
+    "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
+    "linear": _linear,
 }
 WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
 """leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""
 FIELD_OPS = {"ewadd", "ewmul", "dropout", "matmul", "conv2d", "concat", "slice", "transpose", "reshape", "merge",
-             "enlarge"}
+             "enlarge", "linear"}
 """multi-linear (or layout) operators, defined over a prime field without a non-linear activation"""
 COMPUTED = sorted(SAMPLERS)
 

@@ -68,7 +68,7 @@ def test_phase_timer_adds_up_repeated_phases():
     (dict(budget=0), "--budget"), (dict(depth=-1), "--depth"), (dict(time_limit=math.inf), "--time-limit"),
     (dict(ilp_time_limit=math.nan), "--ilp-time-limit"), (dict(main_extractor="ilpp"), "--main-extractor"),
     (dict(rule_set="nasrn"), "--rule-set"), (dict(cost="gpu"), "--cost"), (dict(verify_draws=0), "verify_draws"),
-    (dict(measure_budget=-1.0), "measure_budget"), (dict(seed=True), "--seed"),
+    (dict(measure_budget=-1.0), "--measure-budget"), (dict(seed=True), "--seed"),
 ])
 def test_validate_names_the_bad_option(options_, flag):
     with pytest.raises(InputError, match=flag):

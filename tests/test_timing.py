@@ -153,5 +153,5 @@ def test_allow_slower_keeps_the_searched_program_and_reports_the_measurement():
     m = r.report.to_json()["measured"]
     assert r.report.returned.program == "optimized" and r.report.returned.fallback is None and r.optimized is not model
     assert m["ci_low"] <= m["speedup"] <= m["ci_high"] and m["rounds"] >= 10
-    assert m["runtime"]["name"] == "onnxruntime-cpu" and m["decision"] == "ship"
+    assert m["runtime"]["name"] == "ort-cpu" and m["decision"] == "ship"
     assert m["original_ms"] > 0 and m["optimized_ms"] > 0

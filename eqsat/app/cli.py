@@ -132,8 +132,13 @@ def _summary(r: Report) -> None:
     con.print(t)
     speed = f"estimated speedup {r.estimated_speedup:.3f}x" if r.estimated_speedup else ""
     if m:
-        speed += f", measured {m.speedup:.3f}x"
+        speed += f", measured {m.speedup:.3f}x ({m.runtime.get('name')})"
     con.print(f"verified (max abs error {r.verification.max_abs_error:.2e}); {speed}")
+    if len(r.candidates) > 2:
+        for c in r.candidates:
+            measured = f"{c.measured_ms:.3f} ms" if c.measured_ms is not None else "not measured"
+            ratio = f", {c.speedup:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.speedup is not None else ""
+            con.print(f"  {'*' if c.shipped else ' '} {c.name}: estimated {c.estimated_cost:.1f} us, {measured}{ratio}")
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

@@ -29,12 +29,14 @@ from eqsat.errors import InputError
 from eqsat.extract import EXTRACTORS
 from eqsat.mcts import SearchConfig, option, scheduler_names
 from eqsat.rules import RULE_SETS
+from eqsat.runtimes import check_available, runtime_names
 
 REGISTRIES: dict[str, Callable[[], list[str]]] = {
     "extractors": lambda: list(EXTRACTORS),
     "schedulers": scheduler_names,
     "costs": cost_names,
     "rule_sets": lambda: list(RULE_SETS),
+    "runtimes": runtime_names,
 }
 """registry name (a field's ``choices``) -> the names it accepts"""
 
@@ -54,7 +56,7 @@ class OptimizeConfig:
     search: SearchConfig = field(default_factory=SearchConfig, metadata={"doc": "the scheduler's options"})
     final_extractor: str = option("ilp", "extractor of the program returned", "--final-extractor",
                                   choices="extractors")
-    cost: str = option("auto", "operator cost model (auto: cuda if a GPU is present, else cpu)", "--cost",
+    cost: str = option("auto", "operator cost model (auto: the one timed in --runtime: ort-cpu for onnxruntime on the CPU, cuda on a GPU)", "--cost",
                        choices="costs")
     ilp_time_limit: float = option(60.0, "at most this many seconds of ILP", "--ilp-time-limit", seconds=True)
     verify_draws: int = option(3, "seeded random inputs on which the optimized model is checked", least=1)
@@ -63,8 +65,18 @@ class OptimizeConfig:
     allow_slower: bool = option(False, "keep the optimized program even when it is not measured faster with "
                                        "confidence than the original", "--allow-slower")
     measure_budget: float = option(10.0, "seconds of timed rounds in the end-to-end comparison (eqsat.timing; the "
-                                         "minimum rounds always run)", seconds=True)
-    measure_threads: int = option(1, "onnxruntime intra-op threads of the end-to-end comparison", least=1)
+                                         "minimum rounds always run)", "--measure-budget", seconds=True)
+    measure_threads: int = option(1, "intra-op threads of the end-to-end comparison (onnxruntime, torch on the CPU)",
+                                  least=1)
+    runtime: str = option("auto", "where the end-to-end measurement runs: ort-cpu (onnxruntime, CPU), torch-cuda "
+                                  "(torch on the GPU, replayed as a CUDA graph), torch-compile (torch.compile: "
+                                  "reduce-overhead on a GPU, default on the CPU), ort-cuda (onnxruntime-gpu), "
+                                  "torch-cpu (eager torch); auto: torch-cuda if torch sees a GPU, else ort-cpu",
+                          "--runtime", choices="runtimes")
+    candidates: int = option(4, "distinct programs extracted (final extractor, greedy-dag, the ILP under another "
+                                "cost model, greedy-tree), each verified and measured end to end; the fastest that "
+                                "is faster than the original with confidence ships (1: the final extractor's only)",
+                             "--candidates", least=1)
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
         "doc": "input name -> shape fixing its dynamic dimensions (--input-shape NAME=D1,D2,...)"})
 
@@ -147,6 +159,8 @@ def validate(config: OptimizeConfig) -> None:
         raise InputError(f"search {config.search!r}: give an eqsat.mcts.SearchConfig")
     for owner, f in options():
         _check(f, getattr(config.search if owner else config, f.name))
+    if config.measure:  # a runtime that cannot run here fails now, not after the search
+        check_available(config.runtime)
 
 
 def ilp_seconds(config: OptimizeConfig, elapsed: float) -> float:

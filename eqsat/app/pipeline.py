@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import onnx
 
 from eqsat import extract as extractors
-from eqsat import onnx_export, onnx_import, onnx_io
+from eqsat import onnx_export, onnx_import, onnx_io, runtimes
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egraph import EGraph
@@ -27,8 +27,10 @@ from eqsat.extract import Extraction
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.rules.rule import Rule
+from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
-from eqsat.timing import Protocol, compare, decide
+from eqsat.timing import Protocol
+from eqsat.torch_run import check_runnable
 from eqsat.verify import verify
 
 from .config import OptimizeConfig, ilp_seconds
@@ -42,6 +44,7 @@ from .report import (
     Returned,
     VerificationReport,
 )
+from .selection import OTHER_ILP_SECONDS, Extracted, choose, family_confidence, other_cost_name
 
 Progress = Callable[[str], None]
 
@@ -141,22 +144,96 @@ def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: 
     return VerificationReport.of(check, config.seed)
 
 
-def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig) -> Measurement:
-    """Time both programs end to end (eqsat.timing) and decide whether the optimized one ships."""
-    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed)
-    comparison = compare(original, optimized, protocol, input_shapes=config.input_shapes)
-    return Measurement.of(comparison, decide(comparison, allow_slower=config.allow_slower))
+def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
+                     elapsed: float) -> list[Extracted]:
+    """The candidate extractions of the grown e-graph, in :data:`~eqsat.app.selection.SOURCES` order: the final
+    extractor's (``first``, named ``extracted``), then greedy-dag's, the ILP's under the other cost model (cheap: at
+    most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left) and greedy-tree's. Only the
+    first without measurement or with ``--candidates 1``; duplicates are removed later, by program
+    (:func:`build_candidates`)."""
+    out = [Extracted("extracted", f"{first.extractor} under {cost_model.name}", first, cost_model)]
+    if config.candidates < 2 or not config.measure:
+        return out
+    costs = node_costs(snap, cost_model)
+    if first.extractor != "greedy-dag":
+        out.append(Extracted("greedy-dag", f"greedy-dag under {cost_model.name}",
+                             extractors.extract("greedy-dag", snap, costs), cost_model))
+    other = make(other_cost_name(cost_model.name))
+    other_costs = node_costs(snap, other)
+    seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed), max(1.0, first.seconds / 2))
+    warm = extractors.extract("greedy-dag", snap, other_costs)
+    out.append(Extracted(f"ilp-{other.name}", f"ilp under {other.name}",
+                         extractors.extract("ilp", snap, other_costs, time_limit=seconds, warm_start=warm), other))
+    out.append(Extracted("greedy-tree", f"greedy-tree under {cost_model.name}",
+                         extractors.extract("greedy-tree", snap, costs), cost_model))
+    return out
+
+
+@dataclass
+class Built:
+    """A candidate exported and checked: its program, ONNX model, report entry and whether it may be measured."""
+
+    program: Graph
+    model: onnx.ModelProto
+    entry: Candidate
+    same_as_original: bool
+
+
+def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
+                     config: OptimizeConfig, cost_model: CostModel,
+                     first: tuple[Graph, onnx.ModelProto] | None = None) -> list[Built]:
+    """Export and verify the extracted candidates, keeping the first and then each program not seen before
+    (:func:`same_program`), up to ``--candidates``. ``first``: the first candidate already exported and verified
+    (:func:`export_phase`, :func:`verify_phase`); another that fails verification is kept in the report,
+    unmeasured, with the failure."""
+    built: list[Built] = []
+    for k, c in enumerate(extracted):
+        if len(built) >= config.candidates:
+            break
+        program, model = first if k == 0 and first is not None else \
+            export_phase(snap, c.extraction, graph, c.cost_model)
+        if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
+            continue
+        entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source)
+        if built or first is None:
+            check = verify(original, model, seed=config.seed, draws=config.verify_draws,
+                           input_shapes=config.input_shapes)
+            entry.verified, entry.max_abs_error = check.passed, check.max_abs_error
+            entry.note = "" if check.passed else f"not measured: {check.detail}"
+        built.append(Built(program, model, entry, same_program(graph, program)))
+    return built
+
+
+def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: OptimizeConfig,
+                  runtime: Runtime | None = None, graph: Graph | None = None,
+                  names: Sequence[str] | None = None) -> tuple[Measurement, runtimes.Measured]:
+    """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
+    run (eqsat.runtimes), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
+    ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
+    Returns the measurement of the candidate reported (the shipped one, else the fastest) and every comparison."""
+    runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
+    candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
+    names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
+    confidence = family_confidence(Protocol.confidence, len(candidates))
+    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed,
+                        confidence=confidence)
+    measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
+                                         input_shapes=config.input_shapes)
+    best, decision = choose(measured.comparisons, names, config.allow_slower)
+    beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
+              for side, i in (("original", 0), ("optimized", best + 1))}
+    return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
 
 
 def decide_phase(unchanged: bool, measured: Measurement | None, config: OptimizeConfig) -> Returned:
     """Which program to return: the original when the search found no other one (unless --allow-slower) or
-    when it did not measure faster with confidence; else the optimized one."""
+    when no candidate measured faster with confidence; else the shipped candidate."""
     if unchanged and not config.allow_slower:
         return Returned("original", "the search found no program other than the original; "
                                     "the input model is returned unchanged")
     if measured is None:
         return Returned("optimized", "not measured (measure=False): the optimized program is returned unmeasured")
-    return Returned("optimized" if measured.decision == "ship" else "original", measured.reason)
+    return Returned("optimized" if measured.decision == "ship" else "original", measured.reason, measured.candidate)
 
 
 # -- the pipeline --------------------------------------------------------------------------------------------
@@ -174,40 +251,66 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
     with timer("import"):
         original, graph = import_phase(model, config)
     say(f"imported: {sum(graph.op_counts().values())} operators")
+    runtime_name = runtimes.resolve(config.runtime)
+    if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
+        check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
     with timer("encode"):
-        cost_model = make(config.cost)
+        # --cost auto: the operators timed in the end-to-end runtime (eqsat.cost.resolve_auto)
+        cost_model = make(config.cost, runtime=runtime_name, threads=config.measure_threads)
         egraph, search_config = encode_phase(graph, config)
     initial = egraph.size().enodes
     with timer("search"):
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
     with timer("extract"):
         snap, ext = extract_phase(egraph, config, cost_model, timer.total("search"))
+        extracted = candidates_phase(snap, ext, config, cost_model, timer.total("search", "extract"))
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):
         program, optimized = export_phase(snap, ext, graph, cost_model)
     with timer("verify"):
         verification = verify_phase(original, optimized, config)
-    say(f"verified: max abs error {verification.max_abs_error:.2e}")
-    unchanged = same_program(graph, program)
+        built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized))
+    say(f"verified: max abs error {verification.max_abs_error:.2e}"
+        + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
+    first = built[0]
+    first.entry.verified, first.entry.max_abs_error = verification.verified, verification.max_abs_error
+    timed = [b for b in built if b.entry.verified and not b.same_as_original]
+    if not timed and config.allow_slower:
+        timed = [first]
+    unchanged = not timed
     measured = None
-    if config.measure and not (unchanged and not config.allow_slower):
+    if config.measure and timed:
         with timer("measure"):
-            measured = measure_phase(original, optimized, config)
+            measured, comparisons = measure_phase(original, [Program(b.model, b.program) for b in timed], config,
+                                                  graph=graph, names=[b.entry.name for b in timed])
+        _record(timed, comparisons)
     returned = decide_phase(unchanged, measured, config)
     if returned.fallback:
         say(returned.fallback)
+    shipped = next((b for b in built if b.entry.name == returned.candidate), first)
+    shipped.entry.shipped = returned.program == "optimized"
     size = egraph.snapshot()
     report = Report(
         config=replace(config, search=search_config), cost_model=cost_model.name, search=search,
         egraph=EGraphSize(len(size.nodes), size.num_classes, initial, search_config.limit),
         extraction=ExtractionReport.of(ext), verification=verification,
-        candidates=[Candidate("original", graph_cost(graph, cost_model), dict(graph.op_counts())),
-                    Candidate("extracted", ext.dag_cost, dict(program.op_counts()))],
+        candidates=[Candidate("original", graph_cost(graph, cost_model), dict(graph.op_counts()), "original",
+                              shipped=returned.program == "original",
+                              measured_ms=measured.original_ms if measured else None),
+                    *(b.entry for b in built)],
         returned=returned, measured=measured, times=timer.seconds)
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
-    return Result(original, optimized, program, report)
+    return Result(original, shipped.model, shipped.program, report)
+
+
+def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
+    """Each measured candidate's latency, speedup and interval (and the runtime's side timings) in its entry."""
+    for k, (b, cmp) in enumerate(zip(timed, all_.comparisons)):
+        e = b.entry
+        e.measured_ms, e.speedup, e.ci_low, e.ci_high = cmp.optimized_ms, cmp.speedup, cmp.ci_low, cmp.ci_high
+        e.beside = {key: values[k + 1] for key, values in all_.beside.items()}
 
 
 def check_output_path(path: str, flag: str = "-o") -> None:
@@ -266,6 +369,7 @@ def write_report(path: str, report: Report) -> None:
     write_atomic(path, report_bytes(report))
 
 
-__all__ = ["OptimizeConfig", "Result", "check_output_path", "decide_phase", "encode_phase", "export_phase",
+__all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
+           "decide_phase", "encode_phase", "export_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
            "same_program", "search_phase", "verify_phase", "write_atomic", "write_report"]

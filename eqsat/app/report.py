@@ -128,21 +128,39 @@ class Measurement:
     runtime: dict[str, Any]
     decision: Literal["ship", "original"]
     reason: str
+    candidate: str = "extracted"
+    """the candidate this comparison measured (the one shipped, else the fastest measured)"""
+    beside: dict[str, float] = field(default_factory=dict)
+    """timings the runtime reports beside the comparison (torch-cuda: ``eager_original_ms``, ``eager_optimized_ms``)"""
 
     @classmethod
-    def of(cls, cmp: Comparison, decision: Decision) -> Measurement:
+    def of(cls, cmp: Comparison, decision: Decision, candidate: str = "extracted",
+           beside: dict[str, float] | None = None) -> Measurement:
         return cls(cmp.original_ms, cmp.optimized_ms, cmp.speedup, cmp.ci_low, cmp.ci_high, cmp.confidence,
                    cmp.rounds, cmp.repeats, cmp.seconds, dict(cmp.runtime), "ship" if decision.ship else "original",
-                   decision.reason)
+                   decision.reason, candidate, dict(beside or {}))
 
 
 @dataclass
 class Candidate:
-    """A program the run could return, with its estimate (microseconds) and operator counts."""
+    """A program the run could return, with its estimate (microseconds) and operator counts; where measured, its
+    end-to-end latency (ms), its speedup over the original with the interval, and whether it shipped."""
 
     name: str
     estimated_cost: float
     operators: dict[str, int]
+    source: str = ""
+    """how it was produced (``original``, ``ilp under analytic``, ``greedy-dag``, ...)"""
+    verified: bool | None = None
+    max_abs_error: float | None = None
+    measured_ms: float | None = None
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    shipped: bool = False
+    note: str = ""
+    beside: dict[str, float] = field(default_factory=dict)
+    """the runtime's side timings of this program (torch-cuda: ``eager_ms``)"""
 
 
 @dataclass
@@ -151,6 +169,8 @@ class Returned:
 
     program: Literal["optimized", "original"]
     reason: str
+    candidate: str = "extracted"
+    """the candidate returned when ``program`` is ``optimized``"""
 
     @property
     def fallback(self) -> str | None:
@@ -189,9 +209,14 @@ class Report:
         return self.candidate("extracted").estimated_cost
 
     @property
+    def shipped(self) -> Candidate:
+        """The returned program's candidate (``original`` on a fallback)."""
+        return self.candidate(self.returned.candidate if self.returned.program == "optimized" else "original")
+
+    @property
     def optimized_cost(self) -> float:
         """The returned program's estimate."""
-        return self.extracted_cost if self.returned.program == "optimized" else self.original_cost
+        return self.shipped.estimated_cost
 
     @property
     def estimated_speedup(self) -> float | None:
@@ -200,14 +225,14 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data (the layout README.md documents); no NaN or Infinity."""
         v = self.verification
-        optimized = self.candidate("extracted" if self.returned.program == "optimized" else "original")
+        optimized = self.shipped
         return jsonable({
             "verified": v.verified, "max_abs_error": v.max_abs_error, "max_rel_error": v.max_rel_error,
             "seed": v.seed, "config": self.config.to_json(), "times": self.times, "egraph": self.egraph,
             "extraction": self.extraction, "original_cost": self.original_cost,
             "optimized_cost": self.optimized_cost, "estimated_speedup": self.estimated_speedup,
             "extracted_cost": self.extracted_cost, "measured": self.measured, "fallback": self.returned.fallback,
-            "returned": self.returned.program, "returned_reason": self.returned.reason,
+            "returned": self.returned.program, "returned_reason": self.returned.reason, "shipped": optimized.name,
             "cost_model": self.cost_model, "candidates": self.candidates,
             "operators": {"original": self.candidate("original").operators, "optimized": optimized.operators},
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
@@ -217,8 +242,8 @@ class Report:
     def _search_summary(self) -> dict[str, Any]:
         s = self.search
         return {"initial_cost_us": s.initial_cost_us, "best_cost_us": s.best_cost_us, "seconds": s.seconds,
-                "simulations": s.simulations, "extractions": s.extractions,
-                "extraction_seconds": s.extraction_seconds}
+                "simulations": s.simulations, "simulations_per_second": s.simulations_per_second,
+                "extractions": s.extractions, "extraction_seconds": s.extraction_seconds}
 
     def dumps(self) -> str:
         """The report as JSON text (indented); refuses NaN and Infinity."""

@@ -33,7 +33,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import batchnorm, conv, elementwise, layout, leaf, matmul, opaque, pool
+from . import batchnorm, composite, conv, elementwise, layout, leaf, matmul, opaque, pool
 from .base import (
     ACT_NONE,
     ACT_RELU,
@@ -67,6 +67,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     layout.CONCAT, layout.SLICE, layout.TRANSPOSE, layout.RESHAPE,
     conv.MERGE, conv.ENLARGE,
     batchnorm.BATCHNORM, batchnorm.BN_SCALE, batchnorm.BN_SHIFT,
+    composite.GELU, composite.LAYERNORM, composite.SOFTMAX, composite.SILU, composite.RMSNORM, composite.LINEAR,
     opaque.OPAQUE, leaf.NOOP,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""

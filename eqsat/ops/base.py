@@ -26,7 +26,10 @@ class NotEvaluable(Exception):
 
 
 class Emitter(Protocol):
-    """What an ONNX emitter writes through (the exporter): nodes and constant initializers."""
+    """What an ONNX emitter writes through (the exporter): nodes and constant initializers, at ``opset``."""
+
+    opset: int
+    """the default domain's opset of the model being written (emitters pick the operators it has)"""
 
     def emit(self, op_type: str, inputs: list[str], base: str, **attrs: Any) -> str:
         """Append one ONNX node; returns the name of its output."""

@@ -2,6 +2,8 @@
 
 * ``merge_matmul_bias``: x W1 + b1, x W2 + b2 -> the column halves of x [W1 W2] + [b1 b2]: the Q/K/V
   projections of an ONNX attention block (biases, 3-D activations reshaped to 2-D by the importer).
+* ``merge_linear_qkv``: three ``linear`` on one x (Q/K/V) -> the column thirds of one ``linear`` with the
+  weights and biases concatenated.
 * ``merge_conv_shared_input``: conv(x, w1), conv(x, w2) -> the channel halves of conv(x, concat(w1, w2)),
   any stride, padding and activation (Inception-style branches), ordinary (ungrouped) convs only.
 """
@@ -46,6 +48,34 @@ def _matmul_bias_instance(rng):
     return outs
 
 
+def _linear_triple_instance(rng):
+    """Three ``linear`` layers on one x of rank 1-4 (widths equal or not); as a near miss, sometimes the
+    third on another input of the same shape."""
+    shape = tuple(dim(rng, 1, 4) for _ in range(int(rng.integers(1, 5))))
+    x = ir.input_("x", shape)
+    other = ir.input_("x2", shape) if rng.random() < 0.2 else x
+    outs = []
+    for i in range(3):
+        n = dim(rng)
+        w, b = ir.weight(f"w{i}", (shape[-1], n)), ir.weight(f"b{i}", (n,))
+        outs.append(ir.make("linear", [other if i == 2 else x, w, b]))
+    return outs
+
+
+def _qkv_body(rank: int) -> tuple[str, str]:
+    """The rule on an x of ``rank``: the slices cut its last axis."""
+    d = [f"d{i}" for i in range(rank)]
+    merged = "(Linear x (Concat 1 (Concat 1 w1 w2) w3) (Concat 0 (Concat 0 b1 b2) b3))"
+    ax = rank - 1
+    query = ("(= r1 (Linear x w1 b1)) (= r2 (Linear x w2 b2)) (= r3 (Linear x w3 b3)) "
+             "(!= r1 r2) (!= r2 r3) (!= r1 r3) (= r1 (ordering-max r1 r2)) (= r2 (ordering-max r2 r3)) "
+             f"(= (S{rank} {' '.join(d)}) (shape x)) (= (S2 {d[-1]} n1) (shape w1)) (= (S2 {d[-1]} n2) (shape w2)) "
+             f"(= (S2 {d[-1]} n3) (shape w3))")
+    actions = (f"(Pend r1 (Slice {ax} 0 n1 {merged})) (Pend r2 (Slice {ax} n1 (+ n1 n2) {merged})) "
+               f"(Pend r3 (Slice {ax} (+ n1 n2) (+ (+ n1 n2) n3) {merged}))")
+    return query, actions
+
+
 def _conv_pair_instance(rng):
     """conv(x, w1), conv(x, w2): equal or different strides, padding and activations; grouped or not
     (sometimes with equal groups), equal or different kernels."""
@@ -78,6 +108,9 @@ rules = [
            "(Pend r2 (Slice 2 n1 (+ n1 n2) (Ewadd (Reshape (S3 p q (+ n1 n2)) (Matmul 0 x (Concat 1 w1 w2))) "
            "(Concat 2 b1 b2))))")), 9,
          example=lambda rng: retry(rng, _matmul_bias_instance)),
+    Rule("merge_linear_qkv", "multi", "ours",
+         "linear(x, W1, b1), linear(x, W2, b2), linear(x, W3, b3) -> split(linear(x, [W1 W2 W3], [b1 b2 b3]))",
+         tuple(_qkv_body(r) for r in range(1, 5)), 8, example=lambda rng: retry(rng, _linear_triple_instance)),
     Rule("merge_conv_shared_input", "multi", "ours", "conv(x, w1), conv(x, w2) -> split(conv(x, concat(w1, w2)))",
          (("(= r1 (Conv2d sh sw ph pw act x w1)) (= r2 (Conv2d sh sw ph pw act x w2)) (!= r1 r2) "
            "(= (S4 n a1 h wd) (shape r1)) (= (S4 n a2 h wd) (shape r2)) (= r1 (ordering-max r1 r2)) "

@@ -1,0 +1,312 @@
+"""Composite operators: the activations and normalizations that models export as chains of small ONNX
+operators (recognized on import by :mod:`eqsat.onnx_patterns`), each one node of the IR.
+
+* ``gelu`` (x), attrs ``(approx,)``: 0 the exact form ``0.5 x (1 + erf(x / sqrt 2))``, 1 the tanh
+  approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``.
+* ``layernorm`` (x, gamma, beta), attrs ``(eps_bits,)``: over the last axis,
+  ``(x - mean) / sqrt(var + eps) * gamma + beta`` (biased variance).
+* ``softmax`` (x), attrs ``(axis,)``: ``exp(x) / sum(exp(x))`` along a non-negative axis (egglog: ranks 1-4).
+* ``silu`` (x): ``x * sigmoid(x)``.
+* ``rmsnorm`` (x, gamma), attrs ``(eps_bits,)``: over the last axis, ``x / sqrt(mean(x^2) + eps) * gamma``.
+* ``linear`` (x, W, b): ``x[..., k] @ W[k, n] + b[n]`` (egglog: x of rank 1-4); affine, so defined over a
+  prime field too. Written as Gemm for a 2-D x, else MatMul then Add.
+
+Every x has rank 1 or more (a rank-0 x stays as the importer found it).
+
+egglog attributes are i64, so an epsilon is held exactly as the bit pattern of its float32 value
+(:func:`eps_bits`, :func:`eps_value`): ``eps_bits(1e-5) == 925353388``; it must encode a positive finite float.
+None but ``linear`` is defined over a prime field (NotEvaluable in that mode).
+
+The ONNX emitters write the form onnxruntime fuses best at the model's opset (``em.opset``): the standard
+operator where the opset has it (LayerNormalization from 17, Gelu from 20, Softmax always), else the
+decomposition torch exports and onnxruntime's fusions match: erf-GELU with scalar constants (fused into
+Gelu), SiLU as ``x * Sigmoid(x)`` (fused into QuickGelu), RMSNorm as ``gamma * (x / Sqrt(..))`` (fused into
+SimplifiedLayerNormalization; LLaMA's Reciprocal form is not, and is written for a 1-D x), tanh-GELU in
+GPT-2's form (not fused on CPU).
+
+>>> eps_value(eps_bits(1e-6)) == float(np.float32(1e-6))
+True
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
+from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
+
+GELU_ERF, GELU_TANH = 0, 1
+_MAX_EPS_BITS = 0x7F800000  # float32 +inf: bit patterns below it (and above 0) are positive finite floats
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def eps_bits(eps: float) -> int:
+    """The i64 attribute of an epsilon: the bit pattern of its float32 value."""
+    return int(struct.unpack("<I", struct.pack("<f", float(eps)))[0])
+
+
+def eps_value(bits: int) -> float:
+    """The epsilon an attribute encodes (a float32 value, as a Python float)."""
+    return float(struct.unpack("<f", struct.pack("<I", int(bits)))[0])
+
+
+def _no_field(op: str, modulus: int | None) -> None:
+    if modulus is not None:
+        raise NotEvaluable(f"{op} is not defined over a prime field")
+
+
+def _check_eps(op: str, bits: int) -> None:
+    if not 0 < bits < _MAX_EPS_BITS:
+        raise fail(op, f"eps attribute {bits} is not the float32 bit pattern of a positive finite epsilon")
+
+
+def _eps_conds(var: str) -> list[str]:
+    return [f"(> {var} 0)", f"(< {var} {_MAX_EPS_BITS})"]
+
+
+def _same_rule(ctor: str, attr_conds: list[str], with_attr: bool) -> Callable[[], list[str]]:
+    """The output's shape is the operand's, of rank 1 or more (``S1`` .. ``S4``, ``SN``)."""
+    pattern = f"({ctor} a x)" if with_attr else f"({ctor} x)"
+
+    def rules() -> list[str]:
+        shapes = [shape_of(dim_vars("d", r)) for r in range(1, MAX_RANK + 1)] + ["(SN dims)"]
+        return [rule(f"shape_{ctor}{k + 1}", [f"(= e {pattern})", f"(= {s} (shape x))", *attr_conds],
+                     [f"(set (shape e) {s})"]) for k, s in enumerate(shapes)]
+    return rules
+
+
+def _same_shape(op: str, shapes: Sequence[Shape]) -> Shape:
+    if not shapes[0]:
+        raise fail(op, "expects an operand of rank 1 or more")
+    return tuple(shapes[0])
+
+
+def _per_element(k: float) -> Callable[[tuple, Sequence[Shape], Shape], float]:
+    return lambda attrs, ins, out: k * volume(out)
+
+
+def _scalar(em: Emitter, value: float, base: str) -> str:
+    return em.const(np.array(value, dtype=np.float32), base)
+
+
+def _opset(em: Emitter) -> int:
+    return int(em.opset)
+
+
+# -- gelu --------------------------------------------------------------------------------------------
+def _gelu_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    if attrs[0] not in (GELU_ERF, GELU_TANH):
+        raise fail("gelu", f"approx must be 0 (erf) or 1 (tanh), got {attrs[0]}")
+    return _same_shape("gelu", shapes)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    _no_field("gelu", modulus)
+    x = np.asarray(args[0], dtype=np.float64)
+    if attrs[0] == GELU_TANH:
+        return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _gelu_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    (x,) = ins
+    if _opset(em) >= 20:
+        return em.emit("Gelu", [x], "gelu", approximate="tanh" if attrs[0] == GELU_TANH else "none")
+    if attrs[0] == GELU_TANH:  # GPT-2: (0.5 x) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+        half = em.emit("Mul", [x, _scalar(em, 0.5, "half")], "gelu")
+        cube = em.emit("Pow", [x, _scalar(em, 3.0, "three")], "gelu")
+        inner = em.emit("Add", [x, em.emit("Mul", [cube, _scalar(em, 0.044715, "c")], "gelu")], "gelu")
+        t = em.emit("Tanh", [em.emit("Mul", [inner, _scalar(em, _SQRT_2_OVER_PI, "c")], "gelu")], "gelu")
+        return em.emit("Mul", [half, em.emit("Add", [t, _scalar(em, 1.0, "one")], "gelu")], "gelu")
+    e = em.emit("Erf", [em.emit("Div", [x, _scalar(em, math.sqrt(2.0), "sqrt2")], "gelu")], "gelu")
+    y = em.emit("Mul", [x, em.emit("Add", [e, _scalar(em, 1.0, "one")], "gelu")], "gelu")
+    return em.emit("Mul", [y, _scalar(em, 0.5, "half")], "gelu")
+
+
+def _gelu_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    approximate = "tanh" if attrs[0] == GELU_TANH else "none"
+    return lambda x: torch.nn.functional.gelu(x, approximate=approximate)
+
+
+GELU = OpDef("gelu", "GELU: 0.5 x (1 + erf(x / sqrt 2)), or its tanh approximation", "(approx,)", _gelu_shape,
+             (Ctor("Gelu", "it"),), _same_rule("Gelu", ["(>= a 0)", "(<= a 1)"], True), _gelu_numpy, _gelu_onnx,
+             _gelu_torch, _per_element(8.0))
+
+
+# -- silu --------------------------------------------------------------------------------------------
+def _silu_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    _no_field("silu", modulus)
+    x = np.asarray(args[0], dtype=np.float64)
+    return x / (1.0 + np.exp(-x))
+
+
+def _silu_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    return em.emit("Mul", [ins[0], em.emit("Sigmoid", ins, "silu")], "silu")
+
+
+SILU = OpDef("silu", "x * sigmoid(x)", "()", lambda attrs, shapes: _same_shape("silu", shapes), (Ctor("Silu", "t"),),
+             _same_rule("Silu", [], False), _silu_numpy, _silu_onnx,
+             lambda torch, attrs, shapes: torch.nn.functional.silu, _per_element(5.0))
+
+
+# -- softmax -----------------------------------------------------------------------------------------
+def _softmax_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    (axis,), (x,) = attrs, shapes
+    if not 1 <= len(x) <= MAX_RANK or not 0 <= axis < len(x):
+        raise fail("softmax", f"axis {axis} of a rank-{len(x)} operand (ranks 1-{MAX_RANK}, axis non-negative)")
+    return tuple(x)
+
+
+def _softmax_rules() -> list[str]:
+    out = []
+    for r in range(1, MAX_RANK + 1):
+        d = shape_of(dim_vars("d", r))
+        out.append(rule(f"shape_Softmax{r}", ["(= e (Softmax ax x))", f"(= {d} (shape x))", "(>= ax 0)",
+                                              f"(< ax {r})"], [f"(set (shape e) {d})"]))
+    return out
+
+
+def _softmax_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    _no_field("softmax", modulus)
+    x = np.asarray(args[0], dtype=np.float64)
+    z = np.exp(x - x.max(axis=attrs[0], keepdims=True))
+    return z / z.sum(axis=attrs[0], keepdims=True)
+
+
+SOFTMAX = OpDef("softmax", "exp(x) / sum(exp(x)) along an axis (egglog: ranks 1-4)", "(axis,)", _softmax_shape,
+                (Ctor("Softmax", "it"),), _softmax_rules, _softmax_numpy,
+                lambda em, attrs, ins, shapes: em.emit("Softmax", ins, "softmax", axis=attrs[0]),
+                lambda torch, attrs, shapes: lambda x: torch.softmax(x, dim=attrs[0]), _per_element(5.0))
+
+
+# -- layernorm, rmsnorm ------------------------------------------------------------------------------
+def _norm_shape(op: str, n_params: int) -> Callable[[tuple, Sequence[Shape]], Shape]:
+    def shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+        _check_eps(op, attrs[0])
+        x = tuple(shapes[0])
+        if not 1 <= len(x) <= MAX_RANK or any(tuple(p) != (x[-1],) for p in shapes[1:]) or len(shapes) != 1 + n_params:
+            raise fail(op, f"expects x of rank 1-{MAX_RANK} and {n_params} parameters of shape [x.shape[-1]], "
+                           f"got {tuple(shapes)}")
+        return x
+    return shape
+
+
+def _norm_rules(ctor: str, params: list[str]) -> Callable[[], list[str]]:
+    def rules() -> list[str]:
+        out = []
+        for r in range(1, MAX_RANK + 1):
+            d = dim_vars("d", r)
+            out.append(rule(f"shape_{ctor}{r}", [f"(= e ({ctor} eps x {' '.join(params)}))", f"(= {shape_of(d)} (shape x))",
+                                                 *[f"(= (S1 {d[-1]}) (shape {p}))" for p in params], *_eps_conds("eps")],
+                            [f"(set (shape e) {shape_of(d)})"]))
+        return out
+    return rules
+
+
+def _layernorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    _no_field("layernorm", modulus)
+    x, gamma, beta = (np.asarray(a, dtype=np.float64) for a in args)
+    d = x - x.mean(axis=-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + eps_value(attrs[0])) * gamma + beta
+
+
+def _reduce_mean(em: Emitter, x: str) -> str:
+    """ReduceMean over the last axis, keeping it (axes an attribute before opset 18, an input from 18)."""
+    if _opset(em) >= 18:
+        return em.emit("ReduceMean", [x, em.const(np.array([-1], dtype=np.int64), "axes")], "mean", keepdims=1)
+    return em.emit("ReduceMean", [x], "mean", axes=[-1], keepdims=1)
+
+
+def _layernorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    eps = eps_value(attrs[0])
+    if _opset(em) >= 17:
+        return em.emit("LayerNormalization", ins, "layernorm", axis=-1, epsilon=eps)
+    x, gamma, beta = ins  # torch's opset < 17 decomposition
+    d = em.emit("Sub", [x, _reduce_mean(em, x)], "layernorm")
+    var = _reduce_mean(em, em.emit("Pow", [d, _scalar(em, 2.0, "two")], "layernorm"))
+    std = em.emit("Sqrt", [em.emit("Add", [var, _scalar(em, eps, "eps")], "layernorm")], "layernorm")
+    y = em.emit("Mul", [em.emit("Div", [d, std], "layernorm"), gamma], "layernorm")
+    return em.emit("Add", [y, beta], "layernorm")
+
+
+def _layernorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    eps = eps_value(attrs[0])
+    return lambda x, g, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps)
+
+
+LAYERNORM = OpDef("layernorm", "(x - mean) / sqrt(var + eps) * gamma + beta over the last axis (egglog: ranks 1-4)",
+                  "(eps_bits,)", _norm_shape("layernorm", 2), (Ctor("LayerNorm", "ittt"),),
+                  _norm_rules("LayerNorm", ["g", "b"]), _layernorm_numpy, _layernorm_onnx, _layernorm_torch,
+                  _per_element(8.0))
+
+
+def _rmsnorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    _no_field("rmsnorm", modulus)
+    x, gamma = (np.asarray(a, dtype=np.float64) for a in args)
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps_value(attrs[0])) * gamma
+
+
+def _rmsnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    """gamma * (x / Sqrt(ReduceMean(Pow(x, 2)) + eps)): onnxruntime (1.32, CPU) fuses this form into
+    SimplifiedLayerNormalization, not LLaMA's ``x * Reciprocal(Sqrt(..))``. A 1-D x takes LLaMA's form: on it
+    that fusion writes an invalid graph (the session refuses the model)."""
+    x, gamma = ins
+    ms = _reduce_mean(em, em.emit("Pow", [x, _scalar(em, 2.0, "two")], "rmsnorm"))
+    std = em.emit("Sqrt", [em.emit("Add", [ms, _scalar(em, eps_value(attrs[0]), "eps")], "rmsnorm")], "rmsnorm")
+    if len(shapes[0]) == 1:
+        y = em.emit("Mul", [x, em.emit("Reciprocal", [std], "rmsnorm")], "rmsnorm")
+    else:
+        y = em.emit("Div", [x, std], "rmsnorm")
+    return em.emit("Mul", [gamma, y], "rmsnorm")
+
+
+def _rmsnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    eps = eps_value(attrs[0])
+    return lambda x, g: torch.nn.functional.rms_norm(x, (x.shape[-1],), g, eps)
+
+
+RMSNORM = OpDef("rmsnorm", "x / sqrt(mean(x^2) + eps) * gamma over the last axis (egglog: ranks 1-4)",
+                "(eps_bits,)", _norm_shape("rmsnorm", 1), (Ctor("RmsNorm", "itt"),), _norm_rules("RmsNorm", ["g"]),
+                _rmsnorm_numpy, _rmsnorm_onnx, _rmsnorm_torch, _per_element(5.0))
+
+
+# -- linear ------------------------------------------------------------------------------------------
+def _linear_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    x, w, b = (tuple(s) for s in shapes)
+    if not 1 <= len(x) <= MAX_RANK or len(w) != 2 or x[-1] != w[0] or b != (w[1],):
+        raise fail("linear", f"expects x [..., k] (rank 1-{MAX_RANK}), W [k, n], b [n], got {x}, {w}, {b}")
+    return x[:-1] + (w[1],)
+
+
+def _linear_rules() -> list[str]:
+    out = []
+    for r in range(1, MAX_RANK + 1):
+        d = dim_vars("d", r)
+        out.append(rule(f"shape_Linear{r}", ["(= e (Linear x w b))", f"(= {shape_of(d)} (shape x))",
+                                             f"(= (S2 {d[-1]} n) (shape w))", "(= (S1 n) (shape b))"],
+                        [f"(set (shape e) {shape_of(d[:-1] + ['n'])})"]))
+    return out
+
+
+def _linear_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    if len(shapes[0]) == 2:
+        return em.emit("Gemm", ins, "linear")
+    return em.emit("Add", [em.emit("MatMul", ins[:2], "linear"), ins[2]], "linear")
+
+
+def _linear_flops(attrs: tuple, ins: Sequence[Shape], out: Shape) -> float:
+    return (2.0 * ins[0][-1] + 1.0) * volume(out)
+
+
+LINEAR = OpDef("linear", "x[..., k] @ W[k, n] + b[n] (egglog: x of rank 1-4)", "()", _linear_shape,
+               (Ctor("Linear", "ttt"),), _linear_rules, lambda attrs, args, modulus: np.matmul(args[0], args[1]) + args[2],
+               _linear_onnx, lambda torch, attrs, shapes: lambda x, w, b: torch.matmul(x, w) + b, _linear_flops,
+               sym_shape=lambda attrs, dims: dims[0][:-1] + [dims[1][-1]])

@@ -1,0 +1,283 @@
+"""Runtimes: where a program is measured end to end (``--runtime``), each behind one interface.
+
+A :class:`Runtime` turns programs (:class:`Program`: the ONNX model and, for the torch runtimes, its IR graph)
+into callables and names the clock that times them; :func:`compare_programs` times the original against
+every candidate with the protocol of :mod:`eqsat.timing` (interleaved seeded rounds, bootstrap interval).
+
+* ``ort-cpu``: onnxruntime's CPU provider, the sessions :func:`eqsat.timing.session_options` describes; wall clock.
+* ``ort-cuda``: onnxruntime's CUDA provider (the ``gpu`` extra, onnxruntime-gpu); inputs copied from the host
+  at each call, synchronous; wall clock.
+* ``torch-cuda``: the IR program run by :class:`eqsat.torch_run.TorchProgram` on the GPU, captured once and
+  replayed as a CUDA graph (static shapes: no Python launch overhead); CUDA events. The eager (uncaptured)
+  latency of each program is reported beside it.
+* ``torch-compile``: the same program through ``torch.compile`` (mode ``reduce-overhead`` on a GPU; on the
+  CPU mode ``default``, since reduce-overhead's CUDA graphs need a GPU), original and candidates compiled alike.
+* ``torch-cpu``: the IR program in eager torch on the CPU (no compiler, no graph capture); wall clock.
+
+``auto`` is torch-cuda where torch sees a GPU, else ort-cpu.
+
+>>> RUNTIMES[:4]
+('ort-cpu', 'torch-cuda', 'torch-compile', 'ort-cuda')
+>>> make("ort-cpu").info()["name"]
+'ort-cpu'
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import platform
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from .errors import InputError
+from .ir import Graph
+from .timing import (
+    Comparison,
+    Protocol,
+    compare_many,
+    cuda_event_ms,
+    runtime_info,
+    timing_feeds,
+    timing_sessions,
+    wall_block_ms,
+)
+
+RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
+"""``--runtime`` values besides ``auto``"""
+TORCH_RUNTIMES = frozenset({"torch-cuda", "torch-compile", "torch-cpu"})
+EAGER_REPEATS = 20
+TORCH_INSTANCES = 3
+"""instances per program in the eager and CUDA-graph modes, each with its own weights (as sessions are for onnxruntime)"""
+
+
+def runtime_names() -> list[str]:
+    """Every accepted ``--runtime`` value."""
+    return ["auto", *RUNTIMES]
+
+
+@dataclass(frozen=True)
+class Program:
+    """One program to measure: its ONNX model and its IR graph (needed by the torch runtimes)."""
+
+    model: onnx.ModelProto
+    graph: Graph | None = None
+
+
+def _torch_gpu() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def resolve(name: str) -> str:
+    """The runtime a ``--runtime`` value names (``auto``: torch-cuda where torch sees a GPU, else ort-cpu)."""
+    if name == "auto":
+        return "torch-cuda" if _torch_gpu() else "ort-cpu"
+    return name
+
+
+def check_available(name: str) -> None:
+    """Raise :class:`InputError` (exit 2) if runtime ``name`` cannot run here, saying what to install or use."""
+    name = resolve(name)
+    if name not in RUNTIMES:
+        raise InputError(f"--runtime {name!r}: choose one of {', '.join(runtime_names())}")
+    if name in TORCH_RUNTIMES and importlib.util.find_spec("torch") is None:
+        raise InputError(f"--runtime {name}: torch is not installed; install torch or use --runtime ort-cpu")
+    if name == "torch-cuda" and not _torch_gpu():
+        raise InputError("--runtime torch-cuda: torch sees no GPU (torch.cuda.is_available() is False); run on a "
+                         "machine with an NVIDIA GPU and a CUDA build of torch, or use --runtime ort-cpu "
+                         "(or torch-compile, which runs on the CPU)")
+    if name == "ort-cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise InputError("--runtime ort-cuda: onnxruntime has no CUDAExecutionProvider here; install "
+                         "onnxruntime-gpu (pip install 'eqsat[gpu]', in place of onnxruntime) on a machine with a "
+                         "GPU, or use --runtime ort-cpu")
+
+
+class Runtime:
+    """Where programs are measured. Subclasses give :meth:`instances` (callables per program) and :meth:`info`."""
+
+    name = "runtime"
+
+    def info(self) -> dict[str, Any]:
+        """What the timings were taken on (the report's ``measured.runtime``): name, device, versions, settings."""
+        raise NotImplementedError
+
+    def instances(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray],
+                  protocol: Protocol) -> list[list[Callable[[], Any]]]:
+        """Interchangeable callables per program, each running it once on ``feeds``."""
+        raise NotImplementedError
+
+    def clock(self, call: Callable[[], Any], repeats: int) -> float:
+        """Milliseconds per call over a block of ``repeats`` calls (an :data:`eqsat.timing.BlockClock`)."""
+        return wall_block_ms(call, repeats)
+
+    def beside(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray]) -> dict[str, list[float]]:
+        """Timings reported beside the comparison (torch-cuda: the eager latency, ms, of each program)."""
+        return {}
+
+    def run(self, program: Program, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs of ``program`` on ``feeds`` as this runtime computes them (one call of its callable)."""
+        call = self.instances([program], feeds, Protocol(sessions=1))[0][0]
+        return [o.detach().cpu().numpy() if hasattr(o, "detach") else np.asarray(o) for o in call()]
+
+
+class OrtRuntime(Runtime):
+    """onnxruntime with one execution provider (``ort-cpu``, ``ort-cuda``)."""
+
+    def __init__(self, name: str = "ort-cpu", threads: int = 1):
+        self.name = name
+        self.threads = threads
+        self.providers = ("CUDAExecutionProvider", "CPUExecutionProvider") if name == "ort-cuda" \
+            else ("CPUExecutionProvider",)
+
+    def info(self) -> dict[str, Any]:
+        return {**runtime_info(self.threads), "name": self.name, "providers": list(self.providers), "clock": "wall",
+                "device": "cuda" if self.name == "ort-cuda" else f"cpu ({platform.machine()})"}
+
+    def instances(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray],
+                  protocol: Protocol) -> list[list[Callable[[], Any]]]:
+        sessions = timing_sessions([p.model for p in programs], replace(protocol, threads=self.threads),
+                                   self.providers)
+        self.sessions_per_program = len(sessions[-1])
+        return [[functools.partial(s.run, None, dict(feeds)) for s in side] for side in sessions]
+
+
+class TorchRuntime(Runtime):
+    """The IR program run with torch (:class:`eqsat.torch_run.TorchProgram`): ``mode`` eager, cuda-graph or compile."""
+
+    def __init__(self, name: str, device: str, mode: str, threads: int = 1, compile_mode: str | None = None):
+        import torch  # here: only the torch runtimes need it
+
+        self.torch = torch
+        self.name, self.device, self.mode, self.threads = name, device, mode, threads
+        self.compile_mode = compile_mode or ("reduce-overhead" if device == "cuda" else "default")
+
+    def clock(self, call: Callable[[], Any], repeats: int) -> float:
+        """CUDA events on a GPU (launches overlap the work, as deployed), the wall clock on the CPU."""
+        return cuda_event_ms(call, repeats) if self.device == "cuda" else wall_block_ms(call, repeats)
+
+    def info(self) -> dict[str, Any]:
+        torch = self.torch
+        out: dict[str, Any] = {"name": self.name, "torch": torch.__version__, "mode": self.mode,
+                               "clock": "cuda events" if self.device == "cuda" else "wall"}
+        if self.device == "cuda":
+            out.update(device=torch.cuda.get_device_name(0), cuda=torch.version.cuda)
+        else:
+            out.update(device=f"cpu ({platform.machine()})", threads=self.threads)
+        if self.mode == "compile":
+            out["compile_mode"] = self.compile_mode
+        return out
+
+    def _programs(self, programs: Sequence[Program]) -> list[Any]:
+        from .torch_run import TorchProgram, check_runnable
+
+        built = []
+        for p in programs:
+            if p.graph is None:
+                raise ValueError(f"--runtime {self.name} runs IR programs: give each Program its graph")
+            check_runnable(p.graph, self.name)
+            built.append(TorchProgram(p.graph, self.device))
+        return built
+
+    def instances(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray],
+                  protocol: Protocol) -> list[list[Callable[[], Any]]]:
+        torch = self.torch
+        if self.device == "cpu":
+            torch.set_num_threads(self.threads)
+        out = []
+        for prog in self._programs(programs):
+            xs = prog.tensors(feeds)
+            if self.mode == "compile":  # one instance: compiling takes seconds to minutes
+                call = _no_grad(torch, torch.compile(prog.forward, mode=self.compile_mode, dynamic=False), xs)
+                call()  # compiles now, outside the timed warm-up
+                out.append([call])
+                continue
+            copies = [prog, *(prog.replica() for _ in range(min(protocol.sessions, TORCH_INSTANCES) - 1))]
+            wrap = _captured if self.mode == "cuda-graph" else _no_grad
+            out.append([wrap(torch, p.forward, xs) for p in copies])
+        return out
+
+    def beside(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray]) -> dict[str, list[float]]:
+        if self.mode != "cuda-graph":
+            return {}
+        calls = [_no_grad(self.torch, p.forward, p.tensors(feeds)) for p in self._programs(programs)]
+        for call in calls:
+            call()
+        return {"eager_ms": [cuda_event_ms(call, EAGER_REPEATS) for call in calls]}
+
+
+def _no_grad(torch: Any, fn: Callable[..., Any], xs: list[Any]) -> Callable[[], Any]:
+    def call() -> Any:
+        with torch.no_grad():
+            return fn(*xs)
+    return call
+
+
+def _captured(torch: Any, fn: Callable[..., Any], xs: list[Any]) -> Callable[[], Any]:
+    """``fn(*xs)`` captured as a CUDA graph (after warm-up runs on a side stream); returns its replay."""
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn(*xs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            kept = fn(*xs)  # the outputs live in the graph's memory pool, refreshed by each replay
+
+    def call() -> Any:
+        graph.replay()
+        return kept
+    return call
+
+
+def make(name: str, threads: int = 1) -> Runtime:
+    """The runtime a ``--runtime`` value names (checked: :func:`check_available`)."""
+    name = resolve(name)
+    check_available(name)
+    if name in ("ort-cpu", "ort-cuda"):
+        return OrtRuntime(name, threads)
+    if name == "torch-cuda":
+        return TorchRuntime(name, "cuda", "cuda-graph", threads)
+    if name == "torch-compile":
+        return TorchRuntime(name, "cuda" if _torch_gpu() else "cpu", "compile", threads)
+    return TorchRuntime(name, "cpu", "eager", threads)
+
+
+@dataclass
+class Measured:
+    """The comparisons of the original against each candidate (in order), and the runtime's side timings."""
+
+    comparisons: list[Comparison]
+    beside: dict[str, list[float]]
+
+
+def compare_programs(original: Program, candidates: Sequence[Program], runtime: Runtime,
+                     protocol: Protocol | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                     feeds: dict[str, np.ndarray] | None = None) -> Measured:
+    """Time ``original`` against every candidate in one interleaved run in ``runtime`` (eqsat.timing's
+    protocol) on the same inputs: ``feeds``, or seeded random ones (:func:`eqsat.timing.timing_feeds`)."""
+    protocol = protocol or Protocol()
+    programs = [original, *candidates]
+    if feeds is None:
+        probe = timing_sessions([original.model, candidates[-1].model], Protocol(sessions=1, seed=protocol.seed))
+        feeds = timing_feeds(original.model, [probe[0][0], probe[1][0]], protocol.seed, input_shapes)
+    calls = runtime.instances(programs, feeds, protocol)
+    info = runtime.info()
+    if isinstance(runtime, OrtRuntime):
+        info["sessions_per_program"] = runtime.sessions_per_program
+    comparisons = compare_many(calls, protocol, info, runtime.clock)
+    return Measured(comparisons, runtime.beside(programs, feeds))
+
+
+__all__ = ["RUNTIMES", "TORCH_RUNTIMES", "Measured", "OrtRuntime", "Program", "Runtime", "TorchRuntime",
+           "check_available", "compare_programs", "make", "resolve", "runtime_names"]

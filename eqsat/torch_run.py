@@ -1,0 +1,171 @@
+"""Run an IR program with torch: the executor behind the torch runtimes (eqsat.runtimes).
+
+Weight-only subgraphs are folded with numpy first, exactly as the ONNX export folds them
+(:func:`eqsat.onnx_export.fold_weights`); every other operator runs through its :mod:`eqsat.ops` entry's torch
+function, except where that function is only good for timing (batch norm times on a made-up variance) or the
+entry has none (reshape, dropout). Opaque ONNX operators have no torch form: :class:`TorchProgram` refuses
+programs holding them (:class:`UnsupportedProgram`, an InputError naming the operators and the runtimes that
+can run them).
+
+>>> import numpy as np
+>>> from eqsat import ir
+>>> x, w = ir.input_("x", (2, 3)), ir.weight("w", (3, 4))
+>>> g = ir.Graph((x,), (ir.make("relu", [ir.make("matmul", [x, w], (0,))]),), ("y",), {"w": np.ones((3, 4), "float32")})
+>>> TorchProgram(g).run_numpy({"x": np.ones((2, 3), "float32")})[0].tolist()
+[[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+from .ir import Graph, Node
+from .onnx_export import fold_weights
+from .ops import OPS
+from .ops.batchnorm import EPS_UNIT
+
+
+class UnsupportedProgram(InputError):
+    """The program holds operators the torch executor cannot run (opaque ONNX operators)."""
+
+
+def _batchnorm(torch: Any, attrs: tuple, shapes: Sequence[tuple[int, ...]]) -> Callable[..., Any]:
+    eps = attrs[0] * EPS_UNIT
+    return lambda x, s, b, m, v: torch.nn.functional.batch_norm(x, m, v, s, b, False, 0.0, eps)
+
+
+def _reshape(torch: Any, attrs: tuple, shapes: Sequence[tuple[int, ...]]) -> Callable[..., Any]:
+    return lambda x: x.reshape(attrs)
+
+
+def _identity(torch: Any, attrs: tuple, shapes: Sequence[tuple[int, ...]]) -> Callable[..., Any]:
+    return lambda x: x
+
+
+OVERRIDES: dict[str, Callable[[Any, tuple, Sequence[tuple[int, ...]]], Callable[..., Any]]] = {
+    "batchnorm": _batchnorm, "reshape": _reshape, "dropout": _identity}
+"""operators whose torch form here differs from (or is missing in) the operator table's timing function"""
+
+
+def opaque_operators(graph: Graph) -> list[str]:
+    """The ONNX types of the opaque operators in ``graph`` (sorted, distinct): what the torch runtimes cannot run."""
+    return sorted({n.attrs[0] for n in graph.nodes() if n.op == "opaque"})
+
+
+def check_runnable(graph: Graph, runtime: str) -> None:
+    """Raise :class:`UnsupportedProgram` if ``graph`` holds operators that torch cannot run."""
+    opaque = opaque_operators(graph)
+    if opaque:
+        shown = ", ".join(opaque[:8]) + (f" and {len(opaque) - 8} more" if len(opaque) > 8 else "")
+        raise UnsupportedProgram(f"--runtime {runtime}: the model holds ONNX operators that eqsat carries opaquely "
+                                 f"({shown}) and the torch runtimes cannot run them; use --runtime ort-cpu or "
+                                 "ort-cuda for this model")
+
+
+class TorchProgram:
+    """An IR program as a callable of torch tensors on ``device``: ``program(feeds) -> list of outputs``.
+
+    Folded weights are held on the device once; calls allocate only the intermediate values, so a call can
+    be captured as a CUDA graph or compiled with torch.compile (:meth:`forward` takes the inputs positionally,
+    in ``input_names`` order)."""
+
+    def __init__(self, graph: Graph, device: str = "cpu"):
+        import torch  # here, not at the top: torch takes seconds to import and only the torch runtimes need it
+
+        check_runnable(graph, "torch")
+        self.torch = torch
+        self.device = device
+        self.graph = graph
+        self.input_names = tuple(i.name or "" for i in graph.inputs)
+        order, consts = fold_weights(graph)
+        slots: dict[int, int] = {}
+        self.constants: list[Any] = []
+        self.steps: list[tuple[Callable[..., Any], tuple[int, ...]]] = []
+        n_inputs = len(graph.inputs)
+        for k, node in enumerate(graph.inputs):
+            slots[id(node)] = k
+        needed = _needed(graph, consts)
+        for node in order:
+            if id(node) not in needed or id(node) in slots:
+                continue
+            if id(node) in consts:
+                slots[id(node)] = -1 - len(self.constants)
+                self.constants.append(_tensor(torch, consts[id(node)], device))
+                continue
+            slots[id(node)] = n_inputs + len(self.steps)
+            self.steps.append((_function(torch, node), tuple(slots[id(i)] for i in node.inputs)))
+        self.output_slots = tuple(slots[id(o)] for o in graph.outputs)
+
+    def replica(self) -> TorchProgram:
+        """The same program with its own copy of the folded weights (another instance to time, like a session)."""
+        other = copy.copy(self)
+        other.constants = [c.clone() for c in self.constants]
+        return other
+
+    def forward(self, *inputs: Any) -> list[Any]:
+        """The outputs for ``inputs`` (torch tensors on the device, in ``input_names`` order)."""
+        values: list[Any] = list(inputs)
+        consts = self.constants
+
+        def get(slot: int) -> Any:
+            return consts[-1 - slot] if slot < 0 else values[slot]
+
+        for fn, args in self.steps:
+            values.append(fn(*(get(a) for a in args)))
+        return [get(s) for s in self.output_slots]
+
+    def tensors(self, feeds: Mapping[str, np.ndarray]) -> list[Any]:
+        """The inputs as tensors on the device, in ``input_names`` order (an input left out of ``feeds`` takes
+        its default value, for inputs that are also initializers)."""
+        out = []
+        for name in self.input_names:
+            value = feeds[name] if name in feeds else self.graph.input_defaults.get(name)
+            if value is None:
+                raise InputError(f"no value for input {name!r}; give one in the feeds")
+            out.append(_tensor(self.torch, value, self.device))
+        return out
+
+    def run_numpy(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs for numpy ``feeds`` (by input name), as numpy arrays."""
+        with self.torch.no_grad():
+            outs = self.forward(*self.tensors(feeds))
+        return [o.detach().cpu().numpy() for o in outs]
+
+
+def _tensor(torch: Any, value: np.ndarray, device: str) -> Any:
+    """``value`` as a tensor on ``device`` (copied where numpy's array is read-only or not contiguous)."""
+    array = np.asarray(value)
+    if not (array.flags.writeable and array.flags.c_contiguous):
+        array = np.array(array, order="C", copy=True)
+    return torch.from_numpy(array).to(device)
+
+
+def _needed(graph: Graph, consts: dict[int, np.ndarray]) -> set[int]:
+    """Nodes reachable from the outputs without entering folded constants."""
+    needed: set[int] = set()
+    stack: list[Node] = list(graph.outputs)
+    while stack:
+        n = stack.pop()
+        if id(n) not in needed:
+            needed.add(id(n))
+            if id(n) not in consts:
+                stack.extend(n.inputs)
+    return needed
+
+
+def _function(torch: Any, node: Node) -> Callable[..., Any]:
+    shapes = [i.shape for i in node.inputs]
+    make = OVERRIDES.get(node.op) or (OPS[node.op].torch if node.op in OPS else None)
+    fn = make(torch, node.attrs, shapes) if make is not None else None
+    if fn is None:
+        raise UnsupportedProgram(f"{node!r}: operator {node.op!r} has no torch form here (its operands are not "
+                                 "all weights, so it cannot be folded); use --runtime ort-cpu")
+    return fn
+
+
+__all__ = ["OVERRIDES", "TorchProgram", "UnsupportedProgram", "check_runnable", "opaque_operators"]

@@ -1,0 +1,182 @@
+"""The runtimes (eqsat.runtimes) and the torch executor (eqsat.torch_run), checked against onnxruntime."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+import onnx_builders as ob
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from eqsat import onnx_export, onnx_import
+from eqsat.app.cli import main
+from eqsat.app.config import OptimizeConfig
+from eqsat.app.pipeline import optimize
+from eqsat.errors import InputError
+from eqsat.inputs import random_inputs
+from eqsat.models import build
+from eqsat.runtimes import Program, check_available, compare_programs, make, resolve
+from eqsat.timing import Protocol, compare_many
+from eqsat.torch_run import TorchProgram, UnsupportedProgram
+from eqsat.verify import compare_outputs, session
+
+GPU = torch.cuda.is_available()
+
+
+def _ort_outputs(model: onnx.ModelProto, seed: int = 0) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    s = session(model)
+    feeds = random_inputs(s, np.random.default_rng(seed))
+    return feeds, [np.asarray(o) for o in s.run(None, feeds)]
+
+
+def _assert_same(ref: list[np.ndarray], got: list[np.ndarray]) -> None:
+    assert len(ref) == len(got)
+    for a, b in zip(ref, got):
+        ok, max_abs, _ = compare_outputs(a, b)
+        assert ok, f"max abs error {max_abs}"
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "bert", "nasrnn", "resnext50", "mobilenetv2"])
+def test_torch_executor_matches_onnxruntime_on_builtin_models(name):
+    graph = build(name, small=True)
+    feeds, ref = _ort_outputs(onnx_export.export_model(graph))
+    _assert_same(ref, TorchProgram(graph).run_numpy(feeds))
+
+
+@pytest.mark.parametrize("builder", [ob.residual_block, ob.mlp, ob.attention])
+def test_torch_executor_matches_onnxruntime_on_imported_models(builder):
+    model = builder()
+    feeds, ref = _ort_outputs(model, seed=3)  # the original ONNX model in onnxruntime: an independent oracle
+    _assert_same(ref, TorchProgram(onnx_import.import_model(model)).run_numpy(feeds))
+
+
+def test_replicas_compute_the_same_and_hold_their_own_weights():
+    graph = build("squeezenet", small=True)
+    prog = TorchProgram(graph)
+    copy = prog.replica()
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(prog.constants, copy.constants))
+    feeds, ref = _ort_outputs(onnx_export.export_model(graph))
+    _assert_same(ref, copy.run_numpy(feeds))
+
+
+def _opaque_model() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    return ob.model([helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Relu", ["e"], ["y"])], [x], [y], [])
+
+
+def test_opaque_operators_are_refused_by_the_torch_runtimes_with_what_to_use():
+    graph = onnx_import.import_model(_opaque_model())
+    with pytest.raises(UnsupportedProgram, match=r"Erf.*--runtime ort-cpu"):
+        TorchProgram(graph)
+    with pytest.raises(InputError, match="Erf"):  # before any search
+        optimize(_opaque_model(), OptimizeConfig.of(runtime="torch-cpu", cost="analytic", budget=1))
+
+
+def test_the_same_opaque_model_runs_in_ort_cpu():
+    r = optimize(_opaque_model(), OptimizeConfig.of(runtime="ort-cpu", cost="analytic", scheduler="none",
+                                                    allow_slower=True, measure_budget=0.2))
+    assert r.report.measured is not None and r.report.measured.runtime["name"] == "ort-cpu"
+
+
+def test_the_pipeline_measures_in_the_runtime_it_is_given():
+    r = optimize(ob.residual_block(), OptimizeConfig.of(runtime="torch-cpu", cost="analytic", budget=2, candidates=2,
+                                                        allow_slower=True, measure_budget=0.3))
+    m = r.report.to_json()["measured"]
+    assert m["runtime"]["name"] == "torch-cpu" and m["runtime"]["torch"] == torch.__version__
+    assert m["candidate"] in {c.name for c in r.report.candidates} and m["original_ms"] > 0
+
+
+def test_runtime_run_matches_onnxruntime_in_each_cpu_runtime():
+    graph = build("squeezenet", small=True)
+    model = onnx_export.export_model(graph)
+    feeds, ref = _ort_outputs(model)
+    for name in ("ort-cpu", "torch-cpu"):
+        _assert_same(ref, make(name).run(Program(model, graph), feeds))
+
+
+def _busy(ms: float):
+    def call() -> None:
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            pass
+    return call
+
+
+def test_compare_many_orders_programs_of_known_latency():
+    """One interleaved run of three programs: the comparisons pair each with the original (1 ms)."""
+    slower, faster = compare_many([_busy(1.0), _busy(2.0), _busy(0.5)], Protocol(budget_s=0.6, min_rounds=5))
+    assert slower.ci_high < 1 < faster.ci_low  # 2x apart: clear even on a busy machine (which stretches busy waits)
+    assert slower.ci_low <= slower.speedup <= slower.ci_high and faster.ci_low <= faster.speedup <= faster.ci_high
+    assert slower.round_original_ms == faster.round_original_ms  # the same original blocks, paired round by round
+
+
+def test_compare_programs_in_torch_cpu_reports_the_runtime():
+    graph = build("squeezenet", small=True)
+    p = Program(onnx_export.export_model(graph), graph)
+    measured = compare_programs(p, [p], make("torch-cpu"), Protocol(budget_s=0.3, min_rounds=4))
+    (cmp,) = measured.comparisons
+    assert cmp.runtime["name"] == "torch-cpu" and cmp.runtime["mode"] == "eager"
+    assert cmp.ci_low <= cmp.speedup <= cmp.ci_high and measured.beside == {}
+
+
+def test_auto_is_ort_cpu_without_a_gpu_and_torch_cuda_with_one():
+    assert resolve("auto") == ("torch-cuda" if GPU else "ort-cpu")
+    assert resolve("ort-cuda") == "ort-cuda"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--runtime", "tpu"], r"--runtime 'tpu': choose one of auto, ort-cpu, torch-cuda, torch-compile, ort-cuda"),
+    (["--runtime", "ort-cuda"], r"--runtime ort-cuda: .*install onnxruntime-gpu"),
+])
+def test_cli_refuses_an_unusable_runtime_up_front(tmp_path, capsys, argv, message):
+    import re
+
+    import onnxruntime as ort
+
+    if "ort-cuda" in argv and "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("onnxruntime-gpu is installed here: ort-cuda is usable")
+    code = main(["optimize-model", "--model", "squeezenet", "--small", "-o", str(tmp_path / "o.onnx"), *argv])
+    assert code == 2 and re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.skipif(GPU, reason="torch sees a GPU here: torch-cuda is usable")
+def test_cli_refuses_torch_cuda_without_a_gpu(tmp_path, capsys):
+    code = main(["optimize-model", "--model", "squeezenet", "--small", "-o", str(tmp_path / "o.onnx"),
+                 "--runtime", "torch-cuda"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--runtime torch-cuda: torch sees no GPU" in err and "--runtime ort-cpu" in err
+
+
+def test_no_measure_needs_no_runtime():
+    OptimizeConfig.of(runtime="ort-cuda", measure=False).validate()
+    with pytest.raises(InputError, match="--runtime"):
+        check_available("bogus")
+
+
+@pytest.mark.skipif(not GPU, reason="the CUDA-graph capture needs a GPU; torch sees none")
+def test_torch_cuda_replays_a_cuda_graph_that_matches_onnxruntime():
+    graph = build("squeezenet", small=True)
+    model = onnx_export.export_model(graph)
+    feeds, ref = _ort_outputs(model)
+    runtime = make("torch-cuda")
+    _assert_same(ref, runtime.run(Program(model, graph), feeds))
+    p = Program(model, graph)
+    measured = compare_programs(p, [p], runtime, Protocol(budget_s=0.5))
+    assert measured.comparisons[0].runtime["clock"] == "cuda events"
+    assert len(measured.beside["eager_ms"]) == 2 and min(measured.beside["eager_ms"]) > 0
+
+
+@pytest.mark.slow
+def test_torch_compile_on_the_cpu_matches_onnxruntime():
+    """torch.compile (inductor, mode "default" on the CPU) of an imported MLP; compiling takes seconds."""
+    model = ob.mlp()
+    graph = onnx_import.import_model(model)
+    feeds, ref = _ort_outputs(model)
+    runtime = make("torch-compile")
+    assert runtime.info()["compile_mode"] == ("reduce-overhead" if GPU else "default")
+    _assert_same(ref, runtime.run(Program(model, graph), feeds))

@@ -1,0 +1,128 @@
+"""Search speed-ups: root-parallel trees are deterministic, the reward cache agrees with a fresh extraction,
+the no-gain stop fires where no rule can lower the cost, and the equal-time benchmark gives each scheduler the
+other's wall time."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+from eqsat import ir
+from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.cost import make
+from eqsat.egraph import EGraph
+from eqsat.errors import InputError
+from eqsat.mcts import MCTS, Env, SearchConfig, StopReason, run_scheduler
+from eqsat.mcts.parallel import Forest
+from eqsat.mcts.search import ChildStats, RootStats
+from eqsat.models import build
+from eqsat.rules import rule_set
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _search(model: str, **options):
+    cfg = SearchConfig(budget=4, depth=3, max_iterations=3, no_gain_steps=0, **options)
+    return run_scheduler("mcts", EGraph.from_graph(build(model, small=True)), cfg, make("analytic"))
+
+
+def test_same_seed_and_workers_same_search():
+    a, b = _search("squeezenet", seed=5, workers=2), _search("squeezenet", seed=5, workers=2)
+    assert a.steps and [s.rule for s in a.steps] == [s.rule for s in b.steps]
+    assert [s.cost_us for s in a.steps] == [s.cost_us for s in b.steps]
+    assert a.simulations == b.simulations and a.simulations_per_second > 0
+    assert a.steps[0].simulations == 2 * 4  # both trees planned the first step with the whole budget
+
+
+def test_merge_sums_visits_and_values_and_keeps_saturation():
+    one = RootStats(3, False, False, {"r": ChildStats(2, 1.0, 0.5, 10, False, False),
+                                      "s": ChildStats(1, 0.0, 0.0, 9, True, True)})
+    two = RootStats(4, True, True, {"r": ChildStats(3, 0.5, 0.5, 10, False, False),
+                                    "t": ChildStats(1, 2.0, 2.0, 12, False, False)})
+    m = RootStats.merge([one, two])
+    assert (m.planned, m.gained, m.open_actions) == (7, True, True)
+    assert (m.children["r"].visits, m.children["r"].value) == (5, 1.5)
+    assert m.children["s"].saturated and m.children["s"].refused and m.children["t"].value == 2.0
+    assert one.children["r"].visits == 2  # the parts are left as they were
+
+
+def test_cached_rewards_equal_a_fresh_extraction():
+    """Every state the search priced (by its rule path) has the cost a fresh e-graph replaying that path gets."""
+    g = build("bert", small=True)
+    rules = rule_set("default")
+    cost = make("analytic")
+    env = Env(EGraph.from_graph(g), rules, cost, SearchConfig())
+    mcts = MCTS(env, SearchConfig(budget=6, depth=3, max_iterations=2, seed=1, no_gain_steps=0))
+    report = mcts.run()
+    assert report.steps
+    paths = sorted(env._cost_cache, key=lambda k: (-len(k), k))[:4]
+    assert any(len(p) > 1 for p in paths)
+    for path in paths:
+        fresh = Env(EGraph.from_graph(g), rules, cost, SearchConfig())
+        for rule in path:
+            assert fresh.engine.apply(rule).changed
+        assert fresh.cost() == pytest.approx(env._cost_cache[path], rel=1e-12), path
+
+
+def _adds_only() -> ir.Graph:
+    """x + (y + (z + w)) on inputs: the rules only reorder the additions, which never lowers the cost."""
+    xs = [ir.input_(n, (16, 16)) for n in "xyzw"]
+    out = xs[0]
+    for v in xs[1:]:
+        out = ir.make("ewadd", [v, out])
+    return ir.Graph(tuple(xs), (out,), ("out",), {}, name="adds")
+
+
+def test_no_gain_stop_fires_where_no_rule_lowers_the_cost():
+    base = dict(cost="analytic", budget=4, depth=2, measure=False, ilp_time_limit=5, seed=0)
+    r = optimize(_adds_only(), OptimizeConfig.of(scheduler="mcts", no_gain_steps=2, **base)).report
+    assert r.search.stop_reason == StopReason.NO_GAIN and r.to_json()["stop_reason"] == "no_gain"
+    assert len(r.search.steps) == 1 and all(s.reward_us == 0 for s in r.search.steps)
+    longer = optimize(_adds_only(), OptimizeConfig.of(scheduler="mcts", no_gain_steps=0, max_iterations=3,
+                                                      **base)).report
+    assert longer.search.stop_reason == StopReason.STEP_LIMIT and len(longer.search.steps) == 3
+
+
+def test_equal_time_gives_each_scheduler_the_others_wall_time(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    sys.modules.pop("bench_search", None)
+    import bench_search
+
+    assert bench_search.main(["--equal-time", "--models", "nasrnn", "--small", "--budget", "2", "--depth", "2",
+                              "--final-extractor", "greedy-dag", "--time-limit", "3", "--out", str(tmp_path)]) == 0
+    recs = {f: json.loads((tmp_path / f).read_text()) for f in os.listdir(tmp_path)}
+    assert len(recs) == 4 and not any("error" in r for r in recs.values())
+    firsts = {r["spec"]["config"]["scheduler"]: r for r in recs.values() if "equal_time" not in r}
+    for r in recs.values():
+        if "equal_time" not in r:
+            continue
+        given = r["spec"]["config"]["search"]["time_limit"]
+        other = firsts[{"mcts": "tensat", "tensat": "mcts"}[r["spec"]["config"]["scheduler"]]]
+        assert r["equal_time"]["of"] == other["key"] and r["equal_time"]["time_limit"] == given
+        assert given == pytest.approx(max(bench_search.wall_time(other), 0.01))
+        assert r["report"]["config"]["search"]["time_limit"] == given  # the limit the run itself recorded
+
+
+def test_workers_refuse_a_cost_model_they_cannot_share():
+    class Timed:  # a timed cost model holds sessions and locks: no pickle
+        def __init__(self):
+            self.lock = threading.Lock()
+
+    egraph = EGraph.from_graph(build("squeezenet", small=True))
+    env = Env(egraph, rule_set("default"), Timed(), SearchConfig())
+    with pytest.raises(InputError, match="--workers 1"):
+        Forest(MCTS(env, SearchConfig(workers=2)), 2)
+
+
+def test_workers_refuse_rules_outside_the_rule_set():
+    from eqsat.rules.registry import taso_rules
+
+    extra = next(r for r in taso_rules() if r.name == "taso_s000")
+    renamed = type(extra)(**{**extra.__dict__, "name": "injected_rule"})
+    with pytest.raises(InputError, match="injected_rule"):
+        run_scheduler("mcts", EGraph.from_graph(build("squeezenet", small=True)),
+                      SearchConfig(budget=2, workers=2), make("analytic"), extra_rules=[renamed])
