@@ -75,7 +75,37 @@ def robust_time(time_round: Callable[[int], float], estimate_us: float, repeats:
     return Timing(min(medians), tuple(medians), estimate_us, not suspicious(medians, estimate_us))
 
 
-class TorchCost:
+class CachedTimings:
+    """What the measured cost models share: an operator's cost from this run's memo, else the cache, else timed
+    now (and cached only when the timing is trusted)."""
+
+    cache: CostCache
+    device_name: str
+    backend: str
+    _memo: dict[OpKey, float]
+    measured: int
+    outliers: int
+
+    def timing(self, key: OpKey) -> Timing:
+        raise NotImplementedError
+
+    def op_cost(self, key: OpKey) -> float:
+        if key in self._memo:
+            return self._memo[key]
+        us = self.cache.get(self.device_name, self.backend, key)
+        if us is None:
+            timing = self.timing(key)
+            us = timing.us
+            self.measured += 1
+            if timing.trusted:
+                self.cache.put(self.device_name, self.backend, key, us)
+            else:
+                self.outliers += 1
+        self._memo[key] = us
+        return us
+
+
+class TorchCost(CachedTimings):
     """Times each operator with torch on ``device`` ("cpu" or "cuda"); results cached persistently.
 
     Unlike TASO's model, slices and transposes are timed: onnxruntime materializes them as copies, so
@@ -111,21 +141,6 @@ class TorchCost:
         self.measured = 0
         self.outliers = 0
         """operators whose timing stayed an outlier (used in this run, not cached)"""
-
-    def op_cost(self, key: OpKey) -> float:
-        if key in self._memo:
-            return self._memo[key]
-        us = self.cache.get(self.device_name, self.backend, key)
-        if us is None:
-            timing = self.timing(key)
-            us = timing.us
-            self.measured += 1
-            if timing.trusted:
-                self.cache.put(self.device_name, self.backend, key, us)
-            else:
-                self.outliers += 1
-        self._memo[key] = us
-        return us
 
     def measure(self, key: OpKey) -> float:
         """Time one operator now (microseconds), bypassing the cache."""

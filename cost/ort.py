@@ -69,7 +69,7 @@ from eqsat.timing import median_ms, session_options
 from .analytic import AnalyticCost
 from .base import OpKey
 from .cache import CostCache
-from .measure import Timing, TorchCost, opaque_model, robust_time
+from .measure import CachedTimings, Timing, TorchCost, opaque_model, robust_time
 
 RUNTIME = "ort-cpu"
 POLICY = 5
@@ -266,7 +266,7 @@ def _session(model: onnx.ModelProto, threads: int) -> tuple[ort.InferenceSession
     return sess, [n.op_type for n in optimized.graph.node]
 
 
-class OrtCost:
+class OrtCost(CachedTimings):
     """Times each operator (or the pattern onnxruntime fuses it into) in onnxruntime on the CPU.
 
     ``threads`` must be the end-to-end run's intra-op thread count (``--measure-threads``).
@@ -293,21 +293,6 @@ class OrtCost:
         """onnxruntime sessions this instance built (0 when every cost came from the cache)"""
         self.outliers = 0
         """operators whose timing stayed an outlier (used in this run, not cached)"""
-
-    def op_cost(self, key: OpKey) -> float:
-        if key in self._memo:
-            return self._memo[key]
-        us = self.cache.get(self.device_name, self.backend, key)
-        if us is None:
-            timing = self.timing(key)
-            us = timing.us
-            self.measured += 1
-            if timing.trusted:
-                self.cache.put(self.device_name, self.backend, key, us)
-            else:
-                self.outliers += 1
-        self._memo[key] = us
-        return us
 
     def timing(self, key: OpKey) -> Timing:
         """Time one operator now, bypassing the cache: on its own (NCHWc reorders accounted for as in a chain),
