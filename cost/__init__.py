@@ -3,8 +3,13 @@ their cache."""
 
 from __future__ import annotations
 
+from eqsat.errors import InputError
+
 from .analytic import DEVICES, AnalyticCost
 from .base import CostModel, OpKey, graph_cost, graph_ops, node_costs
+from .cache import CostCache
+from .measure import TorchCost
+from .ort import OrtCost
 
 __all__ = ["AnalyticCost", "CostModel", "OpKey", "graph_cost", "graph_ops", "node_costs"]
 
@@ -36,28 +41,18 @@ def make(name: str, cache_path: str | None = None, *, runtime: str | None = None
     the paper's GPU) | ort-cpu (operators timed in onnxruntime on the CPU with ``threads`` intra-op threads, the
     end-to-end run's) | cpu | cuda (timed with torch) | auto (see :func:`resolve_auto`; ``runtime`` is the
     end-to-end runtime)."""
-    from eqsat.errors import InputError
-
     if name == "auto":
         name = resolve_auto(runtime)
     if name == "analytic":
         return AnalyticCost("cpu")
     if name.startswith("analytic-"):
-        from .analytic import DEVICES
-
         device = name.split("-", 1)[1]
         if device not in DEVICES:
             raise InputError(f"--cost {name!r}: analytic devices are {', '.join(DEVICES)}")
         return AnalyticCost(device)
     if name == "ort-cpu":
-        from .cache import CostCache
-        from .ort import OrtCost
-
         return OrtCost(CostCache(cache_path), threads=threads)
     if name in ("cpu", "cuda"):
-        from .cache import CostCache
-        from .measure import TorchCost
-
         return TorchCost(name, CostCache(cache_path))
     raise InputError(f"--cost {name!r}: choose analytic, ort-cpu, cpu, cuda or auto")
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import AttributeProto, helper
 
+from eqsat.errors import InputError
 from eqsat.ops import OPS
 from eqsat.timing import cuda_event_ms, median_ms
 
@@ -122,8 +124,6 @@ class TorchCost(CachedTimings):
         self.device = device
         if device == "cuda":
             if not torch.cuda.is_available():
-                from eqsat.errors import InputError
-
                 raise InputError("--cost cuda: torch sees no GPU; use --cost cpu or --cost analytic")
             torch.backends.cudnn.benchmark = True
             self.device_name = torch.cuda.get_device_name(0)
@@ -175,8 +175,6 @@ class TorchCost(CachedTimings):
 def _opaque_runner(key: OpKey) -> Callable[[], object] | None:
     """A one-node onnxruntime session running an opaque operator on seeded float32 inputs, or None when it
     cannot run that way (inputs of other dtypes, operators needing constant inputs)."""
-    import onnxruntime as ort
-
     built = opaque_model(key)
     if built is None:
         return None

@@ -47,6 +47,7 @@ from .timing import (
     timing_sessions,
     wall_block_ms,
 )
+from .torch_run import TorchProgram, check_runnable
 
 RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
 """``--runtime`` values besides ``auto``"""
@@ -177,8 +178,6 @@ class TorchRuntime(Runtime):
         return out
 
     def _programs(self, programs: Sequence[Program]) -> list[Any]:
-        from .torch_run import TorchProgram, check_runnable
-
         built = []
         for p in programs:
             if p.graph is None:
