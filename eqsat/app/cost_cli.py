@@ -65,7 +65,8 @@ def register(sub) -> None:
     cs = p.add_subparsers(dest="cost_command", required=True)
     pr = cs.add_parser("profile", help="time every operator a model's e-graph can contain, filling the cache")
     add_model_source(pr)
-    pr.add_argument("--cost", default="cpu", choices=["cpu", "cuda", "auto"])
+    pr.add_argument("--cost", default="auto", choices=["ort-cpu", "cpu", "cuda", "auto"],
+                    help="the measured cost model to fill (auto: the default run's, ort-cpu without a GPU)")
     pr.add_argument("--node-limit", type=int, default=2000)
     pr.add_argument("--cache", metavar="FILE", help="SQLite cache file (default ~/.cache/eqsat/costs.sqlite)")
     pr.set_defaults(fn=_profile)
