@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import egglog_schema as schema
+from . import ops
 from .ir import Node, topo_order
 
 
@@ -57,7 +58,9 @@ class Encoding:
             return f"(Opaque {self.opaque_ids[key_]} {_tensor_list(refs)})"
         if n.op == "concat" and len(n.inputs) != 2:
             return f"(ConcatN {n.attrs[0]} {_tensor_list(refs)})"
-        ctor = "Concat" if n.op == "concat" else schema.OP_TO_CONSTRUCTOR[n.op]
+        # the first constructor that fits the operand count (attention: with or without a mask)
+        ctor = "Concat" if n.op == "concat" else next(
+            (c.name for c in ops.OPS[n.op].ctors if c.fits(len(refs))), schema.OP_TO_CONSTRUCTOR[n.op])
         kinds = schema.CONSTRUCTORS[ctor][1]
         ints = iter(n.attrs)
         tensors = iter(refs)

@@ -350,6 +350,9 @@ class _Importer:
         mapped = None
         if not all(i in self.consts for i in match.inputs):
             ins = [self.value(i) for i in match.inputs]
+            if match.op == "attention" and len(ins) == 4 and ins[3].op == "weight" and len(ins[3].shape) < len(ins[0].shape):
+                # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
+                ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
             if self._is_float(*ins):
                 try:
                     mapped = ir.make(match.op, ins, match.ir_attrs([i.shape for i in ins]))
@@ -360,7 +363,7 @@ class _Importer:
                 self._node(inner)
         else:
             self.values[match.output] = mapped
-            if len(match.nodes) == 1:
+            if len(match.nodes) == 1 or match.op == "linear":  # a MatMul and its bias Add: written back as they were
                 self.record_origin(list(match.nodes), [match.output])
         return True
 
@@ -512,6 +515,13 @@ class _Importer:
         if not a.shape or len(a.shape) > 4:
             return None
         return ir.make(op, [a, b])
+
+    def _op_Softmax(self, node, ins):
+        """A Softmax a composite match gave back (an attention the operator refused): still one softmax node."""
+        (x,) = ins
+        if not self._is_float(x) or not 1 <= len(x.shape) <= 4:
+            return None
+        return ir.make("softmax", [x], (int(self._attrs(node).get("axis", -1)) % len(x.shape),))
 
     def _op_Add(self, node, ins):
         return self._binary("ewadd", ins[0], ins[1])

@@ -1,6 +1,7 @@
 """Composite operators in ONNX graphs: the decompositions torch exports (TorchScript and dynamo exporters,
-opsets 13-20) of GELU, LayerNorm, Softmax, SiLU and RMSNorm, found so that the importer makes each one IR
-node (:mod:`eqsat.ops.composite`) instead of a chain of opaque and element-wise nodes.
+opsets 13-20) of GELU, LayerNorm, Softmax, SiLU, RMSNorm, attention and MatMul with a bias, found so that the
+importer makes each one IR node (:mod:`eqsat.ops.composite`, :mod:`eqsat.ops.attention`) instead of a chain of
+opaque and element-wise nodes.
 
 Recognized forms (``*`` and ``+`` in either operand order, a product in any association; ``c`` scalar
 constants, from initializers or Constant nodes):
@@ -13,6 +14,10 @@ constants, from initializers or Constant nodes):
 * ``silu``: ``x * Sigmoid(x)``.
 * ``rmsnorm``: ``x * Reciprocal(Sqrt(ReduceMean(Pow(x, 2)) + eps))`` (or ``1 / Sqrt(..)``, or ``x / Sqrt(..)``),
   an optional ``Cast`` to float, times ``gamma``.
+* ``attention``: ``MatMul(q, kt)``, times a scalar (``Mul``, or ``Div`` by it; or ``q`` and ``kt`` each times one,
+  as torch's SDPA export writes it; or none), plus an optional mask (``Add``), ``Softmax`` over the last axis,
+  optional ``Cast`` s to float, ``MatMul`` by ``v``.
+* ``linear``: ``MatMul(x, W) + b`` with constant ``W`` [k, n] and ``b`` [n].
 
 Reductions must be over the last axis (``axes = [-1]``, kept). A match is valid only when no value inside
 it (every output of its nodes but the last) is used outside it: by another node, a subgraph, or as a graph
@@ -49,11 +54,11 @@ class Match:
     """One composite found in a graph."""
 
     op: str
-    """the IR operator (:mod:`eqsat.ops.composite`)"""
+    """the IR operator (:mod:`eqsat.ops.composite`, :mod:`eqsat.ops.attention`)"""
     attrs: tuple
     """its attributes; a softmax axis may still be negative (:meth:`ir_attrs` normalizes it)"""
     inputs: tuple[str, ...]
-    """the operands' value names, in the operator's order (x, then gamma, beta)"""
+    """the operands' value names, in the operator's order (x, then gamma, beta; q, kt, v, then a mask)"""
     output: str
     """the value the composite computes"""
     nodes: tuple[onnx.NodeProto, ...]
@@ -83,6 +88,9 @@ class _View:
                     self.consts[node.output[0]] = numpy_helper.to_array(attr.t)
                 elif attr.name in ("value_float", "value_int"):
                     self.consts[node.output[0]] = np.array(helper.get_attribute_value(attr))
+            elif node.op_type == "Identity" and node.domain in ("", "ai.onnx") and node.input and node.output \
+                    and node.input[0] in self.consts:
+                self.consts[node.output[0]] = self.consts[node.input[0]]  # torch's deduplicated initializers
             for o in node.output:
                 if o:
                     self.producer[o] = node
@@ -320,13 +328,87 @@ def _layernorm_decomposed(v: _View, sub: onnx.NodeProto) -> Found | None:
     return "layernorm", (eps_bits(found[1]),), (x, gamma, beta), nodes, shift.output[0]
 
 
+def _scale_factor(v: _View, name: str) -> tuple[onnx.NodeProto, str, float] | None:
+    """``name = other * c`` (either order) or ``other / c`` with a positive finite scalar ``c``: the node,
+    ``other`` and the factor (``c`` or ``1 / c``)."""
+    n = v.made_by(name, "Mul", "Div")
+    if n is None or len(n.input) != 2:
+        return None
+    for k in ((1,) if n.op_type == "Div" else (0, 1)):
+        c, other = v.scalar(n.input[k]), n.input[1 - k]
+        if c is not None and math.isfinite(c) and c > 0 and other and other != n.input[k]:
+            return n, other, 1.0 / c if n.op_type == "Div" else c
+    return None
+
+
+def _attention(v: _View, mm: onnx.NodeProto) -> Found | None:
+    """``MatMul(q, kt) [* c | / c] [+ mask] -> Softmax(-1) [-> Cast(float)...] -> MatMul(., v)``; a scale may
+    also sit on q and kt (torch's ``scaled_dot_product_attention`` export: ``q * sqrt(c)``, ``kt * sqrt(c)``)."""
+    nodes, scale = [mm], 1.0
+    operands = list(mm.input[:2])
+    for k, name in enumerate(operands):  # scalar factors on q or kt, read by this MatMul alone
+        found = _scale_factor(v, name)
+        if found is not None and v.sole_reader(name) is mm and operands[0] != operands[1]:
+            nodes.insert(0, found[0])
+            operands[k], scale = found[1], scale * found[2]
+    q, kt = operands
+    cur = mm.output[0]
+    post = v.sole_reader(cur, "Mul", "Div")
+    found = _scale_factor(v, post.output[0]) if post is not None else None
+    if post is not None and found is not None and found[1] == cur:
+        nodes.append(post)
+        cur, scale = post.output[0], scale * found[2]
+    mask = None
+    add = v.sole_reader(cur, "Add")
+    if add is not None:
+        mask = v.other(add, cur)
+        if not mask:
+            return None
+        nodes.append(add)
+        cur = add.output[0]
+    soft = v.sole_reader(cur, "Softmax")
+    if soft is None or v.attr(soft, "axis", -1) != -1:
+        return None
+    nodes.append(soft)
+    cur = soft.output[0]
+    cast = v.sole_reader(cur, "Cast")
+    while cast is not None and v.attr(cast, "to") == _FLOAT:  # identity on the float32 scores the importer requires
+        nodes.append(cast)
+        cur = cast.output[0]
+        cast = v.sole_reader(cur, "Cast")
+    pv = v.sole_reader(cur, "MatMul")
+    if pv is None or pv.input[0] != cur or pv.input[1] == cur or not math.isfinite(scale) or not scale > 0:
+        return None
+    inputs = (q, kt, pv.input[1]) + ((mask,) if mask is not None else ())
+    return "attention", (eps_bits(scale),), inputs, nodes + [pv], pv.output[0]
+
+
+def _linear(v: _View, mm: onnx.NodeProto) -> Found | None:
+    """``MatMul(x, W) + b`` (either order) with a constant 2-D ``W`` [k, n] and a constant ``b`` [n]."""
+    w = v.consts.get(mm.input[1])
+    add = v.sole_reader(mm.output[0], "Add")
+    if w is None or add is None or mm.input[0] in v.consts:
+        return None
+    bias = v.other(add, mm.output[0])
+    b = v.consts.get(bias) if bias else None
+    if bias is None or b is None or w.ndim != 2 or b.shape != (w.shape[1],):
+        return None
+    return "linear", (), (mm.input[0], mm.input[1], bias), [mm, add], add.output[0]
+
+
+def _matmul(v: _View, mm: onnx.NodeProto) -> Found | None:
+    if len(mm.input) != 2 or not all(mm.input) or not mm.output or not mm.output[0]:
+        return None
+    return _attention(v, mm) or _linear(v, mm)
+
+
 def _softmax(v: _View, node: onnx.NodeProto) -> Found | None:
     return "softmax", (int(v.attr(node, "axis", -1)),), (node.input[0],), [node], node.output[0]  # type: ignore[call-overload]
 
 
 _ANCHORS: dict[str, Callable[[_View, onnx.NodeProto], Found | None]] = {
     "Erf": _gelu_erf, "Tanh": _gelu_tanh, "Gelu": _gelu_node, "Sigmoid": _silu, "Pow": _rmsnorm,
-    "LayerNormalization": _layernorm_node, "Sub": _layernorm_decomposed, "Softmax": _softmax,
+    "LayerNormalization": _layernorm_node, "Sub": _layernorm_decomposed, "Softmax": _softmax, "MatMul": _matmul,
 }
 """op type of the node a matcher starts from -> the matcher"""
 

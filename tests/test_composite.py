@@ -36,11 +36,14 @@ from eqsat.rules.registry import all_rules
 from eqsat.rules.verify import check_rule
 from eqsat.verify import verify
 
-COMPOSITES = ("gelu", "layernorm", "softmax", "silu", "rmsnorm")
-TRANSFORMER = {"gelu": 2, "layernorm": 5, "softmax": 2}  # 2 layers: a GELU each, 2 LayerNorms each + 1, attention
+COMPOSITES = ("gelu", "layernorm", "softmax", "silu", "rmsnorm", "attention")
+TRANSFORMER = {"gelu": 2, "layernorm": 5, "attention": 2}  # 2 layers: a GELU each, 2 LayerNorms each + 1, attention
+# (the attention's Softmax is inside the attention node: tests/test_attention.py)
 EXPECTED = {
-    "bert": (TRANSFORMER, 0), "vit": (TRANSFORMER, 0), "gpt2": (TRANSFORMER, 1),  # (counts, GELU form)
-    "llama": ({"rmsnorm": 3, "silu": 1, "softmax": 1}, None),  # 1 layer: 2 RMSNorms + final, gated SiLU MLP
+    # (counts, GELU form); BERT and ViT: 6 MatMuls with a bias per layer (Q, K, V, output, MLP in and out);
+    # GPT-2's Conv1D projections are Gemms (imported as they are)
+    "bert": ({**TRANSFORMER, "linear": 12}, 0), "vit": ({**TRANSFORMER, "linear": 12}, 0), "gpt2": (TRANSFORMER, 1),
+    "llama": ({"rmsnorm": 3, "silu": 1, "attention": 1}, None),  # 1 layer: 2 RMSNorms + final, gated SiLU MLP
     "efficientnet": ({"silu": 22}, None),  # 29 Sigmoids: 22 SiLU, 7 squeeze-excite gates (not SiLU)
     "resnet": ({}, None), "mobilenetv2": ({}, None),
 }
@@ -331,3 +334,138 @@ def test_merge_linear_qkv_makes_one_linear_of_three(shared):
     assert sorted(n.shape for n in linears) == ([(2, 5, 20)] if shared else [(2, 5, 4), (2, 5, 8), (2, 5, 8)])
     check = verify(export_model(graph), export_model(merged), seed=6)
     assert check.passed, check.detail
+
+
+# -- linear made by the importer, and reached by the rules ------------------------------------------------
+def _projections(form: str, count: int = 3) -> onnx.ModelProto:
+    """``count`` projections of one x [2, 3, 8] (widths 8, 8, 4, ...): ``MatMul(x, W) + b`` (``matmul``; the bias
+    first in the Add for the second, and behind an Identity, as torch's deduplicated initializers are), or a 2-D
+    ``Gemm`` (``gemm``, x [6, 8]), or near misses: the weight an input (``input_weight``), a [1, n] bias
+    (``row_bias``), the product read by another node too (``shared_product``)."""
+    rng = np.random.default_rng(11)
+    x_shape = (6, 8) if form == "gemm" else (2, 3, 8)
+    inits, nodes, outs = [], [], []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
+    for i, n in enumerate((8, 8, 4, 6)[:count]):
+        w, b = f"w{i}", f"b{i}"
+        bias = rng.standard_normal((1, n) if form == "row_bias" else n).astype(np.float32)
+        inits.append(numpy_helper.from_array(bias, b if i != 1 else "b_shared"))
+        if form == "input_weight":
+            inputs.append(helper.make_tensor_value_info(w, TensorProto.FLOAT, (8, n)))
+        else:
+            inits.append(numpy_helper.from_array(rng.standard_normal((8, n)).astype(np.float32), w))
+        if i == 1:
+            nodes.append(N("Identity", ["b_shared"], [b]))
+        if form == "gemm":
+            nodes.append(N("Gemm", ["x", w, b], [f"y{i}"]))
+        else:
+            nodes.append(N("MatMul", ["x", w], [f"p{i}"]))
+            nodes.append(N("Add", [b, f"p{i}"] if i == 1 else [f"p{i}", b], [f"y{i}"]))
+        outs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, x_shape[:-1] + (n,)))
+    if form == "shared_product":
+        nodes.append(N("Relu", ["p0"], ["z"]))
+        outs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, x_shape[:-1] + (8,)))
+    graph = helper.make_graph(nodes, "g", inputs, outs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_matmul_with_a_bias_is_one_linear_written_back_verbatim():
+    model = _projections("matmul")
+    matches = find_composites(model.graph, _consts(model))
+    assert [m.op for m in matches] == ["linear"] * 3 and all(len(m.nodes) == 2 for m in matches)
+    assert matches[1].inputs == ("x", "w1", "b1")  # the bias behind the Identity, either operand order
+    graph = import_model(model)
+    assert graph.op_counts()["linear"] == 3 and "matmul" not in graph.op_counts()
+    assert [o.op for o in graph.outputs] == ["linear"] * 3
+    out = export_model(graph)  # the user's MatMul and Add nodes, as they were (origin records)
+    assert [(n.op_type, list(n.input)) for n in out.graph.node if n.op_type != "Identity"] == \
+        [(n.op_type, list(n.input)) for n in model.graph.node if n.op_type != "Identity"]
+    check = verify(model, out, seed=7)
+    assert check.passed, check.detail
+    own = export_model(dataclasses.replace(graph, origins=()))  # linear's own form: MatMul then Add
+    assert collections.Counter(n.op_type for n in own.graph.node) == {"MatMul": 3, "Add": 3}
+    check = verify(model, own, seed=8)
+    assert check.passed, check.detail
+
+
+@pytest.mark.parametrize("form", ["input_weight", "row_bias", "shared_product"])
+def test_matmul_that_is_not_a_linear_is_imported_node_by_node(form):
+    model = _projections(form)
+    linears = [m for m in find_composites(model.graph, _consts(model)) if m.op == "linear"]
+    assert len(linears) == (2 if form == "shared_product" else 0)  # the product read twice stays apart
+    graph = import_model(model)
+    assert graph.op_counts()["linear"] == len(linears)
+    check = verify(model, export_model(graph), seed=9)
+    assert check.passed, check.detail
+
+
+def _apply(engine: RuleEngine, names: list[str]) -> list[tuple[int, bool]]:
+    return [(r.matches, r.changed) for r in (engine.apply(n) for n in names)]
+
+
+def _engine(eg: EGraph, *names: str) -> RuleEngine:
+    rules = by_name()
+    return RuleEngine(eg, [rules[n] for n in names])
+
+
+def _extract_ilp(eg: EGraph, graph: ir.Graph) -> ir.Graph:
+    snap = eg.snapshot().restrict()
+    return build_program(snap, extract("ilp", snap, node_costs(snap, AnalyticCost())).choice, graph)
+
+
+def test_linear_split_lets_the_taso_rules_reach_the_product():
+    """On an imported linear, linear_split adds the IR's parts form (reshape -> matmul -> reshape, + bias), on
+    which the matmul rules (here merge_matmul_bias, on the 3-D form the importer gives) fire; the extracted
+    program computes what onnxruntime computes on the original."""
+    model = _projections("matmul", count=2)
+    graph = import_model(model)
+    eg = EGraph.from_graph(graph)
+    engine = _engine(eg, "linear_split", "merge_matmul_bias")
+    assert _apply(engine, ["merge_matmul_bias"]) == [(0, False)]  # nothing to merge while the products are linear
+    assert _apply(engine, ["linear_split", "merge_matmul_bias"]) == [(2, True), (1, True)]
+    snap = eg.snapshot()
+    assert [e for e in snap.nodes if e.op == "matmul" and snap.shapes[e.eclass] == (6, 16)]  # x [W0 W1]
+    for root in snap.roots:  # each output's e-class holds the linear and its parts
+        assert {"linear", "ewadd"} <= {snap.nodes[e].op for e in snap.classes[root]}
+    check = verify(model, export_model(_extract_ilp(eg, graph)), seed=10)
+    assert check.passed, check.detail
+
+
+def test_parallel_gemms_merge_through_linear_split():
+    """Three Gemms on one x import as matmul + bias; linear_split's other direction makes each a linear, and
+    merge_linear_qkv merges the three into one; values against onnxruntime on the original."""
+    model = _projections("gemm")
+    graph = import_model(model)
+    assert "linear" not in graph.op_counts()
+    eg = EGraph.from_graph(graph)
+    engine = _engine(eg, "linear_split", "merge_linear_qkv")
+    assert _apply(engine, ["merge_linear_qkv"]) == [(0, False)]
+    assert _apply(engine, ["linear_split", "merge_linear_qkv"]) == [(3, True), (1, True)]
+    merged = _extract_ilp(eg, graph)
+    assert [n.shape for n in merged.nodes() if n.op in ("linear", "matmul")] == [(6, 20)]  # one product, 3 slices
+    check = verify(model, export_model(merged), seed=11)
+    assert check.passed, check.detail
+
+
+def test_search_merges_the_imported_qkv_linears_of_bert():
+    """MCTS (budget 8, depth 4, seed 0, analytic cost) on the BERT-like zoo export applies merge_linear_qkv to the
+    projections the importer made linear; the program verifies and onnxruntime runs fewer nodes of it."""
+    model = zoo.build("bert", "torchscript", 17)
+    result = optimize(model, ROUND_TRIP.updated(scheduler="mcts", budget=8, depth=4, seed=0))
+    report = result.report if isinstance(result.report, dict) else result.report.to_json()
+    assert report["verified"] and report["rules_applied"].get("merge_linear_qkv", 0) >= 1, report["rules_applied"]
+    assert collections.Counter(n.op_type for n in result.optimized.graph.node)["Split"] >= 1
+    assert len(_optimized_op_types(result.optimized)) < len(_optimized_op_types(model))
+
+
+def test_rule_verifier_refuses_a_wrong_linear_split():
+    """The same bodies with the bias added as a product instead: the verifier's instances show it unsound."""
+    rule = by_name()["linear_split"]
+    wrong = dataclasses.replace(rule, name="linear_split_wrong",
+                                bodies=tuple((q, a.replace("(Pend r (Ewadd ", "(Pend r (Ewmul ")) for q, a in rule.bodies))
+    assert wrong.bodies != rule.bodies
+    check = check_rule(wrong, seed=0, instances=16)
+    assert not check.passed and "ewmul" in check.detail

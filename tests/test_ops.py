@@ -147,13 +147,23 @@ def _linear(rng: np.random.Generator) -> Sample:
     return (), [x, (x[-1], n), (n,)]
 
 
+def _attention(rng: np.random.Generator) -> Sample:
+    """q [..., S, D], kt [..., D, Sk], v [..., Sk, Dv] of rank 3 or 4; half the draws with a broadcast mask."""
+    lead = tuple(_dims(rng, int(rng.integers(1, 3)), 3))
+    s, d, sk, dv = _dims(rng, 4)
+    shapes = [lead + (s, d), lead + (d, sk), lead + (sk, dv)]
+    if rng.random() < 0.5:
+        shapes.append(tuple(1 if rng.random() < 0.4 else n for n in lead + (s, sk)))
+    return (eps_bits(float(rng.choice([0.125, 0.35355338, 1.0, 2.0]))),), shapes
+
+
 SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "ewadd": _broadcast, "ewmul": _broadcast, "relu": _elementwise, "tanh": _elementwise,
     "sigmoid": _elementwise, "dropout": _elementwise, "matmul": _matmul, "conv2d": _conv2d, "pool": _pool,
     "concat": _concat, "slice": _slice, "transpose": _transpose, "reshape": _reshape, "merge": _merge,
     "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
     "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
-    "linear": _linear,
+    "linear": _linear, "attention": _attention,
 }
 WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
 """leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""

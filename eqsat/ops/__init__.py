@@ -33,7 +33,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import batchnorm, composite, conv, elementwise, layout, leaf, matmul, opaque, pool
+from . import attention, batchnorm, composite, conv, elementwise, layout, leaf, matmul, opaque, pool
 from .base import (
     ACT_NONE,
     ACT_RELU,
@@ -68,6 +68,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     conv.MERGE, conv.ENLARGE,
     batchnorm.BATCHNORM, batchnorm.BN_SCALE, batchnorm.BN_SHIFT,
     composite.GELU, composite.LAYERNORM, composite.SOFTMAX, composite.SILU, composite.RMSNORM, composite.LINEAR,
+    attention.ATTENTION,
     opaque.OPAQUE, leaf.NOOP,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""

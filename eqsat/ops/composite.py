@@ -9,7 +9,8 @@ operators (recognized on import by :mod:`eqsat.onnx_patterns`), each one node of
 * ``silu`` (x): ``x * sigmoid(x)``.
 * ``rmsnorm`` (x, gamma), attrs ``(eps_bits,)``: over the last axis, ``x / sqrt(mean(x^2) + eps) * gamma``.
 * ``linear`` (x, W, b): ``x[..., k] @ W[k, n] + b[n]`` (egglog: x of rank 1-4); affine, so defined over a
-  prime field too. Written as Gemm for a 2-D x, else MatMul then Add.
+  prime field too. Written as Gemm for a 2-D x, else MatMul then Add. The importer makes one of a MatMul by a
+  constant weight and its constant bias Add; the rule ``linear_split`` relates it to its matmul and bias parts.
 
 Every x has rank 1 or more (a rank-0 x stays as the importer found it).
 

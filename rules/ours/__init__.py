@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import fusion, layout, merge
+from . import fusion, layout, linear, merge
 
-rules = [*fusion.rules, *layout.rules, *merge.rules]
+rules = [*fusion.rules, *layout.rules, *merge.rules, *linear.rules]
 
 __all__ = ["rules"]

@@ -1,0 +1,125 @@
+"""``attention``: scaled-dot-product attention, ``softmax(Q @ K^T * scale [+ mask]) @ V``, one IR node.
+
+Operands ``(q, kt, v)`` or ``(q, kt, v, mask)``, attrs ``(scale_bits,)``:
+
+* ``q`` [..., S, D], ``kt`` [..., D, Sk] (the keys already transposed, as torch's exports hold them:
+  ``MatMul(Q, Transpose(K))``), ``v`` [..., Sk, Dv], all of rank 3 or 4 with equal leading (batch, head)
+  dimensions; the output is [..., S, Dv];
+* ``mask`` (optional) has q's rank, each dimension 1 or the scores' ([..., S, Sk]); it is added to the scaled
+  scores (an additive mask: 0 where kept, a large negative value where masked);
+* ``scale`` is a positive finite float, held exactly as the bit pattern of its float32 value
+  (:func:`eqsat.ops.composite.eps_bits`).
+
+The softmax is over the last axis. Not defined over a prime field (NotEvaluable in that mode). The ONNX form is
+the decomposition torch's exporters write and onnxruntime's CPU session runs (it fuses the MatMul and the scale
+into one FusedMatMul): ``MatMul(q, kt) -> Mul(scale) [-> Add(mask)] -> Softmax(-1) -> MatMul(v)``; the torch
+function is ``torch.nn.functional.scaled_dot_product_attention``.
+
+>>> from eqsat.ops.composite import eps_bits
+>>> ATTENTION.shape((eps_bits(0.125),), [(1, 4, 16, 8), (1, 4, 8, 16), (1, 4, 16, 8), (1, 1, 1, 16)])
+(1, 4, 16, 8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
+from .composite import eps_value
+from .egglog_text import dim_vars, rule, shape_of
+
+RANKS = (3, 4)
+"""operand ranks the operator takes ([B, S, D] and [B, H, S, D])"""
+_MAX_SCALE_BITS = 0x7F800000
+"""float32 infinity's bit pattern: the bits of a positive finite float lie in (0, this)"""
+
+
+def scale_value(bits: int) -> float:
+    """The scale an attribute encodes (a float32 value, as a Python float)."""
+    return eps_value(bits)
+
+
+def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    (bits,) = attrs
+    if not 0 < bits < _MAX_SCALE_BITS:
+        raise fail("attention", f"scale attribute {bits} is not the float32 bit pattern of a positive finite scale")
+    if len(shapes) not in (3, 4):
+        raise fail("attention", f"expects (q, kt, v) or (q, kt, v, mask), got {len(shapes)} operands")
+    q, kt, v = (tuple(s) for s in shapes[:3])
+    if len(q) not in RANKS or not len(q) == len(kt) == len(v) or q[:-2] != kt[:-2] or q[:-2] != v[:-2] \
+            or q[-1] != kt[-2] or kt[-1] != v[-2]:
+        raise fail("attention", f"expects q [..., S, D], kt [..., D, Sk], v [..., Sk, Dv] of rank 3 or 4 with equal "
+                                f"leading dimensions, got {q}, {kt}, {v}")
+    if len(shapes) == 4:
+        scores, mask = q[:-1] + (kt[-1],), tuple(shapes[3])
+        if len(mask) != len(scores) or any(m not in (1, s) for m, s in zip(mask, scores)):
+            raise fail("attention", f"mask {mask} does not broadcast to the scores {scores} (same rank, each "
+                                    "dimension 1 or the scores')")
+    return q[:-1] + (v[-1],)
+
+
+def _rules() -> list[str]:
+    """Per rank, without and with a mask (each mask dimension 1 or the scores')."""
+    out = []
+    for r in RANKS:
+        lead = dim_vars("b", r - 2)
+        base = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(lead + ['d', 'n'])} (shape kt))",
+                f"(= {shape_of(lead + ['n', 'dv'])} (shape v))", "(> s 0)", f"(< s {_MAX_SCALE_BITS})"]
+        result = [f"(set (shape e) {shape_of(lead + ['m', 'dv'])})"]
+        out.append(rule(f"shape_Attention{r}", ["(= e (Attention s q kt v))", *base], result))
+        mask = dim_vars("c", r)
+        conds = [f"(= 0 (* (- {c} {t}) (- {c} 1)))" for c, t in zip(mask, lead + ["m", "n"])]
+        out.append(rule(f"shape_AttentionMasked{r}", ["(= e (AttentionMasked s q kt v mk))", *base,
+                                                      f"(= {shape_of(mask)} (shape mk))", *conds], result))
+    return out
+
+
+def _numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    if modulus is not None:
+        raise NotEvaluable("attention is not defined over a prime field")
+    q, kt, v = (np.asarray(a, dtype=np.float64) for a in args[:3])
+    s = np.matmul(q, kt) * scale_value(attrs[0])
+    if len(args) == 4:
+        s = s + np.asarray(args[3], dtype=np.float64)
+    z = np.exp(s - s.max(axis=-1, keepdims=True))
+    return np.matmul(z / z.sum(axis=-1, keepdims=True), v)
+
+
+def _onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    s = em.emit("MatMul", ins[:2], "attention")
+    s = em.emit("Mul", [s, em.const(np.array(scale_value(attrs[0]), dtype=np.float32), "scale")], "attention")
+    if len(ins) == 4:
+        s = em.emit("Add", [s, ins[3]], "attention")
+    return em.emit("MatMul", [em.emit("Softmax", [s], "attention", axis=-1), ins[2]], "attention")
+
+
+def _torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    scale = scale_value(attrs[0])
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fn(q: Any, kt: Any, v: Any, mask: Any = None) -> Any:
+        return sdpa(q, kt.transpose(-1, -2), v, attn_mask=mask, scale=scale)
+    return fn
+
+
+def _scores(ins: Sequence[Shape]) -> int:
+    return volume(ins[0][:-1]) * ins[1][-1]
+
+
+def _flops(attrs: tuple, ins: Sequence[Shape], out: Shape) -> float:
+    """Both products, and per score the scale, the mask, and the softmax's exp, sum and division."""
+    return 2.0 * _scores(ins) * (ins[0][-1] + ins[2][-1]) + (5.0 + (len(ins) == 4)) * _scores(ins)
+
+
+def _bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
+    """Operands read and the output written once, the scores written and read back twice (scaled and masked,
+    then normalized): a decomposed attention materializes them."""
+    return float(itemsize * (sum(volume(s) for s in ins) + volume(out) + 4 * _scores(ins)))
+
+
+ATTENTION = OpDef("attention", "softmax(q @ kt * scale [+ mask]) @ v over the last axis (ranks 3-4)", "(scale_bits,)",
+                  _shape, (Ctor("Attention", "ittt"), Ctor("AttentionMasked", "itttt")), _rules, _numpy, _onnx, _torch,
+                  _flops, _bytes)
