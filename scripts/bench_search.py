@@ -2,7 +2,8 @@
 """MCTS against the TENSAT baseline on every built-in model: estimated speedup, optimization time,
 e-graph size and rules applied of each, one JSON record per run.
 
-    python scripts/bench_search.py [--models all] [--cost analytic|cpu] [--budget 128] [--small] [--jobs 2] [--out results/search]
+    python scripts/bench_search.py [--models all] [--cost analytic|cpu] [--budget 128] [--small] [--jobs 2]
+                                   [--ray auto|ADDRESS] [--out results/search]
     python scripts/bench_search.py --equal-time [--models squeezenet,nasneta] [--budget 16] ...
 
 Runs whose JSON is already in --out are read back instead of run again (reproduce.py writes the same
@@ -18,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
-from experiment import RunSpec, add_arguments, base_config, run_or_record_error
+import dispatch
+from experiment import RunSpec, add_arguments, base_config, run_or_record_error, write_json
 
 from eqsat.models import MODELS
 
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="all")
     add_arguments(p)
     p.add_argument("--small", action="store_true")
-    p.add_argument("--jobs", type=int, default=1)
+    dispatch.add_arguments(p)
     p.add_argument("--out", default="results/search")
     p.add_argument("--equal-time", action="store_true",
                    help="MCTS with TENSAT's wall time as its time limit, and the reverse (runs one at a time)")
@@ -42,6 +42,8 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     base = base_config(args)
     if args.equal_time:
+        if args.ray or args.jobs != 1:
+            print("--equal-time runs one at a time here: --ray and --jobs do not apply", file=sys.stderr)
         return equal_time(names, args.small, base, args.out)
     specs = [RunSpec.of(m, args.small, base, scheduler=s) for m in names for s in ("mcts", "tensat")]
     records: dict[str, dict] = {}
@@ -55,17 +57,18 @@ def main(argv=None) -> int:
                 specs.remove(spec)
     if records:
         print(f"{len(records)} runs already finished in {args.out}", file=sys.stderr)
-    # spawn, not fork: a forked child inherits locks held by torch's and egglog's threads
-    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(run_or_record_error, s): s for s in specs}
-        for done, fut in enumerate(as_completed(futures), 1):
-            spec, rec = futures[fut], fut.result()
-            records[rec["key"]] = rec
-            with open(os.path.join(args.out, rec["key"] + ".json"), "w") as f:
-                json.dump(rec, f, indent=2, default=str)
-            status = rec.get("error") or (f"speedup {rec['report']['estimated_speedup']:.3f}x in "
-                                          f"{rec['report']['times']['search']:.1f}s")
-            print(f"[{done}/{len(specs)}] {spec.model} {spec.config.scheduler}: {status}", file=sys.stderr, flush=True)
+    total, finished = len(specs), []
+
+    def done(spec: RunSpec, rec: dict) -> None:
+        records[rec["key"]] = rec
+        finished.append(spec)
+        write_json(os.path.join(args.out, rec["key"] + ".json"), rec)
+        status = rec.get("error") or (f"speedup {rec['report']['estimated_speedup']:.3f}x in "
+                                      f"{rec['report']['times']['search']:.1f}s")
+        print(f"[{len(finished)}/{total}] {spec.model} {spec.config.scheduler}: {status}", file=sys.stderr, flush=True)
+
+    if specs:
+        dispatch.from_args(args).run(specs, run_or_record_error, done)
     print(f"\n{'model':12} {'MCTS speedup':>12} {'TENSAT speedup':>14} {'MCTS s':>8} {'TENSAT s':>9} {'sims/s':>7} "
           f"{'MCTS e-nodes':>12} {'TENSAT e-nodes':>14}  MCTS rules")
     for m in names:
@@ -108,8 +111,7 @@ def _run_saved(spec: RunSpec, out: str, suffix: str = "", extra: dict | None = N
             return rec
     rec = run_or_record_error(spec)
     rec.update(extra or {})
-    with open(path, "w") as f:
-        json.dump(rec, f, indent=2, default=str)
+    write_json(path, rec)
     return rec
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from eqsat.app.cli import add_config_arguments, config_from_args
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
+from eqsat.ir import Graph
 from eqsat.models import MODELS, build
 
 SCRIPT_DEFAULTS = OptimizeConfig.of(cost="analytic", node_limit=2000, measure=False,
@@ -55,18 +57,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, SCRIPT_DEFAULTS)
 
 
-def base_config(args: argparse.Namespace) -> OptimizeConfig:
-    """SCRIPT_DEFAULTS with the flags given in ``args``."""
-    return config_from_args(args, SCRIPT_DEFAULTS)
+def base_config(args: argparse.Namespace, base: OptimizeConfig = SCRIPT_DEFAULTS) -> OptimizeConfig:
+    """``base`` (SCRIPT_DEFAULTS) with the flags given in ``args``."""
+    return config_from_args(args, base)
+
+
+def write_json(path: str, obj: Any) -> None:
+    """Write ``obj`` to ``path`` whole or not at all (a sweep killed mid-write leaves no half record that a
+    resumed sweep would take for a finished run)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def program_digest(g: Graph) -> str:
+    """A digest of a program's structure: operators, attributes, shapes, dtypes and leaf names, bottom-up
+    (independent of node identity and order), and its node count. Equal programs, equal digests."""
+    memo: dict[int, str] = {}
+    for n in g.nodes():  # topological: children first
+        below = n.name if n.op in ("input", "weight") else [memo[id(c)] for c in n.inputs]
+        memo[id(n)] = hashlib.sha1(repr((n.op, n.attrs, tuple(n.shape), n.dtype, below)).encode()).hexdigest()
+    return hashlib.sha1(repr(([memo[id(o)] for o in g.outputs], len(memo))).encode()).hexdigest()[:16]
 
 
 def run(spec: RunSpec) -> dict[str, Any]:
-    """Optimize one built-in model as ``spec`` says; the record holds the spec, the key, the wall time and the
-    pipeline's report JSON (``report``)."""
+    """Optimize one built-in model as ``spec`` says; the record holds the spec, the key, the wall time, the
+    returned program's :func:`program_digest` and the pipeline's report JSON (``report``)."""
     t = time.perf_counter()
     result = optimize(build(spec.model, small=spec.small), spec.config)
     return {"spec": {"model": spec.model, "small": spec.small, "config": spec.config.to_json()}, "key": spec.key(),
-            "seconds": time.perf_counter() - t, "report": result.report.to_json()}
+            "seconds": time.perf_counter() - t, "program_digest": program_digest(result.graph),
+            "report": result.report.to_json()}
 
 
 def run_or_record_error(spec: RunSpec) -> dict[str, Any]:

@@ -2,7 +2,11 @@
 """Aggregate result JSONs (from reproduce.py or bench_search.py) into Table 2/Table 1-style markdown and
 PNG figures.
 
-    python scripts/report.py results/ -o report/ [--table1 table1.json]
+    python scripts/report.py results/ -o report/ [--table1 table1.json] [--seeds 5]
+
+Table 2 gives mean ± standard deviation over the seeds per model and approach (scheduler, main and final
+extractor), as the paper's does; "Time of the sweep" the wall time reproduce.py measured (its sweep-*.json)
+and per model the runs' seconds with an estimate for the full protocol (``timing.json``).
 """
 
 from __future__ import annotations
@@ -25,17 +29,26 @@ PAPER_A100 = {
 }
 
 
-def load(folder: str) -> list[dict]:
-    records = []
+def _json_files(folder: str) -> list[dict]:
+    out = []
     for path in sorted(glob.glob(os.path.join(folder, "**", "*.json"), recursive=True)):
         with open(path) as f:
             try:
-                rec = json.load(f)
+                out.append(json.load(f))
             except json.JSONDecodeError:
                 continue
-        if isinstance(rec, dict) and "spec" in rec and "report" in rec:  # experiment.run's records
-            records.append(rec)
-    return records
+    return out
+
+
+def load(folder: str) -> list[dict]:
+    """experiment.run's records (failed runs left out)."""
+    return [r for r in _json_files(folder) if isinstance(r, dict) and "spec" in r and "report" in r]
+
+
+def load_sweeps(folder: str) -> list[dict]:
+    """reproduce.py's ``sweep-*.json`` (one per invocation: wall time, runs' seconds per model), oldest first."""
+    sweeps = [r["sweep"] for r in _json_files(folder) if isinstance(r, dict) and "sweep" in r]
+    return sorted(sweeps, key=lambda s: s["started_utc"])
 
 
 def approach(config: dict) -> str:
@@ -57,16 +70,18 @@ def ms(xs) -> str:
         return "-"
     m = statistics.mean(xs)
     s = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{m:.3g} ± {s:.2g}"
+    return f"{m:.4g} ± {s:.2g}"
 
 
 def table2(records: list[dict]) -> tuple[str, dict]:
+    """The paper's Table 2: per model and approach (scheduler, main and final extractor), mean ± standard
+    deviation over the seeds; and the means per model and :func:`approach` (``summary``)."""
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["spec"]["model"], approach(r["spec"]["config"]))].append(r)
-    lines = ["| Model | Approach | Seeds | Original (ms, est.) | Optimized (ms, est.) | Speedup (%) | "
-             "Measured speedup (x) | Optimization time (s) | Final e-nodes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| Model | Approach | Main extraction | Final extraction | Seeds | Original (ms, est.) | "
+             "Optimized (ms, est.) | Speedup (%) | Optimization time (s) | Measured speedup (x) | Final e-nodes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     summary: dict = defaultdict(dict)
     for (model, appr), rs in sorted(groups.items()):
         orig = [r["report"]["original_cost"] / 1e3 for r in rs]
@@ -75,11 +90,56 @@ def table2(records: list[dict]) -> tuple[str, dict]:
         meas = [r["report"]["measured"]["speedup"] for r in rs if r["report"].get("measured")]
         t = [r["report"]["times"]["search"] for r in rs]
         nodes = [r["report"]["egraph"]["enodes"] for r in rs]
-        label = appr.replace("TENSAT", f"TENSAT k_multi={rs[0]['spec']['config']['search']['k_multi']}")
-        lines.append(f"| {model} | {label} | {len(rs)} | {ms(orig)} | {ms(opt)} | {ms(speed)} | {ms(meas)} | "
-                     f"{ms(t)} | {ms(nodes)} |")
-        summary[model][appr] = {"speedup": statistics.mean(speed), "seconds": statistics.mean(t)}
+        c = rs[0]["spec"]["config"]
+        if c["scheduler"] == "mcts":
+            label, main = "MCTS", c["search"]["main_extractor"]
+        elif c["scheduler"] == "tensat":
+            label, main = f"TENSAT k_multi={c['search']['k_multi']}", "-"
+        else:
+            label, main = c["scheduler"], "-"
+        seeds = len({r["spec"]["config"]["search"]["seed"] for r in rs})
+        lines.append(f"| {model} | {label} | {main} | {c['final_extractor']} | {seeds} | {ms(orig)} | {ms(opt)} | "
+                     f"{ms(speed)} | {ms(t)} | {ms(meas)} | {ms(nodes)} |")
+        summary[model][appr] = {"speedup": statistics.mean(speed), "speedup_std": stdev(speed),
+                                "seconds": statistics.mean(t), "seconds_std": stdev(t), "seeds": seeds}
     return "\n".join(lines), summary
+
+
+def stdev(xs: list[float]) -> float:
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def sweep_time(records: list[dict], sweeps: list[dict], seeds: int = 5, approaches: int = 7) -> tuple[str, dict]:
+    """The sweeps' measured wall time, and per model the runs' seconds with an estimate of the model's share
+    of the full protocol: ``seeds`` seeds of ``approaches`` approaches (reproduce.py's 6 MCTS extractor pairs and
+    TENSAT), each at its mean run time, an approach without runs at the mean of those with."""
+    lines = []
+    wall = sum(s["wall_seconds"] for s in sweeps)
+    if sweeps:
+        lines += [f"Measured wall time of the sweep: {wall:.0f} s over {len(sweeps)} invocation(s) of reproduce.py "
+                  f"({sum(s['runs'] for s in sweeps)} runs, {sum(s['failed'] for s in sweeps)} failed):", ""]
+        lines += [f"- {s['started_utc']} UTC: {s['runs']} runs ({s['skipped']} skipped as done) in "
+                  f"{s['wall_seconds']:.0f} s wall{'' if s.get('finished', True) else ' (interrupted)'}, "
+                  f"{s['run_seconds']:.0f} s of runs, on the {s['dispatcher']}" for s in sweeps]
+        lines.append("")
+    per_approach: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        per_approach[r["spec"]["model"]][approach(r["spec"]["config"])].append(r["seconds"])
+    lines += [f"| Model | Runs | Run time (s, sum) | Mean per run (s) | Approaches run | "
+              f"{seeds} seeds x {approaches} approaches, estimate (s, one job) |", "|---|---|---|---|---|---|"]
+    per_model = {}
+    for model, by in sorted(per_approach.items()):
+        xs = [x for v in by.values() for x in v]
+        means = [statistics.mean(v) for v in by.values()]
+        estimate = seeds * (sum(means) + max(0, approaches - len(means)) * statistics.mean(means))
+        per_model[model] = {"runs": len(xs), "run_seconds": sum(xs), "mean_run_seconds": statistics.mean(xs),
+                            "approaches": len(by), "estimate_seconds": estimate}
+        lines.append(f"| {model} | {len(xs)} | {sum(xs):.0f} | {statistics.mean(xs):.1f} | {len(by)} of {approaches} | "
+                     f"{estimate:.0f} |")
+    total = sum(m["estimate_seconds"] for m in per_model.values())
+    lines.append(f"| all | {len(records)} | {sum(m['run_seconds'] for m in per_model.values()):.0f} | | | {total:.0f} |")
+    return "\n".join(lines), {"wall_seconds": wall, "sweeps": sweeps, "per_model": per_model,
+                              "estimate_seconds": total}
 
 
 def table1(path: str) -> str:
@@ -165,6 +225,7 @@ def main(argv=None) -> int:
     p.add_argument("results")
     p.add_argument("-o", "--out", default="report")
     p.add_argument("--table1", metavar="JSON", help="output of scripts/table1_extractors.py --json")
+    p.add_argument("--seeds", type=int, default=5, help="seeds of the full protocol, for the time estimate (default 5)")
     args = p.parse_args(argv)
     records = load(args.results)
     if not records:
@@ -172,9 +233,11 @@ def main(argv=None) -> int:
         return 2
     os.makedirs(args.out, exist_ok=True)
     t2, summary = table2(records)
+    times, timing = sweep_time(records, load_sweeps(args.results), args.seeds)
     parts = ["# eqsat results", "", f"{len(records)} runs from `{args.results}`. Costs are the cost model's estimates "
              "(sum of operator costs); measured speedups are end-to-end onnxruntime latencies where runs measured them.",
              "", "## Table 2: optimization results (mean ± std over seeds)", "", t2, "",
+             "## Time of the sweep", "", times, "",
              "## Against the paper", "", "The paper's figures are A100 GPU costs from TASO's measurements; ours come from "
              "the cost model named in each run. Compare orderings (which configuration wins, MCTS vs TENSAT), not "
              "magnitudes.", "", paper_comparison(summary), ""]
@@ -186,7 +249,12 @@ def main(argv=None) -> int:
         f.write("\n".join(parts) + "\n")
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    print(f"wrote {os.path.join(args.out, 'report.md')} and {len(figs)} figures")
+    with open(os.path.join(args.out, "timing.json"), "w") as f:
+        json.dump(timing, f, indent=2)
+    if timing["sweeps"]:
+        print(f"sweep wall time {timing['wall_seconds']:.0f} s (measured over {len(timing['sweeps'])} invocation(s)); "
+              f"{args.seeds}-seed estimate from the runs' times {timing['estimate_seconds']:.0f} s (one job)")
+    print(f"wrote {os.path.join(args.out, 'report.md')} (with timing.json, summary.json) and {len(figs)} figures")
     return 0
 
 
