@@ -5,8 +5,9 @@ into callables and names the clock that times them; :func:`compare_programs` tim
 every candidate with the protocol of :mod:`eqsat.timing` (interleaved seeded rounds, bootstrap interval).
 
 * ``ort-cpu``: onnxruntime's CPU provider, the sessions :func:`eqsat.timing.session_options` describes; wall clock.
-* ``ort-cuda``: onnxruntime's CUDA provider (the ``gpu`` extra, onnxruntime-gpu); inputs copied from the host
-  at each call, synchronous; wall clock.
+* ``ort-cuda``: onnxruntime's CUDA provider (the ``gpu`` extra, onnxruntime-gpu) with I/O binding: the inputs
+  are copied to the GPU once and the outputs stay there (:class:`BoundRun`), so a call times the model, not
+  host-device copies; each run ends synchronized; wall clock.
 * ``torch-cuda``: the IR program run by :class:`eqsat.torch_run.TorchProgram` on the GPU, captured once and
   replayed as a CUDA graph (static shapes: no Python launch overhead); CUDA events. The eager (uncaptured)
   latency of each program is reported beside it.
@@ -127,28 +128,53 @@ class Runtime:
     def run(self, program: Program, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The outputs of ``program`` on ``feeds`` as this runtime computes them (one call of its callable)."""
         call = self.instances([program], feeds, Protocol(sessions=1))[0][0]
-        return [o.detach().cpu().numpy() if hasattr(o, "detach") else np.asarray(o) for o in call()]
+        return [o.detach().cpu().numpy() if hasattr(o, "detach") else o.numpy() if isinstance(o, ort.OrtValue)
+                else np.asarray(o) for o in call()]
 
 
 class OrtRuntime(Runtime):
     """onnxruntime with one execution provider (``ort-cpu``, ``ort-cuda``)."""
 
-    def __init__(self, name: str = "ort-cpu", threads: int = 1):
+    def __init__(self, name: str = "ort-cpu", threads: int = 1, bind_device: str | None = None):
+        """``bind_device``: run with I/O binding on that device (``cuda`` for ort-cuda, the default there;
+        ``cpu`` exercises the same path on the CPU); None: plain ``InferenceSession.run`` on host arrays."""
         self.name = name
         self.threads = threads
         self.providers = ("CUDAExecutionProvider", "CPUExecutionProvider") if name == "ort-cuda" \
             else ("CPUExecutionProvider",)
+        self.bind_device = bind_device or ("cuda" if name == "ort-cuda" else None)
 
     def info(self) -> dict[str, Any]:
         return {**runtime_info(self.threads), "name": self.name, "providers": list(self.providers), "clock": "wall",
-                "device": "cuda" if self.name == "ort-cuda" else f"cpu ({platform.machine()})"}
+                "device": "cuda" if self.name == "ort-cuda" else f"cpu ({platform.machine()})",
+                "io_binding": self.bind_device}
 
     def instances(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray],
                   protocol: Protocol) -> list[list[Callable[[], Any]]]:
         sessions = timing_sessions([p.model for p in programs], replace(protocol, threads=self.threads),
                                    self.providers)
         self.sessions_per_program = len(sessions[-1])
+        if self.bind_device is not None:
+            return [[BoundRun(s, feeds, self.bind_device) for s in side] for side in sessions]
         return [[functools.partial(s.run, None, dict(feeds)) for s in side] for side in sessions]
+
+
+class BoundRun:
+    """One session run with I/O binding: ``feeds`` copied to ``device`` once, outputs left on it. A call runs
+    the session and returns the outputs as OrtValues (``.numpy()`` copies one to the host)."""
+
+    def __init__(self, session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], device: str):
+        self.session = session
+        self.binding = session.io_binding()
+        self.inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v), device, 0) for k, v in feeds.items()}
+        for name, value in self.inputs.items():  # kept referenced: the binding does not own them
+            self.binding.bind_ortvalue_input(name, value)
+        for out in session.get_outputs():
+            self.binding.bind_output(out.name, device)
+
+    def __call__(self) -> list[Any]:
+        self.session.run_with_iobinding(self.binding)
+        return self.binding.get_outputs()
 
 
 class TorchRuntime(Runtime):
@@ -278,5 +304,5 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
     return Measured(comparisons, runtime.beside(programs, feeds))
 
 
-__all__ = ["RUNTIMES", "TORCH_RUNTIMES", "Measured", "OrtRuntime", "Program", "Runtime", "TorchRuntime",
+__all__ = ["RUNTIMES", "TORCH_RUNTIMES", "BoundRun", "Measured", "OrtRuntime", "Program", "Runtime", "TorchRuntime",
            "check_available", "compare_programs", "make", "resolve", "runtime_names"]

@@ -18,7 +18,7 @@ from eqsat.app.pipeline import optimize
 from eqsat.errors import InputError
 from eqsat.inputs import random_inputs
 from eqsat.models import build
-from eqsat.runtimes import Program, check_available, compare_programs, make, resolve
+from eqsat.runtimes import OrtRuntime, Program, check_available, compare_programs, make, resolve
 from eqsat.timing import Protocol, compare_many
 from eqsat.torch_run import TorchProgram, UnsupportedProgram
 from eqsat.verify import compare_outputs, session
@@ -96,6 +96,26 @@ def test_runtime_run_matches_onnxruntime_in_each_cpu_runtime():
     feeds, ref = _ort_outputs(model)
     for name in ("ort-cpu", "torch-cpu"):
         _assert_same(ref, make(name).run(Program(model, graph), feeds))
+    _assert_same(ref, OrtRuntime("ort-cpu", bind_device="cpu").run(Program(model, graph), feeds))  # ort-cuda's path
+
+
+def test_io_binding_calls_rerun_the_model_and_are_timed():
+    """The I/O-bound call (what ort-cuda times) recomputes each time: new inputs bound in place change the outputs."""
+    graph = build("squeezenet", small=True)
+    model = onnx_export.export_model(graph)
+    feeds, ref = _ort_outputs(model)
+    runtime = OrtRuntime("ort-cpu", bind_device="cpu")
+    (calls,) = runtime.instances([Program(model, graph)], feeds, Protocol(sessions=1))
+    call = calls[0]
+    _assert_same(ref, [o.numpy() for o in call()])
+    name, value = next(iter(feeds.items()))
+    call.inputs[name].update_inplace(np.zeros_like(value))  # the bound buffer: the next call must read it
+    zeroed = {**feeds, name: np.zeros_like(value)}
+    _assert_same(session(model).run(None, zeroed), [o.numpy() for o in call()])
+    assert runtime.info()["io_binding"] == "cpu"
+    measured = compare_programs(Program(model, graph), [Program(model, graph)], runtime,
+                                Protocol(budget_s=0.3, min_rounds=4))
+    assert measured.comparisons[0].ci_low <= measured.comparisons[0].speedup <= measured.comparisons[0].ci_high
 
 
 def _busy(ms: float):
