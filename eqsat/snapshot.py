@@ -69,14 +69,12 @@ class Snapshot:
         index = {c: i for i, c in enumerate(keep)}
         nodes: list[ENode] = []
         classes: list[list[int]] = []
-        for c in keep:
-            members = []
+        for c in keep:  # every child of a node of a reachable class is reachable: every node is kept
+            start = len(nodes)
             for n in self.classes[c]:
                 e = self.nodes[n]
-                if all(ch in index for ch in e.children):
-                    members.append(len(nodes))
-                    nodes.append(ENode(e.op, e.attrs, tuple(index[ch] for ch in e.children), index[c]))
-            classes.append(members)
+                nodes.append(ENode(e.op, e.attrs, tuple([index[ch] for ch in e.children]), index[c]))
+            classes.append(list(range(start, len(nodes))))
         return Snapshot(nodes, classes, [self.shapes[c] for c in keep], [self.all_weights[c] for c in keep],
                         [index[r] for r in self.roots], self.leaves, self.opaque,
                         {h: index[c] for h, c in self.handle_classes.items() if c in index}, self.node_handles)

@@ -93,14 +93,17 @@ def find_cycle(snap: Snapshot, choice: dict[int, int]) -> list[int] | None:
     return None
 
 
-def dag_cost(snap: Snapshot, choice: dict[int, int], costs: Sequence[float]) -> float:
-    return float(sum(costs[choice[c]] for c in chosen_classes(snap, choice)))
+def dag_cost(snap: Snapshot, choice: dict[int, int], costs: Sequence[float],
+             order: Sequence[int] | None = None) -> float:
+    """Cost with every chosen e-node counted once; ``order``: the choice's :func:`chosen_classes`, if known."""
+    return float(sum(costs[choice[c]] for c in (chosen_classes(snap, choice) if order is None else order)))
 
 
-def tree_cost(snap: Snapshot, choice: dict[int, int], costs: Sequence[float]) -> float:
+def tree_cost(snap: Snapshot, choice: dict[int, int], costs: Sequence[float],
+              order: Sequence[int] | None = None) -> float:
     """Cost with every use of a shared subgraph counted again (egg's default cost)."""
     value: dict[int, float] = {}
-    for c in chosen_classes(snap, choice):
+    for c in chosen_classes(snap, choice) if order is None else order:
         e = snap.nodes[choice[c]]
         value[c] = costs[choice[c]] + sum(value[ch] for ch in e.children)
     return float(sum(value[r] for r in dict.fromkeys(snap.roots)))
@@ -115,7 +118,8 @@ def finish(snap: Snapshot, choice: dict[int, int], costs: Sequence[float], secon
         if not 0 <= n < len(snap.nodes) or snap.nodes[n].eclass != c:
             raise ExtractionError(f"e-node {n} chosen for e-class {c} is not a member of it")
     trimmed = {c: choice[c] for c in needed}
-    return Extraction(trimmed, dag_cost(snap, trimmed, costs), tree_cost(snap, trimmed, costs), seconds, name, **extra)
+    return Extraction(trimmed, dag_cost(snap, trimmed, costs, needed), tree_cost(snap, trimmed, costs, needed), seconds,
+                      name, **extra)
 
 
 Extractor = Callable[..., Extraction]

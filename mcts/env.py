@@ -10,7 +10,8 @@ from typing import Any
 from eqsat.cost import node_costs
 from eqsat.egraph import EGraph
 from eqsat.extract import extract
-from eqsat.rules import RuleEngine, StepReport, actions
+from eqsat.rules import StepReport, actions
+from eqsat.rules.reach import ReachEngine
 from eqsat.rules.rule import Rule
 
 DEFAULT_NODE_LIMIT = 2000
@@ -141,11 +142,14 @@ class Env:
 
     def __init__(self, egraph: EGraph, rules: list[Rule], cost_model, config: SearchConfig):
         self.egraph = egraph
-        self.engine = RuleEngine(egraph, rules)
+        self.engine = ReachEngine(egraph, rules)
+        """registers only the rules that can ever fire here; the others are actions that never change anything"""
         self.actions = [r.name for r in actions(rules)]
         self.cost_model = cost_model
         self.config = config.resolved(egraph.size().enodes)
         self._cost_cache: dict[tuple, float] = {}
+        self._content_cost: dict[int, float] = {}
+        """hash of a reachable e-graph's nodes, roots, shapes and weight flags -> its cost (see :meth:`cost`)"""
         self._matches: dict[tuple, dict[str, int]] = {}
         """rule path -> match counts of every rule there (probe_all)"""
         self._fits: dict[tuple, bool] = {}
@@ -172,6 +176,8 @@ class Env:
         replaying a path neither probes nor tries a refused rule again (the e-graph is a function of the
         path), and known match counts spare the probe. Rollouts, whose states are never replayed, pass
         ``remember=False``."""
+        if self.engine.idle(rule):
+            return StepReport(rule, False, 0, self.size(), 0.0)
         verdict = self._fits.get((key, rule))
         if verdict is False:
             return StepReport(rule, False, 0, self.size(), 0.0, skipped="node limit (known)", refused=True)
@@ -204,15 +210,22 @@ class Env:
         return [a for a in self.actions if counts.get(a, 0) > 0]
 
     def cost(self, key: tuple | None = None) -> float:
-        """The main extractor's estimate for the current e-graph (cached by the rule path that made it)."""
+        """The main extractor's estimate for the current e-graph, cached by the rule path that made it and by the
+        content of the part the outputs reach, which is all the extractor reads (different paths often lead to
+        the same one: on SqueezeNet a third of the new paths). The content is keyed by its 64-bit hash: two
+        different e-graphs of one search share a key with odds of about n^2 / 2^65 for n priced states."""
         if key is not None and key in self._cost_cache:
             return self._cost_cache[key]
         t = time.perf_counter()
         snap = self.egraph.snapshot().restrict()
-        costs = node_costs(snap, self.cost_model)
-        result = extract(self.config.main_extractor, snap, costs, time_limit=10.0)
-        value = result.estimate if result.estimate is not None else result.dag_cost
-        self.extractions += 1
+        content = hash((tuple(snap.nodes), tuple(snap.roots), tuple(snap.shapes), tuple(snap.all_weights)))
+        value = self._content_cost.get(content)
+        if value is None:
+            costs = node_costs(snap, self.cost_model)
+            result = extract(self.config.main_extractor, snap, costs, time_limit=10.0)
+            value = result.estimate if result.estimate is not None else result.dag_cost
+            self._content_cost[content] = value
+            self.extractions += 1
         self.extract_seconds += time.perf_counter() - t
         if key is not None:
             self._cost_cache[key] = value

@@ -98,7 +98,7 @@ class Forest:
         egraph = main.env.egraph
         by_handle = {egraph.encoding.handles[id(n)]: n for n in egraph.encoding.encoded}
         outputs = [by_handle[h] for h in egraph.output_handles]
-        names = list(main.env.engine.rules)  # rules hold lambdas: the worker rebuilds them by name
+        names = list(main.env.engine.rules)  # all, registered or not; rules hold lambdas: rebuilt by name
         rebuilt = {r.name for r in rule_set(main.config.rule_set)}
         missing = [n for n in names if n not in rebuilt]
         if missing:

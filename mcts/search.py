@@ -12,8 +12,9 @@ too, so that the search stops as saturated only when no action changes the e-gra
 checked on the e-graph after every step, simulated (the simulation ends there, its pop discards the
 state, and the action is never chosen again from that state) or real (rolled back: ``Env.apply``).
 Rewards are decreases of the main extractor's cost, never negative; costs are cached by rule path (the
-e-graph is a deterministic function of it), and every random choice comes from one seeded generator, so
-the same seed gives the same search.
+e-graph is a deterministic function of it) and by the content the extractor reads (``Env.cost``), and every
+random choice comes from one seeded generator, so the same seed gives the same search. Rules that can never
+fire on the model are actions like the others but cost nothing to try (``eqsat.rules.reach``).
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ import pytest
 
 from eqsat import ir
 from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.cost import make
+from eqsat.cost import make, node_costs
 from eqsat.egraph import EGraph
 from eqsat.errors import InputError
+from eqsat.extract import extract
 from eqsat.mcts import MCTS, Env, SearchConfig, StopReason, run_scheduler
 from eqsat.mcts.parallel import Forest
 from eqsat.mcts.search import ChildStats, RootStats
@@ -66,6 +67,31 @@ def test_cached_rewards_equal_a_fresh_extraction():
         for rule in path:
             assert fresh.engine.apply(rule).changed
         assert fresh.cost() == pytest.approx(env._cost_cache[path], rel=1e-12), path
+
+
+@pytest.mark.parametrize("model", ["squeezenet", "nasneta"])
+def test_every_reward_equals_a_from_scratch_extraction_of_the_egraph_it_prices(model):
+    """Each cost the search reads (fresh, from the rule-path cache or from the content cache) equals the main
+    extractor run from scratch on the e-graph as it is at that moment; some came from the content cache."""
+    cost_model = make("analytic")
+    env = Env(EGraph.from_graph(build(model, small=True)), rule_set("default"), cost_model, SearchConfig())
+    priced = env.cost
+    seen = {"content": 0, "calls": 0}
+
+    def checked(key=None):
+        new_path = key not in env._cost_cache
+        before = env.extractions
+        value = priced(key)
+        snap = env.egraph.snapshot().restrict()
+        fresh = extract("greedy-dag", snap, node_costs(snap, cost_model))
+        assert value == fresh.estimate, key
+        seen["calls"] += 1
+        seen["content"] += new_path and env.extractions == before
+        return value
+
+    env.cost = checked  # type: ignore[method-assign]
+    MCTS(env, SearchConfig(budget=8, depth=3, max_iterations=2, seed=2, no_gain_steps=0)).run()
+    assert seen["calls"] > 10 and seen["content"] > 0, seen
 
 
 def _adds_only() -> ir.Graph:
@@ -126,3 +152,14 @@ def test_workers_refuse_rules_outside_the_rule_set():
     with pytest.raises(InputError, match="injected_rule"):
         run_scheduler("mcts", EGraph.from_graph(build("squeezenet", small=True)),
                       SearchConfig(budget=2, workers=2), make("analytic"), extra_rules=[renamed])
+
+
+def test_profile_search_reports_the_rate_and_the_decisions(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    sys.modules.pop("profile_search", None)
+    import profile_search
+
+    assert profile_search.main(["bert", "--small", "--steps", "1", "--budget", "3", "--cost", "analytic"]) == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert out["simulations"] == 3 and out["simulations_per_second"] > 0 and out["cpu_ms_per_sim"] > 0
+    assert len(out["rules"]) == len(out["costs"]) == 1 and out["stop_reason"] == "step_limit"
