@@ -41,7 +41,8 @@ class SearchConfig:
                                     least=1)
     seed: int = option(0, "seed of every random choice (search, verification inputs, timing order)", "--seed",
                        least=0)
-    time_limit: float = option(600.0, "seconds of search plus extraction; the ILP gets what the search left",
+    time_limit: float = option(600.0, "seconds of search plus extraction (the search leaves a fifth of it, at most "
+                                      "--ilp-time-limit, to the final ILP)",
                                "--time-limit", seconds=True)
     main_extractor: str = option("greedy-dag", "extractor that prices the states of the search", "--main-extractor",
                                  choices="extractors")

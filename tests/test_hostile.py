@@ -20,8 +20,10 @@ from onnx import TensorProto, helper
 
 from eqsat import onnx_io
 from eqsat.app.cli import main
+from eqsat.app.config import search_seconds
 from eqsat.app.pipeline import OptimizeConfig, ilp_seconds, optimize
 from eqsat.errors import InputError
+from eqsat.models import build
 
 FAST = ["--scheduler", "none", "--cost", "analytic", "--no-measure", "-q"]
 PRECIOUS = b"precious bytes that must survive"
@@ -214,6 +216,23 @@ def test_ilp_gets_what_the_time_limit_leaves():
     assert ilp_seconds(config, 2.5) == pytest.approx(7.5)
     assert ilp_seconds(config, 11.0) == pytest.approx(0.1)  # the floor: SCIP returns its warm start
     assert ilp_seconds(OptimizeConfig.of(time_limit=600.0, ilp_time_limit=3.0), 1.0) == pytest.approx(3.0)
+
+
+def test_the_search_leaves_the_ilp_its_share_of_the_time_limit(monkeypatch):
+    """The scheduler is handed --time-limit less the ILP's share (a search that spent it all left SCIP 0.1 s)."""
+    from eqsat.app import pipeline
+
+    seen = []
+    real = pipeline.run_scheduler
+    monkeypatch.setattr(pipeline, "run_scheduler", lambda name, eg, search, *a: seen.append(search) or real(
+        name, eg, search, *a))
+    for final, limit, ilp_limit, search_s in (("ilp", 10.0, 60.0, 8.0), ("ilp", 600.0, 3.0, 597.0),
+                                              ("greedy-dag", 10.0, 60.0, 10.0)):
+        config = OptimizeConfig.of(scheduler="tensat", time_limit=limit, ilp_time_limit=ilp_limit,
+                                   final_extractor=final, cost="analytic", measure=False)
+        assert search_seconds(config) == pytest.approx(search_s)
+        optimize(build("tt", small=True), config)
+        assert seen[-1].time_limit == pytest.approx(search_s)
 
 
 # 3. interrupts -------------------------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ REGISTRIES: dict[str, Callable[[], list[str]]] = {
 """registry name (a field's ``choices``) -> the names it accepts"""
 
 ILP_FLOOR_SECONDS = 0.1
+ILP_SHARE = 0.2
+"""the share of ``--time-limit`` kept for the final ILP (at most ``--ilp-time-limit``): :func:`search_seconds`"""
 """the least time the ILP gets: SCIP then returns its greedy warm start"""
 
 
@@ -163,11 +165,21 @@ def validate(config: OptimizeConfig) -> None:
         check_available(config.runtime)
 
 
+def search_seconds(config: OptimizeConfig) -> float:
+    """The search's share of ``--time-limit``: with the ILP as final extractor, the search stops early enough to
+    leave it ``min(--ilp-time-limit, ILP_SHARE x --time-limit)`` (a search that used the whole limit left SCIP
+    0.1 s, and a faster search then returned a worse program); other extractors take well under a second."""
+    limit = config.search.time_limit
+    if config.final_extractor != "ilp":
+        return limit
+    return max(ILP_FLOOR_SECONDS, limit - min(config.ilp_time_limit, ILP_SHARE * limit))
+
+
 def ilp_seconds(config: OptimizeConfig, elapsed: float) -> float:
     """The ILP's time limit: what ``--time-limit`` (search plus extraction) leaves after ``elapsed`` seconds,
     at most ``--ilp-time-limit`` and at least 0.1 s (SCIP then returns its greedy warm start)."""
     return max(ILP_FLOOR_SECONDS, min(config.ilp_time_limit, config.search.time_limit - elapsed))
 
 
-__all__ = ["ILP_FLOOR_SECONDS", "OptimizeConfig", "REGISTRIES", "SearchConfig", "choices", "flag", "ilp_seconds",
-           "options", "validate", "value_type"]
+__all__ = ["ILP_FLOOR_SECONDS", "ILP_SHARE", "OptimizeConfig", "REGISTRIES", "SearchConfig", "choices", "flag", "ilp_seconds",
+           "options", "search_seconds", "validate", "value_type"]

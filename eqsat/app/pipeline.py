@@ -33,7 +33,7 @@ from eqsat.timing import Protocol
 from eqsat.torch_run import check_runnable
 from eqsat.verify import verify
 
-from .config import OptimizeConfig, ilp_seconds
+from .config import OptimizeConfig, ilp_seconds, search_seconds
 from .report import (
     Candidate,
     EGraphSize,
@@ -97,7 +97,7 @@ def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchCo
     if limit is not None and limit < initial:
         raise InputError(f"--node-limit {limit} is below the initial e-graph's {initial} e-nodes; "
                          f"give at least {initial}, or leave it out for {NODE_LIMIT_FACTOR} x that")
-    return egraph, config.search.resolved(initial)
+    return egraph, replace(config.search.resolved(initial), time_limit=search_seconds(config))
 
 
 def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, cost_model: CostModel,
