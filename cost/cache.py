@@ -1,6 +1,7 @@
 """A persistent, process-safe cache of measured operator costs (SQLite, WAL mode).
 
-Keyed by device name, backend version, and the operator key (op, attributes, shapes, dtype). The
+Keyed by device name, backend version, and the operator key (op, attributes, shapes, dtype). A second table
+keeps the recent readings of the contention probes (:class:`eqsat.cost.measure.Contention`). The
 default location is ``$EQSAT_CACHE_DIR/costs.sqlite`` or ``~/.cache/eqsat/costs.sqlite``.
 
 A cache that is not a readable database (random bytes, a truncated file, a folder in its place) is moved
@@ -59,6 +60,8 @@ class CostCache:
         with conn:
             conn.execute("CREATE TABLE IF NOT EXISTS costs (device TEXT, backend TEXT, key TEXT, us REAL, "
                          "PRIMARY KEY (device, backend, key))")
+            conn.execute("CREATE TABLE IF NOT EXISTS readings (seq INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT, "
+                         "backend TEXT, key TEXT, us REAL)")
         columns = [r[1] for r in conn.execute("PRAGMA table_info(costs)").fetchall()]
         if columns != ["device", "backend", "key", "us"]:
             raise sqlite3.DatabaseError(f"its costs table has columns {columns}, not eqsat's")
@@ -95,6 +98,7 @@ class CostCache:
             conn = sqlite3.connect(self.path, timeout=60.0)
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per commit
             except sqlite3.Error:
                 conn.close()
                 raise
@@ -110,6 +114,23 @@ class CostCache:
         conn = self._conn()
         with conn:
             conn.execute("INSERT OR REPLACE INTO costs VALUES (?, ?, ?, ?)", (device, backend, key.text(), float(us)))
+
+    def add_reading(self, device: str, backend: str, key: OpKey, us: float, keep: int) -> None:
+        """Record a reading of ``key`` (a probe), keeping only its ``keep`` most recent."""
+        conn = self._conn()
+        text = key.text()
+        with conn:
+            conn.execute("INSERT INTO readings (device, backend, key, us) VALUES (?, ?, ?, ?)",
+                         (device, backend, text, float(us)))
+            conn.execute("DELETE FROM readings WHERE device=? AND backend=? AND key=? AND seq NOT IN (SELECT seq FROM "
+                         "readings WHERE device=? AND backend=? AND key=? ORDER BY seq DESC LIMIT ?)",
+                         (device, backend, text, device, backend, text, int(keep)))
+
+    def readings(self, device: str, backend: str, key: OpKey, n: int) -> list[float]:
+        """The ``n`` most recent readings of ``key``, newest first."""
+        rows = self._conn().execute("SELECT us FROM readings WHERE device=? AND backend=? AND key=? ORDER BY seq DESC "
+                                    "LIMIT ?", (device, backend, key.text(), int(n))).fetchall()
+        return [float(r[0]) for r in rows]
 
     def summary(self) -> list[tuple[str, str, str, int, float]]:
         """(device, backend, op, count, total us) per group."""

@@ -8,15 +8,25 @@ What is timed for one operator key (:func:`op_model`):
   carries), in a model of its own. Operands that are weights in the programs eqsat imports are initializers
   (:func:`constant_operands`), because onnxruntime pre-packs constant weights and fuses only constant
   biases: a conv2d's kernel, a 2-D matmul operand B, batchnorm's parameters, a broadcast operand of an
-  element-wise operator. The key does not say which operands are weights; these are the importer's forms.
+  element-wise operator, written as the exporter writes it (:func:`written_shape`: without its leading
+  1-dimensions). The key does not say which operands are weights; these are the importer's forms.
+* what one instance adds to a program (:meth:`OrtCost.in_program_us`): the model's time less the overhead of
+  one ``run`` call; an operator under ``SMALL_US`` whose copies' activations fit ``HOT_BYTES`` is timed as n
+  independent copies in one model against one copy, (n copies - one) / (n - 1), so the overhead (several times a small operator's time, drifting by
+  +-2 us between sessions) cancels exactly and each instance keeps its dispatch. Timed alone, a small matmul
+  read anywhere from ``MIN_US`` to 2x its time, and the ILP picked a merged Q/K/V projection five times wider
+  than the one it replaced at ``MIN_US``: bert measured 0.80x.
 * a conv2d or matmul with a fused activation (``act``) is emitted as Conv + Relu (MatMul + Tanh, ...), which
   onnxruntime fuses (FusedConv; FusedGemm after MatMul+Add): the activation costs what it costs fused.
 * an *epilogue* (:func:`epilogue_producer`): batchnorm of a 4-D tensor, ``ewadd``/``ewmul`` of a 4-D tensor by
   a ``[1, C, 1, 1]`` operand (a conv's bias or folded scale) and ``ewadd`` of a 2-D/3-D tensor by a
   ``[1, N]``/``[1, 1, N]`` operand (a dense layer's bias). onnxruntime folds these into the Conv (Conv+BN,
-  Conv+Add, Conv+Mul) or the MatMul (MatMul+Add -> Gemm) that produces them, so such an operator costs its
-  marginal time: the producer followed by it, minus the producer alone (both timed; at least ``MIN_US``).
-  Folding batch norm into the conv's weights therefore gains nearly nothing, as in onnxruntime.
+  Conv+Add, Conv+Mul) or the MatMul (MatMul+Add -> Gemm; with a 3-D operand Reshape + Gemm + Reshape) that
+  produces them, so such an operator costs its marginal time: the producer followed by it, minus the producer
+  alone as the IR holds it (:func:`ir_spelling`: the 2-D matmul between reshapes that the exporter writes as
+  one N-D MatMul), both timed, at least ``MIN_US``. A dense layer split into matmul and bias add then costs
+  what the fused ``linear`` costs, as both are written alike. Folding batch norm into the conv's weights
+  therefore gains nearly nothing, as in onnxruntime.
 * the NCHWc layout: onnxruntime runs a chain of convolutions (and the pooling, element-wise and concat
   operators between them) in a blocked layout, reordering only where the chain starts and ends. A conv timed
   alone pays a ReorderInput and a ReorderOutput that it does not pay inside a chain, so the reorders the
@@ -33,20 +43,24 @@ What could not be modelled, because an e-node's cost is a function of its key al
 * a standalone activation (``relu`` of a conv's output when the rules split the ``act`` attribute off) costs
   its standalone time, although onnxruntime would fuse it back; after a residual add (the common case) it
   does run alone.
+* a value cut into parts by slices: each slice costs one Slice of its part, while the exporter writes one
+  Split of all parts (:mod:`eqsat.onnx_forms`), and a bias added to each part after a merged matmul is
+  charged as an epilogue although the Split sits between (the exporter moves it before the Split, where
+  onnxruntime fuses it).
 * fusions across more than two nodes (attention, LayerNorm, GELU), whether a chain really starts or ends at an
   operator (the reorders at a program's input and output are charged to nobody), and what running in context
-  changes (caches warmed by the producer, memory reuse): a wide merged conv timed alone can take several
-  times what it takes inside the program.
+  changes (weights a program streams from memory while an operator timed alone keeps them cached; memory
+  reuse): a wide merged conv timed alone can take several times what it takes inside the program. (Timing
+  large-weight operators as copies with cold weights was tried: it ranked the built-in BERT's merged programs
+  worse, Spearman 0.75 against 0.97.)
 
-Each model is timed in rounds, its cost the fastest call of all rounds (:func:`min_ms`), checked against the
-analytic estimate and re-measured as :func:`cost.measure.robust_time` does; the Python call overhead of one
-``run`` (timed once per instance on a one-element model) is subtracted. Those checks miss contention that
-slows every round alike (another process on the same core, or streaming memory on the other one, for
-seconds: a conv measured 2.6x its time in two agreeing rounds, a matmul with 8 MB of weights 2.2x), so fixed
-probe operators (:data:`PROBES`) are timed before and after each measurement: when one runs ``CONTENDED``
-times slower than its best time on record, the measurement is repeated after a pause, and one still
-contended is used for the run but, like a timing that stays an outlier, never cached. The cache key: runtime ``ort-cpu``, the CPU's name and the thread count
-(the cache's device), and the onnxruntime version with the version of this timing policy (its backend).
+Each model is timed in rounds, its cost the fastest call of all rounds (:func:`~eqsat.cost.measure.min_ms`),
+checked against the analytic estimate and re-measured as :func:`~eqsat.cost.measure.robust_time` does, and
+guarded by the contention probes (:class:`~eqsat.cost.measure.Contention`: timed before and after each
+measurement; a measurement taken while a probe runs ``CONTENDED`` times slower than its baseline is repeated,
+and one still contended is used for the run but, like a timing that stays an outlier, never cached).
+The cache key: runtime ``ort-cpu``, the CPU's name and the thread count (the cache's device), and the
+onnxruntime version with the version of this timing policy (its backend).
 """
 
 from __future__ import annotations
@@ -54,7 +68,6 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -69,24 +82,33 @@ from eqsat.timing import median_ms, session_options
 from .analytic import AnalyticCost
 from .base import OpKey
 from .cache import CostCache
-from .measure import CachedTimings, Timing, TorchCost, opaque_model, robust_time
+from .measure import (
+    PROBES,
+    CachedTimings,
+    Contention,
+    Timing,
+    TorchCost,
+    min_ms,
+    opaque_model,
+    probe_reading,
+    robust_time,
+)
 
 RUNTIME = "ort-cpu"
-POLICY = 5
+POLICY = 12
 """version of what is timed for a key; part of the cache key, so that a change re-times"""
 OPSET = 17
 MIN_US = 0.5
 """the least an operator costs: about one kernel dispatch in onnxruntime's sequential executor"""
 ROUND_S = 0.02
 """the time one round aims at: fast operators run many calls per round, slow ones a few"""
-CONTENDED = 1.6
-"""the machine counts as contended while the probe runs this many times slower than its best time ever seen (an
-idle 2-core machine reads 1.1-1.4 against that record; the contaminated timings to catch were 2-3x)"""
-CONTENTION_RETRIES = 3
-PROBES = (OpKey("conv2d", (1, 1, 0, 0, 0), ((1, 64, 28, 28), (64, 64, 1, 1)), (1, 64, 28, 28)),
-          OpKey("matmul", (0,), ((64, 1024), (1024, 1024)), (64, 1024)))
-"""fixed operators timed around every measurement (one in cache, one streaming 4 MB of weights, which another
-process's memory traffic slows); their best times are kept in the cache, across runs"""
+SMALL_US = 100.0
+"""an operator faster than this (one copy, run overhead removed) is timed as several copies in one model"""
+COPIES_US = 400.0
+"""the time the copies of a small operator aim at together (between ``MIN_COPIES`` and ``MAX_COPIES`` copies)"""
+MIN_COPIES, MAX_COPIES = 4, 64
+HOT_BYTES = 512 << 10
+"""the activations (fed operands and results) that copies of a small operator may hold in all"""
 PRODUCER_K = 64
 """the reduction size of the producer an epilogue is timed after (its own cost is subtracted)"""
 
@@ -95,18 +117,6 @@ BLOCKED_OPS = frozenset({"conv2d", "pool", "ewadd", "ewmul", "relu", "sigmoid", 
 REORDERS = ("ReorderInput", "ReorderOutput")
 
 Feeds = dict[str, np.ndarray]
-
-
-def min_ms(call: Callable[[], object], repeats: int) -> float:
-    """The fastest of ``repeats`` individually timed calls (ms): a round's summary here. Contention from another
-    process on the same core stretches most calls of a long operator (a 2.5 ms conv ran 14.6 ms in the median
-    of 8 calls, 2.6 ms in the fastest, at load 8 on 2 cores), so the median of a round is no robust summary."""
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - t)
-    return best * 1e3
 
 
 def nchwc_block() -> int:
@@ -118,16 +128,21 @@ def nchwc_block() -> int:
         return 8
 
 
-def reorder_model(shape: tuple[int, ...]) -> tuple[onnx.ModelProto, Feeds]:
-    """ReorderInput then ReorderOutput of a 4-D tensor: the two layout changes at the ends of a blocked chain."""
+def reorder_model(shape: tuple[int, ...], copies: int = 1) -> tuple[onnx.ModelProto, Feeds]:
+    """ReorderInput then ReorderOutput of a 4-D tensor (``copies`` independent pairs): the two layout changes at
+    the ends of a blocked chain."""
     domain = "com.microsoft.nchwc"
-    nodes = [helper.make_node("ReorderInput", ["x"], ["b"], domain=domain),
-             helper.make_node("ReorderOutput", ["b"], ["y"], domain=domain, channels=shape[1])]
-    graph = helper.make_graph(nodes, "reorder", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape)])
+    nodes, inputs, outputs = [], [], []
+    for c in range(copies):
+        nodes += [helper.make_node("ReorderInput", [f"x{c}"], [f"b{c}"], domain=domain),
+                  helper.make_node("ReorderOutput", [f"b{c}"], [f"y{c}"], domain=domain, channels=shape[1])]
+        inputs.append(helper.make_tensor_value_info(f"x{c}", onnx.TensorProto.FLOAT, shape))
+        outputs.append(helper.make_tensor_value_info(f"y{c}", onnx.TensorProto.FLOAT, shape))
+    graph = helper.make_graph(nodes, "reorder", inputs, outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(domain, 1)])
     model.ir_version = min(model.ir_version, 10)
-    return model, {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    rng = np.random.default_rng(0)
+    return model, {f"x{c}": rng.standard_normal(shape).astype(np.float32) for c in range(copies)}
 
 
 def cpu_name() -> str:
@@ -158,6 +173,20 @@ def constant_operands(key: OpKey) -> frozenset[int]:
     return frozenset()
 
 
+def written_shape(key: OpKey, k: int) -> tuple[int, ...]:
+    """The shape the exporter writes constant operand ``k`` in (:mod:`eqsat.onnx_forms`): an element-wise
+    operator's broadcast constant without its leading 1-dimensions (a scalar when it holds one value), which
+    is the spelling onnxruntime fuses (a dense layer's ``[1, 1, N]`` bias as ``[N]``: MatMul + Add -> Gemm)."""
+    shape = tuple(key.in_shapes[k])
+    if key.op not in ("ewadd", "ewmul") or shape == tuple(key.out_shape) or len(shape) < 2 or shape[0] != 1:
+        return shape
+    if all(d == 1 for d in shape):
+        return ()
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
 def epilogue_producer(key: OpKey) -> tuple[OpKey, int] | None:
     """(the producer onnxruntime would fuse this operator into, the operand it produces) for an epilogue's
     shape signature (see the module docstring), or None: the operator is timed on its own."""
@@ -177,6 +206,21 @@ def epilogue_producer(key: OpKey) -> tuple[OpKey, int] | None:
         k = min(PRODUCER_K, out[-1])
         return OpKey("matmul", (0,), ((*out[:-1], k), (k, out[-1])), out), main
     return None
+
+
+def ir_spelling(key: OpKey) -> OpKey:
+    """The key the IR holds for a producer that the exporter writes as ``key``: a matmul of an N-D operand by a
+    2-D weight is ``reshape -> 2-D matmul -> reshape`` in the IR (the exporter writes it back as one N-D MatMul),
+    so its epilogue's marginal cost is counted from the 2-D matmul's.
+
+    >>> ir_spelling(OpKey("matmul", (0,), ((1, 16, 32), (32, 8)), (1, 16, 8))).in_shapes
+    ((16, 32), (32, 8))
+    """
+    a, b = (tuple(s) for s in key.in_shapes[:2]) if len(key.in_shapes) >= 2 else ((), ())
+    if key.op != "matmul" or len(a) <= 2 or len(b) != 2:
+        return key
+    rows = int(np.prod(a[:-1]))
+    return OpKey("matmul", key.attrs, ((rows, a[-1]), b), (rows, b[-1]), key.dtype)
 
 
 def _conv_producer(out: tuple[int, ...]) -> OpKey:
@@ -225,30 +269,43 @@ class _Builder:
         entry = OPS[key.op]
         assert entry.onnx is not None
         consts = constant_operands(key)
-        names = [(given or {}).get(k) or self.operand(tuple(s), k in consts) for k, s in enumerate(key.in_shapes)]
+        names = [(given or {}).get(k) or self.operand(written_shape(key, k) if k in consts else tuple(s), k in consts)
+                 for k, s in enumerate(key.in_shapes)]
         return entry.onnx(self, key.attrs, names, key.in_shapes)
 
-    def model(self, output: str, key: OpKey) -> onnx.ModelProto:
+    def model(self, outputs: list[str], key: OpKey) -> onnx.ModelProto:
         elem = helper.np_dtype_to_tensor_dtype(np.dtype(key.dtype))
         graph = helper.make_graph(self.nodes, key.op, self.inputs,
-                                  [helper.make_tensor_value_info(output, elem, list(key.out_shape))],
+                                  [helper.make_tensor_value_info(o, elem, list(key.out_shape)) for o in outputs],
                                   initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="eqsat-cost")
         model.ir_version = min(model.ir_version, 10)
         return model
 
 
-def op_model(key: OpKey, producer: tuple[OpKey, int] | None = None) -> tuple[onnx.ModelProto, Feeds] | None:
+def op_model(key: OpKey, producer: tuple[OpKey, int] | None = None,
+             copies: int = 1) -> tuple[onnx.ModelProto, Feeds] | None:
     """The small ONNX model timed for ``key`` (with ``producer``'s operator feeding the given operand), and
-    seeded feeds for it; None where the operator has no ONNX form (it is then estimated)."""
+    seeded feeds for it; None where the operator has no ONNX form (it is then estimated). ``copies``: that many
+    independent instances, each on operands of its own (distinct values, so that onnxruntime's common
+    subexpression elimination keeps them apart), each output a graph output."""
     if key.op == "opaque":
-        return opaque_model(key) if producer is None else None
+        return opaque_model(key, copies) if producer is None else None
     entry = OPS.get(key.op)
     if entry is None or entry.onnx is None or (producer is not None and OPS[producer[0].op].onnx is None):
         return None
     b = _Builder(np.random.default_rng(0))
-    given = {producer[1]: b.op(producer[0])} if producer is not None else None
-    return b.model(b.op(key, given), key), b.feeds
+    outputs = []
+    for _ in range(copies):
+        given = {producer[1]: b.op(producer[0])} if producer is not None else None
+        outputs.append(b.op(key, given))
+    return b.model(outputs, key), b.feeds
+
+
+def activation_bytes(model: onnx.ModelProto, feeds: Feeds) -> int:
+    """Bytes of the model's fed operands and results (float32 results assumed)."""
+    outs = sum(4 * int(np.prod([d.dim_value for d in o.type.tensor_type.shape.dim])) for o in model.graph.output)
+    return sum(v.nbytes for v in feeds.values()) + outs
 
 
 def runtime_nodes(model: onnx.ModelProto, threads: int = 1) -> list[str]:
@@ -286,7 +343,6 @@ class OrtCost(CachedTimings):
         self.cache = cache if cache is not None else CostCache()
         self._memo: dict[OpKey, float] = {}
         self._reorders: dict[tuple[int, ...], float] = {}
-        self._probes: list[tuple[OpKey, Callable[[], object]]] = []
         self._fallback = AnalyticCost("cpu")
         self.measured = 0
         """operators timed by this instance (cache misses)"""
@@ -294,24 +350,50 @@ class OrtCost(CachedTimings):
         """onnxruntime sessions this instance built (0 when every cost came from the cache)"""
         self.outliers = 0
         """operators whose timing stayed an outlier (used in this run, not cached)"""
+        self.contention = Contention(self.cache, self.device_name, self.backend, self._probe_readers)
 
     def timing(self, key: OpKey) -> Timing:
         """Time one operator now, bypassing the cache: on its own (NCHWc reorders accounted for as in a chain),
         or as the marginal cost of an epilogue."""
         estimate = self._fallback.op_cost(key)
         producer = epilogue_producer(key)
-        built = op_model(key, producer)
-        timed = self._time(built, estimate) if built is not None else None
+        timed = self.in_program_us(lambda copies: op_model(key, producer, copies), estimate)
         if timed is None:  # nothing onnxruntime can run: the estimate is the cost, and a deterministic one
             return Timing(estimate, (), estimate, True)
-        alone, nodes = timed
-        base = op_model(producer[0]) if producer is not None else None
-        first = self._time(base, self._fallback.op_cost(producer[0])) if base is not None and producer else None
-        if first is not None:  # the producer's reorders, and the session overhead, cancel
-            return Timing(max(alone.us - first[0].us, MIN_US), alone.medians, estimate,
-                          alone.trusted and first[0].trusted)
-        us = alone.us - self.overhead_us - self.reorders_us(key, nodes) + self.chain_break_us(key, nodes)
-        return Timing(max(us, MIN_US), alone.medians, estimate, alone.trusted)
+        own, nodes = timed
+        if producer is not None:
+            base = ir_spelling(producer[0])
+            first = self.in_program_us(lambda copies: op_model(base, None, copies), self._fallback.op_cost(base))
+            if first is not None:  # the producer's reorders cancel
+                return Timing(max(own.us - first[0].us, MIN_US), own.medians, estimate, own.trusted and first[0].trusted)
+        us = own.us - self.reorders_us(key, nodes) + self.chain_break_us(key, nodes)
+        return Timing(max(us, MIN_US), own.medians, estimate, own.trusted)
+
+    def in_program_us(self, build: Callable[[int], tuple[onnx.ModelProto, Feeds] | None],
+                      estimate_us: float) -> tuple[Timing, list[str]] | None:
+        """What one instance of the model ``build(copies)`` makes costs inside a program (us), and the operators
+        onnxruntime runs for one: its time minus the run overhead (:attr:`overhead_us`). One that takes less
+        than ``SMALL_US`` is timed as n copies (about ``COPIES_US`` in all) against one, (n copies - one) /
+        (n - 1), which leaves out the overhead exactly and keeps each instance's dispatch: one small operator
+        timed alone is mostly the overhead, whose drift between sessions (+-2 us) is larger than the operator.
+        Copies have operands of their own, so only operators whose activations stay within ``HOT_BYTES`` in
+        all are timed so (in a program, the producer leaves them in cache; 23 copies of a 173 KB reorder read 3.5x
+        its time alone). None where onnxruntime cannot run it."""
+        built = build(1)
+        one = self._time(built, estimate_us) if built is not None else None
+        if one is None:
+            return None
+        alone = one[0].us - self.overhead_us
+        assert built is not None
+        copies = min(MAX_COPIES, int(COPIES_US // max(alone, 1.0)), HOT_BYTES // max(activation_bytes(*built), 1))
+        if alone >= SMALL_US or copies < MIN_COPIES:  # the overhead is small beside it, or its copies go cold
+            return Timing(alone, one[0].medians, estimate_us, one[0].trusted), one[1]
+        built = build(copies)
+        many = self._time(built, copies * estimate_us) if built is not None else None
+        if many is None:
+            return Timing(alone, one[0].medians, estimate_us, one[0].trusted), one[1]
+        us = (many[0].us - one[0].us) / (copies - 1)
+        return Timing(us, one[0].medians, estimate_us, one[0].trusted and many[0].trusted), one[1]
 
     def reorders_us(self, key: OpKey, nodes: list[str]) -> float:
         """What the reorders onnxruntime put around this operator (``nodes``: what it ran) cost, one per side:
@@ -335,8 +417,8 @@ class OrtCost(CachedTimings):
         """Microseconds of a ReorderInput + ReorderOutput pair on a 4-D tensor (timed once per shape)."""
         if shape not in self._reorders:
             copy = 2 * self._fallback.op_cost(OpKey("relu", (), (shape,), shape))  # two passes over the tensor
-            timed = self._time(reorder_model(shape), copy)
-            self._reorders[shape] = max(timed[0].us - self.overhead_us, 0.0) if timed is not None else 0.0
+            timed = self.in_program_us(lambda copies: reorder_model(shape, copies), copy)
+            self._reorders[shape] = max(timed[0].us, 0.0) if timed is not None else 0.0
         return self._reorders[shape]
 
     @functools.cached_property
@@ -355,44 +437,28 @@ class OrtCost(CachedTimings):
 
     def _time(self, built: tuple[onnx.ModelProto, Feeds], estimate_us: float) -> tuple[Timing, list[str]] | None:
         """Robust timing (us, overhead included) of one model's ``run`` and the operators onnxruntime ran for
-        it, repeated while the probe says the machine is contended; None where onnxruntime cannot run it."""
+        it, guarded by the probes (:class:`~eqsat.cost.measure.Contention`); None where onnxruntime cannot run
+        it."""
         runner = self._runner(*built)
         if runner is None:
             return None
         run, nodes = runner
         first = median_ms(run, self.warmup, 1) * 1e3
         repeats = int(min(self.repeats, max(3, ROUND_S * 1e6 // max(first, 1e-3))))
-        best: Timing | None = None
-        for attempt in range(CONTENTION_RETRIES):
-            before = self.contention()
-            timing = robust_time(lambda n: min_ms(run, n) * 1e3, estimate_us, repeats)
-            quiet = max(before, self.contention()) <= CONTENDED
-            if quiet:
-                return timing, nodes
-            best = timing if best is None or timing.us < best.us else best
-            time.sleep(0.05 * (attempt + 1))
-        assert best is not None
-        return Timing(best.us, best.medians, best.estimate_us, False), nodes
+        return self.contention.guard(lambda: robust_time(lambda n: min_ms(run, n) * 1e3, estimate_us, repeats)), nodes
 
-    def contention(self) -> float:
-        """How many times slower than their best times on record the probes run now (1: an idle machine)."""
-        if not self._probes:
-            for probe in PROBES:
-                built = op_model(probe)
-                assert built is not None
-                runner = self._runner(*built)
-                assert runner is not None
-                median_ms(runner[0], self.warmup, 1)
-                self._probes.append((OpKey("probe", probe.attrs, probe.in_shapes, probe.out_shape), runner[0]))
-        worst = 0.0
-        for key, run in self._probes:
-            now = min_ms(run, 5) * 1e3
-            record = self.cache.get(self.device_name, self.backend, key)
-            if record is None or now < record:
-                self.cache.put(self.device_name, self.backend, key, now)
-                record = now
-            worst = max(worst, now / record)
-        return worst
+    def _probe_readers(self) -> list[tuple[OpKey, Callable[[], float]]]:
+        """The :data:`~eqsat.cost.measure.PROBES` as onnxruntime readings (us, :func:`~eqsat.cost.measure.probe_reading`)."""
+        readers: list[tuple[OpKey, Callable[[], float]]] = []
+        for probe in PROBES:
+            built = op_model(probe)
+            assert built is not None
+            runner = self._runner(*built)
+            assert runner is not None
+            run = runner[0]
+            median_ms(run, self.warmup, 1)
+            readers.append((probe, functools.partial(probe_reading, run)))
+        return readers
 
     def _runner(self, model: onnx.ModelProto, feeds: Feeds) -> tuple[Callable[[], object], list[str]] | None:
         try:

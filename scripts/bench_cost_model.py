@@ -11,6 +11,7 @@ correlation of estimated and measured speedups and their mean absolute differenc
 
     python scripts/bench_cost_model.py --runtime ort-cpu --models squeezenet,bert --cost analytic,ort-cpu \\
         [--programs 20] [--small] [--budget 2] [--clock min] [--seed 0] [--json FILE]
+    python scripts/bench_cost_model.py --models zoo:bert,zoo:llama --cost analytic,ort-cpu  # the real-model zoo
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ import argparse
 import functools
 import json
 import math
+import os
 import sys
 import time
 from typing import Any
 
-from eqsat import onnx_export
+from eqsat import onnx_export, onnx_import
 from eqsat.app.pipeline import OptimizeConfig, encode_phase, search_phase
 from eqsat.cost import AnalyticCost, cost_names, graph_cost, make, node_costs
 from eqsat.cost.calibration import mean_abs_error, spearman
-from eqsat.cost.ort import min_ms
+from eqsat.cost.measure import min_ms
 from eqsat.decode import build_program
 from eqsat.extract.sample import sample_choices, structure_key
 from eqsat.models import MODELS, build
@@ -38,11 +40,27 @@ RUNTIMES = ("ort-cpu",)
 """runtimes this script can measure in (onnxruntime on the CPU, eqsat.timing)"""
 
 
+ZOO = "zoo:"
+"""prefix of a real-model zoo name in ``--models`` (tests/zoo: its TorchScript export at opset 17)"""
+
+
+def source(name: str, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """(the IR graph of a built-in model or of ``zoo:NAME``, the search options it takes)."""
+    if name.startswith(ZOO):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if os.path.join(root, "tests") not in sys.path:
+            sys.path.insert(0, os.path.join(root, "tests"))
+        import zoo  # tests/zoo: builds with torch, so only imported when asked for
+
+        return onnx_import.import_model(zoo.build(name[len(ZOO):], "torchscript", 17, seed=args.seed)), {}
+    return build(name, small=args.small), {"k_multi": MODELS[name].k_multi, "rule_set": MODELS[name].rule_set}
+
+
 def draw_programs(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], dict[str, Any]]:
     """(the model's IR graph, distinct programs drawn from its grown e-graph other than the original, facts)."""
-    graph = build(name, small=args.small)
-    cfg = OptimizeConfig.of(scheduler=args.scheduler, cost="analytic", k_multi=MODELS[name].k_multi,
-                            rule_set=MODELS[name].rule_set, time_limit=args.search_time, seed=args.seed)
+    graph, options = source(name, args)
+    cfg = OptimizeConfig.of(scheduler=args.scheduler, cost="analytic", time_limit=args.search_time, seed=args.seed,
+                            **options)
     t = time.perf_counter()
     egraph, search = encode_phase(graph, cfg)
     search_phase(egraph, cfg, search, AnalyticCost("cpu"), lambda _msg: None)
@@ -65,7 +83,7 @@ def draw_programs(name: str, args: argparse.Namespace) -> tuple[Any, list[Any], 
 
 
 def min_block_ms(call: Any, repeats: int) -> float:
-    """The fastest of ``repeats`` calls (ms): robust where other processes share the cores (see cost.ort.min_ms)."""
+    """The fastest of ``repeats`` calls (ms): robust where other processes share the cores (see cost.measure.min_ms)."""
     return min_ms(call, repeats)
 
 
@@ -106,7 +124,9 @@ def finite(value: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runtime", default="ort-cpu", choices=RUNTIMES, help="where programs are measured end to end")
-    p.add_argument("--models", default="squeezenet,resnet50,bert", help="comma list of built-in models, or all")
+    p.add_argument("--models", default="squeezenet,resnet50,bert",
+                   help=f"comma list of built-in models ({', '.join(MODELS)}; or all) and real-model zoo ones "
+                        f"({ZOO}bert, {ZOO}llama, ...: tests/zoo's TorchScript export at opset 17)")
     p.add_argument("--cost", default="analytic,ort-cpu", help=f"comma list of cost models ({', '.join(cost_names())})")
     p.add_argument("--programs", type=int, default=20, help="distinct programs drawn per model")
     p.add_argument("--small", action="store_true", help="the models' reduced sizes")

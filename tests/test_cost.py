@@ -15,7 +15,18 @@ import torch
 from eqsat.app.cli import main
 from eqsat.cost import AnalyticCost, OpKey, graph_cost, make
 from eqsat.cost.cache import CostCache
-from eqsat.cost.measure import ESTIMATE_FLOOR_US, OUTLIER_FACTOR, TorchCost, robust_time
+from eqsat.cost.measure import (
+    CONTENDED,
+    ESTIMATE_FLOOR_US,
+    HISTORY,
+    OUTLIER_FACTOR,
+    PROBES,
+    Contention,
+    TorchCost,
+    baseline,
+    probe_key,
+    robust_time,
+)
 from eqsat.models import build
 
 KEYS = [
@@ -170,21 +181,27 @@ class _Contended(TorchCost):
         return slowed
 
 
+def _steady(cost):
+    """``cost`` with probes that read steady: what robust_time does, whatever the load on this shared machine."""
+    cost.contention = Contention(cost.cache, "steady", cost.backend, lambda: [(PROBES[0], lambda: 100.0)])
+    return cost
+
+
 def test_contended_timing_is_remeasured_and_a_lasting_outlier_never_cached(tmp_path):
     key = OpKey("conv2d", (1, 1, -1, -1, 0), ((1, 3, 8, 8), (4, 3, 3, 3)), (1, 4, 8, 8))
     limit = OUTLIER_FACTOR * max(AnalyticCost().op_cost(key), ESTIMATE_FLOOR_US)
     path = str(tmp_path / "c.sqlite")
     # a burst over the warm-up and the first two rounds: re-measured, the quiet rounds' time is cached
-    burst = _Contended("cpu", CostCache(path), threads=1, warmup=1, repeats=5, slow_calls=1 + 2 * 5)
+    burst = _steady(_Contended("cpu", CostCache(path), threads=1, warmup=1, repeats=5, slow_calls=1 + 2 * 5))
     us = burst.op_cost(key)
     assert us < limit < 5000 and burst.outliers == 0
     assert CostCache(path).get(burst.device_name, burst.backend, key) == us
     # contention through every round: used for this run, never cached, timed afresh next time
     other = OpKey("conv2d", (1, 1, -1, -1, 0), ((1, 3, 8, 8), (6, 3, 3, 3)), (1, 6, 8, 8))
-    lasting = _Contended("cpu", CostCache(path), threads=1, warmup=1, repeats=3, slow_calls=10**9)
+    lasting = _steady(_Contended("cpu", CostCache(path), threads=1, warmup=1, repeats=3, slow_calls=10**9))
     assert lasting.op_cost(other) >= 5000 and lasting.outliers == 1
     assert CostCache(path).get(lasting.device_name, lasting.backend, other) is None
-    quiet = TorchCost("cpu", CostCache(path), threads=1, warmup=1, repeats=3)
+    quiet = _steady(TorchCost("cpu", CostCache(path), threads=1, warmup=1, repeats=3))
     assert quiet.op_cost(other) < limit and quiet.measured == 1
 
 
@@ -229,3 +246,90 @@ def test_corrupt_cache_is_moved_aside_and_rebuilt(tmp_path, capsys, damage):
     cache.put("dev", "b", KEYS[0], 1.5)
     assert CostCache(path).get("dev", "b", KEYS[0]) == 1.5
     assert "cost cache" not in capsys.readouterr().err
+
+
+# -- the contention guard (probes around every measurement) ---------------------------------------------------
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:  # busy: the core stays taken, as another process's work would take it
+        pass
+
+
+def _scripted(values: list[float]):
+    """One probe whose readings are ``values`` in turn (us)."""
+    it = iter(values)
+    return lambda: [(PROBES[0], lambda: float(next(it)))]
+
+
+def test_the_baseline_is_a_low_quantile_of_recent_readings_capped_by_the_best(tmp_path):
+    idle = [100.0 * f for f in np.random.default_rng(0).uniform(1.0, 1.4, 60)]
+    lucky = idle[3] = 90.0  # one lucky reading: against it (best ever), a third of the idle readings read contended
+    spell = [300.0] * (2 * HISTORY)  # then a contended spell longer than the history
+    guard = Contention(CostCache(str(tmp_path / "c.sqlite")), "dev", "b", _scripted(idle + spell))
+    levels = [guard.level() for _ in idle]
+    assert max(levels) <= CONTENDED
+    assert sum(v / lucky > CONTENDED for v in idle) >= len(idle) // 4  # what the best reading as baseline did
+    assert baseline_of(guard) > lucky
+    assert all(guard.level() > CONTENDED for _ in spell)  # the cap: the spell never becomes the baseline
+    assert len(guard.cache.readings("dev", "b", probe_key(PROBES[0]), 10 * HISTORY)) == HISTORY
+
+
+def baseline_of(guard: Contention) -> float:
+    recent = guard.cache.readings(guard.device, guard.backend, probe_key(PROBES[0]), HISTORY)
+    best = guard.cache.get(guard.device, guard.backend, probe_key(PROBES[0]))
+    assert best is not None
+    return baseline(recent, best)
+
+
+def _costs(tmp_path, kind: str):
+    from eqsat.cost.ort import OrtCost
+
+    path = str(tmp_path / f"{kind}.sqlite")
+    if kind == "ort-cpu":
+        return OrtCost(CostCache(path), repeats=3), path
+    return TorchCost("cpu", CostCache(path), threads=1, warmup=1, repeats=3), path
+
+
+SMALL = [OpKey("relu", (), ((n, 64),), (n, 64)) for n in (8, 16, 24, 32, 40, 48, 56, 64)]
+
+
+@pytest.mark.parametrize("kind", ["ort-cpu", "cpu"])
+def test_a_timing_taken_while_a_busy_loop_slows_the_probes_is_never_cached(tmp_path, monkeypatch, kind):
+    import eqsat.cost.measure as measure
+
+    monkeypatch.setattr(measure, "CONTENTION_RETRIES", 2)
+    cost, path = _costs(tmp_path, kind)
+    readers = cost._probe_readers
+
+    def slowed() -> list:
+        out = []
+        for key, read in readers():
+            def busy(read=read) -> float:  # the probe shares its core with a busy loop
+                t = time.perf_counter()
+                us = read()
+                _spin(time.perf_counter() - t)
+                return 2.2 * us
+            out.append((key, busy))
+        return out
+
+    for _ in range(5):
+        cost.contention.level()  # a baseline first
+    cost.contention = Contention(cost.cache, cost.device_name, cost.backend, slowed)
+    assert cost.op_cost(SMALL[0]) > 0  # used for this run ...
+    assert cost.outliers == 1 and cost.contention.refused >= 1  # (ort-cpu: its one-copy and n-copy models)
+    assert CostCache(path).get(cost.device_name, cost.backend, SMALL[0]) is None  # ... never cached
+    # probes that read steady again: the same machinery caches (a steady script, not this shared machine's load)
+    _steady(cost)
+    assert all(cost.op_cost(k) > 0 for k in SMALL[1:4])
+    assert sum(CostCache(path).get(cost.device_name, cost.backend, k) is not None for k in SMALL[1:4]) >= 2
+    assert cost.contention.refused == 0
+
+
+@pytest.mark.parametrize("kind", ["ort-cpu", "cpu"])
+def test_a_run_on_a_fresh_cache_caches_most_timings(tmp_path, kind):
+    cost, path = _costs(tmp_path, kind)
+    for key in SMALL:
+        cost.op_cost(key)
+    cached = sum(CostCache(path).get(cost.device_name, cost.backend, k) is not None for k in SMALL)
+    assert cached > len(SMALL) // 2, f"{cost.contention.refused} refused by the probes, {cost.outliers} outliers"
