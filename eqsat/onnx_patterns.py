@@ -13,7 +13,7 @@ constants, from initializers or Constant nodes):
 * ``softmax``: a ``Softmax`` node.
 * ``silu``: ``x * Sigmoid(x)``.
 * ``rmsnorm``: ``x * Reciprocal(Sqrt(ReduceMean(Pow(x, 2)) + eps))`` (or ``1 / Sqrt(..)``, or ``x / Sqrt(..)``),
-  an optional ``Cast`` to float, times ``gamma``.
+  optional ``Cast``s to float, times ``gamma``.
 * ``attention``: ``MatMul(q, kt)``, times a scalar (``Mul``, or ``Div`` by it; or ``q`` and ``kt`` each times one,
   as torch's SDPA export writes it; or none), plus an optional mask (``Add``), ``Softmax`` over the last axis,
   optional ``Cast`` s to float, ``MatMul`` by ``v``.
@@ -124,6 +124,16 @@ class _View:
         """The other operand of a binary node one of whose operands is ``name``."""
         a, b = (list(node.input) + ["", ""])[:2]
         return b if a == name and b != name else a if b == name and a != name else None
+
+    def through_float_casts(self, name: str, nodes: list[onnx.NodeProto]) -> str:
+        """``name`` past the Casts to float that alone read it one after another (identities on the float32 values
+        the importer requires), which join ``nodes``."""
+        cast = self.sole_reader(name, "Cast")
+        while cast is not None and self.attr(cast, "to") == _FLOAT:
+            nodes.append(cast)
+            name = cast.output[0]
+            cast = self.sole_reader(name, "Cast")
+        return name
 
     def attr(self, node: onnx.NodeProto, name: str, default: object = None) -> object:
         for a in node.attribute:
@@ -282,10 +292,7 @@ def _rmsnorm(v: _View, power: onnx.NodeProto) -> Found | None:
         y = prod
     nodes.append(y)
     out = y.output[0]
-    cast = v.sole_reader(out, "Cast")
-    if cast is not None and v.attr(cast, "to") == _FLOAT:  # identity on the float32 x the importer requires
-        nodes.append(cast)
-        out = cast.output[0]
+    out = v.through_float_casts(out, nodes)
     scale = v.sole_reader(out, "Mul")
     gamma = v.other(scale, out) if scale is not None else None
     if scale is None or not gamma:
@@ -371,11 +378,7 @@ def _attention(v: _View, mm: onnx.NodeProto) -> Found | None:
         return None
     nodes.append(soft)
     cur = soft.output[0]
-    cast = v.sole_reader(cur, "Cast")
-    while cast is not None and v.attr(cast, "to") == _FLOAT:  # identity on the float32 scores the importer requires
-        nodes.append(cast)
-        cur = cast.output[0]
-        cast = v.sole_reader(cur, "Cast")
+    cur = v.through_float_casts(cur, nodes)
     pv = v.sole_reader(cur, "MatMul")
     if pv is None or pv.input[0] != cur or pv.input[1] == cur or not math.isfinite(scale) or not scale > 0:
         return None
