@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -176,6 +177,17 @@ class RuleEngine:
             rule = key[len("probe_"):].rsplit("#", 1)[0]
             counts[rule] += n
         return counts
+
+    def grow_randomly(self, names: Iterable[str], target: int, seed: int) -> None:
+        """Apply rules of ``names`` picked at random (seeded) until the e-graph holds ``target`` e-nodes or none
+        of them changes it; each application may overshoot the target, never past 3x it."""
+        allowed = set(names)
+        rng = random.Random(seed)
+        live = [n for n, c in self.probe_all().items() if c and n in allowed]
+        while live and self.egraph.size().enodes < target:
+            name = rng.choice(live)
+            if not self.apply(name, node_limit=3 * target).changed:
+                live.remove(name)
 
     def saturated(self, name: str) -> bool:
         """True if the rule has no match at all now (an MCTS action to prune)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 
@@ -22,14 +21,7 @@ from eqsat.rules import RuleEngine, actions, rule_set
 def grow(model: str, target: int, seed: int, small: bool) -> EGraph:
     eg = EGraph.from_graph(build(model, small=small))
     engine = RuleEngine(eg, rule_set(MODELS[model].rule_set))
-    names = [r.name for r in actions(engine.rules.values())]
-    rng = random.Random(seed)
-    live = [n for n, c in engine.probe_all().items() if c and n in names]
-    while live and eg.size().enodes < target:
-        name = rng.choice(live)
-        step = engine.apply(name, node_limit=3 * target)  # may overshoot the target, never 3x it
-        if not step.changed:
-            live.remove(name)
+    engine.grow_randomly([r.name for r in actions(engine.rules.values())], target, seed)
     return eg
 
 

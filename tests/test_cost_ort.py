@@ -4,7 +4,6 @@ sampler of the calibration benchmark, and its rank correlation."""
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 import pytest
@@ -165,13 +164,7 @@ def grown(name: str, target: int, seed: int = 0) -> tuple[EGraph, object]:
     graph = build(name, small=True)
     eg = EGraph.from_graph(graph)
     engine = RuleEngine(eg, rule_set(MODELS[name].rule_set))
-    names = [r.name for r in actions(engine.rules.values())]
-    rng = random.Random(seed)
-    live = [n for n, c in engine.probe_all().items() if c and n in names]
-    while live and eg.size().enodes < target:
-        rule = rng.choice(live)
-        if not engine.apply(rule, node_limit=3 * target).changed:
-            live.remove(rule)
+    engine.grow_randomly([r.name for r in actions(engine.rules.values())], target, seed)
     return eg, graph
 
 
