@@ -11,7 +11,17 @@ from eqsat.rules import rule_set
 from eqsat.rules.rule import Rule
 
 from .baselines import random_order, tensat
-from .env import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, Env, SearchConfig, SearchReport, Step, StopReason, option
+from .env import (
+    DEFAULT_NODE_LIMIT,
+    NODE_LIMIT_FACTOR,
+    Env,
+    PathState,
+    SearchConfig,
+    SearchReport,
+    Step,
+    StopReason,
+    option,
+)
 from .search import MCTS
 
 Progress = Callable[[str], None]
@@ -33,9 +43,12 @@ def scheduler_names() -> list[str]:
 
 
 def run_scheduler(name: str, egraph: EGraph, config: SearchConfig, cost_model: object,
-                  progress: Progress | None = None, extra_rules: Sequence[Rule] = ()) -> SearchReport:
+                  progress: Progress | None = None, extra_rules: Sequence[Rule] = (),
+                  keep_states: int = 0) -> SearchReport:
     """Grow ``egraph`` with the scheduler ``name`` over the rules of ``config.rule_set`` plus ``extra_rules``
-    (tests inject rules this way); ``none`` runs no search.
+    (tests inject rules this way); ``none`` runs no search. ``keep_states``: how many of the cheapest states along
+    the path (before the final one) the report keeps with their programs (``SearchReport.states``), as candidates
+    for measured selection.
 
     >>> run_scheduler(NO_SEARCH, EGraph.__new__(EGraph), SearchConfig(), None).stop_reason.value
     'no_search'
@@ -46,11 +59,12 @@ def run_scheduler(name: str, egraph: EGraph, config: SearchConfig, cost_model: o
         fn = SCHEDULERS[name]
     except KeyError:
         raise InputError(f"--scheduler {name!r}: choose one of {', '.join(scheduler_names())}") from None
-    env = Env(egraph, [*rule_set(config.rule_set), *extra_rules], cost_model, config)
+    env = Env(egraph, [*rule_set(config.rule_set), *extra_rules], cost_model, config, keep_states)
     report = fn(env, env.config, progress)
     report.extractions, report.extraction_seconds = env.extractions, env.extract_seconds
+    report.states = env.path_states()
     return report
 
 
-__all__ = ["DEFAULT_NODE_LIMIT", "Env", "MCTS", "NODE_LIMIT_FACTOR", "NO_SEARCH", "SCHEDULERS", "SearchConfig",
+__all__ = ["DEFAULT_NODE_LIMIT", "Env", "MCTS", "NODE_LIMIT_FACTOR", "NO_SEARCH", "PathState", "SCHEDULERS", "SearchConfig",
            "SearchReport", "Step", "StopReason", "option", "run_scheduler", "scheduler_names"]

@@ -22,6 +22,7 @@ def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | Non
     say = progress or (lambda _m: None)
     start = time.perf_counter()
     cost = env.cost(("tensat", 0))
+    env.remember("start", cost)
     report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
     rules = env.engine.rules
     singles = [a for a in env.actions if rules[a].kind == "single"]
@@ -44,6 +45,7 @@ def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | Non
             report.steps[-1].cost_us = new_cost
         cost = new_cost
         report.best_cost_us = min(report.best_cost_us, cost)
+        env.remember(f"iteration {it + 1}", cost)
         say(f"iteration {it + 1}: {env.size()} e-nodes, estimated {cost:.1f} us ({time.perf_counter() - t:.2f}s)")
         if timed_out:
             report.stop_reason = StopReason.TIME_LIMIT
@@ -65,6 +67,7 @@ def random_order(env: Env, config: SearchConfig, progress: Callable[[str], None]
     rng = random.Random(config.seed)
     start = time.perf_counter()
     cost = env.cost(("random", 0))
+    env.remember("start", cost)
     report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
     path: tuple[str, ...] = ()
     live = env.live_actions(path)
@@ -85,6 +88,7 @@ def random_order(env: Env, config: SearchConfig, progress: Callable[[str], None]
         report.steps.append(Step(name, max(cost - new_cost, 0.0), new_cost, step.enodes, step.seconds))
         cost = new_cost
         report.best_cost_us = min(report.best_cost_us, cost)
+        env.remember(f"step {len(report.steps)}", cost)
         say(f"step {len(report.steps)}: {name} -> {step.enodes} e-nodes, estimated {cost:.1f} us")
         if env.full():
             report.stop_reason = StopReason.NODE_LIMIT

@@ -9,10 +9,11 @@ from typing import Any
 
 from eqsat.cost import node_costs
 from eqsat.egraph import EGraph
-from eqsat.extract import extract
+from eqsat.extract import Extraction, extract
 from eqsat.rules import StepReport, actions
 from eqsat.rules.reach import ReachEngine
 from eqsat.rules.rule import Rule
+from eqsat.snapshot import Snapshot
 
 DEFAULT_NODE_LIMIT = 2000
 """the least e-node limit a search gets by default"""
@@ -112,6 +113,19 @@ class StopReason(StrEnum):
 
 
 @dataclass
+class PathState:
+    """A state the search stood in after a real step (MCTS: a step; TENSAT: an iteration), with the main
+    extractor's program of it: a candidate for measured selection (a program with fewer rewrites than the final
+    one, which the runtime may run faster than the estimate says)."""
+
+    label: str
+    """where on the path: ``step 3`` (MCTS, random) or ``iteration 2`` (TENSAT)"""
+    cost_us: float
+    snapshot: Snapshot
+    extraction: Extraction
+
+
+@dataclass
 class SearchReport:
     """What a scheduler did; costs are the main extractor's estimates in microseconds."""
 
@@ -124,6 +138,9 @@ class SearchReport:
     extractions: int = 0
     """main-extractor runs that priced states"""
     extraction_seconds: float = 0.0
+    states: list[PathState] = field(default_factory=list, repr=False)
+    """the cheapest states along the path before the final one, cheapest first (kept only when asked:
+    ``run_scheduler(keep_states=)``); not part of the JSON report"""
 
     @property
     def simulations_per_second(self) -> float:
@@ -141,7 +158,7 @@ class SearchReport:
 class Env:
     """Applies rules to one e-graph under a node limit and prices its states with the main extractor."""
 
-    def __init__(self, egraph: EGraph, rules: list[Rule], cost_model, config: SearchConfig):
+    def __init__(self, egraph: EGraph, rules: list[Rule], cost_model, config: SearchConfig, keep_states: int = 0):
         self.egraph = egraph
         self.engine = ReachEngine(egraph, rules)
         """registers only the rules that can ever fire here; the others are actions that never change anything"""
@@ -157,6 +174,11 @@ class Env:
         """(rule path, rule) -> whether the state the rule gives there fits the node limit"""
         self.extractions = 0
         self.extract_seconds = 0.0
+        self.keep_states = keep_states
+        """how many of the cheapest real states :meth:`remember` keeps (0: none)"""
+        self._states: list[PathState] = []
+        self._initial_cost: float | None = None
+        self._last_cost: float | None = None
 
     def size(self) -> int:
         return self.egraph.size().enodes
@@ -231,3 +253,32 @@ class Env:
         if key is not None:
             self._cost_cache[key] = value
         return value
+
+    def remember(self, label: str, cost: float) -> None:
+        """The search stands in a real state priced ``cost`` (the first call: the initial state, never kept):
+        keep its program if it is among the ``keep_states`` cheapest so far, cheaper than the initial one and priced
+        unlike every state kept before.
+        Costs one snapshot and one extraction per kept state (real steps are few)."""
+        self._last_cost = cost
+        if self._initial_cost is None:
+            self._initial_cost = cost
+            return
+        if self.keep_states <= 0 or cost >= self._initial_cost or any(_same_cost(cost, s.cost_us) for s in self._states):
+            return  # of states priced alike (most often one program) the first is kept
+        if len(self._states) >= self.keep_states and cost >= self._states[-1].cost_us:
+            return
+        snap = self.egraph.snapshot().restrict()
+        ext = extract(self.config.main_extractor, snap, node_costs(snap, self.cost_model), time_limit=10.0)
+        self._states.append(PathState(label, cost, snap, ext))
+        self._states.sort(key=lambda s: s.cost_us)  # stable: the earlier of equal-cost states first
+        del self._states[self.keep_states:]
+
+    def path_states(self) -> list[PathState]:
+        """The kept states, cheapest first, without those priced as the last one remembered (the e-graph the final
+        extraction reads, whose program is already a candidate)."""
+        last = self._last_cost
+        return [s for s in self._states if last is None or not _same_cost(s.cost_us, last)]
+
+
+def _same_cost(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))

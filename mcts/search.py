@@ -333,6 +333,7 @@ class MCTS:
         start = time.perf_counter()
         deadline = start + cfg.time_limit
         cost = self.start()
+        env.remember("start", cost)
         report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
         forest = Forest(self, cfg.workers)
         idle = 0
@@ -369,6 +370,7 @@ class MCTS:
                 cost = new_cost
                 report.steps.append(Step(action, reward, cost, step.enodes, time.perf_counter() - t, merged.planned))
                 report.best_cost_us = min(report.best_cost_us, cost)
+                env.remember(f"step {len(report.steps)}", cost)
                 self.say(f"step {len(report.steps)}: {action} -> {step.enodes} e-nodes, "
                          f"estimated {cost:.1f} us ({merged.planned} simulations)")
                 if time.perf_counter() > deadline:

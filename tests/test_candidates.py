@@ -24,9 +24,12 @@ from eqsat.app.pipeline import (
     search_phase,
 )
 from eqsat.app.selection import choose, family_confidence
-from eqsat.cost import make
+from eqsat.cost import make, node_costs
+from eqsat.extract import extract
 from eqsat.inputs import random_inputs
+from eqsat.mcts import Env
 from eqsat.models import build
+from eqsat.rules import rule_set
 from eqsat.timing import Comparison
 from eqsat.torch_run import TorchProgram
 from eqsat.verify import compare_outputs, session
@@ -102,6 +105,65 @@ def test_candidates_are_distinct_and_compute_what_the_original_does():
     for b in built:
         for want, got in zip(ref, TorchProgram(b.program).run_numpy(feeds)):
             assert compare_outputs(np.asarray(want), got)[0], b.entry.name
+
+
+def test_path_states_are_the_programs_the_search_stood_in():
+    """Each state kept along the search path is the main extractor's program of the e-graph after its step:
+    replaying the search's first N rules on a fresh e-graph and extracting again gives the same cost and program;
+    kept states are cheaper than the start, priced unlike the final state and each other, cheapest first; as
+    candidates they are exported from their own e-graph and verify against the original."""
+    config = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=4, seed=1)
+    original, graph = import_phase(build("squeezenet", small=True), config)
+    cost_model = make("analytic")
+    egraph, search = encode_phase(graph, config)
+    report = search_phase(egraph, config, search, cost_model, lambda _m: None)
+    assert report.states, "squeezenet's search passes a state cheaper than its start and dearer than its end"
+    costs = [s.cost_us for s in report.states]
+    assert costs == sorted(costs) and len(set(costs)) == len(costs) and len(costs) <= config.candidates - 1
+    for state in report.states:
+        n = int(state.label.removeprefix("step "))
+        assert report.steps[n - 1].cost_us == state.cost_us != report.steps[-1].cost_us
+        assert state.cost_us < report.initial_cost_us
+        fresh, _ = encode_phase(graph, config)
+        env = Env(fresh, rule_set(search.rule_set), cost_model, search)
+        for step in report.steps[:n]:
+            assert env.apply(step.rule).changed, step.rule
+        snap = fresh.snapshot().restrict()
+        again = extract(search.main_extractor, snap, node_costs(snap, cost_model))
+        assert again.dag_cost == pytest.approx(state.cost_us)
+        assert same_program(export_phase(snap, again, graph, cost_model)[0],
+                            export_phase(state.snapshot, state.extraction, graph, cost_model)[0])
+    snap, ext = extract_phase(egraph, config, cost_model, 0.0)
+    extracted = candidates_phase(snap, ext, config, cost_model, 0.0, report.states)
+    path = [e for e in extracted if e.snapshot is not None]
+    assert [e.name for e in path] == [s.label.replace(" ", "-") for s in report.states]
+    assert extracted[-1].name == "greedy-tree"
+    built = build_candidates(snap, extracted, graph, original, config, cost_model,
+                             export_phase(snap, ext, graph, cost_model))
+    from_path = [b for b in built if b.entry.name.startswith("step-")]
+    assert from_path and all(b.entry.verified for b in from_path)
+    assert all(b.entry.estimated_cost == pytest.approx(s.cost_us) for b, s in zip(from_path, report.states))
+
+
+def test_only_the_first_of_equally_priced_states_is_kept_and_never_without_measurement():
+    """``Env.remember``'s policy, on prices given by hand: the start is never kept, nor a state no cheaper than
+    it, nor one priced as a kept one; at most ``keep_states``, the cheapest; the final price's states are left
+    out of the path. Without measured selection the pipeline keeps none."""
+    config = OptimizeConfig.of(budget=2, cost="analytic", candidates=3, seed=1)
+    _, graph = import_phase(ob.residual_block(), config)
+    egraph, search = encode_phase(graph, config)
+    env = Env(egraph, [], make("analytic"), search, keep_states=2)
+    for label, cost in [("start", 10.0), ("step 1", 12.0), ("step 2", 8.0), ("step 3", 8.0), ("step 4", 6.0),
+                        ("step 5", 7.0), ("step 6", 6.0)]:
+        env.remember(label, cost)
+    # kept: step 2 (8), then step 4 (6); step 5 (7) displaces step 2; step 6 is priced as step 4, the final price
+    assert [(s.label, s.cost_us) for s in env.path_states()] == [("step 5", 7.0)]
+    assert all(s.extraction.dag_cost > 0 for s in env.path_states())
+    squeezenet = import_phase(build("squeezenet", small=True), config)[1]  # keeps a state when measuring (above)
+    for options in ({"measure": False}, {"candidates": 1}):
+        quiet = OptimizeConfig.of(budget=2, cost="analytic", seed=1, **options)
+        eg, sc = encode_phase(squeezenet, quiet)
+        assert search_phase(eg, quiet, sc, make("analytic"), lambda _m: None).states == []
 
 
 def test_one_candidate_and_no_measurement_keep_todays_behaviour():

@@ -25,7 +25,7 @@ from eqsat.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction
 from eqsat.ir import Graph, Node
-from eqsat.mcts import NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
+from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -102,8 +102,10 @@ def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchCo
 
 def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, cost_model: CostModel,
                  say: Progress, extra_rules: Sequence[Rule] = ()) -> SearchReport:
-    """Grow ``egraph`` with the configured scheduler (``extra_rules`` join the rule set)."""
-    return run_scheduler(config.scheduler, egraph, search, cost_model, say, extra_rules)
+    """Grow ``egraph`` with the configured scheduler (``extra_rules`` join the rule set); with measured
+    selection, the report keeps the programs of the cheapest states along the path as candidates."""
+    keep = config.candidates - 1 if config.measure and config.candidates > 1 else 0
+    return run_scheduler(config.scheduler, egraph, search, cost_model, say, extra_rules, keep_states=keep)
 
 
 def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
@@ -145,12 +147,13 @@ def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: 
 
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
-                     elapsed: float) -> list[Extracted]:
-    """The candidate extractions of the grown e-graph, in :data:`~eqsat.app.selection.SOURCES` order: the final
+                     elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
+    """The candidate extractions, in :data:`~eqsat.app.selection.SOURCES` order: of the grown e-graph the final
     extractor's (``first``, named ``extracted``), then greedy-dag's, the ILP's under the other cost model (cheap: at
-    most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left) and greedy-tree's. Only the
-    first without measurement or with ``--candidates 1``; duplicates are removed later, by program
-    (:func:`build_candidates`)."""
+    most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left); the programs of the states
+    along the search path (``path``: ``SearchReport.states``, cheapest first, named ``step-N`` or
+    ``iteration-N``); greedy-tree's of the grown e-graph. Only the first without measurement or with
+    ``--candidates 1``; duplicates are removed later, by program (:func:`build_candidates`)."""
     out = [Extracted("extracted", f"{first.extractor} under {cost_model.name}", first, cost_model)]
     if config.candidates < 2 or not config.measure:
         return out
@@ -164,6 +167,9 @@ def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     warm = extractors.extract("greedy-dag", snap, other_costs)
     out.append(Extracted(f"ilp-{other.name}", f"ilp under {other.name}",
                          extractors.extract("ilp", snap, other_costs, time_limit=seconds, warm_start=warm), other))
+    out += [Extracted(state.label.replace(" ", "-"), f"{state.extraction.extractor} at search {state.label} under "
+                                                      f"{cost_model.name}", state.extraction, cost_model, state.snapshot)
+            for state in path]
     out.append(Extracted("greedy-tree", f"greedy-tree under {cost_model.name}",
                          extractors.extract("greedy-tree", snap, costs), cost_model))
     return out
@@ -191,7 +197,7 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
         if len(built) >= config.candidates:
             break
         program, model = first if k == 0 and first is not None else \
-            export_phase(snap, c.extraction, graph, c.cost_model)
+            export_phase(c.snapshot or snap, c.extraction, graph, c.cost_model)
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source)
@@ -263,7 +269,7 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
     with timer("extract"):
         snap, ext = extract_phase(egraph, config, cost_model, timer.total("search"))
-        extracted = candidates_phase(snap, ext, config, cost_model, timer.total("search", "extract"))
+        extracted = candidates_phase(snap, ext, config, cost_model, timer.total("search", "extract"), search.states)
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):

@@ -1,8 +1,9 @@
 """Measured selection among candidate programs (``--candidates K``): which extractions to try, and which
 measured candidate ships.
 
-The final stage extracts up to K distinct programs from the grown e-graph (:data:`SOURCES`, in order: the
-final extractor's optimum, greedy-dag's, the ILP under another cost model, greedy-tree's); each is verified
+The final stage extracts up to K distinct programs (:data:`SOURCES`, in order: the final extractor's optimum of
+the grown e-graph, greedy-dag's, the ILP's under another cost model, the main extractor's programs of the cheapest
+states the search stood in before its last one, greedy-tree's); each is verified
 and timed end to end against the original in one interleaved run (:func:`eqsat.runtimes.compare_programs`).
 :func:`choose` ships the fastest candidate that is faster than the original with confidence, the intervals
 widened for the number of candidates compared (Bonferroni: each at 1 - (1 - confidence) / m), else the original.
@@ -20,11 +21,12 @@ from dataclasses import dataclass
 
 from eqsat.cost import CostModel
 from eqsat.extract import Extraction
+from eqsat.snapshot import Snapshot
 from eqsat.timing import Comparison, Decision, decide
 
 OTHER_ILP_SECONDS = 10.0
 """at most this many seconds for the ILP under the other cost model (a cheap extra candidate, not the optimum)"""
-SOURCES = ("final", "greedy-dag", "ilp-other-cost", "greedy-tree")
+SOURCES = ("final", "greedy-dag", "ilp-other-cost", "search-path", "greedy-tree")
 """where candidates come from, in the order they are tried (duplicates of earlier ones are skipped)"""
 
 
@@ -44,12 +46,14 @@ def family_confidence(confidence: float, comparisons: int) -> float:
 @dataclass
 class Extracted:
     """One candidate: its name, how it was produced, its extraction and the cost model that extraction's DAG cost
-    is under (the final cost model, or the other one)."""
+    is under (the final cost model, or the other one), and the e-graph it was extracted from when that is not the
+    grown one (a state along the search path)."""
 
     name: str
     source: str
     extraction: Extraction
     cost_model: CostModel
+    snapshot: Snapshot | None = None
 
 
 def choose(comparisons: Sequence[Comparison], names: Sequence[str], allow_slower: bool) -> tuple[int, Decision]:
