@@ -42,8 +42,9 @@ def _broadcast(rng: np.random.Generator) -> Sample:
 
 
 def _matmul(rng: np.random.Generator) -> Sample:
+    """2-D, or batched 3-D or 4-D (equal leading dimensions)."""
     m, k, n = _dims(rng, 3)
-    batch = tuple(_dims(rng, 1)) if rng.random() < 0.5 else ()
+    batch = tuple(_dims(rng, int(rng.integers(0, 3)), 3))
     return (int(rng.integers(0, 4)),), [batch + (m, k), batch + (k, n)]
 
 
@@ -141,6 +142,12 @@ def _norm(n_params: int) -> Callable[[np.random.Generator], Sample]:
     return sample
 
 
+def _scale(rng: np.random.Generator) -> Sample:
+    """x times a positive finite float32 (as its bits): powers of two, attention's 1/sqrt(d), tiny and huge."""
+    c = float(rng.choice([0.125, 0.35355338, 1.0, 3.0, 1e-30, 1e30]))
+    return (eps_bits(c),), _elementwise(rng)[1]
+
+
 def _linear(rng: np.random.Generator) -> Sample:
     x = tuple(_dims(rng, int(rng.integers(1, 5))))
     n = int(rng.integers(1, 6))
@@ -163,7 +170,7 @@ SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "concat": _concat, "slice": _slice, "transpose": _transpose, "reshape": _reshape, "merge": _merge,
     "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
     "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
-    "linear": _linear, "attention": _attention,
+    "linear": _linear, "attention": _attention, "scale": _scale,
 }
 WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
 """leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""

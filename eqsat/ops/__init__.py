@@ -68,7 +68,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     conv.MERGE, conv.ENLARGE,
     batchnorm.BATCHNORM, batchnorm.BN_SCALE, batchnorm.BN_SHIFT,
     composite.GELU, composite.LAYERNORM, composite.SOFTMAX, composite.SILU, composite.RMSNORM, composite.LINEAR,
-    attention.ATTENTION,
+    composite.SCALE, attention.ATTENTION,
     opaque.OPAQUE, leaf.NOOP,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""

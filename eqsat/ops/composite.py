@@ -10,13 +10,19 @@ operators (recognized on import by :mod:`eqsat.onnx_patterns`), each one node of
 * ``rmsnorm`` (x, gamma), attrs ``(eps_bits,)``: over the last axis, ``x / sqrt(mean(x^2) + eps) * gamma``.
 * ``linear`` (x, W, b): ``x[..., k] @ W[k, n] + b[n]`` (egglog: x of rank 1-4); affine, so defined over a
   prime field too. Written as Gemm for a 2-D x, else MatMul then Add. The importer makes one of a MatMul by a
-  constant weight and its constant bias Add; the rule ``linear_split`` relates it to its matmul and bias parts.
+  constant weight and its constant bias Add, and of a Gemm that is exactly one (no transA, alpha = beta = 1,
+  constant B and a [n] or [1, n] bias); the rule ``linear_split`` relates it to its matmul and bias parts.
+* ``scale`` (x), attrs ``(bits,)``: ``x * c`` for a positive finite float32 ``c``. Not one of a model's chains
+  but a part of one: a rule cannot create a constant tensor, so the rule ``attention_split`` writes
+  attention's score scale as this attribute. Written as a Mul by a scalar constant, which onnxruntime fuses
+  into the MatMul before it (FusedMatMul), as in attention's own decomposition.
 
 Every x has rank 1 or more (a rank-0 x stays as the importer found it).
 
-egglog attributes are i64, so an epsilon is held exactly as the bit pattern of its float32 value
+egglog attributes are i64, so an epsilon (and a scale) is held exactly as the bit pattern of its float32 value
 (:func:`eps_bits`, :func:`eps_value`): ``eps_bits(1e-5) == 925353388``; it must encode a positive finite float.
-None but ``linear`` is defined over a prime field (NotEvaluable in that mode).
+None but ``linear`` is defined over a prime field (NotEvaluable in that mode; ``scale`` could be, its factor being
+a dyadic fraction, but it only ever stands before a softmax, which cannot).
 
 The ONNX emitters write the form onnxruntime fuses best at the model's opset (``em.opset``): the standard
 operator where the opset has it (LayerNormalization from 17, Gelu from 20, Softmax always), else the
@@ -61,9 +67,9 @@ def _no_field(op: str, modulus: int | None) -> None:
         raise NotEvaluable(f"{op} is not defined over a prime field")
 
 
-def _check_eps(op: str, bits: int) -> None:
+def _check_eps(op: str, bits: int, what: str = "eps") -> None:
     if not 0 < bits < _MAX_EPS_BITS:
-        raise fail(op, f"eps attribute {bits} is not the float32 bit pattern of a positive finite epsilon")
+        raise fail(op, f"{what} attribute {bits} is not the float32 bit pattern of a positive finite {what}")
 
 
 def _eps_conds(var: str) -> list[str]:
@@ -311,3 +317,23 @@ LINEAR = OpDef("linear", "x[..., k] @ W[k, n] + b[n] (egglog: x of rank 1-4)", "
                (Ctor("Linear", "ttt"),), _linear_rules, lambda attrs, args, modulus: np.matmul(args[0], args[1]) + args[2],
                _linear_onnx, lambda torch, attrs, shapes: lambda x, w, b: torch.matmul(x, w) + b, _linear_flops,
                sym_shape=lambda attrs, dims: dims[0][:-1] + [dims[1][-1]])
+
+
+# -- scale -------------------------------------------------------------------------------------------
+def _scale_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    _check_eps("scale", attrs[0], "scale")
+    return _same_shape("scale", shapes)
+
+
+def _scale_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    _no_field("scale", modulus)
+    return np.asarray(args[0], dtype=np.float64) * eps_value(attrs[0])
+
+
+def _scale_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    return em.emit("Mul", [ins[0], _scalar(em, eps_value(attrs[0]), "scale")], "scale")
+
+
+SCALE = OpDef("scale", "x * c, c a positive finite float32 (attention's score scale)", "(bits,)", _scale_shape,
+              (Ctor("Scale", "it"),), _same_rule("Scale", _eps_conds("a"), True), _scale_numpy, _scale_onnx,
+              lambda torch, attrs, shapes: lambda x: x * eps_value(attrs[0]))

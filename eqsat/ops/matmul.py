@@ -1,4 +1,13 @@
-"""``matmul``: 2-D or batched 3-D matrix product with a fused activation (attrs ``(act,)``)."""
+"""``matmul``: 2-D, or batched 3-D or 4-D matrix product with a fused activation (attrs ``(act,)``).
+
+Batched operands have equal rank and equal leading dimensions (``[b, m, k] x [b, k, n]``, ``[b, h, m, k] x
+[b, h, k, n]``: no broadcasting over them). Rank 4 is attention's ``[batch, heads, ...]`` product, which the rule
+``attention_split`` (``rules/ours/attention.py``) writes as its parts; the importer spells an N-D MatMul as a 2-D
+or 3-D one between reshapes.
+
+>>> MATMUL.shape((0,), [(2, 3, 4, 5), (2, 3, 5, 6)])
+(2, 3, 4, 6)
+"""
 
 from __future__ import annotations
 
@@ -8,25 +17,32 @@ from typing import Any
 import numpy as np
 
 from .base import Ctor, Emitter, OpDef, Shape, act_flops, activation, emit_activation, fail, torch_activation, volume
-from .egglog_text import rule
+from .egglog_text import dim_vars, rule, shape_of
+
+RANKS = (2, 3, 4)
+"""operand ranks the operator takes"""
 
 
 def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     a, b = shapes
-    if len(a) != len(b) or len(a) not in (2, 3):
-        raise fail("matmul", f"operands must both be 2-D or both 3-D, got {a} and {b}")
+    if len(a) != len(b) or len(a) not in RANKS:
+        raise fail("matmul", f"operands must both be 2-D, 3-D or 4-D, got {a} and {b}")
     if a[-1] != b[-2]:
         raise fail("matmul", f"inner dimensions differ: {a} x {b}")
-    if len(a) == 3 and a[0] != b[0]:
+    if a[:-2] != b[:-2]:
         raise fail("matmul", f"batch dimensions differ: {a} x {b}")
     return tuple(a[:-1]) + (b[-1],)
 
 
 def _rules() -> list[str]:
-    return [rule("shape_Matmul2", ["(= e (Matmul act x y))", "(= (S2 m k) (shape x))", "(= (S2 k n) (shape y))"],
-                 ["(set (shape e) (S2 m n))"]),
-            rule("shape_Matmul3", ["(= e (Matmul act x y))", "(= (S3 b m k) (shape x))", "(= (S3 b k n) (shape y))"],
-                 ["(set (shape e) (S3 b m n))"])]
+    """Per rank (``shape_Matmul2`` .. ``shape_Matmul4``): equal leading dimensions, equal inner ones."""
+    out = []
+    for r in RANKS:
+        lead = dim_vars("b", r - 2)
+        out.append(rule(f"shape_Matmul{r}", ["(= e (Matmul act x y))", f"(= {shape_of(lead + ['m', 'k'])} (shape x))",
+                                             f"(= {shape_of(lead + ['k', 'n'])} (shape y))"],
+                        [f"(set (shape e) {shape_of(lead + ['m', 'n'])})"]))
+    return out
 
 
 def _numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
@@ -53,5 +69,5 @@ def _sym(attrs: tuple, dims: list[list[str]]) -> list[str]:
     return dims[0][:-1] + [dims[1][-1]]
 
 
-MATMUL = OpDef("matmul", "2-D or batched 3-D matmul, fused activation", "(act,)", _shape,
+MATMUL = OpDef("matmul", "2-D or batched 3-D/4-D matmul, fused activation", "(act,)", _shape,
                (Ctor("Matmul", "itt"),), _rules, _numpy, _onnx, _torch, _flops, taso=_taso, sym_shape=_sym)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import fusion, layout, linear, merge
+from . import attention, fusion, layout, linear, merge
 
-rules = [*fusion.rules, *layout.rules, *merge.rules, *linear.rules]
+rules = [*fusion.rules, *layout.rules, *merge.rules, *linear.rules, *attention.rules]
 
 __all__ = ["rules"]
