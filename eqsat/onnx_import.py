@@ -1,10 +1,10 @@
 """ONNX -> IR.
 
 Every static-shaped ONNX model (opset >= 13) imports: operators the rules know become IR operators
-(Conv bias, Gemm and broadcasting MatMul are decomposed into them), constant subgraphs (weight-only
-subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with onnxruntime (onnx's
-reference evaluator where onnxruntime cannot), Identity and Dropout are dropped, and every other operator
-(a custom domain, If/Loop/Scan, a node that cannot be folded) is carried as an opaque node with its
+(Conv bias, broadcasting MatMul and a Gemm that is not exactly a ``linear`` are decomposed into them), constant
+subgraphs (weight-only subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with
+onnxruntime (onnx's reference evaluator where onnxruntime cannot), Identity and Dropout are dropped, and every
+other operator (a custom domain, If/Loop/Scan, a node that cannot be folded) is carried as an opaque node with its
 attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
 read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model.
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
@@ -24,7 +24,7 @@ from . import ir, origins
 from .errors import DynamicShapeError, InputError, ShapeError
 from .ir import Graph, Node
 from .onnx_io import as_path, is_large
-from .onnx_patterns import Match, find_composites
+from .onnx_patterns import Match, find_composites, resolve_axis
 from .onnx_subgraphs import implicit_inputs
 from .shapes import SAME
 
@@ -224,7 +224,8 @@ class _Importer:
         defaults = {vi.name: self.consts.pop(vi.name) for vi in self.g.input if vi.name in self.consts}
         inputs = [self._default_input(vi.name, defaults[vi.name]) if vi.name in defaults else self._graph_input(vi)
                   for vi in self.g.input]
-        self._covered: dict[str, Match] = {n.output[0]: m for m in find_composites(self.g, self.consts) for n in m.nodes}
+        self._covered: dict[str, Match] = {n.output[0]: m for m in find_composites(self.g, self.consts, self.opset)
+                                             for n in m.nodes}
         for node in self.g.node:
             if not self._composite(node):
                 self._node(node)
@@ -353,9 +354,10 @@ class _Importer:
             if match.op == "attention" and len(ins) == 4 and ins[3].op == "weight" and len(ins[3].shape) < len(ins[0].shape):
                 # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
                 ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
-            if self._is_float(*ins):
+            attrs = match.ir_attrs([i.shape for i in ins])
+            if self._is_float(*ins) and attrs is not None:
                 try:
-                    mapped = ir.make(match.op, ins, match.ir_attrs([i.shape for i in ins]))
+                    mapped = ir.make(match.op, ins, attrs)
                 except ShapeError:
                     mapped = None
         if mapped is None:
@@ -519,9 +521,10 @@ class _Importer:
     def _op_Softmax(self, node, ins):
         """A Softmax a composite match gave back (an attention the operator refused): still one softmax node."""
         (x,) = ins
-        if not self._is_float(x) or not 1 <= len(x.shape) <= 4:
+        axis = resolve_axis(int(self._attrs(node).get("axis", -1)), len(x.shape))
+        if not self._is_float(x) or not 1 <= len(x.shape) <= 4 or axis is None:
             return None
-        return ir.make("softmax", [x], (int(self._attrs(node).get("axis", -1)) % len(x.shape),))
+        return ir.make("softmax", [x], (axis,))
 
     def _op_Add(self, node, ins):
         return self._binary("ewadd", ins[0], ins[1])
@@ -548,17 +551,23 @@ class _Importer:
         return None
 
     def _op_Gemm(self, node, ins):
+        """``linear(A, B, C)`` where the Gemm is exactly one (:meth:`_gemm_linear`), else ``matmul`` (of ``A`` and
+        ``B`` transposed as the Gemm says), times ``alpha``, plus ``beta * C``. A transposed constant ``B`` is a new
+        weight; the origin record keeps the original, so an unchanged Gemm is written back as it was."""
         a, b = ins[0], ins[1]
         c = ins[2] if len(ins) > 2 else None
         at = self._attrs(node)
         if not self._is_float(a, b) or len(a.shape) != 2 or len(b.shape) != 2:
             return None
-        if at.get("transA", 0):
-            a = ir.make("transpose", [a], (1, 0))
         if at.get("transB", 0):
             b = self.weight(self.weights[b.name].T, b.name) if b.op == "weight" else ir.make("transpose", [b], (1, 0))
-        out = ir.make("matmul", [a, b], (0,))
         alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+        linear = self._gemm_linear(a, b, c) if not at.get("transA", 0) and alpha == beta == 1.0 else None
+        if linear is not None:
+            return linear
+        if at.get("transA", 0):
+            a = ir.make("transpose", [a], (1, 0))
+        out = ir.make("matmul", [a, b], (0,))
         if alpha != 1.0:
             out = ir.make("ewmul", [out, self.weight(np.full((1, 1), alpha, np.float32), "alpha")])
         if c is not None:
@@ -568,6 +577,16 @@ class _Importer:
                 c = self.weight(self.weights[c.name] * np.float32(beta), c.name)
             out = self._binary("ewadd", out, c)
         return out
+
+    def _gemm_linear(self, a: Node, b: Node, c: Node | None) -> Node | None:
+        """``linear(a, b, c)`` for ``Gemm(a, b, c)`` (no transA, alpha and beta 1, ``b`` already [k, n]) when ``b`` and
+        ``c`` are constants and ``c`` is a bias over the columns ([n], or [1, n] as a new weight of shape [n]); else
+        None. Without ``c`` the Gemm stays a ``matmul``: a zero bias would be an Add no one wrote once the program
+        changes it (its ``linear`` is written as a Gemm with that bias)."""
+        n = b.shape[1]
+        if b.op != "weight" or c is None or c.op != "weight" or not self._is_float(c) or c.shape not in ((n,), (1, n)):
+            return None
+        return ir.make("linear", [a, b, self.reshape(c, (n,))])
 
     def _window_attrs(self, node, kernel: tuple[int, int]) -> tuple[int, int, int, int] | None:
         at = self._attrs(node)

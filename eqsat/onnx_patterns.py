@@ -10,14 +10,19 @@ constants, from initializers or Constant nodes):
 * ``gelu`` tanh: ``Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))) + 1``, times ``x`` and ``0.5``.
 * ``layernorm``: a ``LayerNormalization`` node over the last axis with a bias; before opset 17,
   ``d = x - ReduceMean(x)``; ``d / Sqrt(ReduceMean(Pow(d, 2)) + eps) * gamma + beta``.
-* ``softmax``: a ``Softmax`` node.
+* ``softmax``: a ``Softmax`` node (before opset 13, which flattens at its axis, one over the last axis only).
 * ``silu``: ``x * Sigmoid(x)``.
 * ``rmsnorm``: ``x * Reciprocal(Sqrt(ReduceMean(Pow(x, 2)) + eps))`` (or ``1 / Sqrt(..)``, or ``x / Sqrt(..)``),
   optional ``Cast``s to float, times ``gamma``.
 * ``attention``: ``MatMul(q, kt)``, times a scalar (``Mul``, or ``Div`` by it; or ``q`` and ``kt`` each times one,
-  as torch's SDPA export writes it; or none), plus an optional mask (``Add``), ``Softmax`` over the last axis,
-  optional ``Cast`` s to float, ``MatMul`` by ``v``.
-* ``linear``: ``MatMul(x, W) + b`` with constant ``W`` [k, n] and ``b`` [n].
+  as torch's SDPA export writes it; or none), plus an optional mask (``Add``), ``Softmax`` over the last axis
+  (``-1``, or its positive index as some exporters and older opsets write it), optional ``Cast`` s to float,
+  ``MatMul`` by ``v``.
+* ``linear``: ``MatMul(x, W) + b`` with constant ``W`` [k, n] and ``b`` [n] (the importer makes a ``Gemm`` one too).
+
+The graph carries no shapes the matchers could rely on, so a Softmax axis that only the operand's rank can tell
+to be the last (a positive index; any axis before opset 13) is recorded in :attr:`Match.last_axis` and checked
+by :meth:`Match.ir_attrs` once the importer knows the shapes.
 
 Reductions must be over the last axis (``axes = [-1]``, kept). A match is valid only when no value inside
 it (every output of its nodes but the last) is used outside it: by another node, a subgraph, or as a graph
@@ -63,18 +68,37 @@ class Match:
     """the value the composite computes"""
     nodes: tuple[onnx.NodeProto, ...]
     """the covered nodes, in graph order (Constant nodes not included: they may be shared)"""
+    last_axis: int | None = None
+    """the axis of a Softmax inside the match that must be the last axis of the first operand (attention's: the
+    scores have q's rank; a Softmax before opset 13, which flattens at its axis), or None"""
 
-    def ir_attrs(self, shapes: Sequence[tuple[int, ...]]) -> tuple:
-        """The IR attributes given the operands' shapes."""
+    def ir_attrs(self, shapes: Sequence[tuple[int, ...]]) -> tuple | None:
+        """The IR attributes given the operands' shapes; None when the match does not hold at these ranks (a
+        Softmax axis out of range, or not the last where it must be): the importer then takes its nodes one by one."""
+        rank = len(shapes[0])
+        if self.last_axis is not None and resolve_axis(self.last_axis, rank) != rank - 1:
+            return None
         if self.op == "softmax":
-            return (self.attrs[0] % max(len(shapes[0]), 1),)
+            axis = resolve_axis(self.attrs[0], rank)
+            return None if axis is None else (axis,)
         return self.attrs
+
+
+def resolve_axis(axis: int, rank: int) -> int | None:
+    """``axis`` (negative: from the end) as an index in ``[0, rank)``, or None if out of range.
+
+    >>> resolve_axis(-1, 4), resolve_axis(3, 4), resolve_axis(4, 4)
+    (3, 3, None)
+    """
+    k = axis + rank if axis < 0 else axis
+    return k if 0 <= k < rank else None
 
 
 class _View:
     """Who produces and who reads each value of a graph, and the scalar constants."""
 
-    def __init__(self, graph: onnx.GraphProto, consts: Mapping[str, np.ndarray]):
+    def __init__(self, graph: onnx.GraphProto, consts: Mapping[str, np.ndarray], opset: int):
+        self.opset = opset
         self.nodes = list(graph.node)  # one Python object per node, kept: ids below stay valid
         self.order = {id(n): k for k, n in enumerate(self.nodes)}
         self.producer: dict[str, onnx.NodeProto] = {}
@@ -140,6 +164,10 @@ class _View:
             if a.name == name:
                 return helper.get_attribute_value(a)
         return default
+
+    def softmax_axis(self, node: onnx.NodeProto) -> int:
+        """A Softmax node's axis as written (default -1 from opset 13, 1 before)."""
+        return int(self.attr(node, "axis", -1 if self.opset >= 13 else 1))  # type: ignore[call-overload]
 
     def last_axis_mean(self, node: onnx.NodeProto | None) -> bool:
         """A ReduceMean over the last axis, keeping it (axes an attribute, or an input from opset 18)."""
@@ -350,7 +378,9 @@ def _scale_factor(v: _View, name: str) -> tuple[onnx.NodeProto, str, float] | No
 
 def _attention(v: _View, mm: onnx.NodeProto) -> Found | None:
     """``MatMul(q, kt) [* c | / c] [+ mask] -> Softmax(-1) [-> Cast(float)...] -> MatMul(., v)``; a scale may
-    also sit on q and kt (torch's ``scaled_dot_product_attention`` export: ``q * sqrt(c)``, ``kt * sqrt(c)``)."""
+    also sit on q and kt (torch's ``scaled_dot_product_attention`` export: ``q * sqrt(c)``, ``kt * sqrt(c)``). A
+    Softmax axis other than -1 is the last one at a single rank: a negative one never at the ranks the operator
+    takes (3 and 4), a non-negative one is checked with the shapes (:attr:`Match.last_axis`)."""
     nodes, scale = [mm], 1.0
     operands = list(mm.input[:2])
     for k, name in enumerate(operands):  # scalar factors on q or kt, read by this MatMul alone
@@ -374,7 +404,7 @@ def _attention(v: _View, mm: onnx.NodeProto) -> Found | None:
         nodes.append(add)
         cur = add.output[0]
     soft = v.sole_reader(cur, "Softmax")
-    if soft is None or v.attr(soft, "axis", -1) != -1:
+    if soft is None or v.softmax_axis(soft) < -1:
         return None
     nodes.append(soft)
     cur = soft.output[0]
@@ -406,7 +436,7 @@ def _matmul(v: _View, mm: onnx.NodeProto) -> Found | None:
 
 
 def _softmax(v: _View, node: onnx.NodeProto) -> Found | None:
-    return "softmax", (int(v.attr(node, "axis", -1)),), (node.input[0],), [node], node.output[0]  # type: ignore[call-overload]
+    return "softmax", (v.softmax_axis(node),), (node.input[0],), [node], node.output[0]
 
 
 _ANCHORS: dict[str, Callable[[_View, onnx.NodeProto], Found | None]] = {
@@ -416,10 +446,12 @@ _ANCHORS: dict[str, Callable[[_View, onnx.NodeProto], Found | None]] = {
 """op type of the node a matcher starts from -> the matcher"""
 
 
-def find_composites(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray] | None = None) -> list[Match]:
+def find_composites(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray] | None = None,
+                    opset: int = 13) -> list[Match]:
     """The composites in ``graph`` (its top level), in graph order of their anchors; ``consts`` are the values
-    known besides the Constant nodes (the importer's initializers)."""
-    v = _View(graph, consts or {})
+    known besides the Constant nodes (the importer's initializers); ``opset`` is the model's (ai.onnx): it decides
+    what a Softmax computes."""
+    v = _View(graph, consts or {}, opset)
     claimed: set[int] = set()
     matches = []
     for node in v.nodes:
@@ -434,8 +466,11 @@ def find_composites(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray] | N
             continue
         claimed.update(id(n) for n in nodes)
         ordered = tuple(sorted(nodes, key=lambda n: v.order[id(n)]))
-        matches.append(Match(op, attrs, tuple(inputs), output, ordered))
+        soft = next((n for n in nodes if n.op_type == "Softmax"), None)
+        axis = v.softmax_axis(soft) if soft is not None else -1  # -1 is the last axis at every rank
+        last = axis if axis != -1 and (op == "attention" or opset < 13) else None
+        matches.append(Match(op, attrs, tuple(inputs), output, ordered, last))
     return matches
 
 
-__all__ = ["Match", "find_composites"]
+__all__ = ["Match", "find_composites", "resolve_axis"]

@@ -1,8 +1,9 @@
 """Scaled-dot-product attention as one IR operator (issue 14, point 2): the recognizer (eqsat.onnx_patterns) finds
 the attention that torch's two exporters write in the zoo's transformers and in small hand-built graphs (scale
 after the product as Mul or Div, on q and kt separately as torch's SDPA export writes it, with or without a mask,
-Casts after the Softmax), refuses one whose inner value is used outside, and the importer makes each one
-``attention`` node (eqsat.ops.attention). Oracles: numpy's own softmax attention for the hand-built graphs and
+Casts after the Softmax, its axis -1 or the last axis's positive index), refuses one whose inner value is used
+outside or whose Softmax is over another axis, and the importer makes each one ``attention`` node
+(eqsat.ops.attention). Oracles: numpy's own softmax attention for the hand-built graphs and
 onnxruntime on the original model for the zoo. The operator's table entry is checked by tests/test_ops.py like
 every other (its sampler is there).
 """
@@ -36,12 +37,13 @@ OUT = (1, 2, 4, 3)
 
 
 def _model(nodes: list[onnx.NodeProto], consts: dict[str, float | np.ndarray], outputs: tuple[tuple[str, tuple], ...] = (("y", OUT),),
-           inputs: tuple[tuple[str, tuple], ...] = (("q", Q), ("kt", KT), ("v", V), ("mask", MASK))) -> onnx.ModelProto:
+           inputs: tuple[tuple[str, tuple], ...] = (("q", Q), ("kt", KT), ("v", V), ("mask", MASK)),
+           opset: int = 17) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.array(c, np.float32), k) for k, c in consts.items()]
     used = {i for n in nodes for i in n.input}
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, F, s) for k, s in inputs if k in used],
                               [helper.make_tensor_value_info(k, F, s) for k, s in outputs], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
     onnx.checker.check_model(model)
     return model
@@ -53,11 +55,11 @@ def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
             for i in model.graph.input}
 
 
-def _numpy_attention(q, kt, v, scale: float, mask=None) -> np.ndarray:
-    """The oracle: softmax over the last axis of q @ kt * scale (+ mask), times v, in float64."""
+def _numpy_attention(q, kt, v, scale: float, mask=None, axis: int = -1) -> np.ndarray:
+    """The oracle: softmax over the last axis (or ``axis``) of q @ kt * scale (+ mask), times v, in float64."""
     s = np.matmul(q.astype(np.float64), kt) * scale + (0.0 if mask is None else mask)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    return np.matmul(p / p.sum(axis=-1, keepdims=True), v)
+    p = np.exp(s - s.max(axis=axis, keepdims=True))
+    return np.matmul(p / p.sum(axis=axis, keepdims=True), v)
 
 
 def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -79,6 +81,9 @@ CASES = {  # name: (nodes, constants, scale, masked, covered node count)
                              N("Cast", ["p0"], ["p1"], to=F), N("Cast", ["p1"], ["p"], to=F), N("MatMul", ["p", "v"], ["y"])],
                             {"c": 0.5}, 0.5, False, 6),
     "unscaled": ([N("MatMul", ["q", "kt"], ["m"]), *SOFTMAX_V], {}, 1.0, False, 3),
+    "softmax_axis_positive_last": ([SCORES, N("Mul", ["s", "c"], ["sc"]), N("Add", ["sc", "mask"], ["m"]),
+                                    N("Softmax", ["m"], ["p"], axis=3), N("MatMul", ["p", "v"], ["y"])],
+                                   {"c": 0.5}, 0.5, True, 5),
 }
 
 
@@ -129,6 +134,76 @@ def test_attention_with_an_outside_use_or_a_wrong_part_is_not_matched(case):
     feeds = _feeds(model, 3)
     for got, want in zip(_run(export_model(graph), feeds), _run(model, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+R3 = (("q", (2, 4, 3)), ("kt", (2, 3, 5)), ("v", (2, 5, 3)))
+"""rank-3 operands ([B, S, D]): axis 2 is their scores' last"""
+
+
+@pytest.mark.parametrize("rank,axis,last", [(3, 2, True), (4, 3, True), (3, 1, False), (4, 2, False), (4, 1, False)])
+def test_softmax_axis_written_as_a_positive_index(rank, axis, last):
+    """A positive Softmax axis is the last one at one rank only: the recognizer leaves that to the shapes, and the
+    importer makes an attention node where it is the scores' last axis, the nodes one by one (the Softmax one
+    softmax over its axis) where not; values against numpy's softmax over that axis."""
+    inputs = (("q", Q), ("kt", KT), ("v", V)) if rank == 4 else R3
+    shapes = dict(inputs)
+    nodes = [SCORES, N("Mul", ["s", "c"], ["m"]), N("Softmax", ["m"], ["p"], axis=axis), N("MatMul", ["p", "v"], ["y"])]
+    model = _model(nodes, {"c": 0.5}, (("y", shapes["q"][:-1] + shapes["v"][-1:]),), inputs)
+    (match,) = find_composites(model.graph, {"c": np.array(0.5, np.float32)})
+    assert (match.op, match.last_axis) == ("attention", axis)
+    graph = import_model(model)
+    counts = graph.op_counts()
+    assert counts["attention"] == int(last)
+    if not last:
+        assert [n.attrs for n in graph.nodes() if n.op == "softmax"] == [(axis,)]
+    out = export_model(graph)
+    for seed in (0, 1):
+        feeds = _feeds(model, seed)
+        expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5, axis=axis)
+        for m in (model, out):
+            np.testing.assert_allclose(_run(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [None, 1, 2, 3, -1])
+def test_before_opset_13_softmax_is_attention_only_over_the_last_axis(axis):
+    """Before opset 13 a Softmax flattens its input at ``axis`` (default 1) and normalizes the rows: a softmax over
+    the last axis only where ``axis`` is the last. The match holds (its IR attributes exist) exactly where
+    onnxruntime's opset-12 attention equals numpy's over the last axis. (The importer itself takes opset >= 13.)"""
+    soft = N("Softmax", ["m"], ["p"]) if axis is None else N("Softmax", ["m"], ["p"], axis=axis)
+    nodes = [SCORES, N("Mul", ["s", "c"], ["m"]), soft, N("MatMul", ["p", "v"], ["y"])]
+    model = _model(nodes, {"c": 0.5}, inputs=(("q", Q), ("kt", KT), ("v", V)), opset=12)
+    (match,) = find_composites(model.graph, {"c": np.array(0.5, np.float32)}, opset=12)
+    attrs = match.ir_attrs([Q, KT, V])
+    feeds = _feeds(model, 2)
+    expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5)
+    same = np.allclose(_run(model, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+    assert same == (attrs is not None) == (axis in (3, -1))
+    if attrs is not None:
+        assert attrs == (eps_bits(0.5),)
+
+
+def test_before_opset_13_a_lone_softmax_is_one_only_over_the_last_axis():
+    """The same for a Softmax alone (x [2, 3, 4]): its IR attributes exist where its opset-12 value (onnxruntime)
+    is numpy's softmax over the last axis; from opset 13 every axis in range is one."""
+    x = np.random.default_rng(8).standard_normal((2, 3, 4)).astype(np.float32)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    last = e / e.sum(axis=-1, keepdims=True)
+    for axis in (None, 0, 1, 2, -1, 3):
+        soft = N("Softmax", ["x"], ["y"]) if axis is None else N("Softmax", ["x"], ["y"], axis=axis)
+        for opset in (12, 13):
+            graph = helper.make_graph([soft], "g", [helper.make_tensor_value_info("x", F, x.shape)],
+                                      [helper.make_tensor_value_info("y", F, x.shape)])
+            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+            (match,) = find_composites(model.graph, opset=opset)
+            attrs = match.ir_attrs([x.shape])
+            if axis == 3:  # out of range: no softmax at any opset
+                assert attrs is None
+                continue
+            resolved = 2 if axis is None and opset >= 13 else 1 if axis is None else axis % 3
+            assert attrs == ((resolved,) if opset >= 13 or resolved == 2 else None), (axis, opset)
+            if opset == 12:
+                same = np.allclose(_run(model, {"x": x})[0], last, rtol=1e-5, atol=1e-6)
+                assert same == (attrs is not None), (axis, opset)
 
 
 def test_a_mask_the_operator_refuses_is_imported_node_by_node():
