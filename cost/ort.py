@@ -20,7 +20,8 @@ What is timed for one operator key (:func:`op_model`):
   onnxruntime fuses (FusedConv; FusedGemm after MatMul+Add): the activation costs what it costs fused.
 * an *epilogue* (:func:`epilogue_producer`): batchnorm of a 4-D tensor, ``ewadd``/``ewmul`` of a 4-D tensor by
   a ``[1, C, 1, 1]`` operand (a conv's bias or folded scale) and ``ewadd`` of a 2-D/3-D tensor by a
-  ``[1, N]``/``[1, 1, N]`` operand (a dense layer's bias). onnxruntime folds these into the Conv (Conv+BN,
+  ``[1, N]``/``[1, 1, N]`` operand (a dense layer's bias), and ``scale`` (attention's scale of the scores,
+  split off by ``attention_split``: FusedMatMul's alpha). onnxruntime folds these into the Conv (Conv+BN,
   Conv+Add, Conv+Mul) or the MatMul (MatMul+Add -> Gemm; with a 3-D operand Reshape + Gemm + Reshape) that
   produces them, so such an operator costs its marginal time: the producer followed by it, minus the producer
   alone as the IR holds it (:func:`ir_spelling`: the 2-D matmul between reshapes that the exporter writes as
@@ -95,7 +96,7 @@ from .measure import (
 )
 
 RUNTIME = "ort-cpu"
-POLICY = 12
+POLICY = 13
 """version of what is timed for a key; part of the cache key, so that a change re-times"""
 OPSET = 17
 MIN_US = 0.5
@@ -193,6 +194,9 @@ def epilogue_producer(key: OpKey) -> tuple[OpKey, int] | None:
     out = tuple(key.out_shape)
     if key.op == "batchnorm" and len(out) == 4:
         return _conv_producer(out), 0
+    if key.op == "scale" and len(out) >= 2:  # attention's scale of the scores: FusedMatMul's alpha
+        k = min(PRODUCER_K, out[-1])
+        return OpKey("matmul", (0,), ((*out[:-1], k), (*out[:-2], k, out[-1])), out), 0
     if key.op not in ("ewadd", "ewmul") or len(key.in_shapes) != 2:
         return None
     shapes = [tuple(s) for s in key.in_shapes]

@@ -19,6 +19,7 @@ from eqsat.egraph import EGraph
 from eqsat.extract import chosen_classes
 from eqsat.extract.sample import sample_choices, structure_key
 from eqsat.models import MODELS, build
+from eqsat.ops.composite import eps_bits
 from eqsat.rules import RuleEngine, actions, rule_set
 from eqsat.verify import verify
 
@@ -101,13 +102,17 @@ def test_conv_with_activation_is_timed_as_one_fused_kernel():
     assert compute_nodes(CONV_RELU) == ["Conv"]  # what onnxruntime runs: one fused conv
 
 
-@pytest.mark.parametrize("key", [BIAS_4D, BN, DENSE_BIAS])
+SCORES_SCALE = OpKey("scale", (eps_bits(0.125),), ((1, 4, 16, 16),), (1, 4, 16, 16))
+"""attention's scale of the scores, split off by attention_split"""
+
+
+@pytest.mark.parametrize("key", [BIAS_4D, BN, DENSE_BIAS, SCORES_SCALE])
 def test_epilogues_are_timed_fused_into_their_producer(key):
     producer = epilogue_producer(key)
     assert producer is not None
     model, _ = op_model(key, producer)
     assert len(model.graph.node) == 2  # producer + the operator
-    assert len(compute_nodes(key, producer)) == 1  # onnxruntime fused them (Conv; Gemm)
+    assert len(compute_nodes(key, producer)) == 1  # onnxruntime fused them (Conv; Gemm; FusedMatMul)
 
 
 @pytest.mark.parametrize("key", [RESIDUAL, OpKey("ewadd", (), ((4, 32), (4, 32)), (4, 32)),
