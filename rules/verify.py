@@ -65,7 +65,7 @@ def _var_ranks(rule: Rule) -> list[int]:
     if nd:
         return [max(nd)]
     if "matmul" in ops:
-        return [2, 3]
+        return [2, 3, 4]  # 4-D: batched attention scores (attention_split)
     return [2, 4]
 
 
