@@ -18,6 +18,32 @@ from collections.abc import Callable
 from .env import Env, SearchConfig, SearchReport, Step, StopReason
 
 
+def iteration(env: Env, names: list[str], report: SearchReport, over: Callable[[], bool]) -> tuple[bool, bool, bool]:
+    """Apply each of ``names`` once, in order (TENSAT's iteration), appending the steps that changed the e-graph to
+    ``report`` unpriced. Returns (something changed, the node limit refused something, ``over()`` cut it short)."""
+    changed = refused = False
+    for name in names:
+        step = env.apply(name)
+        refused |= step.refused
+        if step.changed:
+            changed = True
+            report.steps.append(Step(name, 0.0, None, step.enodes, step.seconds))  # priced after the iteration
+        if over():
+            return changed, refused, True
+    return changed, refused, False
+
+
+def price_iteration(env: Env, report: SearchReport, cost: float, key: tuple, label: str) -> float:
+    """Price the e-graph after an iteration; its last step gets the cost and the decrease. Returns the cost."""
+    new_cost = env.cost(key)
+    if report.steps:
+        report.steps[-1].reward_us = max(cost - new_cost, 0.0)
+        report.steps[-1].cost_us = new_cost
+    report.best_cost_us = min(report.best_cost_us, new_cost)
+    env.remember(label, new_cost)
+    return new_cost
+
+
 def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None) -> SearchReport:
     say = progress or (lambda _m: None)
     start = time.perf_counter()
@@ -29,23 +55,9 @@ def tensat(env: Env, config: SearchConfig, progress: Callable[[str], None] | Non
     multis = [a for a in env.actions if rules[a].kind == "multi"]
     for it in range(config.max_iterations):
         t = time.perf_counter()
-        changed = refused = timed_out = False
-        for name in singles + (multis if it < config.k_multi else []):
-            step = env.apply(name)
-            refused |= step.refused
-            if step.changed:
-                changed = True
-                report.steps.append(Step(name, 0.0, None, step.enodes, step.seconds))  # priced after the iteration
-            if time.perf_counter() - start > config.time_limit:
-                timed_out = True
-                break
-        new_cost = env.cost(("tensat", it + 1))
-        if report.steps:
-            report.steps[-1].reward_us = max(cost - new_cost, 0.0)
-            report.steps[-1].cost_us = new_cost
-        cost = new_cost
-        report.best_cost_us = min(report.best_cost_us, cost)
-        env.remember(f"iteration {it + 1}", cost)
+        changed, refused, timed_out = iteration(env, singles + (multis if it < config.k_multi else []), report,
+                                                lambda: time.perf_counter() - start > config.time_limit)
+        cost = price_iteration(env, report, cost, ("tensat", it + 1), f"iteration {it + 1}")
         say(f"iteration {it + 1}: {env.size()} e-nodes, estimated {cost:.1f} us ({time.perf_counter() - t:.2f}s)")
         if timed_out:
             report.stop_reason = StopReason.TIME_LIMIT

@@ -64,6 +64,9 @@ class SearchConfig:
                              "every real decision", "--workers", least=1)
     max_iterations: int = option(200, "at most this many real steps (TENSAT: iterations)", least=1)
     reuse_subtree: bool = option(False, "MCTS keeps the chosen child's subtree for the next decision")
+    finish: bool = option(True, "MCTS ends with TENSAT's iterations of the single-pattern rules (no multi-pattern "
+                                "rule) until they saturate, in what is left of --time-limit (at least a tenth)",
+                          "--no-finish")
 
     def resolved(self, initial_enodes: int) -> SearchConfig:
         """This config with its node limit fixed: the one given, else max(2000, 4 x ``initial_enodes``)."""
@@ -138,6 +141,8 @@ class SearchReport:
     extractions: int = 0
     """main-extractor runs that priced states"""
     extraction_seconds: float = 0.0
+    finish_steps: int = 0
+    """of ``steps``, those of MCTS's finishing phase (the last ones)"""
     states: list[PathState] = field(default_factory=list, repr=False)
     """the cheapest states along the path before the final one, cheapest first (kept only when asked:
     ``run_scheduler(keep_states=)``); not part of the JSON report"""

@@ -224,8 +224,8 @@ def test_the_search_leaves_the_ilp_its_share_of_the_time_limit(monkeypatch):
 
     seen = []
     real = pipeline.run_scheduler
-    monkeypatch.setattr(pipeline, "run_scheduler", lambda name, eg, search, *a: seen.append(search) or real(
-        name, eg, search, *a))
+    monkeypatch.setattr(pipeline, "run_scheduler", lambda name, eg, search, *a, **k: seen.append(search) or real(
+        name, eg, search, *a, **k))
     for final, limit, ilp_limit, search_s in (("ilp", 10.0, 60.0, 8.0), ("ilp", 600.0, 3.0, 597.0),
                                               ("greedy-dag", 10.0, 60.0, 10.0)):
         config = OptimizeConfig.of(scheduler="tensat", time_limit=limit, ilp_time_limit=ilp_limit,

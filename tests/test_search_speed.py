@@ -107,10 +107,12 @@ def test_no_gain_stop_fires_where_no_rule_lowers_the_cost():
     base = dict(cost="analytic", budget=4, depth=2, measure=False, ilp_time_limit=5, seed=0)
     r = optimize(_adds_only(), OptimizeConfig.of(scheduler="mcts", no_gain_steps=2, **base)).report
     assert r.search.stop_reason == StopReason.NO_GAIN and r.to_json()["stop_reason"] == "no_gain"
-    assert len(r.search.steps) == 1 and all(s.reward_us == 0 for s in r.search.steps)
+    tree = r.search.steps[:len(r.search.steps) - r.search.finish_steps]  # the finishing phase's steps come last
+    assert len(tree) == 1 and all(s.reward_us == 0 for s in r.search.steps)
     longer = optimize(_adds_only(), OptimizeConfig.of(scheduler="mcts", no_gain_steps=0, max_iterations=3,
                                                       **base)).report
-    assert longer.search.stop_reason == StopReason.STEP_LIMIT and len(longer.search.steps) == 3
+    s = longer.search
+    assert s.stop_reason == StopReason.STEP_LIMIT and len(s.steps) - s.finish_steps == 3
 
 
 def test_equal_time_gives_each_scheduler_the_others_wall_time(tmp_path, monkeypatch):

@@ -243,7 +243,8 @@ class Report:
         s = self.search
         return {"initial_cost_us": s.initial_cost_us, "best_cost_us": s.best_cost_us, "seconds": s.seconds,
                 "simulations": s.simulations, "simulations_per_second": s.simulations_per_second,
-                "extractions": s.extractions, "extraction_seconds": s.extraction_seconds}
+                "extractions": s.extractions, "extraction_seconds": s.extraction_seconds,
+                "finish_steps": s.finish_steps}
 
     def dumps(self) -> str:
         """The report as JSON text (indented); refuses NaN and Infinity."""
