@@ -9,16 +9,31 @@
   part of an e-class reachable from the program.
 * ``AllW``: the all-weights flag (computable from weights alone, so precomputable before inference).
 * ``node``: one table of named handles (``"n17"``) for the encoder; no ``let`` globals.
+
+:func:`program` declares every constructor (declarations cost nothing at run time) but none of the
+``analysis`` rules: those come per constructor from :func:`analysis_rules`, registered by
+:meth:`eqsat.egraph.EGraph.ensure_analysis` only for the constructors an e-graph can ever hold. egglog clones
+every registered rule on each push and scans each on every analysis run, so a model that holds 8 of the 31
+constructors would otherwise pay for all of them (about a sixth of a SqueezeNet search's time).
+
+>>> sorted(constructors('(union (node "n4") (Relu (Concat 1 (node "n0") (node "n2"))))'))
+['Concat', 'Relu']
+>>> [r.split(':name ')[1] for r in analysis_rules(set(), {"Relu"})]
+['"shape_Relu")', '"allw_Relu")']
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Set
+from functools import cache
 
 from . import ops
 from .ops.egglog_text import MAX_RANK, shape_term
 from .ops.egglog_text import rule as _rule
 from .ops.egglog_text import shape_ctor as _shape_ctor
 
-__all__ = ["CONSTRUCTORS", "MAX_RANK", "OP_TO_CONSTRUCTOR", "program", "shape_term"]
+__all__ = ["CONSTRUCTORS", "MAX_RANK", "OP_TO_CONSTRUCTOR", "analysis_rules", "constructors", "program", "shape_term"]
 
 CONSTRUCTORS = ops.CONSTRUCTORS
 """constructor -> (IR op, argument kinds), from the operator table: i = i64 literal, s = String, h = Shape
@@ -26,6 +41,12 @@ value, t = tensor, l = list of tensors"""
 OP_TO_CONSTRUCTOR = {d.op: d.ctors[0].name for d in ops.OPS.values() if d.ctors}
 """IR op -> its first (for concat: binary) constructor"""
 _SORT = {"i": "i64", "s": "String", "h": "Shape", "t": "T", "l": "TList"}
+_TOKEN = re.compile(r"[()\s]+")
+
+
+def constructors(text: str) -> set[str]:
+    """The tensor constructors that egglog text (a query, an action, a command) names."""
+    return {t for t in _TOKEN.split(text) if t in CONSTRUCTORS}
 
 
 def _allw_rules() -> list[str]:
@@ -40,8 +61,24 @@ def _allw_rules() -> list[str]:
     return rules
 
 
+@cache
+def _analysis() -> tuple[tuple[frozenset[str], str], ...]:
+    """Every ``analysis`` rule with the constructors it names, in one fixed order: the shape rules in table
+    order, then the AllW rules. A rule can match only once every constructor it names has rows."""
+    return tuple((frozenset(constructors(r)), r) for r in ops.shape_rules() + _allw_rules())
+
+
+def analysis_rules(have: Set[str], want: Set[str]) -> list[str]:
+    """The ``analysis`` rules to register when an e-graph whose rules cover the constructors ``have`` is to
+    cover ``want`` too: those naming only constructors of ``have | want`` and not only of ``have``, in the
+    fixed order of :func:`_analysis` (a rule naming no constructor is part of :func:`program`)."""
+    after = set(have) | set(want)
+    return [r for names, r in _analysis() if names <= after and not names <= have]
+
+
 def program() -> list[str]:
-    """The schema as a list of top-level egglog forms (parse them one at a time: parsing is quadratic)."""
+    """The schema as a list of top-level egglog forms (parse them one at a time: parsing is quadratic), without
+    the ``analysis`` rules that name a constructor (:func:`analysis_rules`)."""
     shape_ctors = " ".join(f"({_shape_ctor(r)}{' i64' * r})" for r in range(MAX_RANK + 1))
     forms = [
         f"(datatype Shape {shape_ctors} (SN String))",
@@ -61,6 +98,6 @@ def program() -> list[str]:
         "(ruleset commit)",
         "(ruleset probe)",
     ]
-    forms += ops.shape_rules() + _allw_rules()
+    forms += [r for names, r in _analysis() if not names]
     forms.append(_rule("commit", ["(Pend a b)", "(= s (shape a))", "(= s (shape b))"], ["(union a b)"], "commit"))
     return forms

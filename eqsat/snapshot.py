@@ -22,6 +22,18 @@ class ENode:
     eclass: int
 
 
+def new_enode(op: str, attrs: tuple, children: tuple[int, ...], eclass: int, _new=object.__new__) -> ENode:
+    """``ENode(op, attrs, children, eclass)``, built without the frozen dataclass's ``__init__`` (which sets each
+    field through ``object.__setattr__``; this takes half the time, and a snapshot builds thousands)."""
+    node = _new(ENode)
+    fields = node.__dict__
+    fields["op"] = op
+    fields["attrs"] = attrs
+    fields["children"] = children
+    fields["eclass"] = eclass
+    return node
+
+
 @dataclass
 class Snapshot:
     """A frozen e-graph with integer-indexed e-classes, the input of every extractor."""
@@ -69,11 +81,15 @@ class Snapshot:
         index = {c: i for i, c in enumerate(keep)}
         nodes: list[ENode] = []
         classes: list[list[int]] = []
+        whole = len(keep) == len(self.classes)  # every class kept, every index unchanged: share the (frozen) e-nodes
         for c in keep:  # every child of a node of a reachable class is reachable: every node is kept
             start = len(nodes)
-            for n in self.classes[c]:
-                e = self.nodes[n]
-                nodes.append(ENode(e.op, e.attrs, tuple([index[ch] for ch in e.children]), index[c]))
+            if whole:
+                nodes.extend([self.nodes[n] for n in self.classes[c]])
+            else:
+                for n in self.classes[c]:
+                    e = self.nodes[n]
+                    nodes.append(new_enode(e.op, e.attrs, tuple([index[ch] for ch in e.children]), index[c]))
             classes.append(list(range(start, len(nodes))))
         return Snapshot(nodes, classes, [self.shapes[c] for c in keep], [self.all_weights[c] for c in keep],
                         [index[r] for r in self.roots], self.leaves, self.opaque,

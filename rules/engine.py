@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from eqsat import egglog_schema as schema
 from eqsat.egraph import EGraph
 from eqsat.errors import EGraphError, InputError
 
@@ -42,10 +43,21 @@ class StepReport:
     """the node limit refused it: the rule matched and its result passed (or could pass) the limit"""
 
 
+def named_constructors(rules: Iterable[Rule]) -> set[str]:
+    """The tensor constructors the rules' queries and actions name (a superset of those they can create)."""
+    return set().union(*(schema.constructors(f"{q} {a}") for r in rules for q, a in r.bodies))
+
+
 class RuleEngine:
-    """The rules registered on one e-graph, each in its own ruleset with a match-counting twin."""
+    """The rules registered on one e-graph, each in its own ruleset with a match-counting twin.
+
+    Before registering them it ensures the analysis rules of every constructor they name, in one batch
+    (:meth:`~eqsat.egraph.EGraph.ensure_analysis`; registering a rule would ensure its own anyway): a
+    right-hand side a rule creates always gets its shape, and so can commit."""
 
     def __init__(self, egraph: EGraph, rules: Iterable[Rule]):
+        rules = list(rules)
+        egraph.ensure_analysis(named_constructors(rules))
         self.egraph = egraph
         self.rules: dict[str, Rule] = {}
         self._run: dict[str, list] = {}
@@ -70,6 +82,7 @@ class RuleEngine:
         if rule.name in self.rules:
             raise InputError(f"rule {rule.name!r} registered twice")
         eg = self.egraph
+        eg.ensure_analysis(named_constructors([rule]))
         for form in (f"(ruleset {rule.name})", f"(ruleset probe_{rule.name})", *rule.egglog_forms(), *rule.probe_forms()):
             eg.run_program(form)
         self.rules[rule.name] = rule

@@ -53,6 +53,8 @@ def main(argv=None) -> int:
                       "cpu_ms_per_sim": round(1000 * cpu / max(report.simulations, 1), 2),
                       "rules": [s.rule for s in report.steps], "costs": [s.cost_us for s in report.steps],
                       "extractions": report.extractions, "extraction_seconds": round(report.extraction_seconds, 3),
+                      # constructors with analysis rules registered (absent in checkouts that registered all)
+                      "analysed": len(getattr(egraph, "analysed", ())) or None,
                       "stop_reason": str(report.stop_reason)}))
     if profiler:
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(30)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from eqsat import egglog_schema as schema
 from eqsat import ir
 from eqsat.cost import make
 from eqsat.egraph import EGraph
@@ -95,3 +96,16 @@ def test_an_engine_with_no_rule_that_can_fire():
     assert convs and not engine.registered and all(engine.idle(r.name) for r in convs)
     assert engine.probe_all() == dict.fromkeys(engine.rules, 0)
     assert not engine.apply(convs[0].name, node_limit=100).changed
+
+
+@pytest.mark.parametrize("model", ["squeezenet", "bert"])
+def test_reach_engine_registers_the_analysis_rules_of_the_closure_only(model):
+    """The constructors with analysis rules: those the program holds and those the fireable rules' actions
+    create, no others (the schema declares them all)."""
+    egraph = EGraph.from_graph(build(model, small=True))
+    present = present_constructors(egraph)
+    rules = rule_set(MODELS[model].rule_set)
+    engine = ReachEngine(egraph, rules)
+    made = {c for r in rules if r.name in engine.registered for _q, a in r.bodies for c in constructors(a)}
+    assert egraph.analysed == present | made
+    assert made - present and len(egraph.analysed) < len(schema.CONSTRUCTORS)
