@@ -249,8 +249,7 @@ class Env:
         content = hash((tuple(snap.nodes), tuple(snap.roots), tuple(snap.shapes), tuple(snap.all_weights)))
         value = self._content_cost.get(content)
         if value is None:
-            costs = node_costs(snap, self.cost_model)
-            result = extract(self.config.main_extractor, snap, costs, time_limit=10.0)
+            result = self._extract(snap)
             value = result.estimate if result.estimate is not None else result.dag_cost
             self._content_cost[content] = value
             self.extractions += 1
@@ -258,6 +257,10 @@ class Env:
         if key is not None:
             self._cost_cache[key] = value
         return value
+
+    def _extract(self, snap: Snapshot) -> Extraction:
+        """The main extractor's program of ``snap`` (a restricted snapshot of this e-graph)."""
+        return extract(self.config.main_extractor, snap, node_costs(snap, self.cost_model), time_limit=10.0)
 
     def remember(self, label: str, cost: float) -> None:
         """The search stands in a real state priced ``cost`` (the first call: the initial state, never kept):
@@ -273,7 +276,7 @@ class Env:
         if len(self._states) >= self.keep_states and cost >= self._states[-1].cost_us:
             return
         snap = self.egraph.snapshot().restrict()
-        ext = extract(self.config.main_extractor, snap, node_costs(snap, self.cost_model), time_limit=10.0)
+        ext = self._extract(snap)
         self._states.append(PathState(label, cost, snap, ext))
         self._states.sort(key=lambda s: s.cost_us)  # stable: the earlier of equal-cost states first
         del self._states[self.keep_states:]
