@@ -10,6 +10,10 @@ the parents of classes whose cost improved.
 A parent's stored set is a snapshot: when a child class later switches to a cheaper e-node, the parent
 is re-evaluated but keeps its old set unless the new one is cheaper, so the sets can go stale. The
 returned choice is therefore costed afresh: ``estimate`` is the DAG cost of the program returned.
+
+The greedy pass prices each class alone, so it never picks a node worth having only when shared (a merged
+convolution read by two slices); the sharing pass (``share.improve``) then switches the users of one class
+together where that lowers the program's DAG cost. ``share=False`` leaves it out (the greedy pass alone).
 """
 
 from __future__ import annotations
@@ -21,24 +25,29 @@ from collections.abc import Sequence
 
 from eqsat.snapshot import Snapshot
 
-from .base import Extraction, finish, parents_index
+from . import share as sharing
+from .base import Extraction, chosen_classes, finish, parents_index
 from .cycles import without_cycles
 
 
-def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
+def extract(snap: Snapshot, costs: Sequence[float], share: bool = True, **_: object) -> Extraction:
     t = time.perf_counter()
-    choice, _unused = without_cycles(snap, lambda banned: (_choice(snap, costs, banned), math.nan))
+    parents = parents_index(snap)
+    choice, _unused = without_cycles(snap, lambda banned: (_choice(snap, costs, banned, parents), math.nan))
+    if share:
+        choice = sharing.improve(snap, costs, {c: choice[c] for c in chosen_classes(snap, choice)}, choice, parents)
     result = finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag")
     result.estimate = result.dag_cost
     return result
 
 
-def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> dict[int, int]:
+def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int],
+            parents: list[list[int]] | None = None) -> dict[int, int]:
     nclass = snap.num_classes
     best = [math.inf] * nclass
     sets: list[dict[int, float] | None] = [None] * nclass
     choice: dict[int, int] = {}
-    parents = parents_index(snap)
+    parents = parents_index(snap) if parents is None else parents
     queue = deque(i for i, e in enumerate(snap.nodes) if not e.children)
     queued = set(queue)
     nodes = snap.nodes
