@@ -79,7 +79,7 @@ class _Program:
         return True
 
 
-def improve(snap: Snapshot, costs: Sequence[float], choice: dict[int, int], full: Mapping[int, int],
+def improve(snap: Snapshot, costs: Sequence[float], choice: dict[int, int], full: dict[int, int],
             parents: list[list[int]] | None = None, max_passes: int = 20) -> dict[int, int]:
     """``choice`` (a valid program: every needed class chosen, acyclic) improved by shared-class moves (module
     docstring); ``full``: a choice for every class that has one (the greedy pass's, before trimming); ``parents``: the
@@ -107,7 +107,7 @@ def _cheaper(a: float, b: float) -> bool:
     return a < b - 1e-9 * max(1.0, abs(b))
 
 
-def _pass(snap: Snapshot, costs: Sequence[float], parents: list[list[int]], prog: _Program, full: Mapping[int, int],
+def _pass(snap: Snapshot, costs: Sequence[float], parents: list[list[int]], prog: _Program, full: dict[int, int],
           walk: bool) -> tuple[_Program, bool]:
     """One move per e-class, each kept if it pays; ``walk``: check every kept move from the roots (acyclic, its
     true DAG cost). Returns the program and whether a move was kept."""
