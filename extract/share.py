@@ -20,7 +20,6 @@ about 20 and 10 ms.
 
 from __future__ import annotations
 
-from collections import ChainMap
 from collections.abc import Mapping, Sequence
 
 from eqsat.snapshot import Snapshot
@@ -29,7 +28,8 @@ from .base import ExtractionError, chosen_classes, parents_index
 
 
 class _Program:
-    """A choice with the reference count of every e-class (root uses plus chosen parents' child slots)."""
+    """A choice with the reference count of every e-class (root uses plus chosen parents' child slots), changed in
+    place by :meth:`switch` and restored to a :meth:`mark` by :meth:`rollback` (a journal of what changed)."""
 
     def __init__(self, snap: Snapshot, costs: Sequence[float], choice: dict[int, int], order: Sequence[int]):
         self.snap, self.costs = snap, costs
@@ -41,63 +41,94 @@ class _Program:
             for ch in snap.nodes[choice[c]].children:
                 self.refs[ch] += 1
         self.cost = float(sum(costs[choice[c]] for c in order))
+        self.journal: list[tuple[int, int, int]] = []
+        """(class, reference-count change, its choice before the change or -1), newest last"""
+        self.dropped: dict[int, int] = {}
+        """classes this trial left unused -> their choice before (a class needed again takes it back)"""
 
-    def copy(self) -> _Program:
-        other = _Program.__new__(_Program)
-        other.snap, other.costs = self.snap, self.costs
-        other.choice, other.refs, other.cost = dict(self.choice), list(self.refs), self.cost
-        return other
+    def mark(self) -> tuple[int, float]:
+        return len(self.journal), self.cost
+
+    def rollback(self, mark: tuple[int, float]) -> None:
+        size, self.cost = mark
+        journal, refs, choice = self.journal, self.refs, self.choice
+        while len(journal) > size:
+            c, change, before = journal.pop()
+            refs[c] -= change
+            if before < 0:
+                choice.pop(c, None)
+            else:
+                choice[c] = before
+
+    def commit(self) -> None:
+        """The moves since the last commit stay: forget how to undo them."""
+        self.journal.clear()
+        self.dropped.clear()
 
     def switch(self, p: int, n: int, full: Mapping[int, int]) -> bool:
-        """Class ``p`` (selected) takes node ``n``: newly needed classes take ``full``'s choice, classes no
-        longer used leave. False (the program then unusable) if a needed class has no choice. A cycle is not
-        detected here (its classes keep each other's counts up): :func:`improve` checks moves it keeps."""
-        nodes, costs, refs, choice = self.snap.nodes, self.costs, self.refs, self.choice
+        """Class ``p`` (selected) takes node ``n``: a newly needed class takes back its choice from before this trial,
+        else ``full``'s; classes no longer used leave. False (roll back to a mark taken before) if a needed class has
+        no choice. A cycle is not detected here (its classes keep each other's counts up): :func:`improve` checks
+        moves it keeps."""
+        nodes, costs, refs, choice, journal = self.snap.nodes, self.costs, self.refs, self.choice, self.journal
         old = choice[p]
         delta = costs[n] - costs[old]
+        journal.append((p, 0, old))
+        self.dropped.setdefault(p, old)  # if p leaves and is needed again in this trial, its choice from before
         choice[p] = n
         stack = list(nodes[n].children)
         while stack:
             c = stack.pop()
             refs[c] += 1
             if refs[c] == 1:
-                m = full.get(c)
+                journal.append((c, 1, -1))
+                m = self.dropped.get(c, full.get(c))
                 if m is None:
                     return False
                 choice[c] = m
                 delta += costs[m]
                 stack.extend(nodes[m].children)
+            else:
+                journal.append((c, 1, choice[c]))
         stack = list(nodes[old].children)
         while stack:
             c = stack.pop()
             refs[c] -= 1
             if refs[c] == 0:
                 m = choice.pop(c)
+                journal.append((c, -1, m))
+                self.dropped.setdefault(c, m)
                 delta -= costs[m]
                 stack.extend(nodes[m].children)
+            else:
+                journal.append((c, -1, choice[c]))
         self.cost += delta
         return True
 
 
-def improve(snap: Snapshot, costs: Sequence[float], choice: dict[int, int], full: dict[int, int],
+def improve(snap: Snapshot, costs: Sequence[float], choice: dict[int, int], full: Mapping[int, int],
             parents: list[list[int]] | None = None, max_passes: int = 20) -> dict[int, int]:
     """``choice`` (a valid program: every needed class chosen, acyclic) improved by shared-class moves (module
     docstring); ``full``: a choice for every class that has one (the greedy pass's, before trimming); ``parents``: the
-snapshot's ``parents_index``, if known.
+    snapshot's ``parents_index``, if known.
 
     A pass keeps every move that pays by the reference counts and walks the result once; only when that walk finds
     a cycle is the pass run again from where it began, walking after every move (cycles are rare: a move must
-    read, below its shared class, a class it switched)."""
+    read, below its shared class, a class it switched). Every pass starts from a program rebuilt from its walk, whose
+    counts hold no unreachable cycle: within a pass such a cycle only overstates the cost, so the pass's end is
+    never dearer than its start."""
     parents = parents_index(snap) if parents is None else parents
     prog = _Program(snap, costs, choice, chosen_classes(snap, choice))
     for _ in range(max_passes):
-        before = prog
-        prog, improved = _pass(snap, costs, parents, before, full, walk=False)
+        start = dict(prog.choice)
+        improved = _pass(snap, costs, parents, prog, full, walk=False)
         if improved:
             try:
                 prog = _Program(snap, costs, prog.choice, chosen_classes(snap, prog.choice))
             except ExtractionError:
-                prog, improved = _pass(snap, costs, parents, before, full, walk=True)
+                prog = _Program(snap, costs, start, chosen_classes(snap, start))
+                improved = _pass(snap, costs, parents, prog, full, walk=True)
+                prog = _Program(snap, costs, prog.choice, chosen_classes(snap, prog.choice))
         if not improved:
             break
     return prog.choice
@@ -107,12 +138,13 @@ def _cheaper(a: float, b: float) -> bool:
     return a < b - 1e-9 * max(1.0, abs(b))
 
 
-def _pass(snap: Snapshot, costs: Sequence[float], parents: list[list[int]], prog: _Program, full: dict[int, int],
-          walk: bool) -> tuple[_Program, bool]:
-    """One move per e-class, each kept if it pays; ``walk``: check every kept move from the roots (acyclic, its
-    true DAG cost). Returns the program and whether a move was kept."""
+def _pass(snap: Snapshot, costs: Sequence[float], parents: list[list[int]], prog: _Program, full: Mapping[int, int],
+          walk: bool) -> bool:
+    """One move per e-class on ``prog`` (in place), each kept if it pays; ``walk``: check every kept move from the
+    roots (acyclic, its true DAG cost). Returns whether a move was kept."""
     nodes = snap.nodes
     improved = False
+    true_cost = prog.cost  # walk: the program's DAG cost (prog.cost may count an unreachable cycle a move left)
     for m in range(snap.num_classes):
         users: dict[int, int] = {}
         for n in parents[m]:
@@ -121,23 +153,32 @@ def _pass(snap: Snapshot, costs: Sequence[float], parents: list[list[int]], prog
                 users[p] = n
         if len(users) < (1 if prog.refs[m] > 0 else 2):
             continue  # an unused class read by one switch alone is what the greedy already weighed
-        trial, known = prog.copy(), ChainMap(prog.choice, full)  # a class needed again keeps its choice
-        if not all(trial.refs[p] == 0 or trial.switch(p, n, known) for p, n in users.items()):
+        before = {p: prog.choice[p] for p in users}
+        cost, start = prog.cost, prog.mark()
+        if not all(prog.refs[p] == 0 or prog.switch(p, n, full) for p, n in users.items()):
+            prog.rollback(start)
+            prog.commit()
             continue
         for p in users:  # undo the switches that do not pay on their own
-            if trial.refs[p] == 0 or trial.choice[p] == prog.choice[p]:
+            if prog.refs[p] == 0 or prog.choice[p] == before[p]:
                 continue
-            back = trial.copy()
-            if back.switch(p, prog.choice[p], known) and _cheaper(back.cost, trial.cost):
-                trial = back
-        if not _cheaper(trial.cost, prog.cost):
-            continue
-        if walk:
-            try:
-                trial = _Program(snap, costs, trial.choice, chosen_classes(snap, trial.choice))
-            except ExtractionError:
-                continue  # the move closes a cycle
-            if not _cheaper(trial.cost, prog.cost):
-                continue
-        prog, improved = trial, True
-    return prog, improved
+            here = prog.mark()
+            if not (prog.switch(p, before[p], full) and _cheaper(prog.cost, here[1])):
+                prog.rollback(here)
+        walked = _dag_cost(snap, costs, prog) if walk and _cheaper(prog.cost, cost) else None
+        if _cheaper(prog.cost, cost) and (not walk or (walked is not None and _cheaper(walked, true_cost))):
+            improved = True
+            true_cost = walked if walked is not None else true_cost
+        else:
+            prog.rollback(start)
+        prog.commit()
+    return improved
+
+
+def _dag_cost(snap: Snapshot, costs: Sequence[float], prog: _Program) -> float | None:
+    """The DAG cost of ``prog``'s program from the roots, or None if it closes a cycle."""
+    try:
+        order = chosen_classes(snap, prog.choice)
+    except ExtractionError:
+        return None
+    return float(sum(costs[prog.choice[c]] for c in order))
