@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from eqsat.snapshot import Snapshot
 
 from . import share as sharing
-from .base import Extraction, chosen_classes, finish, parents_index
+from .base import Extraction, finish, parents_index
 from .cycles import without_cycles
 
 
@@ -35,7 +35,7 @@ def extract(snap: Snapshot, costs: Sequence[float], share: bool = True, **_: obj
     parents = parents_index(snap)
     choice, _unused = without_cycles(snap, lambda banned: (_choice(snap, costs, banned, parents), math.nan))
     if share:
-        choice = sharing.improve(snap, costs, {c: choice[c] for c in chosen_classes(snap, choice)}, choice, parents)
+        choice = sharing.improve(snap, costs, choice, choice, parents)
     result = finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag")
     result.estimate = result.dag_cost
     return result

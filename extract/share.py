@@ -108,8 +108,8 @@ class _Program:
 
 def improve(snap: Snapshot, costs: Sequence[float], choice: dict[int, int], full: Mapping[int, int],
             parents: list[list[int]] | None = None, max_passes: int = 20) -> dict[int, int]:
-    """``choice`` (a valid program: every needed class chosen, acyclic) improved by shared-class moves (module
-    docstring); ``full``: a choice for every class that has one (the greedy pass's, before trimming); ``parents``: the
+    """``choice`` (a valid program: every needed class chosen, acyclic; classes the roots do not reach are dropped)
+    improved by shared-class moves (module docstring); ``full``: a choice for every class that has one (the greedy pass's, before trimming); ``parents``: the
     snapshot's ``parents_index``, if known.
 
     A pass keeps every move that pays by the reference counts and walks the result once; only when that walk finds
