@@ -84,14 +84,8 @@ class ReachEngine(RuleEngine):
         self.rules = {r.name: r for r in rules}
         self._probe_all_for = len(self.rules)
 
-    def _build_probe_all(self) -> None:
-        """The combined probe ruleset of the registered rules (the others have no probe twin)."""
-        saved, self.rules = self.rules, self.registered
-        try:
-            super()._build_probe_all()
-        finally:
-            self.rules = saved
-        self._probe_all_for = len(self.rules)
+    def _probe_rules(self) -> dict[str, Rule]:
+        return self.registered  # the others have no twin: they never match
 
     def add(self, rule: Rule) -> None:
         super().add(rule)

@@ -44,8 +44,10 @@ class Rule:
             forms.append(f'(rule ({query}) ({actions}) :ruleset {self.name} :name "{self.name}#{i}")')
         return forms
 
-    def probe_forms(self) -> list[str]:
-        return [f'(rule ({query}) () :ruleset probe_{self.name} :name "probe_{self.name}#{i}")'
+    def probe_forms(self, ruleset: str | None = None) -> list[str]:
+        """The match-counting twins: the bodies' queries with no action, named ``probe_<rule>#<i>``, in
+        ``ruleset`` (default ``probe_<rule>``)."""
+        return [f'(rule ({query}) () :ruleset {ruleset or "probe_" + self.name} :name "probe_{self.name}#{i}")'
                 for i, (query, _a) in enumerate(self.bodies)]
 
 

@@ -1,0 +1,73 @@
+"""Match-counting twins (rules/engine.py): a single-pattern rule's twin lives only inside the push of the probe that
+runs it, so egglog does not copy it on every push. The oracle is a twin registered for good under another name
+and run inside a push, the way every twin was run before: the counts must be the same, probe after probe."""
+
+from __future__ import annotations
+
+import pytest
+
+from eqsat.egraph import EGraph
+from eqsat.errors import EgglogError
+from eqsat.models import MODELS, build
+from eqsat.rules import rule_set
+from eqsat.rules.reach import ReachEngine
+
+
+def _oracle(egraph: EGraph, engine: ReachEngine) -> dict[str, list]:
+    """For every registered rule, a permanently registered twin ``oracle_<rule>`` and the command that runs it."""
+    runs = {}
+    for name, rule in engine.registered.items():
+        egraph.run_program(f"(ruleset oracle_{name})")
+        for i, (query, _actions) in enumerate(rule.bodies):
+            egraph.run_program(f'(rule ({query}) () :ruleset oracle_{name} :name "oracle_{name}#{i}")')
+        runs[name] = egraph.parse(f"(run oracle_{name} 1)")
+    return runs
+
+
+def _count(egraph: EGraph, command: list) -> int:
+    egraph.push()
+    try:
+        out = egraph.run_commands(command)
+    finally:
+        egraph.pop()
+    return sum(out[-1].report.num_matches_per_rule.values())
+
+
+@pytest.mark.parametrize("model", ["squeezenet", "nasneta", "bert"])
+def test_probe_counts_equal_registered_twins_as_the_egraph_grows(model):
+    egraph = EGraph.from_graph(build(model, small=True))
+    engine = ReachEngine(egraph, rule_set(MODELS[model].rule_set))
+    oracle = _oracle(egraph, engine)
+    kinds = {r.kind for r in engine.registered.values()}
+    assert kinds == {"single", "multi"}, kinds  # both paths are exercised
+    size = egraph.size().enodes
+    for target in (size, 2 * size, 4 * size):
+        engine.grow_randomly(list(engine.registered), target, seed=target)
+        expected = {name: _count(egraph, run) for name, run in oracle.items()}
+        assert any(expected.values())
+        for _again in range(2):  # a probe leaves nothing behind that changes the next one's count
+            counts = engine.probe_all()
+            assert {n: counts[n] for n in expected} == expected
+            assert all(counts[n] == 0 for n in engine.rules if n not in expected)
+        matching = [n for n, c in expected.items() if c][:6]
+        assert all(engine.probe(n) == expected[n] for n in matching)
+    assert egraph.size().enodes > 2 * size  # the e-graph grew between the checks
+
+
+def test_single_pattern_twins_are_gone_after_the_probe():
+    """Outside a probe egglog knows the multi-pattern twins (simulations run them inside their own push) but no
+    single-pattern twin: a push does not copy it."""
+    egraph = EGraph.from_graph(build("nasneta", small=True))
+    engine = ReachEngine(egraph, rule_set("default"))
+    single = next(n for n, r in engine.registered.items() if r.kind == "single")
+    multi = next(n for n, r in engine.registered.items() if r.kind == "multi")
+    before = egraph.snapshot()
+    assert engine.probe_all()[single] >= 0 and engine.probe(single) >= 0
+    assert egraph.snapshot() == before and egraph.depth == 0
+    egraph.push()
+    try:
+        assert egraph.run_commands(engine._probe[multi])
+        with pytest.raises(EgglogError):
+            egraph.run_commands(engine._probe[single])
+    finally:
+        egraph.pop()
