@@ -95,6 +95,8 @@ class EGraph:
         self._commit = self.parse("(run-schedule (saturate (run commit)))")
         self._size_cmd = self.parse("(print-size)")
         self._pop = self.parse("(pop)")
+        self._size: Size | None = None
+        """the size since the last command run (a search asks for it after every step, most of which run nothing)"""
 
     @classmethod
     def from_graph(cls, graph: Graph) -> EGraph:
@@ -121,6 +123,7 @@ class EGraph:
 
     def run_commands(self, commands: list) -> list:
         """Run parsed commands; returns egglog's outputs."""
+        self._size = None
         with egglog_guard(lambda: f"running {_excerpt(' '.join(str(c) for c in commands))}"):
             return self._eg.run_program(*commands)
 
@@ -171,8 +174,10 @@ class EGraph:
         self.depth -= 1
 
     def size(self) -> Size:
-        out = self.run_commands(self._size_cmd)[0]
-        return Size(sum(n for name, n in out.sizes if name in self._ctor_names))
+        if self._size is None:
+            out = self.run_commands(self._size_cmd)[0]
+            self._size = Size(sum(n for name, n in out.sizes if name in self._ctor_names))
+        return self._size
 
     # -- export ------------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

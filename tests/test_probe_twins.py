@@ -71,3 +71,20 @@ def test_single_pattern_twins_are_gone_after_the_probe():
             egraph.run_commands(engine._probe[single])
     finally:
         egraph.pop()
+
+
+def test_cached_size_follows_every_command():
+    """``EGraph.size`` is cached until the next command: after rule runs, pushes and pops it equals the rows egglog
+    itself counts (the oracle: a snapshot's e-nodes, read from egglog's tables)."""
+    egraph = EGraph.from_graph(build("squeezenet", small=True))
+    engine = ReachEngine(egraph, rule_set("default"))
+    live = [n for n, c in engine.probe_all().items() if c]
+    sizes = [egraph.size().enodes]
+    for name in live[:8]:
+        egraph.push()
+        engine.apply(name)
+        assert egraph.size().enodes == len(egraph.snapshot().nodes)
+        sizes.append(egraph.size().enodes)
+        egraph.pop()
+        assert egraph.size().enodes == sizes[0] == len(egraph.snapshot().nodes)
+    assert max(sizes) > sizes[0]  # some rule grew it inside its push
