@@ -22,12 +22,13 @@ NODE_LIMIT_FACTOR = 4
 
 
 def option(default: Any, doc: str, flag: str | None = None, *, least: int | None = None, seconds: bool = False,
-           choices: str | None = None) -> Any:
+           share: bool = False, choices: str | None = None) -> Any:
     """A config field with its documentation and the checks the CLI and the API apply to it (see
     ``eqsat.app.config``): ``flag`` names it on the command line (None: API only), ``least`` is an
-    integer's minimum, ``seconds`` asks for a finite number > 0, ``choices`` names the registry of its values."""
+    integer's minimum, ``seconds`` asks for a finite number > 0, ``share`` for a number in (0, 1], ``choices``
+    names the registry of its values."""
     return field(default=default, metadata={"doc": doc, "flag": flag, "least": least, "seconds": seconds,
-                                            "choices": choices})
+                                            "share": share, "choices": choices})
 
 
 @dataclass
@@ -62,6 +63,10 @@ class SearchConfig:
                                    "this many consecutive real decisions; 0: never", "--no-gain-steps", least=0)
     workers: int = option(1, "MCTS root-parallel trees (this process and N - 1 worker processes), merged before "
                              "every real decision", "--workers", least=1)
+    plan_share: float = option(0.25, "MCTS plans a real decision with at most its budget of simulations and at most "
+                                     "this share of the tree search's time left, so that a short time limit still "
+                                     "takes several decisions (planning that has found no step yet goes on to the "
+                                     "search's own deadline)", share=True)
     max_iterations: int = option(200, "at most this many real steps (TENSAT: iterations)", least=1)
     reuse_subtree: bool = option(False, "MCTS keeps the chosen child's subtree for the next decision")
     finish: bool = option(True, "MCTS ends with TENSAT's iterations of the single-pattern rules (no multi-pattern "

@@ -49,7 +49,7 @@ def _serve(conn: Connection, payload: tuple) -> None:
         while True:
             msg, *args = conn.recv()
             if msg == "plan":
-                conn.send(tree.plan(args[0]))
+                conn.send(tree.plan(args[0], args[1]))
             elif msg == "advance":
                 tree.advance(args[0])
             elif msg == "refuse":
@@ -115,11 +115,12 @@ class Forest:
             raise EGraphError(f"a root-parallel MCTS worker failed: {out[1]}")
         return out
 
-    def plan(self, deadline: float) -> RootStats:
-        """Every tree plans (the forked ones while this one does); their roots merged."""
+    def plan(self, deadline: float, soft: float | None = None) -> RootStats:
+        """Every tree plans (the forked ones while this one does) until ``soft`` or their budget, as
+        :meth:`MCTS.plan`; their roots merged."""
         for conn in self.conns:
-            conn.send(("plan", deadline))
-        parts = [self.main.plan(deadline)]
+            conn.send(("plan", deadline, soft))
+        parts = [self.main.plan(deadline, soft)]
         parts += [self._recv(conn) for conn in self.conns]
         return parts[0] if len(parts) == 1 else RootStats.merge(parts)
 

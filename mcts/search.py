@@ -294,10 +294,10 @@ class MCTS:
         self.root = TreeNode(None, None, cost=cost)
         return cost
 
-    def plan(self, deadline: float) -> RootStats:
+    def plan(self, deadline: float, soft: float | None = None) -> RootStats:
         """Plan from the root (``_plan``) and summarise its children for the merge."""
         self.gained = False
-        planned = self._plan(self.root, deadline)
+        planned = self._plan(self.root, deadline, soft)
         root = self.root
         children = {a: ChildStats(c.visits, c.value, c.reward, c.enodes, c.saturated, c.refused)
                     for a, c in root.children.items()}
@@ -351,7 +351,7 @@ class MCTS:
                     report.stop_reason = StopReason.NODE_LIMIT
                     break
                 t = time.perf_counter()
-                merged = forest.plan(deadline)
+                merged = forest.plan(deadline, t + (deadline - t) * cfg.plan_share)
                 candidates = {a: c for a, c in merged.children.items() if not c.saturated and c.visits > 0}
                 if not candidates:
                     report.stop_reason = self._why_no_candidate(merged)
@@ -410,16 +410,20 @@ class MCTS:
             self.say(f"finish: {report.finish_steps} single-pattern steps in {rounds} iterations -> {env.size()} "
                      f"e-nodes, estimated {report.steps[-1].cost_us:.1f} us")
 
-    def _plan(self, root: TreeNode, deadline: float) -> int:
-        """Run ``budget`` simulations from ``root``; then, while no root child changes the e-graph and
-        actions remain untried, one more each (they end at the expansion, cheaply): the search may stop
-        as saturated only when no action changes the e-graph. Returns the number of simulations."""
+    def _plan(self, root: TreeNode, deadline: float, soft: float | None = None) -> int:
+        """Run ``budget`` simulations from ``root``, or fewer if ``soft`` (this decision's share of the time,
+        default ``deadline``) passes; then, while no root child changes the e-graph and actions remain untried,
+        one more each until ``deadline`` (they end at the expansion, cheaply): the search may stop as saturated
+        only when no action changes the e-graph. Returns the number of simulations."""
         planned = 0
+        soft = deadline if soft is None else min(soft, deadline)
         for _ in range(self.config.budget):
-            if time.perf_counter() > deadline or not self.simulate(root):
+            if time.perf_counter() > soft:
+                break
+            if not self.simulate(root):
                 return planned
             planned += 1
-        while not self._candidates(root) and root.untried and time.perf_counter() <= deadline:
+        while not self._candidates(root) and (root.untried is None or root.untried) and time.perf_counter() <= deadline:
             self.simulate(root)
             planned += 1
         return planned

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -165,3 +166,34 @@ def test_profile_search_reports_the_rate_and_the_decisions(monkeypatch, capsys):
     out = json.loads(capsys.readouterr().out.splitlines()[0])
     assert out["simulations"] == 3 and out["simulations_per_second"] > 0 and out["cpu_ms_per_sim"] > 0
     assert len(out["rules"]) == len(out["costs"]) >= 1 and out["stop_reason"] == "step_limit"  # 1 step, then finish
+
+
+def _tree_steps(plan_share: float, time_limit: float) -> list[int]:
+    """Simulations of each real decision of a search whose budget is never reached in ``time_limit``."""
+    cfg = SearchConfig(budget=10**6, depth=3, seed=0, no_gain_steps=0, time_limit=time_limit, finish=False,
+                       plan_share=plan_share)
+    report = run_scheduler("mcts", EGraph.from_graph(build("squeezenet", small=True)), cfg, make("analytic"))
+    assert report.stop_reason == StopReason.TIME_LIMIT
+    return [s.simulations for s in report.steps]
+
+
+def test_a_short_time_limit_still_takes_several_decisions():
+    """With the whole time for one decision (share 1: every decision plans to the search's deadline) a budget
+    that cannot be spent leaves one step; a quarter of what is left per decision takes several, each planned
+    with at least one simulation and no more than the decision before it had time for."""
+    assert len(_tree_steps(1.0, 3.0)) == 1
+    sims = _tree_steps(0.25, 3.0)
+    assert len(sims) >= 3 and all(n >= 1 for n in sims), sims
+
+
+def test_planning_past_its_share_goes_on_until_a_step_is_found():
+    """A decision whose share of the time has passed still plans until some root child changes the e-graph (or
+    the search's own deadline): the search never stops for want of time while time is left."""
+    env = Env(EGraph.from_graph(build("squeezenet", small=True)), rule_set("default"), make("analytic"),
+              SearchConfig())
+    mcts = MCTS(env, SearchConfig(budget=64, depth=2, seed=0))
+    mcts.start()
+    now = time.perf_counter()
+    planned = mcts._plan(mcts.root, deadline=now + 60, soft=now - 1)
+    assert planned >= 1 and MCTS._candidates(mcts.root)
+    assert planned < 64  # the budget was not what ended it

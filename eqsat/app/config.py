@@ -153,6 +153,9 @@ def _check(f: Field[Any], value: Any) -> None:
     if meta.get("seconds"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise InputError(f"{name} {value!r}: give a finite number of seconds > 0 (NaN and inf are refused)")
+    if meta.get("share"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise InputError(f"{name} {value!r}: give a share of the time, a number > 0 and <= 1")
 
 
 def validate(config: OptimizeConfig) -> None:
