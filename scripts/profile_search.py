@@ -4,10 +4,14 @@ code (or two settings) run the same simulations: prints one JSON line with simul
 milliseconds per simulation (steadier than wall time on shared cores), the steps and their costs; ``--profile``
 adds cProfile's top functions.
 
-    python scripts/profile_search.py squeezenet [--steps 3] [--budget 128] [--cost analytic-a100] [--profile]
+    python scripts/profile_search.py squeezenet [--steps 3] [--budget 128] [--cost analytic-a100] [--no-finish]
+                                             [--profile]
 
 Compare two checkouts by running this once with each, interleaved (A B B A), and compare ``cpu_ms_per_sim``;
-equal ``rules`` and ``costs`` show the searches took the same decisions.
+equal ``rules`` and ``costs`` show the searches took the same decisions. Install the other checkout into a folder
+of its own (``pip install --no-deps --no-build-isolation --target /tmp/old_site OLD_CHECKOUT``) and run this
+script with ``PYTHONPATH=/tmp/old_site``: with PYTHONPATH pointing at the old sources instead, an editable
+install of this checkout still supplies ``eqsat.rules``, ``eqsat.mcts``, ... from here.
 """
 
 from __future__ import annotations
@@ -34,12 +38,16 @@ def main(argv=None) -> int:
     p.add_argument("--cost", default="analytic-a100")
     p.add_argument("--node-limit", type=int, default=2000)
     p.add_argument("--small", action="store_true")
+    p.add_argument("--no-finish", action="store_true",
+                   help="leave out MCTS's finishing phase (its seconds would count in simulations per second; "
+                        "checkouts older than the phase had none)")
     p.add_argument("--profile", action="store_true", help="print cProfile's top functions after the JSON line")
     args = p.parse_args(argv)
     spec = MODELS[args.model]
     egraph = EGraph.from_graph(build(args.model, small=args.small))
     config = SearchConfig(budget=args.budget, seed=args.seed, node_limit=args.node_limit, time_limit=1e9,
-                          max_iterations=args.steps, k_multi=spec.k_multi, rule_set=spec.rule_set)
+                          max_iterations=args.steps, k_multi=spec.k_multi, rule_set=spec.rule_set,
+                          **({"finish": False} if args.no_finish else {}))
     profiler = cProfile.Profile() if args.profile else None
     cpu = time.process_time()
     if profiler:

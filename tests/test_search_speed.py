@@ -166,6 +166,10 @@ def test_profile_search_reports_the_rate_and_the_decisions(monkeypatch, capsys):
     out = json.loads(capsys.readouterr().out.splitlines()[0])
     assert out["simulations"] == 3 and out["simulations_per_second"] > 0 and out["cpu_ms_per_sim"] > 0
     assert len(out["rules"]) == len(out["costs"]) >= 1 and out["stop_reason"] == "step_limit"  # 1 step, then finish
+    assert profile_search.main(["bert", "--small", "--steps", "1", "--budget", "3", "--cost", "analytic",
+                                "--no-finish"]) == 0
+    bare = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert len(bare["rules"]) == 1 < len(out["rules"])  # the finishing phase's steps are left out
 
 
 def _tree_steps(plan_share: float, time_limit: float) -> list[int]:
