@@ -60,7 +60,8 @@ class SearchConfig:
     prior_explore: float = option(1.0, "MCTS rollouts draw a step uniformly from every rule with this probability, "
                                        "else from the rules seen to match or change the e-graph in this search")
     no_gain_steps: int = option(8, "MCTS stops (stop reason no_gain) when no simulation found a cost decrease in "
-                                   "this many consecutive real decisions; 0: never", "--no-gain-steps", least=0)
+                                   "this many consecutive real decisions that spent their budget; 0: never",
+                                "--no-gain-steps", least=0)
     workers: int = option(1, "MCTS root-parallel trees (this process and N - 1 worker processes), merged before "
                              "every real decision", "--workers", least=1)
     plan_share: float = option(0.25, "MCTS plans a real decision with at most its budget of simulations and at most "

@@ -356,7 +356,11 @@ class MCTS:
                 if not candidates:
                     report.stop_reason = self._why_no_candidate(merged)
                     break
-                idle = 0 if merged.gained else idle + 1
+                # a decision its share of the time cut short (few simulations) is no evidence that nothing pays
+                if merged.gained:
+                    idle = 0
+                elif merged.planned >= cfg.budget * cfg.workers:
+                    idle += 1
                 if cfg.no_gain_steps and idle >= cfg.no_gain_steps:
                     report.stop_reason = StopReason.NO_GAIN
                     break

@@ -84,16 +84,17 @@ class RuleEngine:
 
     def _build_probe_all(self) -> None:
         """The commands of one probe of every rule, run inside a push: the single-pattern twins defined in one
-        ruleset, combined with the registered twins of the multi-pattern rules."""
+        ruleset, combined with the registered twins of the multi-pattern rules (the two rulesets' names have a
+        hyphen, which no rule name has, so they never clash with a rule's ``probe_<rule>``)."""
         eg, rules = self.egraph, self._probe_rules()
         singles = [r for r in rules.values() if r.kind != "multi"]
-        commands = eg.parse("(ruleset probe__singles)")
+        commands = eg.parse("(ruleset probe-singles)")
         for rule in singles:
-            for form in rule.probe_forms("probe__singles"):
+            for form in rule.probe_forms("probe-singles"):
                 commands += eg.parse(form)
         multis = " ".join(f"probe_{r.name}" for r in rules.values() if r.kind == "multi")
-        commands += eg.parse(f"(unstable-combined-ruleset probe__all probe__singles {multis})")
-        self._probe_all = commands + eg.parse("(run probe__all 1)")
+        commands += eg.parse(f"(unstable-combined-ruleset probe-all probe-singles {multis})")
+        self._probe_all = commands + eg.parse("(run probe-all 1)")
         self._probe_all_for = len(self.rules)
 
     def add(self, rule: Rule) -> None:

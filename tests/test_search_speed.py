@@ -172,10 +172,10 @@ def test_profile_search_reports_the_rate_and_the_decisions(monkeypatch, capsys):
     assert len(bare["rules"]) == 1 < len(out["rules"])  # the finishing phase's steps are left out
 
 
-def _tree_steps(plan_share: float, time_limit: float) -> list[int]:
+def _tree_steps(plan_share: float, time_limit: float, no_gain_steps: int = 0) -> list[int]:
     """Simulations of each real decision of a search whose budget is never reached in ``time_limit``."""
-    cfg = SearchConfig(budget=10**6, depth=3, seed=0, no_gain_steps=0, time_limit=time_limit, finish=False,
-                       plan_share=plan_share)
+    cfg = SearchConfig(budget=10**6, depth=3, seed=0, no_gain_steps=no_gain_steps, time_limit=time_limit,
+                       finish=False, plan_share=plan_share)
     report = run_scheduler("mcts", EGraph.from_graph(build("squeezenet", small=True)), cfg, make("analytic"))
     assert report.stop_reason == StopReason.TIME_LIMIT
     return [s.simulations for s in report.steps]
@@ -188,6 +188,13 @@ def test_a_short_time_limit_still_takes_several_decisions():
     assert len(_tree_steps(1.0, 3.0)) == 1
     sims = _tree_steps(0.25, 3.0)
     assert len(sims) >= 3 and all(n >= 1 for n in sims), sims
+
+
+def test_decisions_cut_short_by_their_share_do_not_stop_the_search_as_no_gain():
+    """A decision that its share of the time ended after a few simulations is no evidence that no rule pays: with
+    a no-gain stop after one idle decision, the search still runs to its time limit."""
+    sims = _tree_steps(0.25, 3.0, no_gain_steps=1)
+    assert len(sims) >= 3, sims
 
 
 def test_planning_past_its_share_goes_on_until_a_step_is_found():
