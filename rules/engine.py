@@ -59,8 +59,8 @@ class RuleEngine:
     where a simulation runs it inside its own push (the multi-pattern rules, whose matches guard the node
     limit before they run); a single-pattern rule's twin is defined inside the push of the probe that runs it,
     and the pop drops it (``_twins``). A twin defined afresh counts every match, as a registered twin run
-    inside a push does: the counts are the same, and a push and pop of NASNet-A's e-graph costs about a
-    third of what it did with every twin registered."""
+    inside a push does: the counts are the same, and a push and pop of NASNet-A's e-graph costs about half
+    of what it did with every twin registered."""
 
     def __init__(self, egraph: EGraph, rules: Iterable[Rule]):
         rules = list(rules)
