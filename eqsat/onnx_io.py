@@ -7,6 +7,7 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -43,6 +44,40 @@ def save(model: onnx.ModelProto, path: str) -> None:
                         location=os.path.basename(path) + ".data", size_threshold=1024)
     else:
         onnx.save_model(model, path)
+
+
+def external_data_files(path: str) -> list[str]:
+    """The external data files the ONNX model at ``path`` keeps its weights in (resolved beside the model), read
+    from the model without loading the weights; [] where ``path`` is not a regular file or not readable as ONNX
+    (loading reports those)."""
+    if not os.path.isfile(path):
+        return []
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception:  # not ONNX: the loader says why
+        return []
+    base = os.path.dirname(os.path.abspath(path))
+    files = []
+    for t in onnx.external_data_helper._get_all_tensors(model):
+        if onnx.external_data_helper.uses_external_data(t):
+            location = {e.key: e.value for e in t.external_data}.get("location", "")
+            files.append(os.path.normpath(os.path.join(base, location)))
+    return list(dict.fromkeys(files))
+
+
+def not_regular(path: str) -> str | None:
+    """What ``path`` is, where it exists and is not a regular file (a device, a FIFO, a socket, a folder),
+    following symbolic links; None where it is a regular file or does not exist. Such a target is never renamed
+    over: that would replace a device node such as /dev/null with a file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def check(model: onnx.ModelProto) -> None:
@@ -102,6 +137,9 @@ def _replace_all(pairs: list[tuple[str, str]], stage_for) -> list[tuple[str, str
     done: list[tuple[str, str | None]] = []
     try:
         for staged, target in pairs:
+            kind = not_regular(target)
+            if kind is not None:  # checked up front too; this guards a target that changed since
+                raise IsADirectoryError(f"{target} is {kind}, not a regular file: it is never replaced")
             backup = None
             if os.path.lexists(target):
                 backup = os.path.join(stage_for(target), "backup-" + str(len(done)))

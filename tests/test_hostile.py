@@ -7,6 +7,7 @@ import json
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import onnx_io
 from eqsat.app.cli import main
@@ -108,6 +109,94 @@ def test_report_same_as_output_for_builtin_model(capsys, tmp_path):
                    str(tmp_path / "." / "o.onnx"), *FAST)
     assert rc == 2 and "--report" in line and "same file" in line
     assert list(tmp_path.iterdir()) == []
+
+
+# 7a. files the input owns and targets that are not regular files (round 3, severe 1 and 2) ------------------
+
+def _with_external_data(tmp_path: Path, location: str = "in.onnx.data") -> tuple[Path, Path]:
+    """in.onnx keeping its weight in the external data file ``location`` beside it; (model, data file)."""
+    path = tmp_path / "in.onnx"
+    proto = small_matmul()
+    proto.graph.initializer[0].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(proto.graph.initializer[0]), "w"))
+    onnx.save_model(proto, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=0)
+    data = tmp_path / location
+    assert data.is_file() and data.stat().st_size == 8 * 8 * 4
+    return path, data
+
+
+def _runs_in_onnxruntime(path: Path) -> bool:
+    x = np.ones((2, 8), np.float32)
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0].shape == (2, 8)
+
+
+@pytest.mark.parametrize("case", ["output=data", "report=data", "output=symlink-to-data", "report=hardlink-to-data",
+                                  "output.data=data"])
+def test_the_inputs_external_data_is_never_a_target(capsys, tmp_path, case):
+    model, data = _with_external_data(tmp_path, "w.onnx.data" if case == "output.data=data" else "in.onnx.data")
+    assert _runs_in_onnxruntime(model)
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    if case == "output=data":
+        out = data
+    elif case == "report=data":
+        rep = data
+    elif case == "output=symlink-to-data":
+        out = tmp_path / "link.onnx"
+        out.symlink_to(data)
+    elif case == "report=hardlink-to-data":
+        rep = tmp_path / "hard.json"
+        os.link(data, rep)
+    elif case == "output.data=data":
+        out = tmp_path / "w.onnx"  # its external data file would be w.onnx.data: the input's weights
+    before = snapshot(tmp_path)
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", str(out), "--report", str(rep), *FAST)
+    assert rc == 2 and "same file" in line and "external data" in line, line
+    assert snapshot(tmp_path) == before and _runs_in_onnxruntime(model)
+    assert leftovers(tmp_path) == []
+
+
+def _special_file(tmp_path: Path, kind: str) -> Path:
+    """A FIFO, or a character device made like /dev/null (root only: mknod needs CAP_MKNOD)."""
+    path = tmp_path / f"special-{kind}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:  # not root: a FIFO is the non-regular file this user can make
+            os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device"])
+@pytest.mark.parametrize("flag", ["-o", "--report", "-o's data"])
+def test_a_target_that_is_not_a_regular_file_is_refused_not_replaced(capsys, tmp_path, model, kind, flag):
+    special = _special_file(tmp_path, kind)
+    mode = special.lstat().st_mode
+    out, rep = str(tmp_path / "out.onnx"), str(tmp_path / "rep.json")
+    if flag == "-o":
+        out = str(special)
+    elif flag == "--report":
+        rep = str(special)
+    else:
+        out = str(special).removesuffix(".data")
+        os.rename(special, out + ".data")
+        special = Path(out + ".data")
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", out, "--report", rep, *FAST)
+    assert rc == 2 and "not a regular file" in line and line.startswith(f"eqsat: error: {flag.split()[0][:2]}"), line
+    assert special.lstat().st_mode == mode  # still the FIFO or the device, not a file renamed over it
+    assert not (tmp_path / "out.onnx").exists() and not (tmp_path / "rep.json").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_the_writer_never_renames_over_a_special_file(tmp_path):
+    special = _special_file(tmp_path, "fifo")
+    report = tmp_path / "rep.json"
+    report.write_bytes(PRECIOUS)
+    with pytest.raises(OSError, match="not a regular file"):
+        onnx_io.write_together(small_matmul(), str(tmp_path / "m.onnx"), {str(report): b"{}", str(special): b"x"})
+    assert stat.S_ISFIFO(special.lstat().st_mode) and report.read_bytes() == PRECIOUS
+    assert not (tmp_path / "m.onnx").exists() and leftovers(tmp_path) == []
 
 
 # 7. unwritable outputs ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from rich.table import Table
 from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
 from eqsat.onnx_import import parse_input_shapes
-from eqsat.onnx_io import write_together
+from eqsat.onnx_io import external_data_files, write_together
 from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
@@ -69,17 +69,18 @@ def config_from_args(args: argparse.Namespace, base: OptimizeConfig | None = Non
 
 
 def _check_distinct_paths(args) -> None:
-    """Refuse any two of the input, ``-o`` (and its external data file) and ``--report`` naming one file
-    (symbolic and hard links included), before any work."""
-    named = [("-o", args.output), ("-o's external data file", args.output + ".data")]
+    """Refuse any two of the input (and the external data files it owns), ``-o`` (and its external data file) and
+    ``--report`` naming one file (symbolic and hard links included), before any work."""
+    named = [("-o", "-o", args.output), ("-o", "-o's external data file", args.output + ".data")]
     if args.report is not None:
-        named.append(("--report", args.report))
+        named.append(("--report", "--report", args.report))
     if args.model_path:
-        named.insert(0, ("the input model", args.model_path))
+        named[:0] = [("in", "the input model", args.model_path)] + [
+            ("in", "the input's external data file", f) for f in external_data_files(args.model_path)]
     for a in range(len(named)):
         for b in range(a + 1, len(named)):
-            (flag_a, path_a), (flag_b, path_b) = named[a], named[b]
-            if flag_a.startswith("-o") and flag_b.startswith("-o"):
+            (side_a, flag_a, path_a), (side_b, flag_b, path_b) = named[a], named[b]
+            if side_a == side_b:  # the files of one side: -o and its data file, or the input and its data
                 continue
             if _same_file(path_a, path_b):
                 raise InputError(f"{flag_b} {path_b} is the same file as {flag_a} {path_a}; writing it would "

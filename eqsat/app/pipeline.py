@@ -331,6 +331,12 @@ def check_output_path(path: str, flag: str = "-o") -> None:
         raise InputError(f"{flag} {path} ends with {os.sep} (a folder, which does not exist); give a file name "
                          f"such as {os.path.join(path, example)}, in a folder that exists")
     target = os.path.realpath(path)
+    companions = [(path, target)] + ([(path + ".data", target + ".data")] if flag == "-o" else [])
+    for given, real in companions:
+        kind = onnx_io.not_regular(real)
+        if kind is not None:
+            raise InputError(f"{flag} {given} exists and is {kind}, not a regular file; eqsat never replaces it: "
+                             f"choose a file name such as {example}")
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         raise InputError(f"{flag} {path}: directory {parent} does not exist; create it or choose another {flag} path")
