@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""eqsat against the ONNX optimizers users already have (issue 26, point 1), measured end to end.
+
+For each model (the zoo's, tests/zoo, in the exporters asked for, and any ``--onnx FILE``), every tool writes
+its program from the same original:
+
+- ``eqsat``: ``eqsat.optimize`` with default flags (its own measured gate included; ``--eqsat-time-limit``),
+- ``onnxsim``: ``onnxsim.simplify``,
+- ``onnxslim``: ``onnxslim.slim``,
+- ``ort-transformers``: onnxruntime's transformers optimizer (``optimize_model``, model type from the name),
+- ``onnxscript``: ``onnxscript.optimizer.optimize`` then ``onnxscript.rewriter.ort_fusions.optimize_for_ort``.
+
+Each program is verified against the original in onnxruntime (``eqsat.verify``: seeded random inputs, every
+output; the peers' outputs too: they break). The verified ones are then timed together with an unchanged copy
+of the original (the A/A control, which shows the noise) in one process, interleaved, with eqsat.timing's
+protocol (paired rounds, ORT_ENABLE_ALL on every side, the median ratio original / program with a bootstrap
+95% interval), at each ``--threads`` count. A tool that is not installed, fails, or writes a program that does
+not verify is reported as such with the reason, never timed. The peers are optional extras
+(``pip install -e '.[peers]'``), never runtime dependencies of eqsat.
+
+    python scripts/bench_peers.py --models bert,vit --exporters torchscript --json results/peers.json
+    python scripts/bench_peers.py --onnx my.onnx --threads 1,2 --json results/mine.json --figure results/mine.png
+
+One JSON document per run (``--json``): per model, per tool, the wall seconds the tool took, whether it
+verified (and the worst errors), and per thread count the speedup with its interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import onnx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for path in (ROOT, os.path.join(ROOT, "tests")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from eqsat import timing  # noqa: E402
+from eqsat.app.config import OptimizeConfig  # noqa: E402
+from eqsat.app.pipeline import optimize  # noqa: E402
+from eqsat.verify import verify  # noqa: E402
+
+Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto]
+ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2"}
+"""the transformers optimizer's model type per zoo family (others: ``bert``, its default)"""
+
+
+def _eqsat(model: onnx.ModelProto, _name: str, args: argparse.Namespace) -> onnx.ModelProto:
+    config = OptimizeConfig()
+    if args.eqsat_time_limit is not None:
+        config = config.updated(time_limit=args.eqsat_time_limit)
+    return optimize(model, config).optimized
+
+
+def _onnxsim(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
+    import onnxsim
+
+    simplified, ok = onnxsim.simplify(model)
+    if not ok:
+        raise RuntimeError("onnxsim's own check failed")
+    return simplified
+
+
+def _onnxslim(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
+    import onnxslim
+
+    return onnxslim.slim(model)
+
+
+def _ort_transformers(model: onnx.ModelProto, name: str, _args: argparse.Namespace) -> onnx.ModelProto:
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    family = name.split("/")[0]
+    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:  # it takes a path for models it re-runs
+        path = os.path.join(tmp, "in.onnx")
+        onnx.save(model, path)
+        return optimize_model(path, model_type=ORT_MODEL_TYPES.get(family, "bert")).model
+
+
+def _onnxscript(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
+    import onnx_ir
+    import onnxscript.optimizer
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    ir_model = onnx_ir.from_proto(model)
+    ir_model = onnxscript.optimizer.optimize(ir_model)
+    ir_model, _counts = optimize_for_ort(ir_model)
+    return onnx_ir.to_proto(ir_model)
+
+
+TOOLS: dict[str, tuple[Tool, str]] = {
+    "eqsat": (_eqsat, "eqsat"),
+    "onnxsim": (_onnxsim, "onnxsim"),
+    "onnxslim": (_onnxslim, "onnxslim"),
+    "ort-transformers": (_ort_transformers, "onnxruntime"),
+    "onnxscript": (_onnxscript, "onnxscript"),
+}
+"""name -> (the tool, the module that must be importable for it)"""
+
+
+def run_tool(name: str, model: onnx.ModelProto, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One tool on one model: its program (or why there is none), wall seconds, verification."""
+    fn, module = TOOLS[name]
+    if importlib.util.find_spec(module) is None:
+        return {"status": "unavailable", "reason": f"{module} is not installed (pip install -e '.[peers]')"}
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # tools may change their input in place
+    start = time.perf_counter()
+    try:
+        program = fn(copy, label, args)
+    except Exception as exc:  # a peer crashing is a result to report, not a reason to stop
+        return {"status": "failed", "seconds": time.perf_counter() - start,
+                "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    seconds = time.perf_counter() - start
+    try:
+        check = verify(model, program, seed=args.seed)
+    except Exception as exc:  # onnxruntime cannot load or run what the tool wrote
+        return {"status": "invalid", "seconds": seconds, "program": program,
+                "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    entry: dict[str, Any] = {"seconds": seconds, "max_abs_error": check.max_abs_error,
+                             "max_rel_error": check.max_rel_error, "program": program}
+    if not check.passed:
+        return {**entry, "status": "wrong", "reason": check.detail}
+    return {**entry, "status": "verified", "operators": len(program.graph.node)}
+
+
+def time_all(original: onnx.ModelProto, programs: dict[str, onnx.ModelProto], threads: int,
+             args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The original against an unchanged copy of it (``original-copy``, the A/A control) and every program, in
+    one interleaved run: speedup original / program with its interval, per name."""
+    names = ["original-copy", *programs]
+    models = [original, original, *programs.values()]
+    protocol = timing.Protocol(threads=threads, budget_s=args.time_budget * len(names), seed=args.seed)
+    sessions = timing.timing_sessions(models, protocol)
+    feeds = timing.timing_feeds(original, [sessions[0][0], sessions[1][0]], args.seed)
+    runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
+    comparisons = timing.compare_many(runs, protocol, timing.runtime_info(threads))
+    return {n: {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "original_ms": c.original_ms,
+                "program_ms": c.optimized_ms, "rounds": c.rounds} for n, c in zip(names, comparisons)}
+
+
+def bench_model(label: str, model: onnx.ModelProto, args: argparse.Namespace) -> dict[str, Any]:
+    print(f"== {label}: {len(model.graph.node)} nodes", flush=True)
+    tools: dict[str, dict[str, Any]] = {}
+    for name in args.tools:
+        tools[name] = run_tool(name, model, label, args)
+        t = tools[name]
+        print(f"   {name:17} {t['status']:11} {t.get('seconds', 0.0):7.1f} s  {t.get('reason', '')}", flush=True)
+    verified = {n: t.pop("program") for n, t in tools.items() if t["status"] == "verified"}
+    for t in tools.values():
+        t.pop("program", None)
+    timed = {}
+    for threads in args.threads:
+        timed[threads] = time_all(model, verified, threads, args)
+        for name, r in timed[threads].items():
+            print(f"   {threads}t {name:17} {r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}]", flush=True)
+            (tools.setdefault(name, {"status": "control"})).setdefault("timed", {})[str(threads)] = r
+    return {"model": label, "nodes": len(model.graph.node), "tools": tools}
+
+
+def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.ModelProto]]]:
+    out: list[tuple[str, Callable[[], onnx.ModelProto]]] = []
+    if args.models:
+        import zoo  # tests/zoo: small random-weight transformers models exported by torch
+
+        for name in args.models:
+            for exporter in args.exporters:
+                out.append((f"{name}/{exporter}", functools.partial(zoo.build, name, exporter, args.opset,
+                                                                     seed=args.seed)))
+    for path in args.onnx:
+        out.append((os.path.basename(path), functools.partial(onnx.load, path)))
+    return out
+
+
+def figure(rows: list[dict[str, Any]], path: str, threads: int) -> None:
+    """Speedup (original / program) per model and tool with its interval, at ``threads``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({n for r in rows for n, t in r["tools"].items() if str(threads) in t.get("timed", {})})
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows) * len(names) / 2), 4))
+    width = 0.8 / max(len(names), 1)
+    for k, name in enumerate(names):
+        xs, ys, lo, hi = [], [], [], []
+        for i, r in enumerate(rows):
+            t = r["tools"].get(name, {}).get("timed", {}).get(str(threads))
+            if t:
+                xs.append(i + k * width)
+                ys.append(t["speedup"])
+                lo.append(t["speedup"] - t["ci_low"])
+                hi.append(t["ci_high"] - t["speedup"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], label=name, capsize=2)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["model"] for r in rows], rotation=30,
+                  ha="right")
+    ax.set_ylabel(f"speedup over the original ({threads} thread{'s' if threads > 1 else ''})")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="bert,gpt2,vit,llama,resnet",
+                   help="comma-separated zoo models (tests/zoo.NAMES); '' for none")
+    p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")
+    p.add_argument("--opset", type=int, default=18, help="the zoo export's opset")
+    p.add_argument("--onnx", action="append", default=[], metavar="FILE", help="an ONNX model to add (repeatable)")
+    p.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {','.join(TOOLS)}")
+    p.add_argument("--threads", default="1,2", help="onnxruntime intra-op thread counts to time at")
+    p.add_argument("--time-budget", type=float, default=4.0, help="seconds of timed rounds per program and count")
+    p.add_argument("--eqsat-time-limit", type=float, help="eqsat's --time-limit (default: eqsat's own)")
+    p.add_argument("--seed", type=int, default=0, help="weights, inputs and timing order")
+    p.add_argument("--json", help="write the run's results to this JSON file")
+    p.add_argument("--figure", help="write a bar chart (PNG) of the first thread count's speedups")
+    args = p.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    args.exporters = [e for e in args.exporters.split(",") if e]
+    args.tools = [t for t in args.tools.split(",") if t]
+    args.threads = [int(t) for t in args.threads.split(",") if t]
+    unknown = [t for t in args.tools if t not in TOOLS]
+    if unknown or not args.threads or min(args.threads) < 1:
+        p.error(f"unknown tool {', '.join(unknown)} (tools: {', '.join(TOOLS)})" if unknown
+                else "--threads takes positive counts, e.g. 1,2")
+    rows = []
+    for label, load in models_from(args):
+        try:
+            rows.append(bench_model(label, load(), args))
+        except Exception as exc:  # an export this torch cannot write, or a model onnxruntime cannot time
+            traceback.print_exc()
+            rows.append({"model": label, "error": f"{type(exc).__name__}: {exc}"})
+    doc = {"script": "bench_peers", "argv": sys.argv[1:] if argv is None else argv, "seed": args.seed,
+           "threads": args.threads, "machine": {"cpu": platform.processor() or platform.machine(),
+                                                 "cores": os.cpu_count()},
+           "runtime": timing.runtime_info(args.threads[0]), "rows": rows}
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2, allow_nan=False, default=str)
+        print(f"wrote {args.json}")
+    if args.figure:
+        figure([r for r in rows if "tools" in r], args.figure, args.threads[0])
+        print(f"wrote {args.figure}")
+    return 0 if all("tools" in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
