@@ -360,12 +360,18 @@ class _Importer:
                     mapped = ir.make(match.op, ins, attrs)
                 except ShapeError:
                     mapped = None
+        if mapped is None and match.op == "addnorm":  # operands of two shapes: the Add, then the norm alone
+            add, norm = match.nodes
+            self._node(add)
+            self._covered[norm.output[0]] = Match("layernorm", match.attrs, (norm.input[0], *match.inputs[2:]),
+                                                  match.output, (norm,))
+            return self._composite(norm)
         if mapped is None:
             for inner in match.nodes:
                 self._node(inner)
         else:
             self.values[match.output] = mapped
-            if len(match.nodes) == 1 or match.op == "linear":  # a MatMul and its bias Add: written back as they were
+            if len(match.nodes) == 1 or match.op in ("linear", "addnorm"):  # written back as they were
                 self.record_origin(list(match.nodes), [match.output])
         return True
 

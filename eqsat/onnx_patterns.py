@@ -8,6 +8,9 @@ constants, from initializers or Constant nodes):
 
 * ``gelu`` erf: ``Erf(x / sqrt 2)`` (or ``x * (1/sqrt 2)``) ``+ 1``, times ``x`` and ``0.5``; a ``Gelu`` node.
 * ``gelu`` tanh: ``Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))) + 1``, times ``x`` and ``0.5``.
+* ``addnorm``: an ``Add`` whose only reader is a ``LayerNormalization`` node (as ``layernorm``): the pair that
+  onnxruntime fuses into SkipLayerNormalization (the importer takes the LayerNormalization alone where the
+  operands' shapes differ).
 * ``layernorm``: a ``LayerNormalization`` node over the last axis with a bias; before opset 17,
   ``d = x - ReduceMean(x)``; ``d / Sqrt(ReduceMean(Pow(d, 2)) + eps) * gamma + beta``.
 * ``softmax``: a ``Softmax`` node (before opset 13, which flattens at its axis, one over the last axis only).
@@ -338,6 +341,17 @@ def _layernorm_node(v: _View, node: onnx.NodeProto) -> Found | None:
     return "layernorm", (eps_bits(eps),), tuple(node.input[:3]), [node], node.output[0]
 
 
+def _addnorm_node(v: _View, node: onnx.NodeProto) -> Found | None:
+    """An Add read by this LayerNormalization alone (the residual add of a post-LN transformer): what
+    onnxruntime runs as one SkipLayerNormalization kernel. Otherwise (or where the importer refuses it: operands
+    of two shapes) the LayerNormalization alone."""
+    alone = _layernorm_node(v, node)
+    add = v.made_by(node.input[0], "Add")
+    if alone is None or add is None or len(add.input) != 2 or v.sole_reader(add.output[0]) is not node:
+        return alone
+    return "addnorm", alone[1], (*add.input, *alone[2][1:]), [add, node], node.output[0]
+
+
 def _layernorm_decomposed(v: _View, sub: onnx.NodeProto) -> Found | None:
     """torch's opset < 17 form: d = x - mean(x); d / sqrt(mean(d^2) + eps) * gamma + beta."""
     x, d = sub.input[0], sub.output[0]
@@ -441,7 +455,7 @@ def _softmax(v: _View, node: onnx.NodeProto) -> Found | None:
 
 _ANCHORS: dict[str, Callable[[_View, onnx.NodeProto], Found | None]] = {
     "Erf": _gelu_erf, "Tanh": _gelu_tanh, "Gelu": _gelu_node, "Sigmoid": _silu, "Pow": _rmsnorm,
-    "LayerNormalization": _layernorm_node, "Sub": _layernorm_decomposed, "Softmax": _softmax, "MatMul": _matmul,
+    "LayerNormalization": _addnorm_node, "Sub": _layernorm_decomposed, "Softmax": _softmax, "MatMul": _matmul,
 }
 """op type of the node a matcher starts from -> the matcher"""
 
@@ -462,6 +476,8 @@ def find_composites(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray] | N
         if found is None:
             continue
         op, attrs, inputs, nodes, output = found
+        if op == "addnorm" and (any(id(n) in claimed for n in nodes) or not v.valid(nodes, output)):
+            op, attrs, inputs, nodes, output = _layernorm_node(v, node)  # type: ignore[misc]  # the Add is another's
         if any(id(n) in claimed for n in nodes) or not all(inputs) or not v.valid(nodes, output):
             continue
         claimed.update(id(n) for n in nodes)

@@ -36,13 +36,15 @@ from eqsat.rules.registry import all_rules
 from eqsat.rules.verify import check_rule
 from eqsat.verify import verify
 
-COMPOSITES = ("gelu", "layernorm", "softmax", "silu", "rmsnorm", "attention")
-TRANSFORMER = {"gelu": 2, "layernorm": 5, "attention": 2}  # 2 layers: a GELU each, 2 LayerNorms each + 1, attention
+COMPOSITES = ("gelu", "layernorm", "addnorm", "softmax", "silu", "rmsnorm", "attention")
+TRANSFORMER = {"gelu": 2, "layernorm": 4, "addnorm": 1, "attention": 2}  # 2 layers: a GELU each, 2 LayerNorms each + 1,
+# attention; pre-LN (GPT-2, ViT): the first LayerNorm alone reads its Add (the embeddings' sum), an addnorm
 # (the attention's Softmax is inside the attention node: tests/test_attention.py)
 EXPECTED = {
     # (counts, GELU form); BERT and ViT: 6 MatMuls with a bias per layer (Q, K, V, output, MLP in and out);
     # GPT-2's Conv1D projections are Gemms (linear too, made by the importer, not the recognizer)
-    "bert": ({**TRANSFORMER, "linear": 12}, 0), "vit": ({**TRANSFORMER, "linear": 12}, 0), "gpt2": (TRANSFORMER, 1),
+    "bert": ({"gelu": 2, "addnorm": 5, "attention": 2, "linear": 12}, 0),  # post-LN: each LayerNorm reads its Add
+    "vit": ({**TRANSFORMER, "linear": 12}, 0), "gpt2": (TRANSFORMER, 1),
     "llama": ({"rmsnorm": 3, "silu": 1, "attention": 1}, None),  # 1 layer: 2 RMSNorms + final, gated SiLU MLP
     "efficientnet": ({"silu": 22}, None),  # 29 Sigmoids: 22 SiLU, 7 squeeze-excite gates (not SiLU)
     "resnet": ({}, None), "mobilenetv2": ({}, None),

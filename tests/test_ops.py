@@ -142,6 +142,12 @@ def _norm(n_params: int) -> Callable[[np.random.Generator], Sample]:
     return sample
 
 
+def _addnorm(rng: np.random.Generator) -> Sample:
+    """a + b of one shape, then layernorm's gamma and beta over the last axis."""
+    attrs, (x, gamma, beta) = _norm(2)(rng)
+    return attrs, [x, x, gamma, beta]
+
+
 def _scale(rng: np.random.Generator) -> Sample:
     """x times a positive finite float32 (as its bits): powers of two, attention's 1/sqrt(d), tiny and huge."""
     c = float(rng.choice([0.125, 0.35355338, 1.0, 3.0, 1e-30, 1e30]))
@@ -170,11 +176,11 @@ SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "concat": _concat, "slice": _slice, "transpose": _transpose, "reshape": _reshape, "merge": _merge,
     "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
     "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
-    "linear": _linear, "attention": _attention, "scale": _scale,
+    "linear": _linear, "attention": _attention, "scale": _scale, "ewsum": _broadcast, "addnorm": _addnorm,
 }
 WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
 """leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""
-FIELD_OPS = {"ewadd", "ewmul", "dropout", "matmul", "conv2d", "concat", "slice", "transpose", "reshape", "merge",
+FIELD_OPS = {"ewadd", "ewsum", "ewmul", "dropout", "matmul", "conv2d", "concat", "slice", "transpose", "reshape", "merge",
              "enlarge", "linear"}
 """multi-linear (or layout) operators, defined over a prime field without a non-linear activation"""
 COMPUTED = sorted(SAMPLERS)

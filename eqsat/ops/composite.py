@@ -5,6 +5,11 @@ operators (recognized on import by :mod:`eqsat.onnx_patterns`), each one node of
   approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``.
 * ``layernorm`` (x, gamma, beta), attrs ``(eps_bits,)``: over the last axis,
   ``(x - mean) / sqrt(var + eps) * gamma + beta`` (biased variance).
+* ``addnorm`` (a, b, gamma, beta), attrs ``(eps_bits,)``: ``layernorm(a + b, gamma, beta)`` with a and b of
+  one shape, the residual add and the LayerNormalization after it as the runtime runs them: written as Add +
+  LayerNormalization, which onnxruntime fuses into SkipLayerNormalization (so its measured cost is that
+  kernel's). The rule ``addnorm_unfuse`` relates it to ``layernorm(ewsum(a, b))``, the spelling that stays two
+  kernels.
 * ``softmax`` (x), attrs ``(axis,)``: ``exp(x) / sum(exp(x))`` along a non-negative axis (egglog: ranks 1-4).
 * ``silu`` (x): ``x * sigmoid(x)``.
 * ``rmsnorm`` (x, gamma), attrs ``(eps_bits,)``: over the last axis, ``x / sqrt(mean(x^2) + eps) * gamma``.
@@ -253,6 +258,44 @@ LAYERNORM = OpDef("layernorm", "(x - mean) / sqrt(var + eps) * gamma + beta over
                   "(eps_bits,)", _norm_shape("layernorm", 2), (Ctor("LayerNorm", "ittt"),),
                   _norm_rules("LayerNorm", ["g", "b"]), _layernorm_numpy, _layernorm_onnx, _layernorm_torch,
                   _per_element(8.0))
+
+
+def _addnorm_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    if len(shapes) != 4 or tuple(shapes[0]) != tuple(shapes[1]):
+        raise fail("addnorm", f"expects a and b of one shape, then gamma and beta, got {tuple(shapes)}")
+    return _norm_shape("addnorm", 2)(attrs, [shapes[0], *shapes[2:]])
+
+
+def _addnorm_rules() -> list[str]:
+    out = []
+    for r in range(1, MAX_RANK + 1):
+        d = dim_vars("d", r)
+        out.append(rule(f"shape_AddNorm{r}", ["(= e (AddNorm eps a b g bb))", f"(= {shape_of(d)} (shape a))",
+                                              f"(= {shape_of(d)} (shape b))", f"(= (S1 {d[-1]}) (shape g))",
+                                              f"(= (S1 {d[-1]}) (shape bb))", *_eps_conds("eps")],
+                        [f"(set (shape e) {shape_of(d)})"]))
+    return out
+
+
+def _addnorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    _no_field("addnorm", modulus)
+    a, b = (np.asarray(x, dtype=np.float64) for x in args[:2])
+    return _layernorm_numpy(attrs, [a + b, *args[2:]], modulus)
+
+
+def _addnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    total = em.emit("Add", ins[:2], "addnorm")
+    return _layernorm_onnx(em, attrs, [total, *ins[2:]], [shapes[0], *shapes[2:]])
+
+
+def _addnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    eps = eps_value(attrs[0])
+    return lambda a, b, g, bb: torch.nn.functional.layer_norm(a + b, (a.shape[-1],), g, bb, eps)
+
+
+ADDNORM = OpDef("addnorm", "layernorm(a + b, gamma, beta), a and b of one shape (egglog: ranks 1-4)", "(eps_bits,)",
+                _addnorm_shape, (Ctor("AddNorm", "itttt"),), _addnorm_rules, _addnorm_numpy, _addnorm_onnx,
+                _addnorm_torch, _per_element(9.0))
 
 
 def _rmsnorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:

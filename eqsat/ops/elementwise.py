@@ -1,8 +1,14 @@
-"""Element-wise operators: ``ewadd``, ``ewmul`` (equal-rank broadcasting) and the unary activations."""
+"""Element-wise operators: ``ewadd``, ``ewmul`` (equal-rank broadcasting) and the unary activations.
+
+``ewsum`` is ``ewadd`` written as ONNX ``Sum``: the same values, a spelling onnxruntime does not fuse into the
+operator after it (an ``Add`` before a LayerNormalization becomes its SkipLayerNormalization kernel, which is
+slower than the pair on some CPUs). Only the rule ``addnorm_unfuse`` makes one, and only the measured cost
+of each spelling decides which the program keeps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -76,6 +82,8 @@ def _binary(op: str, ctor: str, doc: str, onnx_type: str, fn: Callable[[Any, Any
 
 
 EWADD = _binary("ewadd", "Ewadd", "a + b (equal rank, broadcasting)", "Add", lambda x, y: x + y)
+EWSUM = replace(_binary("ewsum", "Ewsum", "a + b written as ONNX Sum (unfused by onnxruntime)", "Sum", lambda x, y: x + y),
+                taso=None)
 EWMUL = _binary("ewmul", "Ewmul", "a * b (equal rank, broadcasting)", "Mul", lambda x, y: x * y)
 RELU = _unary("relu", "Relu", "max(x, 0)", "Relu", ACT_RELU, "relu", True)
 TANH = _unary("tanh", "Tanh", "tanh(x)", "Tanh", ACT_TANH, "tanh", True, 4)

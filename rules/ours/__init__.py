@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import attention, fusion, layout, linear, merge
+from . import attention, fusion, layout, linear, merge, spelling
 
-rules = [*fusion.rules, *layout.rules, *merge.rules, *linear.rules, *attention.rules]
+rules = [*fusion.rules, *layout.rules, *merge.rules, *linear.rules, *attention.rules, *spelling.rules]
 
 __all__ = ["rules"]

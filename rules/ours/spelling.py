@@ -1,0 +1,34 @@
+"""Spellings of one program that the runtime runs at different speeds: each rule relates a form that onnxruntime
+fuses into one of its own kernels to a form it runs as written, so that the measured cost of each (timed in
+the runtime, fused where it fuses) decides which the program keeps. Nothing here says which is faster: on one
+CPU the fused kernel wins, on another the pair does.
+
+* ``addnorm_unfuse``: addnorm(a, b, gamma, beta) -> layernorm(ewsum(a, b), gamma, beta). ``addnorm`` is the
+  residual Add before a LayerNormalization as the importer finds it, which onnxruntime runs as its
+  SkipLayerNormalization kernel; ``ewsum`` writes the add as ONNX Sum, which it leaves unfused.
+"""
+
+from __future__ import annotations
+
+from eqsat import ir
+from eqsat.ops.composite import eps_bits
+
+from ..rule import Rule
+from .sampling import dim, pick
+
+
+def _addnorm_instance(rng):
+    """An addnorm over a tensor of rank 1-4 (both operands fed, or one a weight), with layernorm's epsilons."""
+    shape = tuple(dim(rng, 1, 5) for _ in range(int(rng.integers(1, 5))))
+    a = ir.input_("a", shape)
+    b = ir.input_("b", shape) if rng.random() < 0.8 else ir.weight("b", shape)
+    params = [ir.weight(n, (shape[-1],)) for n in ("g", "beta")]
+    eps = eps_bits(pick(rng, (1e-5, 1e-12, 1e-6)))
+    return [ir.make("addnorm", [a, b, *params], (eps,))]
+
+
+rules = [
+    Rule("addnorm_unfuse", "single", "ours", "addnorm(a, b, g, beta) -> layernorm(ewsum(a, b), g, beta)",
+         (("(= r (AddNorm eps a b g bb))", "(Pend r (LayerNorm eps (Ewsum a b) g bb))"),), 2,
+         example=_addnorm_instance),
+]
