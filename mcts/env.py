@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from eqsat.cost import node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import Extraction, extract
 from eqsat.rules import StepReport, actions
 from eqsat.rules.reach import ReachEngine

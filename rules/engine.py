@@ -2,7 +2,7 @@
 e-graph (a push, popped when the result passes the limit).
 
 >>> from eqsat import ir
->>> from eqsat.egraph import EGraph
+>>> from eqsat.egglog.egraph import EGraph
 >>> from eqsat.rules import registry
 >>> x = ir.input_("x", (4, 4)); w = ir.weight("w", (4, 4)); v = ir.weight("v", (4, 4))
 >>> y = ir.make("matmul", [ir.make("matmul", [x, w], (0,)), v], (0,))
@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eqsat import egglog_schema as schema
-from eqsat.egraph import EGraph
+from eqsat.egglog import schema
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import EGraphError, InputError
 
 from .rule import Rule
@@ -52,7 +52,7 @@ class RuleEngine:
     """The rules registered on one e-graph, each in its own ruleset with a match-counting twin.
 
     Before registering them it ensures the analysis rules of every constructor they name, in one batch
-    (:meth:`~eqsat.egraph.EGraph.ensure_analysis`; registering a rule would ensure its own anyway): a
+    (:meth:`~eqsat.egglog.egraph.EGraph.ensure_analysis`; registering a rule would ensure its own anyway): a
     right-hand side a rule creates always gets its shape, and so can commit.
 
     egglog copies every registered rule and ruleset on each push, so a rule's twin is registered for good only

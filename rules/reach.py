@@ -17,7 +17,7 @@ rules: registering the rules that can fire ensures the shape and AllW rules of e
 and analysis run too: SqueezeNet's e-graph can hold 11 of the 31 constructors).
 
 >>> from eqsat import ir
->>> from eqsat.egraph import EGraph
+>>> from eqsat.egglog.egraph import EGraph
 >>> from eqsat.rules import registry
 >>> x = ir.input_("x", (4, 4)); w = ir.weight("w", (4, 4)); v = ir.weight("v", (4, 4))
 >>> eg = EGraph.from_graph(ir.Graph((x,), (ir.make("matmul", [ir.make("matmul", [x, w], (0,)), v], (0,)),), ("y",)))
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from eqsat import egglog_schema as schema
-from eqsat.egglog_schema import constructors
-from eqsat.egraph import EGraph
+from eqsat.egglog import schema
+from eqsat.egglog.egraph import EGraph
+from eqsat.egglog.schema import constructors
 
 from .engine import RuleEngine, StepReport
 from .rule import Rule

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eqsat import ir, ops
-from eqsat.egraph import EGraph, Snapshot
+from eqsat.egglog.egraph import EGraph, Snapshot
 from eqsat.errors import ShapeError
 from eqsat.ops import NotEvaluable
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from eqsat import ir, ops
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.onnx_export import export_model
 from eqsat.ops import SAME, NotEvaluable, Shape

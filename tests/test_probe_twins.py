@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import EgglogError
 from eqsat.models import MODELS, build
 from eqsat.rules import rule_set

@@ -14,7 +14,7 @@ from eqsat import ir
 from eqsat.app.cli import main
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import extract, find_cycle
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model

@@ -4,7 +4,7 @@ An entry holds the operator's egglog constructor(s) and argument kinds, its attr
 function and the egglog shape rules (its twin; ``tests/test_ops.py`` checks that they agree on random
 shapes), numpy semantics (float64 and, where defined, integers modulo a prime), the ONNX emitter, the
 torch function used for timing, flops and bytes moved, and whether it is free. Everything else derives
-from the table: the egglog schema (:mod:`eqsat.egglog_schema`), shape inference (:func:`eqsat.shapes.infer`),
+from the table: the egglog schema (:mod:`eqsat.egglog.schema`), shape inference (:func:`eqsat.shapes.infer`),
 evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx_export`), the cost models (:mod:`eqsat.cost`)
 and the rule compiler and verifier (:mod:`eqsat.rules`).
 

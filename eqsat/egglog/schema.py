@@ -12,7 +12,7 @@
 
 :func:`program` declares every constructor (declarations cost nothing at run time) but none of the
 ``analysis`` rules: those come per constructor from :func:`analysis_rules`, registered by
-:meth:`eqsat.egraph.EGraph.ensure_analysis` only for the constructors an e-graph can ever hold. egglog clones
+:meth:`eqsat.egglog.egraph.EGraph.ensure_analysis` only for the constructors an e-graph can ever hold. egglog clones
 every registered rule on each push and scans each on every analysis run, so a model that holds 8 of the 31
 constructors would otherwise pay for all of them (about a sixth of a SqueezeNet search's time).
 
@@ -28,10 +28,10 @@ import re
 from collections.abc import Set
 from functools import cache
 
-from . import ops
-from .ops.egglog_text import MAX_RANK, shape_term
-from .ops.egglog_text import rule as _rule
-from .ops.egglog_text import shape_ctor as _shape_ctor
+from .. import ops
+from ..ops.egglog_text import MAX_RANK, shape_term
+from ..ops.egglog_text import rule as _rule
+from ..ops.egglog_text import shape_ctor as _shape_ctor
 
 __all__ = ["CONSTRUCTORS", "MAX_RANK", "OP_TO_CONSTRUCTOR", "analysis_rules", "constructors", "program", "shape_term"]
 

@@ -1,6 +1,6 @@
 """The egglog runtime wrapper: one e-graph holding a program, the commands run on it, push/pop, its size,
 and freezing it into a :class:`~eqsat.snapshot.Snapshot`. Encoding a program into commands is
-:mod:`eqsat.encode`'s job, decoding a chosen program :mod:`eqsat.decode`'s.
+:mod:`eqsat.egglog.codec`'s job, decoding a chosen program :mod:`eqsat.decode`'s.
 
 Every call into egglog goes through :func:`egglog_guard`: an error egglog reports, or a Rust panic (a
 ``pyo3_runtime.PanicException``, which is a BaseException), becomes an :class:`~eqsat.errors.EgglogError`
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import egglog.bindings as eb
 
-from . import egglog_schema as schema
-from .encode import Encoding
-from .errors import EgglogError, EGraphError, EqsatError
-from .ir import Graph, Node
-from .snapshot import ENode, Snapshot, new_enode
+from ..errors import EgglogError, EGraphError, EqsatError
+from ..ir import Graph, Node
+from ..snapshot import ENode, Snapshot, new_enode
+from . import schema
+from .codec import Encoding
 
 __all__ = ["EGraph", "ENode", "Size", "Snapshot", "egglog_guard"]  # ENode, Snapshot: re-exported from .snapshot
 
@@ -100,7 +100,7 @@ class EGraph:
 
     @classmethod
     def from_graph(cls, graph: Graph) -> EGraph:
-        """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.encode`)."""
+        """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`)."""
         eg = cls()
         eg.add_program(graph.outputs)
         return eg
@@ -139,7 +139,7 @@ class EGraph:
 
     def ensure_analysis(self, ctors: Iterable[str]) -> None:
         """Register the ``analysis`` rules of the constructors ``ctors`` that have none yet, in the schema's
-        fixed order (:func:`eqsat.egglog_schema.analysis_rules`). Only outside a push: a pop would drop them,
+        fixed order (:func:`eqsat.egglog.schema.analysis_rules`). Only outside a push: a pop would drop them,
         and the e-graph would go on believing it had them."""
         missing = set(ctors) - self._analysed
         if not missing:

@@ -1,5 +1,5 @@
 """IR -> e-graph: the egglog commands that add a program, as text (no egglog runtime here; the wrapper
-:class:`eqsat.egraph.EGraph` runs them).
+:class:`eqsat.egglog.egraph.EGraph` runs them).
 
 Every IR node gets a named handle (``(node "n7")``) set to its constructor term and its shape; input and
 weight leaves are named ``i:NAME`` / ``w:NAME``; opaque operators are numbered in an opaque table.
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from . import egglog_schema as schema
-from . import ops
-from .ir import Node, topo_order
+from .. import ops
+from ..ir import Node, topo_order
+from . import schema
 
 
 def _tensor_list(items: Sequence[str]) -> str:
