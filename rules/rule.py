@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eqsat import ops
+from eqsat.egglog import codec
 
 from . import sexpr
 from .sexpr import Pattern
@@ -73,11 +74,11 @@ class _Compiler:
             assert isinstance(inner, tuple) and inner[0] == "split", p
             axis, x = inner[1], inner[2]
             lo, hi = splits[op]  # type: ignore[index]
-            return ops.egglog_term("slice", (axis, lo, hi), [t(x)])
+            return codec.term("slice", (axis, lo, hi), [t(x)])
         attrs, operands, rank = _taso_form(op, args)
         if rank is not None:
             self.ranks.add(rank)
-        return ops.egglog_term(op, attrs, [t(x) for x in operands])
+        return codec.term(op, attrs, [t(x) for x in operands])
 
 
 def _taso_form(op: str, args: tuple) -> tuple[tuple, tuple, int | None]:

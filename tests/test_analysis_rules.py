@@ -8,11 +8,12 @@ import pytest
 
 from eqsat import ir, ops
 from eqsat.egglog import schema
-from eqsat.egglog.egraph import EGraph, ENode, Snapshot
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import EGraphError
 from eqsat.models import MODELS, build
 from eqsat.rules import RuleEngine, by_name, rule_set
 from eqsat.rules.reach import ReachEngine, present_constructors
+from eqsat.snapshot import ENode, Snapshot
 
 
 def _everything(egraph: EGraph) -> EGraph:

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from eqsat import ir, ops
+from eqsat.egglog import codec
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.onnx_export import export_model
@@ -240,7 +241,7 @@ def test_python_and_egglog_shape_inference_agree(op):
             h = f"l{k}_{i}"
             eg.run_program(f'(set (node "{h}") (Input "i:{h}")) (set (shape (node "{h}")) {ops.shape_term(s)})')
             leaves.append(f'(node "{h}")')
-        eg.run_program(f'(set (node "o{k}") {ops.egglog_term(op, attrs, leaves)})')
+        eg.run_program(f'(set (node "o{k}") {codec.term(op, attrs, leaves)})')
         eg.output_handles.append(f"o{k}")
     eg.saturate_analysis()
     snap = eg.snapshot()
