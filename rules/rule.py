@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from eqsat import ops
 from eqsat.egglog import codec
@@ -31,13 +32,17 @@ class Rule:
     """one line: ``A(B(x)) -> C(x)``"""
     bodies: tuple[tuple[str, str], ...]
     """(query, actions) of each egglog rule in this rule's ruleset"""
-    growth: int
-    """most e-nodes one match can add (the node-limit guard multiplies it by the match count)"""
     lhs: tuple[Pattern, ...] = ()
     """source patterns in TENSAT syntax (TASO rules), used by the verifier to build instances"""
     example: Callable | None = field(default=None, compare=False)
     """ours: fn(rng) -> the roots of one random instance, on which the rule may fire (the verifier draws many)"""
     duplicate_of: str | None = None
+
+    @cached_property
+    def growth(self) -> int:
+        """Most e-nodes one match can add (the node-limit guard multiplies it by the match count): the distinct
+        tensor terms of the largest body's actions (:func:`eqsat.egglog.codec.tensor_terms`)."""
+        return max((len(codec.tensor_terms(actions)) for _query, actions in self.bodies), default=0)
 
     def egglog_forms(self) -> list[str]:
         forms = []
@@ -168,7 +173,7 @@ def compile_single(name: str, lhs: Pattern, rhs: Pattern, duplicate_of: str | No
     query = [f"(= root {lhs_t})", "(= root_shape (shape root))"]
     query += _conditions((lhs,), (rhs,), comp)
     return Rule(name, "single", "taso", f"{sexpr.show(lhs)} -> {sexpr.show(rhs)}",
-                ((" ".join(query), f"(Pend root {rhs_t})"),), sexpr.count_ops(rhs), (lhs,), duplicate_of=duplicate_of)
+                ((" ".join(query), f"(Pend root {rhs_t})"),), (lhs,), duplicate_of=duplicate_of)
 
 
 def _concat_rank(p: Pattern) -> int | None:
@@ -210,7 +215,7 @@ def compile_multi(name: str, src1: Pattern, dst1: Pattern, src2: Pattern, dst2: 
             bodies.append(single.bodies[0])
         return Rule(name, "multi", "taso",
                     f"{sexpr.show(src1)}, {sexpr.show(src2)} -> {sexpr.show(dst1)}, {sexpr.show(dst2)}",
-                    tuple(bodies), max(sexpr.count_ops(dst1), sexpr.count_ops(dst2)), (src1, src2))
+                    tuple(bodies), (src1, src2))
     comp = _Compiler()
     s1, s2 = comp.term(src1), comp.term(src2)
     rank = _concat_rank(dst1) or _concat_rank(dst2)
@@ -233,8 +238,7 @@ def compile_multi(name: str, src1: Pattern, dst1: Pattern, src2: Pattern, dst2: 
     query += _conditions((src1, src2), (_unsplit(dst1), _unsplit(dst2)), comp)
     return Rule(name, "multi", "taso",
                 f"{sexpr.show(src1)}, {sexpr.show(src2)} -> {sexpr.show(dst1)}, {sexpr.show(dst2)}",
-                ((" ".join(query), f"(Pend r1 {d1}) (Pend r2 {d2})"),),
-                sexpr.count_ops(dst1) + sexpr.count_ops(dst2), (src1, src2))
+                ((" ".join(query), f"(Pend r1 {d1}) (Pend r2 {d2})"),), (src1, src2))
 
 
 def _unsplit(p: Pattern) -> Pattern:
