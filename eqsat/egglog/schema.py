@@ -96,7 +96,6 @@ def program() -> list[str]:
         "(relation Pend (T T))",
         "(ruleset analysis)",
         "(ruleset commit)",
-        "(ruleset probe)",
     ]
     forms += [r for names, r in _analysis() if not names]
     forms.append(_rule("commit", ["(Pend a b)", "(= s (shape a))", "(= s (shape b))"], ["(union a b)"], "commit"))
