@@ -230,8 +230,7 @@ class Env:
         """The rule's match count, probed without the engine's own push (which costs as much as the probe): only
         inside a simulation's push, whose pop discards whatever the run touched; a probe rule has no actions,
         so it adds nothing to the state the simulation goes on from."""
-        out = self.egraph.run_commands(self.engine._probe[rule])
-        return sum(out[0].report.num_matches_per_rule.values())
+        return self.engine.probe_in_push(rule)
 
     def full(self) -> bool:
         return self.size() >= self.config.limit
