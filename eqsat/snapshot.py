@@ -1,5 +1,6 @@
 """The extracted e-graph as plain data: integer-indexed e-classes and e-nodes, the input of every extractor
-and cost model. It imports no egglog: :meth:`eqsat.egglog.egraph.EGraph.snapshot` fills it from the runtime.
+and cost model. It imports no egglog: :meth:`eqsat.egglog.egraph.EGraph.snapshot` fills it from the runtime
+(:func:`eqsat.egglog.codec.decode` reads egglog's tables).
 
 >>> snap = Snapshot([ENode("input", ("i:x",), (), 0), ENode("relu", (), (0,), 1)], [[0], [1]],
 ...                 [(2,), (2,)], [False, False], [1])

@@ -207,15 +207,14 @@ def is_symmetric(src1: Pattern, src2: Pattern) -> bool:
 def compile_multi(name: str, src1: Pattern, dst1: Pattern, src2: Pattern, dst2: Pattern) -> Rule:
     """A two-source rule. Sources that share no variable (TASO's rules 1 and 2) are compiled as two
     independent bodies: a joint query would enumerate the cross product of unrelated matches."""
+    statement = f"{sexpr.show(src1)}, {sexpr.show(src2)} -> {sexpr.show(dst1)}, {sexpr.show(dst2)}"
     if (not set(sexpr.variables(src1)) & set(sexpr.variables(src2))
             and _split_axis(dst1) is None and _split_axis(dst2) is None):
         bodies = []
         for src, dst in ((src1, dst1), (src2, dst2)):
             single = compile_single(name, src, dst)
             bodies.append(single.bodies[0])
-        return Rule(name, "multi", "taso",
-                    f"{sexpr.show(src1)}, {sexpr.show(src2)} -> {sexpr.show(dst1)}, {sexpr.show(dst2)}",
-                    tuple(bodies), (src1, src2))
+        return Rule(name, "multi", "taso", statement, tuple(bodies), (src1, src2))
     comp = _Compiler()
     s1, s2 = comp.term(src1), comp.term(src2)
     rank = _concat_rank(dst1) or _concat_rank(dst2)
@@ -236,9 +235,7 @@ def compile_multi(name: str, src1: Pattern, dst1: Pattern, src2: Pattern, dst2: 
     d1 = comp.term(dst1, split_bounds(dst1))
     d2 = comp.term(dst2, split_bounds(dst2))
     query += _conditions((src1, src2), (_unsplit(dst1), _unsplit(dst2)), comp)
-    return Rule(name, "multi", "taso",
-                f"{sexpr.show(src1)}, {sexpr.show(src2)} -> {sexpr.show(dst1)}, {sexpr.show(dst2)}",
-                ((" ".join(query), f"(Pend r1 {d1}) (Pend r2 {d2})"),), (src1, src2))
+    return Rule(name, "multi", "taso", statement, ((" ".join(query), f"(Pend r1 {d1}) (Pend r2 {d2})"),), (src1, src2))
 
 
 def _unsplit(p: Pattern) -> Pattern:

@@ -251,6 +251,11 @@ def test_python_and_egglog_shape_inference_agree(op):
         got = snap.shapes[snap.roots[k]]
         assert got == expected, f"{op}{attrs} on {shapes}: egglog {got}, python {expected}"
         valid += expected is not None
+        # the codec reads back what it wrote: the drawn operator, attributes and operands (leaf names)
+        [root] = [snap.nodes[i] for i in snap.classes[snap.roots[k]]]
+        operands = [snap.nodes[i].attrs for c in root.children for i in snap.classes[c]]
+        assert (root.op, root.attrs, operands) == (op, tuple(map(int, attrs)),
+                                                  [(f"i:l{k}_{i}",) for i in range(len(shapes))])
     assert valid >= 12
 
 
