@@ -33,13 +33,11 @@ from ..ops.egglog_text import MAX_RANK, shape_term
 from ..ops.egglog_text import rule as _rule
 from ..ops.egglog_text import shape_ctor as _shape_ctor
 
-__all__ = ["CONSTRUCTORS", "MAX_RANK", "OP_TO_CONSTRUCTOR", "analysis_rules", "constructors", "program", "shape_term"]
+__all__ = ["CONSTRUCTORS", "MAX_RANK", "analysis_rules", "constructors", "program", "shape_term"]
 
 CONSTRUCTORS = ops.CONSTRUCTORS
 """constructor -> (IR op, argument kinds), from the operator table: i = i64 literal, s = String, h = Shape
 value, t = tensor, l = list of tensors"""
-OP_TO_CONSTRUCTOR = {d.op: d.ctors[0].name for d in ops.OPS.values() if d.ctors}
-"""IR op -> its first (for concat: binary) constructor"""
 _SORT = {"i": "i64", "s": "String", "h": "Shape", "t": "T", "l": "TList"}
 _TOKEN = re.compile(r"[()\s]+")
 
