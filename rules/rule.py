@@ -9,7 +9,7 @@ broadcastability, concat ranks and non-axis dimensions, enlarge kernel sizes are
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from functools import cached_property
 
 from eqsat import ops
@@ -32,6 +32,7 @@ class Rule:
     """one line: ``A(B(x)) -> C(x)``"""
     bodies: tuple[tuple[str, str], ...]
     """(query, actions) of each egglog rule in this rule's ruleset"""
+    _: KW_ONLY  # the rest by name (growth, once the sixth argument, is derived: an old call fails loudly)
     lhs: tuple[Pattern, ...] = ()
     """source patterns in TENSAT syntax (TASO rules), used by the verifier to build instances"""
     example: Callable | None = field(default=None, compare=False)
@@ -173,7 +174,7 @@ def compile_single(name: str, lhs: Pattern, rhs: Pattern, duplicate_of: str | No
     query = [f"(= root {lhs_t})", "(= root_shape (shape root))"]
     query += _conditions((lhs,), (rhs,), comp)
     return Rule(name, "single", "taso", f"{sexpr.show(lhs)} -> {sexpr.show(rhs)}",
-                ((" ".join(query), f"(Pend root {rhs_t})"),), (lhs,), duplicate_of=duplicate_of)
+                ((" ".join(query), f"(Pend root {rhs_t})"),), lhs=(lhs,), duplicate_of=duplicate_of)
 
 
 def _concat_rank(p: Pattern) -> int | None:
@@ -214,7 +215,7 @@ def compile_multi(name: str, src1: Pattern, dst1: Pattern, src2: Pattern, dst2: 
         for src, dst in ((src1, dst1), (src2, dst2)):
             single = compile_single(name, src, dst)
             bodies.append(single.bodies[0])
-        return Rule(name, "multi", "taso", statement, tuple(bodies), (src1, src2))
+        return Rule(name, "multi", "taso", statement, tuple(bodies), lhs=(src1, src2))
     comp = _Compiler()
     s1, s2 = comp.term(src1), comp.term(src2)
     rank = _concat_rank(dst1) or _concat_rank(dst2)
@@ -235,7 +236,8 @@ def compile_multi(name: str, src1: Pattern, dst1: Pattern, src2: Pattern, dst2: 
     d1 = comp.term(dst1, split_bounds(dst1))
     d2 = comp.term(dst2, split_bounds(dst2))
     query += _conditions((src1, src2), (_unsplit(dst1), _unsplit(dst2)), comp)
-    return Rule(name, "multi", "taso", statement, ((" ".join(query), f"(Pend r1 {d1}) (Pend r2 {d2})"),), (src1, src2))
+    return Rule(name, "multi", "taso", statement, ((" ".join(query), f"(Pend r1 {d1}) (Pend r2 {d2})"),),
+                lhs=(src1, src2))
 
 
 def _unsplit(p: Pattern) -> Pattern:
