@@ -35,7 +35,7 @@ class EGraphError(EqsatError):
 
 class EgglogError(EGraphError):
     """A call into egglog failed: egglog reported an error or panicked (a Rust panic, a BaseException, is
-    turned into this by :func:`eqsat.egraph.egglog_guard`). The message says what was being done."""
+    turned into this by :func:`eqsat.egglog.egraph.egglog_guard`). The message says what was being done."""
 
 
 class LimitError(InputError):

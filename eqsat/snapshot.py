@@ -1,5 +1,6 @@
 """The extracted e-graph as plain data: integer-indexed e-classes and e-nodes, the input of every extractor
-and cost model. It imports no egglog: :meth:`eqsat.egraph.EGraph.snapshot` fills it from the runtime.
+and cost model. It imports no egglog: :meth:`eqsat.egglog.egraph.EGraph.snapshot` fills it from the runtime
+(:func:`eqsat.egglog.codec.decode` reads egglog's tables).
 
 >>> snap = Snapshot([ENode("input", ("i:x",), (), 0), ENode("relu", (), (0,), 1)], [[0], [1]],
 ...                 [(2,), (2,)], [False, False], [1])
@@ -52,7 +53,7 @@ class Snapshot:
     handle_classes: dict[str, int] = field(default_factory=dict)
     """handle of every encoded IR node (``(node "nK")``) -> its e-class"""
     node_handles: dict[int, str] = field(default_factory=dict)
-    """id of every encoded IR node -> its handle (see :attr:`eqsat.encode.Encoding.handles`)"""
+    """id of every encoded IR node -> its handle (see :attr:`eqsat.egglog.codec.Encoding.handles`)"""
 
     def class_of(self, node: Node) -> int | None:
         """The e-class of an IR node of the encoded program (None if it was not encoded or was dropped)."""

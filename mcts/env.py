@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from eqsat.cost import node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import Extraction, extract
 from eqsat.rules import StepReport, actions
 from eqsat.rules.reach import ReachEngine
@@ -230,8 +230,7 @@ class Env:
         """The rule's match count, probed without the engine's own push (which costs as much as the probe): only
         inside a simulation's push, whose pop discards whatever the run touched; a probe rule has no actions,
         so it adds nothing to the state the simulation goes on from."""
-        out = self.egraph.run_commands(self.engine._probe[rule])
-        return sum(out[0].report.num_matches_per_rule.values())
+        return self.engine.probe_in_push(rule)
 
     def full(self) -> bool:
         return self.size() >= self.config.limit

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def _replica(payload: tuple) -> MCTS:
     """A tree on a fresh e-graph built from the same program and rules as the caller's (``Forest._payload``)."""
-    from eqsat.egraph import EGraph
+    from eqsat.egglog.egraph import EGraph
 
     from .env import Env
     from .search import MCTS

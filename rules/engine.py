@@ -2,7 +2,7 @@
 e-graph (a push, popped when the result passes the limit).
 
 >>> from eqsat import ir
->>> from eqsat.egraph import EGraph
+>>> from eqsat.egglog.egraph import EGraph
 >>> from eqsat.rules import registry
 >>> x = ir.input_("x", (4, 4)); w = ir.weight("w", (4, 4)); v = ir.weight("v", (4, 4))
 >>> y = ir.make("matmul", [ir.make("matmul", [x, w], (0,)), v], (0,))
@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from eqsat import egglog_schema as schema
-from eqsat.egraph import EGraph
+from eqsat.egglog import schema
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import EGraphError, InputError
 
 from .rule import Rule
@@ -49,10 +49,13 @@ def named_constructors(rules: Iterable[Rule]) -> set[str]:
 
 
 class RuleEngine:
-    """The rules registered on one e-graph, each in its own ruleset with a match-counting twin.
+    """The rules of one e-graph: every rule it answers for (:attr:`rules`), and those of them registered in egglog
+    (:attr:`registered`, by default all), each in its own ruleset with a match-counting twin. A rule that is not
+    registered is *idle* (:meth:`idle`): probing or applying it reports no match at no cost (for a rule that can
+    never fire, see :class:`~eqsat.rules.reach.ReachEngine`).
 
     Before registering them it ensures the analysis rules of every constructor they name, in one batch
-    (:meth:`~eqsat.egraph.EGraph.ensure_analysis`; registering a rule would ensure its own anyway): a
+    (:meth:`~eqsat.egglog.egraph.EGraph.ensure_analysis`; registering a rule would ensure its own anyway): a
     right-hand side a rule creates always gets its shape, and so can commit.
 
     egglog copies every registered rule and ruleset on each push, so a rule's twin is registered for good only
@@ -62,11 +65,17 @@ class RuleEngine:
     inside a push does: the counts are the same, and a push and pop of NASNet-A's e-graph costs about half
     of what it did with every twin registered."""
 
-    def __init__(self, egraph: EGraph, rules: Iterable[Rule]):
+    def __init__(self, egraph: EGraph, rules: Iterable[Rule], registered: Iterable[str] | None = None):
+        """``rules``: every rule the engine answers for, in order; ``registered``: the names of those to register
+        in egglog (None: all of them)."""
         rules = list(rules)
-        egraph.ensure_analysis(named_constructors(rules))
+        live = {r.name for r in rules} if registered is None else set(registered)
+        egraph.ensure_analysis(named_constructors([r for r in rules if r.name in live]))
         self.egraph = egraph
         self.rules: dict[str, Rule] = {}
+        """every rule of the engine, registered or idle, in the order given"""
+        self.registered: dict[str, Rule] = {}
+        """the rules registered in egglog (the others are idle)"""
         self._run: dict[str, list] = {}
         self._probe: dict[str, list] = {}
         """rule -> the command that runs its twin's ruleset"""
@@ -75,18 +84,19 @@ class RuleEngine:
         self._probe_all: list = []
         self._probe_all_for = -1
         for rule in rules:
-            self.add(rule)
+            if rule.name in live:
+                self.add(rule)
+            elif rule.name in self.rules:
+                raise InputError(f"rule {rule.name!r} given twice")
+            else:
+                self.rules[rule.name] = rule
         self._build_probe_all()
-
-    def _probe_rules(self) -> dict[str, Rule]:
-        """The rules :meth:`probe_all` counts."""
-        return self.rules
 
     def _build_probe_all(self) -> None:
         """The commands of one probe of every rule, run inside a push: the single-pattern twins defined in one
         ruleset, combined with the registered twins of the multi-pattern rules (the two rulesets' names have a
         hyphen, which no rule name has, so they never clash with a rule's ``probe_<rule>``)."""
-        eg, rules = self.egraph, self._probe_rules()
+        eg, rules = self.egraph, self.registered
         singles = [r for r in rules.values() if r.kind != "multi"]
         commands = eg.parse("(ruleset probe-singles)")
         for rule in singles:
@@ -95,7 +105,7 @@ class RuleEngine:
         multis = " ".join(f"probe_{r.name}" for r in rules.values() if r.kind == "multi")
         commands += eg.parse(f"(unstable-combined-ruleset probe-all probe-singles {multis})")
         self._probe_all = commands + eg.parse("(run probe-all 1)")
-        self._probe_all_for = len(self.rules)
+        self._probe_all_for = len(self.registered)
 
     def add(self, rule: Rule) -> None:
         """Register a rule (outside any push: a pop would drop it)."""
@@ -111,6 +121,7 @@ class RuleEngine:
         if rule.kind != "multi":
             self._twins[rule.name] = [c for form in twin for c in eg.parse(form)]
         self.rules[rule.name] = rule
+        self.registered[rule.name] = rule
         self._run[rule.name] = eg.parse(f"(run {rule.name} 1)")
         self._probe[rule.name] = eg.parse(f"(run probe_{rule.name} 1)")
 
@@ -120,6 +131,10 @@ class RuleEngine:
         except KeyError:
             raise InputError(f"unknown rule {name!r}; 'eqsat rules list' shows the names") from None
 
+    def idle(self, name: str) -> bool:
+        """True if ``name`` is a rule here that is not registered in egglog (it never matches)."""
+        return name not in self.registered and name in self.rules
+
     def probe(self, name: str) -> int:
         """How many matches the rule has now (all of them, not only new ones); changes nothing.
 
@@ -127,6 +142,8 @@ class RuleEngine:
         and the probe has no action, so its count can be below the matches the rule's run finds
         (``taso_s106`` on NASNet-A: 20 against 60); it never decides on its own that a rule fits the limit."""
         self._get(name)
+        if self.idle(name):
+            return 0
         eg = self.egraph
         eg.push()
         try:
@@ -134,6 +151,21 @@ class RuleEngine:
         finally:
             eg.pop()
         return sum(out[-1].report.num_matches_per_rule.values())
+
+    def probe_in_push(self, name: str) -> int:
+        """:meth:`probe`'s count without the engine's own push (which costs as much as the probe), for a caller
+        inside a push of its own (an MCTS simulation), whose pop discards whatever the probe touched: a probe
+        rule has no actions, so it adds nothing to the state the caller goes on from. A single-pattern rule's
+        twin is defined only inside :meth:`probe`'s push, which counts it."""
+        rule = self._get(name)
+        if not self.egraph.depth:
+            raise EGraphError("probe_in_push outside any push: the probe would leave its traces behind")
+        if self.idle(name):
+            return 0
+        if rule.kind != "multi":
+            return self.probe(name)
+        out = self.egraph.run_commands(self._probe[name])
+        return sum(out[0].report.num_matches_per_rule.values())
 
     def apply(self, name: str, node_limit: int | None = None, matches: int | None = None,
               rollback: bool = True) -> StepReport:
@@ -152,6 +184,8 @@ class RuleEngine:
         saves the probe."""
         rule = self._get(name)
         eg = self.egraph
+        if self.idle(name):
+            return StepReport(name, False, 0, eg.size().enodes, 0.0)
         t = time.perf_counter()
         if node_limit is None:
             return self._run_once(name, t)
@@ -199,9 +233,9 @@ class RuleEngine:
     TRIAL_FACTOR = 25
 
     def probe_all(self) -> dict[str, int]:
-        """Match counts of every registered rule, in one run of a combined probe ruleset."""
+        """Match counts of every rule (an idle one: 0), the registered ones in one run of a combined probe ruleset."""
         eg = self.egraph
-        if self._probe_all_for != len(self.rules):
+        if self._probe_all_for != len(self.registered):
             self._build_probe_all()
         eg.push()
         try:

@@ -17,7 +17,7 @@ rules: registering the rules that can fire ensures the shape and AllW rules of e
 and analysis run too: SqueezeNet's e-graph can hold 11 of the 31 constructors).
 
 >>> from eqsat import ir
->>> from eqsat.egraph import EGraph
+>>> from eqsat.egglog.egraph import EGraph
 >>> from eqsat.rules import registry
 >>> x = ir.input_("x", (4, 4)); w = ir.weight("w", (4, 4)); v = ir.weight("v", (4, 4))
 >>> eg = EGraph.from_graph(ir.Graph((x,), (ir.make("matmul", [ir.make("matmul", [x, w], (0,)), v], (0,)),), ("y",)))
@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from eqsat import egglog_schema as schema
-from eqsat.egglog_schema import constructors
-from eqsat.egraph import EGraph
+from eqsat.egglog import schema
+from eqsat.egglog.egraph import EGraph
+from eqsat.egglog.schema import constructors
 
-from .engine import RuleEngine, StepReport
+from .engine import RuleEngine
 from .rule import Rule
 
 __all__ = ["ReachEngine", "constructors", "fireable", "present_constructors"]  # constructors: from the schema
@@ -69,38 +69,11 @@ def fireable(rules: Iterable[Rule], present: set[str]) -> set[str]:
 
 class ReachEngine(RuleEngine):
     """A :class:`RuleEngine` over ``rules`` that registers in egglog only those that can fire on ``egraph``
-    (:func:`fireable`, from the constructors it holds now); the others keep their names in :attr:`rules`, and
-    applying or probing one reports no match at no cost; the e-graph gets the analysis rules of the constructors
-    of that closure only. Programs added to the e-graph later are not seen: build the engine on the e-graph that
-    holds the program."""
+    (:func:`fireable`, from the constructors it holds now); the others keep their names in :attr:`rules` and are
+    idle: applying or probing one reports no match at no cost; the e-graph gets the analysis rules of the
+    constructors of that closure only. Programs added to the e-graph later are not seen: build the engine on the
+    e-graph that holds the program."""
 
     def __init__(self, egraph: EGraph, rules: Iterable[Rule]):
         rules = list(rules)
-        live = fireable(rules, present_constructors(egraph))
-        self.registered: dict[str, Rule] = {}
-        """the rules registered in egglog (the others can never match)"""
-        super().__init__(egraph, [r for r in rules if r.name in live])
-        self.registered = dict(self.rules)
-        self.rules = {r.name: r for r in rules}
-        self._probe_all_for = len(self.rules)
-
-    def _probe_rules(self) -> dict[str, Rule]:
-        return self.registered  # the others have no twin: they never match
-
-    def add(self, rule: Rule) -> None:
-        super().add(rule)
-        self.registered[rule.name] = rule
-
-    def idle(self, name: str) -> bool:
-        """True if ``name`` is a rule here that can never fire (not registered in egglog)."""
-        return name not in self.registered and name in self.rules
-
-    def probe(self, name: str) -> int:
-        return 0 if self.idle(name) else super().probe(name)
-
-    def apply(self, name: str, node_limit: int | None = None, matches: int | None = None,
-              rollback: bool = True) -> StepReport:
-        if self.idle(name):
-            return StepReport(name, False, 0, self.egraph.size().enodes, 0.0)
-        return super().apply(name, node_limit, matches, rollback)
-
+        super().__init__(egraph, rules, registered=fireable(rules, present_constructors(egraph)))

@@ -68,13 +68,6 @@ def rename(p: Pattern, mapping: dict[str, str]) -> Pattern:
     return p
 
 
-def count_ops(p: Pattern) -> int:
-    """Operator nodes in a pattern (an upper bound on the e-nodes one application adds)."""
-    if isinstance(p, tuple):
-        return 1 + sum(count_ops(x) for x in p[1:])
-    return 0
-
-
 def show(p: Pattern) -> str:
     if isinstance(p, tuple):
         return "(" + " ".join(show(x) for x in p) + ")"

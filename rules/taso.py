@@ -40,7 +40,7 @@ def single_rules() -> list[Rule]:
             action = f"(Pend root (Conv2d {stride} {stride} -1 -1 {act} x (Merge (/ c cg) 2 w)))"
             rules.append(Rule(name, "single", "taso",
                               f"conv2d(s={stride}, SAME, act={act})(x, w) -> conv2d(x, merge(w, 2))",
-                              ((query, action),), 2, (("conv2d", stride, stride, 0, act, "?x", "?w"),)))
+                              ((query, action),), lhs=(("conv2d", stride, stride, 0, act, "?x", "?w"),)))
     return rules
 
 
@@ -59,6 +59,6 @@ def multi_rules(nasrnn: bool = False) -> list[Rule]:
         actions = f"(Pend r1 (Slice 1 0 a1 {conv})) (Pend r2 (Slice 1 a1 (+ a1 a3) {conv}))"
         rules.append(Rule(f"taso_m{13 + k:02d}", "multi", "taso",
                           f"conv(x, w1), conv(x, w3) -> split(conv(x, concat(enlarge(w1, w3), w3))), act={act}",
-                          ((query, actions),), 6,
-                          (("conv2d", 1, 1, 0, act, "?x", "?w1"), ("conv2d", 1, 1, 0, act, "?x", "?w3"))))
+                          ((query, actions),),
+                          lhs=(("conv2d", 1, 1, 0, act, "?x", "?w1"), ("conv2d", 1, 1, 0, act, "?x", "?w3"))))
     return rules

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eqsat import ir, ops
-from eqsat.egraph import EGraph, Snapshot
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.ops import NotEvaluable
+from eqsat.snapshot import Snapshot
 
 from . import sexpr
 from .engine import RuleEngine

@@ -12,7 +12,7 @@ import sys
 import time
 
 from eqsat.cost import make, node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import EXTRACTORS, extract
 from eqsat.models import MODELS, build
 from eqsat.rules import RuleEngine, actions, rule_set

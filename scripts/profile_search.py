@@ -24,7 +24,7 @@ import sys
 import time
 
 from eqsat.cost import make
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.mcts import SearchConfig, run_scheduler
 from eqsat.models import MODELS, build
 

@@ -14,7 +14,7 @@ import sys
 import time
 
 from eqsat.cost import cost_names, make, node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import EXTRACTORS, extract
 from eqsat.models import MODELS, build
 

@@ -23,7 +23,7 @@ def has_cycle(snap) -> bool:
 
 def snapshot(spec, roots):
     """A crafted e-graph: ``spec`` is a list of (class, op, children classes, cost)."""
-    from eqsat.egraph import ENode, Snapshot
+    from eqsat.snapshot import ENode, Snapshot
 
     n_classes = 1 + max(max([c, *ch]) for c, _op, ch, _cost in spec)
     classes = [[] for _ in range(n_classes)]

@@ -1,4 +1,4 @@
-"""Analysis rules (shapes, AllW) registered per constructor, on demand (eqsat/egraph.py ``ensure_analysis``):
+"""Analysis rules (shapes, AllW) registered per constructor, on demand (eqsat/egglog/egraph.py ``ensure_analysis``):
 the oracle is an e-graph with every constructor's analysis rules registered up front, as before, which must
 reach the same snapshot under the same rewrites; shapes are checked against :func:`eqsat.ops.infer_shape`."""
 
@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from eqsat import egglog_schema as schema
 from eqsat import ir, ops
-from eqsat.egraph import EGraph, ENode, Snapshot
+from eqsat.egglog import schema
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import EGraphError
 from eqsat.models import MODELS, build
 from eqsat.rules import RuleEngine, by_name, rule_set
 from eqsat.rules.reach import ReachEngine, present_constructors
+from eqsat.snapshot import ENode, Snapshot
 
 
 def _everything(egraph: EGraph) -> EGraph:

@@ -16,7 +16,7 @@ import pytest
 from test_fidelity import fused, ort_graph
 
 from eqsat import ir, ops
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.evaluate import evaluate
 from eqsat.onnx_export import export_model

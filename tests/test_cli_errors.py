@@ -18,7 +18,7 @@ from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import VerificationError
 from eqsat.rules.rule import Rule
 
-UNSOUND = Rule("unsound_relu_drop", "single", "ours", "relu(x) -> x", (("(= root (Relu x))", "(Pend root x)"),), 0)
+UNSOUND = Rule("unsound_relu_drop", "single", "ours", "relu(x) -> x", (("(= root (Relu x))", "(Pend root x)"),))
 """a deliberately wrong rule: relu(x) = x; every program it reaches differs from the original"""
 UNSOUND_RUN = ["--scheduler", "tensat", "--k-multi", "0", "--cost", "analytic", "--final-extractor", "greedy-dag",
                "--no-measure", "-q"]

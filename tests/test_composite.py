@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat import OptimizeConfig, ir, ops, optimize
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import extract
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model

@@ -15,7 +15,7 @@ from eqsat.cost.cache import CostCache
 from eqsat.cost.calibration import mean_abs_error, ranks, spearman
 from eqsat.cost.ort import OrtCost, constant_operands, epilogue_producer, op_model, runtime_nodes
 from eqsat.decode import build_program
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import chosen_classes
 from eqsat.extract.sample import sample_choices, structure_key
 from eqsat.models import MODELS, build

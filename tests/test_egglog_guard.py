@@ -1,4 +1,4 @@
-"""The one guard around every egglog call (eqsat.egraph.egglog_guard): real egglog errors and Rust panics
+"""The one guard around every egglog call (eqsat.egglog.egraph.egglog_guard): real egglog errors and Rust panics
 become EgglogError saying what was being done; KeyboardInterrupt and SystemExit are never turned into one."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from eqsat import ir
-from eqsat.egraph import EGraph, egglog_guard
+from eqsat.egglog.egraph import EGraph, egglog_guard
 from eqsat.errors import EgglogError, EGraphError, EqsatError, InputError
 
 

@@ -7,7 +7,7 @@ import pytest
 from extract_cases import random_egraph, snapshot
 
 from eqsat.cost import AnalyticCost, node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import EXTRACTORS, dag_cost, extract, find_cycle, greedy_dag
 from eqsat.models import build
 

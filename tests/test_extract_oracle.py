@@ -23,7 +23,7 @@ import pytest
 from extract_cases import random_cyclic_spec, snapshot
 
 from eqsat.cost import AnalyticCost, node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import EXTRACTORS, ExtractionError, extract, greedy_dag, ilp
 from eqsat.models import build
 from eqsat.rules import registry

@@ -24,7 +24,7 @@ from test_zoo import FAST, FULL, ROUND_TRIP, _close, _interface, _model
 
 from eqsat import ir, optimize
 from eqsat.decode import build_program
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.evaluate import evaluate
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model

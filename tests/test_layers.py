@@ -11,8 +11,8 @@ The floors, from the bottom:
 * ``eqsat.errors``: the basement, the exception hierarchy every layer raises; it imports nothing of eqsat.
   (It is a package of its own here so that the operator table may raise ShapeError without a cycle.)
 * ``eqsat.ops``: the operator table.
-* ``eqsat``: the ground floor, the root modules (ir, shapes, snapshot, egraph, encode, decode, onnx_*,
-  verify, inputs, timing, progress, ...).
+* ``eqsat``: the ground floor, the root modules (ir, shapes, snapshot, decode, onnx_*, verify, inputs, timing,
+  progress, ...) and the ``eqsat.egglog`` package (schema, codec, runtime wrapper).
 * ``eqsat.rules``, ``eqsat.extract``, ``eqsat.cost``, ``eqsat.models``: each on the ground floor only
   (extract and cost share the e-graph data through ``eqsat.snapshot``).
 * ``eqsat.mcts``: rules, extract and cost, and the ground floor.

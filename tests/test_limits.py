@@ -16,7 +16,7 @@ import pytest
 from eqsat import ir
 from eqsat.app.report import jsonable
 from eqsat.cost import make
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.mcts import MCTS, Env, SearchConfig, StopReason
 from eqsat.mcts.baselines import random_order, tensat
 from eqsat.models import build

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from eqsat import ir, ops
-from eqsat.egraph import EGraph
+from eqsat.egglog import codec
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.onnx_export import export_model
 from eqsat.ops import SAME, NotEvaluable, Shape
@@ -246,7 +247,7 @@ def test_python_and_egglog_shape_inference_agree(op):
             h = f"l{k}_{i}"
             eg.run_program(f'(set (node "{h}") (Input "i:{h}")) (set (shape (node "{h}")) {ops.shape_term(s)})')
             leaves.append(f'(node "{h}")')
-        eg.run_program(f'(set (node "o{k}") {ops.egglog_term(op, attrs, leaves)})')
+        eg.run_program(f'(set (node "o{k}") {codec.term(op, attrs, leaves)})')
         eg.output_handles.append(f"o{k}")
     eg.saturate_analysis()
     snap = eg.snapshot()
@@ -256,6 +257,11 @@ def test_python_and_egglog_shape_inference_agree(op):
         got = snap.shapes[snap.roots[k]]
         assert got == expected, f"{op}{attrs} on {shapes}: egglog {got}, python {expected}"
         valid += expected is not None
+        # the codec reads back what it wrote: the drawn operator, attributes and operands (leaf names)
+        [root] = [snap.nodes[i] for i in snap.classes[snap.roots[k]]]
+        operands = [snap.nodes[i].attrs for c in root.children for i in snap.classes[c]]
+        assert (root.op, root.attrs, operands) == (op, tuple(map(int, attrs)),
+                                                  [(f"i:l{k}_{i}",) for i in range(len(shapes))])
     assert valid >= 12
 
 

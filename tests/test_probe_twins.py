@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from eqsat.egraph import EGraph
-from eqsat.errors import EgglogError
+from eqsat.egglog.egraph import EGraph
+from eqsat.errors import EgglogError, EGraphError
 from eqsat.models import MODELS, build
 from eqsat.rules import rule_set
 from eqsat.rules.reach import ReachEngine
@@ -51,26 +51,38 @@ def test_probe_counts_equal_registered_twins_as_the_egraph_grows(model):
             assert all(counts[n] == 0 for n in engine.rules if n not in expected)
         matching = [n for n, c in expected.items() if c][:6]
         assert all(engine.probe(n) == expected[n] for n in matching)
+        egraph.push()
+        try:  # inside a push (an MCTS simulation's) the multi-pattern twins run without a push of their own
+            assert {n: engine.probe_in_push(n) for n in expected if engine.rules[n].kind == "multi"} == {
+                n: c for n, c in expected.items() if engine.rules[n].kind == "multi"}
+        finally:
+            egraph.pop()
     assert egraph.size().enodes > 2 * size  # the e-graph grew between the checks
 
 
 def test_single_pattern_twins_are_gone_after_the_probe():
     """Outside a probe egglog knows the multi-pattern twins (simulations run them inside their own push) but no
-    single-pattern twin: a push does not copy it."""
+    single-pattern twin: a push does not copy it. The probes count what the permanent oracle twins count."""
     egraph = EGraph.from_graph(build("nasneta", small=True))
     engine = ReachEngine(egraph, rule_set("default"))
-    single = next(n for n, r in engine.registered.items() if r.kind == "single")
-    multi = next(n for n, r in engine.registered.items() if r.kind == "multi")
+    oracle = _oracle(egraph, engine)
+    expected = {name: _count(egraph, run) for name, run in oracle.items()}
+    single = next(n for n, r in engine.registered.items() if r.kind == "single" and expected[n])
+    multi = next(n for n, r in engine.registered.items() if r.kind == "multi" and expected[n])
     before = egraph.snapshot()
-    assert engine.probe_all()[single] >= 0 and engine.probe(single) >= 0
+    assert engine.probe_all()[single] == engine.probe(single) == expected[single] > 0
     assert egraph.snapshot() == before and egraph.depth == 0
     egraph.push()
     try:
-        assert egraph.run_commands(engine._probe[multi])
+        assert engine.probe_in_push(multi) == expected[multi] > 0  # its registered twin, run in this push
+        assert engine.probe_in_push(single) == expected[single]  # counted in a push of the probe's own
+        assert egraph.depth == 1
         with pytest.raises(EgglogError):
-            egraph.run_commands(engine._probe[single])
+            egraph.run_program(f"(run probe_{single} 1)")  # the twin the probe defined is gone with its pop
     finally:
         egraph.pop()
+    with pytest.raises(EGraphError):
+        engine.probe_in_push(multi)  # outside a push the probe would leave its traces
 
 
 def test_cached_size_follows_every_command():

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from eqsat import egglog_schema as schema
 from eqsat import ir
 from eqsat.cost import make
-from eqsat.egraph import EGraph
+from eqsat.egglog import schema
+from eqsat.egglog.egraph import EGraph
 from eqsat.mcts import MCTS, Env, SearchConfig
 from eqsat.mcts import env as env_module
 from eqsat.models import MODELS, build

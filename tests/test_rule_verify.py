@@ -19,7 +19,7 @@ from ort_check import outputs_match
 
 from eqsat import ir
 from eqsat.app.cli import main
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.evaluate import evaluate
 from eqsat.rules import RuleEngine, by_name, our_rules
 from eqsat.rules.ours import merge

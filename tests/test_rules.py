@@ -14,7 +14,7 @@ from eqsat import ir
 from eqsat.app.cli import main
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import extract, find_cycle
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model
@@ -220,6 +220,6 @@ def test_node_limit_guard_keeps_a_rule_that_fits():
 
 def test_custom_rule_object_is_usable():
     r = Rule("double_relu", "single", "ours", "relu(relu(x)) -> relu(x)",
-             (("(= root (Relu (Relu x))) (= root_shape (shape root))", "(Pend root (Relu x))"),), 0,
+             (("(= root (Relu (Relu x))) (= root_shape (shape root))", "(Pend root (Relu x))"),),
              example=lambda rng: [ir.make("relu", [ir.make("relu", [ir.input_("x", (3,))])])])
     assert check_rule(r).passed

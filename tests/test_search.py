@@ -14,7 +14,7 @@ from ort_check import outputs_match
 
 from eqsat import ir, onnx_export
 from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.mcts import StopReason
 from eqsat.models import build
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from eqsat.cost import make, node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.extract import extract, greedy_dag
 from eqsat.mcts import SearchConfig, run_scheduler
 from eqsat.models import MODELS, build

@@ -15,7 +15,7 @@ import pytest
 from eqsat import ir
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.cost import make, node_costs
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError
 from eqsat.extract import extract
 from eqsat.mcts import MCTS, Env, SearchConfig, StopReason, run_scheduler

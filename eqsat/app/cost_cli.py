@@ -9,7 +9,7 @@ from rich.progress import Progress
 from eqsat.cost import make
 from eqsat.cost.base import OpKey, is_free
 from eqsat.cost.cache import CostCache
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.models import MODELS
 from eqsat.rules import RuleEngine, actions, rule_set
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.models import MODELS, build
 from eqsat.onnx_export import export_model
 from eqsat.onnx_io import write_atomic

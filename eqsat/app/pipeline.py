@@ -21,7 +21,7 @@ from eqsat import extract as extractors
 from eqsat import onnx_export, onnx_import, onnx_io, runtimes
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction
 from eqsat.ir import Graph, Node

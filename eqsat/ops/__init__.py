@@ -4,9 +4,9 @@ An entry holds the operator's egglog constructor(s) and argument kinds, its attr
 function and the egglog shape rules (its twin; ``tests/test_ops.py`` checks that they agree on random
 shapes), numpy semantics (float64 and, where defined, integers modulo a prime), the ONNX emitter, the
 torch function used for timing, flops and bytes moved, and whether it is free. Everything else derives
-from the table: the egglog schema (:mod:`eqsat.egglog_schema`), shape inference (:func:`eqsat.shapes.infer`),
-evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx_export`), the cost models (:mod:`eqsat.cost`)
-and the rule compiler and verifier (:mod:`eqsat.rules`).
+from the table: the egglog schema and terms (:mod:`eqsat.egglog.schema`, :mod:`eqsat.egglog.codec`), shape
+inference (:func:`eqsat.shapes.infer`), evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx_export`),
+the cost models (:mod:`eqsat.cost`) and the rule compiler and verifier (:mod:`eqsat.rules`).
 
 Adding an operator is one entry (in the family module it belongs to, listed in ``_ENTRIES`` below) plus a
 sampler of valid attributes and shapes in ``tests/test_ops.py``, which then checks it like every other.
@@ -22,8 +22,6 @@ For example, an element-wise ``neg``::
 ('Conv2d', False, True)
 >>> infer_shape("matmul", (0,), [(2, 3), (3, 4)])
 (2, 4)
->>> egglog_term("concat", (1,), ["a", "b", "c"])
-'(ConcatN 1 (TCons a (TCons b (TCons c (TNil)))))'
 """
 
 from __future__ import annotations
@@ -52,11 +50,11 @@ from .base import (
     volume,
     window_out,
 )
-from .egglog_text import MAX_RANK, attr_text, shape_term
+from .egglog_text import MAX_RANK, shape_term
 
 __all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "CONSTRUCTORS", "Ctor", "Emitter", "FREE_OPS",
            "MAX_RANK", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
-           "describe", "egglog_term", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
+           "describe", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
            "window_out"]
 
 _ENTRIES: tuple[OpDef, ...] = (
@@ -110,31 +108,6 @@ def evaluate(op: str, attrs: tuple, args: list[np.ndarray], modulus: int | None 
     if modulus is not None:
         out = np.mod(out, modulus)
     return np.asarray(out)
-
-
-def egglog_term(op: str, attrs: Sequence[object], operands: Sequence[str]) -> str:
-    """The egglog term of ``op`` over operand terms: the first constructor that fits the operand count. An
-    ``i`` attribute is an int or (in rule patterns) egglog text; ``h`` holds all attributes as a Shape."""
-    d = get(op)
-    ctor = next((c for c in d.ctors if c.fits(len(operands))), None)
-    if ctor is None:
-        raise ValueError(f"{op} has no egglog constructor for {len(operands)} operands")
-    values, tensors, args = iter(attrs), iter(operands), []
-    for k in ctor.kinds:
-        if k == "i":
-            args.append(attr_text(next(values)))
-        elif k == "s":
-            args.append(f'"{next(values)}"')
-        elif k == "h":
-            args.append(shape_term(attrs))  # type: ignore[arg-type]
-        elif k == "t":
-            args.append(next(tensors))
-        else:
-            lst = "(TNil)"
-            for t in reversed(list(tensors)):
-                lst = f"(TCons {t} {lst})"
-            args.append(lst)
-    return f"({ctor.name} {' '.join(args)})"
 
 
 def shape_rules() -> list[str]:

@@ -76,6 +76,5 @@ def _instance(rng):
 
 rules = [
     Rule("attention_split", "single", "ours",
-         "attention(q, kt, v[, mask]) <-> matmul(softmax(scale(matmul(q, kt), c) [+ mask], axis=-1), v)", _bodies(), 5,
-         example=_instance),
+         "attention(q, kt, v[, mask]) <-> matmul(softmax(scale(matmul(q, kt), c) [+ mask], axis=-1), v)", _bodies(), example=_instance),
 ]

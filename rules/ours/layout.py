@@ -60,9 +60,9 @@ def _reshape_instance(rng):
 
 
 rules = [
-    Rule("transpose_cancel", "single", "ours", "transpose(transpose(x, p), inverse(p)) -> x", _transpose_bodies(), 0,
+    Rule("transpose_cancel", "single", "ours", "transpose(transpose(x, p), inverse(p)) -> x", _transpose_bodies(),
          example=lambda rng: retry(rng, _transpose_instance)),
     Rule("reshape_cancel", "single", "ours", "reshape(reshape(x, s1), s2) -> reshape(x, s2); reshape(x, shape(x)) -> x",
          (("(= root (Reshape s2 (Reshape s1 x))) (= root_shape (shape root))", "(Pend root (Reshape s2 x))"),
-          ("(= root (Reshape s x)) (= s (shape x))", "(Pend root x)")), 1, example=lambda rng: retry(rng, _reshape_instance)),
+          ("(= root (Reshape s x)) (= s (shape x))", "(Pend root x)")), example=lambda rng: retry(rng, _reshape_instance)),
 ]

@@ -74,6 +74,5 @@ def _instance(rng):
 
 
 rules = [
-    Rule("linear_split", "single", "ours", "linear(x, W, b) <-> ewadd(matmul(x, W), b)", _bodies(), 5,
-         example=_instance),
+    Rule("linear_split", "single", "ours", "linear(x, W, b) <-> ewadd(matmul(x, W), b)", _bodies(), example=_instance),
 ]

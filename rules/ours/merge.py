@@ -106,16 +106,16 @@ rules = [
            "(!= r1 r2) (= r1 (ordering-max r1 r2)) " + _COLUMNS,
            "(Pend r1 (Slice 2 0 n1 (Ewadd (Reshape (S3 p q (+ n1 n2)) (Matmul 0 x (Concat 1 w1 w2))) (Concat 2 b1 b2)))) "
            "(Pend r2 (Slice 2 n1 (+ n1 n2) (Ewadd (Reshape (S3 p q (+ n1 n2)) (Matmul 0 x (Concat 1 w1 w2))) "
-           "(Concat 2 b1 b2))))")), 9,
+           "(Concat 2 b1 b2))))")),
          example=lambda rng: retry(rng, _matmul_bias_instance)),
     Rule("merge_linear_qkv", "multi", "ours",
          "linear(x, W1, b1), linear(x, W2, b2), linear(x, W3, b3) -> split(linear(x, [W1 W2 W3], [b1 b2 b3]))",
-         tuple(_qkv_body(r) for r in range(1, 5)), 8, example=lambda rng: retry(rng, _linear_triple_instance)),
+         tuple(_qkv_body(r) for r in range(1, 5)), example=lambda rng: retry(rng, _linear_triple_instance)),
     Rule("merge_conv_shared_input", "multi", "ours", "conv(x, w1), conv(x, w2) -> split(conv(x, concat(w1, w2)))",
          (("(= r1 (Conv2d sh sw ph pw act x w1)) (= r2 (Conv2d sh sw ph pw act x w2)) (!= r1 r2) "
            "(= (S4 n a1 h wd) (shape r1)) (= (S4 n a2 h wd) (shape r2)) (= r1 (ordering-max r1 r2)) "
            "(= (S4 n c xh xw) (shape x)) (= (S4 a1 c k1 l1) (shape w1))",
            "(Pend r1 (Slice 1 0 a1 (Conv2d sh sw ph pw act x (Concat 0 w1 w2)))) "
-           "(Pend r2 (Slice 1 a1 (+ a1 a2) (Conv2d sh sw ph pw act x (Concat 0 w1 w2))))"),), 4,
+           "(Pend r2 (Slice 1 a1 (+ a1 a2) (Conv2d sh sw ph pw act x (Concat 0 w1 w2))))"),),
          example=lambda rng: retry(rng, _conv_pair_instance)),
 ]

@@ -1,6 +1,6 @@
 """The egglog runtime wrapper: one e-graph holding a program, the commands run on it, push/pop, its size,
-and freezing it into a :class:`~eqsat.snapshot.Snapshot`. Encoding a program into commands is
-:mod:`eqsat.encode`'s job, decoding a chosen program :mod:`eqsat.decode`'s.
+and freezing it into a :class:`~eqsat.snapshot.Snapshot`. Writing a program as commands and reading the
+tables back is :mod:`eqsat.egglog.codec`'s job; rebuilding a chosen program from a snapshot :mod:`eqsat.decode`'s.
 
 Every call into egglog goes through :func:`egglog_guard`: an error egglog reports, or a Rust panic (a
 ``pyo3_runtime.PanicException``, which is a BaseException), becomes an :class:`~eqsat.errors.EgglogError`
@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import egglog.bindings as eb
 
-from . import egglog_schema as schema
-from .encode import Encoding
-from .errors import EgglogError, EGraphError, EqsatError
-from .ir import Graph, Node
-from .snapshot import ENode, Snapshot, new_enode
+from ..errors import EgglogError, EGraphError, EqsatError
+from ..ir import Graph, Node
+from ..snapshot import Snapshot
+from . import codec, schema
+from .codec import Encoding
 
-__all__ = ["EGraph", "ENode", "Size", "Snapshot", "egglog_guard"]  # ENode, Snapshot: re-exported from .snapshot
+__all__ = ["EGraph", "Size", "egglog_guard"]
 
 
 def _is_egglog_failure(exc: BaseException) -> bool:
@@ -60,11 +60,6 @@ def egglog_guard(doing: str | Callable[[], str]) -> Iterator[None]:
         detail = str(exc).strip().splitlines()
         raise EgglogError(f"egglog failed while {what}: {type(exc).__name__}: "
                           f"{' '.join(detail)[:500] or '(no message)'}") from exc
-
-
-_DECODE = {ctor: (op, kinds, len(kinds) - len(kinds.lstrip("i")) if not kinds.lstrip("i").strip("t") else None)
-           for ctor, (op, kinds) in schema.CONSTRUCTORS.items()}
-"""constructor -> (op, argument kinds, how many leading i64 attributes when the rest are all tensors, else None)"""
 
 
 def _excerpt(text: str) -> str:
@@ -100,7 +95,7 @@ class EGraph:
 
     @classmethod
     def from_graph(cls, graph: Graph) -> EGraph:
-        """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.encode`)."""
+        """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`)."""
         eg = cls()
         eg.add_program(graph.outputs)
         return eg
@@ -139,7 +134,7 @@ class EGraph:
 
     def ensure_analysis(self, ctors: Iterable[str]) -> None:
         """Register the ``analysis`` rules of the constructors ``ctors`` that have none yet, in the schema's
-        fixed order (:func:`eqsat.egglog_schema.analysis_rules`). Only outside a push: a pop would drop them,
+        fixed order (:func:`eqsat.egglog.schema.analysis_rules`). Only outside a push: a pop would drop them,
         and the e-graph would go on believing it had them."""
         missing = set(ctors) - self._analysed
         if not missing:
@@ -183,78 +178,4 @@ class EGraph:
     def snapshot(self) -> Snapshot:
         """Freeze the e-graph into integer-indexed classes and nodes (tensor sort only)."""
         with egglog_guard("freezing the e-graph into a snapshot"):
-            return self._snapshot()
-
-    def _snapshot(self) -> Snapshot:
-        """One pass over egglog's frozen tables. It runs after every MCTS rollout, so the row loop is written
-        for speed: constructors whose arguments are i64 attributes then tensors (most) decode by slicing, an
-        e-class gets its index from ``dict.setdefault``, and e-nodes skip the frozen dataclass's ``__init__``
-        (:func:`~eqsat.snapshot.new_enode`): 10 to 30% less time than a plain loop over each row's arguments
-        on grown SqueezeNet and NASNet-A e-graphs (``tests/test_analysis_rules.py`` checks they agree)."""
-        eg = self._eg
-        fns = eg.freeze().functions
-        i64 = eg.value_to_i64
-        shape_of: dict = {}
-        for r in range(schema.MAX_RANK + 1):
-            for row in fns[f"S{r}"].rows:
-                shape_of[row.output] = tuple(map(i64, row.inputs))
-        for row in fns["SN"].rows:
-            shape_of[row.output] = tuple(int(x) for x in eg.value_to_string(row.inputs[0]).split("_"))
-        cons = {row.output: row.inputs for row in fns["TCons"].rows}
-
-        def flatten(v) -> list:
-            items = []
-            while v in cons:
-                head, v = cons[v]
-                items.append(head)
-            return items
-
-        class_index: dict = {}
-        index = class_index.setdefault  # index(v, len(class_index)): v's class, numbered in order of first sight
-        nodes: list[ENode] = []
-        for ctor, (op, kinds, leading) in _DECODE.items():
-            rows = fns[ctor].rows
-            if leading is not None:
-                for row in rows:
-                    if row.subsumed:
-                        continue
-                    ins = row.inputs
-                    attrs = tuple(map(i64, ins[:leading]))
-                    children = tuple([index(v, len(class_index)) for v in ins[leading:]])
-                    nodes.append(new_enode(op, attrs, children, index(row.output, len(class_index))))
-                continue
-            for row in rows:
-                if row.subsumed:
-                    continue
-                attrs_: list = []
-                children_: list[int] = []
-                for k, v in zip(kinds, row.inputs):
-                    if k == "i":
-                        attrs_.append(i64(v))
-                    elif k == "s":
-                        attrs_.append(eg.value_to_string(v))
-                    elif k == "h":
-                        attrs_.extend(shape_of[v])
-                    elif k == "t":
-                        children_.append(index(v, len(class_index)))
-                    else:
-                        children_.extend([index(x, len(class_index)) for x in flatten(v)])
-                nodes.append(new_enode(op, tuple(attrs_), tuple(children_), index(row.output, len(class_index))))
-        classes: list[list[int]] = [[] for _ in range(len(class_index))]
-        for i, n in enumerate(nodes):
-            classes[n.eclass].append(i)
-        shapes: list = [None] * len(classes)
-        for row in fns["shape"].rows:
-            c = class_index.get(row.inputs[0])
-            if c is not None:
-                shapes[c] = shape_of[row.output]
-        allw = [False] * len(classes)
-        for row in fns["AllW"].rows:
-            c = class_index.get(row.inputs[0])
-            if c is not None:
-                allw[c] = True
-        handles = {eg.value_to_string(row.inputs[0]): row.output for row in fns["node"].rows}
-        roots = [class_index[handles[h]] for h in self.output_handles]
-        handle_classes = {h: class_index[v] for h, v in handles.items() if v in class_index}
-        return Snapshot(nodes, classes, shapes, allw, roots, dict(self.encoding.leaves), list(self.encoding.opaque),
-                        handle_classes, dict(self.encoding.handles))
+            return codec.decode(self._eg, self.encoding, self.output_handles)

@@ -12,7 +12,7 @@
 
 :func:`program` declares every constructor (declarations cost nothing at run time) but none of the
 ``analysis`` rules: those come per constructor from :func:`analysis_rules`, registered by
-:meth:`eqsat.egraph.EGraph.ensure_analysis` only for the constructors an e-graph can ever hold. egglog clones
+:meth:`eqsat.egglog.egraph.EGraph.ensure_analysis` only for the constructors an e-graph can ever hold. egglog clones
 every registered rule on each push and scans each on every analysis run, so a model that holds 8 of the 31
 constructors would otherwise pay for all of them (about a sixth of a SqueezeNet search's time).
 
@@ -28,18 +28,16 @@ import re
 from collections.abc import Set
 from functools import cache
 
-from . import ops
-from .ops.egglog_text import MAX_RANK, shape_term
-from .ops.egglog_text import rule as _rule
-from .ops.egglog_text import shape_ctor as _shape_ctor
+from .. import ops
+from ..ops.egglog_text import MAX_RANK, shape_term
+from ..ops.egglog_text import rule as _rule
+from ..ops.egglog_text import shape_ctor as _shape_ctor
 
-__all__ = ["CONSTRUCTORS", "MAX_RANK", "OP_TO_CONSTRUCTOR", "analysis_rules", "constructors", "program", "shape_term"]
+__all__ = ["CONSTRUCTORS", "MAX_RANK", "analysis_rules", "constructors", "program", "shape_term"]
 
 CONSTRUCTORS = ops.CONSTRUCTORS
 """constructor -> (IR op, argument kinds), from the operator table: i = i64 literal, s = String, h = Shape
 value, t = tensor, l = list of tensors"""
-OP_TO_CONSTRUCTOR = {d.op: d.ctors[0].name for d in ops.OPS.values() if d.ctors}
-"""IR op -> its first (for concat: binary) constructor"""
 _SORT = {"i": "i64", "s": "String", "h": "Shape", "t": "T", "l": "TList"}
 _TOKEN = re.compile(r"[()\s]+")
 
@@ -96,7 +94,6 @@ def program() -> list[str]:
         "(relation Pend (T T))",
         "(ruleset analysis)",
         "(ruleset commit)",
-        "(ruleset probe)",
     ]
     forms += [r for names, r in _analysis() if not names]
     forms.append(_rule("commit", ["(Pend a b)", "(= s (shape a))", "(= s (shape b))"], ["(union a b)"], "commit"))
