@@ -18,7 +18,7 @@ from eqsat import ir
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.cost.base import OpKey
 from eqsat.cost.ort import op_model, runtime_nodes
-from eqsat.egraph import EGraph
+from eqsat.egglog.egraph import EGraph
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model
 from eqsat.ops.composite import eps_bits

@@ -29,6 +29,6 @@ def _addnorm_instance(rng):
 
 rules = [
     Rule("addnorm_unfuse", "single", "ours", "addnorm(a, b, g, beta) -> layernorm(ewsum(a, b), g, beta)",
-         (("(= r (AddNorm eps a b g bb))", "(Pend r (LayerNorm eps (Ewsum a b) g bb))"),), 2,
+         (("(= r (AddNorm eps a b g bb))", "(Pend r (LayerNorm eps (Ewsum a b) g bb))"),),
          example=_addnorm_instance),
 ]
