@@ -11,17 +11,9 @@ from eqsat.rules import rule_set
 from eqsat.rules.rule import Rule
 
 from .baselines import random_order, tensat
-from .env import (
-    DEFAULT_NODE_LIMIT,
-    NODE_LIMIT_FACTOR,
-    Env,
-    PathState,
-    SearchConfig,
-    SearchReport,
-    Step,
-    StopReason,
-    option,
-)
+from .config import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, option
+from .env import Env
+from .report import PathState, SearchReport, Step, StopReason
 from .search import MCTS
 
 Progress = Callable[[str], None]

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from eqsat.errors import EGraphError
 
 from .baselines import iteration, price_iteration
-from .env import Env, SearchConfig, SearchReport, Step, StopReason
+from .config import SearchConfig
+from .env import Env
+from .report import SearchReport, Step, StopReason
 
 FINISH_SHARE = 0.1
 """the share of the time limit the tree search leaves to the finishing phase (``SearchConfig.finish``)"""

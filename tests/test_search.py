@@ -135,7 +135,7 @@ def test_cli_default_scheduler_is_mcts(tmp_path):
 
 def test_backup_counts_the_reward_of_the_edge_into_each_node():
     """Q(child) = r(child) + gamma * (what followed): a root child's immediate reward drives the decision."""
-    from eqsat.mcts.env import SearchConfig
+    from eqsat.mcts.config import SearchConfig
     from eqsat.mcts.search import MCTS, TreeNode
 
     root = TreeNode(None, None)
