@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from eqsat.errors import EGraphError, InputError
 from eqsat.rules import rule_set
 
-from .search import RootStats
+from .stats import RootStats
 
 if TYPE_CHECKING:
     from .search import MCTS
