@@ -30,6 +30,7 @@ from eqsat.errors import EGraphError
 from .baselines import iteration, price_iteration
 from .config import SearchConfig
 from .env import Env
+from .parallel import Forest
 from .report import SearchReport, Step, StopReason
 from .stats import ChildStats, RootStats
 
@@ -289,8 +290,6 @@ class MCTS:
     def run(self) -> SearchReport:
         """The search: ``workers`` trees (this one and forked replicas, see parallel.py) plan each real decision;
         their root statistics are merged and the best merged child is applied to the real e-graph."""
-        from .parallel import Forest
-
         env, cfg = self.env, self.config
         start = time.perf_counter()
         end = start + cfg.time_limit
