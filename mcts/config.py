@@ -10,6 +10,10 @@ DEFAULT_NODE_LIMIT = 2000
 """the least e-node limit a search gets by default"""
 NODE_LIMIT_FACTOR = 4
 """by default a search may grow the e-graph to this many times its initial e-nodes"""
+MAIN_EXTRACTOR_SECONDS = 10.0
+"""the time limit of each pricing by a main extractor that takes one (``--main-extractor ilp``): a search prices
+hundreds of states, so one may not take the final extraction's ``--ilp-time-limit``; past it SCIP returns its best
+program so far, never dearer than its greedy-dag warm start"""
 
 
 def option(default: Any, doc: str, flag: str | None = None, *, least: int | None = None, seconds: bool = False,

@@ -6,13 +6,13 @@ import time
 
 from eqsat.cost import node_costs
 from eqsat.egraph import EGraph
-from eqsat.extract import Extraction, extract
+from eqsat.extract import Extraction, info
 from eqsat.rules import StepReport, actions
 from eqsat.rules.reach import ReachEngine
 from eqsat.rules.rule import Rule
 from eqsat.snapshot import Snapshot
 
-from .config import SearchConfig
+from .config import MAIN_EXTRACTOR_SECONDS, SearchConfig
 from .report import PathState
 
 
@@ -115,8 +115,10 @@ class Env:
         return value
 
     def _extract(self, snap: Snapshot) -> Extraction:
-        """The main extractor's program of ``snap`` (a restricted snapshot of this e-graph)."""
-        return extract(self.config.main_extractor, snap, node_costs(snap, self.cost_model), time_limit=10.0)
+        """The main extractor's program of ``snap`` (a restricted snapshot of this e-graph), within
+        :data:`~eqsat.mcts.config.MAIN_EXTRACTOR_SECONDS` if it takes a time limit."""
+        main = info(self.config.main_extractor)
+        return main.fn(snap, node_costs(snap, self.cost_model), main.options(time_limit=MAIN_EXTRACTOR_SECONDS))
 
     def remember(self, label: str, cost: float) -> None:
         """The search stands in a real state priced ``cost`` (the first call: the initial state, never kept):
