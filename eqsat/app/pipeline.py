@@ -116,9 +116,8 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
     snap = egraph.snapshot().restrict()
     costs = node_costs(snap, cost_model)
     final = extractors.info(config.final_extractor)
-    warm = extractors.extract(extractors.WARM_START, snap, costs) if final.takes_warm_start else None
-    limit = ilp_seconds(config, elapsed) if final.takes_time_limit else None
-    return snap, final.fn(snap, costs, final.options(time_limit=limit, warm_start=warm))
+    warm = extractors.extract(extractors.WARM_START, snap, costs) if final.takes_warm_start else None  # costs a run
+    return snap, final.fn(snap, costs, final.options(time_limit=ilp_seconds(config, elapsed), warm_start=warm))
 
 
 def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel) -> tuple[Graph, onnx.ModelProto]:
