@@ -9,8 +9,11 @@ greedy-dag             ours: exact union of sub-DAGs                  1 node/cls
 ilp                    SCIP, acyclic, warm-started                    DAG         yes         yes
 =====================  =============================================  ==========  ==========  ==========
 
-Callers ask the registry (:data:`EXTRACTORS`) what an extractor takes (:meth:`ExtractorInfo.options`), never its
-name.
+Code that runs a configured extractor (the pipeline's final one, the search's main one) asks the registry
+(:data:`EXTRACTORS`) what it takes (:meth:`ExtractorInfo.options`) rather than switching on its name.
+
+>>> info("ilp").options(time_limit=5.0).time_limit, info("greedy-dag").options(time_limit=5.0).time_limit
+(5.0, None)
 """
 
 from __future__ import annotations
