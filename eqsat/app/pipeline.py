@@ -116,7 +116,7 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
     snap = egraph.snapshot().restrict()
     costs = node_costs(snap, cost_model)
     final = extractors.info(config.final_extractor)
-    warm = extractors.extract(extractors.WARM_START, snap, costs) if final.takes_warm_start else None  # costs a run
+    warm = extractors.extract(extractors.WARM_START, snap, costs) if final.takes_warm_start else None
     return snap, final.fn(snap, costs, final.options(time_limit=ilp_seconds(config, elapsed), warm_start=warm))
 
 
