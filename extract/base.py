@@ -1,4 +1,4 @@
-"""The extraction interface, its result type, and the validity check run on every result."""
+"""The extraction interface (its options and result types), and the validity check run on every result."""
 
 from __future__ import annotations
 
@@ -30,6 +30,26 @@ class Extraction:
     notes: list[str] = field(default_factory=list)
     used_warm_start: bool = False
     """the ILP returned its warm start (greedy-dag's program) because SCIP found nothing better in time"""
+
+
+@dataclass(frozen=True)
+class ExtractOptions:
+    """What a caller may tell an extractor; every extractor takes it (``extract(snap, costs, options)``) and reads
+    the fields it declares in the registry (``eqsat.extract.ExtractorInfo``) or documents below."""
+
+    time_limit: float | None = None
+    """seconds the extractor may take (extractors that ``takes_time_limit``); None: its own default"""
+    warm_start: Extraction | None = None
+    """a valid program to start from, never returned dearer (extractors that ``takes_warm_start``); None: the
+    extractor makes its own"""
+    log_file: str | None = None
+    """ilp: the file SCIP writes its log to"""
+    share: bool = True
+    """greedy-dag: run the sharing pass (``share.improve``) after the greedy one"""
+
+
+DEFAULT_OPTIONS = ExtractOptions()
+"""every option at its default"""
 
 
 def chosen_classes(snap: Snapshot, choice: dict[int, int]) -> list[int]:
@@ -122,7 +142,8 @@ def finish(snap: Snapshot, choice: dict[int, int], costs: Sequence[float], secon
                       name, **extra)
 
 
-Extractor = Callable[..., Extraction]
+Extractor = Callable[[Snapshot, Sequence[float], ExtractOptions], Extraction]
+"""``extract(snapshot, costs, options) -> Extraction``: the interface of every extractor"""
 
 
 def parents_index(snap: Snapshot) -> list[list[int]]:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from eqsat.snapshot import Snapshot
 
-from .base import Extraction, finish
+from .base import DEFAULT_OPTIONS, Extraction, ExtractOptions, finish
 from .cycles import without_cycles
 
 
@@ -76,7 +76,8 @@ def _choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tuple[d
     return choice, float(_constituent(0.0, roots, cost, hist)[0])
 
 
-def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
+def extract(snap: Snapshot, costs: Sequence[float], options: ExtractOptions = DEFAULT_OPTIONS) -> Extraction:
+    """Reads no option (no time limit, no warm start, no sharing pass)."""
     t = time.perf_counter()
     choice, estimate = without_cycles(snap, lambda banned: _choice(snap, costs, banned))
     return finish(snap, choice, costs, time.perf_counter() - t, "greedy-constituent", estimate=estimate)

@@ -13,7 +13,7 @@ returned choice is therefore costed afresh: ``estimate`` is the DAG cost of the 
 
 The greedy pass prices each class alone, so it never picks a node worth having only when shared (a merged
 convolution read by two slices); the sharing pass (``share.improve``) then switches the users of one class
-together where that lowers the program's DAG cost. ``share=False`` leaves it out (the greedy pass alone).
+together where that lowers the program's DAG cost. ``ExtractOptions(share=False)`` leaves it out (the greedy pass alone).
 """
 
 from __future__ import annotations
@@ -26,15 +26,16 @@ from collections.abc import Sequence
 from eqsat.snapshot import Snapshot
 
 from . import share as sharing
-from .base import Extraction, finish, parents_index
+from .base import DEFAULT_OPTIONS, Extraction, ExtractOptions, finish, parents_index
 from .cycles import without_cycles
 
 
-def extract(snap: Snapshot, costs: Sequence[float], share: bool = True, **_: object) -> Extraction:
+def extract(snap: Snapshot, costs: Sequence[float], options: ExtractOptions = DEFAULT_OPTIONS) -> Extraction:
+    """Reads ``options.share``."""
     t = time.perf_counter()
     parents = parents_index(snap)
     choice, _unused = without_cycles(snap, lambda banned: (_choice(snap, costs, banned, parents), math.nan))
-    if share:
+    if options.share:
         choice = sharing.improve(snap, costs, choice, choice, parents)
     result = finish(snap, choice, costs, time.perf_counter() - t, "greedy-dag")
     result.estimate = result.dag_cost

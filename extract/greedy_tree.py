@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from eqsat.snapshot import Snapshot
 
-from .base import Extraction, finish
+from .base import DEFAULT_OPTIONS, Extraction, ExtractOptions, finish
 from .cycles import without_cycles
 
 
@@ -37,7 +37,8 @@ def _tree_choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tu
     return choice, float(sum(best[r] for r in dict.fromkeys(snap.roots)))
 
 
-def extract(snap: Snapshot, costs: Sequence[float], **_: object) -> Extraction:
+def extract(snap: Snapshot, costs: Sequence[float], options: ExtractOptions = DEFAULT_OPTIONS) -> Extraction:
+    """Reads no option (no time limit, no warm start, no sharing pass)."""
     t = time.perf_counter()
     choice, estimate = without_cycles(snap, lambda banned: _tree_choice(snap, costs, banned))
     return finish(snap, choice, costs, time.perf_counter() - t, "greedy-tree", estimate=estimate)

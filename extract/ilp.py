@@ -29,7 +29,7 @@ from pyscipopt import Model, quicksum
 from eqsat.snapshot import Snapshot
 
 from . import greedy_dag
-from .base import Extraction, ExtractionError, chosen_classes, finish
+from .base import DEFAULT_OPTIONS, Extraction, ExtractionError, ExtractOptions, chosen_classes, finish
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,11 @@ class IlpModel:
     reach: list[int]
 
 
-def build_model(snap: Snapshot, costs: Sequence[float], time_limit: float = 60.0,
+DEFAULT_TIME_LIMIT = 60.0
+"""seconds SCIP may take when no time limit is given (``ExtractOptions.time_limit`` None)"""
+
+
+def build_model(snap: Snapshot, costs: Sequence[float], time_limit: float = DEFAULT_TIME_LIMIT,
                 log_file: str | None = None) -> IlpModel:
     """The ILP of the module docstring over the classes reachable from the roots."""
     reach = snap.reachable()
@@ -168,20 +172,23 @@ def _gap(primal: float, dual: float) -> float:
     return abs(primal - dual) / low if low > 0 else math.inf
 
 
-def extract(snap: Snapshot, costs: Sequence[float], *, time_limit: float = 60.0, warm_start: Extraction | None = None,
-            log_file: str | None = None, **_: object) -> Extraction:
-    """Solve the ILP; never return a program dearer than the warm start (greedy-dag's unless given).
+def extract(snap: Snapshot, costs: Sequence[float], options: ExtractOptions = DEFAULT_OPTIONS) -> Extraction:
+    """Solve the ILP within ``options.time_limit`` (default :data:`DEFAULT_TIME_LIMIT`); never return a program
+    dearer than ``options.warm_start`` (greedy-dag's unless given): the one place that guarantee is kept.
+    ``options.log_file``: SCIP's log.
 
     Raises KeyboardInterrupt when SCIP stops because of Ctrl-C (SCIP catches SIGINT itself while solving).
     """
     t0 = time.perf_counter()
+    time_limit = DEFAULT_TIME_LIMIT if options.time_limit is None else options.time_limit
+    warm_start = options.warm_start
     notes: list[str] = []
     if warm_start is None:
         try:
             warm_start = greedy_dag.extract(snap, costs)
         except ExtractionError as exc:  # its cycle breaking can fail where an acyclic program exists
             notes.append(f"no greedy-dag warm start: {exc}")
-    ilp = build_model(snap, costs, time_limit, log_file)
+    ilp = build_model(snap, costs, time_limit, options.log_file)
     m = ilp.model
     if warm_start is not None:
         sol = warm_start_solution(ilp, snap, warm_start.choice)

@@ -11,17 +11,9 @@ from eqsat.rules import rule_set
 from eqsat.rules.rule import Rule
 
 from .baselines import random_order, tensat
-from .env import (
-    DEFAULT_NODE_LIMIT,
-    NODE_LIMIT_FACTOR,
-    Env,
-    PathState,
-    SearchConfig,
-    SearchReport,
-    Step,
-    StopReason,
-    option,
-)
+from .config import DEFAULT_NODE_LIMIT, MAIN_EXTRACTOR_SECONDS, NODE_LIMIT_FACTOR, SearchConfig, option
+from .env import Env
+from .report import PathState, SearchReport, Step, StopReason
 from .search import MCTS
 
 Progress = Callable[[str], None]
@@ -66,5 +58,5 @@ def run_scheduler(name: str, egraph: EGraph, config: SearchConfig, cost_model: o
     return report
 
 
-__all__ = ["DEFAULT_NODE_LIMIT", "Env", "MCTS", "NODE_LIMIT_FACTOR", "NO_SEARCH", "PathState", "SCHEDULERS", "SearchConfig",
+__all__ = ["DEFAULT_NODE_LIMIT", "Env", "MAIN_EXTRACTOR_SECONDS", "MCTS", "NODE_LIMIT_FACTOR", "NO_SEARCH", "PathState", "SCHEDULERS", "SearchConfig",
            "SearchReport", "Step", "StopReason", "option", "run_scheduler", "scheduler_names"]

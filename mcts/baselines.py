@@ -15,7 +15,9 @@ import random
 import time
 from collections.abc import Callable
 
-from .env import Env, SearchConfig, SearchReport, Step, StopReason
+from .config import SearchConfig
+from .env import Env
+from .report import SearchReport, Step, StopReason
 
 
 def iteration(env: Env, names: list[str], report: SearchReport, over: Callable[[], bool]) -> tuple[bool, bool, bool]:

@@ -3,167 +3,17 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import Any
 
 from eqsat.cost import node_costs
 from eqsat.egglog.egraph import EGraph
-from eqsat.extract import Extraction, extract
+from eqsat.extract import Extraction, info
 from eqsat.rules import StepReport, actions
 from eqsat.rules.reach import ReachEngine
 from eqsat.rules.rule import Rule
 from eqsat.snapshot import Snapshot
 
-DEFAULT_NODE_LIMIT = 2000
-"""the least e-node limit a search gets by default"""
-NODE_LIMIT_FACTOR = 4
-"""by default a search may grow the e-graph to this many times its initial e-nodes"""
-
-
-def option(default: Any, doc: str, flag: str | None = None, *, least: int | None = None, seconds: bool = False,
-           share: bool = False, choices: str | None = None) -> Any:
-    """A config field with its documentation and the checks the CLI and the API apply to it (see
-    ``eqsat.app.config``): ``flag`` names it on the command line (None: API only), ``least`` is an
-    integer's minimum, ``seconds`` asks for a finite number > 0, ``share`` for a number in (0, 1], ``choices``
-    names the registry of its values."""
-    return field(default=default, metadata={"doc": doc, "flag": flag, "least": least, "seconds": seconds,
-                                            "share": share, "choices": choices})
-
-
-@dataclass
-class SearchConfig:
-    """Options of the schedulers (defaults are the paper's, SPEC section 6)."""
-
-    budget: int = option(128, "MCTS simulations per real decision", "--budget", least=1)
-    depth: int = option(10, "MCTS random rollout steps after expansion (the paper's max_sim_step; rollouts take "
-                            "depth + 1 steps)", "--depth", least=0)
-    node_limit: int | None = option(None, f"e-node limit of the search; None: max({DEFAULT_NODE_LIMIT}, "
-                                          f"{NODE_LIMIT_FACTOR} x the initial e-graph's e-nodes)", "--node-limit",
-                                    least=1)
-    seed: int = option(0, "seed of every random choice (search, verification inputs, timing order)", "--seed",
-                       least=0)
-    time_limit: float = option(600.0, "seconds of search plus extraction (the search leaves a fifth of it, at most "
-                                      "--ilp-time-limit, to the final ILP)",
-                               "--time-limit", seconds=True)
-    main_extractor: str = option("greedy-dag", "extractor that prices the states of the search", "--main-extractor",
-                                 choices="extractors")
-    k_multi: int = option(1, "TENSAT: iterations in which multi-pattern rules run (a built-in model's default "
-                             "comes from eqsat.models.MODELS)", "--k-multi", least=0)
-    rule_set: str = option("default", "rule-set variant (nasrnn: NASRNN's multi-pattern rules; a built-in "
-                                      "model's default comes from eqsat.models.MODELS)", "--rule-set",
-                           choices="rule_sets")
-    gamma: float = option(0.99, "MCTS discount of rewards per step")
-    exploration: float = option(2.0, "UCB1 constant c in Q/n + c sqrt(2 ln N / n)")
-    stop_probability: float = option(0.5, "the 50% rule: below the root, expand an untried action only with this "
-                                          "probability")
-    prior_explore: float = option(1.0, "MCTS rollouts draw a step uniformly from every rule with this probability, "
-                                       "else from the rules seen to match or change the e-graph in this search")
-    no_gain_steps: int = option(8, "MCTS stops (stop reason no_gain) when no simulation found a cost decrease in "
-                                   "this many consecutive real decisions that spent their budget; 0: never",
-                                "--no-gain-steps", least=0)
-    workers: int = option(1, "MCTS root-parallel trees (this process and N - 1 worker processes), merged before "
-                             "every real decision", "--workers", least=1)
-    plan_share: float = option(0.25, "MCTS plans a real decision with at most its budget of simulations and at most "
-                                     "this share of the tree search's time left, so that a short time limit still "
-                                     "takes several decisions (planning that has found no step yet goes on to the "
-                                     "search's own deadline)", share=True)
-    max_iterations: int = option(200, "at most this many real steps (TENSAT: iterations)", least=1)
-    reuse_subtree: bool = option(False, "MCTS keeps the chosen child's subtree for the next decision")
-    finish: bool = option(True, "MCTS ends with TENSAT's iterations of the single-pattern rules (no multi-pattern "
-                                "rule) until they saturate, in what is left of --time-limit (at least a tenth)",
-                          "--no-finish")
-
-    def resolved(self, initial_enodes: int) -> SearchConfig:
-        """This config with its node limit fixed: the one given, else max(2000, 4 x ``initial_enodes``)."""
-        if self.node_limit is not None:
-            return self
-        return replace(self, node_limit=max(DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR * initial_enodes))
-
-    @property
-    def limit(self) -> int:
-        """The node limit of a resolved config (see :meth:`resolved`)."""
-        if self.node_limit is None:
-            raise ValueError("the node limit is not resolved yet; call SearchConfig.resolved(initial_enodes)")
-        return self.node_limit
-
-
-@dataclass
-class Step:
-    """One real step: a rule applied to the e-graph the final extraction sees."""
-
-    rule: str
-    reward_us: float
-    """the main extractor's cost decrease of this step (never negative), microseconds"""
-    cost_us: float | None
-    """the main extractor's cost after this step, microseconds; None where the step was not priced (TENSAT prices
-    each iteration once, after its last step)"""
-    enodes: int
-    seconds: float
-    simulations: int = 0
-
-
-class StopReason(StrEnum):
-    """Why a search ended; reports carry the value (a plain string)."""
-
-    SATURATED = "saturated"
-    """no action changes the e-graph any more"""
-    NODE_LIMIT = "node_limit"
-    """the e-graph reached the node limit, or the limit refused every rule that still changes it"""
-    TIME_LIMIT = "time_limit"
-    STEP_LIMIT = "step_limit"
-    """``max_iterations`` real steps (TENSAT: iterations) were taken"""
-    BUDGET = "budget"
-    """MCTS had no simulation budget (budget 0), so it could not plan a step"""
-    NO_GAIN = "no_gain"
-    """MCTS: no simulation found a cost decrease in ``no_gain_steps`` consecutive real decisions"""
-    NO_SEARCH = "no_search"
-    """no scheduler ran (``--scheduler none``)"""
-
-
-@dataclass
-class PathState:
-    """A state the search stood in after a real step (MCTS: a step; TENSAT: an iteration), with the main
-    extractor's program of it: a candidate for measured selection (a program with fewer rewrites than the final
-    one, which the runtime may run faster than the estimate says)."""
-
-    label: str
-    """where on the path: ``step 3`` (MCTS, random) or ``iteration 2`` (TENSAT)"""
-    cost_us: float
-    snapshot: Snapshot
-    extraction: Extraction
-
-
-@dataclass
-class SearchReport:
-    """What a scheduler did; costs are the main extractor's estimates in microseconds."""
-
-    stop_reason: StopReason
-    steps: list[Step] = field(default_factory=list)
-    initial_cost_us: float = 0.0
-    best_cost_us: float = 0.0
-    seconds: float = 0.0
-    simulations: int = 0
-    extractions: int = 0
-    """main-extractor runs that priced states"""
-    extraction_seconds: float = 0.0
-    finish_steps: int = 0
-    """of ``steps``, those of MCTS's finishing phase (the last ones)"""
-    states: list[PathState] = field(default_factory=list, repr=False)
-    """the cheapest states along the path before the final one, cheapest first (kept only when asked:
-    ``run_scheduler(keep_states=)``); not part of the JSON report"""
-
-    @property
-    def simulations_per_second(self) -> float:
-        """MCTS simulations per second of search (0 for the other schedulers)."""
-        return self.simulations / self.seconds if self.seconds > 0 else 0.0
-
-    def rules_applied(self) -> dict[str, int]:
-        """How many real steps applied each rule."""
-        counts: dict[str, int] = {}
-        for s in self.steps:
-            counts[s.rule] = counts.get(s.rule, 0) + 1
-        return counts
+from .config import MAIN_EXTRACTOR_SECONDS, SearchConfig
+from .report import PathState
 
 
 class Env:
@@ -264,8 +114,10 @@ class Env:
         return value
 
     def _extract(self, snap: Snapshot) -> Extraction:
-        """The main extractor's program of ``snap`` (a restricted snapshot of this e-graph)."""
-        return extract(self.config.main_extractor, snap, node_costs(snap, self.cost_model), time_limit=10.0)
+        """The main extractor's program of ``snap`` (a restricted snapshot of this e-graph), within
+        :data:`~eqsat.mcts.config.MAIN_EXTRACTOR_SECONDS` if it takes a time limit."""
+        main = info(self.config.main_extractor)
+        return main.fn(snap, node_costs(snap, self.cost_model), main.options(time_limit=MAIN_EXTRACTOR_SECONDS))
 
     def remember(self, label: str, cost: float) -> None:
         """The search stands in a real state priced ``cost`` (the first call: the initial state, never kept):

@@ -11,33 +11,51 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from eqsat.egglog.egraph import EGraph
 from eqsat.errors import EGraphError, InputError
 from eqsat.rules import rule_set
 
-from .search import RootStats
+from .config import SearchConfig
+from .env import Env
+from .stats import RootStats
 
-if TYPE_CHECKING:
-    from .search import MCTS
+
+class Tree(Protocol):
+    """What the forest needs of a search tree (``search.MCTS``): built on an env, it plans from its root and follows
+    the real e-graph's steps. The forest builds its replicas with the main tree's own class, so it needs no import of
+    the search that runs it."""
+
+    env: Env
+    config: SearchConfig
+    real_path: list[str]
+    simulations: int
+
+    def __init__(self, env: Env, config: SearchConfig, progress: Callable[[str], None] | None = None,
+                 tree: int = 0) -> None: ...
+
+    def start(self) -> float: ...
+
+    def plan(self, deadline: float, soft: float | None = None) -> RootStats: ...
+
+    def advance(self, action: str, cost: float | None = None) -> None: ...
+
+    def refuse(self, action: str, refused: bool) -> None: ...
 
 
-def _replica(payload: tuple) -> MCTS:
+def _replica(payload: tuple) -> Tree:
     """A tree on a fresh e-graph built from the same program and rules as the caller's (``Forest._payload``)."""
-    from eqsat.egglog.egraph import EGraph
-
-    from .env import Env
-    from .search import MCTS
-
-    outputs, names, cost_model, config, tree, size = payload
+    kind, outputs, names, cost_model, config, tree, size = payload
     known = {r.name: r for r in rule_set(config.rule_set)}
     rules = [known[n] for n in names]  # Forest._payload checked the names
     egraph = EGraph()
     egraph.add_program(outputs)
     if egraph.size().enodes != size:
         raise EGraphError(f"a rebuilt e-graph has {egraph.size().enodes} e-nodes, the original {size}")
-    out = MCTS(Env(egraph, rules, cost_model, config), config, None, tree=tree)
+    out: Tree = kind(Env(egraph, rules, cost_model, config), config, None, tree=tree)
     out.start()
     return out
 
@@ -66,7 +84,7 @@ def _serve(conn: Connection, payload: tuple) -> None:
 class Forest:
     """The trees of one search: ``main`` (in this process) and ``workers - 1`` replicas of it, one per process."""
 
-    def __init__(self, main: MCTS, workers: int):
+    def __init__(self, main: Tree, workers: int):
         self.main = main
         self.conns: list[Connection] = []
         self.procs: list[Any] = []
@@ -92,9 +110,10 @@ class Forest:
                 self.procs.append(proc)
 
     @staticmethod
-    def _payload(main: MCTS, tree: int) -> tuple:
-        """What a worker needs to rebuild ``main``'s e-graph and env (egglog e-graphs cannot be pickled): the
-        encoded program's outputs, the rules' names, the cost model and the config."""
+    def _payload(main: Tree, tree: int) -> tuple:
+        """What a worker needs to rebuild ``main``'s e-graph and env (egglog e-graphs cannot be pickled): the tree's
+        class (pickled by reference), the encoded program's outputs, the rules' names, the cost model and the
+        config."""
         egraph = main.env.egraph
         by_handle = {egraph.encoding.handles[id(n)]: n for n in egraph.encoding.encoded}
         outputs = [by_handle[h] for h in egraph.output_handles]
@@ -104,7 +123,7 @@ class Forest:
         if missing:
             raise InputError(f"--workers > 1 rebuilds the rules of rule set {main.config.rule_set!r} in each worker; "
                              f"{', '.join(missing)} are not in it: use --workers 1")
-        return outputs, names, main.env.cost_model, main.config, tree, egraph.size().enodes
+        return type(main), outputs, names, main.env.cost_model, main.config, tree, egraph.size().enodes
 
     def _recv(self, conn: Connection) -> Any:
         try:
@@ -117,7 +136,7 @@ class Forest:
 
     def plan(self, deadline: float, soft: float | None = None) -> RootStats:
         """Every tree plans (the forked ones while this one does) until ``soft`` or their budget, as
-        :meth:`MCTS.plan`; their roots merged."""
+        :meth:`Tree.plan`; their roots merged."""
         for conn in self.conns:
             conn.send(("plan", deadline, soft))
         parts = [self.main.plan(deadline, soft)]

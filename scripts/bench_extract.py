@@ -13,7 +13,7 @@ import time
 
 from eqsat.cost import make, node_costs
 from eqsat.egglog.egraph import EGraph
-from eqsat.extract import EXTRACTORS, extract
+from eqsat.extract import EXTRACTORS, WARM_START, extract, info
 from eqsat.models import MODELS, build
 from eqsat.rules import RuleEngine, actions, rule_set
 
@@ -48,9 +48,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         warm = None
         for name in args.extractors.split(","):
-            opts = {"time_limit": args.ilp_time_limit, "warm_start": warm} if name == "ilp" else {}
-            r = extract(name, snap, costs, **opts)
-            if name == "greedy-dag":
+            r = extract(name, snap, costs, info(name).options(time_limit=args.ilp_time_limit, warm_start=warm))
+            if name == WARM_START:
                 warm = r
             gap = "" if r.gap is None else f"{r.gap:.2%}"
             print(f"{target:>7} {len(snap.nodes):>8} {name:20} {r.seconds:>9.3f} {r.dag_cost:>12.1f} {gap:>8}", flush=True)

@@ -39,8 +39,7 @@ def main(argv=None) -> int:
         costs = node_costs(snap, cost)
         row = {}
         for ext in EXTRACTORS:
-            opts = {"time_limit": args.ilp_time_limit} if ext == "ilp" else {}
-            r = extract(ext, snap, costs, **opts)
+            r = extract(ext, snap, costs, EXTRACTORS[ext].options(time_limit=args.ilp_time_limit))
             row[ext] = {"cost": r.estimate / 1e3, "dag_cost": r.dag_cost / 1e3, "seconds": r.seconds}
         table[name] = row
         cells = "".join(f"{row[e]['cost']:>13.4g} ({row[e]['seconds'] * 1e3:5.0f}ms)" for e in EXTRACTORS)

@@ -8,7 +8,7 @@ from extract_cases import random_egraph, snapshot
 
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.egglog.egraph import EGraph
-from eqsat.extract import EXTRACTORS, dag_cost, extract, find_cycle, greedy_dag
+from eqsat.extract import EXTRACTORS, ExtractOptions, dag_cost, extract, find_cycle, greedy_dag
 from eqsat.models import build
 
 NAMES = list(EXTRACTORS)
@@ -54,7 +54,7 @@ def test_cheaper_tree_is_dearer_dag():
     # every greedy pass decides A locally (sub-DAG 11 vs 6) and misses that S is paid for by B anyway
     for name in ("greedy-tree", "greedy-constituent"):
         assert res[name].dag_cost == 18
-    assert greedy_dag.extract(snap, costs, share=False).dag_cost == 18
+    assert greedy_dag.extract(snap, costs, ExtractOptions(share=False)).dag_cost == 18
     # greedy-dag's sharing pass moves A onto S, which B already reads: the ILP's program
     assert res["greedy-dag"].dag_cost == 13 and res["greedy-dag"].choice == res["ilp"].choice
 
@@ -136,6 +136,6 @@ def test_constituent_overestimates_on_overlapping_constituents():
 def test_ilp_time_limit_and_warm_start_notes():
     rng = np.random.default_rng(7)
     snap, costs = random_egraph(rng, n_classes=60, cycles=True)
-    r = extract("ilp", snap, costs, time_limit=5.0)
+    r = extract("ilp", snap, costs, ExtractOptions(time_limit=5.0))
     assert find_cycle(snap, r.choice) is None
     assert r.gap is not None and (r.optimal or r.notes)

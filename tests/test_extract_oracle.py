@@ -24,7 +24,7 @@ from extract_cases import random_cyclic_spec, snapshot
 
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.egglog.egraph import EGraph
-from eqsat.extract import EXTRACTORS, ExtractionError, extract, greedy_dag, ilp
+from eqsat.extract import EXTRACTORS, ExtractionError, ExtractOptions, extract, greedy_dag, ilp
 from eqsat.models import build
 from eqsat.rules import registry
 from eqsat.rules.engine import RuleEngine
@@ -115,7 +115,7 @@ def test_greedy_dag_stale_set_reproducer():
     # reported 20 while the program it returns costs 22
     spec = [(0, "a", [], 8), (1, "b", [], 5), (2, "p", [0, 1], 6), (2, "q", [1], 8), (3, "r", [1, 2, 0], 1)]
     snap, costs = snapshot(spec, [3])
-    r = greedy_dag.extract(snap, costs, share=False)
+    r = greedy_dag.extract(snap, costs, ExtractOptions(share=False))
     assert r.estimate == oracle_dag_cost(snap, r.choice, costs) == r.dag_cost == 22
     shared = greedy_dag.extract(snap, costs)  # the sharing pass moves class 2 onto op(0, 1): a and b are paid anyway
     assert shared.estimate == oracle_dag_cost(snap, shared.choice, costs) == shared.dag_cost == brute_force(snap, costs) == 20
@@ -162,9 +162,9 @@ def test_ilp_equals_brute_force_on_small_random_cyclic_egraphs():
         best = brute_force(snap, costs)
         if best is None:
             with pytest.raises(ExtractionError):
-                extract("ilp", snap, costs, time_limit=10.0)
+                extract("ilp", snap, costs, ExtractOptions(time_limit=10.0))
             continue
-        r = extract("ilp", snap, costs, time_limit=10.0)
+        r = extract("ilp", snap, costs, ExtractOptions(time_limit=10.0))
         assert r.optimal, f"seed {seed}: {r.notes}"
         assert oracle_dag_cost(snap, r.choice, costs) == pytest.approx(best), f"seed {seed}"
         assert r.dag_cost == pytest.approx(best)
@@ -188,7 +188,7 @@ def test_sharing_pass_values_a_merged_node_that_the_greedy_pass_cannot():
             (5, "conv1", [0, 1], 10), (5, "slice0", [4], 1), (6, "conv2", [0, 2], 10), (6, "slice1", [4], 1),
             (7, "add", [5, 6], 1)]
     snap, costs = snapshot(spec, [7])
-    assert greedy_dag.extract(snap, costs, share=False).dag_cost == 21
+    assert greedy_dag.extract(snap, costs, ExtractOptions(share=False)).dag_cost == 21
     r = greedy_dag.extract(snap, costs)
     assert r.dag_cost == r.estimate == oracle_dag_cost(snap, r.choice, costs) == brute_force(snap, costs) == 16
     assert {snap.nodes[r.choice[c]].op for c in (5, 6)} == {"slice0", "slice1"}
@@ -203,7 +203,7 @@ def test_sharing_pass_against_brute_force_on_random_cyclic_egraphs():
         spec = random_cyclic_spec(rng, rng.randint(3, 10), p_back=0.2)
         snap, costs = snapshot(spec, [max(c for c, *_ in spec)])
         try:
-            alone = greedy_dag.extract(snap, costs, share=False)
+            alone = greedy_dag.extract(snap, costs, ExtractOptions(share=False))
         except ExtractionError:
             with pytest.raises(ExtractionError):
                 greedy_dag.extract(snap, costs)
@@ -250,24 +250,24 @@ def test_grown_bert_ilp_equals_brute_force_and_beats_greedy():
     snap, costs = grown("bert", 1)
     assert len(snap.nodes) > snap.num_classes and combinations(snap) <= 5000
     best = brute_force(snap, costs)
-    r = extract("ilp", snap, costs, time_limit=30.0)
+    r = extract("ilp", snap, costs, ExtractOptions(time_limit=30.0))
     assert r.optimal and oracle_dag_cost(snap, r.choice, costs) == pytest.approx(best)
     g = extract("greedy-dag", snap, costs)
     assert g.estimate == pytest.approx(oracle_dag_cost(snap, g.choice, costs))
     assert best <= g.dag_cost + 1e-6
-    assert best < greedy_dag.extract(snap, costs, share=False).dag_cost - 1e-6  # a real choice the greedy pass gets wrong
+    assert best < greedy_dag.extract(snap, costs, ExtractOptions(share=False)).dag_cost - 1e-6  # a real choice the greedy pass gets wrong
 
 
 def test_grown_nasneta_ilp_is_best_and_acyclic():
     snap, costs = grown("nasneta", 2)
-    res = {name: extract(name, snap, costs, **({"time_limit": 60.0} if name == "ilp" else {})) for name in EXTRACTORS}
+    res = {name: extract(name, snap, costs, EXTRACTORS[name].options(time_limit=60.0)) for name in EXTRACTORS}
     truth = {name: oracle_dag_cost(snap, r.choice, costs) for name, r in res.items()}
     assert all(v is not None for v in truth.values()), truth
     assert res["ilp"].optimal
     assert truth["ilp"] == pytest.approx(res["ilp"].dag_cost)
     for name, v in truth.items():
         assert truth["ilp"] <= v + 1e-6, name
-    assert truth["ilp"] < greedy_dag.extract(snap, costs, share=False).dag_cost - 1e-6  # the greedy pass alone misses
+    assert truth["ilp"] < greedy_dag.extract(snap, costs, ExtractOptions(share=False)).dag_cost - 1e-6  # the greedy pass alone misses
     assert res["greedy-dag"].estimate == pytest.approx(truth["greedy-dag"])
 
 
@@ -279,7 +279,7 @@ def test_grown_vgg19_warm_start_accepted_and_ilp_never_dearer_than_greedy_dag():
     model = ilp.build_model(snap, costs)
     assert picked_edges_inside_sccs(model, snap, warm.choice) > 1
     assert model.model.checkSol(ilp.warm_start_solution(model, snap, warm.choice), printreason=False)
-    r = extract("ilp", snap, costs, time_limit=2.0, warm_start=warm)
+    r = extract("ilp", snap, costs, ExtractOptions(time_limit=2.0, warm_start=warm))
     truth = oracle_dag_cost(snap, r.choice, costs)
     assert truth is not None and truth == pytest.approx(r.dag_cost)
     assert truth <= oracle_dag_cost(snap, warm.choice, costs) + 1e-9
@@ -304,9 +304,9 @@ import sys
 sys.path.insert(0, {tests!r})
 import numpy as np
 from extract_cases import dense_cyclic_egraph
-from eqsat.extract import ilp
+from eqsat.extract import ExtractOptions, ilp
 snap, costs = dense_cyclic_egraph(np.random.default_rng(0), 60)
-r = ilp.extract(snap, costs, time_limit=120.0, log_file={log!r})
+r = ilp.extract(snap, costs, ExtractOptions(time_limit=120.0, log_file={log!r}))
 print("RESULT", r.dag_cost, r.notes, flush=True)
 """
 

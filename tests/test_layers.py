@@ -258,3 +258,39 @@ def test_checker_finds_a_cycle_hidden_in_a_function_through_mapped_folders(tmp_p
     assert cycles == [["eqsat.extract", "eqsat.rules", "eqsat.extract"]]
     message = describe(cycles[0], edges)
     assert "extract/base.py:1: from eqsat.rules import engine" in message and "rules/sub.py:2" in message
+
+
+def module_edges(package: str, root: Path = ROOT) -> dict[tuple[str, str], list[str]]:
+    """(importing module, imported module) -> the importing lines, between the modules of one subpackage (its
+    ``__init__``, the facade that re-exports them, exempt as an importer)."""
+    mods = modules(package_dirs(root))
+    known = set(mods)
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name, path in mods.items():
+        if name == package or package_of(name) != package:
+            continue
+        for imp in imports(name, path, known, root):
+            if imp.target in known and imp.target not in (package, name) and package_of(imp.target) == package:
+                edges[(name, imp.target)].append(imp.where)
+    return dict(edges)
+
+
+def test_no_import_cycle_between_the_modules_of_a_subpackage():
+    """Inside a subpackage too (eqsat.mcts's search and parallel once imported each other, one side inside a
+    function): each module depends on the ones below it."""
+    found = []
+    for package in SUBPACKAGES:
+        edges = module_edges(package)
+        found += [describe(c, edges) for c in find_cycles(edges)]
+    assert not found, "import cycles between modules:\n" + "\n".join(found)
+
+
+def test_checker_finds_a_module_cycle_hidden_in_a_function(tmp_path):
+    write(tmp_path / "pyproject.toml", '[tool.setuptools]\npackage-dir = { "eqsat" = "eqsat", "eqsat.mcts" = "mcts" }\n')
+    write(tmp_path / "eqsat/__init__.py", "")
+    write(tmp_path / "mcts/__init__.py", "from .search import run\nfrom .parallel import Forest\n")
+    write(tmp_path / "mcts/search.py", "def run():\n    from .parallel import Forest\n")
+    write(tmp_path / "mcts/parallel.py", "from .search import run\n")
+    edges = module_edges("eqsat.mcts", tmp_path)
+    assert set(edges) == {("eqsat.mcts.search", "eqsat.mcts.parallel"), ("eqsat.mcts.parallel", "eqsat.mcts.search")}
+    assert find_cycles(edges) == [["eqsat.mcts.parallel", "eqsat.mcts.search", "eqsat.mcts.parallel"]]

@@ -12,7 +12,7 @@ import pytest
 
 from eqsat.cost import make, node_costs
 from eqsat.egglog.egraph import EGraph
-from eqsat.extract import extract, greedy_dag
+from eqsat.extract import ExtractOptions, extract, greedy_dag
 from eqsat.mcts import SearchConfig, run_scheduler
 from eqsat.models import MODELS, build
 from eqsat.rules import RuleEngine, rule_set
@@ -22,9 +22,9 @@ def prices(eg: EGraph, cost) -> tuple[float, float, float]:
     """(greedy pass alone, greedy-dag with its sharing pass, ILP) DAG costs of ``eg``."""
     snap = eg.snapshot().restrict()
     costs = node_costs(snap, cost)
-    ilp = extract("ilp", snap, costs, time_limit=60.0)
+    ilp = extract("ilp", snap, costs, ExtractOptions(time_limit=60.0))
     assert ilp.optimal
-    return (greedy_dag.extract(snap, costs, share=False).dag_cost, greedy_dag.extract(snap, costs).dag_cost,
+    return (greedy_dag.extract(snap, costs, ExtractOptions(share=False)).dag_cost, greedy_dag.extract(snap, costs).dag_cost,
             ilp.dag_cost)
 
 

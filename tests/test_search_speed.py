@@ -20,7 +20,7 @@ from eqsat.errors import InputError
 from eqsat.extract import extract
 from eqsat.mcts import MCTS, Env, SearchConfig, StopReason, run_scheduler
 from eqsat.mcts.parallel import Forest
-from eqsat.mcts.search import ChildStats, RootStats
+from eqsat.mcts.stats import ChildStats, RootStats
 from eqsat.models import build
 from eqsat.rules import rule_set
 

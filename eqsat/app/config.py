@@ -169,11 +169,12 @@ def validate(config: OptimizeConfig) -> None:
 
 
 def search_seconds(config: OptimizeConfig) -> float:
-    """The search's share of ``--time-limit``: with the ILP as final extractor, the search stops early enough to
-    leave it ``min(--ilp-time-limit, ILP_SHARE x --time-limit)`` (a search that used the whole limit left SCIP
-    0.1 s, and a faster search then returned a worse program); other extractors take well under a second."""
+    """The search's share of ``--time-limit``: with a final extractor that takes a time limit (the ILP), the search
+    stops early enough to leave it ``min(--ilp-time-limit, ILP_SHARE x --time-limit)`` (a search that used the whole
+    limit left SCIP 0.1 s, and a faster search then returned a worse program); the others take well under a
+    second."""
     limit = config.search.time_limit
-    if config.final_extractor != "ilp":
+    if not EXTRACTORS[config.final_extractor].takes_time_limit:
         return limit
     return max(ILP_FLOOR_SECONDS, limit - min(config.ilp_time_limit, ILP_SHARE * limit))
 

@@ -23,7 +23,7 @@ from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
-from eqsat.extract import Extraction
+from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.rules.rule import Rule
@@ -110,20 +110,14 @@ def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, c
 
 def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
                   elapsed: float) -> tuple[Snapshot, Extraction]:
-    """The final extractor's program of the grown e-graph; the ILP gets what ``--time-limit`` left after
-    ``elapsed`` seconds and greedy-dag's program as its warm start, never returning a dearer one."""
+    """The final extractor's program of the grown e-graph. What it takes (the registry's capabilities) it gets: a
+    time limit of what ``--time-limit`` left after ``elapsed`` seconds, and greedy-dag's program as its warm start
+    (it then never returns a dearer one)."""
     snap = egraph.snapshot().restrict()
     costs = node_costs(snap, cost_model)
-    warm = extractors.extract("greedy-dag", snap, costs)
-    if config.final_extractor == "greedy-dag":
-        return snap, warm
-    options = {"time_limit": ilp_seconds(config, elapsed), "warm_start": warm} if config.final_extractor == "ilp" \
-        else {}
-    ext = extractors.extract(config.final_extractor, snap, costs, **options)
-    if config.final_extractor == "ilp" and ext.dag_cost > warm.dag_cost:  # ilp.extract does this itself already
-        ext = replace(warm, extractor="ilp", used_warm_start=True, notes=[*ext.notes, (
-            f"the ILP's program (DAG cost {ext.dag_cost:.6g}) is dearer than its warm start; kept greedy-dag's")])
-    return snap, ext
+    final = extractors.info(config.final_extractor)
+    warm = extractors.extract(extractors.WARM_START, snap, costs) if final.takes_warm_start else None
+    return snap, final.fn(snap, costs, final.options(time_limit=ilp_seconds(config, elapsed), warm_start=warm))
 
 
 def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel) -> tuple[Graph, onnx.ModelProto]:
@@ -165,8 +159,9 @@ def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     other_costs = node_costs(snap, other)
     seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed), max(1.0, first.seconds / 2))
     warm = extractors.extract("greedy-dag", snap, other_costs)
+    options = ExtractOptions(time_limit=seconds, warm_start=warm)
     out.append(Extracted(f"ilp-{other.name}", f"ilp under {other.name}",
-                         extractors.extract("ilp", snap, other_costs, time_limit=seconds, warm_start=warm), other))
+                         extractors.extract("ilp", snap, other_costs, options), other))
     out += [Extracted(state.label.replace(" ", "-"), f"{state.extraction.extractor} at search {state.label} under "
                                                       f"{cost_model.name}", state.extraction, cost_model, state.snapshot)
             for state in path]
