@@ -20,7 +20,7 @@ from eqsat.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.evaluate import evaluate
 from eqsat.onnx_export import export_model
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, by_name, rule_set
 from eqsat.rules.reach import ReachEngine
 from eqsat.rules.verify import check_rule
@@ -52,7 +52,7 @@ def _parts(leaves: list[ir.Node], axis: int | None = None, acts: tuple[int, int]
     ``axis`` and ``acts``)."""
     q, kt, v = leaves[:3]
     mask = leaves[3] if len(leaves) == 4 else None
-    scores = ir.make("scale", [ir.make("matmul", [q, kt], (acts[0],))], (eps_bits(SCALE),))
+    scores = ir.make("scale", [ir.make("matmul", [q, kt], (acts[0],))], (float_bits(SCALE),))
     if mask is not None:
         scores = ir.make("ewadd", [mask, scores] if mask_first else [scores, mask])
     axis = len(q.shape) - 1 if axis is None else axis
@@ -112,11 +112,11 @@ def test_matmul_refuses_what_it_does_not_take(a, b):
 
 
 def test_scale_refuses_a_factor_that_is_not_positive_and_finite():
-    for bits in (0, eps_bits(float("inf")), eps_bits(float("nan")), eps_bits(-0.5)):
+    for bits in (0, float_bits(float("inf")), float_bits(float("nan")), float_bits(-0.5)):
         with pytest.raises(ShapeError, match="positive finite scale"):
             ops.infer_shape("scale", (bits,), [(2, 3)])
     x = np.arange(6.0).reshape(2, 3)
-    np.testing.assert_array_equal(ops.evaluate("scale", (eps_bits(0.25),), [x]), x / 4)
+    np.testing.assert_array_equal(ops.evaluate("scale", (float_bits(0.25),), [x]), x / 4)
 
 
 def test_egglog_gives_no_shape_to_a_scale_or_a_4d_matmul_the_python_side_refuses():
@@ -125,8 +125,8 @@ def test_egglog_gives_no_shape_to_a_scale_or_a_4d_matmul_the_python_side_refuses
     for h, shape in (("x", (2, 3, 4, 5)), ("w", (2, 3, 5, 6)), ("u", (1, 3, 5, 6))):
         eg.run_program(f'(set (node "{h}") (Input "i:{h}")) (set (shape (node "{h}")) {ops.shape_term(shape)})')
     terms = {"mm": '(Matmul 0 (node "x") (node "w"))', "mm_bad": '(Matmul 0 (node "x") (node "u"))',
-             "scale": f'(Scale {eps_bits(0.25)} (node "x"))', "scale_zero": '(Scale 0 (node "x"))',
-             "scale_inf": f'(Scale {eps_bits(float("inf"))} (node "x"))'}
+             "scale": f'(Scale {float_bits(0.25)} (node "x"))', "scale_zero": '(Scale 0 (node "x"))',
+             "scale_inf": f'(Scale {float_bits(float("inf"))} (node "x"))'}
     for k, term in terms.items():
         eg.run_program(f'(set (node "{k}") {term})')
         eg.output_handles.append(k)
@@ -147,7 +147,7 @@ CASES = {  # name: (leading dimensions, mask shape or None)
 def test_attention_splits_into_parts_that_compute_it(case):
     lead, mask = CASES[case]
     leaves = _leaves(lead, mask=mask)
-    att = ir.make("attention", leaves, (eps_bits(SCALE),))
+    att = ir.make("attention", leaves, (float_bits(SCALE),))
     eg, (report,) = _apply(att, RULE)
     assert report.changed
     parts = _choose(eg, att, "matmul")
@@ -169,7 +169,7 @@ def test_parts_recombine_into_attention(case, mask_first):
     assert report.changed
     whole = _choose(eg, parts, "attention")
     (node,) = [n for n in whole.nodes() if n.op == "attention"]
-    assert node.attrs == (eps_bits(SCALE),) and [i.name for i in node.inputs] == [n.name for n in leaves]
+    assert node.attrs == (float_bits(SCALE),) and [i.name for i in node.inputs] == [n.name for n in leaves]
     feeds = _values(leaves, seed=1)
     expected = _numpy_attention(*(feeds[n.name] for n in leaves[:3]), SCALE, feeds.get("mask"))
     np.testing.assert_allclose(_ort(whole, feeds), expected, rtol=1e-4, atol=1e-5)
@@ -180,7 +180,7 @@ def test_both_forms_export_alike_and_onnxruntime_fuses_the_scale():
     """The parts are written as attention's own emitter writes it: MatMul, Mul by a scalar, Add, Softmax, MatMul,
     and onnxruntime fuses the product and the scale into one FusedMatMul in both."""
     leaves = _leaves((1, 2), mask=(1, 1, 4, 5))
-    att = ir.make("attention", leaves, (eps_bits(SCALE),))
+    att = ir.make("attention", leaves, (float_bits(SCALE),))
     models = [export_model(ir.Graph(tuple(leaves), (y,), ("y",))) for y in (att, _parts(leaves))]
     assert [[n.op_type for n in m.graph.node] for m in models] == [["MatMul", "Mul", "Add", "Softmax", "MatMul"]] * 2
     assert [fused(ort_graph(m))["FusedMatMul"] for m in models] == [1, 1]
@@ -210,7 +210,7 @@ def test_taso_rules_reach_the_parts_and_the_result_recombines():
     e-graph then holds attention(q, kt, v @ W), which computes the same."""
     leaves = _leaves((2, 3), mask=(2, 1, 1, 5))
     w = ir.input_("w", (2, 3, 2, 6))
-    top = ir.make("matmul", [ir.make("attention", leaves, (eps_bits(SCALE),)), w], (0,))
+    top = ir.make("matmul", [ir.make("attention", leaves, (float_bits(SCALE),)), w], (0,))
     eg, reports = _apply(top, RULE, "taso_s000", RULE)
     assert all(r.changed for r in reports)
     moved = _choose(eg, top, "attention")
@@ -224,7 +224,7 @@ def test_taso_rules_reach_the_parts_and_the_result_recombines():
 def test_reach_includes_the_parts_constructors():
     """On an e-graph of one attention, the rules that can fire include the split and, through the constructors
     its actions create, TASO's matmul re-association; without the split, that one cannot fire."""
-    att = ir.make("attention", _leaves((2,)), (eps_bits(SCALE),))
+    att = ir.make("attention", _leaves((2,)), (float_bits(SCALE),))
     graph = ir.Graph(tuple(att.inputs), (att,), ("y",))
     rules = rule_set("default")
     with_split = ReachEngine(EGraph.from_graph(graph), rules)
