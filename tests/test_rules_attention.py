@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import onnxruntime as ort
 import pytest
+from rule_cases import apply, choose, ort_run
 from test_fidelity import fused, ort_graph
 
 from eqsat import ir, ops
@@ -21,7 +21,7 @@ from eqsat.errors import ShapeError
 from eqsat.evaluate import evaluate
 from eqsat.onnx_export import export_model
 from eqsat.ops.composite import float_bits
-from eqsat.rules import RuleEngine, by_name, rule_set
+from eqsat.rules import by_name, rule_set
 from eqsat.rules.reach import ReachEngine
 from eqsat.rules.verify import check_rule
 
@@ -62,32 +62,6 @@ def _parts(leaves: list[ir.Node], axis: int | None = None, acts: tuple[int, int]
 def _values(leaves: list[ir.Node], seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {str(n.name): rng.standard_normal(n.shape).astype(np.float32) for n in leaves}
-
-
-def _apply(root: ir.Node, *names: str) -> tuple[EGraph, list]:
-    eg = EGraph.from_graph(ir.Graph(tuple(n for n in ir.topo_order([root]) if n.op == "input"), (root,), ("y",)))
-    engine = RuleEngine(eg, [by_name()[n] for n in dict.fromkeys(names)])
-    return eg, [engine.apply(n) for n in names]
-
-
-def _choose(eg: EGraph, template: ir.Node, root_op: str) -> ir.Graph:
-    """The program whose output e-class takes its ``root_op`` e-node and every other e-class its first e-node
-    (the e-graphs here hold no cycle through first e-nodes)."""
-    from eqsat.decode import build_program
-
-    snap = eg.snapshot().restrict()
-    choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)}
-    (root,) = snap.roots
-    picks = [n for n in snap.classes[root] if snap.nodes[n].op == root_op]
-    assert picks, f"no {root_op} in the output's e-class: {[snap.nodes[n].op for n in snap.classes[root]]}"
-    choice[root] = picks[0]
-    inputs = tuple(n for n in ir.topo_order([template]) if n.op == "input")
-    return build_program(snap, choice, ir.Graph(inputs, (template,), ("y",)))
-
-
-def _ort(graph: ir.Graph, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    sess = ort.InferenceSession(export_model(graph).SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}})[0]
 
 
 def _ops(graph: ir.Graph) -> list[str]:
@@ -148,15 +122,15 @@ def test_attention_splits_into_parts_that_compute_it(case):
     lead, mask = CASES[case]
     leaves = _leaves(lead, mask=mask)
     att = ir.make("attention", leaves, (float_bits(SCALE),))
-    eg, (report,) = _apply(att, RULE)
+    eg, (report,) = apply(att, RULE)
     assert report.changed
-    parts = _choose(eg, att, "matmul")
+    parts = choose(eg, att, "matmul")
     masked = ["ewadd"] if mask else []
     assert _ops(parts) == sorted(["matmul", "matmul", "scale", "softmax", *masked])
     feeds = _values(leaves)
     expected = _numpy_attention(*(feeds[n.name] for n in leaves[:3]), SCALE, feeds.get("mask"))
     np.testing.assert_allclose(evaluate(list(parts.outputs), feeds)[0], expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(_ort(parts, feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(parts, feeds), expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("case,mask_first", [(c, first) for c in sorted(CASES)
@@ -165,15 +139,15 @@ def test_parts_recombine_into_attention(case, mask_first):
     lead, mask = CASES[case]
     leaves = _leaves(lead, mask=mask)
     parts = _parts(leaves, mask_first=mask_first)
-    eg, (report,) = _apply(parts, RULE)
+    eg, (report,) = apply(parts, RULE)
     assert report.changed
-    whole = _choose(eg, parts, "attention")
+    whole = choose(eg, parts, "attention")
     (node,) = [n for n in whole.nodes() if n.op == "attention"]
     assert node.attrs == (float_bits(SCALE),) and [i.name for i in node.inputs] == [n.name for n in leaves]
     feeds = _values(leaves, seed=1)
     expected = _numpy_attention(*(feeds[n.name] for n in leaves[:3]), SCALE, feeds.get("mask"))
-    np.testing.assert_allclose(_ort(whole, feeds), expected, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(_ort(ir.Graph(whole.inputs, (parts,), ("y",)), feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(whole, feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(ir.Graph(whole.inputs, (parts,), ("y",)), feeds), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_both_forms_export_alike_and_onnxruntime_fuses_the_scale():
@@ -200,7 +174,7 @@ NEAR_MISSES = {  # name: a builder of a parts form that is no attention
 @pytest.mark.parametrize("case", sorted(NEAR_MISSES))
 def test_near_misses_are_not_recombined(case):
     parts = NEAR_MISSES[case]()
-    eg, (report,) = _apply(parts, RULE)
+    eg, (report,) = apply(parts, RULE)
     assert report.matches == 0 and not report.changed
     assert "attention" not in {e.op for e in eg.snapshot().nodes}
 
@@ -211,14 +185,14 @@ def test_taso_rules_reach_the_parts_and_the_result_recombines():
     leaves = _leaves((2, 3), mask=(2, 1, 1, 5))
     w = ir.input_("w", (2, 3, 2, 6))
     top = ir.make("matmul", [ir.make("attention", leaves, (float_bits(SCALE),)), w], (0,))
-    eg, reports = _apply(top, RULE, "taso_s000", RULE)
+    eg, reports = apply(top, RULE, "taso_s000", RULE)
     assert all(r.changed for r in reports)
-    moved = _choose(eg, top, "attention")
+    moved = choose(eg, top, "attention")
     (node,) = [n for n in moved.nodes() if n.op == "attention"]
     assert node.inputs[2].op == "matmul" and node.inputs[2].inputs[1].name == "w"  # V projected first
     feeds = _values([*leaves, w], seed=2)
     expected = np.matmul(_numpy_attention(feeds["q"], feeds["kt"], feeds["v"], SCALE, feeds["mask"]), feeds["w"])
-    np.testing.assert_allclose(_ort(moved, feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(moved, feeds), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_reach_includes_the_parts_constructors():
