@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-from rule_cases import apply, check_same, optimized
+import pytest
+from rule_cases import apply, attrs_of, check_same, choose, graph_of, op_counts, optimized
 
 from eqsat import ir
 
@@ -38,3 +39,39 @@ def test_conv_relu_fusion_and_bn_fold():
                     "fold_bn_conv", "fuse_relu_conv")
     assert not reps[0].changed and not reps[1].changed
 
+
+# -- fuse_act_matmul --------------------------------------------------------------------------------------
+ACT_CODES = {"relu": 2, "sigmoid": 1, "tanh": 3}
+"""activation -> the code matmul's ``act`` attribute gives it (eqsat.ops.ACT_RELU, ACT_SIGMOID, ACT_TANH)"""
+
+
+def _matmul(batch: tuple[int, ...] = (), act: int = 0) -> ir.Node:
+    a, b = ir.input_("a", (*batch, 4, 5)), ir.weight("b", (*batch, 5, 6))
+    return ir.make("matmul", [a, b], (act,))
+
+
+@pytest.mark.parametrize("batch", [(), (3,)], ids=["2d", "3d"])
+@pytest.mark.parametrize("act", sorted(ACT_CODES))
+def test_fuse_act_matmul_fuses_each_activation(act, batch):
+    g = graph_of(ir.make(act, [_matmul(batch)]))
+    eg, (report,) = apply(g, "fuse_act_matmul")
+    assert report.changed and report.matches == 1
+    assert attrs_of(eg, "matmul") == {(0,), (ACT_CODES[act],)}
+    fused = choose(eg, g, "matmul")
+    assert op_counts(fused) == {"matmul": 1}
+    assert [n.attrs for n in fused.nodes() if n.op == "matmul"] == [(ACT_CODES[act],)]
+    check_same(g, fused)
+
+
+FUSE_ACT_MATMUL_MISSES = {  # name: a root the rule must leave alone
+    "activation_already_fused": lambda: ir.make("relu", [_matmul(act=ACT_CODES["sigmoid"])]),
+    "relu_of_a_sum": lambda: ir.make("relu", [ir.make("ewadd", [ir.input_("a", (4, 6)), ir.weight("c", (4, 6))])]),
+    "not_an_activation": lambda: ir.make("ewadd", [_matmul(), ir.weight("c", (4, 6))]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FUSE_ACT_MATMUL_MISSES))
+def test_fuse_act_matmul_leaves_near_misses_alone(case):
+    eg, (report,) = apply(graph_of(FUSE_ACT_MATMUL_MISSES[case]()), "fuse_act_matmul")
+    assert report.matches == 0 and not report.changed
+    assert not attrs_of(eg, "matmul") - {(0,), (ACT_CODES["sigmoid"],)}
