@@ -5,7 +5,7 @@ program), and the independent check that two programs compute the same: both exp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import onnx
@@ -15,7 +15,7 @@ from ort_check import outputs_match
 from eqsat import ir
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
-from eqsat.egraph import EGraph
+from eqsat.egraph import EGraph, ENode, Snapshot
 from eqsat.extract import extract
 from eqsat.onnx_export import export_model
 from eqsat.rules import RuleEngine, StepReport, by_name
@@ -61,16 +61,19 @@ def attrs_of(eg: EGraph, op: str) -> set[tuple]:
     return {e.attrs for e in eg.snapshot().nodes if e.op == op}
 
 
-def choose(eg: EGraph, graph: ir.Graph | ir.Node, root_op: str) -> ir.Graph:
-    """The program whose (single) output e-class takes its ``root_op`` e-node and every other e-class its first
-    e-node (the original's, in encoding order: the e-graphs here hold no cycle through first e-nodes)."""
+def choose(eg: EGraph, graph: ir.Graph | ir.Node, root_op: str,
+           where: Callable[[Snapshot, ENode], bool] | None = None) -> ir.Graph:
+    """The program whose output e-classes take their ``root_op`` e-node (the first one for which ``where(snapshot,
+    e-node)`` holds, if given) and every other e-class its first e-node (the original's, in encoding order: the
+    e-graphs here hold no cycle through first e-nodes)."""
     g = graph_of(graph) if isinstance(graph, ir.Node) else graph
     snap = eg.snapshot().restrict()
     choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)}
-    (root,) = snap.roots
-    picks = [n for n in snap.classes[root] if snap.nodes[n].op == root_op]
-    assert picks, f"no {root_op} in the output's e-class: {[snap.nodes[n].op for n in snap.classes[root]]}"
-    choice[root] = picks[0]
+    for root in snap.roots:
+        picks = [n for n in snap.classes[root] if snap.nodes[n].op == root_op
+                 and (where is None or where(snap, snap.nodes[n]))]
+        assert picks, f"no such {root_op} in an output's e-class: {[snap.nodes[n].op for n in snap.classes[root]]}"
+        choice[root] = picks[0]
     return build_program(snap, choice, g)
 
 
