@@ -13,7 +13,7 @@ import onnxruntime as ort
 from ort_check import outputs_match
 
 from eqsat import ir
-from eqsat.cost import AnalyticCost, node_costs
+from eqsat.cost import AnalyticCost, OpKey, node_costs
 from eqsat.decode import build_program
 from eqsat.egraph import EGraph, ENode, Snapshot
 from eqsat.extract import extract
@@ -77,10 +77,25 @@ def choose(eg: EGraph, graph: ir.Graph | ir.Node, root_op: str,
     return build_program(snap, choice, g)
 
 
-def optimized(graph: ir.Graph, eg: EGraph) -> ir.Graph:
-    """The cheapest program of the e-graph under the analytic cost (ILP extraction)."""
+class _PricedLayout:
+    """The analytic cost with the operators TASO counts as free (reshape, transpose, slice, ...) priced too (only
+    the leaves stay free): an extraction under it drops the layout operators a rule made redundant."""
+
+    name = "analytic-priced-layout"
+    free_ops = frozenset({"input", "weight"})
+
+    def __init__(self) -> None:
+        self._analytic = AnalyticCost()
+
+    def op_cost(self, key: OpKey) -> float:
+        return self._analytic.op_cost(key)
+
+
+def optimized(graph: ir.Graph, eg: EGraph, price_layout: bool = False) -> ir.Graph:
+    """The cheapest program of the e-graph under the analytic cost (ILP extraction); ``price_layout``: with the
+    layout operators priced too (see :class:`_PricedLayout`)."""
     snap = eg.snapshot().restrict()
-    ext = extract("ilp", snap, node_costs(snap, AnalyticCost()))
+    ext = extract("ilp", snap, node_costs(snap, _PricedLayout() if price_layout else AnalyticCost()))
     return build_program(snap, ext.choice, graph)
 
 
