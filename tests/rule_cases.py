@@ -16,6 +16,7 @@ from eqsat import ir
 from eqsat.cost import AnalyticCost, OpKey, node_costs
 from eqsat.decode import build_program
 from eqsat.egraph import EGraph, ENode, Snapshot
+from eqsat.evaluate import evaluate
 from eqsat.extract import extract
 from eqsat.onnx_export import export_model
 from eqsat.rules import RuleEngine, StepReport, by_name
@@ -112,6 +113,18 @@ def check_same(graph: ir.Graph, new_graph: ir.Graph) -> None:
     onnx.checker.check_model(b, full_check=True)
     assert outputs_match(a, b, seed=0), "onnxruntime gives different outputs for the rewritten program"
     assert verify(a, b, seed=0).passed
+
+
+def evaluated_matches_ort(graph: ir.Graph, new_graph: ir.Graph, seed: int = 0) -> None:
+    """``new_graph`` evaluated by eqsat's numpy evaluator gives what onnxruntime computes for ``graph`` exported,
+    on seeded random inputs (for a rewritten program that cannot be exported itself)."""
+    rng = np.random.default_rng(seed)
+    feeds = {str(n.name): rng.standard_normal(n.shape).astype(np.float32) for n in graph.inputs}
+    values = {**feeds, **graph.weights}
+    got = evaluate(list(new_graph.outputs), lambda n: values[str(n.name)])
+    sess = ort.InferenceSession(export_model(graph).SerializeToString(), providers=["CPUExecutionProvider"])
+    for value, expected in zip(got, sess.run(None, feeds), strict=True):
+        np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5)
 
 
 def op_counts(graph: ir.Graph) -> dict[str, int]:
