@@ -8,7 +8,7 @@ from collections import Counter
 
 import numpy as np
 import onnx_builders as ob
-from rule_cases import apply, check_same, optimized
+from rule_cases import apply, check_same, choose, graph_of, ops_of, optimized
 
 from eqsat import ir
 from eqsat.onnx_import import import_model
@@ -63,3 +63,25 @@ def test_conv_merge_negative_case_grouped_or_different_stride():
     d = ir.make("conv2d", [x, ir.weight("d", (4, 8, 3, 3))], (1, 1, -1, -1, 0))
     _, reports = apply(ir.Graph((x,), (a, b, c, d), ("a", "b", "c", "d")), "merge_conv_shared_input", "taso_m11")
     assert not reports[0].changed and not reports[1].changed
+
+
+def test_merge_matmul_bias_computes_both_products_as_one():
+    """x W1 + b1 and x W2 + b2 of widths 3 and 5 (test_qkv_merge_negative_case: two inputs, no merge)."""
+    x = ir.input_("x", (4, 8))
+    g = graph_of([ir.make("ewadd", [ir.make("matmul", [x, ir.weight(f"w{i}", (8, n))], (0,)),
+                                    ir.weight(f"b{i}", (1, n))]) for i, n in enumerate((3, 5))])
+    eg, (report,) = apply(g, "merge_matmul_bias")
+    assert report.changed and report.matches == 1
+    merged = choose(eg, g, "slice")
+    assert Counter(n.op for n in merged.nodes())["matmul"] == 1
+    assert [(y.attrs[0], y.attrs[2] - y.attrs[1]) for y in merged.outputs] == [(1, 3), (1, 5)]
+    check_same(g, merged)
+
+
+def test_merge_linear_qkv_needs_three_linears_of_one_input():
+    x, x2 = ir.input_("x", (2, 4, 8)), ir.input_("x2", (2, 4, 8))
+    linears = [ir.make("linear", [v, ir.weight(f"w{i}", (8, 8)), ir.weight(f"b{i}", (8,))])
+               for i, v in enumerate((x, x, x2))]
+    for roots in (linears, linears[:2]):
+        eg, (report,) = apply(graph_of(roots), "merge_linear_qkv")
+        assert report.matches == 0 and not report.changed and "slice" not in ops_of(eg)
