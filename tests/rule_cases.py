@@ -28,18 +28,13 @@ def leaves(roots: Iterable[ir.Node], op: str) -> list[ir.Node]:
     return [n for n in ir.topo_order(list(roots)) if n.op == op]
 
 
-def graph_of(roots: ir.Node | Sequence[ir.Node], seed: int = 0, positive: Iterable[str] = ()) -> ir.Graph:
+def graph_of(roots: ir.Node | Sequence[ir.Node], seed: int = 0) -> ir.Graph:
     """The graph of ``roots`` (outputs ``y0``, ``y1``, ..., or ``y`` for one root): its ``input`` leaves are its
-    inputs, its ``weight`` leaves get seeded standard-normal values (absolute values for the names in
-    ``positive``, e.g. a batch norm's variance)."""
+    inputs, its ``weight`` leaves get seeded standard-normal values."""
     outs = (roots,) if isinstance(roots, ir.Node) else tuple(roots)
     names = ("y",) if len(outs) == 1 else tuple(f"y{i}" for i in range(len(outs)))
     rng = np.random.default_rng(seed)
-    keep = set(positive)
-    weights = {}
-    for w in leaves(outs, "weight"):
-        value = rng.standard_normal(w.shape).astype(np.float32)
-        weights[str(w.name)] = np.abs(value) + np.float32(0.5) if w.name in keep else value
+    weights = {str(w.name): rng.standard_normal(w.shape).astype(np.float32) for w in leaves(outs, "weight")}
     return ir.Graph(tuple(leaves(outs, "input")), outs, names, weights)
 
 
