@@ -36,7 +36,3 @@ class EGraphError(EqsatError):
 class EgglogError(EGraphError):
     """A call into egglog failed: egglog reported an error or panicked (a Rust panic, a BaseException, is
     turned into this by :func:`eqsat.egglog.egraph.egglog_guard`). The message says what was being done."""
-
-
-class LimitError(InputError):
-    """An impossible limit was asked for (e.g. a node limit below the initial e-graph size)."""

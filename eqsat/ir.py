@@ -18,14 +18,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import shapes as _shapes
-from .ops import FREE_OPS
 from .shapes import Shape
 
 if TYPE_CHECKING:
     from .origins import Origin
-
-ZERO_COST_OPS = FREE_OPS
-"""TASO's zero-cost operators (the entries marked ``free`` in :mod:`eqsat.ops`)"""
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,4 +1,5 @@
-"""Progress lines on stderr (rich), silenced with --quiet."""
+"""Progress lines on stderr (plain ``print``, each stamped with the seconds since the start), silenced with
+--quiet."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ class ModelSpec:
     paper: dict = field(default_factory=dict)
     small: dict = field(default_factory=dict)
     k_multi: int = 1
-    """TENSAT's per-model number of iterations with multi-pattern rules (SPEC section 9)"""
+    """the number of the first iterations of TENSAT's schedule that apply the multi-pattern rules too (TENSAT's
+    per-model setting; the later iterations apply only the single-pattern ones)"""
     rule_set: str = "default"
     """the rule-set variant the model's runs default to (eqsat.rules.RULE_SETS)"""
 

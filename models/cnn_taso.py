@@ -1,5 +1,5 @@
 """The four CNNs that TASO exported (VGG-19, SqueezeNet 1.1, MobileNet-v2, Inception-v3), built to match
-those exports operator for operator (SPEC section 8): unfused ReLUs where TASO has them, binary concat
+those exports operator for operator: unfused ReLUs where TASO has them, binary concat
 trees in Inception, batch norm only in MobileNet-v2."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""NASNet-A as TENSAT builds it (SPEC section 8): ResNeXt's stem, three stages of normal cells and a
+"""NASNet-A as TENSAT's benchmark builds it: ResNeXt's stem, three stages of normal cells and a
 reduction cell, separable convs as a grouped conv followed by a 1x1 conv, five-input channel concats."""
 
 from __future__ import annotations

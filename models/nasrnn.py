@@ -1,4 +1,4 @@
-"""NASRNN as TENSAT builds it (SPEC section 8): 5 steps of the NAS-discovered recurrent cell, hidden
+"""NASRNN as TENSAT's benchmark builds it: 5 steps of the NAS-discovered recurrent cell, hidden
 size 512, eight input/state projection pairs per step (new weights each), the initial state a weight."""
 
 from __future__ import annotations

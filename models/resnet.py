@@ -1,5 +1,5 @@
 """ResNet-50 (TENSAT's: no stem, pooling or classifier) and ResNeXt-50 (stem, 32-group 3x3 convs), with
-ReLU fused into the convolutions and bottleneck blocks as in SPEC section 8."""
+ReLU fused into the convolutions and bottleneck blocks, as TENSAT's graphs have them."""
 
 from __future__ import annotations
 

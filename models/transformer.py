@@ -1,6 +1,6 @@
 """BERT as TENSAT builds it, and Transformer-Transducer and ViT-Base/Large/Huge in the same style.
 
-BERT (SPEC section 8): input [64, 1024]; per layer Q, K, V = x W, reshaped to [64, 16, 64] and
+BERT (TENSAT's benchmark graph): input [64, 1024]; per layer Q, K, V = x W, reshaped to [64, 16, 64] and
 transposed to [16, 64, 64]; logits = Q K (no transpose of K, as TENSAT); out = logits V, transposed back
 and reshaped to [64, 1024] and made an output; the next layer's input is relu(x W_lin), so the attention
 output is a dead end. No softmax, scaling, layer norm, residuals, feed-forward or biases.

@@ -27,8 +27,7 @@ from eqsat.errors import ShapeError
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model
 from eqsat.onnx_patterns import find_composites
-from eqsat.ops.attention import scale_value
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits, float_value
 
 N = helper.make_node
 F = TensorProto.FLOAT
@@ -94,7 +93,7 @@ def test_hand_built_attention_is_found_imported_and_exact(case):
     (match,) = find_composites(model.graph, {k: np.array(v, np.float32) for k, v in consts.items()})
     assert (match.op, match.output, len(match.nodes)) == ("attention", "y", covered)
     assert match.inputs == ("q", "kt", "v") + (("mask",) if masked else ())
-    assert math.isclose(scale_value(match.attrs[0]), scale, rel_tol=1e-6)
+    assert math.isclose(float_value(match.attrs[0]), scale, rel_tol=1e-6)
     graph = import_model(model)
     (y,) = graph.outputs
     assert y.op == "attention" and [i.op for i in y.inputs] == ["input"] * (3 + masked)
@@ -179,7 +178,7 @@ def test_before_opset_13_softmax_is_attention_only_over_the_last_axis(axis):
     same = np.allclose(_run(model, feeds)[0], expected, rtol=1e-5, atol=1e-5)
     assert same == (attrs is not None) == (axis in (3, -1))
     if attrs is not None:
-        assert attrs == (eps_bits(0.5),)
+        assert attrs == (float_bits(0.5),)
 
 
 def test_before_opset_13_a_lone_softmax_is_one_only_over_the_last_axis():
@@ -232,7 +231,7 @@ def test_a_constant_mask_of_lower_rank_is_broadcast_to_the_scores_rank():
 
 
 def test_operator_refuses_ill_shaped_operands():
-    bits = eps_bits(0.5)
+    bits = float_bits(0.5)
     assert ops.infer_shape("attention", (bits,), [(2, 4, 3), (2, 3, 6), (2, 6, 7)]) == (2, 4, 7)
     bad = {"rank 2": [(4, 3), (3, 6), (6, 7)], "inner": [(2, 4, 3), (2, 2, 6), (2, 6, 7)],
            "keys and values": [(2, 4, 3), (2, 3, 6), (2, 5, 7)], "batch": [(2, 4, 3), (1, 3, 6), (2, 6, 7)],
@@ -242,7 +241,7 @@ def test_operator_refuses_ill_shaped_operands():
             ops.infer_shape("attention", (bits,), shapes)
     for scale in (0, -1.0, math.inf):
         with pytest.raises(ShapeError):
-            ops.infer_shape("attention", (eps_bits(scale) if scale else 0,), [(2, 4, 3), (2, 3, 6), (2, 6, 7)])
+            ops.infer_shape("attention", (float_bits(scale) if scale else 0,), [(2, 4, 3), (2, 3, 6), (2, 6, 7)])
 
 
 # -- the zoo's transformers ------------------------------------------------------------------------------
@@ -263,7 +262,7 @@ def check_zoo_attention(name: str, exporter: str, opset: int) -> None:
     assert all(len(m.inputs) == 4 for m in found) == (masked or exporter == "dynamo")
     graph = import_model(model)
     attention = [n for n in graph.nodes() if n.op == "attention"]
-    assert len(attention) == blocks and all(math.isclose(scale_value(n.attrs[0]), 8 ** -0.5, rel_tol=1e-6)
+    assert len(attention) == blocks and all(math.isclose(float_value(n.attrs[0]), 8 ** -0.5, rel_tol=1e-6)
                                             for n in attention)
     assert not [n for n in graph.nodes() if n.op == "matmul" and len(n.shape) == 3 and n.inputs[1].op != "weight"], \
         "a product of two activations (attention's) left outside the attention node"
@@ -298,7 +297,7 @@ def test_attention_node_in_a_program_is_exact_against_numpy():
     """An IR program with an attention node written by its emitter, against the numpy oracle (4-D, masked)."""
     rng = np.random.default_rng(5)
     q, kt, v, mask = (ir.input_(n, s) for n, s in (("q", Q), ("kt", KT), ("v", V), ("mask", MASK)))
-    y = ir.make("attention", [q, kt, v, mask], (eps_bits(0.3),))
+    y = ir.make("attention", [q, kt, v, mask], (float_bits(0.3),))
     model = export_model(ir.Graph((q, kt, v, mask), (y,), ("y",)))
     feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", Q), ("kt", KT), ("v", V), ("mask", MASK))}
     expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], float(np.float32(0.3)), feeds["mask"])

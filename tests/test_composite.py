@@ -30,7 +30,7 @@ from eqsat.extract import extract
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model
 from eqsat.onnx_patterns import find_composites
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, by_name
 from eqsat.rules.registry import all_rules
 from eqsat.rules.verify import check_rule
@@ -180,19 +180,19 @@ CASES = {  # name: (nodes, constants, opset, expected op, expected attrs, covere
     "silu": ([N("Sigmoid", ["x"], ["s"]), N("Mul", ["s", "x"], ["y"])], {}, 17, "silu", (), 2),
     "rmsnorm_llama_torchscript": (_rms([N("Div", ["one", "s"], ["r"]), N("Mul", ["x", "r"], ["n"]),
                                         N("Cast", ["n"], ["c"], to=TensorProto.FLOAT), N("Mul", ["g", "c"], ["y"])]),
-                                  RMS_C, 17, "rmsnorm", (eps_bits(1e-6),), 8),
+                                  RMS_C, 17, "rmsnorm", (float_bits(1e-6),), 8),
     "rmsnorm_llama_dynamo": (_rms([N("Reciprocal", ["s"], ["r"]), N("Mul", ["x", "r"], ["n"]),
                                    N("Mul", ["g", "n"], ["y"])], axes=[-1]),
-                             {**RMS_C, "axes": [-1]}, 18, "rmsnorm", (eps_bits(1e-6),), 7),
+                             {**RMS_C, "axes": [-1]}, 18, "rmsnorm", (float_bits(1e-6),), 7),
     "rmsnorm_div": (_rms([N("Div", ["x", "s"], ["n"]), N("Mul", ["n", "g"], ["y"])]), RMS_C, 17, "rmsnorm",
-                    (eps_bits(1e-6),), 6),
+                    (float_bits(1e-6),), 6),
     "layernorm_node": ([N("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-5)], LN_C, 17, "layernorm",
-                       (eps_bits(1e-5),), 1),
+                       (float_bits(1e-5),), 1),
     "layernorm_opset16": ([N("ReduceMean", ["x"], ["mu"], axes=[-1]), N("Sub", ["x", "mu"], ["d"]),
                            N("Pow", ["d", "two"], ["p"]), N("ReduceMean", ["p"], ["v"], axes=[-1]),
                            N("Add", ["v", "eps"], ["a"]), N("Sqrt", ["a"], ["s"]), N("Div", ["d", "s"], ["n"]),
                            N("Mul", ["n", "g"], ["gn"]), N("Add", ["gn", "b"], ["y"])], LN_C, 16, "layernorm",
-                          (eps_bits(1e-5),), 9),
+                          (float_bits(1e-5),), 9),
     "softmax_negative_axis": ([N("Softmax", ["x"], ["y"], axis=-2)], {}, 17, "softmax", (-2,), 1),
 }
 
@@ -282,11 +282,11 @@ FORMS = [  # op, attrs, parameters, opset, written op types, what onnxruntime ma
     ("gelu", (0,), 0, 20, ["Gelu"], ["Gelu"]),
     ("gelu", (1,), 0, 20, ["Gelu"], ["Gelu"]),
     ("silu", (), 0, 17, ["Sigmoid", "Mul"], ["QuickGelu"]),
-    ("rmsnorm", (eps_bits(1e-6),), 1, 17, ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"],
+    ("rmsnorm", (float_bits(1e-6),), 1, 17, ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"],
      ["SimplifiedLayerNormalization"]),
-    ("rmsnorm", (eps_bits(1e-6),), 1, 18, ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"],
+    ("rmsnorm", (float_bits(1e-6),), 1, 18, ["Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul"],
      ["SimplifiedLayerNormalization"]),
-    ("layernorm", (eps_bits(1e-5),), 2, 17, ["LayerNormalization"], ["LayerNormalization"]),
+    ("layernorm", (float_bits(1e-5),), 2, 17, ["LayerNormalization"], ["LayerNormalization"]),
     ("softmax", (2,), 0, 17, ["Softmax"], ["Softmax"]),
 ]
 
@@ -301,12 +301,12 @@ def test_written_form_is_the_one_onnxruntime_fuses(op, attrs, n_params, opset, w
 
 @pytest.mark.parametrize("opset", [13, 16])
 def test_layernorm_before_opset_17_is_decomposed_and_exact(opset):
-    model = _one_op_model("layernorm", (eps_bits(1e-5),), 2, opset)
+    model = _one_op_model("layernorm", (float_bits(1e-5),), 2, opset)
     assert "LayerNormalization" not in {n.op_type for n in model.graph.node}
     x = np.random.default_rng(5).standard_normal((1, 16, 32)).astype(np.float32)
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     gamma = np.linspace(0.5, 1.5, 32)
-    np.testing.assert_allclose(got, ops.evaluate("layernorm", (eps_bits(1e-5),), [x, gamma, gamma]), rtol=1e-4,
+    np.testing.assert_allclose(got, ops.evaluate("layernorm", (float_bits(1e-5),), [x, gamma, gamma]), rtol=1e-4,
                                atol=1e-5)
 
 

@@ -19,7 +19,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.extract import chosen_classes
 from eqsat.extract.sample import sample_choices, structure_key
 from eqsat.models import MODELS, build
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, actions, rule_set
 from eqsat.verify import verify
 
@@ -102,7 +102,7 @@ def test_conv_with_activation_is_timed_as_one_fused_kernel():
     assert compute_nodes(CONV_RELU) == ["Conv"]  # what onnxruntime runs: one fused conv
 
 
-SCORES_SCALE = OpKey("scale", (eps_bits(0.125),), ((1, 4, 16, 16),), (1, 4, 16, 16))
+SCORES_SCALE = OpKey("scale", (float_bits(0.125),), ((1, 4, 16, 16),), (1, 4, 16, 16))
 """attention's scale of the scores, split off by attention_split"""
 
 

@@ -21,7 +21,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.onnx_export import export_model
 from eqsat.ops import SAME, NotEvaluable, Shape
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits
 
 Sample = tuple[tuple, list[Shape]]
 PRIME = 1_000_003
@@ -139,7 +139,7 @@ def _norm(n_params: int) -> Callable[[np.random.Generator], Sample]:
     def sample(rng: np.random.Generator) -> Sample:
         x = tuple(_dims(rng, int(rng.integers(1, 5))))
         eps = float(rng.choice([1e-5, 1e-6, 1e-12, 0.25]))
-        return (eps_bits(eps),), [x] + [(x[-1],)] * n_params
+        return (float_bits(eps),), [x] + [(x[-1],)] * n_params
     return sample
 
 
@@ -152,7 +152,7 @@ def _addnorm(rng: np.random.Generator) -> Sample:
 def _scale(rng: np.random.Generator) -> Sample:
     """x times a positive finite float32 (as its bits): powers of two, attention's 1/sqrt(d), tiny and huge."""
     c = float(rng.choice([0.125, 0.35355338, 1.0, 3.0, 1e-30, 1e30]))
-    return (eps_bits(c),), _elementwise(rng)[1]
+    return (float_bits(c),), _elementwise(rng)[1]
 
 
 def _linear(rng: np.random.Generator) -> Sample:
@@ -168,7 +168,7 @@ def _attention(rng: np.random.Generator) -> Sample:
     shapes = [lead + (s, d), lead + (d, sk), lead + (sk, dv)]
     if rng.random() < 0.5:
         shapes.append(tuple(1 if rng.random() < 0.4 else n for n in lead + (s, sk)))
-    return (eps_bits(float(rng.choice([0.125, 0.35355338, 1.0, 2.0]))),), shapes
+    return (float_bits(float(rng.choice([0.125, 0.35355338, 1.0, 2.0]))),), shapes
 
 
 SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {

@@ -21,7 +21,7 @@ from eqsat.cost.ort import op_model, runtime_nodes
 from eqsat.egglog.egraph import EGraph
 from eqsat.onnx_export import export_model
 from eqsat.onnx_import import import_model
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, by_name
 from eqsat.rules.verify import check_rule
 
@@ -107,7 +107,7 @@ def test_the_unfused_spelling_runs_unfused_and_computes_the_same():
 
 
 def test_the_ort_cost_times_each_spelling_as_the_runtime_runs_it():
-    eps = eps_bits(1e-12)
+    eps = float_bits(1e-12)
     add_norm = OpKey("addnorm", (eps,), ((1, 128, 64), (1, 128, 64), (64,), (64,)), (1, 128, 64))
     assert runtime_nodes(op_model(add_norm)[0]) == ["SkipLayerNormalization"]  # timed as the fused kernel
     norm = OpKey("layernorm", (eps,), ((1, 128, 64), (64,), (64,)), (1, 128, 64))

@@ -8,15 +8,15 @@ Operands ``(q, kt, v)`` or ``(q, kt, v, mask)``, attrs ``(scale_bits,)``:
 * ``mask`` (optional) has q's rank, each dimension 1 or the scores' ([..., S, Sk]); it is added to the scaled
   scores (an additive mask: 0 where kept, a large negative value where masked);
 * ``scale`` is a positive finite float, held exactly as the bit pattern of its float32 value
-  (:func:`eqsat.ops.composite.eps_bits`).
+  (:func:`eqsat.ops.composite.float_bits`).
 
 The softmax is over the last axis. Not defined over a prime field (NotEvaluable in that mode). The ONNX form is
 the decomposition torch's exporters write and onnxruntime's CPU session runs (it fuses the MatMul and the scale
 into one FusedMatMul): ``MatMul(q, kt) -> Mul(scale) [-> Add(mask)] -> Softmax(-1) -> MatMul(v)``; the torch
 function is ``torch.nn.functional.scaled_dot_product_attention``.
 
->>> from eqsat.ops.composite import eps_bits
->>> ATTENTION.shape((eps_bits(0.125),), [(1, 4, 16, 8), (1, 4, 8, 16), (1, 4, 16, 8), (1, 1, 1, 16)])
+>>> from eqsat.ops.composite import float_bits
+>>> ATTENTION.shape((float_bits(0.125),), [(1, 4, 16, 8), (1, 4, 8, 16), (1, 4, 16, 8), (1, 1, 1, 16)])
 (1, 4, 16, 8)
 """
 
@@ -28,24 +28,16 @@ from typing import Any
 import numpy as np
 
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
-from .composite import eps_value
+from .composite import check_float_attr, float_attr_conds, float_value
 from .egglog_text import dim_vars, rule, shape_of
 
 RANKS = (3, 4)
 """operand ranks the operator takes ([B, S, D] and [B, H, S, D])"""
-_MAX_SCALE_BITS = 0x7F800000
-"""float32 infinity's bit pattern: the bits of a positive finite float lie in (0, this)"""
-
-
-def scale_value(bits: int) -> float:
-    """The scale an attribute encodes (a float32 value, as a Python float)."""
-    return eps_value(bits)
 
 
 def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     (bits,) = attrs
-    if not 0 < bits < _MAX_SCALE_BITS:
-        raise fail("attention", f"scale attribute {bits} is not the float32 bit pattern of a positive finite scale")
+    check_float_attr("attention", bits, "scale")
     if len(shapes) not in (3, 4):
         raise fail("attention", f"expects (q, kt, v) or (q, kt, v, mask), got {len(shapes)} operands")
     q, kt, v = (tuple(s) for s in shapes[:3])
@@ -67,7 +59,7 @@ def _rules() -> list[str]:
     for r in RANKS:
         lead = dim_vars("b", r - 2)
         base = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(lead + ['d', 'n'])} (shape kt))",
-                f"(= {shape_of(lead + ['n', 'dv'])} (shape v))", "(> s 0)", f"(< s {_MAX_SCALE_BITS})"]
+                f"(= {shape_of(lead + ['n', 'dv'])} (shape v))", *float_attr_conds("s")]
         result = [f"(set (shape e) {shape_of(lead + ['m', 'dv'])})"]
         out.append(rule(f"shape_Attention{r}", ["(= e (Attention s q kt v))", *base], result))
         mask = dim_vars("c", r)
@@ -81,7 +73,7 @@ def _numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndar
     if modulus is not None:
         raise NotEvaluable("attention is not defined over a prime field")
     q, kt, v = (np.asarray(a, dtype=np.float64) for a in args[:3])
-    s = np.matmul(q, kt) * scale_value(attrs[0])
+    s = np.matmul(q, kt) * float_value(attrs[0])
     if len(args) == 4:
         s = s + np.asarray(args[3], dtype=np.float64)
     z = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -90,14 +82,14 @@ def _numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndar
 
 def _onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
     s = em.emit("MatMul", ins[:2], "attention")
-    s = em.emit("Mul", [s, em.const(np.array(scale_value(attrs[0]), dtype=np.float32), "scale")], "attention")
+    s = em.emit("Mul", [s, em.const(np.array(float_value(attrs[0]), dtype=np.float32), "scale")], "attention")
     if len(ins) == 4:
         s = em.emit("Add", [s, ins[3]], "attention")
     return em.emit("MatMul", [em.emit("Softmax", [s], "attention", axis=-1), ins[2]], "attention")
 
 
 def _torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    scale = scale_value(attrs[0])
+    scale = float_value(attrs[0])
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def fn(q: Any, kt: Any, v: Any, mask: Any = None) -> Any:

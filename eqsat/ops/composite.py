@@ -24,8 +24,9 @@ operators (recognized on import by :mod:`eqsat.onnx_patterns`), each one node of
 
 Every x has rank 1 or more (a rank-0 x stays as the importer found it).
 
-egglog attributes are i64, so an epsilon (and a scale) is held exactly as the bit pattern of its float32 value
-(:func:`eps_bits`, :func:`eps_value`): ``eps_bits(1e-5) == 925353388``; it must encode a positive finite float.
+egglog attributes are i64, so a float attribute (the epsilon of a norm, the factor of ``scale`` and of
+``attention``) is held exactly as the bit pattern of its float32 value (:func:`float_bits`, :func:`float_value`):
+``float_bits(1e-5) == 925353388``; it must encode a positive finite float.
 None but ``linear`` is defined over a prime field (NotEvaluable in that mode; ``scale`` could be, its factor being
 a dyadic fraction, but it only ever stands before a softmax, which cannot).
 
@@ -36,7 +37,7 @@ Gelu), SiLU as ``x * Sigmoid(x)`` (fused into QuickGelu), RMSNorm as ``gamma * (
 SimplifiedLayerNormalization; LLaMA's Reciprocal form is not, and is written for a 1-D x), tanh-GELU in
 GPT-2's form (not fused on CPU).
 
->>> eps_value(eps_bits(1e-6)) == float(np.float32(1e-6))
+>>> float_value(float_bits(1e-6)) == float(np.float32(1e-6))
 True
 """
 
@@ -53,18 +54,24 @@ from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
 from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
 
 GELU_ERF, GELU_TANH = 0, 1
-_MAX_EPS_BITS = 0x7F800000  # float32 +inf: bit patterns below it (and above 0) are positive finite floats
+FLOAT_INF_BITS = 0x7F800000
+"""float32 +inf's bit pattern: the bits of a positive finite float (a float attribute's) lie in (0, this)"""
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-def eps_bits(eps: float) -> int:
-    """The i64 attribute of an epsilon: the bit pattern of its float32 value."""
-    return int(struct.unpack("<I", struct.pack("<f", float(eps)))[0])
+def float_bits(value: float) -> int:
+    """The i64 attribute of a float (an epsilon, a scale): the bit pattern of its float32 value."""
+    return int(struct.unpack("<I", struct.pack("<f", float(value)))[0])
 
 
-def eps_value(bits: int) -> float:
-    """The epsilon an attribute encodes (a float32 value, as a Python float)."""
+def float_value(bits: int) -> float:
+    """The float an attribute encodes (a float32 value, as a Python float)."""
     return float(struct.unpack("<f", struct.pack("<I", int(bits)))[0])
+
+
+eps_bits = float_bits
+"""the former name of :func:`float_bits`, kept only while :mod:`eqsat.onnx_patterns` (developer onnx's file)
+imports it; remove it when that import reads ``float_bits``"""
 
 
 def _no_field(op: str, modulus: int | None) -> None:
@@ -72,13 +79,15 @@ def _no_field(op: str, modulus: int | None) -> None:
         raise NotEvaluable(f"{op} is not defined over a prime field")
 
 
-def _check_eps(op: str, bits: int, what: str = "eps") -> None:
-    if not 0 < bits < _MAX_EPS_BITS:
+def check_float_attr(op: str, bits: int, what: str = "eps") -> None:
+    """Raise ``op``'s ShapeError unless ``bits`` encodes a positive finite float (its ``what`` attribute)."""
+    if not 0 < bits < FLOAT_INF_BITS:
         raise fail(op, f"{what} attribute {bits} is not the float32 bit pattern of a positive finite {what}")
 
 
-def _eps_conds(var: str) -> list[str]:
-    return [f"(> {var} 0)", f"(< {var} {_MAX_EPS_BITS})"]
+def float_attr_conds(var: str) -> list[str]:
+    """The egglog conditions that the attribute variable ``var`` encodes a positive finite float."""
+    return [f"(> {var} 0)", f"(< {var} {FLOAT_INF_BITS})"]
 
 
 def _same_rule(ctor: str, attr_conds: list[str], with_attr: bool) -> Callable[[], list[str]]:
@@ -202,7 +211,7 @@ SOFTMAX = OpDef("softmax", "exp(x) / sum(exp(x)) along an axis (egglog: ranks 1-
 # -- layernorm, rmsnorm ------------------------------------------------------------------------------
 def _norm_shape(op: str, n_params: int) -> Callable[[tuple, Sequence[Shape]], Shape]:
     def shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
-        _check_eps(op, attrs[0])
+        check_float_attr(op, attrs[0])
         x = tuple(shapes[0])
         if not 1 <= len(x) <= MAX_RANK or any(tuple(p) != (x[-1],) for p in shapes[1:]) or len(shapes) != 1 + n_params:
             raise fail(op, f"expects x of rank 1-{MAX_RANK} and {n_params} parameters of shape [x.shape[-1]], "
@@ -217,7 +226,7 @@ def _norm_rules(ctor: str, params: list[str]) -> Callable[[], list[str]]:
         for r in range(1, MAX_RANK + 1):
             d = dim_vars("d", r)
             out.append(rule(f"shape_{ctor}{r}", [f"(= e ({ctor} eps x {' '.join(params)}))", f"(= {shape_of(d)} (shape x))",
-                                                 *[f"(= (S1 {d[-1]}) (shape {p}))" for p in params], *_eps_conds("eps")],
+                                                 *[f"(= (S1 {d[-1]}) (shape {p}))" for p in params], *float_attr_conds("eps")],
                             [f"(set (shape e) {shape_of(d)})"]))
         return out
     return rules
@@ -227,7 +236,7 @@ def _layernorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) 
     _no_field("layernorm", modulus)
     x, gamma, beta = (np.asarray(a, dtype=np.float64) for a in args)
     d = x - x.mean(axis=-1, keepdims=True)
-    return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + eps_value(attrs[0])) * gamma + beta
+    return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + float_value(attrs[0])) * gamma + beta
 
 
 def _reduce_mean(em: Emitter, x: str) -> str:
@@ -238,7 +247,7 @@ def _reduce_mean(em: Emitter, x: str) -> str:
 
 
 def _layernorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
-    eps = eps_value(attrs[0])
+    eps = float_value(attrs[0])
     if _opset(em) >= 17:
         return em.emit("LayerNormalization", ins, "layernorm", axis=-1, epsilon=eps)
     x, gamma, beta = ins  # torch's opset < 17 decomposition
@@ -250,7 +259,7 @@ def _layernorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[
 
 
 def _layernorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    eps = eps_value(attrs[0])
+    eps = float_value(attrs[0])
     return lambda x, g, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps)
 
 
@@ -272,7 +281,7 @@ def _addnorm_rules() -> list[str]:
         d = dim_vars("d", r)
         out.append(rule(f"shape_AddNorm{r}", ["(= e (AddNorm eps a b g bb))", f"(= {shape_of(d)} (shape a))",
                                               f"(= {shape_of(d)} (shape b))", f"(= (S1 {d[-1]}) (shape g))",
-                                              f"(= (S1 {d[-1]}) (shape bb))", *_eps_conds("eps")],
+                                              f"(= (S1 {d[-1]}) (shape bb))", *float_attr_conds("eps")],
                         [f"(set (shape e) {shape_of(d)})"]))
     return out
 
@@ -289,7 +298,7 @@ def _addnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sh
 
 
 def _addnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    eps = eps_value(attrs[0])
+    eps = float_value(attrs[0])
     return lambda a, b, g, bb: torch.nn.functional.layer_norm(a + b, (a.shape[-1],), g, bb, eps)
 
 
@@ -301,7 +310,7 @@ ADDNORM = OpDef("addnorm", "layernorm(a + b, gamma, beta), a and b of one shape 
 def _rmsnorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
     _no_field("rmsnorm", modulus)
     x, gamma = (np.asarray(a, dtype=np.float64) for a in args)
-    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps_value(attrs[0])) * gamma
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + float_value(attrs[0])) * gamma
 
 
 def _rmsnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
@@ -310,7 +319,7 @@ def _rmsnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sh
     that fusion writes an invalid graph (the session refuses the model)."""
     x, gamma = ins
     ms = _reduce_mean(em, em.emit("Pow", [x, _scalar(em, 2.0, "two")], "rmsnorm"))
-    std = em.emit("Sqrt", [em.emit("Add", [ms, _scalar(em, eps_value(attrs[0]), "eps")], "rmsnorm")], "rmsnorm")
+    std = em.emit("Sqrt", [em.emit("Add", [ms, _scalar(em, float_value(attrs[0]), "eps")], "rmsnorm")], "rmsnorm")
     if len(shapes[0]) == 1:
         y = em.emit("Mul", [x, em.emit("Reciprocal", [std], "rmsnorm")], "rmsnorm")
     else:
@@ -319,7 +328,7 @@ def _rmsnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sh
 
 
 def _rmsnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    eps = eps_value(attrs[0])
+    eps = float_value(attrs[0])
     return lambda x, g: torch.nn.functional.rms_norm(x, (x.shape[-1],), g, eps)
 
 
@@ -364,19 +373,19 @@ LINEAR = OpDef("linear", "x[..., k] @ W[k, n] + b[n] (egglog: x of rank 1-4)", "
 
 # -- scale -------------------------------------------------------------------------------------------
 def _scale_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
-    _check_eps("scale", attrs[0], "scale")
+    check_float_attr("scale", attrs[0], "scale")
     return _same_shape("scale", shapes)
 
 
 def _scale_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
     _no_field("scale", modulus)
-    return np.asarray(args[0], dtype=np.float64) * eps_value(attrs[0])
+    return np.asarray(args[0], dtype=np.float64) * float_value(attrs[0])
 
 
 def _scale_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
-    return em.emit("Mul", [ins[0], _scalar(em, eps_value(attrs[0]), "scale")], "scale")
+    return em.emit("Mul", [ins[0], _scalar(em, float_value(attrs[0]), "scale")], "scale")
 
 
 SCALE = OpDef("scale", "x * c, c a positive finite float32 (attention's score scale)", "(bits,)", _scale_shape,
-              (Ctor("Scale", "it"),), _same_rule("Scale", _eps_conds("a"), True), _scale_numpy, _scale_onnx,
-              lambda torch, attrs, shapes: lambda x: x * eps_value(attrs[0]))
+              (Ctor("Scale", "it"),), _same_rule("Scale", float_attr_conds("a"), True), _scale_numpy, _scale_onnx,
+              lambda torch, attrs, shapes: lambda x: x * float_value(attrs[0]))

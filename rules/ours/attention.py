@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from eqsat import ir
 from eqsat.ops.attention import RANKS
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits
 from eqsat.ops.egglog_text import dim_vars, shape_of
 
 from ..rule import Rule
@@ -61,10 +61,10 @@ def _instance(rng):
         return ir.input_(f"kt{tag}", lead + (d, keys)), ir.input_(f"v{tag}", lead + (keys, dv)), mask
 
     kt, v, mask = attention_operands("", keys)
-    scale = eps_bits(pick(rng, SCALES))
+    scale = float_bits(pick(rng, SCALES))
     whole = ir.make("attention", [q, kt, v, mask] if rng.random() < 0.5 else [q, kt, v], (scale,))
     kt2, v2, mask2 = attention_operands("2", dim(rng, 1, 5))
-    scores = ir.make("scale", [ir.make("matmul", [q, kt2], (2 if miss < 0.1 else 0,))], (eps_bits(pick(rng, SCALES)),))
+    scores = ir.make("scale", [ir.make("matmul", [q, kt2], (2 if miss < 0.1 else 0,))], (float_bits(pick(rng, SCALES)),))
     if 0.3 <= miss < 0.4:
         mask2 = ir.input_("mask2", mask2.shape[:-2] + (dim(rng, 2, 4), mask2.shape[-1]))
     if 0.3 <= miss < 0.4 or rng.random() < 0.5:

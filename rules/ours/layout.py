@@ -9,6 +9,7 @@ from __future__ import annotations
 from itertools import permutations
 
 from eqsat import ir
+from eqsat.ops.egglog_text import MAX_RANK
 from eqsat.shapes import volume
 
 from ..rule import Rule
@@ -28,7 +29,7 @@ def _perm(p) -> str:
 
 def _transpose_bodies():
     bodies = []
-    for r in (2, 3, 4):
+    for r in range(2, MAX_RANK + 1):
         for p in permutations(range(r)):
             if p == tuple(range(r)):
                 continue

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from eqsat import ir
+from eqsat.ops.egglog_text import MAX_RANK
 
 from ..rule import Rule
 from .sampling import dim
@@ -34,7 +35,7 @@ def _forms(rank: int, query: bool) -> tuple[str, str, str]:
 
 def _bodies() -> tuple[tuple[str, str], ...]:
     bodies = []
-    for rank in (1, 2, 3, 4):
+    for rank in range(1, MAX_RANK + 1):
         x_shape, product, bias_shape = _forms(rank, False)
         shapes = f"(= {x_shape} (shape x)) (= (S2 k n) (shape w))"
         bias = "b" if rank == 1 else f"(Reshape {bias_shape} b)"
@@ -51,7 +52,7 @@ def _instance(rng):
     """A ``linear`` on an x of rank 1-4, beside the IR's parts form of another product on the same x: the
     importer's, or (as a near miss) with a bias that broadcasts over more than the last axis, a product
     reshaped to other leading dimensions, or a fused activation."""
-    rank = int(rng.integers(1, 5))
+    rank = int(rng.integers(1, MAX_RANK + 1))
     shape = tuple(dim(rng, 1, 4) for _ in range(rank))
     k, n, n2 = shape[-1], dim(rng), dim(rng)
     x = ir.input_("x", shape)

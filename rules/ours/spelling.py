@@ -11,7 +11,7 @@ CPU the fused kernel wins, on another the pair does.
 from __future__ import annotations
 
 from eqsat import ir
-from eqsat.ops.composite import eps_bits
+from eqsat.ops.composite import float_bits
 
 from ..rule import Rule
 from .sampling import dim, pick
@@ -23,7 +23,7 @@ def _addnorm_instance(rng):
     a = ir.input_("a", shape)
     b = ir.input_("b", shape) if rng.random() < 0.8 else ir.weight("b", shape)
     params = [ir.weight(n, (shape[-1],)) for n in ("g", "beta")]
-    eps = eps_bits(pick(rng, (1e-5, 1e-12, 1e-6)))
+    eps = float_bits(pick(rng, (1e-5, 1e-12, 1e-6)))
     return [ir.make("addnorm", [a, b, *params], (eps,))]
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import onnxruntime as ort
 import pytest
+from rule_cases import apply, choose, ort_run
 from test_fidelity import fused, ort_graph
 
 from eqsat import ir, ops
@@ -20,8 +20,8 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.evaluate import evaluate
 from eqsat.onnx_export import export_model
-from eqsat.ops.composite import eps_bits
-from eqsat.rules import RuleEngine, by_name, rule_set
+from eqsat.ops.composite import float_bits
+from eqsat.rules import by_name, rule_set
 from eqsat.rules.reach import ReachEngine
 from eqsat.rules.verify import check_rule
 
@@ -52,7 +52,7 @@ def _parts(leaves: list[ir.Node], axis: int | None = None, acts: tuple[int, int]
     ``axis`` and ``acts``)."""
     q, kt, v = leaves[:3]
     mask = leaves[3] if len(leaves) == 4 else None
-    scores = ir.make("scale", [ir.make("matmul", [q, kt], (acts[0],))], (eps_bits(SCALE),))
+    scores = ir.make("scale", [ir.make("matmul", [q, kt], (acts[0],))], (float_bits(SCALE),))
     if mask is not None:
         scores = ir.make("ewadd", [mask, scores] if mask_first else [scores, mask])
     axis = len(q.shape) - 1 if axis is None else axis
@@ -62,32 +62,6 @@ def _parts(leaves: list[ir.Node], axis: int | None = None, acts: tuple[int, int]
 def _values(leaves: list[ir.Node], seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {str(n.name): rng.standard_normal(n.shape).astype(np.float32) for n in leaves}
-
-
-def _apply(root: ir.Node, *names: str) -> tuple[EGraph, list]:
-    eg = EGraph.from_graph(ir.Graph(tuple(n for n in ir.topo_order([root]) if n.op == "input"), (root,), ("y",)))
-    engine = RuleEngine(eg, [by_name()[n] for n in dict.fromkeys(names)])
-    return eg, [engine.apply(n) for n in names]
-
-
-def _choose(eg: EGraph, template: ir.Node, root_op: str) -> ir.Graph:
-    """The program whose output e-class takes its ``root_op`` e-node and every other e-class its first e-node
-    (the e-graphs here hold no cycle through first e-nodes)."""
-    from eqsat.decode import build_program
-
-    snap = eg.snapshot().restrict()
-    choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)}
-    (root,) = snap.roots
-    picks = [n for n in snap.classes[root] if snap.nodes[n].op == root_op]
-    assert picks, f"no {root_op} in the output's e-class: {[snap.nodes[n].op for n in snap.classes[root]]}"
-    choice[root] = picks[0]
-    inputs = tuple(n for n in ir.topo_order([template]) if n.op == "input")
-    return build_program(snap, choice, ir.Graph(inputs, (template,), ("y",)))
-
-
-def _ort(graph: ir.Graph, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    sess = ort.InferenceSession(export_model(graph).SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in sess.get_inputs()}})[0]
 
 
 def _ops(graph: ir.Graph) -> list[str]:
@@ -112,11 +86,11 @@ def test_matmul_refuses_what_it_does_not_take(a, b):
 
 
 def test_scale_refuses_a_factor_that_is_not_positive_and_finite():
-    for bits in (0, eps_bits(float("inf")), eps_bits(float("nan")), eps_bits(-0.5)):
+    for bits in (0, float_bits(float("inf")), float_bits(float("nan")), float_bits(-0.5)):
         with pytest.raises(ShapeError, match="positive finite scale"):
             ops.infer_shape("scale", (bits,), [(2, 3)])
     x = np.arange(6.0).reshape(2, 3)
-    np.testing.assert_array_equal(ops.evaluate("scale", (eps_bits(0.25),), [x]), x / 4)
+    np.testing.assert_array_equal(ops.evaluate("scale", (float_bits(0.25),), [x]), x / 4)
 
 
 def test_egglog_gives_no_shape_to_a_scale_or_a_4d_matmul_the_python_side_refuses():
@@ -125,8 +99,8 @@ def test_egglog_gives_no_shape_to_a_scale_or_a_4d_matmul_the_python_side_refuses
     for h, shape in (("x", (2, 3, 4, 5)), ("w", (2, 3, 5, 6)), ("u", (1, 3, 5, 6))):
         eg.run_program(f'(set (node "{h}") (Input "i:{h}")) (set (shape (node "{h}")) {ops.shape_term(shape)})')
     terms = {"mm": '(Matmul 0 (node "x") (node "w"))', "mm_bad": '(Matmul 0 (node "x") (node "u"))',
-             "scale": f'(Scale {eps_bits(0.25)} (node "x"))', "scale_zero": '(Scale 0 (node "x"))',
-             "scale_inf": f'(Scale {eps_bits(float("inf"))} (node "x"))'}
+             "scale": f'(Scale {float_bits(0.25)} (node "x"))', "scale_zero": '(Scale 0 (node "x"))',
+             "scale_inf": f'(Scale {float_bits(float("inf"))} (node "x"))'}
     for k, term in terms.items():
         eg.run_program(f'(set (node "{k}") {term})')
         eg.output_handles.append(k)
@@ -147,16 +121,16 @@ CASES = {  # name: (leading dimensions, mask shape or None)
 def test_attention_splits_into_parts_that_compute_it(case):
     lead, mask = CASES[case]
     leaves = _leaves(lead, mask=mask)
-    att = ir.make("attention", leaves, (eps_bits(SCALE),))
-    eg, (report,) = _apply(att, RULE)
+    att = ir.make("attention", leaves, (float_bits(SCALE),))
+    eg, (report,) = apply(att, RULE)
     assert report.changed
-    parts = _choose(eg, att, "matmul")
+    parts = choose(eg, att, "matmul")
     masked = ["ewadd"] if mask else []
     assert _ops(parts) == sorted(["matmul", "matmul", "scale", "softmax", *masked])
     feeds = _values(leaves)
     expected = _numpy_attention(*(feeds[n.name] for n in leaves[:3]), SCALE, feeds.get("mask"))
     np.testing.assert_allclose(evaluate(list(parts.outputs), feeds)[0], expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(_ort(parts, feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(parts, feeds), expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("case,mask_first", [(c, first) for c in sorted(CASES)
@@ -165,22 +139,22 @@ def test_parts_recombine_into_attention(case, mask_first):
     lead, mask = CASES[case]
     leaves = _leaves(lead, mask=mask)
     parts = _parts(leaves, mask_first=mask_first)
-    eg, (report,) = _apply(parts, RULE)
+    eg, (report,) = apply(parts, RULE)
     assert report.changed
-    whole = _choose(eg, parts, "attention")
+    whole = choose(eg, parts, "attention")
     (node,) = [n for n in whole.nodes() if n.op == "attention"]
-    assert node.attrs == (eps_bits(SCALE),) and [i.name for i in node.inputs] == [n.name for n in leaves]
+    assert node.attrs == (float_bits(SCALE),) and [i.name for i in node.inputs] == [n.name for n in leaves]
     feeds = _values(leaves, seed=1)
     expected = _numpy_attention(*(feeds[n.name] for n in leaves[:3]), SCALE, feeds.get("mask"))
-    np.testing.assert_allclose(_ort(whole, feeds), expected, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(_ort(ir.Graph(whole.inputs, (parts,), ("y",)), feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(whole, feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(ir.Graph(whole.inputs, (parts,), ("y",)), feeds), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_both_forms_export_alike_and_onnxruntime_fuses_the_scale():
     """The parts are written as attention's own emitter writes it: MatMul, Mul by a scalar, Add, Softmax, MatMul,
     and onnxruntime fuses the product and the scale into one FusedMatMul in both."""
     leaves = _leaves((1, 2), mask=(1, 1, 4, 5))
-    att = ir.make("attention", leaves, (eps_bits(SCALE),))
+    att = ir.make("attention", leaves, (float_bits(SCALE),))
     models = [export_model(ir.Graph(tuple(leaves), (y,), ("y",))) for y in (att, _parts(leaves))]
     assert [[n.op_type for n in m.graph.node] for m in models] == [["MatMul", "Mul", "Add", "Softmax", "MatMul"]] * 2
     assert [fused(ort_graph(m))["FusedMatMul"] for m in models] == [1, 1]
@@ -200,7 +174,7 @@ NEAR_MISSES = {  # name: a builder of a parts form that is no attention
 @pytest.mark.parametrize("case", sorted(NEAR_MISSES))
 def test_near_misses_are_not_recombined(case):
     parts = NEAR_MISSES[case]()
-    eg, (report,) = _apply(parts, RULE)
+    eg, (report,) = apply(parts, RULE)
     assert report.matches == 0 and not report.changed
     assert "attention" not in {e.op for e in eg.snapshot().nodes}
 
@@ -210,21 +184,21 @@ def test_taso_rules_reach_the_parts_and_the_result_recombines():
     e-graph then holds attention(q, kt, v @ W), which computes the same."""
     leaves = _leaves((2, 3), mask=(2, 1, 1, 5))
     w = ir.input_("w", (2, 3, 2, 6))
-    top = ir.make("matmul", [ir.make("attention", leaves, (eps_bits(SCALE),)), w], (0,))
-    eg, reports = _apply(top, RULE, "taso_s000", RULE)
+    top = ir.make("matmul", [ir.make("attention", leaves, (float_bits(SCALE),)), w], (0,))
+    eg, reports = apply(top, RULE, "taso_s000", RULE)
     assert all(r.changed for r in reports)
-    moved = _choose(eg, top, "attention")
+    moved = choose(eg, top, "attention")
     (node,) = [n for n in moved.nodes() if n.op == "attention"]
     assert node.inputs[2].op == "matmul" and node.inputs[2].inputs[1].name == "w"  # V projected first
     feeds = _values([*leaves, w], seed=2)
     expected = np.matmul(_numpy_attention(feeds["q"], feeds["kt"], feeds["v"], SCALE, feeds["mask"]), feeds["w"])
-    np.testing.assert_allclose(_ort(moved, feeds), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ort_run(moved, feeds), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_reach_includes_the_parts_constructors():
     """On an e-graph of one attention, the rules that can fire include the split and, through the constructors
     its actions create, TASO's matmul re-association; without the split, that one cannot fire."""
-    att = ir.make("attention", _leaves((2,)), (eps_bits(SCALE),))
+    att = ir.make("attention", _leaves((2,)), (float_bits(SCALE),))
     graph = ir.Graph(tuple(att.inputs), (att,), ("y",))
     rules = rule_set("default")
     with_split = ReachEngine(EGraph.from_graph(graph), rules)
