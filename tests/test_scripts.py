@@ -113,7 +113,7 @@ def test_export_bert_like_gives_an_optimizable_model(tmp_path):
 
     g = import_model(str(out))
     ops = g.op_counts()  # six linear layers and one attention (composites: eqsat.onnx_patterns)
-    assert ops["linear"] == 6 and ops["attention"] == 1 and ops["layernorm"] == 2 and ops["gelu"] == 1
+    assert ops["linear"] == 6 and ops["attention"] == 1 and ops["addnorm"] == 2 and ops["gelu"] == 1  # post-LN
     assert ops["matmul"] == 0 and ops["softmax"] == 0  # nothing of them left over as parts
 
 
