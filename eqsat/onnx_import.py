@@ -25,6 +25,7 @@ from .errors import DynamicShapeError, InputError, ShapeError
 from .ir import Graph, Node
 from .onnx_io import as_path, is_large
 from .onnx_patterns import Match, find_composites, resolve_axis
+from .onnx_prepare import check_loads, check_model_file, check_value_sizes, prepare
 from .onnx_subgraphs import implicit_inputs
 from .shapes import SAME
 
@@ -38,10 +39,7 @@ NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Read and sanity-check an ONNX file; raises InputError with a message naming the problem."""
     p = os.fspath(path)
-    if not os.path.exists(p):
-        raise InputError(f"{p}: no such file; give the path of an .onnx model")
-    if os.path.isdir(p):
-        raise InputError(f"{p}: is a directory; give the path of an .onnx model")
+    check_model_file(p)  # a regular file of at most 2 GiB, before any read
     try:
         model = onnx.load(p, load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and others
@@ -212,6 +210,7 @@ class _Importer:
             raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
         _check_bfloat16(self.model)
+        check_loads(self.model)
         for init in self.g.initializer:
             self.consts[init.name] = numpy_helper.to_array(init)
         for sparse in self.g.sparse_initializer:
@@ -731,4 +730,6 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     """Import an ONNX model (a ModelProto or a path) into the IR."""
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
-    return _Importer(model, input_shapes or {}).run()
+    graph = _Importer(prepare(model, input_shapes or {}), input_shapes or {}).run()
+    check_value_sizes(graph)
+    return graph

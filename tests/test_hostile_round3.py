@@ -1,0 +1,282 @@
+"""The third round of hostile cases (issue 30, severe 3-10 and the medium ones): each refusal is exit 2 with one
+line naming the cause before any work; each accepted model is checked against the original in onnxruntime."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from test_hostile import FAST, cli, leftovers, small_matmul
+
+from eqsat import onnx_prepare
+
+F = TensorProto.FLOAT
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _outputs(model: onnx.ModelProto | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    src = str(model) if isinstance(model, Path) else model.SerializeToString()
+    return ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _optimized_matches(capsys, tmp_path: Path, model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                       *flags: str, atol: float = 1e-5) -> onnx.ModelProto:
+    """Optimize ``model`` through the command line (exit 0), run the written model and the original in
+    onnxruntime on ``feeds`` and compare; the written model passes the full ONNX checker."""
+    path, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(out), *(flags or FAST))
+    assert rc == 0, line
+    written = onnx.load(out)
+    onnx.checker.check_model(written, full_check=True)
+    for got, want in zip(_outputs(out, feeds), _outputs(model, feeds), strict=True):
+        np.testing.assert_allclose(got, want, atol=atol, rtol=1e-3)
+    return written
+
+
+# severe 3: unbounded reads -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
+def test_a_model_path_that_is_not_a_regular_file_is_refused_unread(tmp_path, kind):
+    if kind == "fifo":
+        path = tmp_path / "model.onnx"
+        os.mkfifo(path)  # no writer: opening it for reading would block forever
+    else:
+        path = Path("/dev/zero")  # read to the end, it never ends
+    proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"),
+                           *FAST], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert ("a FIFO" if kind == "fifo" else "a character device") in proc.stderr and "regular file" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "o.onnx").exists()
+
+
+def test_an_oversized_model_file_is_refused_before_reading(capsys, tmp_path, monkeypatch):
+    path = tmp_path / "big.onnx"
+    with open(path, "wb") as f:  # a sparse file: 3 GiB of size, no data
+        f.truncate(3 * 2**30)
+    opened = []
+    real_open = onnx.load
+
+    monkeypatch.setattr(onnx, "load", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert rc == 2 and "3.0 GiB" in line and "2 GiB" in line, line
+    assert opened == []
+
+
+def test_standard_input_is_read_when_asked(capsys, tmp_path, monkeypatch):
+    model = small_matmul()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(model.SerializeToString())))
+    out = tmp_path / "o.onnx"
+    rc, line = cli(capsys, "optimize-model", "-", "-o", str(out), *FAST)
+    assert rc == 0, line
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    np.testing.assert_allclose(_outputs(out, {"x": x})[0], _outputs(model, {"x": x})[0], atol=1e-5)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\x00garbage" * 10)))
+    rc, line = cli(capsys, "optimize-model", "-", "-o", str(tmp_path / "p.onnx"), *FAST)
+    assert rc == 2 and "standard input" in line, line
+
+
+# severe 7: inputs onnxruntime cannot load -----------------------------------------------------------------------
+
+def _unloadable(case: str) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", F, [2, 4])
+    y = helper.make_tensor_value_info("y", F, [2, 4])
+    if case == "duplicate-node-names":
+        nodes = [helper.make_node("Relu", ["x"], ["h"], name="same"), helper.make_node("Neg", ["h"], ["y"], name="same")]
+        return helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=OPSET)
+    if case == "initializer-shadowing-input":
+        w = numpy_helper.from_array(np.ones((3, 3), np.float32), "w")  # the input w is declared [2, 4]
+        nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+        graph = helper.make_graph(nodes, "g", [x, helper.make_tensor_value_info("w", F, [2, 4])], [y], [w])
+        return helper.make_model(graph, opset_imports=OPSET)
+    if case == "batchnorm-training-one-output":
+        x4 = helper.make_tensor_value_info("x", F, [2, 3, 4, 4])
+        y4 = helper.make_tensor_value_info("y", F, [2, 3, 4, 4])
+        inits = [numpy_helper.from_array(np.full(3, v, np.float32), n) for n, v in
+                 (("s", 1.0), ("b", 0.0), ("m", 0.0), ("v", 1.0))]
+        nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], training_mode=1)]
+        return helper.make_model(helper.make_graph(nodes, "g", [x4], [y4], inits), opset_imports=OPSET)
+    assert case == "opset-99"
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 99)])
+
+
+@pytest.mark.parametrize("case", ["duplicate-node-names", "initializer-shadowing-input",
+                                  "batchnorm-training-one-output", "opset-99"])
+def test_a_model_onnxruntime_cannot_load_is_refused_before_any_work(capsys, tmp_path, case):
+    model = _unloadable(case)
+    with pytest.raises(Exception, match=r"\S"):  # the oracle: onnxruntime itself refuses it
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    path = tmp_path / "in.onnx"
+    onnx.save(model, path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--scheduler", "mcts",
+                   "--cost", "analytic", "--no-measure")
+    assert rc == 2 and "onnxruntime cannot load the model" in line, line
+    assert not (tmp_path / "o.onnx").exists() and leftovers(tmp_path) == []
+
+
+# severe 4: model-local functions -------------------------------------------------------------------------------
+
+def _with_functions(case: str) -> onnx.ModelProto:
+    """x [2, 4] -> y through model-local functions: ``plain`` (one function), ``nested`` (a function calling
+    another, passing an attribute down by reference)."""
+    local = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    x = helper.make_tensor_value_info("x", F, [2, 4])
+    y = helper.make_tensor_value_info("y", F, [2, 4])
+    if case == "plain":
+        body = [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Add", ["r", "a"], ["b"])]
+        funcs = [helper.make_function("local", "ReluAdd", ["a"], ["b"], body, [helper.make_opsetid("", 17)])]
+        nodes = [helper.make_node("ReluAdd", ["x"], ["h"], domain="local"), helper.make_node("Tanh", ["h"], ["y"])]
+    else:
+        ref = onnx.AttributeProto(name="alpha", ref_attr_name="a", type=onnx.AttributeProto.FLOAT)
+        inner_body = [helper.make_node("LeakyRelu", ["p"], ["q"])]
+        inner_body[0].attribute.append(ref)
+        inner = helper.make_function("local", "Leaky", ["p"], ["q"], inner_body, [helper.make_opsetid("", 17)],
+                                     attributes=["a"])
+        outer_ref = onnx.AttributeProto(name="a", ref_attr_name="slope", type=onnx.AttributeProto.FLOAT)
+        call = helper.make_node("Leaky", ["u"], ["v"], domain="local")
+        call.attribute.append(outer_ref)
+        outer_body = [call, helper.make_node("Mul", ["v", "u"], ["w"])]
+        outer = helper.make_function("local", "Outer", ["u"], ["w"], outer_body, local, attributes=["slope"])
+        funcs = [inner, outer]
+        nodes = [helper.make_node("Outer", ["x"], ["h"], domain="local", slope=0.3),
+                 helper.make_node("Sigmoid", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    return helper.make_model(graph, opset_imports=local, functions=funcs)
+
+
+@pytest.mark.parametrize("case", ["plain", "nested"])
+def test_model_local_functions_are_inlined(capsys, tmp_path, case):
+    model = _with_functions(case)
+    x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
+    written = _optimized_matches(capsys, tmp_path, model, {"x": x}, *FAST, "--allow-slower")  # the exported program
+    assert not written.functions and all(n.domain != "local" for n in written.graph.node)
+
+
+def test_torchscript_modules_exported_as_functions(capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x)) + x
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = Block(), Block()
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    torch.manual_seed(0)
+    path = tmp_path / "ts.onnx"
+    torch.onnx.export(Net().eval(), (torch.randn(2, 8),), str(path), input_names=["x"], output_names=["y"],
+                      opset_version=17, export_modules_as_functions={Block}, dynamo=False)
+    model = onnx.load(path)
+    assert model.functions  # the case under test: the exporter wrote Block as a function
+    x = np.random.default_rng(4).standard_normal((2, 8)).astype(np.float32)
+    written = _optimized_matches(capsys, tmp_path, model, {"x": x}, *FAST, "--allow-slower")
+    assert not written.functions
+
+
+# severe 5: non-tensor graph outputs ----------------------------------------------------------------------------
+
+def test_a_sequence_output_is_refused_naming_it(capsys, tmp_path):
+    x = helper.make_tensor_value_info("x", F, [2, 4])
+    seq = helper.make_tensor_sequence_value_info("s", F, [2, 4])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("SequenceConstruct", ["r", "x"], ["s"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [seq]), opset_imports=OPSET)
+    assert len(_outputs(model, {"x": np.ones((2, 4), np.float32)})[0]) == 2  # valid: onnxruntime runs it
+    path = tmp_path / "in.onnx"
+    onnx.save(model, path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert rc == 2 and "output 's' is a sequence" in line, line
+
+
+def test_zipmap_sequence_of_maps_is_refused_naming_it(capsys, tmp_path):
+    x = helper.make_tensor_value_info("x", F, [1, 3])
+    zipped = helper.make_value_info("z", helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(F, []))))
+    nodes = [helper.make_node("Softmax", ["x"], ["p"]),
+             helper.make_node("ZipMap", ["p"], ["z"], domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [zipped]),
+                              opset_imports=[*OPSET, helper.make_opsetid("ai.onnx.ml", 3)])
+    out = _outputs(model, {"x": np.zeros((1, 3), np.float32)})[0]
+    assert isinstance(out, list) and isinstance(out[0], dict)  # the oracle: a sequence of maps
+    path = tmp_path / "in.onnx"
+    onnx.save(model, path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert rc == 2 and "output 'z' is a sequence" in line and "map" in line, line
+
+
+# severe 8: huge shapes -----------------------------------------------------------------------------------------
+
+def _dynamic_matmul(tmp_path: Path, dims: list) -> Path:
+    w = numpy_helper.from_array(np.ones((32, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", F, dims)],
+                              [helper.make_tensor_value_info("y", F, [dims[0], 4])], [w])
+    path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=OPSET), path)
+    return path
+
+
+@pytest.mark.parametrize("dims, flag, named", [
+    ([1, 2**34], None, "GiB"),
+    ([2**40, 2**40], None, "2^62"),
+    (["n", 32], "x=100000000000,32", "TiB"),
+    (["n", 32], "x=99999999999999999999,32", "2^62"),
+])
+def test_huge_shapes_are_refused_before_any_work(capsys, tmp_path, dims, flag, named):
+    if dims[-1] != 32:
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                  [helper.make_tensor_value_info("x", F, dims)],
+                                  [helper.make_tensor_value_info("y", F, dims)])
+        path = tmp_path / "big.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=OPSET), path)
+    else:
+        path = _dynamic_matmul(tmp_path, dims)
+    extra = ["--input-shape", flag] if flag else []
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *extra, *FAST)
+    assert rc == 2 and named in line and "input 'x'" in line, line
+
+
+def test_the_cap_is_a_fraction_of_memory(capsys, tmp_path, monkeypatch):
+    """[1, 2^31] float32 is 8 GiB: refused where that is over the cap, and the message names both sizes."""
+    monkeypatch.setattr(onnx_prepare, "memory_cap", lambda: 4 * 2**30)
+    path = _dynamic_matmul(tmp_path, [1, 32])
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert rc == 0, line  # 128 bytes: fine
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", F, [1, 2**31])],
+                              [helper.make_tensor_value_info("y", F, [1, 2**31])])
+    onnx.save(helper.make_model(graph, opset_imports=OPSET), path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert rc == 2 and "8.0 GiB" in line and "4.0 GiB" in line, line
+
+
+def test_a_huge_intermediate_is_refused(monkeypatch):
+    """The inputs fit, a value computed from them does not (an outer product)."""
+    from eqsat.errors import InputError
+    from eqsat.onnx_import import import_model
+
+    monkeypatch.setattr(onnx_prepare, "memory_cap", lambda: 2**20)
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                              [helper.make_tensor_value_info("a", F, [1024, 1]),
+                               helper.make_tensor_value_info("b", F, [1, 1024])],
+                              [helper.make_tensor_value_info("y", F, [1024, 1024])])
+    with pytest.raises(InputError, match=r"1,048,576 elements, 4\.0 MiB"):
+        import_model(helper.make_model(graph, opset_imports=OPSET))
+
