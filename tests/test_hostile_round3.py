@@ -14,7 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_hostile import FAST, cli, leftovers, small_matmul
+from test_hostile import FAST, PRECIOUS, cli, leftovers, small_matmul
 
 from eqsat import onnx_prepare
 
@@ -280,3 +280,74 @@ def test_a_huge_intermediate_is_refused(monkeypatch):
     with pytest.raises(InputError, match=r"1,048,576 elements, 4\.0 MiB"):
         import_model(helper.make_model(graph, opset_imports=OPSET))
 
+
+
+# severe 9: write failures found after the work -----------------------------------------------------------------
+
+@pytest.fixture()
+def immutable(tmp_path):
+    """make(path): ``path`` holding PRECIOUS, made immutable with chattr +i (root on a file system that has the
+    attribute); the attribute is removed at the end."""
+    made: list[Path] = []
+
+    def make(path: Path) -> Path:
+        path.write_bytes(PRECIOUS)
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available here (needs root and ext4/xfs/btrfs)")
+        made.append(path)
+        return path
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+
+
+@pytest.mark.parametrize("flag", ["-o", "--report", "-o's data"])
+def test_an_immutable_target_is_found_up_front(capsys, tmp_path, immutable, flag):
+    model = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), model)
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    target = immutable({"-o": out, "--report": rep, "-o's data": tmp_path / "out.onnx.data"}[flag])
+    with pytest.raises(PermissionError):  # the oracle: the file system refuses to replace it
+        os.rename(_scratch(tmp_path), target)
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", str(out), "--report", str(rep), *FAST)
+    assert rc == 2 and "immutable" in line and line.startswith(f"eqsat: error: {flag.split(chr(39))[0]} "), line
+    assert target.read_bytes() == PRECIOUS and leftovers(tmp_path) == []
+
+
+def _scratch(tmp_path: Path) -> Path:
+    path = tmp_path / "scratch"
+    path.write_bytes(b"x")
+    return path
+
+
+def test_a_staging_path_over_path_max_is_found_up_front(capsys, tmp_path):
+    model = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), model)
+    folder = str(tmp_path)
+    while len(folder) < 4096 - 250:
+        folder = os.path.join(folder, "d" * min(200, 4096 - 250 - len(folder)))
+    os.makedirs(folder)
+    out = os.path.join(folder, "o" * (4090 - len(folder) - 1 - 5))  # the path itself fits, the staged one not
+    assert len(out) < 4096
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", out, *FAST)
+    assert rc == 2 and "limit of 4096" in line, line
+    assert os.listdir(folder) == []
+
+
+def test_a_disk_full_at_the_write_is_exit_2_with_the_cause(capsys, tmp_path, monkeypatch):
+    from eqsat import onnx_io
+
+    def full(model, path):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError(28, os.strerror(28), path)
+
+    model = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), model)
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    out.write_bytes(PRECIOUS)
+    monkeypatch.setattr(onnx_io, "save", full)
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", str(out), "--report", str(rep), *FAST)
+    assert rc == 2 and "disk is full" in line and "nothing was changed" in line, line
+    assert out.read_bytes() == PRECIOUS and not rep.exists() and leftovers(tmp_path) == []

@@ -25,6 +25,7 @@ from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
 from .config import OptimizeConfig, choices, options, value_type
+from .guards import check_replaceable, late_write_errors
 from .pipeline import check_output_path, optimize, report_bytes
 from .report import Report
 from .source import add_model_source, check_source_flags, source, source_graph
@@ -99,8 +100,10 @@ def _same_file(a: str, b: str) -> bool:
 def _cmd_optimize(args) -> int:
     check_source_flags(args)
     check_output_path(args.output, "-o")
+    check_replaceable(args.output, "-o")
     if args.report is not None:
         check_output_path(args.report, "--report")
+        check_replaceable(args.report, "--report")
     _check_distinct_paths(args)
     config = config_from_args(args, builtin=args.builtin)
     config = replace(config, input_shapes=parse_input_shapes(args.input_shape))
@@ -111,7 +114,8 @@ def _cmd_optimize(args) -> int:
     if not args.quiet:
         _summary(report)
     others = {args.report: report_bytes(report)} if args.report is not None else {}
-    write_together(result.optimized, args.output, others)
+    with late_write_errors(args.output, args.report):
+        write_together(result.optimized, args.output, others)
     if not args.quiet:
         print(f"eqsat: wrote {args.output}" + (f" and {args.report}" if args.report is not None else ""),
               file=sys.stderr)

@@ -1,0 +1,79 @@
+"""Output checks of the command line beyond :func:`eqsat.app.pipeline.check_output_path`, run before any work,
+and the translation of a write that still fails after the work into exit 2 with its cause
+(:doc:`docs/robustness.md`)."""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+
+from eqsat.errors import InputError
+
+FS_IOC_GETFLAGS = 0x80086601
+"""Linux ioctl reading a file's attribute flags (lsattr)"""
+FS_IMMUTABLE_FL = 0x10
+FS_APPEND_FL = 0x20
+STAGE_OVERHEAD = len("/.eqsat-" + "9" * 7 + "-" + "x" * 8 + "/model/")
+"""what the staged write (eqsat.onnx_io.write_together) adds to a target's folder in its longest path"""
+
+
+def _flags(path: str) -> int:
+    """The file attribute flags of ``path`` (0 where it does not exist or the file system has none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return 0
+    try:
+        buf = array.array("i", [0])
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf)
+        return int(buf[0])
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def check_replaceable(path: str, flag: str) -> None:
+    """Refuse, before any work, an ``flag`` target that could be staged but never renamed into place: an existing
+    immutable or append-only file (chattr +i / +a; also ``-o``'s external data file), or a path whose staging
+    path would pass the system's PATH_MAX."""
+    target = os.path.realpath(path)
+    for given, real in [(path, target)] + ([(path + ".data", target + ".data")] if flag == "-o" else []):
+        flags = _flags(real)
+        if flags & (FS_IMMUTABLE_FL | FS_APPEND_FL):
+            kind = "immutable" if flags & FS_IMMUTABLE_FL else "append-only"
+            raise InputError(f"{flag} {given} is {kind} (chattr +{kind[0]}; lsattr shows it): eqsat cannot replace "
+                             f"it; remove the attribute (chattr -{kind[0]}) or choose another {flag} path")
+    parent = os.path.dirname(target)
+    try:
+        path_max = os.pathconf(parent, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        path_max = 4096
+    longest = len(os.fsencode(target)) + len(".data") + STAGE_OVERHEAD
+    if longest >= path_max:
+        raise InputError(f"{flag} {path}: the path is {len(os.fsencode(target))} bytes; eqsat stages the file beside "
+                         f"it in a path of {longest} bytes, over this system's limit of {path_max}: choose a "
+                         f"shorter {flag} path")
+
+
+@contextlib.contextmanager
+def late_write_errors(output: str, report: str | None) -> Iterator[None]:
+    """Turn an OSError of the final write (disk full, a target made read-only meanwhile) into exit 2 naming
+    the cause; the staged write (eqsat.onnx_io.write_together) has left every target as it was."""
+    try:
+        yield
+    except OSError as exc:
+        cause = exc.strerror or str(exc) or type(exc).__name__
+        if exc.errno == errno.ENOSPC:
+            cause += " (the disk is full)"
+        where = f" ({exc.filename})" if exc.filename else ""
+        named = f"-o {output}" + (f" and --report {report}" if report is not None else "")
+        raise InputError(f"writing {named} failed after the work: {cause}{where}; nothing was changed: free space "
+                         "or fix the target, and run again") from None
+
+
+__all__ = ["FS_APPEND_FL", "FS_IMMUTABLE_FL", "check_replaceable", "late_write_errors"]
