@@ -14,9 +14,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_hostile import FAST, PRECIOUS, cli, leftovers, small_matmul
+from test_hostile import FAST, PRECIOUS, _read_only_folder, cli, leftovers, small_matmul
 
 from eqsat import onnx_prepare
+from eqsat.app.cli import main
 
 F = TensorProto.FLOAT
 OPSET = [helper.make_opsetid("", 17)]
@@ -351,3 +352,70 @@ def test_a_disk_full_at_the_write_is_exit_2_with_the_cause(capsys, tmp_path, mon
     rc, line = cli(capsys, "optimize-model", str(model), "-o", str(out), "--report", str(rep), *FAST)
     assert rc == 2 and "disk is full" in line and "nothing was changed" in line, line
     assert out.read_bytes() == PRECIOUS and not rep.exists() and leftovers(tmp_path) == []
+
+
+# severe 10: cost cache setup -----------------------------------------------------------------------------------
+
+def _cache_run(capsys, tmp_path: Path) -> tuple[int, str]:
+    """A run that times operators (ort-cpu): (exit code, stderr); the output is checked against the input."""
+    model = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), model)
+    out = tmp_path / "out.onnx"
+    rc = main(["optimize-model", str(model), "-o", str(out), "--scheduler", "none", "--cost", "ort-cpu",
+               "--no-measure", "-q", "--allow-slower"])
+    err = capsys.readouterr().err
+    if rc == 0:
+        x = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
+        np.testing.assert_allclose(_outputs(out, {"x": x})[0], _outputs(small_matmul(), {"x": x})[0], atol=1e-5)
+    return rc, err
+
+
+@pytest.mark.parametrize("case", ["dir-is-a-file", "read-only-folder", "read-only-home"])
+def test_an_unusable_cache_folder_runs_without_the_cache_and_says_so(capsys, tmp_path, monkeypatch, case):
+    if case == "dir-is-a-file":
+        blocker = tmp_path / "not-a-folder"
+        blocker.write_text("x")
+        monkeypatch.setenv("EQSAT_CACHE_DIR", str(blocker))
+    elif case == "read-only-folder":
+        monkeypatch.setenv("EQSAT_CACHE_DIR", str(_read_only_folder(tmp_path)))
+    else:
+        monkeypatch.delenv("EQSAT_CACHE_DIR")
+        monkeypatch.setenv("HOME", str(_read_only_folder(tmp_path)))
+    rc, err = _cache_run(capsys, tmp_path)
+    assert rc == 0, err
+    warnings = [line for line in err.splitlines() if "cost cache" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("eqsat: warning:") and "running without it" in warnings[0]
+    assert "Traceback" not in err and "--cache" not in err
+
+
+def test_a_locked_cache_is_left_alone_after_a_short_wait(capsys, tmp_path, monkeypatch):
+    import time
+
+    from eqsat.cost import cache
+
+    path = tmp_path / "cache" / "costs.sqlite"
+    path.parent.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, sys, time\n"
+        f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+        "c.execute('CREATE TABLE t (x)'); c.execute('BEGIN EXCLUSIVE'); c.execute('INSERT INTO t VALUES (1)')\n"
+        "print('locked', flush=True); time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        monkeypatch.setattr(cache, "SETUP_LOCK_SECONDS", 0.5)
+        start = time.perf_counter()
+        rc, err = _cache_run(capsys, tmp_path)
+        assert rc == 0, err
+        assert "locked" in err and "running without it" in err and "Traceback" not in err
+        assert time.perf_counter() - start < 50  # not the 60 s lock wait
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_an_explicit_unusable_cache_is_exit_2_naming_the_right_flag(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc = main(["cost", "show", "--cache", str(blocker / "costs.sqlite")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--cache FILE" in err and "EQSAT_CACHE_DIR (or --cache)" not in err, err
