@@ -419,3 +419,38 @@ def test_an_explicit_unusable_cache_is_exit_2_naming_the_right_flag(capsys, tmp_
     rc = main(["cost", "show", "--cache", str(blocker / "costs.sqlite")])
     err = capsys.readouterr().err
     assert rc == 2 and "--cache FILE" in err and "EQSAT_CACHE_DIR (or --cache)" not in err, err
+
+
+# severe 6: float16 LayerNorm as the TorchScript exporter decomposes it ------------------------------------------
+
+def _layernorm16(upcast: int | None) -> onnx.ModelProto:
+    """x float16 [2, 4, 8] -> ReduceMean, Sub, (Cast to ``upcast``), Pow 2, ReduceMean, Add eps, Sqrt, Div, (Cast
+    back), Mul weight, Add bias: the decomposed LayerNorm the TorchScript exporter writes below opset 17."""
+    h = TensorProto.FLOAT16
+    inner = np.dtype(helper.tensor_dtype_to_np_dtype(upcast)) if upcast else np.float16
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal(8).astype(np.float16), "w"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float16), "b"),
+             numpy_helper.from_array(np.array(2.0, inner), "two"), numpy_helper.from_array(np.array(1e-5, inner), "eps")]
+    n = helper.make_node
+    nodes = [n("ReduceMean", ["x"], ["m"], axes=[-1]), n("Sub", ["x", "m"], ["c"])]
+    if upcast:
+        nodes.append(n("Cast", ["c"], ["c32"], to=upcast))
+    c = "c32" if upcast else "c"
+    nodes += [n("Pow", [c, "two"], ["p"]), n("ReduceMean", ["p"], ["v"], axes=[-1]), n("Add", ["v", "eps"], ["ve"]),
+              n("Sqrt", ["ve"], ["s"]), n("Div", [c, "s"], ["d"])]
+    if upcast:
+        nodes.append(n("Cast", ["d"], ["d16"], to=h))
+    nodes += [n("Mul", ["d16" if upcast else "d", "w"], ["sc"]), n("Add", ["sc", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "ln16", [helper.make_tensor_value_info("x", h, [2, 4, 8])],
+                              [helper.make_tensor_value_info("y", h, [2, 4, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.parametrize("upcast", [None, TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_float16_decomposed_layernorm_round_trips(capsys, tmp_path, upcast):
+    x = np.random.default_rng(7).standard_normal((2, 4, 8)).astype(np.float16)
+    written = _optimized_matches(capsys, tmp_path, _layernorm16(upcast), {"x": x}, *FAST, "--allow-slower",
+                                 atol=1e-2)
+    types = {i.name: i.type.tensor_type.elem_type for i in written.graph.input}
+    assert types == {"x": TensorProto.FLOAT16}
