@@ -25,7 +25,14 @@ from .errors import DynamicShapeError, InputError, ShapeError
 from .ir import Graph, Node
 from .onnx_io import as_path, is_large
 from .onnx_patterns import Match, find_composites, resolve_axis
-from .onnx_prepare import check_loads, check_model_file, check_value_sizes, prepare
+from .onnx_prepare import (
+    QUANTIZATION,
+    check_loads,
+    check_model_file,
+    check_value_sizes,
+    prepare,
+    removable_pass_through,
+)
 from .onnx_subgraphs import implicit_inputs
 from .shapes import SAME
 
@@ -316,9 +323,11 @@ class _Importer:
             self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
             return
         if any(ins + implicit) and all((i == "" or i in self.consts) for i in ins + implicit) \
-                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC and self._fold(node, implicit):
+                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC | QUANTIZATION \
+                and self._fold(node, implicit):
             return
-        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0]:
+        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0] \
+                and removable_pass_through(node, self.consts):
             self.values[node.output[0]] = self.value(ins[0])
             return
         mapped = None

@@ -32,6 +32,9 @@ MAX_MODEL_BYTES = 2**31 - 1
 weights in external data files)"""
 MEMORY_FRACTION = 8
 """a value (input, weight or intermediate) may take at most 1/MEMORY_FRACTION of the machine's memory"""
+QUANTIZATION = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+"""operators never folded to constants: a weight's DequantizeLinear stays an (opaque) operator on its integer
+weight, so the weight keeps its precision and size, and onnxruntime fuses the QDQ pattern as in the original"""
 MAX_ELEMENTS = 2**62
 """no value may have this many elements or more (eqsat's e-graph stores sizes as 64-bit integers)"""
 
@@ -222,6 +225,18 @@ def check_loads(model: onnx.ModelProto) -> None:
                          "in onnxruntime, so it cannot optimize this model") from None
 
 
+def removable_pass_through(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
+    """Whether an Identity or Dropout ``node`` only passes its input on, so that the importer may drop it: a
+    Dropout only in inference (``training_mode`` absent or a constant false) and with its mask output unused.
+    A training-mode Dropout, or one whose mask is read, is kept (carried as an opaque operator)."""
+    if node.op_type != "Dropout":
+        return True
+    if len(node.output) > 1 and node.output[1]:
+        return False
+    training = node.input[2] if len(node.input) > 2 else ""
+    return not training or training in consts and not np.asarray(consts[training]).any()
+
+
 def prepare(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
     """The model the importer reads: non-tensor interfaces refused, local functions inlined, input sizes
     checked (the onnxruntime load check, :func:`check_loads`, runs after the importer's dtype checks)."""
@@ -230,6 +245,6 @@ def prepare(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]])
     return inline_functions(model)
 
 
-__all__ = ["MAX_ELEMENTS", "MAX_MODEL_BYTES", "MEMORY_FRACTION", "check_input_sizes", "check_loads",
+__all__ = ["MAX_ELEMENTS", "MAX_MODEL_BYTES", "MEMORY_FRACTION", "QUANTIZATION", "check_input_sizes", "check_loads",
            "check_model_file", "check_size", "check_tensor_interface", "check_value_sizes", "describe_type", "inline_functions",
-           "memory_cap", "model_from_bytes", "prepare", "read_stream"]
+           "memory_cap", "model_from_bytes", "prepare", "read_stream", "removable_pass_through"]

@@ -454,3 +454,53 @@ def test_float16_decomposed_layernorm_round_trips(capsys, tmp_path, upcast):
                                  atol=1e-2)
     types = {i.name: i.type.tensor_type.elem_type for i in written.graph.input}
     assert types == {"x": TensorProto.FLOAT16}
+
+
+# medium: QDQ models and Dropout --------------------------------------------------------------------------------
+
+def _qdq_conv() -> onnx.ModelProto:
+    """x -> Q -> DQ -> Conv(DQ(int8 weight)) -> Q -> DQ: a statically quantized Conv in QDQ form."""
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+    inits = [numpy_helper.from_array(rng.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "ws"), numpy_helper.from_array(np.array(0, np.int8), "wz"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "xs"), numpy_helper.from_array(np.array(0, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "ys"), numpy_helper.from_array(np.array(128, np.uint8), "yz")]
+    nodes = [n("QuantizeLinear", ["x", "xs", "xz"], ["xq"]), n("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             n("DequantizeLinear", ["wq", "ws", "wz"], ["wd"]), n("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
+             n("QuantizeLinear", ["c", "ys", "yz"], ["cq"]), n("DequantizeLinear", ["cq", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", F, [1, 4, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def test_qdq_weights_stay_quantized_and_the_conv_verifies(capsys, tmp_path):
+    x = np.random.default_rng(8).uniform(0, 10, (1, 3, 8, 8)).astype(np.float32)
+    written = _optimized_matches(capsys, tmp_path, _qdq_conv(), {"x": x}, *FAST, "--allow-slower", atol=0)
+    weights = {t.name: numpy_helper.to_array(t) for t in written.graph.initializer}
+    assert any(w.dtype == np.int8 and w.shape == (4, 3, 3, 3) for w in weights.values())
+    assert all(w.size <= 1 for w in weights.values() if w.dtype.kind == "f"), "a weight was dequantized into floats"
+    assert sum(n.op_type == "DequantizeLinear" for n in written.graph.node) == 3
+
+
+def _dropout(case: str) -> onnx.ModelProto:
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "r"), numpy_helper.from_array(np.array(True), "t"),
+             numpy_helper.from_array(np.array(False), "f")]
+    if case == "training":
+        nodes = [n("Relu", ["x"], ["h"]), n("Dropout", ["h", "r", "t"], ["y"], seed=3)]
+    elif case == "mask-used":
+        nodes = [n("Relu", ["x"], ["h"]), n("Dropout", ["h"], ["d", "mask"]), n("Cast", ["mask"], ["m"], to=F),
+                 n("Mul", ["d", "m"], ["y"])]
+    else:
+        nodes = [n("Relu", ["x"], ["h"]), n("Dropout", ["h", "r", "f"], ["y"])]
+    graph = helper.make_graph(nodes, "d", [helper.make_tensor_value_info("x", F, [2, 8])],
+                              [helper.make_tensor_value_info("y", F, [2, 8])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+@pytest.mark.parametrize("case", ["training", "mask-used", "inference"])
+def test_dropout_is_removed_only_in_inference(capsys, tmp_path, case):
+    x = np.random.default_rng(9).standard_normal((2, 8)).astype(np.float32)
+    written = _optimized_matches(capsys, tmp_path, _dropout(case), {"x": x}, *FAST, "--allow-slower", atol=0)
+    assert any(n.op_type == "Dropout" for n in written.graph.node) == (case != "inference")
