@@ -193,6 +193,11 @@ def check_input_sizes(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[i
     for vi in model.graph.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name not in input_shapes and any(d.HasField("dim_value") and d.dim_value == 0 for d in dims):
+            shown = ",".join(str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
+            raise InputError(f"input {vi.name!r} has shape [{shown}], with a dimension of size 0 (an empty tensor): "
+                             "eqsat cannot optimize empty tensors; export the model with a non-empty example input")
         shape = _declared_shape(vi, input_shapes)
         if shape is not None:
             check_size(f"input {vi.name!r}", shape, _itemsize(vi.type.tensor_type.elem_type))

@@ -504,3 +504,27 @@ def test_dropout_is_removed_only_in_inference(capsys, tmp_path, case):
     x = np.random.default_rng(9).standard_normal((2, 8)).astype(np.float32)
     written = _optimized_matches(capsys, tmp_path, _dropout(case), {"x": x}, *FAST, "--allow-slower", atol=0)
     assert any(n.op_type == "Dropout" for n in written.graph.node) == (case != "inference")
+
+
+# medium: metadata, a 0-sized dimension -------------------------------------------------------------------------
+
+def test_the_written_model_keeps_the_inputs_metadata(capsys, tmp_path):
+    model = small_matmul()
+    model.producer_name, model.producer_version = "pytorch", "2.9.0"
+    model.doc_string, model.graph.doc_string, model.model_version = "a model", "its graph", 7
+    helper.set_model_props(model, {"author": "someone", "license": "MIT"})
+    x = np.random.default_rng(10).standard_normal((2, 8)).astype(np.float32)
+    written = _optimized_matches(capsys, tmp_path, model, {"x": x}, *FAST, "--allow-slower")
+    assert (written.producer_name, written.producer_version, written.doc_string, written.graph.doc_string,
+            written.model_version) == ("pytorch", "2.9.0", "a model", "its graph", 7)
+    assert {p.key: p.value for p in written.metadata_props} == {"author": "someone", "license": "MIT"}
+
+
+def test_a_zero_sized_dimension_is_named_as_such(capsys, tmp_path):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", F, [0, 32])],
+                              [helper.make_tensor_value_info("y", F, [0, 32])])
+    path = tmp_path / "empty.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=OPSET), path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert rc == 2 and "size 0" in line and "[0,32]" in line and "dynamic" not in line and "x=1" not in line, line

@@ -26,6 +26,7 @@ from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
+from eqsat.onnx_metadata import with_metadata
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -308,7 +309,7 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
         returned=returned, measured=measured, times=timer.seconds)
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
-    return Result(original, shipped.model, shipped.program, report)
+    return Result(original, with_metadata(shipped.model, original), shipped.program, report)
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
