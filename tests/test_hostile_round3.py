@@ -528,3 +528,36 @@ def test_a_zero_sized_dimension_is_named_as_such(capsys, tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=OPSET), path)
     rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
     assert rc == 2 and "size 0" in line and "[0,32]" in line and "dynamic" not in line and "x=1" not in line, line
+
+
+# medium: stale staging folders, a full stderr -----------------------------------------------------------------
+
+def test_staging_folders_of_a_killed_run_are_cleaned_and_live_ones_kept(capsys, tmp_path):
+    model = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), model)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a PID no process has now
+    stale = tmp_path / f".eqsat-{gone.pid}-abcd1234"
+    (stale / "model").mkdir(parents=True)
+    (stale / "model" / "out.onnx").write_bytes(b"partial")
+    live = tmp_path / f".eqsat-{os.getppid()}-efgh5678"  # a running process's (the one that started the tests)
+    live.mkdir()
+    foreign = tmp_path / ".eqsat-notapid"  # not named by eqsat's rule: never touched
+    foreign.mkdir()
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", str(tmp_path / "out.onnx"), *FAST)
+    assert rc == 0, line
+    assert not stale.exists() and live.is_dir() and foreign.is_dir()
+    assert sorted(leftovers(tmp_path)) == sorted([live.name, foreign.name])
+
+
+def test_a_full_stderr_does_not_stop_the_run(tmp_path):
+    model = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), model)
+    out = tmp_path / "out.onnx"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize-model", str(model), "-o", str(out),
+                               "--scheduler", "none", "--cost", "analytic", "--no-measure", "--allow-slower"],
+                              stderr=full, stdout=subprocess.PIPE, timeout=300)
+    assert proc.returncode == 0
+    x = np.random.default_rng(11).standard_normal((2, 8)).astype(np.float32)
+    np.testing.assert_allclose(_outputs(out, {"x": x})[0], _outputs(small_matmul(), {"x": x})[0], atol=1e-5)

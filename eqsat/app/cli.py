@@ -25,7 +25,7 @@ from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
 from .config import OptimizeConfig, choices, options, value_type
-from .guards import check_replaceable, late_write_errors
+from .guards import check_replaceable, late_write_errors, tolerant_stderr
 from .pipeline import check_output_path, optimize, report_bytes
 from .report import Report
 from .source import add_model_source, check_source_flags, source, source_graph
@@ -209,6 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None  # SIGTERM ends like Ctrl-C
     try:
+        with tolerant_stderr():  # a full or closed stderr must not stop the run
+            return _run(args)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; its exit code (errors as one ``eqsat: error:`` line)."""
+    try:
         return int(args.fn(args) or 0)
     except EqsatError as exc:
         print(f"eqsat: error: {exc}", file=sys.stderr)
@@ -219,9 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (eqsat info ... | head): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ import contextlib
 import errno
 import fcntl
 import os
+import sys
 from collections.abc import Iterator
+from typing import Any, TextIO
 
 from eqsat.errors import InputError
 
@@ -76,4 +78,44 @@ def late_write_errors(output: str, report: str | None) -> Iterator[None]:
                          "or fix the target, and run again") from None
 
 
-__all__ = ["FS_APPEND_FL", "FS_IMMUTABLE_FL", "check_replaceable", "late_write_errors"]
+class TolerantStream:
+    """A text stream (stderr) whose write and flush failures (a full device, ``2>/dev/full``; a closed terminal)
+    are dropped: progress and messages are not worth a run. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+        self.dropped = 0
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):  # ValueError: the stream was closed
+            self.dropped += 1
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            self.dropped += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def tolerant_stderr() -> Iterator[None]:
+    """``sys.stderr`` as a :class:`TolerantStream` for the duration (the previous one back afterwards)."""
+    previous = sys.stderr
+    sys.stderr = TolerantStream(previous)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            sys.stderr = previous
+
+
+__all__ = ["FS_APPEND_FL", "FS_IMMUTABLE_FL", "TolerantStream", "check_replaceable", "late_write_errors",
+           "tolerant_stderr"]
