@@ -561,3 +561,47 @@ def test_a_full_stderr_does_not_stop_the_run(tmp_path):
     assert proc.returncode == 0
     x = np.random.default_rng(11).standard_normal((2, 8)).astype(np.float32)
     np.testing.assert_allclose(_outputs(out, {"x": x})[0], _outputs(small_matmul(), {"x": x})[0], atol=1e-5)
+
+
+# medium: the Python API's arguments ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, named", [
+    (123, "got int 123"), (None, "got NoneType"), ("graph", "onnx.GraphProto"), ("bytesio", "file object"),
+    (b"\x08\x07garbage-that-is-not-a-model" * 50, "not a readable ONNX model"),
+])
+def test_the_api_names_a_model_of_the_wrong_kind(model, named):
+    from eqsat.app.pipeline import optimize
+    from eqsat.errors import InputError
+
+    model = {"graph": small_matmul().graph, "bytesio": io.BytesIO(small_matmul().SerializeToString())}.get(
+        model, model) if isinstance(model, str) else model
+    with pytest.raises(InputError, match=named) as info:
+        optimize(model)
+    assert len(str(info.value)) < 400  # never the whole model in the message
+
+
+def test_the_api_takes_a_serialized_model():
+    from eqsat.app.pipeline import OptimizeConfig, optimize
+
+    model = small_matmul()
+    result = optimize(model.SerializeToString(), OptimizeConfig.of(scheduler="none", cost="analytic", measure=False,
+                                                                     allow_slower=True))
+    x = np.random.default_rng(12).standard_normal((2, 8)).astype(np.float32)
+    np.testing.assert_allclose(_outputs(result.optimized, {"x": x})[0], _outputs(model, {"x": x})[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("config, named", [
+    ({"time_limit": 5.0}, "got dict; give an eqsat.app.config.OptimizeConfig"),
+    ("input_shapes=x=1", "got the string 'x=1'"),
+    ("input_shapes=list", "got list"),
+    ("input_shapes=zero", "positive integer"),
+])
+def test_the_api_names_a_config_of_the_wrong_kind(config, named):
+    from eqsat.app.pipeline import OptimizeConfig, optimize
+    from eqsat.errors import InputError
+
+    shapes = {"input_shapes=x=1": "x=1", "input_shapes=list": [("x", (2, 8))], "input_shapes=zero": {"x": (0, 8)}}
+    if isinstance(config, str):
+        config = OptimizeConfig(input_shapes=shapes[config])  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=named):
+        optimize(small_matmul(), config)
