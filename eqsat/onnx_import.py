@@ -30,6 +30,7 @@ from .onnx_prepare import (
     check_loads,
     check_model_file,
     check_value_sizes,
+    checker_reason,
     prepare,
     removable_pass_through,
 )
@@ -57,7 +58,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
-        raise InputError(f"{p}: invalid ONNX model: {str(exc).splitlines()[0]}") from exc
+        raise InputError(f"{p}: invalid ONNX model: {checker_reason(exc)}") from exc
     return model
 
 

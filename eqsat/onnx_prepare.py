@@ -101,8 +101,13 @@ def model_from_bytes(data: bytes, label: str = "the model bytes") -> onnx.ModelP
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
-        raise InputError(f"{label}: invalid ONNX model: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"{label}: invalid ONNX model: {checker_reason(exc)}") from None
     return model
+
+
+def checker_reason(exc: BaseException) -> str:
+    """onnx.checker's message on one line, whole (it breaks lines inside a sentence: "... of node: \\nname: ...")."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _type_kind(t: onnx.TypeProto) -> str | None:
@@ -251,5 +256,5 @@ def prepare(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]])
 
 
 __all__ = ["MAX_ELEMENTS", "MAX_MODEL_BYTES", "MEMORY_FRACTION", "QUANTIZATION", "check_input_sizes", "check_loads",
-           "check_model_file", "check_size", "check_tensor_interface", "check_value_sizes", "describe_type", "inline_functions",
+           "check_model_file", "check_size", "checker_reason", "check_tensor_interface", "check_value_sizes", "describe_type", "inline_functions",
            "memory_cap", "model_from_bytes", "prepare", "read_stream", "removable_pass_through"]

@@ -605,3 +605,24 @@ def test_the_api_names_a_config_of_the_wrong_kind(config, named):
         config = OptimizeConfig(input_shapes=shapes[config])  # type: ignore[arg-type]
     with pytest.raises(InputError, match=named):
         optimize(small_matmul(), config)
+
+
+# medium: messages ----------------------------------------------------------------------------------------------
+
+def test_the_unsorted_nodes_message_is_whole(capsys, tmp_path):
+    nodes = [helper.make_node("Relu", ["h"], ["y"], name="second"), helper.make_node("Relu", ["x"], ["h"], name="first")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2])],
+                              [helper.make_tensor_value_info("y", F, [2])])
+    path = tmp_path / "unsorted.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=OPSET), path)
+    rc, line = cli(capsys, "optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert rc == 2 and "topologically sorted" in line and "second" in line and "is not output of" in line, line
+
+
+def test_output_to_a_pipe_names_the_stream(tmp_path):
+    model = tmp_path / "in.onnx"
+    onnx.save(small_matmul(), model)
+    proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize-model", str(model), "-o", "/dev/stdout", *FAST],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2 and "is a stream" in proc.stderr and "/proc/" not in proc.stderr, proc.stderr
+    assert proc.stdout == ""

@@ -25,7 +25,7 @@ from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
 from .config import OptimizeConfig, choices, options, value_type
-from .guards import check_replaceable, late_write_errors, tolerant_stderr
+from .guards import check_not_a_stream, check_replaceable, late_write_errors, tolerant_stderr
 from .pipeline import check_output_path, optimize, report_bytes
 from .report import Report
 from .source import add_model_source, check_source_flags, source, source_graph
@@ -99,11 +99,11 @@ def _same_file(a: str, b: str) -> bool:
 
 def _cmd_optimize(args) -> int:
     check_source_flags(args)
-    check_output_path(args.output, "-o")
-    check_replaceable(args.output, "-o")
-    if args.report is not None:
-        check_output_path(args.report, "--report")
-        check_replaceable(args.report, "--report")
+    for flag, path in (("-o", args.output), ("--report", args.report)):
+        if path is not None:
+            check_not_a_stream(path, flag)
+            check_output_path(path, flag)
+            check_replaceable(path, flag)
     _check_distinct_paths(args)
     config = config_from_args(args, builtin=args.builtin)
     config = replace(config, input_shapes=parse_input_shapes(args.input_shape))

@@ -39,6 +39,21 @@ def _flags(path: str) -> int:
         os.close(fd)
 
 
+def check_not_a_stream(path: str, flag: str) -> None:
+    """Refuse, before any work, a target that names a process's open file (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/PID/fd/N``) that is not a regular file: eqsat writes by renaming a staged file into place, which
+    a pipe or terminal cannot take."""
+    real = os.path.realpath(path)
+    named = os.path.abspath(path)
+    if not (real.startswith("/proc/") or named.startswith(("/dev/fd/", "/dev/std", "/proc/"))):
+        return
+    if os.path.isfile(real):  # standard output redirected to a file: that file is the target
+        return
+    raise InputError(f"{flag} {path} is a stream (a pipe or a terminal), not a file: eqsat writes {flag} by "
+                     "renaming a finished file into place, so that a failure never leaves half a file; give a file "
+                     f"path (e.g. {flag} out.onnx, then read that file)")
+
+
 def check_replaceable(path: str, flag: str) -> None:
     """Refuse, before any work, an ``flag`` target that could be staged but never renamed into place: an existing
     immutable or append-only file (chattr +i / +a; also ``-o``'s external data file), or a path whose staging
@@ -117,5 +132,5 @@ def tolerant_stderr() -> Iterator[None]:
             sys.stderr = previous
 
 
-__all__ = ["FS_APPEND_FL", "FS_IMMUTABLE_FL", "TolerantStream", "check_replaceable", "late_write_errors",
+__all__ = ["FS_APPEND_FL", "FS_IMMUTABLE_FL", "TolerantStream", "check_not_a_stream", "check_replaceable", "late_write_errors",
            "tolerant_stderr"]
