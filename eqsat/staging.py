@@ -29,7 +29,7 @@ def _alive(pid: int) -> bool:
 
 def remove_stale(folder: str) -> list[str]:
     """Remove the staging folders in ``folder`` whose process is gone; returns their names."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:

@@ -122,7 +122,7 @@ class TolerantStream:
 def tolerant_stderr() -> Iterator[None]:
     """``sys.stderr`` as a :class:`TolerantStream` for the duration (the previous one back afterwards)."""
     previous = sys.stderr
-    sys.stderr = TolerantStream(previous)  # type: ignore[assignment]
+    sys.stderr = TolerantStream(previous)
     try:
         yield
     finally:
