@@ -623,6 +623,27 @@ def test_output_to_a_pipe_names_the_stream(tmp_path):
     model = tmp_path / "in.onnx"
     onnx.save(small_matmul(), model)
     proc = subprocess.run([sys.executable, "-m", "eqsat", "optimize-model", str(model), "-o", "/dev/stdout", *FAST],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "is a stream" in proc.stderr and "/proc/" not in proc.stderr, proc.stderr
     assert proc.stdout == ""
+
+
+def test_a_model_onnxruntime_optimized_and_saved_is_judged_by_onnxruntime(capsys, tmp_path):
+    """BERT saved by onnxruntime at optimization level 1 (basic): a later session, with onnxruntime's default
+    optimizations (as eqsat verifies), fails to initialize it; eqsat says so before any work. Where onnxruntime
+    loads it, it is optimized like any model."""
+    import zoo
+
+    source, saved = tmp_path / "bert.onnx", tmp_path / "bert-ort1.onnx"
+    onnx.save(zoo.build("bert", "torchscript", 17), source)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts.optimized_model_filepath = str(saved)
+    ort.InferenceSession(str(source), opts, providers=["CPUExecutionProvider"])
+    try:
+        ort.InferenceSession(str(saved), providers=["CPUExecutionProvider"])
+        loads = True
+    except Exception:  # noqa: BLE001 - the oracle: onnxruntime's own verdict
+        loads = False
+    rc, line = cli(capsys, "optimize-model", str(saved), "-o", str(tmp_path / "o.onnx"), *FAST)
+    assert (rc, "onnxruntime cannot load the model" in line) == ((0, False) if loads else (2, True)), line
