@@ -3,8 +3,9 @@
 Every static-shaped ONNX model (opset >= 13) imports: operators the rules know become IR operators
 (Conv bias, broadcasting MatMul and a Gemm that is not exactly a ``linear`` are decomposed into them), constant
 subgraphs (weight-only subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with
-onnxruntime (onnx's reference evaluator where onnxruntime cannot), Identity and Dropout are dropped, and every
-other operator (a custom domain, If/Loop/Scan, a node that cannot be folded) is carried as an opaque node with its
+onnxruntime (onnx's reference evaluator where onnxruntime cannot; never Quantize/DequantizeLinear), Identity and
+inference Dropout are dropped, and every other operator (a custom domain, If/Loop/Scan, a node that cannot be
+folded, a training Dropout) is carried as an opaque node with its
 attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
 read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model.
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
