@@ -192,6 +192,13 @@ def _itemsize(elem_type: int) -> int:
         return 8
 
 
+def _ir_itemsize(dtype: str | None) -> int:
+    try:
+        return int(np.dtype(dtype).itemsize) if dtype else 8
+    except TypeError:  # a dtype numpy does not name (e.g. float8 kinds): counted as 8 bytes
+        return 8
+
+
 def check_input_sizes(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
     """Each graph input's size (declared, or fixed by ``--input-shape``) against :func:`check_size`."""
     inits = {t.name for t in model.graph.initializer}
@@ -212,7 +219,7 @@ def check_value_sizes(graph: Graph) -> None:
     """Every value of the imported ``graph`` (inputs, weights, intermediates) against :func:`check_size`."""
     for node in graph.nodes():
         what = f"input {node.name!r}" if node.op == "input" else f"the {node.op} value"
-        check_size(what, tuple(node.shape), np.dtype(node.dtype).itemsize if node.dtype else 8)
+        check_size(what, tuple(node.shape), _ir_itemsize(node.dtype))
 
 
 def check_loads(model: onnx.ModelProto) -> None:
