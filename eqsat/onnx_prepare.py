@@ -7,6 +7,8 @@ eqsat refuses up front (exit 2, naming the cause) and the preparation pass that 
   inputs' sizes are checked against :func:`memory_cap`.
 - :func:`check_loads`: the model loads in onnxruntime (eqsat verifies every result there).
 - :func:`check_value_sizes`: no value of the imported graph is larger than :func:`memory_cap`.
+- What the importer keeps: :data:`QUANTIZATION` operators are never folded; :func:`removable_pass_through`
+  tells which Identity and Dropout nodes it may drop (not a training Dropout, nor one whose mask is read).
 """
 
 from __future__ import annotations
