@@ -15,12 +15,17 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from eqsat.errors import InputError
 
 from .base import OpKey
 
 _SIDE_FILES = ("-wal", "-shm", "-journal")
+SETUP_LOCK_SECONDS = 5.0
+"""how long opening the cache waits for another process's lock before the run goes on without it"""
+LOCK_SECONDS = 60.0
+"""how long a write waits for another process's lock (concurrent runs share the cache)"""
 
 
 def default_path() -> str:
@@ -36,21 +41,53 @@ def _is_corruption(exc: sqlite3.Error) -> bool:
 
 
 class CostCache:
+    """The cache at ``path``, or at :func:`default_path` if None. One that cannot be used (its folder cannot be made
+    or written, a file stands where the folder should be, another process keeps it locked): with an explicit
+    ``path``, InputError naming the cause; at the default path, a one-line warning and a cache in memory for this
+    run only (the run goes on; nothing is kept for later runs)."""
+
     def __init__(self, path: str | None = None):
         self.path = path or default_path()
         self.moved_aside: str | None = None
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self.in_memory: str | None = None  # why the cache lives in memory only, if it does
         self._local = threading.local()
+        self._generation = 0
+        self._keeper: sqlite3.Connection | None = None
+        self._ready = False
+        try:
+            self._setup()
+            self.close()  # reconnect with the run's lock timeout
+            self._ready = True
+        except (OSError, sqlite3.Error) as exc:
+            cause = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if path is not None:
+                raise InputError(f"cost cache {self.path}: {cause}; check its permissions, or give a writable "
+                                 "--cache FILE") from None
+            self._to_memory(f"{cause}; point EQSAT_CACHE_DIR at a writable folder to keep measurements")
+
+    def _setup(self) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         if os.path.isdir(self.path):
             self._move_aside("it is a folder")
         try:
             self._open_checked()
         except sqlite3.Error as exc:
             if not _is_corruption(exc):
-                raise InputError(f"cost cache {self.path}: {exc}; check its permissions, or point EQSAT_CACHE_DIR "
-                                 "(or --cache) at a writable folder") from exc
+                raise
             self._move_aside(str(exc))
             self._open_checked()
+
+    def _to_memory(self, reason: str) -> None:
+        """Go on with an empty cache in memory (shared by this process's threads), saying so once."""
+        self.close()
+        if self.in_memory is None:
+            print(f"eqsat: warning: cost cache {self.path} cannot be used ({reason}); running without it "
+                  "(measurements are kept in memory for this run only)", file=sys.stderr)
+        self.in_memory = reason
+        self._generation += 1
+        self.path = f"file:eqsat-costs-{os.getpid()}-{id(self)}?mode=memory&cache=shared"
+        self._keeper = self._keeper or sqlite3.connect(self.path, uri=True, check_same_thread=False)
+        self._open_checked()
 
     def _open_checked(self) -> None:
         conn = self._conn()
@@ -94,16 +131,36 @@ class CostCache:
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "generation", 0) != self._generation:
+            conn.close()  # the cache moved to memory since this thread connected
+            conn = None
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60.0)
+            memory = self.in_memory is not None
+            conn = sqlite3.connect(self.path, timeout=LOCK_SECONDS if memory or self._ready else SETUP_LOCK_SECONDS,
+                                   uri=memory)
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; no fsync per commit
             except sqlite3.Error:
                 conn.close()
                 raise
-            self._local.conn = conn
+            self._local.conn, self._local.generation = conn, self._generation
         return conn
+
+    def _transaction(self, body: Callable[[sqlite3.Connection], object]) -> None:
+        """Run ``body``'s writes in one transaction; a cache that turns unusable meanwhile (locked past
+        LOCK_SECONDS, the disk full or made read-only) moves to memory with a warning, and the writes go there."""
+        try:
+            conn = self._conn()
+            with conn:
+                body(conn)
+        except sqlite3.OperationalError as exc:
+            if self.in_memory is not None:
+                raise
+            self._to_memory(str(exc))
+            conn = self._conn()
+            with conn:
+                body(conn)
 
     def get(self, device: str, backend: str, key: OpKey) -> float | None:
         row = self._conn().execute("SELECT us FROM costs WHERE device=? AND backend=? AND key=?",
@@ -111,20 +168,21 @@ class CostCache:
         return None if row is None else float(row[0])
 
     def put(self, device: str, backend: str, key: OpKey, us: float) -> None:
-        conn = self._conn()
-        with conn:
-            conn.execute("INSERT OR REPLACE INTO costs VALUES (?, ?, ?, ?)", (device, backend, key.text(), float(us)))
+        self._transaction(lambda conn: conn.execute("INSERT OR REPLACE INTO costs VALUES (?, ?, ?, ?)",
+                                                    (device, backend, key.text(), float(us))))
 
     def add_reading(self, device: str, backend: str, key: OpKey, us: float, keep: int) -> None:
         """Record a reading of ``key`` (a probe), keeping only its ``keep`` most recent."""
-        conn = self._conn()
         text = key.text()
-        with conn:
+
+        def body(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO readings (device, backend, key, us) VALUES (?, ?, ?, ?)",
                          (device, backend, text, float(us)))
             conn.execute("DELETE FROM readings WHERE device=? AND backend=? AND key=? AND seq NOT IN (SELECT seq FROM "
                          "readings WHERE device=? AND backend=? AND key=? ORDER BY seq DESC LIMIT ?)",
                          (device, backend, text, device, backend, text, int(keep)))
+
+        self._transaction(body)
 
     def readings(self, device: str, backend: str, key: OpKey, n: int) -> list[float]:
         """The ``n`` most recent readings of ``key``, newest first."""

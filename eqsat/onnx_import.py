@@ -3,8 +3,9 @@
 Every static-shaped ONNX model (opset >= 13) imports: operators the rules know become IR operators
 (Conv bias, broadcasting MatMul and a Gemm that is not exactly a ``linear`` are decomposed into them), constant
 subgraphs (weight-only subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with
-onnxruntime (onnx's reference evaluator where onnxruntime cannot), Identity and Dropout are dropped, and every
-other operator (a custom domain, If/Loop/Scan, a node that cannot be folded) is carried as an opaque node with its
+onnxruntime (onnx's reference evaluator where onnxruntime cannot; never Quantize/DequantizeLinear), Identity and
+inference Dropout are dropped, and every other operator (a custom domain, If/Loop/Scan, a node that cannot be
+folded, a training Dropout) is carried as an opaque node with its
 attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
 read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model.
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
@@ -25,6 +26,15 @@ from .errors import DynamicShapeError, InputError, ShapeError
 from .ir import Graph, Node
 from .onnx_io import as_path, is_large
 from .onnx_patterns import Match, find_composites, resolve_axis
+from .onnx_prepare import (
+    QUANTIZATION,
+    check_loads,
+    check_model_file,
+    check_value_sizes,
+    checker_reason,
+    prepare,
+    removable_pass_through,
+)
 from .onnx_subgraphs import implicit_inputs
 from .shapes import SAME
 
@@ -38,10 +48,7 @@ NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Read and sanity-check an ONNX file; raises InputError with a message naming the problem."""
     p = os.fspath(path)
-    if not os.path.exists(p):
-        raise InputError(f"{p}: no such file; give the path of an .onnx model")
-    if os.path.isdir(p):
-        raise InputError(f"{p}: is a directory; give the path of an .onnx model")
+    check_model_file(p)  # a regular file of at most 2 GiB, before any read
     try:
         model = onnx.load(p, load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and others
@@ -52,7 +59,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except Exception as exc:
-        raise InputError(f"{p}: invalid ONNX model: {str(exc).splitlines()[0]}") from exc
+        raise InputError(f"{p}: invalid ONNX model: {checker_reason(exc)}") from exc
     return model
 
 
@@ -212,6 +219,7 @@ class _Importer:
             raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
         _check_bfloat16(self.model)
+        check_loads(self.model)
         for init in self.g.initializer:
             self.consts[init.name] = numpy_helper.to_array(init)
         for sparse in self.g.sparse_initializer:
@@ -317,9 +325,11 @@ class _Importer:
             self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
             return
         if any(ins + implicit) and all((i == "" or i in self.consts) for i in ins + implicit) \
-                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC and self._fold(node, implicit):
+                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC | QUANTIZATION \
+                and self._fold(node, implicit):
             return
-        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0]:
+        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0] \
+                and removable_pass_through(node, self.consts):
             self.values[node.output[0]] = self.value(ins[0])
             return
         mapped = None
@@ -737,4 +747,6 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     """Import an ONNX model (a ModelProto or a path) into the IR."""
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
-    return _Importer(model, input_shapes or {}).run()
+    graph = _Importer(prepare(model, input_shapes or {}), input_shapes or {}).run()
+    check_value_sizes(graph)
+    return graph

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 
 import onnx
 
+from . import staging
+
 LIMIT = 1_800_000_000
 
 
@@ -108,7 +110,8 @@ def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes]) 
         def stage_for(target: str) -> str:
             parent = os.path.dirname(target)
             if parent not in stages:
-                stages[parent] = stack.enter_context(tempfile.TemporaryDirectory(dir=parent, prefix=".eqsat-"))
+                staging.remove_stale(parent)  # left by a killed run
+                stages[parent] = stack.enter_context(tempfile.TemporaryDirectory(dir=parent, prefix=staging.prefix()))
             return stages[parent]
 
         target = os.path.realpath(path)

@@ -25,6 +25,7 @@ from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
 from .config import OptimizeConfig, choices, options, value_type
+from .guards import check_not_a_stream, check_replaceable, late_write_errors, tolerant_stderr
 from .pipeline import check_output_path, optimize, report_bytes
 from .report import Report
 from .source import add_model_source, check_source_flags, source, source_graph
@@ -98,9 +99,11 @@ def _same_file(a: str, b: str) -> bool:
 
 def _cmd_optimize(args) -> int:
     check_source_flags(args)
-    check_output_path(args.output, "-o")
-    if args.report is not None:
-        check_output_path(args.report, "--report")
+    for flag, path in (("-o", args.output), ("--report", args.report)):
+        if path is not None:
+            check_not_a_stream(path, flag)
+            check_output_path(path, flag)
+            check_replaceable(path, flag)
     _check_distinct_paths(args)
     config = config_from_args(args, builtin=args.builtin)
     config = replace(config, input_shapes=parse_input_shapes(args.input_shape))
@@ -111,7 +114,8 @@ def _cmd_optimize(args) -> int:
     if not args.quiet:
         _summary(report)
     others = {args.report: report_bytes(report)} if args.report is not None else {}
-    write_together(result.optimized, args.output, others)
+    with late_write_errors(args.output, args.report):
+        write_together(result.optimized, args.output, others)
     if not args.quiet:
         print(f"eqsat: wrote {args.output}" + (f" and {args.report}" if args.report is not None else ""),
               file=sys.stderr)
@@ -205,6 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None  # SIGTERM ends like Ctrl-C
     try:
+        with tolerant_stderr():  # a full or closed stderr must not stop the run
+            return _run(args)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; its exit code (errors as one ``eqsat: error:`` line)."""
+    try:
         return int(args.fn(args) or 0)
     except EqsatError as exc:
         print(f"eqsat: error: {exc}", file=sys.stderr)
@@ -215,9 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (eqsat info ... | head): stop quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":

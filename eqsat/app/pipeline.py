@@ -26,6 +26,7 @@ from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
+from eqsat.onnx_metadata import with_metadata
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -33,6 +34,7 @@ from eqsat.timing import Protocol
 from eqsat.torch_run import check_runnable
 from eqsat.verify import verify
 
+from .api_guard import api_arguments
 from .config import OptimizeConfig, ilp_seconds, search_seconds
 from .report import (
     Candidate,
@@ -239,14 +241,14 @@ def decide_phase(unchanged: bool, measured: Measurement | None, config: Optimize
 
 # -- the pipeline --------------------------------------------------------------------------------------------
 
-def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None = None,
+def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfig | None = None,
              progress: Progress | None = None, *, extra_rules: Sequence[Rule] = ()) -> Result:
-    """Optimize ``model`` (an ONNX model, a path, or an IR graph) and check the result against it.
+    """Optimize ``model`` (an ONNX model, a path, a serialized model's bytes, or an IR graph) and check the result
+    against it.
 
     ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
     unusable config before any work, VerificationError when the optimized model does not match."""
-    config = config or OptimizeConfig()
-    config.validate()
+    model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
     say = progress or (lambda _msg: None)
     timer = PhaseTimer()
     with timer("import"):
@@ -303,7 +305,7 @@ def optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig | None
         returned=returned, measured=measured, times=timer.seconds)
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
-    return Result(original, shipped.model, shipped.program, report)
+    return Result(original, with_metadata(shipped.model, original), shipped.program, report)
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:

@@ -4,6 +4,7 @@ and ``--input-shape``."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 import onnx
 
@@ -11,11 +12,12 @@ from eqsat.errors import InputError
 from eqsat.ir import Graph
 from eqsat.models import build
 from eqsat.onnx_import import import_model, load_model, parse_input_shapes
+from eqsat.onnx_prepare import check_model_file, read_stream
 
 
 def add_model_source(p: argparse.ArgumentParser) -> None:
     """The arguments naming a model."""
-    p.add_argument("model_path", nargs="?", metavar="MODEL.onnx", help="an ONNX model file")
+    p.add_argument("model_path", nargs="?", metavar="MODEL.onnx", help="an ONNX model file (- reads it from standard input)")
     p.add_argument("--model", dest="builtin", metavar="NAME", help="a built-in architecture (eqsat models list)")
     p.add_argument("--small", action="store_true", help="the reduced size of a built-in model (fast)")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
@@ -26,6 +28,8 @@ def check_source_flags(args: argparse.Namespace) -> None:
     """Refuse flags that do not apply to the model given, before any work."""
     if args.small and args.model_path:
         raise InputError("--small applies to built-in models (--model NAME) only; leave it out with MODEL.onnx")
+    if args.model_path and args.model_path != "-":
+        check_model_file(args.model_path)  # before anything reads it (the external data files it names, ...)
 
 
 def source(args: argparse.Namespace) -> tuple[onnx.ModelProto | Graph, str]:
@@ -34,6 +38,8 @@ def source(args: argparse.Namespace) -> tuple[onnx.ModelProto | Graph, str]:
         raise InputError("give either MODEL.onnx or --model NAME (eqsat models list shows the names)")
     if args.builtin:
         return build(args.builtin, small=args.small), args.builtin
+    if args.model_path == "-":
+        return read_stream(sys.stdin.buffer), "-"
     return load_model(args.model_path), args.model_path
 
 

@@ -1,0 +1,269 @@
+"""Checks and one rewrite run on an ONNX model before any work (:doc:`docs/robustness.md`): what is read, what
+eqsat refuses up front (exit 2, naming the cause) and the preparation pass that makes a valid model importable.
+
+- :func:`check_model_file`: only a regular file (or ``-``, standard input) is read, and only one of at most
+  :data:`MAX_MODEL_BYTES` (protobuf cannot parse a larger message), checked before any byte is read.
+- :func:`prepare`: non-tensor graph inputs and outputs are refused, model-local functions are inlined, and the
+  inputs' sizes are checked against :func:`memory_cap`.
+- :func:`check_loads`: the model loads in onnxruntime (eqsat verifies every result there).
+- :func:`check_value_sizes`: no value of the imported graph is larger than :func:`memory_cap`.
+- What the importer keeps: :data:`QUANTIZATION` operators are never folded; :func:`removable_pass_through`
+  tells which Identity and Dropout nodes it may drop (not a training Dropout, nor one whose mask is read).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections.abc import Mapping
+from typing import BinaryIO
+
+import numpy as np
+import onnx
+import onnx.inliner
+import onnxruntime as ort
+from onnx import helper
+
+from .errors import InputError
+from .ir import Graph
+from .onnx_io import as_path, is_large
+
+MAX_MODEL_BYTES = 2**31 - 1
+"""the largest ONNX file read: protobuf cannot parse a message of 2 GiB or more (larger models keep their
+weights in external data files)"""
+MEMORY_FRACTION = 8
+"""a value (input, weight or intermediate) may take at most 1/MEMORY_FRACTION of the machine's memory"""
+QUANTIZATION = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+"""operators never folded to constants: a weight's DequantizeLinear stays an (opaque) operator on its integer
+weight, so the weight keeps its precision and size, and onnxruntime fuses the QDQ pattern as in the original"""
+MAX_ELEMENTS = 2**62
+"""no value may have this many elements or more (eqsat's e-graph stores sizes as 64-bit integers)"""
+
+
+def memory_cap() -> int:
+    """The most bytes one value may take: 1/:data:`MEMORY_FRACTION` of the machine's physical memory."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        total = 16 * 2**30
+    return int(total) // MEMORY_FRACTION
+
+
+def _gib(n: int) -> str:
+    """``n`` bytes in the largest binary unit under which it is at least 1 (MiB at the least)."""
+    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def check_model_file(path: str) -> None:
+    """Refuse, before reading anything, a model path that is not a regular file (a device such as /dev/zero, a
+    FIFO, a socket, a folder) or a file larger than :data:`MAX_MODEL_BYTES`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file; give the path of an .onnx model") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: is a directory; give the path of an .onnx model")
+    if not stat.S_ISREG(st.st_mode):
+        from .onnx_io import not_regular
+
+        raise InputError(f"{path}: is {not_regular(path) or 'not a regular file'}; eqsat reads a model only from a "
+                         "regular file (or from standard input, given as -)")
+    if st.st_size > MAX_MODEL_BYTES:
+        raise InputError(f"{path}: {_gib(st.st_size)}, larger than an ONNX file can be (2 GiB, protobuf's limit); "
+                         "save the weights as external data (onnx.save_model(..., save_as_external_data=True))")
+
+
+def read_stream(stream: BinaryIO, label: str = "standard input") -> onnx.ModelProto:
+    """A model read from ``stream`` (standard input), at most :data:`MAX_MODEL_BYTES` of it."""
+    data = stream.read(MAX_MODEL_BYTES + 1)
+    if len(data) > MAX_MODEL_BYTES:
+        raise InputError(f"{label}: more than 2 GiB, larger than an ONNX file can be (protobuf's limit)")
+    return model_from_bytes(data, label)
+
+
+def model_from_bytes(data: bytes, label: str = "the model bytes") -> onnx.ModelProto:
+    """A serialized model (no external data: its files could not be found), checked as a file would be."""
+    try:
+        model = onnx.ModelProto.FromString(data)
+    except Exception as exc:  # protobuf raises DecodeError and others
+        raise InputError(f"{label}: not a readable ONNX model ({type(exc).__name__}); is it truncated or of "
+                         "another format?") from None
+    if not model.graph.node and not model.graph.output:
+        raise InputError(f"{label}: not an ONNX model (no graph found); is it of another format?")
+    if any(onnx.external_data_helper.uses_external_data(t)
+           for t in onnx.external_data_helper._get_all_tensors(model)):
+        raise InputError(f"{label}: the model keeps weights in external data files, which cannot be found from "
+                         "bytes; give the model's path")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise InputError(f"{label}: invalid ONNX model: {checker_reason(exc)}") from None
+    return model
+
+
+def checker_reason(exc: BaseException) -> str:
+    """onnx.checker's message on one line, whole (it breaks lines inside a sentence: "... of node: \\nname: ...")."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _type_kind(t: onnx.TypeProto) -> str | None:
+    """The kind of a non-tensor type (``sequence``, ``map``, ``optional``, ``sparse tensor``); None for a tensor
+    or a value with no declared type."""
+    kind = t.WhichOneof("value")
+    if kind in (None, "tensor_type"):
+        return None
+    return {"sequence_type": "sequence", "map_type": "map", "optional_type": "optional",
+            "sparse_tensor_type": "sparse tensor"}.get(kind, kind)
+
+
+def describe_type(t: onnx.TypeProto) -> str:
+    """A type as ONNX spells it: ``seq(map(int64, tensor(float)))``."""
+    kind = t.WhichOneof("value")
+    if kind == "tensor_type" or kind == "sparse_tensor_type":
+        inner = getattr(t, kind)
+        name = helper.tensor_dtype_to_string(inner.elem_type).removeprefix("TensorProto.").lower() \
+            if inner.elem_type else "?"
+        return f"{'sparse_' if kind == 'sparse_tensor_type' else ''}tensor({name})"
+    if kind == "sequence_type":
+        return f"seq({describe_type(t.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({describe_type(t.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = helper.tensor_dtype_to_string(t.map_type.key_type).removeprefix("TensorProto.").lower()
+        return f"map({key}, {describe_type(t.map_type.value_type)})"
+    return kind or "no type"
+
+
+def check_tensor_interface(model: onnx.ModelProto) -> None:
+    """Refuse graph inputs and outputs that are not tensors (a sequence, a map, ai.onnx.ml ZipMap's sequence of
+    maps, an optional): eqsat's program computes tensors only."""
+    for side, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for v in values:
+            kind = _type_kind(v.type)
+            if kind is not None:
+                raise InputError(f"model {side} {v.name!r} is a {kind} ({describe_type(v.type)}), not a "
+                                 f"tensor; eqsat optimizes graphs whose inputs and outputs are tensors: cut the "
+                                 f"model before the {kind} (or optimize the part that computes tensors)")
+
+
+def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its model-local functions (FunctionProto: TorchScript's export_modules_as_functions, the
+    dynamo exporter's) inlined into the graph, nested ones and attribute references included."""
+    if not model.functions:
+        return model
+    try:
+        return onnx.inliner.inline_local_functions(model)
+    except Exception as exc:  # noqa: BLE001 - a function that cannot be expanded
+        raise InputError(f"the model's local functions cannot be inlined ({str(exc).splitlines()[0]}); eqsat "
+                         "optimizes a flat graph") from None
+
+
+def _declared_shape(vi: onnx.ValueInfoProto, fixed: Mapping[str, tuple[int, ...]]) -> tuple[int, ...] | None:
+    if vi.name in fixed:
+        return tuple(fixed[vi.name])
+    dims = vi.type.tensor_type.shape.dim
+    if any(not d.HasField("dim_value") for d in dims):
+        return None  # dynamic: the importer asks for --input-shape
+    return tuple(d.dim_value for d in dims)
+
+
+def check_size(what: str, shape: tuple[int, ...], itemsize: int) -> None:
+    """Refuse a value of ``shape`` whose size is over :data:`MAX_ELEMENTS` or :func:`memory_cap` bytes."""
+    count = math.prod(int(d) for d in shape)
+    cap = memory_cap()
+    shown = "x".join(str(d) for d in shape)
+    if count >= MAX_ELEMENTS:
+        raise InputError(f"{what} has shape [{shown}]: {count:.3g} elements, more than eqsat handles (2^62); "
+                         "give smaller dimensions (--input-shape NAME=D1,D2,...)")
+    if count * itemsize > cap:
+        raise InputError(f"{what} has shape [{shown}]: {count:,} elements, {_gib(count * itemsize)}; a value may "
+                         f"take at most {_gib(cap)} (1/{MEMORY_FRACTION} of this machine's memory) for eqsat to "
+                         "verify the result: give smaller dimensions (--input-shape NAME=D1,D2,...)")
+
+
+def _itemsize(elem_type: int) -> int:
+    try:
+        return int(np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize)
+    except Exception:  # noqa: BLE001 - strings, undefined: counted as pointers
+        return 8
+
+
+def _ir_itemsize(dtype: str | None) -> int:
+    try:
+        return int(np.dtype(dtype).itemsize) if dtype else 8
+    except TypeError:  # a dtype numpy does not name (e.g. float8 kinds): counted as 8 bytes
+        return 8
+
+
+def check_input_sizes(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Each graph input's size (declared, or fixed by ``--input-shape``) against :func:`check_size`."""
+    inits = {t.name for t in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name not in input_shapes and any(d.HasField("dim_value") and d.dim_value == 0 for d in dims):
+            shown = ",".join(str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims)
+            raise InputError(f"input {vi.name!r} has shape [{shown}], with a dimension of size 0 (an empty tensor): "
+                             "eqsat cannot optimize empty tensors; export the model with a non-empty example input")
+        shape = _declared_shape(vi, input_shapes)
+        if shape is not None:
+            check_size(f"input {vi.name!r}", shape, _itemsize(vi.type.tensor_type.elem_type))
+
+
+def check_value_sizes(graph: Graph) -> None:
+    """Every value of the imported ``graph`` (inputs, weights, intermediates) against :func:`check_size`."""
+    for node in graph.nodes():
+        what = f"input {node.name!r}" if node.op == "input" else f"the {node.op} value"
+        check_size(what, tuple(node.shape), _ir_itemsize(node.dtype))
+
+
+def check_loads(model: onnx.ModelProto) -> None:
+    """Refuse a model onnxruntime cannot load (duplicate node names, an initializer shadowing an input with another
+    shape, an operator or opset it lacks, a model it optimized and saved that its optimizer then trips on, ...):
+    eqsat verifies every result in onnxruntime, with the session options used here (its default optimizations)."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4  # the reason is in the message; no log line besides it
+    try:
+        if is_large(model):
+            with as_path(model) as path:
+                ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        else:
+            ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own Fail, InvalidGraph, ...
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        node = next((n for n in model.graph.node if f"{n.domain}:{n.op_type}(" in reason), None)
+        where = f"{node.op_type} node {node.name!r} (domain {node.domain}): " if node is not None else ""
+        raise InputError(f"{where}onnxruntime cannot load the model: {reason[:500]}; eqsat verifies every result "
+                         "in onnxruntime, so it cannot optimize this model") from None
+
+
+def removable_pass_through(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
+    """Whether an Identity or Dropout ``node`` only passes its input on, so that the importer may drop it: a
+    Dropout only in inference (``training_mode`` absent or a constant false) and with its mask output unused.
+    A training-mode Dropout, or one whose mask is read, is kept (carried as an opaque operator)."""
+    if node.op_type != "Dropout":
+        return True
+    if len(node.output) > 1 and node.output[1]:
+        return False
+    training = node.input[2] if len(node.input) > 2 else ""
+    return not training or training in consts and not np.asarray(consts[training]).any()
+
+
+def prepare(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """The model the importer reads: non-tensor interfaces refused, local functions inlined, input sizes
+    checked (the onnxruntime load check, :func:`check_loads`, runs after the importer's dtype checks)."""
+    check_tensor_interface(model)
+    check_input_sizes(model, input_shapes)
+    return inline_functions(model)
+
+
+__all__ = ["MAX_ELEMENTS", "MAX_MODEL_BYTES", "MEMORY_FRACTION", "QUANTIZATION", "check_input_sizes", "check_loads",
+           "check_model_file", "check_size", "checker_reason", "check_tensor_interface", "check_value_sizes", "describe_type", "inline_functions",
+           "memory_cap", "model_from_bytes", "prepare", "read_stream", "removable_pass_through"]
