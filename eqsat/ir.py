@@ -22,7 +22,7 @@ from .ops import FREE_OPS
 from .shapes import Shape
 
 if TYPE_CHECKING:
-    from .origins import Origin
+    from .onnx.origins import Origin
 
 ZERO_COST_OPS = FREE_OPS
 """TASO's zero-cost operators (the entries marked ``free`` in :mod:`eqsat.ops`)"""
@@ -123,7 +123,7 @@ class Graph:
     """opset versions of the non-default operator domains (custom operators) the model imports"""
     origins: tuple[Origin, ...] = ()
     """the ONNX nodes the importer mapped to IR operators, each with the IR nodes it became
-    (:mod:`eqsat.origins`): the exporter writes a node back verbatim while its expansion is intact"""
+    (:mod:`eqsat.onnx.origins`): the exporter writes a node back verbatim while its expansion is intact"""
 
     def nodes(self) -> list[Node]:
         return topo_order(self.outputs)

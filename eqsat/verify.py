@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from .inputs import index_bounds, random_inputs
-from .onnx_io import as_path, is_large
+from .onnx.io import as_path, is_large
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
 

@@ -19,7 +19,7 @@ from eqsat import ir, ops
 from eqsat.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.evaluate import evaluate
-from eqsat.onnx_export import export_model
+from eqsat.onnx.export import export_model
 from eqsat.ops.composite import eps_bits
 from eqsat.rules import RuleEngine, by_name, rule_set
 from eqsat.rules.reach import ReachEngine

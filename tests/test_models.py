@@ -12,7 +12,7 @@ import pytest
 from eqsat.app.cli import main
 from eqsat.evaluate import evaluate
 from eqsat.models import MODELS, build
-from eqsat.onnx_export import export_model
+from eqsat.onnx.export import export_model
 from eqsat.verify import compare_outputs, session
 
 

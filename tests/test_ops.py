@@ -18,7 +18,7 @@ import torch
 from eqsat import ir, ops
 from eqsat.egraph import EGraph
 from eqsat.errors import ShapeError
-from eqsat.onnx_export import export_model
+from eqsat.onnx.export import export_model
 from eqsat.ops import SAME, NotEvaluable, Shape
 from eqsat.ops.composite import eps_bits
 

@@ -16,8 +16,8 @@ from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
 from eqsat.egraph import EGraph
 from eqsat.extract import extract, find_cycle
-from eqsat.onnx_export import export_model
-from eqsat.onnx_import import import_model
+from eqsat.onnx.export import export_model
+from eqsat.onnx.importer import import_model
 from eqsat.rules import RuleEngine, all_rules, by_name, taso_rules
 from eqsat.rules.rule import Rule
 from eqsat.rules.verify import check_rule

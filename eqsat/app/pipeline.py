@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import onnx
 
 from eqsat import extract as extractors
-from eqsat import onnx_export, onnx_import, onnx_io, runtimes
+from eqsat import runtimes
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egraph import EGraph
@@ -26,6 +26,8 @@ from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
+from eqsat.onnx import export_model, import_model, load_model
+from eqsat.onnx import io as onnx_io
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -84,9 +86,9 @@ def same_program(a: Graph, b: Graph) -> bool:
 def import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph]:
     """(the original ONNX model, its IR graph) from a model, a path or a graph."""
     if isinstance(model, Graph):
-        return onnx_export.export_model(model), model
-    original = model if isinstance(model, onnx.ModelProto) else onnx_import.load_model(model)
-    return original, onnx_import.import_model(original, config.input_shapes)
+        return export_model(model), model
+    original = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    return original, import_model(original, config.input_shapes)
 
 
 def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchConfig]:
@@ -133,7 +135,7 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     recomputed = graph_cost(program, cost_model)
     assert math.isclose(recomputed, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
         f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
-    optimized = onnx_export.export_model(program)
+    optimized = export_model(program)
     onnx_io.check(optimized)
     return program, optimized
 

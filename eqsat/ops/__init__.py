@@ -5,7 +5,7 @@ function and the egglog shape rules (its twin; ``tests/test_ops.py`` checks that
 shapes), numpy semantics (float64 and, where defined, integers modulo a prime), the ONNX emitter, the
 torch function used for timing, flops and bytes moved, and whether it is free. Everything else derives
 from the table: the egglog schema (:mod:`eqsat.egglog_schema`), shape inference (:func:`eqsat.shapes.infer`),
-evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx_export`), the cost models (:mod:`eqsat.cost`)
+evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx.export`), the cost models (:mod:`eqsat.cost`)
 and the rule compiler and verifier (:mod:`eqsat.rules`).
 
 Adding an operator is one entry (in the family module it belongs to, listed in ``_ENTRIES`` below) plus a

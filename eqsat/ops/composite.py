@@ -1,5 +1,5 @@
 """Composite operators: the activations and normalizations that models export as chains of small ONNX
-operators (recognized on import by :mod:`eqsat.onnx_patterns`), each one node of the IR.
+operators (recognized on import by :mod:`eqsat.onnx.patterns`), each one node of the IR.
 
 * ``gelu`` (x), attrs ``(approx,)``: 0 the exact form ``0.5 x (1 + erf(x / sqrt 2))``, 1 the tanh
   approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``.

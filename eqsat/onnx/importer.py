@@ -20,13 +20,14 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, external_data_helper, helper, numpy_helper, shape_inference
 
-from . import ir, origins
-from .errors import DynamicShapeError, InputError, ShapeError
-from .ir import Graph, Node
-from .onnx_io import as_path, is_large
-from .onnx_patterns import Match, find_composites, resolve_axis
-from .onnx_subgraphs import implicit_inputs
-from .shapes import SAME
+from .. import ir
+from ..errors import DynamicShapeError, InputError, ShapeError
+from ..ir import Graph, Node
+from ..shapes import SAME
+from . import origins
+from .io import as_path, is_large
+from .patterns import Match, find_composites, resolve_axis
+from .subgraphs import implicit_inputs
 
 FLOAT_TYPES = {"float32", "float64", "float16"}
 MIN_OPSET = 13
@@ -243,7 +244,7 @@ class _Importer:
 
     def record_origin(self, nodes: list[onnx.NodeProto], outputs: list[str]) -> None:
         """Remember that the ONNX ``nodes`` (a region) became the IR nodes now bound to their ``outputs``, so that
-        the exporter can write them back verbatim (:mod:`eqsat.origins`). Call it once the outputs are bound."""
+        the exporter can write them back verbatim (:mod:`eqsat.onnx.origins`). Call it once the outputs are bound."""
         produced = {o for n in nodes for o in n.output if o}
         external = list(dict.fromkeys(i for n in nodes for i in n.input if i and i not in produced))
         constants = {i: self.consts[i] for i in external if i in self.consts}
@@ -337,7 +338,7 @@ class _Importer:
             self.record_origin([node], [node.output[0]])
 
     def _composite(self, node: onnx.NodeProto) -> bool:
-        """Whether ``node`` is part of a composite (:mod:`eqsat.onnx_patterns`): its inner nodes are skipped, and
+        """Whether ``node`` is part of a composite (:mod:`eqsat.onnx.patterns`): its inner nodes are skipped, and
         at its last one the composite IR node is made; where it cannot be (not float32, a shape the operator
         refuses, constant operands to fold), the covered nodes are imported one by one instead. A one-node
         composite (a LayerNormalization, Softmax or Gelu node) is an origin record, written back verbatim while

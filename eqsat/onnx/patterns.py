@@ -46,8 +46,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .onnx_subgraphs import implicit_inputs
-from .ops.composite import GELU_ERF, GELU_TANH, eps_bits
+from ..ops.composite import GELU_ERF, GELU_TANH, eps_bits
+from .subgraphs import implicit_inputs
 
 _RTOL = 1e-6
 """relative tolerance of a recognized scalar constant (they are float32 values of the exact ones)"""

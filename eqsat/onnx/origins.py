@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
-from .ir import Node, topo_order
+from ..ir import Node, topo_order
 
 LEAVES = ("input", "weight")
 

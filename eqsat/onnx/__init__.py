@@ -1,0 +1,18 @@
+"""The ONNX layer: reading and writing models (:mod:`.io`), ONNX -> IR (:mod:`.importer`, with the composites of
+:mod:`.patterns`), IR -> ONNX (:mod:`.export`, in the spellings of :mod:`.forms`), subgraph attributes
+(:mod:`.subgraphs`) and the provenance of imported nodes (:mod:`.origins`).
+
+Inside this package ``import onnx`` is the onnx library (imports are absolute); elsewhere, import this layer by
+name (``from eqsat.onnx import import_model``), never as ``from eqsat import onnx``.
+"""
+
+from __future__ import annotations
+
+from .export import export_model, fold_weights
+from .importer import import_model, load_model, parse_input_shapes
+from .io import as_path, check, is_large, save, write_atomic, write_together
+from .origins import Origin
+from .patterns import Match, find_composites
+
+__all__ = ["Match", "Origin", "as_path", "check", "export_model", "find_composites", "fold_weights", "import_model",
+           "is_large", "load_model", "parse_input_shapes", "save", "write_atomic", "write_together"]
