@@ -353,31 +353,12 @@ def check_output_path(path: str, flag: str = "-o") -> None:
                          "or make the folder writable") from None
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write via a temporary file in the same directory and rename, so a failure leaves ``path`` untouched."""
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".eqsat-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def report_bytes(report: Report) -> bytes:
     """The report as written to ``--report``: indented JSON (no NaN or Infinity), UTF-8."""
     return (report.dumps() + "\n").encode()
 
 
-def write_report(path: str, report: Report) -> None:
-    """Write the report's JSON to ``path`` atomically."""
-    write_atomic(path, report_bytes(report))
-
-
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
            "decide_phase", "encode_phase", "export_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "same_program", "search_phase", "verify_phase", "write_atomic", "write_report"]
+           "same_program", "search_phase", "verify_phase"]

@@ -357,7 +357,3 @@ def _proto_node(n: Node, inputs: list[str] | None = None, outputs: list[str] | N
 def export_model(graph: Graph) -> onnx.ModelProto:
     """Export the IR graph as an ONNX model (weight-only subgraphs folded)."""
     return _Exporter(graph).run()
-
-
-def save_model(model: onnx.ModelProto, path: str) -> None:
-    onnx.save(model, path)

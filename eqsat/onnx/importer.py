@@ -23,6 +23,7 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper, shape_
 from .. import ir
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node
+from ..ops.batchnorm import EPS_UNIT
 from ..shapes import SAME
 from . import origins
 from .io import as_path, is_large
@@ -662,7 +663,7 @@ class _Importer:
         if not self._is_float(*ins) or len(x.shape) != 4:
             return None
         eps = float(self._attrs(node).get("epsilon", 1e-5))
-        return ir.make("batchnorm", ins, (int(round(eps * 1e12)),))
+        return ir.make("batchnorm", ins, (int(round(eps * (1 / EPS_UNIT))),))  # 1 / EPS_UNIT is exactly 1e12
 
     def _op_Concat(self, node, ins):
         if not self._is_float(*ins) or len(ins[0].shape) > 4:
