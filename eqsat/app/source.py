@@ -10,7 +10,7 @@ import onnx
 from eqsat.errors import InputError
 from eqsat.ir import Graph
 from eqsat.models import build
-from eqsat.onnx.importer import import_model, load_model, parse_input_shapes
+from eqsat.onnx import import_model, load_model, parse_input_shapes
 
 
 def add_model_source(p: argparse.ArgumentParser) -> None:

@@ -9,8 +9,8 @@ name (``from eqsat.onnx import import_model``), never as ``from eqsat import onn
 from __future__ import annotations
 
 from .export import export_model, fold_weights
-from .importer import import_model, load_model, parse_input_shapes
-from .io import as_path, check, is_large, save, write_atomic, write_together
+from .importer import import_model, parse_input_shapes
+from .io import as_path, check, is_large, load_model, save, write_atomic, write_together
 from .origins import Origin
 from .patterns import Match, find_composites
 

@@ -6,7 +6,8 @@ subgraphs (weight-only subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch
 onnxruntime (onnx's reference evaluator where onnxruntime cannot), Identity and Dropout are dropped, and every
 other operator (a custom domain, If/Loop/Scan, a node that cannot be folded) is carried as an opaque node with its
 attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
-read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model.
+read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
+(:mod:`eqsat.onnx.folding`).
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
 """
 
@@ -17,8 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import onnx
-import onnxruntime as ort
-from onnx import TensorProto, external_data_helper, helper, numpy_helper, shape_inference
+from onnx import helper, numpy_helper
 
 from .. import ir
 from ..errors import DynamicShapeError, InputError, ShapeError
@@ -26,87 +26,12 @@ from ..ir import Graph, Node
 from ..ops.batchnorm import EPS_UNIT
 from ..shapes import SAME
 from . import origins
-from .io import as_path, is_large
+from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
+from .io import check_bfloat16, load_model
 from .patterns import Match, find_composites, resolve_axis
 from .subgraphs import implicit_inputs
 
-FLOAT_TYPES = {"float32", "float64", "float16"}
 MIN_OPSET = 13
-NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                              "Multinomial", "Bernoulli"})
-"""operators never folded to constants: each run of the model draws new values"""
-
-
-def load_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """Read and sanity-check an ONNX file; raises InputError with a message naming the problem."""
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise InputError(f"{p}: no such file; give the path of an .onnx model")
-    if os.path.isdir(p):
-        raise InputError(f"{p}: is a directory; give the path of an .onnx model")
-    try:
-        model = onnx.load(p, load_external_data=False)
-    except Exception as exc:  # protobuf raises DecodeError and others
-        raise InputError(f"{p}: not a readable ONNX model ({type(exc).__name__}); is the file truncated or of another format?") from exc
-    if not model.graph.node and not model.graph.output:
-        raise InputError(f"{p}: not an ONNX model (no graph found); is the file of another format?")
-    _load_external_data(model, p)
-    try:
-        onnx.checker.check_model(model)
-    except Exception as exc:
-        raise InputError(f"{p}: invalid ONNX model: {str(exc).splitlines()[0]}") from exc
-    return model
-
-
-def _load_external_data(model: onnx.ModelProto, path: str) -> None:
-    """Read the weights a model keeps in external files, naming any file that is missing."""
-    base = os.path.dirname(os.path.abspath(path))
-    tensors = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
-    for t in tensors:
-        location = {e.key: e.value for e in t.external_data}.get("location", "")
-        full = os.path.normpath(os.path.join(base, location))
-        inside = not os.path.isabs(location) and os.path.commonpath([base, full]) == base
-        if inside and not os.path.isfile(full):
-            raise InputError(f"{path}: the external data file {location!r} (weights of tensor {t.name!r}) is missing; "
-                             f"put it in {base}, beside the model")
-    if tensors:
-        try:
-            external_data_helper.load_external_data_for_model(model, base)
-        except Exception as exc:
-            raise InputError(f"{path}: cannot read its external data: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
-
-
-def _check_bfloat16(model: onnx.ModelProto) -> None:
-    """Refuse (exit 2) a bfloat16 model that onnxruntime cannot run or feed on CPU; the others import."""
-    g = model.graph
-    for kind, values in (("input", g.input), ("output", g.output)):
-        for v in values:
-            if v.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-                raise InputError(f"model {kind} {v.name!r} has dtype bfloat16, which onnxruntime cannot feed or return "
-                                 "from Python on CPU, so eqsat cannot verify the optimized model; convert the model's "
-                                 f"{kind}s to float32 or float16 (e.g. a Cast at the model's edge)")
-    bf16 = TensorProto.BFLOAT16
-    uses = any(t.data_type == bf16 for t in g.initializer) or \
-        any(v.type.tensor_type.elem_type == bf16 for v in g.value_info) or \
-        any(a.name == "to" and a.i == bf16 or a.type == onnx.AttributeProto.TENSOR and a.t.data_type == bf16
-            for n in g.node for a in n.attribute)
-    if not uses:
-        return
-    try:
-        _session(model)
-    except Exception as exc:
-        raise InputError(f"the model computes in bfloat16, which onnxruntime's CPU provider cannot run here "
-                         f"({str(exc).splitlines()[0]}); eqsat verifies every model in onnxruntime: convert the "
-                         "model to float32 or float16") from exc
-
-
-def _session(model: onnx.ModelProto) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if is_large(model):
-        with as_path(model) as path:
-            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -129,39 +54,10 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
-    """A sparse tensor (initializer or Constant) as a dense array."""
-    values = numpy_helper.to_array(sparse.values)
-    dense = np.zeros(tuple(sparse.dims), values.dtype)
-    indices = numpy_helper.to_array(sparse.indices) if sparse.HasField("indices") else np.zeros(0, np.int64)
-    if indices.ndim == 2:  # [NNZ, rank] coordinates
-        dense[tuple(indices.T)] = values
-    else:  # [NNZ] positions in the flattened tensor
-        dense.reshape(-1)[indices] = values
-    return dense
-
-
-_CONSTANT_DTYPES = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
-                    "value_ints": np.int64, "value_string": np.object_, "value_strings": np.object_}
-
-
-def _constant_value(attr: onnx.AttributeProto) -> np.ndarray:
-    """The value of a Constant node, whichever of its attributes holds it."""
-    if attr.type == onnx.AttributeProto.TENSOR:
-        return numpy_helper.to_array(attr.t)
-    if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
-        return _dense(attr.sparse_tensor)
-    return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES.get(attr.name))
-
-
 def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     out = onnx.NodeProto()
     out.CopyFrom(node)
     return out
-
-
-def _dtype_name(elem_type: int) -> str:
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
 
 
 class _Importer:
@@ -174,8 +70,8 @@ class _Importer:
         self.consts: dict[str, np.ndarray] = {}
         self.weights: dict[str, np.ndarray] = {}
         self._names: set[str] = set()
-        self._runtime: dict[str, tuple[tuple[int, ...], str]] | None = None
         self.origins: list[origins.Origin] = []
+        self.runs = ModelRuns(model, self.input_shapes, self.values, self.weights)
 
     # -- helpers -------------------------------------------------------------------------------
     def _unique(self, base: str) -> str:
@@ -213,11 +109,11 @@ class _Importer:
         if self.opset < MIN_OPSET:
             raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
-        _check_bfloat16(self.model)
+        check_bfloat16(self.model)
         for init in self.g.initializer:
             self.consts[init.name] = numpy_helper.to_array(init)
         for sparse in self.g.sparse_initializer:
-            self.consts[sparse.values.name] = _dense(sparse)
+            self.consts[sparse.values.name] = dense(sparse)
         input_names = [vi.name for vi in self.g.input if vi.name not in self.consts]
         unknown = set(self.input_shapes) - set(input_names)
         if unknown:
@@ -301,7 +197,7 @@ class _Importer:
                         f"input {vi.name!r} has a dynamic shape [{shown}]; fix it with "
                         f"--input-shape {vi.name}=D1,D2,... (e.g. "
                         f"--input-shape {vi.name}={','.join('1' if not (x.HasField('dim_value') and x.dim_value > 0) else str(x.dim_value) for x in tt.shape.dim)})")
-        node = ir.input_(vi.name, dims, _dtype_name(tt.elem_type))
+        node = ir.input_(vi.name, dims, dtype_name(tt.elem_type))
         self._names.add(vi.name)
         self.values[vi.name] = node
         return node
@@ -311,7 +207,7 @@ class _Importer:
         ins = [i for i in node.input]
         implicit = implicit_inputs(node)
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            self.consts[node.output[0]] = _constant_value(node.attribute[0])
+            self.consts[node.output[0]] = constant_value(node.attribute[0])
             return
         if node.op_type == "Shape" and ins[0] in self.values and node.domain in ("", "ai.onnx"):
             shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
@@ -319,8 +215,11 @@ class _Importer:
             self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
             return
         if any(ins + implicit) and all((i == "" or i in self.consts) for i in ins + implicit) \
-                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC and self._fold(node, implicit):
-            return
+                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC:
+            folded = self.runs.fold(node, implicit, self.consts)
+            if folded is not None:
+                self.consts.update(folded)
+                return
         if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0]:
             self.values[node.output[0]] = self.value(ins[0])
             return
@@ -371,36 +270,6 @@ class _Importer:
                 self.record_origin(list(match.nodes), [match.output])
         return True
 
-    def _node_model(self, node: onnx.NodeProto, names: list[str], types: list[tuple[tuple[int, ...], str]],
-                    inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
-        """A one-node model of ``node`` whose inputs are ``names`` (explicit, then implicit inputs)."""
-        vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(d)), s)
-               for n, (s, d) in zip(names, types)]
-        graph = helper.make_graph([node], "node", vis, [onnx.ValueInfoProto(name=o) for o in node.output if o],
-                                  initializer=inits or [])
-        opsets = [helper.make_opsetid(o.domain, o.version) for o in self.model.opset_import]
-        return helper.make_model(graph, opset_imports=opsets, ir_version=self.model.ir_version or 8)
-
-    def _fold(self, node: onnx.NodeProto, implicit: list[str]) -> bool:
-        """Compute a node of constant inputs now (onnxruntime, else onnx's reference evaluator); False if
-        neither can, and the node is then carried as an opaque operator."""
-        from onnx.reference import ReferenceEvaluator
-
-        names = list(dict.fromkeys([i for i in node.input if i] + implicit))
-        feeds = {n: self.consts[n] for n in names}
-        model = self._node_model(node, names, [(v.shape, v.dtype.name) for v in feeds.values()])
-        outs = [o for o in node.output if o]
-        try:
-            results = _session(model).run(outs, feeds)
-        except Exception:  # noqa: BLE001 - a kernel onnxruntime lacks for these dtypes, ...
-            try:
-                results = ReferenceEvaluator(model).run(outs, feeds)
-            except Exception:  # noqa: BLE001 - neither can: carry the node
-                return False
-        for name, val in zip(outs, results):
-            self.consts[name] = np.asarray(val)
-        return True
-
     def _opaque(self, node: onnx.NodeProto, implicit: list[str]) -> None:
         present = [i for i in node.input if i]
         slots, k = [], 0
@@ -409,7 +278,7 @@ class _Importer:
             k += bool(name)
         names = present + implicit
         ins = [self.value(i) for i in names]
-        shapes = self._infer_shapes(node, names, ins)
+        shapes = self.runs.output_types(node, names, ins)
         attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
         outs = [o for o in node.output]
         for k, name in enumerate(outs):
@@ -419,73 +288,6 @@ class _Importer:
             self.values[name] = ir.opaque(node.op_type, ins, shape, dtype, domain=node.domain,
                                           attr_bytes=attr_bytes, out_index=k, n_outputs=len(outs),
                                           slots=slots, implicit=implicit)
-
-    def _infer_shapes(self, node: onnx.NodeProto, names: list[str], ins: list[Node]) -> list[tuple[tuple[int, ...], str]]:
-        """Static output shapes and dtypes: onnx shape inference on the node alone, else a run of the model."""
-        unique = dict(zip(names, ins))
-        inits = [numpy_helper.from_array(self.weights[n.name], name) for name, n in unique.items()
-                 if n.op == "weight" and n.name in self.weights and self.weights[n.name].dtype.kind in "iub"]
-        model = self._node_model(node, list(unique), [(n.shape, n.dtype) for n in unique.values()], inits)
-        found: dict[str, onnx.ValueInfoProto] = {}
-        try:
-            inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-            found = {v.name: v for v in list(inferred.graph.output) + list(inferred.graph.value_info)}
-        except Exception:  # noqa: BLE001 - the run below gives the shapes, or names the problem
-            pass
-        result: list[tuple[tuple[int, ...], str]] = []
-        for o in node.output:
-            if not o:
-                result.append(((), "float32"))
-                continue
-            v = found.get(o)
-            tt = v.type.tensor_type if v is not None else None
-            if tt is None or not tt.elem_type or not tt.HasField("shape") \
-                    or any(not d.HasField("dim_value") for d in tt.shape.dim):
-                result.append(self._runtime_type(node, o))
-            else:
-                result.append((tuple(d.dim_value for d in tt.shape.dim), _dtype_name(tt.elem_type)))
-        return result
-
-    def _runtime_type(self, node: onnx.NodeProto, value: str) -> tuple[tuple[int, ...], str]:
-        """Shape and dtype of ``value`` from one onnxruntime run of the whole model (every value exposed),
-        for operators onnx's shape inference cannot type (custom domains, Loop outputs)."""
-        if self._runtime is None:
-            self._runtime = self._run_all(node)
-        if value not in self._runtime:
-            raise InputError(f"{node.op_type} node {node.name!r}: onnxruntime gave no value for its output {value!r}")
-        return self._runtime[value]
-
-    def _run_all(self, node: onnx.NodeProto) -> dict[str, tuple[tuple[int, ...], str]]:
-        model = onnx.ModelProto()
-        model.CopyFrom(self.model)
-        g = model.graph
-        for vi in g.input:
-            if vi.name in self.input_shapes:
-                for d, n in zip(vi.type.tensor_type.shape.dim, self.input_shapes[vi.name]):
-                    d.Clear()
-                    d.dim_value = n
-        known = {o.name for o in g.output}
-        g.output.extend(onnx.ValueInfoProto(name=o) for n in g.node for o in n.output if o and o not in known)
-        rng = np.random.default_rng(0)
-        feeds: dict[str, np.ndarray] = {}
-        for vi in self.g.input:
-            leaf = self.values.get(vi.name)
-            if leaf is None or leaf.op != "input" or vi.name in {t.name for t in self.g.initializer}:
-                continue
-            dt = np.dtype(leaf.dtype)
-            feeds[vi.name] = rng.standard_normal(leaf.shape).astype(dt) if dt.kind == "f" else \
-                np.ones(leaf.shape, dt) if dt.kind == "b" else np.zeros(leaf.shape, dt)
-        try:
-            sess = _session(model)
-            names = [o.name for o in sess.get_outputs()]
-            return {k: (tuple(int(d) for d in np.shape(v)), np.asarray(v).dtype.name)
-                    for k, v in zip(names, sess.run(names, feeds))}
-        except Exception as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InputError(
-                f"{node.op_type} node {node.name!r} (domain {node.domain or 'ai.onnx'}): onnx shape inference cannot "
-                f"give its output shapes, and onnxruntime cannot run the model ({reason}); eqsat needs every value's "
-                "shape and verifies in onnxruntime, so it cannot optimize this model") from exc
 
     # -- operators the rules know ----------------------------------------------------------------
     @staticmethod

@@ -1,5 +1,5 @@
-"""Saving and loading ONNX models of any size (protobuf caps one message at 2 GiB: larger models keep
-their weights in an external data file beside the model)."""
+"""Loading, checking and saving ONNX models of any size (protobuf caps one message at 2 GiB: larger models keep
+their weights in an external data file beside the model), and onnxruntime sessions of them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ import threading
 from collections.abc import Callable, Iterator
 
 import onnx
+import onnxruntime as ort
+from onnx import TensorProto, external_data_helper
+
+from ..errors import InputError
 
 LIMIT = 1_800_000_000
 
@@ -52,6 +56,79 @@ def check(model: onnx.ModelProto) -> None:
             onnx.checker.check_model(path, full_check=True)
     else:
         onnx.checker.check_model(model, full_check=True)
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read and sanity-check an ONNX file; raises InputError with a message naming the problem."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise InputError(f"{p}: no such file; give the path of an .onnx model")
+    if os.path.isdir(p):
+        raise InputError(f"{p}: is a directory; give the path of an .onnx model")
+    try:
+        model = onnx.load(p, load_external_data=False)
+    except Exception as exc:  # protobuf raises DecodeError and others
+        raise InputError(f"{p}: not a readable ONNX model ({type(exc).__name__}); is the file truncated or of another format?") from exc
+    if not model.graph.node and not model.graph.output:
+        raise InputError(f"{p}: not an ONNX model (no graph found); is the file of another format?")
+    _load_external_data(model, p)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as exc:
+        raise InputError(f"{p}: invalid ONNX model: {str(exc).splitlines()[0]}") from exc
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, path: str) -> None:
+    """Read the weights a model keeps in external files, naming any file that is missing."""
+    base = os.path.dirname(os.path.abspath(path))
+    tensors = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+    for t in tensors:
+        location = {e.key: e.value for e in t.external_data}.get("location", "")
+        full = os.path.normpath(os.path.join(base, location))
+        inside = not os.path.isabs(location) and os.path.commonpath([base, full]) == base
+        if inside and not os.path.isfile(full):
+            raise InputError(f"{path}: the external data file {location!r} (weights of tensor {t.name!r}) is missing; "
+                             f"put it in {base}, beside the model")
+    if tensors:
+        try:
+            external_data_helper.load_external_data_for_model(model, base)
+        except Exception as exc:
+            raise InputError(f"{path}: cannot read its external data: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+
+
+def check_bfloat16(model: onnx.ModelProto) -> None:
+    """Refuse (exit 2) a bfloat16 model that onnxruntime cannot run or feed on CPU; the others import."""
+    g = model.graph
+    for kind, values in (("input", g.input), ("output", g.output)):
+        for v in values:
+            if v.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+                raise InputError(f"model {kind} {v.name!r} has dtype bfloat16, which onnxruntime cannot feed or return "
+                                 "from Python on CPU, so eqsat cannot verify the optimized model; convert the model's "
+                                 f"{kind}s to float32 or float16 (e.g. a Cast at the model's edge)")
+    bf16 = TensorProto.BFLOAT16
+    uses = any(t.data_type == bf16 for t in g.initializer) or \
+        any(v.type.tensor_type.elem_type == bf16 for v in g.value_info) or \
+        any(a.name == "to" and a.i == bf16 or a.type == onnx.AttributeProto.TENSOR and a.t.data_type == bf16
+            for n in g.node for a in n.attribute)
+    if not uses:
+        return
+    try:
+        session(model)
+    except Exception as exc:
+        raise InputError(f"the model computes in bfloat16, which onnxruntime's CPU provider cannot run here "
+                         f"({str(exc).splitlines()[0]}); eqsat verifies every model in onnxruntime: convert the "
+                         "model to float32 or float16") from exc
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """A CPU onnxruntime session of ``model`` (of any size), with warnings silenced."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if is_large(model):
+        with as_path(model) as path:
+            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
 def write_atomic(model: onnx.ModelProto, path: str) -> None:
