@@ -22,7 +22,7 @@ from .ops import FREE_OPS
 from .shapes import Shape
 
 if TYPE_CHECKING:
-    from .onnx.origins import Origin
+    import onnx
 
 ZERO_COST_OPS = FREE_OPS
 """TASO's zero-cost operators (the entries marked ``free`` in :mod:`eqsat.ops`)"""
@@ -102,6 +102,27 @@ def topo_order(outputs: Iterable[Node]) -> list[Node]:
                 stack.pop()
                 order.append(node)
     return order
+
+
+@dataclass(frozen=True, eq=False)
+class Origin:
+    """ONNX node(s) and the IR nodes they became: the provenance of imported operators (made, carried into
+    extracted programs and kept alive by :mod:`eqsat.onnx.origins`)."""
+
+    nodes: tuple[onnx.NodeProto, ...]
+    """the region, in the original order (a single node for an operator mapped by the importer)"""
+    inputs: tuple[tuple[str, Node | None], ...]
+    """each external input's ONNX name and its IR node (None for a constant the IR never materialised)"""
+    outputs: tuple[tuple[str, Node], ...]
+    """each region output's ONNX name and its IR node"""
+    expansion: tuple[Node, ...]
+    """the IR nodes the importer created between the inputs and the outputs (outputs included), children first"""
+    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """external inputs that are constants (initializers, Constant nodes, folded values): their original value"""
+
+    @property
+    def domains(self) -> set[str]:
+        return {n.domain for n in self.nodes if n.domain not in ("", "ai.onnx")}
 
 
 @dataclass

@@ -21,10 +21,9 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from .. import ops
 from ..errors import EqsatError
 from ..evaluate import NotEvaluable, apply_op
-from ..ir import Graph, Node, leaf_name, topo_order
+from ..ir import Graph, Node, Origin, leaf_name, topo_order
 from ..ops.base import emit_activation
 from .forms import Form, SplitGroup, plan
-from .origins import Origin
 from .subgraphs import defined_names, rename_outer
 
 

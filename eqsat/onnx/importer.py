@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 
 from .. import ir
 from ..errors import DynamicShapeError, InputError, ShapeError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Origin
 from ..ops.batchnorm import EPS_UNIT
 from ..shapes import SAME
 from . import origins
@@ -70,7 +70,7 @@ class _Importer:
         self.consts: dict[str, np.ndarray] = {}
         self.weights: dict[str, np.ndarray] = {}
         self._names: set[str] = set()
-        self.origins: list[origins.Origin] = []
+        self.origins: list[Origin] = []
         self.runs = ModelRuns(model, self.input_shapes, self.values, self.weights)
 
     # -- helpers -------------------------------------------------------------------------------
