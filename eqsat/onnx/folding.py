@@ -98,7 +98,8 @@ class ModelRuns:
         """Static output shapes and dtypes: onnx shape inference on the node alone, else a run of the model."""
         unique = dict(zip(names, ins))
         inits = [numpy_helper.from_array(self.weights[n.name], name) for name, n in unique.items()
-                 if n.op == "weight" and n.name in self.weights and self.weights[n.name].dtype.kind in "iub"]
+                 if n.op == "weight" and n.name is not None and n.name in self.weights
+                 and self.weights[n.name].dtype.kind in "iub"]
         model = self.node_model(node, list(unique), [(n.shape, n.dtype) for n in unique.values()], inits)
         found: dict[str, onnx.ValueInfoProto] = {}
         try:

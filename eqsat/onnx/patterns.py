@@ -47,6 +47,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..ops.composite import GELU_ERF, GELU_TANH, eps_bits
+from ..ops.mapping import resolve_axis
 from .subgraphs import implicit_inputs
 
 _RTOL = 1e-6
@@ -82,16 +83,6 @@ class Match:
             axis = resolve_axis(self.attrs[0], rank)
             return None if axis is None else (axis,)
         return self.attrs
-
-
-def resolve_axis(axis: int, rank: int) -> int | None:
-    """``axis`` (negative: from the end) as an index in ``[0, rank)``, or None if out of range.
-
-    >>> resolve_axis(-1, 4), resolve_axis(3, 4), resolve_axis(4, 4)
-    (3, 3, None)
-    """
-    k = axis + rank if axis < 0 else axis
-    return k if 0 <= k < rank else None
 
 
 class _View:
@@ -473,4 +464,4 @@ def find_composites(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray] | N
     return matches
 
 
-__all__ = ["Match", "find_composites", "resolve_axis"]
+__all__ = ["Match", "find_composites"]

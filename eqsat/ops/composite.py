@@ -40,12 +40,16 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
 from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
+from .mapping import ImportContext, Mapper, V, floats, onnx_attrs, resolve_axis
+
+if TYPE_CHECKING:
+    import onnx
 
 GELU_ERF, GELU_TANH = 0, 1
 _MAX_EPS_BITS = 0x7F800000  # float32 +inf: bit patterns below it (and above 0) are positive finite floats
@@ -337,3 +341,21 @@ def _scale_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shap
 SCALE = OpDef("scale", "x * c, c a positive finite float32 (attention's score scale)", "(bits,)", _scale_shape,
               (Ctor("Scale", "it"),), _same_rule("Scale", _eps_conds("a"), True), _scale_numpy, _scale_onnx,
               lambda torch, attrs, shapes: lambda x: x * eps_value(attrs[0]))
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def _import_softmax(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    """A Softmax a composite match gave back (an attention the operator refused): still one softmax node. (The
+    composites themselves are found by :mod:`eqsat.onnx.patterns`.)"""
+    args = floats(ins)
+    if args is None:
+        return None
+    (x,) = args
+    axis = resolve_axis(int(onnx_attrs(node).get("axis", -1)), len(x.shape))
+    if not 1 <= len(x.shape) <= 4 or axis is None:
+        return None
+    return cx.make("softmax", [x], (axis,))
+
+
+IMPORTS: dict[str, Mapper] = {"Softmax": _import_softmax}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""
