@@ -1,6 +1,7 @@
-"""The ONNX layer: reading and writing models (:mod:`.io`), ONNX -> IR (:mod:`.importer`, with the composites of
-:mod:`.patterns`), IR -> ONNX (:mod:`.export`, in the spellings of :mod:`.forms`), subgraph attributes
-(:mod:`.subgraphs`) and the provenance of imported nodes (:mod:`.origins`).
+"""The ONNX layer: reading, checking and writing models (:mod:`.io`), ONNX -> IR (:mod:`.importer`, through the
+operator table's mappers (:data:`eqsat.ops.IMPORTS`), with the composites of :mod:`.patterns` and what onnxruntime
+folds and types in :mod:`.folding`), IR -> ONNX (:mod:`.export`, in the spellings of :mod:`.forms`), subgraph
+attributes (:mod:`.subgraphs`) and the provenance of imported nodes (:mod:`.origins`).
 
 Inside this package ``import onnx`` is the onnx library (imports are absolute); elsewhere, import this layer by
 name (``from eqsat.onnx import import_model``), never as ``from eqsat import onnx``.
