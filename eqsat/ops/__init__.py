@@ -10,7 +10,9 @@ and the rule compiler and verifier (:mod:`eqsat.rules`).
 
 The table is two-way: beside its entries, each family module maps the ONNX operators it covers to the IR in its
 ``IMPORTS`` (ONNX op type -> mapper, :mod:`eqsat.ops.mapping`), joined in :data:`IMPORTS` below, through which
-the importer (:mod:`eqsat.onnx.importer`) maps every node.
+the importer (:mod:`eqsat.onnx.importer`) maps every node; a family whose operators ONNX models spell as several
+nodes (the composites: GELU, LayerNorm, attention, ...) also holds their matchers in its ``PATTERNS``
+(:mod:`eqsat.ops.matching`), joined in :data:`PATTERNS` below, which :mod:`eqsat.onnx.patterns` runs.
 
 Adding an operator is one entry in the family module it belongs to (listed in ``_ENTRIES`` below), the mapper
 of the ONNX operator that computes it in that module's ``IMPORTS`` (a new family module's ``IMPORTS`` joins
@@ -24,10 +26,9 @@ it like every other. For example, an element-wise ``neg`` in :mod:`eqsat.ops.ele
                 torch=lambda torch, attrs, shapes: torch.neg)
     IMPORTS = {..., "Neg": _unary_import("neg")}
 
-What is not in the table: an operator that ONNX models spell as several nodes (GELU, LayerNorm, attention: the
-composites) is also recognized by a matcher in :mod:`eqsat.onnx.patterns`; an IR pattern that onnxruntime fuses
-only in another spelling is written in it by :mod:`eqsat.onnx.forms`; and the ort-cpu cost model
-(:mod:`eqsat.cost.ort`) knows which operators onnxruntime fuses as epilogues.
+A composite also needs its matcher in the family module's ``PATTERNS``. What is not in the table: an IR pattern
+that onnxruntime fuses only in another spelling is written in it by :mod:`eqsat.onnx.forms`, and the ort-cpu cost
+model (:mod:`eqsat.cost.ort`) knows which operators onnxruntime fuses as epilogues.
 
 >>> OPS["conv2d"].ctors[0].name, get("relu").free, get("slice").free
 ('Conv2d', False, True)
@@ -65,9 +66,10 @@ from .base import (
 )
 from .egglog_text import MAX_RANK, attr_text, shape_term
 from .mapping import ImportContext, Mapper
+from .matching import Matcher
 
 __all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "CONSTRUCTORS", "Ctor", "Emitter", "FREE_OPS",
-           "IMPORTS", "ImportContext", "MAX_RANK", "Mapper", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
+           "IMPORTS", "ImportContext", "MAX_RANK", "Mapper", "Matcher", "PATTERNS", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
            "describe", "egglog_term", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
            "window_out"]
 
@@ -110,6 +112,19 @@ IMPORTS: Mapping[str, Mapper] = _imports(elementwise.IMPORTS, matmul.IMPORTS, co
                                          layout.IMPORTS, batchnorm.IMPORTS, composite.IMPORTS)
 """ONNX op type (default domain) -> its mapper to the IR (:mod:`eqsat.ops.mapping`), joined from the family
 modules' ``IMPORTS``"""
+
+
+def _patterns(*tables: Mapping[str, Matcher]) -> Mapping[str, tuple[Matcher, ...]]:
+    joined: dict[str, tuple[Matcher, ...]] = {}
+    for table in tables:
+        for anchor, matcher in table.items():
+            joined[anchor] = joined.get(anchor, ()) + (matcher,)
+    return MappingProxyType(joined)
+
+
+PATTERNS: Mapping[str, tuple[Matcher, ...]] = _patterns(attention.PATTERNS, composite.PATTERNS)
+"""op type of an anchor node -> the matchers of composites that start there (:mod:`eqsat.ops.matching`), in this
+order (a MatMul is an attention's before a linear's), joined from the family modules' ``PATTERNS``"""
 
 
 def get(op: str) -> OpDef:
