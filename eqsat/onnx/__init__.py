@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from .export import export_model, fold_weights
 from .importer import import_model, parse_input_shapes
-from .io import as_path, check, is_large, load_model, save, write_atomic, write_together
+from .io import as_path, check, is_large, load_model, save, session, write_atomic, write_together
 from .patterns import Match, find_composites
 
 __all__ = ["Match", "as_path", "check", "export_model", "find_composites", "fold_weights", "import_model",
-           "is_large", "load_model", "parse_input_shapes", "save", "write_atomic", "write_together"]
+           "is_large", "load_model", "parse_input_shapes", "save", "session", "write_atomic", "write_together"]

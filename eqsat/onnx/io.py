@@ -121,14 +121,19 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
                          "model to float32 or float16") from exc
 
 
-def session(model: onnx.ModelProto) -> ort.InferenceSession:
-    """A CPU onnxruntime session of ``model`` (of any size), with warnings silenced."""
+def session(model: onnx.ModelProto | bytes | str, threads: int | None = None) -> ort.InferenceSession:
+    """A CPU onnxruntime session of ``model`` (a ModelProto of any size, serialized bytes or a path), with warnings
+    silenced; ``threads``: that many intra-op threads and one inter-op thread (default: onnxruntime's)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    if is_large(model):
-        with as_path(model) as path:
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    if isinstance(model, onnx.ModelProto) and is_large(model):
+        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
             return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
 def write_atomic(model: onnx.ModelProto, path: str) -> None:
