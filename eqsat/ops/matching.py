@@ -4,7 +4,8 @@ A family module whose operators ONNX models spell as several nodes (:mod:`eqsat.
 :mod:`eqsat.ops.attention`) lists in its ``PATTERNS`` (op type of the node a match starts from -> :data:`Matcher`)
 matchers that, from such an anchor node, find one of them in a :class:`View` of the graph. :data:`eqsat.ops.PATTERNS`
 joins them (an anchor's matchers are tried in the order of the family modules there), and
-:func:`eqsat.onnx.patterns.find_composites` runs them over a graph (validity, claiming, the :class:`Match` records).
+:func:`eqsat.onnx.patterns.find_composites` runs them over a graph (validity, claiming, the
+:class:`~eqsat.onnx.patterns.Match` records).
 """
 
 from __future__ import annotations
