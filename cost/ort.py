@@ -45,7 +45,7 @@ What could not be modelled, because an e-node's cost is a function of its key al
   its standalone time, although onnxruntime would fuse it back; after a residual add (the common case) it
   does run alone.
 * a value cut into parts by slices: each slice costs one Slice of its part, while the exporter writes one
-  Split of all parts (:mod:`eqsat.onnx_forms`), and a bias added to each part after a merged matmul is
+  Split of all parts (:mod:`eqsat.onnx.forms`), and a bias added to each part after a merged matmul is
   charged as an epilogue although the Split sits between (the exporter moves it before the Split, where
   onnxruntime fuses it).
 * fusions across more than two nodes (attention, LayerNorm, GELU), whether a chain really starts or ends at an
@@ -175,7 +175,7 @@ def constant_operands(key: OpKey) -> frozenset[int]:
 
 
 def written_shape(key: OpKey, k: int) -> tuple[int, ...]:
-    """The shape the exporter writes constant operand ``k`` in (:mod:`eqsat.onnx_forms`): an element-wise
+    """The shape the exporter writes constant operand ``k`` in (:mod:`eqsat.onnx.forms`): an element-wise
     operator's broadcast constant without its leading 1-dimensions (a scalar when it holds one value), which
     is the spelling onnxruntime fuses (a dense layer's ``[1, 1, N]`` bias as ``[N]``: MatMul + Add -> Gemm)."""
     shape = tuple(key.in_shapes[k])

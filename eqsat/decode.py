@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import ir, origins
+from . import ir
 from .errors import EqsatError
 from .ir import Graph, Node
+from .onnx import origins
 from .snapshot import Snapshot
 
 
 def build_program(snap: Snapshot, choice: Mapping[int, int], template: Graph) -> Graph:
     """The IR program that ``choice`` (class -> e-node index) selects; inputs/weights/names from ``template``.
-    The template's origins (:mod:`eqsat.origins`) whose expansion the choice keeps unchanged are carried over,
+    The template's origins (:mod:`eqsat.onnx.origins`) whose expansion the choice keeps unchanged are carried over,
     so that the exporter writes those ONNX nodes back verbatim."""
     built: dict[int, Node] = {}
 

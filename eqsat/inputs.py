@@ -16,7 +16,7 @@ import onnxruntime as ort
 from onnx import shape_inference
 
 from .errors import InputError
-from .onnx_io import is_large
+from .onnx.io import is_large
 
 SAFE_INT_HIGH = 2
 """Exclusive upper bound of integer inputs whose use is unknown (masks, flags)."""

@@ -21,7 +21,7 @@ from . import shapes as _shapes
 from .shapes import Shape
 
 if TYPE_CHECKING:
-    from .origins import Origin
+    import onnx
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +100,27 @@ def topo_order(outputs: Iterable[Node]) -> list[Node]:
     return order
 
 
+@dataclass(frozen=True, eq=False)
+class Origin:
+    """ONNX node(s) and the IR nodes they became: the provenance of imported operators (made, carried into
+    extracted programs and kept alive by :mod:`eqsat.onnx.origins`)."""
+
+    nodes: tuple[onnx.NodeProto, ...]
+    """the region, in the original order (a single node for an operator mapped by the importer)"""
+    inputs: tuple[tuple[str, Node | None], ...]
+    """each external input's ONNX name and its IR node (None for a constant the IR never materialised)"""
+    outputs: tuple[tuple[str, Node], ...]
+    """each region output's ONNX name and its IR node"""
+    expansion: tuple[Node, ...]
+    """the IR nodes the importer created between the inputs and the outputs (outputs included), children first"""
+    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """external inputs that are constants (initializers, Constant nodes, folded values): their original value"""
+
+    @property
+    def domains(self) -> set[str]:
+        return {n.domain for n in self.nodes if n.domain not in ("", "ai.onnx")}
+
+
 @dataclass
 class Graph:
     """A model: named inputs, named outputs, and weight data keyed by weight-node name."""
@@ -119,7 +140,7 @@ class Graph:
     """opset versions of the non-default operator domains (custom operators) the model imports"""
     origins: tuple[Origin, ...] = ()
     """the ONNX nodes the importer mapped to IR operators, each with the IR nodes it became
-    (:mod:`eqsat.origins`): the exporter writes a node back verbatim while its expansion is intact"""
+    (:mod:`eqsat.onnx.origins`): the exporter writes a node back verbatim while its expansion is intact"""
 
     def nodes(self) -> list[Node]:
         return topo_order(self.outputs)

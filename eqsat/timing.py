@@ -30,7 +30,7 @@ import onnx
 import onnxruntime as ort
 
 from .inputs import index_bounds, random_inputs
-from .onnx_io import as_path, is_large
+from .onnx.io import as_path, is_large
 from .verify import feed_shapes
 
 RUNTIME = "ort-cpu"

@@ -1,7 +1,7 @@
 """Run an IR program with torch: the executor behind the torch runtimes (eqsat.runtimes).
 
 Weight-only subgraphs are folded with numpy first, exactly as the ONNX export folds them
-(:func:`eqsat.onnx_export.fold_weights`); every other operator runs through its :mod:`eqsat.ops` entry's torch
+(:func:`eqsat.onnx.export.fold_weights`); every other operator runs through its :mod:`eqsat.ops` entry's torch
 function, except where that function is only good for timing (batch norm times on a made-up variance) or the
 entry has none (reshape, dropout). Opaque ONNX operators have no torch form: :class:`TorchProgram` refuses
 programs holding them (:class:`UnsupportedProgram`, an InputError naming the operators and the runtimes that
@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import InputError
 from .ir import Graph, Node
-from .onnx_export import fold_weights
+from .onnx.export import fold_weights
 from .ops import OPS
 from .ops.batchnorm import EPS_UNIT
 

@@ -10,22 +10,9 @@ import onnx
 import onnxruntime as ort
 
 from .inputs import index_bounds, random_inputs
-from .onnx_io import as_path, is_large
+from .onnx.io import session
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
-
-
-def session(model: onnx.ModelProto | bytes | str, threads: int | None = None) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if threads:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-    if isinstance(model, onnx.ModelProto) and is_large(model):
-        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
-            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
 @dataclass

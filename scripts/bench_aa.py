@@ -23,8 +23,8 @@ if ROOT not in sys.path:
 
 import onnx  # noqa: E402
 
-from eqsat import onnx_export  # noqa: E402
 from eqsat.models import build  # noqa: E402
+from eqsat.onnx import export_model  # noqa: E402
 from eqsat.timing import Protocol, compare, decide  # noqa: E402
 
 DEFAULT_MODELS = "squeezenet,bert,nasrnn,resnet50"
@@ -34,7 +34,7 @@ def load(name: str, small: bool) -> onnx.ModelProto:
     """A built-in architecture (eqsat.models) exported to ONNX, or an .onnx file."""
     if name.endswith(".onnx"):
         return onnx.load(name)
-    return onnx_export.export_model(build(name, small=small))
+    return export_model(build(name, small=small))
 
 
 def check_model(name: str, model: onnx.ModelProto, args: argparse.Namespace) -> dict:

@@ -25,7 +25,6 @@ import sys
 import time
 from typing import Any
 
-from eqsat import onnx_export, onnx_import
 from eqsat.app.pipeline import OptimizeConfig, encode_phase, search_phase
 from eqsat.cost import AnalyticCost, cost_names, graph_cost, make, node_costs
 from eqsat.cost.calibration import mean_abs_error, spearman
@@ -33,6 +32,7 @@ from eqsat.cost.measure import min_ms
 from eqsat.decode import build_program
 from eqsat.extract.sample import sample_choices, structure_key
 from eqsat.models import MODELS, build
+from eqsat.onnx import export_model, import_model
 from eqsat.timing import Protocol, compare_calls, runtime_info, timing_feeds, timing_sessions, wall_block_ms
 from eqsat.verify import verify
 
@@ -52,7 +52,7 @@ def source(name: str, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             sys.path.insert(0, os.path.join(root, "tests"))
         import zoo  # tests/zoo: builds with torch, so only imported when asked for
 
-        return onnx_import.import_model(zoo.build(name[len(ZOO):], "torchscript", 17, seed=args.seed)), {}
+        return import_model(zoo.build(name[len(ZOO):], "torchscript", 17, seed=args.seed)), {}
     return build(name, small=args.small), {"k_multi": MODELS[name].k_multi, "rule_set": MODELS[name].rule_set}
 
 
@@ -149,13 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     per_model: dict[str, Any] = {}
     for name in names:
         graph, programs, facts = draw_programs(name, args)
-        original = onnx_export.export_model(graph)
+        original = export_model(graph)
         base = {c: graph_cost(graph, m) for c, m in models.items()}
         print(f"[{name}: {facts['enodes']} e-nodes, {len(programs)} programs drawn in {facts['grow_seconds']:.1f}s]",
               file=sys.stderr, flush=True)
         model_rows = []
         for i, program in enumerate(programs):
-            exported = onnx_export.export_model(program)
+            exported = export_model(program)
             check = verify(original, exported, seed=args.seed)
             if not check.passed:
                 raise SystemExit(f"{name} program {i} does not match the original: {check.detail}")

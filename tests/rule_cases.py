@@ -18,7 +18,7 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.evaluate import evaluate
 from eqsat.extract import extract
-from eqsat.onnx_export import export_model
+from eqsat.onnx.export import export_model
 from eqsat.rules import RuleEngine, StepReport, by_name
 from eqsat.snapshot import ENode, Snapshot
 from eqsat.verify import verify

@@ -1,4 +1,4 @@
-"""Scaled-dot-product attention as one IR operator (issue 14, point 2): the recognizer (eqsat.onnx_patterns) finds
+"""Scaled-dot-product attention as one IR operator (issue 14, point 2): the recognizer (eqsat.onnx.patterns) finds
 the attention that torch's two exporters write in the zoo's transformers and in small hand-built graphs (scale
 after the product as Mul or Div, on q and kt separately as torch's SDPA export writes it, with or without a mask,
 Casts after the Softmax, its axis -1 or the last axis's positive index), refuses one whose inner value is used
@@ -24,9 +24,9 @@ from test_zoo import _close
 
 from eqsat import ir, ops
 from eqsat.errors import ShapeError
-from eqsat.onnx_export import export_model
-from eqsat.onnx_import import import_model
-from eqsat.onnx_patterns import find_composites
+from eqsat.onnx.export import export_model
+from eqsat.onnx.importer import import_model
+from eqsat.onnx.patterns import find_composites
 from eqsat.ops.composite import float_bits, float_value
 
 N = helper.make_node

@@ -1,4 +1,4 @@
-"""Composite operators (issue 14, point 2): the recognizer (eqsat.onnx_patterns) finds the GELU, LayerNorm,
+"""Composite operators (issue 14, point 2): the recognizer (eqsat.onnx.patterns) finds the GELU, LayerNorm,
 Softmax, SiLU and RMSNorm that torch's two exporters write in the zoo models and in small hand-built graphs,
 refuses a composite whose inner value is used outside it, and the importer makes each one IR node
 (eqsat.ops.composite); the imported models, exported with the composites' own ONNX forms, compute what
@@ -27,9 +27,9 @@ from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.extract import extract
-from eqsat.onnx_export import export_model
-from eqsat.onnx_import import import_model
-from eqsat.onnx_patterns import find_composites
+from eqsat.onnx.export import export_model
+from eqsat.onnx.importer import import_model
+from eqsat.onnx.patterns import find_composites
 from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, by_name
 from eqsat.rules.registry import all_rules

@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from eqsat import onnx_export
 from eqsat.cost import make, resolve_auto
 from eqsat.cost.base import OpKey
 from eqsat.cost.cache import CostCache
@@ -19,6 +18,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.extract import chosen_classes
 from eqsat.extract.sample import sample_choices, structure_key
 from eqsat.models import MODELS, build
+from eqsat.onnx import export_model
 from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, actions, rule_set
 from eqsat.verify import verify
@@ -190,10 +190,10 @@ def test_sampler_draws_distinct_acyclic_programs_that_verify():
     programs = [build_program(snap, c, graph) for c in choices]
     keys = {structure_key(p, table) for p in programs}
     assert len(keys) == 6  # distinct by structure
-    original = onnx_export.export_model(graph)
+    original = export_model(graph)
     for choice, program in zip(choices, programs):
         chosen_classes(snap, choice)  # raises on a cycle or a missing class
-        assert verify(original, onnx_export.export_model(program), seed=0).passed
+        assert verify(original, export_model(program), seed=0).passed
     again = sample_choices(snap, [1.0] * len(snap.nodes), 6, seed=3,
                            decode=lambda c: structure_key(build_program(snap, c, graph), table))
     assert again == choices  # seeded

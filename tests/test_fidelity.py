@@ -26,8 +26,8 @@ from eqsat import ir, optimize
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.evaluate import evaluate
-from eqsat.onnx_export import export_model
-from eqsat.onnx_import import import_model
+from eqsat.onnx.export import export_model
+from eqsat.onnx.importer import import_model
 from eqsat.ops.base import ACT_TANH
 from eqsat.shapes import SAME
 

@@ -18,8 +18,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_fidelity import ort_graph, round_trip
 
-from eqsat.onnx_export import export_model
-from eqsat.onnx_import import import_model
+from eqsat.onnx.export import export_model
+from eqsat.onnx.importer import import_model
 
 N = helper.make_node
 F = TensorProto.FLOAT

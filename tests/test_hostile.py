@@ -19,12 +19,12 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat import onnx_io
 from eqsat.app.cli import main
 from eqsat.app.config import search_seconds
 from eqsat.app.pipeline import OptimizeConfig, ilp_seconds, optimize
 from eqsat.errors import InputError
 from eqsat.models import build
+from eqsat.onnx import io as onnx_io
 
 FAST = ["--scheduler", "none", "--cost", "analytic", "--no-measure", "-q"]
 PRECIOUS = b"precious bytes that must survive"

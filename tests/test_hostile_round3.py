@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_hostile import FAST, PRECIOUS, _read_only_folder, cli, leftovers, small_matmul
 
-from eqsat import onnx_prepare
 from eqsat.app.cli import main
+from eqsat.onnx import prepare as onnx_prepare
 
 F = TensorProto.FLOAT
 OPSET = [helper.make_opsetid("", 17)]
@@ -271,7 +271,7 @@ def test_the_cap_is_a_fraction_of_memory(capsys, tmp_path, monkeypatch):
 def test_a_huge_intermediate_is_refused(monkeypatch):
     """The inputs fit, a value computed from them does not (an outer product)."""
     from eqsat.errors import InputError
-    from eqsat.onnx_import import import_model
+    from eqsat.onnx.importer import import_model
 
     monkeypatch.setattr(onnx_prepare, "memory_cap", lambda: 2**20)
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
@@ -337,7 +337,7 @@ def test_a_staging_path_over_path_max_is_found_up_front(capsys, tmp_path):
 
 
 def test_a_disk_full_at_the_write_is_exit_2_with_the_cause(capsys, tmp_path, monkeypatch):
-    from eqsat import onnx_io
+    from eqsat.onnx import io as onnx_io
 
     def full(model, path):
         with open(path, "wb") as f:

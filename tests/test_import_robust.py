@@ -19,7 +19,7 @@ from torch import nn
 from eqsat.app.cli import main as cli_main
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import InputError
-from eqsat.onnx_import import import_model
+from eqsat.onnx.importer import import_model
 
 # allow_slower: return the exported program even where it equals the original (the round trip is under test)
 CONFIG = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)

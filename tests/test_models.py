@@ -12,8 +12,9 @@ import pytest
 from eqsat.app.cli import main
 from eqsat.evaluate import evaluate
 from eqsat.models import MODELS, build
-from eqsat.onnx_export import export_model
-from eqsat.verify import compare_outputs, session
+from eqsat.onnx import session
+from eqsat.onnx.export import export_model
+from eqsat.verify import compare_outputs
 
 
 def counts(g) -> Counter:

@@ -19,7 +19,7 @@ from eqsat import ir, ops
 from eqsat.egglog import codec
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
-from eqsat.onnx_export import export_model
+from eqsat.onnx.export import export_model
 from eqsat.ops import SAME, NotEvaluable, Shape
 from eqsat.ops.composite import float_bits
 

@@ -48,7 +48,7 @@ def test_reported_cost_is_the_decoded_programs_cost():
 
 
 def build_graph_of(model):
-    from eqsat.onnx_import import import_model
+    from eqsat.onnx.importer import import_model
 
     return import_model(model)
 

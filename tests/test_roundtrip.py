@@ -10,7 +10,7 @@ import torch_modules as tm
 from ort_check import outputs_match
 
 from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.onnx_import import import_model
+from eqsat.onnx.importer import import_model
 from eqsat.verify import verify
 
 CONFIG = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)  # the round trip, returned
@@ -38,7 +38,7 @@ def test_attention_import_maps_matmuls_and_keeps_opaque_ops():
     g = import_model(ob.attention())
     counts = g.op_counts()
     assert counts["linear"] == 3 and counts["matmul"] == 1  # q, k, v with their biases; the output projection
-    # composites (eqsat.onnx_patterns), no longer opaque: logits, softmax and context are one attention
+    # composites (eqsat.onnx.patterns), no longer opaque: logits, softmax and context are one attention
     assert counts["attention"] == 1 and counts["addnorm"] == 1  # the residual Add and its LayerNorm: one addnorm
     # the 3-D x 2-D projections became 2-D matmuls behind reshapes, so the rules can see them
     proj = [n for n in g.nodes() if n.op == "matmul" and n.inputs[1].op == "weight"]

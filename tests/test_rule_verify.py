@@ -128,7 +128,7 @@ def _moved_boundary_model(keep_last: bool):
 def test_merge_matmul_bias_on_moved_and_kept_boundaries():
     """IR level: the rule does not fire when the reshape moves the boundary, fires when it keeps it,
     and the merged program computes what onnxruntime computes for the original."""
-    from eqsat.onnx_import import import_model
+    from eqsat.onnx.importer import import_model
 
     for keep, fires in ((False, False), (True, True)):
         model = _moved_boundary_model(keep)

@@ -16,7 +16,7 @@ from eqsat.cost import AnalyticCost, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.extract import extract, find_cycle
-from eqsat.onnx_import import import_model
+from eqsat.onnx.importer import import_model
 from eqsat.rules import RuleEngine, all_rules, by_name, taso_rules
 from eqsat.rules.rule import Rule
 from eqsat.rules.verify import check_rule

@@ -19,7 +19,7 @@ from eqsat import ir, ops
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.evaluate import evaluate
-from eqsat.onnx_export import export_model
+from eqsat.onnx.export import export_model
 from eqsat.ops.composite import float_bits
 from eqsat.rules import by_name, rule_set
 from eqsat.rules.reach import ReachEngine

@@ -11,7 +11,7 @@ import onnx_builders as ob
 from rule_cases import apply, check_same, choose, graph_of, ops_of, optimized
 
 from eqsat import ir
-from eqsat.onnx_import import import_model
+from eqsat.onnx.importer import import_model
 
 
 def test_qkv_merge_on_onnx_attention_block():

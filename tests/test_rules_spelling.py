@@ -19,8 +19,8 @@ from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.cost.base import OpKey
 from eqsat.cost.ort import op_model, runtime_nodes
 from eqsat.egglog.egraph import EGraph
-from eqsat.onnx_export import export_model
-from eqsat.onnx_import import import_model
+from eqsat.onnx.export import export_model
+from eqsat.onnx.importer import import_model
 from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, by_name
 from eqsat.rules.verify import check_rule

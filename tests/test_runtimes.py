@@ -11,13 +11,13 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from eqsat import onnx_export, onnx_import
 from eqsat.app.cli import main
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.errors import InputError
 from eqsat.inputs import random_inputs
 from eqsat.models import build
+from eqsat.onnx import export_model, import_model
 from eqsat.runtimes import OrtRuntime, Program, check_available, compare_programs, make, resolve
 from eqsat.timing import Protocol, compare_many
 from eqsat.torch_run import TorchProgram, UnsupportedProgram
@@ -42,7 +42,7 @@ def _assert_same(ref: list[np.ndarray], got: list[np.ndarray]) -> None:
 @pytest.mark.parametrize("name", ["squeezenet", "bert", "nasrnn", "resnext50", "mobilenetv2"])
 def test_torch_executor_matches_onnxruntime_on_builtin_models(name):
     graph = build(name, small=True)
-    feeds, ref = _ort_outputs(onnx_export.export_model(graph))
+    feeds, ref = _ort_outputs(export_model(graph))
     _assert_same(ref, TorchProgram(graph).run_numpy(feeds))
 
 
@@ -50,7 +50,7 @@ def test_torch_executor_matches_onnxruntime_on_builtin_models(name):
 def test_torch_executor_matches_onnxruntime_on_imported_models(builder):
     model = builder()
     feeds, ref = _ort_outputs(model, seed=3)  # the original ONNX model in onnxruntime: an independent oracle
-    _assert_same(ref, TorchProgram(onnx_import.import_model(model)).run_numpy(feeds))
+    _assert_same(ref, TorchProgram(import_model(model)).run_numpy(feeds))
 
 
 def test_replicas_compute_the_same_and_hold_their_own_weights():
@@ -58,7 +58,7 @@ def test_replicas_compute_the_same_and_hold_their_own_weights():
     prog = TorchProgram(graph)
     copy = prog.replica()
     assert all(a.data_ptr() != b.data_ptr() for a, b in zip(prog.constants, copy.constants))
-    feeds, ref = _ort_outputs(onnx_export.export_model(graph))
+    feeds, ref = _ort_outputs(export_model(graph))
     _assert_same(ref, copy.run_numpy(feeds))
 
 
@@ -69,7 +69,7 @@ def _opaque_model() -> onnx.ModelProto:
 
 
 def test_opaque_operators_are_refused_by_the_torch_runtimes_with_what_to_use():
-    graph = onnx_import.import_model(_opaque_model())
+    graph = import_model(_opaque_model())
     with pytest.raises(UnsupportedProgram, match=r"Erf.*--runtime ort-cpu"):
         TorchProgram(graph)
     with pytest.raises(InputError, match="Erf"):  # before any search
@@ -92,7 +92,7 @@ def test_the_pipeline_measures_in_the_runtime_it_is_given():
 
 def test_runtime_run_matches_onnxruntime_in_each_cpu_runtime():
     graph = build("squeezenet", small=True)
-    model = onnx_export.export_model(graph)
+    model = export_model(graph)
     feeds, ref = _ort_outputs(model)
     for name in ("ort-cpu", "torch-cpu"):
         _assert_same(ref, make(name).run(Program(model, graph), feeds))
@@ -102,7 +102,7 @@ def test_runtime_run_matches_onnxruntime_in_each_cpu_runtime():
 def test_io_binding_calls_rerun_the_model_and_are_timed():
     """The I/O-bound call (what ort-cuda times) recomputes each time: new inputs bound in place change the outputs."""
     graph = build("squeezenet", small=True)
-    model = onnx_export.export_model(graph)
+    model = export_model(graph)
     feeds, ref = _ort_outputs(model)
     runtime = OrtRuntime("ort-cpu", bind_device="cpu")
     (calls,) = runtime.instances([Program(model, graph)], feeds, Protocol(sessions=1))
@@ -136,7 +136,7 @@ def test_compare_many_orders_programs_of_known_latency():
 
 def test_compare_programs_in_torch_cpu_reports_the_runtime():
     graph = build("squeezenet", small=True)
-    p = Program(onnx_export.export_model(graph), graph)
+    p = Program(export_model(graph), graph)
     measured = compare_programs(p, [p], make("torch-cpu"), Protocol(budget_s=0.3, min_rounds=4))
     (cmp,) = measured.comparisons
     assert cmp.runtime["name"] == "torch-cpu" and cmp.runtime["mode"] == "eager"
@@ -181,7 +181,7 @@ def test_no_measure_needs_no_runtime():
 @pytest.mark.skipif(not GPU, reason="the CUDA-graph capture needs a GPU; torch sees none")
 def test_torch_cuda_replays_a_cuda_graph_that_matches_onnxruntime():
     graph = build("squeezenet", small=True)
-    model = onnx_export.export_model(graph)
+    model = export_model(graph)
     feeds, ref = _ort_outputs(model)
     runtime = make("torch-cuda")
     _assert_same(ref, runtime.run(Program(model, graph), feeds))
@@ -195,7 +195,7 @@ def test_torch_cuda_replays_a_cuda_graph_that_matches_onnxruntime():
 def test_torch_compile_on_the_cpu_matches_onnxruntime():
     """torch.compile (inductor, mode "default" on the CPU) of an imported MLP; compiling takes seconds."""
     model = ob.mlp()
-    graph = onnx_import.import_model(model)
+    graph = import_model(model)
     feeds, ref = _ort_outputs(model)
     runtime = make("torch-compile")
     assert runtime.info()["compile_mode"] == ("reduce-overhead" if GPU else "default")

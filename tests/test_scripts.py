@@ -109,10 +109,10 @@ def test_export_bert_like_gives_an_optimizable_model(tmp_path):
     out = tmp_path / "b.onnx"
     proc = script("export_bert_like.py", "-o", str(out), "--layers", "1", "--d", "64", "--seq", "8")
     assert proc.returncode == 0, proc.stderr
-    from eqsat.onnx_import import import_model
+    from eqsat.onnx.importer import import_model
 
     g = import_model(str(out))
-    ops = g.op_counts()  # six linear layers and one attention (composites: eqsat.onnx_patterns)
+    ops = g.op_counts()  # six linear layers and one attention (composites: eqsat.onnx.patterns)
     assert ops["linear"] == 6 and ops["attention"] == 1 and ops["addnorm"] == 2 and ops["gelu"] == 1  # post-LN
     assert ops["matmul"] == 0 and ops["softmax"] == 0  # nothing of them left over as parts
 

@@ -12,11 +12,12 @@ import torch
 import torch_modules as tm
 from ort_check import outputs_match
 
-from eqsat import ir, onnx_export
+from eqsat import ir
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.egglog.egraph import EGraph
 from eqsat.mcts import StopReason
 from eqsat.models import build
+from eqsat.onnx import export as onnx_export
 
 FAST = dict(cost="analytic", budget=12, depth=4, measure=False, ilp_time_limit=20)
 

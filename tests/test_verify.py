@@ -15,7 +15,8 @@ from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import InputError
 from eqsat.inputs import index_bounds, random_inputs
-from eqsat.verify import compare_outputs, session, verify
+from eqsat.onnx import session
+from eqsat.verify import compare_outputs, verify
 
 
 # -- NaN and Inf --------------------------------------------------------------------------------

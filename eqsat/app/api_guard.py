@@ -13,7 +13,7 @@ import onnx
 
 from eqsat.errors import InputError
 from eqsat.ir import Graph
-from eqsat.onnx_prepare import model_from_bytes
+from eqsat.onnx.reading import model_from_bytes
 
 from .config import OptimizeConfig
 

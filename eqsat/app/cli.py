@@ -19,8 +19,8 @@ from rich.table import Table
 
 from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
-from eqsat.onnx_import import parse_input_shapes
-from eqsat.onnx_io import external_data_files, write_together
+from eqsat.onnx.importer import parse_input_shapes
+from eqsat.onnx.io import external_data_files, write_together
 from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli

@@ -20,7 +20,7 @@ FS_IOC_GETFLAGS = 0x80086601
 FS_IMMUTABLE_FL = 0x10
 FS_APPEND_FL = 0x20
 STAGE_OVERHEAD = len("/.eqsat-" + "9" * 7 + "-" + "x" * 8 + "/model/")
-"""what the staged write (eqsat.onnx_io.write_together) adds to a target's folder in its longest path"""
+"""what the staged write (eqsat.onnx.io.write_together) adds to a target's folder in its longest path"""
 
 
 def _flags(path: str) -> int:
@@ -80,7 +80,7 @@ def check_replaceable(path: str, flag: str) -> None:
 @contextlib.contextmanager
 def late_write_errors(output: str, report: str | None) -> Iterator[None]:
     """Turn an OSError of the final write (disk full, a target made read-only meanwhile) into exit 2 naming
-    the cause; the staged write (eqsat.onnx_io.write_together) has left every target as it was."""
+    the cause; the staged write (eqsat.onnx.io.write_together) has left every target as it was."""
     try:
         yield
     except OSError as exc:

@@ -6,8 +6,8 @@ import json
 
 from eqsat.egglog.egraph import EGraph
 from eqsat.models import MODELS, build
-from eqsat.onnx_export import export_model
-from eqsat.onnx_io import write_atomic
+from eqsat.onnx.export import export_model
+from eqsat.onnx.io import write_atomic
 
 from .pipeline import check_output_path
 

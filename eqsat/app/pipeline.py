@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import onnx
 
 from eqsat import extract as extractors
-from eqsat import onnx_export, onnx_import, onnx_io, runtimes
+from eqsat import runtimes
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
@@ -26,7 +26,9 @@ from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
-from eqsat.onnx_metadata import with_metadata
+from eqsat.onnx import export_model, import_model, load_model
+from eqsat.onnx import io as onnx_io
+from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -86,9 +88,9 @@ def same_program(a: Graph, b: Graph) -> bool:
 def import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph]:
     """(the original ONNX model, its IR graph) from a model, a path or a graph."""
     if isinstance(model, Graph):
-        return onnx_export.export_model(model), model
-    original = model if isinstance(model, onnx.ModelProto) else onnx_import.load_model(model)
-    return original, onnx_import.import_model(original, config.input_shapes)
+        return export_model(model), model
+    original = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    return original, import_model(original, config.input_shapes)
 
 
 def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchConfig]:
@@ -129,7 +131,7 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     recomputed = graph_cost(program, cost_model)
     assert math.isclose(recomputed, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
         f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
-    optimized = onnx_export.export_model(program)
+    optimized = export_model(program)
     onnx_io.check(optimized)
     return program, optimized
 
@@ -354,31 +356,12 @@ def check_output_path(path: str, flag: str = "-o") -> None:
                          "or make the folder writable") from None
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Write via a temporary file in the same directory and rename, so a failure leaves ``path`` untouched."""
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=".eqsat-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def report_bytes(report: Report) -> bytes:
     """The report as written to ``--report``: indented JSON (no NaN or Infinity), UTF-8."""
     return (report.dumps() + "\n").encode()
 
 
-def write_report(path: str, report: Report) -> None:
-    """Write the report's JSON to ``path`` atomically."""
-    write_atomic(path, report_bytes(report))
-
-
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
            "decide_phase", "encode_phase", "export_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "same_program", "search_phase", "verify_phase", "write_atomic", "write_report"]
+           "same_program", "search_phase", "verify_phase"]

@@ -11,8 +11,8 @@ import onnx
 from eqsat.errors import InputError
 from eqsat.ir import Graph
 from eqsat.models import build
-from eqsat.onnx_import import import_model, load_model, parse_input_shapes
-from eqsat.onnx_prepare import check_model_file, read_stream
+from eqsat.onnx import import_model, load_model, parse_input_shapes
+from eqsat.onnx.reading import check_model_file, read_stream
 
 
 def add_model_source(p: argparse.ArgumentParser) -> None:

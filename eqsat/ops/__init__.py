@@ -5,18 +5,31 @@ function and the egglog shape rules (its twin; ``tests/test_ops.py`` checks that
 shapes), numpy semantics (float64 and, where defined, integers modulo a prime), the ONNX emitter, the
 torch function used for timing, flops and bytes moved, and whether it is free. Everything else derives
 from the table: the egglog schema and terms (:mod:`eqsat.egglog.schema`, :mod:`eqsat.egglog.codec`), shape
-inference (:func:`eqsat.shapes.infer`), evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx_export`),
+inference (:func:`eqsat.shapes.infer`), evaluation (:mod:`eqsat.evaluate`), export (:mod:`eqsat.onnx.export`),
 the cost models (:mod:`eqsat.cost`) and the rule compiler and verifier (:mod:`eqsat.rules`).
 
-Adding an operator is one entry (in the family module it belongs to, listed in ``_ENTRIES`` below) plus a
-sampler of valid attributes and shapes in ``tests/test_ops.py``, which then checks it like every other.
-For example, an element-wise ``neg``::
+The table is two-way: beside its entries, each family module maps the ONNX operators it covers to the IR in its
+``IMPORTS`` (ONNX op type -> mapper, :mod:`eqsat.ops.mapping`), joined in :data:`IMPORTS` below, through which
+the importer (:mod:`eqsat.onnx.importer`) maps every node; a family whose operators ONNX models spell as several
+nodes (the composites: GELU, LayerNorm, attention, ...) also holds their matchers in its ``PATTERNS``
+(:mod:`eqsat.ops.matching`), joined in :data:`PATTERNS` below, which :mod:`eqsat.onnx.patterns` runs.
+
+Adding an operator is one entry in the family module it belongs to (listed in ``_ENTRIES`` below), the mapper
+of the ONNX operator that computes it in that module's ``IMPORTS`` (a new family module's ``IMPORTS`` joins
+:data:`IMPORTS` below), plus a sampler of valid attributes and shapes in ``tests/test_ops.py``, which then checks
+it like every other. For example, an element-wise ``neg`` in :mod:`eqsat.ops.elementwise`::
 
     NEG = OpDef("neg", "-x", "()", lambda attrs, shapes: tuple(shapes[0]), (Ctor("Neg", "t"),),
                 lambda: [rule("shape_Neg", ["(= e (Neg x))", "(= s (shape x))"], ["(set (shape e) s)"])],
                 numpy=lambda attrs, args, modulus: -args[0],
                 onnx=lambda em, attrs, ins, shapes: em.emit("Neg", ins, "neg"),
                 torch=lambda torch, attrs, shapes: torch.neg)
+    IMPORTS = {..., "Neg": _unary_import("neg")}
+
+A composite also needs its matcher in its family module's ``PATTERNS`` (a new family module's joins
+:data:`PATTERNS` below). What is not in the table: an IR pattern that onnxruntime fuses only in another spelling
+is written in it by :mod:`eqsat.onnx.forms`, and the ort-cpu cost model (:mod:`eqsat.cost.ort`) knows which
+operators onnxruntime fuses as epilogues.
 
 >>> OPS["conv2d"].ctors[0].name, get("relu").free, get("slice").free
 ('Conv2d', False, True)
@@ -51,9 +64,11 @@ from .base import (
     window_out,
 )
 from .egglog_text import MAX_RANK, shape_term
+from .mapping import ImportContext, Mapper
+from .matching import Matcher
 
 __all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "CONSTRUCTORS", "Ctor", "Emitter", "FREE_OPS",
-           "MAX_RANK", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
+           "IMPORTS", "ImportContext", "MAX_RANK", "Mapper", "Matcher", "PATTERNS", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
            "describe", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
            "window_out"]
 
@@ -81,6 +96,37 @@ CONSTRUCTORS: Mapping[str, tuple[str, str]] = MappingProxyType(
 
 FREE_OPS = frozenset(d.op for d in _ENTRIES if d.free)
 """TASO's zero-cost operators"""
+
+
+def _imports(*tables: Mapping[str, Mapper]) -> Mapping[str, Mapper]:
+    joined: dict[str, Mapper] = {}
+    for table in tables:
+        twice = set(joined) & set(table)
+        if twice:
+            raise ValueError(f"ONNX operators mapped by two family modules: {sorted(twice)}")
+        joined.update(table)
+    return MappingProxyType(joined)
+
+
+IMPORTS: Mapping[str, Mapper] = _imports(elementwise.IMPORTS, matmul.IMPORTS, conv.IMPORTS, pool.IMPORTS,
+                                         layout.IMPORTS, batchnorm.IMPORTS, composite.IMPORTS)
+"""ONNX op type (default domain) -> its mapper to the IR (:mod:`eqsat.ops.mapping`), joined from the family
+modules' ``IMPORTS``"""
+
+
+def _patterns(*tables: Mapping[str, Matcher | tuple[Matcher, ...]]) -> Mapping[str, tuple[Matcher, ...]]:
+    joined: dict[str, tuple[Matcher, ...]] = {}
+    for table in tables:
+        for anchor, matchers in table.items():
+            joined[anchor] = joined.get(anchor, ()) + (matchers if isinstance(matchers, tuple) else (matchers,))
+    return MappingProxyType(joined)
+
+
+PATTERNS: Mapping[str, tuple[Matcher, ...]] = _patterns(attention.PATTERNS, composite.PATTERNS)
+"""op type of an anchor node -> the matchers of composites that start there (:mod:`eqsat.ops.matching`), in this
+order (a MatMul is an attention's before a linear's; a LayerNormalization an addnorm's before a layernorm's), joined
+from the family modules' ``PATTERNS`` (one matcher per anchor, or a tuple tried in order); the first match that
+holds is taken"""
 
 
 def get(op: str) -> OpDef:

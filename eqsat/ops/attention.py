@@ -22,14 +22,17 @@ function is ``torch.nn.functional.scaled_dot_product_attention``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
-from .composite import check_float_attr, float_attr_conds, float_value
+from .composite import check_float_attr, float_attr_conds, float_bits, float_value
 from .egglog_text import dim_vars, rule, shape_of
+from .matching import Found, Matcher, View, binary_matmul
 
 RANKS = (3, 4)
 """operand ranks the operator takes ([B, S, D] and [B, H, S, D])"""
@@ -115,3 +118,63 @@ def _bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
 ATTENTION = OpDef("attention", "softmax(q @ kt * scale [+ mask]) @ v over the last axis (ranks 3-4)", "(scale_bits,)",
                   _shape, (Ctor("Attention", "ittt"), Ctor("AttentionMasked", "itttt")), _rules, _numpy, _onnx, _torch,
                   _flops, _bytes)
+
+
+# -- attention in ONNX graphs (:mod:`eqsat.ops.matching`) --------------------------------------------------------------
+def _scale_factor(v: View, name: str) -> tuple[onnx.NodeProto, str, float] | None:
+    """``name = other * c`` (either order) or ``other / c`` with a positive finite scalar ``c``: the node,
+    ``other`` and the factor (``c`` or ``1 / c``)."""
+    n = v.made_by(name, "Mul", "Div")
+    if n is None or len(n.input) != 2:
+        return None
+    for k in ((1,) if n.op_type == "Div" else (0, 1)):
+        c, other = v.scalar(n.input[k]), n.input[1 - k]
+        if c is not None and math.isfinite(c) and c > 0 and other and other != n.input[k]:
+            return n, other, 1.0 / c if n.op_type == "Div" else c
+    return None
+
+
+def _attention(v: View, mm: onnx.NodeProto) -> Found | None:
+    """``MatMul(q, kt) [* c | / c] [+ mask] -> Softmax(-1) [-> Cast(float)...] -> MatMul(., v)``; a scale may
+    also sit on q and kt (torch's ``scaled_dot_product_attention`` export: ``q * sqrt(c)``, ``kt * sqrt(c)``). A
+    Softmax axis other than -1 is the last one at a single rank: a negative one never at the ranks the operator
+    takes (3 and 4), a non-negative one is checked with the shapes (:attr:`Match.last_axis`)."""
+    if not binary_matmul(mm):
+        return None
+    nodes, scale = [mm], 1.0
+    operands = list(mm.input[:2])
+    for k, name in enumerate(operands):  # scalar factors on q or kt, read by this MatMul alone
+        found = _scale_factor(v, name)
+        if found is not None and v.sole_reader(name) is mm and operands[0] != operands[1]:
+            nodes.insert(0, found[0])
+            operands[k], scale = found[1], scale * found[2]
+    q, kt = operands
+    cur = mm.output[0]
+    post = v.sole_reader(cur, "Mul", "Div")
+    found = _scale_factor(v, post.output[0]) if post is not None else None
+    if post is not None and found is not None and found[1] == cur:
+        nodes.append(post)
+        cur, scale = post.output[0], scale * found[2]
+    mask = None
+    add = v.sole_reader(cur, "Add")
+    if add is not None:
+        mask = v.other(add, cur)
+        if not mask:
+            return None
+        nodes.append(add)
+        cur = add.output[0]
+    soft = v.sole_reader(cur, "Softmax")
+    if soft is None or v.softmax_axis(soft) < -1:
+        return None
+    nodes.append(soft)
+    cur = soft.output[0]
+    cur = v.through_float_casts(cur, nodes)
+    pv = v.sole_reader(cur, "MatMul")
+    if pv is None or pv.input[0] != cur or pv.input[1] == cur or not math.isfinite(scale) or not scale > 0:
+        return None
+    inputs = (q, kt, pv.input[1]) + ((mask,) if mask is not None else ())
+    return "attention", (float_bits(scale),), inputs, nodes + [pv], pv.output[0]
+
+
+PATTERNS: dict[str, Matcher] = {"MatMul": _attention}
+"""op type of the node a matcher starts from -> the matcher (:mod:`eqsat.ops.matching`)"""

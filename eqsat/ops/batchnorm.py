@@ -9,12 +9,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
 from .egglog_text import rule
+from .mapping import ImportContext, Mapper, V, floats, onnx_attrs
+
+if TYPE_CHECKING:
+    import onnx
 
 EPS_UNIT = 1e-12
 
@@ -103,3 +107,27 @@ BN_SCALE = OpDef("bn_scale", "scale / sqrt(var + eps) (folding batch norm)", "(e
 BN_SHIFT = OpDef("bn_shift", "bias - mean * scale / sqrt(var + eps) (folding batch norm)", "(eps_pico,)",
                  _param_shape("bn_shift"), (Ctor("BnShift", "itttt"),), _param_rule("BnShift", "b m s v"),
                  _shift_numpy, _shift_onnx)
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def eps_code(eps: float) -> int:
+    """The ``eps_pico`` attribute of an epsilon: a whole number of :data:`EPS_UNIT`.
+
+    >>> eps_code(1e-5), eps_code(1e-3) * EPS_UNIT
+    (10000000, 0.001)
+    """
+    return int(round(eps * (1 / EPS_UNIT)))  # 1 / EPS_UNIT is exactly 1e12
+
+
+def _import_batchnorm(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    if len(node.output) > 1 and any(node.output[1:]):
+        return None  # the training outputs (running mean and variance)
+    args = floats(ins)
+    if args is None or len(args[0].shape) != 4:
+        return None
+    eps = float(onnx_attrs(node).get("epsilon", 1e-5))
+    return cx.make("batchnorm", args, (eps_code(eps),))
+
+
+IMPORTS: dict[str, Mapper] = {"BatchNormalization": _import_batchnorm}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""

@@ -1,5 +1,6 @@
 """Composite operators: the activations and normalizations that models export as chains of small ONNX
-operators (recognized on import by :mod:`eqsat.onnx_patterns`), each one node of the IR.
+operators (recognized on import by the matchers in ``PATTERNS`` below, which :mod:`eqsat.onnx.patterns`
+runs), each one node of the IR.
 
 * ``gelu`` (x), attrs ``(approx,)``: 0 the exact form ``0.5 x (1 + erf(x / sqrt 2))``, 1 the tanh
   approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``.
@@ -49,9 +50,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
 from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
+from .mapping import ImportContext, Mapper, V, floats, onnx_attrs, resolve_axis
+from .matching import Found, Matcher, View, binary_matmul
 
 GELU_ERF, GELU_TANH = 0, 1
 FLOAT_INF_BITS = 0x7F800000
@@ -67,11 +71,6 @@ def float_bits(value: float) -> int:
 def float_value(bits: int) -> float:
     """The float an attribute encodes (a float32 value, as a Python float)."""
     return float(struct.unpack("<f", struct.pack("<I", int(bits)))[0])
-
-
-eps_bits = float_bits
-"""the former name of :func:`float_bits`, kept only while :mod:`eqsat.onnx_patterns` (developer onnx's file)
-imports it; remove it when that import reads ``float_bits``"""
 
 
 def _no_field(op: str, modulus: int | None) -> None:
@@ -387,5 +386,227 @@ def _scale_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shap
 
 
 SCALE = OpDef("scale", "x * c, c a positive finite float32 (attention's score scale)", "(bits,)", _scale_shape,
-              (Ctor("Scale", "it"),), _same_rule("Scale", float_attr_conds("a"), True), _scale_numpy, _scale_onnx,
+                            (Ctor("Scale", "it"),), _same_rule("Scale", float_attr_conds("a"), True), _scale_numpy, _scale_onnx,
               lambda torch, attrs, shapes: lambda x: x * float_value(attrs[0]))
+
+
+# -- composites in ONNX graphs (:mod:`eqsat.ops.matching`) -------------------------------------------------------------
+def _times_x_half(v: View, start: str, x: str) -> tuple[list[onnx.NodeProto], str] | None:
+    """``start * x * 0.5`` in any association: the Mul nodes and the product's name."""
+    nodes: list[onnx.NodeProto] = []
+    found_x = found_half = False
+    cur = start
+    while not (found_x and found_half):
+        m = v.sole_reader(cur, "Mul")
+        other = v.other(m, cur) if m is not None else None
+        if m is None or other is None:
+            return None
+        nodes.append(m)
+        inner = v.made_by(other, "Mul") if other != x and not (found_x or found_half) else None
+        if inner is not None and v.sole_reader(other, "Mul") is m and sorted(
+                [inner.input[0] == x, inner.input[1] == x]) == [False, True] and v.is_scalar(v.other(inner, x) or "", 0.5):
+            nodes.append(inner)
+            found_x = found_half = True
+        elif other == x and not found_x:
+            found_x = True
+        elif v.is_scalar(other, 0.5) and not found_half:
+            found_half = True
+        else:
+            return None
+        cur = m.output[0]
+    return nodes, cur
+
+
+def _plus_one(v: View, name: str) -> onnx.NodeProto | None:
+    a = v.sole_reader(name, "Add")
+    return a if a is not None and v.is_scalar(v.other(a, name) or "", 1.0) else None
+
+
+def _gelu_tail(v: View, head: list[onnx.NodeProto], act: onnx.NodeProto, x: str, approx: int) -> Found | None:
+    one = _plus_one(v, act.output[0])
+    prod = _times_x_half(v, one.output[0], x) if one is not None else None
+    if one is None or prod is None:
+        return None
+    return "gelu", (approx,), (x,), head + [act, one] + prod[0], prod[1]
+
+
+def _gelu_erf(v: View, erf: onnx.NodeProto) -> Found | None:
+    scale = v.made_by(erf.input[0], "Div", "Mul")
+    if scale is None:
+        return None
+    if scale.op_type == "Div":
+        x, ok = scale.input[0], v.is_scalar(scale.input[1], math.sqrt(2.0))
+    else:
+        c = next((i for i in scale.input if v.is_scalar(i, math.sqrt(0.5))), None)
+        x, ok = (v.other(scale, c) or "", True) if c is not None else ("", False)
+    return _gelu_tail(v, [scale], erf, x, GELU_ERF) if ok and x else None
+
+
+def _scaled_by(v: View, name: str, op_type: str, value: float) -> tuple[onnx.NodeProto, str] | None:
+    """``name = op(other, c)`` (either order) with scalar ``c == value``: the node and ``other``."""
+    n = v.made_by(name, op_type)
+    if n is None:
+        return None
+    for c in n.input:
+        if v.is_scalar(c, value):
+            other = v.other(n, c)
+            return (n, other) if other else None
+    return None
+
+
+def _gelu_tanh(v: View, tanh: onnx.NodeProto) -> Found | None:
+    outer = _scaled_by(v, tanh.input[0], "Mul", math.sqrt(2.0 / math.pi))
+    add = v.made_by(outer[1], "Add") if outer is not None else None
+    if outer is None or add is None:
+        return None
+    for k in (0, 1):
+        cubic = _scaled_by(v, add.input[k], "Mul", 0.044715)
+        x = add.input[1 - k]
+        power = v.made_by(cubic[1], "Pow") if cubic is not None else None
+        if cubic is not None and power is not None and power.input[0] == x and v.is_scalar(power.input[1], 3.0):
+            return _gelu_tail(v, [power, cubic[0], add, outer[0]], tanh, x, GELU_TANH)
+    return None
+
+
+def _gelu_node(v: View, node: onnx.NodeProto) -> Found | None:
+    approx = v.attr(node, "approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    code = {"none": GELU_ERF, "tanh": GELU_TANH}.get(str(approx))
+    return None if code is None else ("gelu", (code,), (node.input[0],), [node], node.output[0])
+
+
+def _silu(v: View, sig: onnx.NodeProto) -> Found | None:
+    x = sig.input[0]
+    m = v.sole_reader(sig.output[0], "Mul")
+    if m is None or v.other(m, sig.output[0]) != x:
+        return None
+    return "silu", (), (x,), [sig, m], m.output[0]
+
+
+def _eps_sqrt(v: View, mean: onnx.NodeProto) -> tuple[list[onnx.NodeProto], float, str] | None:
+    """``Sqrt(mean + eps)``: its nodes, eps and the Sqrt's output."""
+    add = v.sole_reader(mean.output[0], "Add")
+    eps = v.scalar(v.other(add, mean.output[0]) or "") if add is not None else None
+    sqrt = v.sole_reader(add.output[0], "Sqrt") if add is not None else None
+    if add is None or eps is None or sqrt is None or not eps > 0:
+        return None
+    return [add, sqrt], eps, sqrt.output[0]
+
+
+def _rmsnorm(v: View, power: onnx.NodeProto) -> Found | None:
+    x = power.input[0]
+    mean = v.sole_reader(power.output[0], "ReduceMean")
+    if not v.is_scalar(power.input[1], 2.0) or mean is None or not v.last_axis_mean(mean):
+        return None
+    found = _eps_sqrt(v, mean)
+    if found is None:
+        return None
+    nodes, eps, std = [power, mean, *found[0]], found[1], found[2]
+    inv = v.sole_reader(std, "Reciprocal", "Div")
+    if inv is None:
+        return None
+    y = inv
+    if not (inv.op_type == "Div" and list(inv.input) == [x, std]):  # not x / std: x * (1 / std)
+        if inv.op_type == "Div" and not (inv.input[1] == std and v.is_scalar(inv.input[0], 1.0)):
+            return None
+        prod = v.sole_reader(inv.output[0], "Mul")
+        if prod is None or v.other(prod, inv.output[0]) != x:
+            return None
+        nodes.append(inv)
+        y = prod
+    nodes.append(y)
+    out = y.output[0]
+    out = v.through_float_casts(out, nodes)
+    scale = v.sole_reader(out, "Mul")
+    gamma = v.other(scale, out) if scale is not None else None
+    if scale is None or not gamma:
+        return None
+    g = v.consts.get(gamma)
+    if g is not None and g.ndim != 1:
+        return None
+    return "rmsnorm", (float_bits(eps),), (x, gamma), nodes + [scale], scale.output[0]
+
+
+def _layernorm_node(v: View, node: onnx.NodeProto) -> Found | None:
+    if v.attr(node, "axis", -1) != -1 or len(node.input) < 3 or not node.input[2]:
+        return None
+    eps = float(v.attr(node, "epsilon", 1e-5))  # type: ignore[arg-type]
+    return "layernorm", (float_bits(eps),), tuple(node.input[:3]), [node], node.output[0]
+
+
+def _addnorm_node(v: View, node: onnx.NodeProto) -> Found | None:
+    """An Add read by this LayerNormalization alone (the residual add of a post-LN transformer): what
+    onnxruntime runs as one SkipLayerNormalization kernel (else :func:`_layernorm_node`, tried next)."""
+    alone = _layernorm_node(v, node)
+    add = v.made_by(node.input[0], "Add")
+    if alone is None or add is None or len(add.input) != 2 or v.sole_reader(add.output[0]) is not node:
+        return None
+    return "addnorm", alone[1], (*add.input, *alone[2][1:]), [add, node], node.output[0]
+
+
+def _layernorm_decomposed(v: View, sub: onnx.NodeProto) -> Found | None:
+    """torch's opset < 17 form: d = x - mean(x); d / sqrt(mean(d^2) + eps) * gamma + beta."""
+    x, d = sub.input[0], sub.output[0]
+    mean_x = v.made_by(sub.input[1], "ReduceMean")
+    if mean_x is None or mean_x.input[0] != x or not v.last_axis_mean(mean_x) or v.sole_reader(mean_x.output[0]) is None:
+        return None
+    readers = v.readers.get(d, [])
+    power = next((r for r in readers if r.op_type == "Pow"), None)
+    div = next((r for r in readers if r.op_type == "Div" and list(r.input[:1]) == [d]), None)
+    if len(readers) != 2 or power is None or div is None or not v.is_scalar(power.input[1], 2.0):
+        return None
+    var = v.sole_reader(power.output[0], "ReduceMean")
+    found = _eps_sqrt(v, var) if var is not None and v.last_axis_mean(var) else None
+    if var is None or found is None or list(div.input) != [d, found[2]]:
+        return None
+    scale = v.sole_reader(div.output[0], "Mul")
+    gamma = v.other(scale, div.output[0]) if scale is not None else None
+    shift = v.sole_reader(scale.output[0], "Add") if scale is not None else None
+    beta = v.other(shift, scale.output[0]) if shift is not None and scale is not None else None
+    if scale is None or shift is None or not gamma or not beta:
+        return None
+    nodes = [mean_x, sub, power, var, *found[0], div, scale, shift]
+    return "layernorm", (float_bits(found[1]),), (x, gamma, beta), nodes, shift.output[0]
+
+
+def _linear(v: View, mm: onnx.NodeProto) -> Found | None:
+    """``MatMul(x, W) + b`` (either order) with a constant 2-D ``W`` [k, n] and a constant ``b`` [n]."""
+    if not binary_matmul(mm):
+        return None
+    w = v.consts.get(mm.input[1])
+    add = v.sole_reader(mm.output[0], "Add")
+    if w is None or add is None or mm.input[0] in v.consts:
+        return None
+    bias = v.other(add, mm.output[0])
+    b = v.consts.get(bias) if bias else None
+    if bias is None or b is None or w.ndim != 2 or b.shape != (w.shape[1],):
+        return None
+    return "linear", (), (mm.input[0], mm.input[1], bias), [mm, add], add.output[0]
+
+
+def _softmax(v: View, node: onnx.NodeProto) -> Found | None:
+    return "softmax", (v.softmax_axis(node),), (node.input[0],), [node], node.output[0]
+
+
+PATTERNS: dict[str, Matcher | tuple[Matcher, ...]] = {"Erf": _gelu_erf, "Tanh": _gelu_tanh, "Gelu": _gelu_node, "Sigmoid": _silu,
+                                "Pow": _rmsnorm, "LayerNormalization": (_addnorm_node, _layernorm_node), "Sub": _layernorm_decomposed,
+                                "Softmax": _softmax, "MatMul": _linear}
+"""op type of the node a matcher starts from -> the matcher (:mod:`eqsat.ops.matching`)"""
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def _import_softmax(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    """A Softmax a composite match gave back (an attention the operator refused): still one softmax node. (The
+    composites themselves are found by :mod:`eqsat.onnx.patterns`.)"""
+    args = floats(ins)
+    if args is None:
+        return None
+    (x,) = args
+    axis = resolve_axis(int(onnx_attrs(node).get("axis", -1)), len(x.shape))
+    if not 1 <= len(x.shape) <= 4 or axis is None:
+        return None
+    return cx.make("softmax", [x], (axis,))
+
+
+IMPORTS: dict[str, Mapper] = {"Softmax": _import_softmax}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,10 @@ from .base import (
     window_out,
 )
 from .egglog_text import rule
+from .mapping import ImportContext, Mapper, V, floats, onnx_attrs, spelled_out, window_attrs
+
+if TYPE_CHECKING:
+    import onnx
 
 TASO_PAD = {0: (-1, -1), 1: (0, 0)}
 """TENSAT's pad code -> the IR's (ph, pw): SAME, VALID"""
@@ -188,3 +192,26 @@ def _enlarge_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callabl
 ENLARGE = OpDef("enlarge", "zero-pad a kernel (centred) to the spatial size of the second operand", "()",
                 _enlarge_shape, (Ctor("Enlarge", "tt"),), _enlarge_rules, _enlarge_numpy, _enlarge_onnx,
                 _enlarge_torch)
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def _import_conv(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    """``conv2d``, then an ``ewadd`` of the bias (reshaped to [1, C, 1, 1]) when the Conv has one."""
+    args = floats(ins, 2)
+    bias = ins[2] if len(ins) > 2 else None
+    if args is None or len(args[0].shape) != 4 or len(args[1].shape) != 4:
+        return None
+    x, w = args
+    win = window_attrs(onnx_attrs(node), (w.shape[2], w.shape[3]))
+    if win is None:
+        return None
+    sh, sw, ph, pw = win
+    ph, pw = spelled_out(ph, pw, w.shape[2], w.shape[3])
+    out = cx.make("conv2d", [x, w], (sh, sw, ph, pw, 0))
+    if bias is not None:
+        out = cx.make("ewadd", [out, cx.reshape(bias, (1, w.shape[0], 1, 1))])
+    return out
+
+
+IMPORTS: dict[str, Mapper] = {"Conv": _import_conv}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import ACT_RELU, ACT_SIGMOID, ACT_TANH, Ctor, Emitter, OpDef, Shape, activation, broadcast, volume
 from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
+from .mapping import ImportContext, Mapper, V, floats, same_rank
+
+if TYPE_CHECKING:
+    import onnx
 
 
 def _same_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
@@ -89,3 +93,36 @@ RELU = _unary("relu", "Relu", "max(x, 0)", "Relu", ACT_RELU, "relu", True)
 TANH = _unary("tanh", "Tanh", "tanh(x)", "Tanh", ACT_TANH, "tanh", True, 4)
 SIGMOID = _unary("sigmoid", "Sigmoid", "1 / (1 + exp(-x))", "Sigmoid", ACT_SIGMOID, "sigmoid", True, 4)
 DROPOUT = _unary("dropout", "Dropout", "identity (dropout at inference)", "Identity", None, None, False)
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def binary(cx: ImportContext[V], op: str, a: V | None, b: V | None) -> V | None:
+    """``ewadd`` or ``ewmul`` of two float32 operands of rank 1-4, the lower-ranked one broadcast to the other's."""
+    args = floats([a, b])
+    if args is None:
+        return None
+    a2, b2 = same_rank(cx, args[0], args[1])
+    if not a2.shape or len(a2.shape) > 4:
+        return None
+    return cx.make(op, [a2, b2])
+
+
+def _unary_import(op: str) -> Mapper:
+    def mapper(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+        args = floats(ins, 1)
+        return cx.make(op, args) if args is not None else None
+
+    return mapper
+
+
+def _binary_import(op: str) -> Mapper:
+    def mapper(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+        return binary(cx, op, ins[0], ins[1])
+
+    return mapper
+
+
+IMPORTS: dict[str, Mapper] = {"Relu": _unary_import("relu"), "Tanh": _unary_import("tanh"),
+                              "Sigmoid": _unary_import("sigmoid"), "Add": _binary_import("ewadd"),
+                              "Mul": _binary_import("ewmul")}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import permutations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import Ctor, Emitter, OpDef, Shape, fail, volume
 from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
+from .mapping import ImportContext, Mapper, V, floats, onnx_attrs
+
+if TYPE_CHECKING:
+    import onnx
 
 
 def _concat_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
@@ -164,3 +168,72 @@ def _reshape_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sh
 RESHAPE = OpDef("reshape", "the same elements in a new shape (egglog: ranks 1-4)", "target shape", _reshape_shape,
                 (Ctor("Reshape", "ht"),), _reshape_rules, lambda attrs, args, modulus: args[0].reshape(attrs),
                 _reshape_onnx, free=True)
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def _import_concat(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    args = floats(ins)
+    if args is None or len(args[0].shape) > 4:
+        return None
+    axis = onnx_attrs(node)["axis"] % len(args[0].shape)
+    return cx.make("concat", args, (axis,)) if len(args) > 1 else args[0]
+
+
+def _import_transpose(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    (x,) = ins
+    if x is None or len(x.shape) > 4:
+        return None
+    perm = tuple(onnx_attrs(node).get("perm", list(reversed(range(len(x.shape))))))
+    return cx.make("transpose", [x], perm)
+
+
+def _target(cx: ImportContext[V], node: onnx.NodeProto, x: V) -> tuple[int, ...] | None:
+    """The shape a Reshape, Flatten, Squeeze or Unsqueeze of ``x`` gives; None where it depends on a value that is
+    not a constant (or an Unsqueeze has no axes)."""
+    at = onnx_attrs(node)
+    if node.op_type == "Reshape":
+        if node.input[1] not in cx.consts:
+            return None
+        shape = [int(d) for d in cx.consts[node.input[1]]]
+        allowzero = at.get("allowzero", 0)
+        shape = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
+        if -1 in shape:
+            known = int(np.prod([d for d in shape if d != -1]))
+            shape[shape.index(-1)] = int(np.prod(x.shape)) // max(known, 1)
+        return tuple(shape)
+    if node.op_type == "Flatten":
+        axis = at.get("axis", 1) % (len(x.shape) + 1) if x.shape else 0
+        return (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
+    axes = at.get("axes")  # Squeeze / Unsqueeze
+    if axes is None and len(node.input) > 1:
+        if node.input[1] not in cx.consts:
+            return None
+        axes = [int(a) for a in cx.consts[node.input[1]]]
+    if node.op_type == "Squeeze":
+        axes = [a % len(x.shape) for a in axes] if axes else [i for i, d in enumerate(x.shape) if d == 1]
+        return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if not axes:
+        return None  # Unsqueeze without axes: not a valid node; carried as an opaque operator
+    rank = len(x.shape) + len(axes)
+    dims = list(x.shape)
+    for a in sorted(a % rank for a in axes):
+        dims.insert(a, 1)
+    return tuple(dims)
+
+
+def _import_reshape(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    """A Reshape, Flatten, Squeeze or Unsqueeze: one ``reshape`` (none when the shape stays)."""
+    x = ins[0]
+    if x is None:
+        return None
+    target = _target(cx, node, x)
+    if target is None or not target or len(target) > 4 or int(np.prod(target)) != int(np.prod(x.shape)):
+        return None
+    if tuple(target) == tuple(x.shape):
+        return x
+    return cx.make("reshape", [x], target)
+
+
+IMPORTS: dict[str, Mapper] = {"Concat": _import_concat, "Transpose": _import_transpose, "Reshape": _import_reshape,
+                              "Flatten": _import_reshape, "Squeeze": _import_reshape, "Unsqueeze": _import_reshape}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""

@@ -12,12 +12,17 @@ or 3-D one between reshapes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .base import Ctor, Emitter, OpDef, Shape, act_flops, activation, emit_activation, fail, torch_activation, volume
 from .egglog_text import dim_vars, rule, shape_of
+from .elementwise import binary
+from .mapping import ImportContext, Mapper, V, floats, onnx_attrs
+
+if TYPE_CHECKING:
+    import onnx
 
 RANKS = (2, 3, 4)
 """operand ranks the operator takes"""
@@ -71,3 +76,71 @@ def _sym(attrs: tuple, dims: list[list[str]]) -> list[str]:
 
 MATMUL = OpDef("matmul", "2-D or batched 3-D/4-D matmul, fused activation", "(act,)", _shape,
                (Ctor("Matmul", "itt"),), _rules, _numpy, _onnx, _torch, _flops, taso=_taso, sym_shape=_sym)
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def _import_matmul(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    """A 2-D ``matmul``: [..., M, K] x [K, N] with the leading dimensions flattened, or a batched one of equal
+    leading dimensions flattened to one; reshapes around it restore the ONNX shapes."""
+    args = floats(ins)
+    if args is None:
+        return None
+    a, b = args
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    if len(sa) < 2 or len(sb) < 2:
+        return None
+    if len(sb) == 2:  # [..., M, K] x [K, N]: flatten the leading dimensions
+        lead = sa[:-1]
+        a2 = cx.reshape(a, (int(np.prod(lead)), sa[-1]))
+        out = cx.make("matmul", [a2, b], (0,))
+        return cx.reshape(out, lead + (sb[-1],))
+    if len(sa) == len(sb) and sa[:-2] == sb[:-2]:
+        batch = int(np.prod(sa[:-2]))
+        out = cx.make("matmul", [cx.reshape(a, (batch,) + sa[-2:]), cx.reshape(b, (batch,) + sb[-2:])], (0,))
+        return cx.reshape(out, sa[:-1] + (sb[-1],))
+    return None
+
+
+def _import_gemm(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    """``linear(A, B, C)`` where the Gemm is exactly one (:func:`_gemm_linear`), else ``matmul`` (of ``A`` and
+    ``B`` transposed as the Gemm says), times ``alpha``, plus ``beta * C``. A transposed constant ``B`` is a new
+    weight; the origin record keeps the original, so an unchanged Gemm is written back as it was."""
+    args = floats(ins, 2)
+    c = ins[2] if len(ins) > 2 else None
+    at = onnx_attrs(node)
+    if args is None or len(args[0].shape) != 2 or len(args[1].shape) != 2:
+        return None
+    a, b = args
+    if at.get("transB", 0):
+        b = cx.weight(cx.data(b).T, b.name) if b.op == "weight" else cx.make("transpose", [b], (1, 0))
+    alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+    linear = _gemm_linear(cx, a, b, c) if not at.get("transA", 0) and alpha == beta == 1.0 else None
+    if linear is not None:
+        return linear
+    if at.get("transA", 0):
+        a = cx.make("transpose", [a], (1, 0))
+    out = cx.make("matmul", [a, b], (0,))
+    if alpha != 1.0:
+        out = cx.make("ewmul", [out, cx.weight(np.full((1, 1), alpha, np.float32), "alpha")])
+    if c is None:
+        return out
+    if beta != 1.0:
+        if c.op != "weight":
+            return None
+        c = cx.weight(cx.data(c) * np.float32(beta), c.name)
+    return binary(cx, "ewadd", out, c)
+
+
+def _gemm_linear(cx: ImportContext[V], a: V, b: V, c: V | None) -> V | None:
+    """``linear(a, b, c)`` for ``Gemm(a, b, c)`` (no transA, alpha and beta 1, ``b`` already [k, n]) when ``b`` and
+    ``c`` are constants and ``c`` is a bias over the columns ([n], or [1, n] as a new weight of shape [n]); else
+    None. Without ``c`` the Gemm stays a ``matmul``: a zero bias would be an Add no one wrote once the program
+    changes it (its ``linear`` is written as a Gemm with that bias)."""
+    n = b.shape[1]
+    if b.op != "weight" or c is None or c.op != "weight" or c.dtype != "float32" or c.shape not in ((n,), (1, n)):
+        return None
+    return cx.make("linear", [a, b, cx.reshape(c, (n,))])
+
+
+IMPORTS: dict[str, Mapper] = {"MatMul": _import_matmul, "Gemm": _import_gemm}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""

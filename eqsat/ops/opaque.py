@@ -5,7 +5,7 @@ AttributeProtos (subgraphs included); ``slots`` per ONNX input position the inde
 omitted optional input); ``implicit`` the outer-scope names its subgraphs read, fed by the trailing operands.
 In the e-graph it is ``(Opaque id operands)``, ``id`` indexing the encoder's table of such nodes. It has no
 numpy semantics (never folded, never in a rule) and is exported and timed by its own code paths
-(``onnx_export._Exporter._opaque``, ``cost.measure._opaque_runner``).
+(``onnx.export._Exporter._opaque``, ``cost.measure._opaque_runner``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ with a fused activation; ph = pw = -1 is SAME."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,10 @@ from .base import (
 )
 from .conv import pad_hw, windows
 from .egglog_text import rule
+from .mapping import ImportContext, Mapper, V, floats, onnx_attrs, spelled_out, window_attrs
+
+if TYPE_CHECKING:
+    import onnx
 
 
 def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
@@ -86,3 +90,37 @@ def _flops(attrs: tuple, ins: Sequence[Shape], out: Shape) -> float:
 POOL = OpDef("pool", "2-D max (kind 0) or average (kind 1, padding excluded) pooling, fused activation",
              "(kind, kh, kw, sh, sw, ph, pw, act)", _shape, (Ctor("Pool", "iiiiiiiit"),), _rules, _numpy, _onnx,
              _torch, _flops)
+
+
+# -- ONNX -> IR (:mod:`eqsat.ops.mapping`) -----------------------------------------------------------------------------
+def _pool_import(kind: int) -> Mapper:
+    """MaxPool (kind 0) or AveragePool (kind 1; one that counts the padding only unpadded) without indices."""
+
+    def mapper(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+        args = floats(ins, 1)
+        at = onnx_attrs(node)
+        if args is None or len(args[0].shape) != 4 or len(node.output) > 1 and node.output[1]:
+            return None
+        kh, kw = at["kernel_shape"]
+        win = window_attrs(at, (kh, kw))
+        if win is None:
+            return None
+        sh, sw, ph, pw = win
+        ph, pw = spelled_out(ph, pw, kh, kw)
+        if kind == 1 and at.get("count_include_pad", 0) and (ph != 0 or pw != 0):
+            return None
+        return cx.make("pool", args, (kind, kh, kw, sh, sw, ph, pw, 0))
+
+    return mapper
+
+
+def _import_global_average(cx: ImportContext[V], node: onnx.NodeProto, ins: list[V | None]) -> V | None:
+    (x,) = ins
+    if x is None or x.dtype != "float32" or len(x.shape) != 4:
+        return None
+    return cx.make("pool", [x], (1, x.shape[2], x.shape[3], 1, 1, 0, 0, 0))
+
+
+IMPORTS: dict[str, Mapper] = {"MaxPool": _pool_import(0), "AveragePool": _pool_import(1),
+                              "GlobalAveragePool": _import_global_average}
+"""ONNX op type -> mapper (:mod:`eqsat.ops.mapping`)"""

@@ -3,7 +3,7 @@ can write the user's own nodes back where the optimized program kept them unchan
 
 The importer maps an ONNX node to IR operators between the IR nodes of its inputs and of its outputs; e.g. a
 3-D MatMul by a weight becomes ``reshape -> matmul -> reshape``, a Conv with a bias ``conv2d`` then ``ewadd``
-of the bias reshaped to rank 4. An :class:`Origin` records that: the ONNX nodes (a region: one node, or the
+of the bias reshaped to rank 4. An :class:`~eqsat.ir.Origin` (a record of the IR's :class:`~eqsat.ir.Graph`) records that: the ONNX nodes (a region: one node, or the
 several nodes a pattern recognizer matched), the IR node of each external input (or the constant value when
 the input is an initializer or Constant), the IR node of each output, and the expansion (the IR nodes created
 in between, outputs included).
@@ -22,34 +22,14 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 import onnx
 
-from .ir import Node, topo_order
+from ..ir import Node, Origin, topo_order
 
 LEAVES = ("input", "weight")
-
-
-@dataclass(frozen=True, eq=False)
-class Origin:
-    """ONNX node(s) and the IR nodes they became."""
-
-    nodes: tuple[onnx.NodeProto, ...]
-    """the region, in the original order (a single node for an operator mapped by the importer)"""
-    inputs: tuple[tuple[str, Node | None], ...]
-    """each external input's ONNX name and its IR node (None for a constant the IR never materialised)"""
-    outputs: tuple[tuple[str, Node], ...]
-    """each region output's ONNX name and its IR node"""
-    expansion: tuple[Node, ...]
-    """the IR nodes the importer created between the inputs and the outputs (outputs included), children first"""
-    constants: Mapping[str, np.ndarray] = field(default_factory=dict)
-    """external inputs that are constants (initializers, Constant nodes, folded values): their original value"""
-
-    @property
-    def domains(self) -> set[str]:
-        return {n.domain for n in self.nodes if n.domain not in ("", "ai.onnx")}
 
 
 def expansion(outputs: Sequence[Node], inputs: Iterable[Node]) -> tuple[Node, ...]:
@@ -125,4 +105,4 @@ def carry(origin: Origin, class_of: Callable[[Node], int | None], choice: Mappin
     return replace(origin, inputs=tuple(inputs), outputs=tuple(outputs), expansion=inner)
 
 
-__all__ = ["Origin", "carry", "expansion", "live", "make"]
+__all__ = ["carry", "expansion", "live", "make"]

@@ -1,4 +1,4 @@
-"""The ``.eqsat-PID-*`` folders a write stages its files in, beside the targets (eqsat.onnx_io.write_together).
+"""The ``.eqsat-PID-*`` folders a write stages its files in, beside the targets (eqsat.onnx.io.write_together).
 Each is removed when the write ends; one left by a process killed meanwhile (SIGKILL, a power cut) is removed by
 the next write into that folder once no process has its PID."""
 

@@ -1,8 +1,7 @@
 """Checks and one rewrite run on an ONNX model before any work (:doc:`docs/robustness.md`): what is read, what
 eqsat refuses up front (exit 2, naming the cause) and the preparation pass that makes a valid model importable.
 
-- :func:`check_model_file`: only a regular file (or ``-``, standard input) is read, and only one of at most
-  :data:`MAX_MODEL_BYTES` (protobuf cannot parse a larger message), checked before any byte is read.
+- What is read (a regular file, standard input, bytes): :mod:`.reading`.
 - :func:`prepare`: non-tensor graph inputs and outputs are refused, model-local functions are inlined, and the
   inputs' sizes are checked against :func:`memory_cap`.
 - :func:`check_loads`: the model loads in onnxruntime (eqsat verifies every result there).
@@ -15,9 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 from collections.abc import Mapping
-from typing import BinaryIO
 
 import numpy as np
 import onnx
@@ -25,13 +22,11 @@ import onnx.inliner
 import onnxruntime as ort
 from onnx import helper
 
-from .errors import InputError
-from .ir import Graph
-from .onnx_io import as_path, is_large
+from ..errors import InputError
+from ..ir import Graph
+from .io import as_path, is_large
+from .reading import gib
 
-MAX_MODEL_BYTES = 2**31 - 1
-"""the largest ONNX file read: protobuf cannot parse a message of 2 GiB or more (larger models keep their
-weights in external data files)"""
 MEMORY_FRACTION = 8
 """a value (input, weight or intermediate) may take at most 1/MEMORY_FRACTION of the machine's memory"""
 QUANTIZATION = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
@@ -48,68 +43,6 @@ def memory_cap() -> int:
     except (OSError, ValueError):
         total = 16 * 2**30
     return int(total) // MEMORY_FRACTION
-
-
-def _gib(n: int) -> str:
-    """``n`` bytes in the largest binary unit under which it is at least 1 (MiB at the least)."""
-    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n / 2**20:,.1f} MiB"
-
-
-def check_model_file(path: str) -> None:
-    """Refuse, before reading anything, a model path that is not a regular file (a device such as /dev/zero, a
-    FIFO, a socket, a folder) or a file larger than :data:`MAX_MODEL_BYTES`."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file; give the path of an .onnx model") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path}: is a directory; give the path of an .onnx model")
-    if not stat.S_ISREG(st.st_mode):
-        from .onnx_io import not_regular
-
-        raise InputError(f"{path}: is {not_regular(path) or 'not a regular file'}; eqsat reads a model only from a "
-                         "regular file (or from standard input, given as -)")
-    if st.st_size > MAX_MODEL_BYTES:
-        raise InputError(f"{path}: {_gib(st.st_size)}, larger than an ONNX file can be (2 GiB, protobuf's limit); "
-                         "save the weights as external data (onnx.save_model(..., save_as_external_data=True))")
-
-
-def read_stream(stream: BinaryIO, label: str = "standard input") -> onnx.ModelProto:
-    """A model read from ``stream`` (standard input), at most :data:`MAX_MODEL_BYTES` of it."""
-    data = stream.read(MAX_MODEL_BYTES + 1)
-    if len(data) > MAX_MODEL_BYTES:
-        raise InputError(f"{label}: more than 2 GiB, larger than an ONNX file can be (protobuf's limit)")
-    return model_from_bytes(data, label)
-
-
-def model_from_bytes(data: bytes, label: str = "the model bytes") -> onnx.ModelProto:
-    """A serialized model (no external data: its files could not be found), checked as a file would be."""
-    try:
-        model = onnx.ModelProto.FromString(data)
-    except Exception as exc:  # protobuf raises DecodeError and others
-        raise InputError(f"{label}: not a readable ONNX model ({type(exc).__name__}); is it truncated or of "
-                         "another format?") from None
-    if not model.graph.node and not model.graph.output:
-        raise InputError(f"{label}: not an ONNX model (no graph found); is it of another format?")
-    if any(onnx.external_data_helper.uses_external_data(t)
-           for t in onnx.external_data_helper._get_all_tensors(model)):
-        raise InputError(f"{label}: the model keeps weights in external data files, which cannot be found from "
-                         "bytes; give the model's path")
-    try:
-        onnx.checker.check_model(model)
-    except Exception as exc:
-        raise InputError(f"{label}: invalid ONNX model: {checker_reason(exc)}") from None
-    return model
-
-
-def checker_reason(exc: BaseException) -> str:
-    """onnx.checker's message on one line, whole (it breaks lines inside a sentence: "... of node: \\nname: ...")."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _type_kind(t: onnx.TypeProto) -> str | None:
@@ -182,8 +115,8 @@ def check_size(what: str, shape: tuple[int, ...], itemsize: int) -> None:
         raise InputError(f"{what} has shape [{shown}]: {count:.3g} elements, more than eqsat handles (2^62); "
                          "give smaller dimensions (--input-shape NAME=D1,D2,...)")
     if count * itemsize > cap:
-        raise InputError(f"{what} has shape [{shown}]: {count:,} elements, {_gib(count * itemsize)}; a value may "
-                         f"take at most {_gib(cap)} (1/{MEMORY_FRACTION} of this machine's memory) for eqsat to "
+        raise InputError(f"{what} has shape [{shown}]: {count:,} elements, {gib(count * itemsize)}; a value may "
+                         f"take at most {gib(cap)} (1/{MEMORY_FRACTION} of this machine's memory) for eqsat to "
                          "verify the result: give smaller dimensions (--input-shape NAME=D1,D2,...)")
 
 
@@ -264,6 +197,4 @@ def prepare(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]])
     return inline_functions(model)
 
 
-__all__ = ["MAX_ELEMENTS", "MAX_MODEL_BYTES", "MEMORY_FRACTION", "QUANTIZATION", "check_input_sizes", "check_loads",
-           "check_model_file", "check_size", "checker_reason", "check_tensor_interface", "check_value_sizes", "describe_type", "inline_functions",
-           "memory_cap", "model_from_bytes", "prepare", "read_stream", "removable_pass_through"]
+__all__ = ["MAX_ELEMENTS", "MEMORY_FRACTION", "QUANTIZATION", "check_input_sizes", "check_loads", "check_size", "check_tensor_interface", "check_value_sizes", "describe_type", "inline_functions", "memory_cap", "prepare", "removable_pass_through"]

@@ -1,6 +1,6 @@
 """The exporter's ONNX forms for IR patterns that onnxruntime fuses only in the user's spelling.
 
-Where the optimized program changed the user's nodes (so no :class:`~eqsat.origins.Origin` is written back
+Where the optimized program changed the user's nodes (so no :class:`~eqsat.ir.Origin` is written back
 verbatim), the IR still spells a 3-D MatMul as ``reshape -> 2-D matmul -> reshape``, a bias as an ``ewadd`` of
 a constant reshaped to the other operand's rank, a Conv's bias as a separate ``ewadd``. Written one IR node at a
 time, onnxruntime would not form Gemm, FusedMatMul, SkipLayerNormalization or Conv+bias from them. The
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import Node, topo_order
+from ..ir import Node, topo_order
 
 
 @dataclass(frozen=True)

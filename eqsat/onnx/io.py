@@ -1,5 +1,5 @@
-"""Saving and loading ONNX models of any size (protobuf caps one message at 2 GiB: larger models keep
-their weights in an external data file beside the model)."""
+"""Loading, checking and saving ONNX models of any size (protobuf caps one message at 2 GiB: larger models keep
+their weights in an external data file beside the model), and onnxruntime sessions of them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ import threading
 from collections.abc import Callable, Iterator
 
 import onnx
+import onnxruntime as ort
+from onnx import TensorProto
 
+from ..errors import InputError
 from . import staging
 
 LIMIT = 1_800_000_000
@@ -89,6 +92,45 @@ def check(model: onnx.ModelProto) -> None:
             onnx.checker.check_model(path, full_check=True)
     else:
         onnx.checker.check_model(model, full_check=True)
+
+
+def check_bfloat16(model: onnx.ModelProto) -> None:
+    """Refuse (exit 2) a bfloat16 model that onnxruntime cannot run or feed on CPU; the others import."""
+    g = model.graph
+    for kind, values in (("input", g.input), ("output", g.output)):
+        for v in values:
+            if v.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+                raise InputError(f"model {kind} {v.name!r} has dtype bfloat16, which onnxruntime cannot feed or return "
+                                 "from Python on CPU, so eqsat cannot verify the optimized model; convert the model's "
+                                 f"{kind}s to float32 or float16 (e.g. a Cast at the model's edge)")
+    bf16 = TensorProto.BFLOAT16
+    uses = any(t.data_type == bf16 for t in g.initializer) or \
+        any(v.type.tensor_type.elem_type == bf16 for v in g.value_info) or \
+        any(a.name == "to" and a.i == bf16 or a.type == onnx.AttributeProto.TENSOR and a.t.data_type == bf16
+            for n in g.node for a in n.attribute)
+    if not uses:
+        return
+    try:
+        session(model)
+    except Exception as exc:
+        raise InputError(f"the model computes in bfloat16, which onnxruntime's CPU provider cannot run here "
+                         f"({str(exc).splitlines()[0]}); eqsat verifies every model in onnxruntime: convert the "
+                         "model to float32 or float16") from exc
+
+
+def session(model: onnx.ModelProto | bytes | str, threads: int | None = None) -> ort.InferenceSession:
+    """A CPU onnxruntime session of ``model`` (a ModelProto of any size, serialized bytes or a path), with warnings
+    silenced; ``threads``: that many intra-op threads and one inter-op thread (default: onnxruntime's)."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if threads:
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+    if isinstance(model, onnx.ModelProto) and is_large(model):
+        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
+            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
 def write_atomic(model: onnx.ModelProto, path: str) -> None:

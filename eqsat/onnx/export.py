@@ -5,10 +5,10 @@ weights, ...) are folded into initializers with the numpy semantics of :mod:`eqs
 exported model computes them once, at export, not at every inference. Every other operator is written by
 its ONNX emitter in :mod:`eqsat.ops` (opaque ones as they were imported), except:
 
-- the user's own ONNX nodes (:mod:`eqsat.origins`) whose IR expansion the program kept unchanged are written
+- the user's own ONNX nodes (:mod:`eqsat.onnx.origins`) whose IR expansion the program kept unchanged are written
   back verbatim (op type, attributes, domain, original value and node names where free, constant inputs as the
   original constants), so that a round trip with no rewrite is the user's graph and onnxruntime fuses it alike;
-- IR patterns that onnxruntime fuses only in another spelling are written in that one (:mod:`eqsat.onnx_forms`);
+- IR patterns that onnxruntime fuses only in another spelling are written in that one (:mod:`eqsat.onnx.forms`);
 - the node that computes a graph output writes it under the output's name (no Identity).
 """
 
@@ -18,14 +18,13 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from . import ops
-from .errors import EqsatError
-from .evaluate import NotEvaluable, apply_op
-from .ir import Graph, Node, leaf_name, topo_order
-from .onnx_forms import Form, SplitGroup, plan
-from .onnx_subgraphs import defined_names, rename_outer
-from .ops.base import emit_activation
-from .origins import Origin
+from .. import ops
+from ..errors import EqsatError
+from ..evaluate import NotEvaluable, apply_op
+from ..ir import Graph, Node, Origin, leaf_name, topo_order
+from ..ops.base import emit_activation
+from .forms import Form, SplitGroup, plan
+from .subgraphs import defined_names, rename_outer
 
 
 def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
@@ -129,7 +128,7 @@ class _Exporter:
         return model
 
     def _form(self, n: Node, form: Form) -> str:
-        """Write ``n`` in its :mod:`eqsat.onnx_forms` form."""
+        """Write ``n`` in its :mod:`eqsat.onnx.forms` form."""
         if form.kind == "matmul":
             a, b = (self.names[id(d)] for d in form.deps)
             if form.shape is not None:
@@ -163,7 +162,7 @@ class _Exporter:
         return emitter(self, n.attrs, ins, [i.shape for i in n.inputs])
 
     def _split(self, g: SplitGroup) -> None:
-        """Write a :class:`~eqsat.onnx_forms.SplitGroup`: (MatMul), (Add of the biases), one Split, and each part
+        """Write a :class:`~eqsat.onnx.forms.SplitGroup`: (MatMul), (Add of the biases), one Split, and each part
         reshaped to the shape of the node it is."""
         if g.operand is not None:
             x = self.emit("MatMul", [self.names[id(d)] for d in g.deps], "matmul")
@@ -185,7 +184,7 @@ class _Exporter:
                 part = self.emit("Reshape", [part, self.const(np.array(top.shape, np.int64), "shape")], "reshape")
             self.names[id(top)] = part
 
-    # -- the user's own nodes (eqsat.origins) ----------------------------------------------------
+    # -- the user's own nodes (eqsat.onnx.origins) ----------------------------------------------------
     def _regions(self, consts: dict[int, np.ndarray]) -> dict[int, Origin]:
         """Output node -> the origin that writes it: each origin of the graph none of whose outputs is folded
         into a constant or claimed by an earlier origin."""
@@ -357,7 +356,3 @@ def _proto_node(n: Node, inputs: list[str] | None = None, outputs: list[str] | N
 def export_model(graph: Graph) -> onnx.ModelProto:
     """Export the IR graph as an ONNX model (weight-only subgraphs folded)."""
     return _Exporter(graph).run()
-
-
-def save_model(model: onnx.ModelProto, path: str) -> None:
-    onnx.save(model, path)

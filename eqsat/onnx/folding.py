@@ -1,0 +1,163 @@
+"""What the importer asks onnxruntime (and onnx) for: constant nodes folded to their values, the output types of
+operators carried opaque (onnx shape inference on the node alone, else one onnxruntime run of the whole model),
+and the values of Constant nodes and sparse initializers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from ..errors import InputError
+from ..ir import Node
+from .io import session
+
+NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                              "Multinomial", "Bernoulli"})
+"""operators never folded to constants: each run of the model draws new values"""
+
+Type = tuple[tuple[int, ...], str]
+"""a value's static shape and dtype name"""
+
+
+def dtype_name(elem_type: int) -> str:
+    """The numpy dtype name of an ONNX element type."""
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+
+
+def dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """A sparse tensor (initializer or Constant) as a dense array."""
+    values = numpy_helper.to_array(sparse.values)
+    out = np.zeros(tuple(sparse.dims), values.dtype)
+    indices = numpy_helper.to_array(sparse.indices) if sparse.HasField("indices") else np.zeros(0, np.int64)
+    if indices.ndim == 2:  # [NNZ, rank] coordinates
+        out[tuple(indices.T)] = values
+    else:  # [NNZ] positions in the flattened tensor
+        out.reshape(-1)[indices] = values
+    return out
+
+
+_CONSTANT_DTYPES = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                    "value_ints": np.int64, "value_string": np.object_, "value_strings": np.object_}
+
+
+def constant_value(attr: onnx.AttributeProto) -> np.ndarray:
+    """The value of a Constant node, whichever of its attributes holds it."""
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+        return dense(attr.sparse_tensor)
+    return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES.get(attr.name))
+
+
+class ModelRuns:
+    """onnxruntime and onnx on the model being imported. ``values`` and ``weights`` are the importer's (read when
+    asked: the input leaves for a run of the model, the integer weights shape inference may read)."""
+
+    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]],
+                 values: Mapping[str, Node], weights: Mapping[str, np.ndarray]):
+        self.model = model
+        self.g = model.graph
+        self.input_shapes = input_shapes
+        self.values = values
+        self.weights = weights
+        self._runtime: dict[str, Type] | None = None
+
+    def node_model(self, node: onnx.NodeProto, names: list[str], types: list[Type],
+                    inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
+        """A one-node model of ``node`` whose inputs are ``names`` (explicit, then implicit inputs)."""
+        vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(d)), s)
+               for n, (s, d) in zip(names, types)]
+        graph = helper.make_graph([node], "node", vis, [onnx.ValueInfoProto(name=o) for o in node.output if o],
+                                  initializer=inits or [])
+        opsets = [helper.make_opsetid(o.domain, o.version) for o in self.model.opset_import]
+        return helper.make_model(graph, opset_imports=opsets, ir_version=self.model.ir_version or 8)
+
+    def fold(self, node: onnx.NodeProto, implicit: list[str], consts: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """The values of a node of constant inputs (``consts`` holds them), computed now (onnxruntime, else onnx's
+        reference evaluator); None if neither can, and the node is then carried as an opaque operator."""
+        from onnx.reference import ReferenceEvaluator
+
+        names = list(dict.fromkeys([i for i in node.input if i] + implicit))
+        feeds = {n: consts[n] for n in names}
+        model = self.node_model(node, names, [(v.shape, v.dtype.name) for v in feeds.values()])
+        outs = [o for o in node.output if o]
+        try:
+            results = session(model).run(outs, feeds)
+        except Exception:  # noqa: BLE001 - a kernel onnxruntime lacks for these dtypes, ...
+            try:
+                results = ReferenceEvaluator(model).run(outs, feeds)
+            except Exception:  # noqa: BLE001 - neither can: carry the node
+                return None
+        return {name: np.asarray(val) for name, val in zip(outs, results)}
+
+    def output_types(self, node: onnx.NodeProto, names: list[str], ins: list[Node]) -> list[Type]:
+        """Static output shapes and dtypes: onnx shape inference on the node alone, else a run of the model."""
+        unique = dict(zip(names, ins))
+        inits = [numpy_helper.from_array(self.weights[n.name], name) for name, n in unique.items()
+                 if n.op == "weight" and n.name is not None and n.name in self.weights
+                 and self.weights[n.name].dtype.kind in "iub"]
+        model = self.node_model(node, list(unique), [(n.shape, n.dtype) for n in unique.values()], inits)
+        found: dict[str, onnx.ValueInfoProto] = {}
+        try:
+            inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+            found = {v.name: v for v in list(inferred.graph.output) + list(inferred.graph.value_info)}
+        except Exception:  # noqa: BLE001 - the run below gives the shapes, or names the problem
+            pass
+        result: list[Type] = []
+        for o in node.output:
+            if not o:
+                result.append(((), "float32"))
+                continue
+            v = found.get(o)
+            tt = v.type.tensor_type if v is not None else None
+            if tt is None or not tt.elem_type or not tt.HasField("shape") \
+                    or any(not d.HasField("dim_value") for d in tt.shape.dim):
+                result.append(self._runtime_type(node, o))
+            else:
+                result.append((tuple(d.dim_value for d in tt.shape.dim), dtype_name(tt.elem_type)))
+        return result
+
+    def _runtime_type(self, node: onnx.NodeProto, value: str) -> Type:
+        """Shape and dtype of ``value`` from one onnxruntime run of the whole model (every value exposed),
+        for operators onnx's shape inference cannot type (custom domains, Loop outputs)."""
+        if self._runtime is None:
+            self._runtime = self._run_all(node)
+        if value not in self._runtime:
+            raise InputError(f"{node.op_type} node {node.name!r}: onnxruntime gave no value for its output {value!r}")
+        return self._runtime[value]
+
+    def _run_all(self, node: onnx.NodeProto) -> dict[str, Type]:
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        g = model.graph
+        for vi in g.input:
+            if vi.name in self.input_shapes:
+                for d, n in zip(vi.type.tensor_type.shape.dim, self.input_shapes[vi.name]):
+                    d.Clear()
+                    d.dim_value = n
+        known = {o.name for o in g.output}
+        g.output.extend(onnx.ValueInfoProto(name=o) for n in g.node for o in n.output if o and o not in known)
+        rng = np.random.default_rng(0)
+        feeds: dict[str, np.ndarray] = {}
+        for vi in self.g.input:
+            leaf = self.values.get(vi.name)
+            if leaf is None or leaf.op != "input" or vi.name in {t.name for t in self.g.initializer}:
+                continue
+            dt = np.dtype(leaf.dtype)
+            feeds[vi.name] = rng.standard_normal(leaf.shape).astype(dt) if dt.kind == "f" else \
+                np.ones(leaf.shape, dt) if dt.kind == "b" else np.zeros(leaf.shape, dt)
+        try:
+            sess = session(model)
+            names = [o.name for o in sess.get_outputs()]
+            return {k: (tuple(int(d) for d in np.shape(v)), np.asarray(v).dtype.name)
+                    for k, v in zip(names, sess.run(names, feeds))}
+        except Exception as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(
+                f"{node.op_type} node {node.name!r} (domain {node.domain or 'ai.onnx'}): onnx shape inference cannot "
+                f"give its output shapes, and onnxruntime cannot run the model ({reason}); eqsat needs every value's "
+                "shape and verifies in onnxruntime, so it cannot optimize this model") from exc

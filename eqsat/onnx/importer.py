@@ -1,0 +1,318 @@
+"""ONNX -> IR.
+
+Every static-shaped ONNX model (opset >= 13) imports: operators the rules know become IR operators
+(Conv bias, broadcasting MatMul and a Gemm that is not exactly a ``linear`` are decomposed into them), constant
+subgraphs (weight-only subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with
+onnxruntime (onnx's reference evaluator where onnxruntime cannot; never Quantize/DequantizeLinear), Identity and
+inference Dropout are dropped, and every other operator (a custom domain, If/Loop/Scan, a node that cannot be
+folded, a training Dropout) is carried as an opaque node with its
+attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
+read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
+(:mod:`eqsat.onnx.folding`).
+Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .. import ir, ops
+from ..errors import DynamicShapeError, InputError, ShapeError
+from ..ir import Graph, Node, Origin, leaf_name
+from ..ops.mapping import ImportContext, floats, onnx_attrs
+from . import origins
+from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
+from .io import check_bfloat16
+from .patterns import Match, find_composites
+from .prepare import QUANTIZATION, check_loads, check_value_sizes, prepare, removable_pass_through
+from .reading import load_model
+from .subgraphs import implicit_inputs
+
+MIN_OPSET = 13
+
+
+def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=D1,D2,...`` flags."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs or []:
+        name, sep, dims = spec.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape:
+            raise InputError(f"--input-shape {spec!r}: expected NAME=D1,D2,... with positive integers")
+        if any(d <= 0 for d in shape):
+            raise InputError(f"--input-shape {spec!r}: dimension {min(shape)} is not positive; every dimension "
+                             "must be at least 1 (eqsat cannot optimize empty or negative-size tensors)")
+        if name in out and out[name] != shape:
+            raise InputError(f"--input-shape {name} is given twice, as {out[name]} and {shape}; give it once")
+        out[name] = shape
+    return out
+
+
+def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
+    out = onnx.NodeProto()
+    out.CopyFrom(node)
+    return out
+
+
+class _Importer:
+    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]):
+        self.model = model
+        self.g = model.graph
+        self.input_shapes = dict(input_shapes)
+        self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+        self.values: dict[str, Node] = {}
+        self.consts: dict[str, np.ndarray] = {}
+        self.weights: dict[str, np.ndarray] = {}
+        self._names: set[str] = set()
+        self.origins: list[Origin] = []
+        self.runs = ModelRuns(model, self.input_shapes, self.values, self.weights)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _unique(self, base: str | None) -> str:
+        base = base or "w"
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        self._names.add(name)
+        return name
+
+    def value(self, name: str) -> Node:
+        if name in self.values:
+            return self.values[name]
+        if name in self.consts:
+            node = self.weight(self.consts[name], name)
+            self.values[name] = node
+            return node
+        raise InputError(f"value {name!r} is used before it is defined; the model is not topologically sorted")
+
+    # -- what the operator table's mappers build through (eqsat.ops.mapping.ImportContext) --------
+    def make(self, op: str, inputs: Sequence[Node], attrs: tuple = ()) -> Node:
+        return ir.make(op, inputs, attrs)
+
+    def data(self, node: Node) -> np.ndarray:
+        return self.weights[leaf_name(node)]
+
+    def weight(self, array: np.ndarray, hint: str | None) -> Node:
+        name = self._unique(hint)
+        arr = np.asarray(array, order="C")
+        self.weights[name] = arr
+        return ir.weight(name, arr.shape, arr.dtype.name)
+
+    def reshape(self, node: Node, shape: tuple[int, ...]) -> Node:
+        if tuple(node.shape) == tuple(shape):
+            return node
+        if node.op == "weight" and node.name is not None:
+            return self.weight(self.weights[node.name].reshape(shape), node.name)
+        return ir.make("reshape", [node], tuple(shape))
+
+    # -- main ----------------------------------------------------------------------------------
+    def run(self) -> Graph:
+        if self.opset < MIN_OPSET:
+            raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
+                             "(convert it with onnx.version_converter.convert_version(model, 13))")
+        check_bfloat16(self.model)
+        check_loads(self.model)
+        for init in self.g.initializer:
+            self.consts[init.name] = numpy_helper.to_array(init)
+        for sparse in self.g.sparse_initializer:
+            self.consts[sparse.values.name] = dense(sparse)
+        input_names = [vi.name for vi in self.g.input if vi.name not in self.consts]
+        unknown = set(self.input_shapes) - set(input_names)
+        if unknown:
+            raise InputError(f"--input-shape names {sorted(unknown)}, which are not model inputs "
+                             f"(inputs: {input_names})")
+        defaults = {vi.name: self.consts.pop(vi.name) for vi in self.g.input if vi.name in self.consts}
+        inputs = [self._default_input(vi.name, defaults[vi.name]) if vi.name in defaults else self._graph_input(vi)
+                  for vi in self.g.input]
+        self._covered: dict[str, Match] = {n.output[0]: m for m in find_composites(self.g, self.consts, self.opset)
+                                             for n in m.nodes}
+        for node in self.g.node:
+            if not self._composite(node):
+                self._node(node)
+        outputs, names = [], []
+        for vo in self.g.output:
+            names.append(vo.name)
+            outputs.append(self.value(vo.name))
+        used = {n.name for n in ir.topo_order(outputs) if n.op == "weight"}
+        weights = {k: v for k, v in self.weights.items() if k in used}
+        domains = {o.domain: o.version for o in self.model.opset_import if o.domain not in ("", "ai.onnx")}
+        return Graph(tuple(inputs), tuple(outputs), tuple(names), weights,
+                     name=self.g.name or "model", opset=max(self.opset, 17), input_defaults=defaults,
+                     interface_types=self._interface_types(outputs), domains=domains,
+                     origins=origins.live(self.origins, outputs))
+
+    def record_origin(self, nodes: list[onnx.NodeProto], outputs: list[str]) -> None:
+        """Remember that the ONNX ``nodes`` (a region) became the IR nodes now bound to their ``outputs``, so that
+        the exporter can write them back verbatim (:mod:`eqsat.onnx.origins`). Call it once the outputs are bound."""
+        produced = {o for n in nodes for o in n.output if o}
+        external = list(dict.fromkeys(i for n in nodes for i in n.input if i and i not in produced))
+        constants = {i: self.consts[i] for i in external if i in self.consts}
+        inputs = [(i, self.values.get(i)) for i in external]
+        record = origins.make([_copy(n) for n in nodes], inputs, [(o, self.values[o]) for o in outputs], constants)
+        if record is not None:
+            self.origins.append(record)
+
+    def _default_input(self, name: str, default: np.ndarray) -> Node:
+        """An overridable initializer: a graph input with a default value (never folded into constants)."""
+        node = ir.input_(name, default.shape, default.dtype.name)
+        self._names.add(name)
+        self.values[name] = node
+        return node
+
+    def _interface_types(self, outputs: list[Node]) -> dict[str, bytes]:
+        """The declared types to write back: every input's (but those --input-shape fixed), and every
+        output's that agrees with the imported dtype and shape."""
+        types: dict[str, bytes] = {}
+        for vi in self.g.input:
+            if vi.name not in self.input_shapes and vi.type.HasField("tensor_type"):
+                types[vi.name] = vi.type.SerializeToString()
+        for vo, node in zip(self.g.output, outputs):
+            tt = vo.type.tensor_type
+            if not vo.type.HasField("tensor_type") or tt.elem_type != helper.np_dtype_to_tensor_dtype(np.dtype(node.dtype)):
+                continue
+            if tt.HasField("shape") and (len(tt.shape.dim) != len(node.shape) or any(
+                    d.HasField("dim_value") and d.dim_value != n for d, n in zip(tt.shape.dim, node.shape))):
+                continue
+            types[vo.name] = vo.type.SerializeToString()
+        return types
+
+    def _graph_input(self, vi: onnx.ValueInfoProto) -> Node:
+        tt = vi.type.tensor_type
+        dims: list[int] = []
+        if vi.name in self.input_shapes:
+            dims = list(self.input_shapes[vi.name])
+            if len(dims) != len(tt.shape.dim):
+                raise InputError(f"--input-shape {vi.name}: model input has rank {len(tt.shape.dim)}, "
+                                 f"got {len(dims)} dimensions")
+            for k, (d, fixed) in enumerate(zip(tt.shape.dim, dims)):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != fixed:
+                    raise InputError(f"--input-shape {vi.name}={','.join(map(str, dims))}: dimension {k} of input "
+                                     f"{vi.name!r} is static ({d.dim_value}); only dynamic dimensions can be fixed")
+        else:
+            for d in tt.shape.dim:
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    dims.append(d.dim_value)
+                else:
+                    shown = ",".join(str(x.dim_value) if x.HasField("dim_value") and x.dim_value > 0
+                                     else (x.dim_param or "?") for x in tt.shape.dim)
+                    raise DynamicShapeError(
+                        f"input {vi.name!r} has a dynamic shape [{shown}]; fix it with "
+                        f"--input-shape {vi.name}=D1,D2,... (e.g. "
+                        f"--input-shape {vi.name}={','.join('1' if not (x.HasField('dim_value') and x.dim_value > 0) else str(x.dim_value) for x in tt.shape.dim)})")
+        node = ir.input_(vi.name, dims, dtype_name(tt.elem_type))
+        self._names.add(vi.name)
+        self.values[vi.name] = node
+        return node
+
+    # -- per node ------------------------------------------------------------------------------
+    def _node(self, node: onnx.NodeProto) -> None:
+        ins = [i for i in node.input]
+        implicit = implicit_inputs(node)
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            self.consts[node.output[0]] = constant_value(node.attribute[0])
+            return
+        if node.op_type == "Shape" and ins[0] in self.values and node.domain in ("", "ai.onnx"):
+            shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
+            a = onnx_attrs(node)
+            self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
+            return
+        if any(ins + implicit) and all((i == "" or i in self.consts) for i in ins + implicit) \
+                and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC | QUANTIZATION:
+            folded = self.runs.fold(node, implicit, self.consts)
+            if folded is not None:
+                self.consts.update(folded)
+                return
+        if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0] \
+                and removable_pass_through(node, self.consts):
+            self.values[node.output[0]] = self.value(ins[0])
+            return
+        mapped = None
+        if node.domain in ("", "ai.onnx") and not implicit:
+            mapper = ops.IMPORTS.get(node.op_type)
+            if mapper is not None:
+                context: ImportContext[Node] = self  # the table's mappers build through this importer
+                try:
+                    mapped = mapper(context, node, [self.value(i) if i else None for i in ins])
+                except ShapeError:
+                    mapped = None
+        if mapped is None:
+            self._opaque(node, implicit)
+        else:
+            self.values[node.output[0]] = mapped
+            self.record_origin([node], [node.output[0]])
+
+    def _composite(self, node: onnx.NodeProto) -> bool:
+        """Whether ``node`` is part of a composite (:mod:`eqsat.onnx.patterns`): its inner nodes are skipped, and
+        at its last one the composite IR node is made; where it cannot be (not float32, a shape the operator
+        refuses, constant operands to fold), the covered nodes are imported one by one instead. A one-node
+        composite (a LayerNormalization, Softmax or Gelu node) is an origin record, written back verbatim while
+        the program keeps it; a decomposed one is not: the exporter writes its own form, the one onnxruntime
+        fuses (the exporters' forms are not always fused: dynamo's erf-GELU and LLaMA's RMSNorm are not)."""
+        match = self._covered.get(node.output[0]) if node.output else None
+        if match is None:
+            return False
+        if match.output not in node.output:
+            return True
+        mapped = None
+        if not all(i in self.consts for i in match.inputs):
+            ins = [self.value(i) for i in match.inputs]
+            if match.op == "attention" and len(ins) == 4 and ins[3].op == "weight" and len(ins[3].shape) < len(ins[0].shape):
+                # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
+                ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
+            attrs = match.ir_attrs([i.shape for i in ins])
+            if floats(ins) is not None and attrs is not None:
+                try:
+                    mapped = ir.make(match.op, ins, attrs)
+                except ShapeError:
+                    mapped = None
+        if mapped is None and match.op == "addnorm":  # operands of two shapes: the Add, then the norm alone
+            add, norm = match.nodes
+            self._node(add)
+            self._covered[norm.output[0]] = Match("layernorm", match.attrs, (norm.input[0], *match.inputs[2:]),
+                                                  match.output, (norm,))
+            return self._composite(norm)
+        if mapped is None:
+            for inner in match.nodes:
+                self._node(inner)
+        else:
+            self.values[match.output] = mapped
+            if len(match.nodes) == 1 or match.op in ("linear", "addnorm"):  # written back as they were
+                self.record_origin(list(match.nodes), [match.output])
+        return True
+
+    def _opaque(self, node: onnx.NodeProto, implicit: list[str]) -> None:
+        present = [i for i in node.input if i]
+        slots, k = [], 0
+        for name in node.input:
+            slots.append(k if name else -1)
+            k += bool(name)
+        names = present + implicit
+        ins = [self.value(i) for i in names]
+        shapes = self.runs.output_types(node, names, ins)
+        attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
+        outs = [o for o in node.output]
+        for k, name in enumerate(outs):
+            if not name:
+                continue
+            shape, dtype = shapes[k]
+            self.values[name] = ir.opaque(node.op_type, ins, shape, dtype, domain=node.domain,
+                                          attr_bytes=attr_bytes, out_index=k, n_outputs=len(outs),
+                                          slots=slots, implicit=implicit)
+
+
+def import_model(model: onnx.ModelProto | str | os.PathLike,
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    """Import an ONNX model (a ModelProto or a path) into the IR."""
+    if not isinstance(model, onnx.ModelProto):
+        model = load_model(model)
+    graph = _Importer(prepare(model, input_shapes or {}), input_shapes or {}).run()
+    check_value_sizes(graph)
+    return graph
