@@ -23,9 +23,10 @@ from eqsat.app.pipeline import (
     same_program,
     search_phase,
 )
-from eqsat.app.selection import choose, family_confidence
+from eqsat.app.selection import choose
 from eqsat.cost import make, node_costs
 from eqsat.extract import extract
+from eqsat.gate import family_confidence
 from eqsat.inputs import random_inputs
 from eqsat.mcts import Env
 from eqsat.models import build

@@ -24,6 +24,7 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
+from eqsat.gate import family_confidence
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model
@@ -48,7 +49,7 @@ from .report import (
     Returned,
     VerificationReport,
 )
-from .selection import OTHER_ILP_SECONDS, Extracted, choose, family_confidence, other_cost_name
+from .selection import OTHER_ILP_SECONDS, Extracted, choose, other_cost_name
 
 Progress = Callable[[str], None]
 

@@ -10,8 +10,6 @@ widened for the number of candidates compared (Bonferroni: each at 1 - (1 - conf
 
 >>> other_cost_name("analytic"), other_cost_name("analytic-a100"), other_cost_name("cpu")
 ('analytic-a100', 'analytic', 'analytic')
->>> family_confidence(0.95, 4)
-0.9875
 """
 
 from __future__ import annotations
@@ -36,11 +34,6 @@ def other_cost_name(cost_name: str) -> str:
     if cost_name == "analytic" or cost_name == "analytic-cpu":
         return "analytic-a100"
     return "analytic"
-
-
-def family_confidence(confidence: float, comparisons: int) -> float:
-    """The confidence of each of ``comparisons`` intervals so that all hold together with ``confidence``."""
-    return 1 - (1 - confidence) / max(comparisons, 1)
 
 
 @dataclass
@@ -72,4 +65,4 @@ def choose(comparisons: Sequence[Comparison], names: Sequence[str], allow_slower
     return best, decision
 
 
-__all__ = ["OTHER_ILP_SECONDS", "SOURCES", "Extracted", "choose", "family_confidence", "other_cost_name"]
+__all__ = ["OTHER_ILP_SECONDS", "SOURCES", "Extracted", "choose", "other_cost_name"]
