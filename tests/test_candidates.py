@@ -26,7 +26,7 @@ from eqsat.app.pipeline import (
 from eqsat.app.selection import choose
 from eqsat.cost import make, node_costs
 from eqsat.extract import extract
-from eqsat.gate import family_confidence
+from eqsat.gate import Gate
 from eqsat.inputs import random_inputs
 from eqsat.mcts import Env
 from eqsat.models import build
@@ -80,7 +80,7 @@ def test_the_shipped_program_follows_the_decision_rule(cli_run):
         assert report["returned"] == "original" and report["shipped"] == "original"
     m = report["measured"]
     assert m["candidate"] in {c["name"] for c in measured}
-    assert m["confidence"] == pytest.approx(family_confidence(0.95, len(measured)))
+    assert m["confidence"] == pytest.approx(Gate().confidence(len(measured)))  # Bonferroni: candidates and looks
 
 
 def test_candidates_are_distinct_and_compute_what_the_original_does():
