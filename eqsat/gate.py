@@ -221,11 +221,14 @@ def replay(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]
     return min(n, look_schedule(n, gate)[-1]), verdicts
 
 
-def rounds_for_power(spread: float, gain: float, power: float, gate: Gate, candidates: int = 1) -> int:
+def rounds_for_power(spread: float, gain: float, power: float, gate: Gate, candidates: int = 1,
+                     units: int | None = None) -> int:
     """Rounds whose paired log ratios spread ``spread`` (standard deviation) resolve a program ``gain`` times
     faster (e.g. 1.02) with probability ``power`` at the last look (normal approximation, trimming's efficiency
-    included)."""
-    z = NormalDist().inv_cdf(1 - gate.one_sided(candidates)) + NormalDist().inv_cdf(power)
+    included; ``units``: the session pairs the standard error counts, whose few degrees of freedom cost rounds)."""
+    one_sided = 1 - gate.one_sided(candidates)
+    bound = NormalDist().inv_cdf(one_sided) if units is None else t_quantile(one_sided, max(units - 1, 1))
+    z = bound + NormalDist().inv_cdf(power)
     return math.ceil((z * spread / math.log(gain)) ** 2 / TRIM_EFFICIENCY)
 
 
