@@ -81,7 +81,8 @@ def latency_ms(model: onnx.ModelProto, feeds: dict, threads: int) -> float:
     return median_ms(lambda: session.run(None, feeds), warmup=5, repeats=60)
 
 
-def two_percent_case(model: onnx.ModelProto, gain: float, threads: int, seed: int) -> tuple[onnx.ModelProto, dict]:
+def two_percent_case(model: onnx.ModelProto, gain: float, threads: int, seed: int,
+                     budget: float) -> tuple[onnx.ModelProto, dict]:
     """(the model with a side branch costing ``gain - 1`` of its time, the calibration): the branch's fixed cost
     and its cost per element are timed on probes, the elements set from them, then the ratio of the two programs is checked by timing them."""
     probe = timing_session(model, threads)
@@ -92,15 +93,16 @@ def two_percent_case(model: onnx.ModelProto, gain: float, threads: int, seed: in
     per_element = max(latency_ms(with_side_branch(model, probe), feeds, threads) - base - fixed, 1e-6) / probe
     elements = max(1, round(((gain - 1) * base - max(fixed, 0)) / per_element))
     share = max(fixed, 0) / base  # the branch's fixed part, as a share of the model's time
-    for _ in range(3):  # the check, alternated; refined twice from the ratio measured
+    ratios = []
+    for _ in range(3):  # the check: the paired, interleaved protocol; refined twice from the ratio measured
         slower = with_side_branch(model, elements)
-        ratios = [latency_ms(slower, feeds, threads) / latency_ms(model, feeds, threads) for _ in range(3)]
-        ratio = statistics.median(ratios)
+        ratio = compare(slower, model, Protocol(threads=threads, budget_s=budget, seed=seed)).speedup
+        ratios.append(ratio)
         if abs(ratio - gain) < 0.002 or ratio - 1 <= share:
             break
         elements = max(1, round(elements * max(gain - 1 - share, 1e-4) / (ratio - 1 - share)))
     return slower, {"elements": elements, "fixed_ms": fixed, "base_ms": base, "target": gain,
-                    "checked_ratio": ratio, "checked_ratios": ratios}
+                    "checked_ratio": ratio, "tried_ratios": ratios}
 
 
 def trial(original: onnx.ModelProto, candidate: onnx.ModelProto, args: argparse.Namespace, seed: int) -> dict:
@@ -125,7 +127,7 @@ def rate(rows: list[dict]) -> dict:
 
 
 def check_model(name: str, model: onnx.ModelProto, args: argparse.Namespace) -> dict:
-    slower, calibration = two_percent_case(model, args.gain, args.threads, args.seed)
+    slower, calibration = two_percent_case(model, args.gain, args.threads, args.seed, args.budget)
     aa = [trial(model, model, args, args.seed + t) for t in range(args.trials)]
     ab = [trial(slower, model, args, args.seed + t) for t in range(args.trials)]  # original: the slower one
     return {"model": name, "calibration": calibration, "aa": rate(aa), "ab": rate(ab),
