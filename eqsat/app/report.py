@@ -132,13 +132,15 @@ class Measurement:
     """the candidate this comparison measured (the one shipped, else the fastest measured)"""
     beside: dict[str, float] = field(default_factory=dict)
     """timings the runtime reports beside the comparison (torch-cuda: ``eager_original_ms``, ``eager_optimized_ms``)"""
+    looks: int = 1
+    """the shipping gate's looks at the rounds before it stopped (eqsat.gate)"""
 
     @classmethod
     def of(cls, cmp: Comparison, decision: Decision, candidate: str = "extracted",
            beside: dict[str, float] | None = None) -> Measurement:
         return cls(cmp.original_ms, cmp.optimized_ms, cmp.speedup, cmp.ci_low, cmp.ci_high, cmp.confidence,
                    cmp.rounds, cmp.repeats, cmp.seconds, dict(cmp.runtime), "ship" if decision.ship else "original",
-                   decision.reason, candidate, dict(beside or {}))
+                   decision.reason, candidate, dict(beside or {}), cmp.looks)
 
 
 @dataclass
