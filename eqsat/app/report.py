@@ -246,7 +246,7 @@ class Report:
         return {"initial_cost_us": s.initial_cost_us, "best_cost_us": s.best_cost_us, "seconds": s.seconds,
                 "simulations": s.simulations, "simulations_per_second": s.simulations_per_second,
                 "extractions": s.extractions, "extraction_seconds": s.extraction_seconds,
-                "finish_steps": s.finish_steps}
+                "prelude_steps": s.prelude_steps, "finish_steps": s.finish_steps}
 
     def dumps(self) -> str:
         """The report as JSON text (indented); refuses NaN and Infinity."""
