@@ -1,5 +1,4 @@
-"""The 13 benchmark architectures of the MCTS paper, built in code with seeded random weights, and ``bert-ln``, a
-BERT-like encoder as exporters write it (post-LN residual LayerNorms; the README's first command).
+"""The 13 benchmark architectures of the MCTS paper, built in code with seeded random weights.
 
 ``build(name)`` gives the paper's size; ``build(name, small=True)`` a reduced size for fast tests
 (fewer layers or channels, same structure).
@@ -13,7 +12,6 @@ from dataclasses import dataclass, field
 from eqsat.errors import InputError
 from eqsat.ir import Graph
 
-from .bert_ln import bert_ln
 from .cnn_taso import inceptionv3, mobilenetv2, squeezenet, vgg19
 from .nasnet import nasneta
 from .nasrnn import nasrnn
@@ -33,8 +31,6 @@ class ModelSpec:
     per-model setting; the later iterations apply only the single-pattern ones)"""
     rule_set: str = "default"
     """the rule-set variant the model's runs default to (eqsat.rules.RULE_SETS)"""
-    in_paper: bool = True
-    """one of the MCTS paper's 13 architectures (the reproduction scripts' ``all``: :data:`PAPER_MODELS`)"""
 
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
@@ -63,12 +59,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("vit-huge", vit, "ViT-H/14: 32 layers, d=1280, MLP 5120, 16 heads, 257 tokens",
               {"name": "vit-huge", "layers": 32, "hidden": 1280, "mlp": 5120, "heads": 16, "patch": 14},
               {"name": "vit-huge", "layers": 4, "hidden": 64, "mlp": 128, "heads": 4, "patch": 14, "image": 56}, 1),
-    ModelSpec("bert-ln", bert_ln, "BERT-like post-LN encoder (MiniLM-L4 size): 4 layers, [128, 384], 12 heads, "
-              "residual LayerNorms", {}, {"layers": 2, "seq": 16, "hidden": 64, "heads": 4, "ff": 128}, 1,
-              in_paper=False),
 ]}
-PAPER_MODELS = tuple(name for name, spec in MODELS.items() if spec.in_paper)
-"""the MCTS paper's 13 architectures, in order"""
 
 
 def build(name: str, small: bool = False, seed: int = 0) -> Graph:
@@ -80,4 +71,4 @@ def build(name: str, small: bool = False, seed: int = 0) -> Graph:
     return spec.fn(seed=seed, **(spec.small if small else spec.paper))
 
 
-__all__ = ["MODELS", "PAPER_MODELS", "ModelSpec", "build"]
+__all__ = ["MODELS", "ModelSpec", "build"]
