@@ -221,11 +221,11 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
-    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed,
-                        gate=Gate())
+    gate = Gate()
+    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
                                          input_shapes=config.input_shapes)
-    best, decision = choose(measured.comparisons, names, config.allow_slower)
+    best, decision = choose(measured.comparisons, names, config.allow_slower, gate)
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
               for side, i in (("original", 0), ("optimized", best + 1))}
     return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
