@@ -44,6 +44,8 @@ TRIM_EFFICIENCY = 0.94
 """the trimmed mean's efficiency against the mean on normal rounds (what trimming costs in rounds)"""
 
 State = Literal["faster", "not faster", "open"]
+Series = Sequence[float] | np.ndarray
+"""one value per round"""
 
 
 def family_confidence(confidence: float, comparisons: int) -> float:
@@ -155,7 +157,7 @@ class Interval:
     """the independent units the standard error counted (session pairs, or rounds)"""
 
 
-def trimmed_interval(log_ratios: Sequence[float], clusters: Sequence[int] | None, confidence: float,
+def trimmed_interval(log_ratios: Series, clusters: Sequence[int] | None, confidence: float,
                      min_clusters: int = Gate.min_clusters) -> Interval:
     """The trimmed-mean speedup of paired log ratios and its two-sided interval at ``confidence`` (Yuen's
     standard error, cluster-robust over ``clusters`` when there are at least ``min_clusters`` of them)."""
@@ -232,5 +234,5 @@ def rounds_for_power(spread: float, gain: float, power: float, gate: Gate, candi
     return math.ceil((z * spread / math.log(gain)) ** 2 / TRIM_EFFICIENCY)
 
 
-__all__ = ["TRIM", "TRIM_EFFICIENCY", "Gate", "Interval", "State", "assess", "family_confidence", "look_schedule", "replay",
+__all__ = ["TRIM", "TRIM_EFFICIENCY", "Gate", "Interval", "Series", "State", "assess", "family_confidence", "look_schedule", "replay",
            "rounds_for_power", "state_of", "t_cdf", "t_quantile", "trimmed_interval"]
