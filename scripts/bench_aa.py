@@ -32,7 +32,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from eqsat.gate import Gate  # noqa: E402
 from eqsat.models import build  # noqa: E402
 from eqsat.onnx import export_model  # noqa: E402
-from eqsat.timing import Protocol, compare, decide, median_ms, timing_feeds, timing_session  # noqa: E402
+from eqsat.timing import Protocol, compare, decide  # noqa: E402
 
 DEFAULT_MODELS = "squeezenet,bert"
 SIDE_OUTPUT = "aa_side_branch"
@@ -76,33 +76,31 @@ def with_side_branch(model: onnx.ModelProto, elements: int) -> onnx.ModelProto:
     return m
 
 
-def latency_ms(model: onnx.ModelProto, feeds: dict, threads: int) -> float:
-    session = timing_session(model, threads)
-    return median_ms(lambda: session.run(None, feeds), warmup=5, repeats=60)
+def paired_ratio(slower: onnx.ModelProto, model: onnx.ModelProto, threads: int, seed: int, budget: float) -> float:
+    """The speedup of ``model`` over ``slower``, measured with the paired, interleaved protocol (fixed rounds)."""
+    return compare(slower, model, Protocol(threads=threads, budget_s=budget, seed=seed)).speedup
 
 
 def two_percent_case(model: onnx.ModelProto, gain: float, threads: int, seed: int,
                      budget: float) -> tuple[onnx.ModelProto, dict]:
-    """(the model with a side branch costing ``gain - 1`` of its time, the calibration): the branch's fixed cost
-    and its cost per element are timed on probes, the elements set from them, then the ratio of the two programs is checked by timing them."""
-    probe = timing_session(model, threads)
-    feeds = timing_feeds(model, [probe, probe], seed)
-    base = latency_ms(model, feeds, threads)
-    fixed = latency_ms(with_side_branch(model, 1), feeds, threads) - base
-    probe = 1 << 16
-    per_element = max(latency_ms(with_side_branch(model, probe), feeds, threads) - base - fixed, 1e-6) / probe
-    elements = max(1, round(((gain - 1) * base - max(fixed, 0)) / per_element))
-    share = max(fixed, 0) / base  # the branch's fixed part, as a share of the model's time
-    ratios = []
-    for _ in range(3):  # the check: the paired, interleaved protocol; refined twice from the ratio measured
-        slower = with_side_branch(model, elements)
-        ratio = compare(slower, model, Protocol(threads=threads, budget_s=budget, seed=seed)).speedup
-        ratios.append(ratio)
-        if abs(ratio - gain) < 0.002 or ratio - 1 <= share:
+    """(the model with a side branch costing ``gain - 1`` of its time, the calibration). The branch's share is
+    measured where it is large enough to resolve on a busy machine (a probe of at least 10%, elements grown until
+    it is), its fixed part on a one-element branch, both with the paired protocol; the elements are scaled
+    linearly from them, then the ratio of the two programs is checked the same way."""
+    fixed = max(paired_ratio(with_side_branch(model, 1), model, threads, seed, budget) - 1, 0.0)
+    probe, ratio = 1 << 14, 1.0
+    for _ in range(6):
+        ratio = paired_ratio(with_side_branch(model, probe), model, threads, seed, budget)
+        if ratio - 1 - fixed >= 0.1:
             break
-        elements = max(1, round(elements * max(gain - 1 - share, 1e-4) / (ratio - 1 - share)))
-    return slower, {"elements": elements, "fixed_ms": fixed, "base_ms": base, "target": gain,
-                    "checked_ratio": ratio, "tried_ratios": ratios}
+        probe *= 4
+    per_element = max(ratio - 1 - fixed, 1e-6) / probe
+    elements = max(1, round(max(gain - 1 - fixed, 0.0) / per_element))
+    slower = with_side_branch(model, elements)
+    checked = paired_ratio(slower, model, threads, seed + 1, budget)
+    return slower, {"elements": elements, "fixed_share": fixed, "probe_elements": probe, "probe_ratio": ratio,
+                    "target": gain, "checked_ratio": checked,
+                    "base_ms": compare(model, model, Protocol(threads=threads, budget_s=budget / 4)).original_ms}
 
 
 def trial(original: onnx.ModelProto, candidate: onnx.ModelProto, args: argparse.Namespace, seed: int) -> dict:
