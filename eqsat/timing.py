@@ -10,6 +10,11 @@ paired ratio original / optimized, with a percentile-bootstrap confidence interv
 resamples the session pairs and the rounds within each (sessions of one program differ slightly).
 A program ships (:func:`decide`) only if it is faster with confidence: the interval's lower bound > 1.
 
+With a :class:`~eqsat.gate.Gate` in the protocol (the pipeline's measurement), the rounds are sequential instead:
+the budget plans the rounds, the gate looks at them a few times (:func:`eqsat.gate.look_schedule`) and the run
+stops at the first look where every candidate is resolved (faster, or surely not a gain); the interval is the
+gate's (trimmed mean of the paired log ratios, cluster-robust t), whose false-ship rate is designed.
+
 >>> lo = speedup_ci([2.0, 2.1, 1.9, 2.0, 2.2], [1.0, 1.05, 0.95, 1.0, 1.1])
 >>> round(lo.speedup, 3), lo.ci_low > 1.5
 (2.0, True)
@@ -29,6 +34,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .gate import Gate, assess, look_schedule
 from .inputs import index_bounds, random_inputs
 from .onnx.io import as_path, is_large
 from .verify import feed_shapes
@@ -115,6 +121,9 @@ class Protocol:
     confidence: float = 0.95
     resamples: int = 4000
     seed: int = 0
+    gate: Gate | None = None
+    """the sequential shipping rule (eqsat.gate): rounds until resolved, up to the budget, and the gate's interval;
+    None: a fixed number of rounds and the bootstrap interval at ``confidence``"""
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.confidence < 1:
@@ -178,6 +187,8 @@ class Comparison:
     runtime: dict[str, Any]
     round_original_ms: list[float] = field(repr=False, default_factory=list)
     round_optimized_ms: list[float] = field(repr=False, default_factory=list)
+    looks: int = 1
+    """the gate's looks at the rounds before it stopped (1 without a gate)"""
 
     @property
     def faster(self) -> bool:
@@ -193,7 +204,7 @@ class Comparison:
         return {"original_ms": self.original_ms, "optimized_ms": self.optimized_ms, "speedup": self.speedup,
                 "ci_low": self.ci_low, "ci_high": self.ci_high, "confidence": self.confidence,
                 "rounds": self.rounds, "repeats_per_round": self.repeats, "seconds": self.seconds,
-                "runtime": self.runtime}
+                "looks": self.looks, "runtime": self.runtime}
 
 
 @dataclass(frozen=True)
@@ -269,12 +280,22 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     per_call = max(max(statistics.median(w[skip:] or w) for w in warm), 1e-7)
     pairs = p.budget_s / (k * per_call)  # how many rounds of one call per program the budget affords
     repeats = min(max(math.ceil(p.block_s / per_call), 1), p.max_repeats, max(int(pairs // p.min_rounds), 1))
-    rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
     series: list[list[float]] = [[] for _ in inst]
-    t0 = time.perf_counter()
-    for r in range(rounds):
+
+    def run_round(r: int) -> None:
         for which in rng.permutation(k):
             series[which].append(clock(inst[which][r % len(inst[which])], repeats))
+
+    def pair(r: int, j: int) -> int:  # the session pair round r ran on, original against program j
+        return (r % len(inst[0])) * len(inst[j]) + r % len(inst[j])
+
+    t0 = time.perf_counter()
+    if p.gate is not None:
+        return _sequential(p, p.gate, int(min(max(pairs // repeats, p.min_rounds), p.gate.max_rounds)), run_round,
+                           series, pair, repeats, start, t0, runtime)
+    rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
+    for r in range(rounds):
+        run_round(r)
         if r + 1 >= p.min_rounds and time.perf_counter() - t0 > p.budget_s:
             break
     seconds = time.perf_counter() - start
@@ -282,12 +303,38 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     out = []
     for j in range(1, k):
         rb = series[j]
-        clusters = [(r % len(inst[0])) * len(inst[j]) + r % len(inst[j]) for r in range(len(ra))]
+        clusters = [pair(r, j) for r in range(len(ra))]
         est = speedup_ci(ra, rb, p.confidence, p.resamples, p.seed, clusters=clusters)
         out.append(Comparison(statistics.median(ra), statistics.median(rb), est.speedup, est.ci_low, est.ci_high,
                               p.confidence, len(ra), repeats, seconds, runtime or {"name": "python-callables"},
                               ra, rb))
     return out
+
+
+def _sequential(p: Protocol, gate: Gate, planned: int, run_round: Callable[[int], None], series: list[list[float]],
+                pair: Callable[[int, int], int], repeats: int, start: float, t0: float,
+                runtime: dict[str, Any] | None) -> list[Comparison]:
+    """The gated rounds: run up to each look of the plan, assess, stop when every candidate is resolved; a budget
+    spent before the plan's end makes the next look the last (the looks never exceed the gate's)."""
+    r = looks = 0
+    verdicts = []
+    for stop in look_schedule(planned, gate):
+        over = False
+        while r < stop and not over:
+            run_round(r)
+            r += 1
+            over = r >= p.min_rounds and time.perf_counter() - t0 > p.budget_s
+        looks += 1
+        clusters = [[pair(i, j) for i in range(r)] for j in range(1, len(series))]
+        verdicts = assess(series[0], series[1:], clusters, gate)
+        if over or all(state != "open" for _, state in verdicts):
+            break
+    seconds = time.perf_counter() - start
+    confidence = gate.confidence(len(series) - 1)
+    ra = series[0]
+    return [Comparison(statistics.median(ra), statistics.median(rb), iv.speedup, iv.ci_low, iv.ci_high, confidence,
+                       len(ra), repeats, seconds, runtime or {"name": "python-callables"}, ra, rb, looks)
+            for rb, (iv, _) in zip(series[1:], verdicts)]
 
 
 def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float) -> int:

@@ -38,8 +38,9 @@ class SearchConfig:
                                     least=1)
     seed: int = option(0, "seed of every random choice (search, verification inputs, timing order)", "--seed",
                        least=0)
-    time_limit: float = option(600.0, "seconds of search plus extraction (the search leaves a fifth of it, at most "
-                                      "--ilp-time-limit, to the final ILP)",
+    time_limit: float = option(45.0, "seconds of search plus extraction (the search leaves a fifth of it, at most "
+                                     "--ilp-time-limit, to the final ILP); the default keeps a run of a zoo model, "
+                                     "measurement included, within a minute on 2 cores",
                                "--time-limit", seconds=True)
     main_extractor: str = option("greedy-dag", "extractor that prices the states of the search", "--main-extractor",
                                  choices="extractors")
@@ -65,6 +66,10 @@ class SearchConfig:
                                      "search's own deadline)", share=True)
     max_iterations: int = option(200, "at most this many real steps (TENSAT: iterations)", least=1)
     reuse_subtree: bool = option(False, "MCTS keeps the chosen child's subtree for the next decision")
+    prelude: bool = option(True, "MCTS starts by saturating our rules (eqsat.rules.ours: canonicalizing, fusing, the "
+                                 "known-good merges, the runtime's spellings), deterministic and cheap, in at most "
+                                 "a quarter of --time-limit, so that a short time limit already returns their "
+                                 "program; the tree search then adds what only search finds", "--no-prelude")
     finish: bool = option(True, "MCTS ends with TENSAT's iterations of the single-pattern rules (no multi-pattern "
                                 "rule) until they saturate, in what is left of --time-limit (at least a tenth)",
                           "--no-finish")

@@ -68,6 +68,8 @@ class SearchReport:
     extractions: int = 0
     """main-extractor runs that priced states"""
     extraction_seconds: float = 0.0
+    prelude_steps: int = 0
+    """of ``steps``, those of MCTS's prelude (the first ones: our rules saturated before the tree search)"""
     finish_steps: int = 0
     """of ``steps``, those of MCTS's finishing phase (the last ones)"""
     states: list[PathState] = field(default_factory=list, repr=False)

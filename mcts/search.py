@@ -36,6 +36,10 @@ from .stats import ChildStats, RootStats
 
 FINISH_SHARE = 0.1
 """the share of the time limit the tree search leaves to the finishing phase (``SearchConfig.finish``)"""
+PRELUDE_SHARE = 0.25
+"""the share of the time limit the prelude may take at most (``SearchConfig.prelude``)"""
+PRELUDE_SOURCE = "ours"
+"""the prelude saturates the rules of this source (eqsat.rules.ours: fusions, cancellations, merges, spellings)"""
 
 
 @dataclass(eq=False)
@@ -300,6 +304,8 @@ class MCTS:
         forest = Forest(self, cfg.workers)
         idle = 0
         try:
+            if cfg.prelude:
+                cost = self._prelude(report, cost, forest, min(deadline, start + PRELUDE_SHARE * cfg.time_limit))
             while len(report.steps) < cfg.max_iterations:
                 if cfg.budget <= 0:
                     report.stop_reason = StopReason.BUDGET
@@ -350,6 +356,38 @@ class MCTS:
             self._finish(report, cost, end)
         report.seconds = time.perf_counter() - start
         return report
+
+    def _prelude(self, report: SearchReport, cost: float, forest: Forest, end: float) -> float:
+        """The first phase: TENSAT's iterations of our rules (:data:`PRELUDE_SOURCE`; the multi-pattern merges in the
+        first iteration only) until none changes the e-graph, the node limit or ``end``, each change a real step of every tree, priced once at the end; the
+        tree search starts from there. Deterministic: the same model and rules give the same steps. Returns the
+        cost after it."""
+        env = self.env
+        ours = [a for a in env.actions if env.engine.rules[a].source == PRELUDE_SOURCE]
+        singles = [a for a in ours if env.engine.rules[a].kind == "single"]
+        rounds = 0
+        while ours and not env.full() and time.perf_counter() < end:
+            rounds += 1
+            changed = False
+            for name in ours if rounds == 1 else singles:  # the merges once (they grow fast), as TENSAT's k_multi
+                t = time.perf_counter()
+                step = env.apply(name, tuple(self.real_path))
+                if step.changed:
+                    changed = True
+                    forest.advance(name, cost)  # priced after the phase, below
+                    report.steps.append(Step(name, 0.0, None, step.enodes, time.perf_counter() - t))
+                if time.perf_counter() >= end or env.full():
+                    break
+            if not changed:
+                break
+        report.prelude_steps = len(report.steps)
+        if not report.steps:
+            return cost
+        cost = price_iteration(env, report, cost, tuple(self.real_path), "prelude")
+        self.root.cost = cost
+        self.say(f"prelude: {report.prelude_steps} steps of our rules in {rounds} iterations -> {env.size()} "
+                 f"e-nodes, estimated {cost:.1f} us")
+        return cost
 
     def _finish(self, report: SearchReport, cost: float, end: float) -> None:
         """The finishing phase: TENSAT's iterations of the single-pattern rules until none changes the e-graph, the

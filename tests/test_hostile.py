@@ -333,6 +333,7 @@ def test_signal_mid_search_exits_130_and_keeps_outputs(tmp_path, sig):
     rep.write_bytes(PRECIOUS)
     proc = subprocess.Popen([sys.executable, "-m", "eqsat", "optimize-model", "--model", "squeezenet", "--small",
                              "--scheduler", "mcts", "--budget", "1000000", "--cost", "analytic", "--no-measure",
+                             "--no-prelude",  # with it the search saturates in a second: no time to interrupt
                              "-o", str(out), "--report", str(rep)], stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stderr:  # wait until the search is under way

@@ -24,6 +24,7 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
+from eqsat.gate import Gate
 from eqsat.ir import Graph, Node
 from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model
@@ -48,7 +49,7 @@ from .report import (
     Returned,
     VerificationReport,
 )
-from .selection import OTHER_ILP_SECONDS, Extracted, choose, family_confidence, other_cost_name
+from .selection import OTHER_ILP_SECONDS, Extracted, choose, other_cost_name
 
 Progress = Callable[[str], None]
 
@@ -213,18 +214,18 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
                   runtime: Runtime | None = None, graph: Graph | None = None,
                   names: Sequence[str] | None = None) -> tuple[Measurement, runtimes.Measured]:
     """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
-    run (eqsat.runtimes), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
+    run (eqsat.runtimes) under the sequential gate (eqsat.gate: rounds until every candidate is resolved or the
+    budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
     ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
     Returns the measurement of the candidate reported (the shipped one, else the fastest) and every comparison."""
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
-    confidence = family_confidence(Protocol.confidence, len(candidates))
-    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed,
-                        confidence=confidence)
+    gate = Gate()
+    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
                                          input_shapes=config.input_shapes)
-    best, decision = choose(measured.comparisons, names, config.allow_slower)
+    best, decision = choose(measured.comparisons, names, config.allow_slower, gate)
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
               for side, i in (("original", 0), ("optimized", best + 1))}
     return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured

@@ -132,13 +132,15 @@ class Measurement:
     """the candidate this comparison measured (the one shipped, else the fastest measured)"""
     beside: dict[str, float] = field(default_factory=dict)
     """timings the runtime reports beside the comparison (torch-cuda: ``eager_original_ms``, ``eager_optimized_ms``)"""
+    looks: int = 1
+    """the shipping gate's looks at the rounds before it stopped (eqsat.gate)"""
 
     @classmethod
     def of(cls, cmp: Comparison, decision: Decision, candidate: str = "extracted",
            beside: dict[str, float] | None = None) -> Measurement:
         return cls(cmp.original_ms, cmp.optimized_ms, cmp.speedup, cmp.ci_low, cmp.ci_high, cmp.confidence,
                    cmp.rounds, cmp.repeats, cmp.seconds, dict(cmp.runtime), "ship" if decision.ship else "original",
-                   decision.reason, candidate, dict(beside or {}))
+                   decision.reason, candidate, dict(beside or {}), cmp.looks)
 
 
 @dataclass
@@ -244,7 +246,7 @@ class Report:
         return {"initial_cost_us": s.initial_cost_us, "best_cost_us": s.best_cost_us, "seconds": s.seconds,
                 "simulations": s.simulations, "simulations_per_second": s.simulations_per_second,
                 "extractions": s.extractions, "extraction_seconds": s.extraction_seconds,
-                "finish_steps": s.finish_steps}
+                "prelude_steps": s.prelude_steps, "finish_steps": s.finish_steps}
 
     def dumps(self) -> str:
         """The report as JSON text (indented); refuses NaN and Infinity."""

@@ -5,13 +5,12 @@ The final stage extracts up to K distinct programs (:data:`SOURCES`, in order: t
 the grown e-graph, greedy-dag's, the ILP's under another cost model, the main extractor's programs of the cheapest
 states the search stood in before its last one, greedy-tree's); each is verified
 and timed end to end against the original in one interleaved run (:func:`eqsat.runtimes.compare_programs`).
-:func:`choose` ships the fastest candidate that is faster than the original with confidence, the intervals
-widened for the number of candidates compared (Bonferroni: each at 1 - (1 - confidence) / m), else the original.
+:func:`choose` ships a candidate faster than the original with confidence under the sequential gate
+(:mod:`eqsat.gate`: Bonferroni over the candidates and the looks), else the original: the first such in order,
+unless a later one is faster than it with confidence.
 
 >>> other_cost_name("analytic"), other_cost_name("analytic-a100"), other_cost_name("cpu")
 ('analytic-a100', 'analytic', 'analytic')
->>> family_confidence(0.95, 4)
-0.9875
 """
 
 from __future__ import annotations
@@ -19,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from eqsat.cost import CostModel
 from eqsat.extract import Extraction
+from eqsat.gate import Gate, trimmed_interval
 from eqsat.snapshot import Snapshot
 from eqsat.timing import Comparison, Decision, decide
 
@@ -38,11 +40,6 @@ def other_cost_name(cost_name: str) -> str:
     return "analytic"
 
 
-def family_confidence(confidence: float, comparisons: int) -> float:
-    """The confidence of each of ``comparisons`` intervals so that all hold together with ``confidence``."""
-    return 1 - (1 - confidence) / max(comparisons, 1)
-
-
 @dataclass
 class Extracted:
     """One candidate: its name, how it was produced, its extraction and the cost model that extraction's DAG cost
@@ -56,15 +53,24 @@ class Extracted:
     snapshot: Snapshot | None = None
 
 
-def choose(comparisons: Sequence[Comparison], names: Sequence[str], allow_slower: bool) -> tuple[int, Decision]:
-    """(index of the candidate to report, the decision): the fastest (median speedup) among those faster with
-    confidence ships; with none, the fastest measured is reported and the original returned (or, with
-    ``allow_slower``, that fastest one kept)."""
+def choose(comparisons: Sequence[Comparison], names: Sequence[str], allow_slower: bool,
+           gate: Gate | None = None) -> tuple[int, Decision]:
+    """(index of the candidate to report, the decision): among those faster with confidence, the fastest (median
+    speedup); with ``gate`` and the rounds at hand, the first in order instead, unless a later one is faster than
+    it with confidence over the same paired rounds (so that candidates equally fast ship the same one run to run).
+    With none faster, the fastest measured is reported and the original returned (or, with ``allow_slower``, that
+    fastest one kept)."""
     if not comparisons:
         raise ValueError("no candidate was measured")
     faster = [k for k, c in enumerate(comparisons) if c.faster]
-    pool = faster or range(len(comparisons))
-    best = max(pool, key=lambda k: comparisons[k].speedup)
+    if faster and gate is not None and all(len(comparisons[k].round_optimized_ms) >= 2 for k in faster):
+        best = faster[0]
+        for k in faster[1:]:
+            x = np.log(np.divide(comparisons[best].round_optimized_ms, comparisons[k].round_optimized_ms))
+            if trimmed_interval(x, None, gate.confidence(len(faster))).ci_low > 1:
+                best = k
+    else:
+        best = max(faster or range(len(comparisons)), key=lambda k: comparisons[k].speedup)
     decision = decide(comparisons[best], allow_slower=allow_slower)
     if len(comparisons) > 1:
         others = ", ".join(f"{n} {c.speedup:.3f}x" for k, (n, c) in enumerate(zip(names, comparisons)) if k != best)
@@ -72,4 +78,4 @@ def choose(comparisons: Sequence[Comparison], names: Sequence[str], allow_slower
     return best, decision
 
 
-__all__ = ["OTHER_ILP_SECONDS", "SOURCES", "Extracted", "choose", "family_confidence", "other_cost_name"]
+__all__ = ["OTHER_ILP_SECONDS", "SOURCES", "Extracted", "choose", "other_cost_name"]
