@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from eqsat.app.cli import entry
 
-from eqsat.app.cli import main
-
-sys.exit(main())
+entry()

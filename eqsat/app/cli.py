@@ -203,20 +203,31 @@ def _interrupt(signum, _frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, process: bool = False) -> int:
+    """Run the command line; its exit code. ``process``: this is the whole process (the ``eqsat`` script,
+    ``python -m eqsat``), so once interrupted it ignores any further SIGINT or SIGTERM on its way out (a second
+    or late-delivered one would otherwise kill it with the signal instead of exit code 130); in-process callers
+    (tests) get their handlers back."""
     parser = build_parser()
     args = parser.parse_args(argv)
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None  # SIGTERM ends like Ctrl-C
+    rc = 1
     try:
         with tolerant_stderr():  # a full or closed stderr must not stop the run
-            return _run(args)
+            rc = _run(args, quiet_after_interrupt=process and in_main)
+            return rc
     finally:
-        if in_main:
+        if in_main and not (process and rc == 130):
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def _run(args: argparse.Namespace) -> int:
+def entry() -> None:
+    """The ``eqsat`` console script and ``python -m eqsat``."""
+    sys.exit(main(process=True))
+
+
+def _run(args: argparse.Namespace, quiet_after_interrupt: bool = False) -> int:
     """Run the command; its exit code (errors as one ``eqsat: error:`` line)."""
     try:
         return int(args.fn(args) or 0)
@@ -224,6 +235,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"eqsat: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        if quiet_after_interrupt:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
         print("eqsat: interrupted; no output was written or changed", file=sys.stderr)
         return 130
     except BrokenPipeError:  # stdout closed early (eqsat info ... | head): stop quietly, as other tools do
@@ -232,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
 
 
-__all__ = ["add_config_arguments", "build_parser", "config_from_args", "main"]
+__all__ = ["add_config_arguments", "build_parser", "config_from_args", "entry", "main"]
