@@ -77,7 +77,9 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from eqsat.onnx.kernels import UpgradeError, pending, upgrade
 from eqsat.ops import OPS
+from eqsat.ops.base import UPGRADE_DOMAIN
 from eqsat.timing import median_ms, session_options
 
 from .analytic import AnalyticCost
@@ -237,6 +239,7 @@ class _Builder:
     """The emitter the operator table's ONNX writers write one small model through."""
 
     opset = OPSET
+    upgrade = True
 
     def __init__(self, rng: np.random.Generator):
         self.rng = rng
@@ -282,9 +285,12 @@ class _Builder:
         graph = helper.make_graph(self.nodes, key.op, self.inputs,
                                   [helper.make_tensor_value_info(o, elem, list(key.out_shape)) for o in outputs],
                                   initializer=self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="eqsat-cost")
+        opsets = [helper.make_opsetid("", OPSET)]
+        if any(n.domain == UPGRADE_DOMAIN for n in self.nodes):  # a kernel of a newer opset: timed upgraded
+            opsets.append(helper.make_opsetid(UPGRADE_DOMAIN, 1))
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="eqsat-cost")
         model.ir_version = min(model.ir_version, 10)
-        return model
+        return upgrade(model) if pending(model) else model
 
 
 def op_model(key: OpKey, producer: tuple[OpKey, int] | None = None,
@@ -303,7 +309,10 @@ def op_model(key: OpKey, producer: tuple[OpKey, int] | None = None,
     for _ in range(copies):
         given = {producer[1]: b.op(producer[0])} if producer is not None else None
         outputs.append(b.op(key, given))
-    return b.model(outputs, key), b.feeds
+    try:
+        return b.model(outputs, key), b.feeds
+    except UpgradeError:  # a kernel of a newer opset that cannot be written here: estimated
+        return None
 
 
 def activation_bytes(model: onnx.ModelProto, feeds: Feeds) -> int:

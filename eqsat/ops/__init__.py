@@ -83,7 +83,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     composite.GELU, composite.LAYERNORM, composite.SOFTMAX, composite.SILU, composite.RMSNORM, composite.LINEAR,
     composite.SCALE, attention.ATTENTION,
     opaque.OPAQUE, leaf.NOOP,
-    elementwise.EWSUM, composite.ADDNORM,
+    elementwise.EWSUM, composite.ADDNORM, attention.SDPA,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""
 
