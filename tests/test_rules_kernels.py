@@ -1,0 +1,188 @@
+"""The rule family ``kernels`` (rules/ours/kernels.py): ``attention_kernel`` relates the decomposed attention core
+to opset 23's ``Attention``, written into older models through an opset upgrade (eqsat/onnx/kernels.py).
+Oracles: onnxruntime's outputs on the original (decomposed, opset 17) model, onnxruntime's own optimized graph
+(which kernel it runs), numpy, and the rule verifier's random instances."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from rule_cases import choose
+
+from eqsat import ir
+from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.cost.base import OpKey
+from eqsat.cost.ort import op_model, runtime_nodes
+from eqsat.egglog.egraph import EGraph
+from eqsat.onnx import export, kernels, session
+from eqsat.onnx.export import export_model
+from eqsat.onnx.importer import import_model
+from eqsat.ops.composite import float_bits
+from eqsat.rules import KERNEL_RULES, RuleEngine, by_name, rule_set
+from eqsat.rules.verify import check_rule
+
+RULE = "attention_kernel"
+SCALE = 0.125
+
+
+def _attention_model(rank: int = 4, mask: tuple[int, ...] | None = None, mask_weight: bool = False,
+                     opset: int = 17, batch: int = 2) -> onnx.ModelProto:
+    """softmax(q @ Transpose(k) / 8 [+ mask]) @ v as torch's exporters write it, q, k, v [B, (H,) S, D]."""
+    lead = [batch, 3][: rank - 2]
+    shape = [*lead, 6, 8]
+    perm = [*range(rank - 2), rank - 1, rank - 2]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"]
+    inits = [numpy_helper.from_array(np.array(8.0, np.float32), "c")]
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=perm), helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Div", ["s", "c"], ["sc"])]
+    scores = "sc"
+    if mask is not None:
+        if mask_weight:  # a causal mask, as the exporters fold it
+            causal = np.triu(np.full((6, 6), -1e4, np.float32), 1).reshape(mask)
+            inits.append(numpy_helper.from_array(causal, "m"))
+        else:
+            inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, list(mask)))
+        nodes.append(helper.make_node("Add", ["sc", "m"], ["sm"]))
+        scores = "sm"
+    nodes += [helper.make_node("Softmax", [scores], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "attention", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                         shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    return {n: rng.standard_normal(s).astype(np.float32) for n, s in dims.items()}
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return session(model).run(None, feeds)[0]
+
+
+def _kernel_program(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model imported, its attention e-class written as the rule's right-hand side (sdpa), exported."""
+    graph = import_model(model)
+    eg = EGraph.from_graph(graph)
+    assert RuleEngine(eg, [by_name()[RULE]]).apply(RULE).changed
+    return export_model(choose(eg, graph, "sdpa"))
+
+
+CASES = {"4d": (4, None, False), "4d-padding-mask": (4, (2, 1, 1, 6), False), "4d-full-mask": (4, (2, 3, 6, 6), False),
+         "4d-causal-weight": (4, (1, 1, 6, 6), True), "3d": (3, None, False), "3d-mask": (3, (2, 6, 6), False),
+         "3d-row-mask": (3, (1, 1, 6), False)}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_kernel_is_what_onnxruntime_runs_and_computes_the_same(case):
+    """An opset-17 model's attention written as the kernel: the model is upgraded to opset 23, onnxruntime runs
+    one Attention where it ran FusedMatMul + Softmax + MatMul, with the original's outputs."""
+    rank, mask, weight = CASES[case]
+    original = _attention_model(rank, mask, weight)
+    assert "Attention" not in runtime_nodes(original)
+    program = _kernel_program(original)
+    assert {o.domain: o.version for o in program.opset_import}[""] == 23
+    ran = runtime_nodes(program)
+    assert ran.count("Attention") == 1 and "Softmax" not in ran and "FusedMatMul" not in ran, ran
+    for seed in (0, 1):
+        feeds = _feeds(original, seed)
+        np.testing.assert_allclose(_run(program, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_of_opset_23_takes_the_kernel_as_is():
+    original = _attention_model(4, (2, 1, 1, 6), opset=23)
+    program = _kernel_program(original)
+    assert [o.version for o in program.opset_import if o.domain == ""] == [23]
+    assert "Attention" in [n.op_type for n in program.graph.node]
+    feeds = _feeds(original)
+    np.testing.assert_allclose(_run(program, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_where_the_upgrade_fails_the_kernel_is_written_decomposed(monkeypatch):
+    def refuse(model):
+        raise kernels.UpgradeError("no adapter")
+    monkeypatch.setattr(export, "upgrade", refuse)
+    original = _attention_model(4, (2, 1, 1, 6))
+    program = _kernel_program(original)
+    assert [o.version for o in program.opset_import if o.domain == ""] == [17]
+    assert not kernels.pending(program) and "Attention" not in [n.op_type for n in program.graph.node]
+    feeds = _feeds(original)
+    np.testing.assert_allclose(_run(program, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_the_rule_fires_on_attention_only():
+    graph = import_model(_attention_model(4, (2, 1, 1, 6)))
+    assert graph.op_counts()["attention"] == 1
+    eg = EGraph.from_graph(graph)
+    assert RuleEngine(eg, [by_name()[RULE]]).apply(RULE).changed
+    snap = eg.snapshot()
+    (root,) = snap.roots
+    assert {snap.nodes[n].op for n in snap.classes[root]} == {"attention", "sdpa"}
+    q, kt, v = (ir.input_(n, s) for n, s in (("q", (2, 6, 8)), ("kt", (2, 8, 6)), ("v", (2, 6, 8))))
+    parts = ir.make("matmul", [ir.make("softmax", [ir.make("matmul", [q, kt], (0,))], (2,)), v], (0,))
+    apart = EGraph.from_graph(ir.Graph((q, kt, v), (parts,), ("y",)))
+    assert not RuleEngine(apart, [by_name()[RULE]]).apply(RULE).changed
+
+
+def test_the_ort_cost_times_the_kernel_as_the_runtime_runs_it():
+    bits = float_bits(SCALE)
+    shapes = ((1, 6, 128, 64), (1, 6, 64, 128), (1, 6, 128, 64), (1, 1, 1, 128))
+    kernel = op_model(OpKey("sdpa", (bits,), shapes, (1, 6, 128, 64)))
+    core = op_model(OpKey("attention", (bits,), shapes, (1, 6, 128, 64)))
+    assert kernel is not None and core is not None
+    assert "Attention" in runtime_nodes(kernel[0]) and "Attention" not in runtime_nodes(core[0])
+    np.testing.assert_allclose(_run(kernel[0], kernel[1]), _run(core[0], core[1]), rtol=1e-4, atol=1e-5)
+
+
+def test_portable_leaves_the_kernel_rules_out():
+    names = {r.name for r in rule_set("default", portable=True)}
+    assert KERNEL_RULES == {RULE} and not names & KERNEL_RULES
+    assert kernels.runtime_runs_kernels()  # onnxruntime 1.32 runs opset 23's Attention on the CPU
+    assert KERNEL_RULES <= {r.name for r in rule_set("default")}
+
+
+@pytest.mark.parametrize("portable", [False, True])
+def test_a_portable_run_keeps_the_models_opset_and_operators(portable, monkeypatch):
+    """Under a cost that prices the kernel at a tenth of the decomposition, a default run ships it (upgraded to
+    opset 23, verified); a portable run keeps opset 17 and the decomposed attention."""
+    from eqsat.cost.analytic import AnalyticCost
+    priced = AnalyticCost.op_cost
+    monkeypatch.setattr(AnalyticCost, "op_cost", lambda self, key: priced(self, key) * (0.1 if key.op == "sdpa" else 1))
+    original = _attention_model(4, (2, 1, 1, 6))
+    config = OptimizeConfig.of(scheduler="tensat", cost="analytic", measure=False, portable=portable)
+    result = optimize(original, config)
+    assert result.report.to_json()["verified"]
+    out = result.optimized
+    assert [o.version for o in out.opset_import if o.domain == ""] == [17 if portable else 23]
+    assert ("Attention" in [n.op_type for n in out.graph.node]) is not portable
+    feeds = _feeds(original)
+    np.testing.assert_allclose(_run(out, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_the_sdpa_shape_and_values_are_attentions():
+    rng = np.random.default_rng(3)
+    q, kt, v = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 4, 7)), rng.standard_normal((2, 7, 3))
+    mask = rng.standard_normal((1, 5, 7))
+    leaves = [ir.input_(n, a.shape) for n, a in zip(("q", "kt", "v", "m"), (q, kt, v, mask))]
+    node = ir.make("sdpa", leaves, (float_bits(0.5),))
+    assert node.shape == (2, 5, 3)
+    s = q @ kt * 0.5 + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    expected = (p / p.sum(-1, keepdims=True)) @ v
+    graph = ir.Graph(tuple(leaves), (node,), ("y",))
+    model = export_model(dataclasses.replace(graph))
+    feeds = {n: a.astype(np.float32) for n, a in zip(("q", "kt", "v", "m"), (q, kt, v, mask))}
+    np.testing.assert_allclose(_run(model, feeds), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_verifier_passes_the_rule():
+    check = check_rule(by_name()[RULE], seed=2)
+    assert check.passed and not check.thin and check.fired == check.instances, check.detail
+    ranks = {s.split("]")[0].count(",") + 1 for s in check.shapes}
+    assert ranks == {3, 4}, check.shapes
