@@ -95,6 +95,20 @@ def test_the_kernel_is_what_onnxruntime_runs_and_computes_the_same(case):
         np.testing.assert_allclose(_run(program, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
 
 
+def test_a_fully_masked_row_computes_as_the_decomposition_does():
+    """transformers' padding masks hold float32's lowest value, for which onnxruntime's kernel writes a fully
+    masked query row as zeros; the decomposition averages v there. The kernel is written so that both agree."""
+    original = _attention_model(4, (2, 1, 6, 6))
+    program = _kernel_program(original)
+    feeds = _feeds(original)
+    lowest = np.finfo(np.float32).min
+    feeds["m"] = np.where(np.random.default_rng(5).random((2, 1, 6, 6)) < 0.5, lowest, 0).astype(np.float32)
+    feeds["m"][:, :, 2, :] = lowest  # query row 2 sees no key
+    expected = _run(original, feeds)
+    assert np.abs(expected[:, :, 2]).max() > 0.01  # the decomposition's average, not zeros
+    np.testing.assert_allclose(_run(program, feeds), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_a_model_of_opset_23_takes_the_kernel_as_is():
     original = _attention_model(4, (2, 1, 1, 6), opset=23)
     program = _kernel_program(original)

@@ -18,7 +18,9 @@ function is ``torch.nn.functional.scaled_dot_product_attention``.
 ``sdpa``: the same operands, attributes and values as ``attention``, written as one runtime kernel: opset 23's
 ``Attention`` (``Attention(q, Transpose(kt), v[, mask], scale)``; a rank-3 operand as one head,
 ``q_num_heads = kv_num_heads = 1``; a mask whose last two dimensions are not the scores' is expanded to them,
-since onnxruntime's CPU kernel wants the mask's query dimension whole, and a rank-3 one gets a heads axis).
+since onnxruntime's CPU kernel wants the mask's query dimension whole, a rank-3 one gets a heads axis, and its
+values are raised to one ulp above float32's lowest, the value for which the kernel writes a fully masked row
+as zeros where the decomposition averages v: so the two agree on every mask without -inf).
 Where the model's opset is older than 23 the writer upgrades the model (:mod:`eqsat.onnx.kernels`); where it
 may not (``Emitter.upgrade`` False) the kernel is written as ``attention``'s decomposition. Only the rule
 ``attention_kernel`` makes one (rules/ours/kernels.py), and only a measured cost prefers it: the analytic
@@ -145,7 +147,11 @@ def _sdpa_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
         if rank == 3:  # (B, S, Sk) -> (B, 1, S, Sk): the kernel broadcasts the mask over (B, heads, S, Sk)
             mask = em.emit("Reshape", [mask, em.const(np.array((mask_shape[0], 1, *scores), dtype=np.int64),
                                                       "shape")], "sdpa")
-        operands.append(mask)
+        # onnxruntime's kernel writes zeros for a query row whose mask is the float's lowest value throughout,
+        # where the decomposition averages v uniformly (transformers' padding masks hold that value): one ulp
+        # above it, every mask without -inf gives the decomposition's values
+        floor = np.nextafter(np.finfo(np.float32).min, np.float32(0))
+        operands.append(em.emit("Max", [mask, em.const(np.array(floor, dtype=np.float32), "floor")], "sdpa"))
     heads = {"q_num_heads": 1, "kv_num_heads": 1} if rank == 3 else {}
     return emit_newer(em, "Attention", operands, "sdpa", scale=float_value(attrs[0]), **heads)
 
