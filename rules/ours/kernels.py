@@ -9,6 +9,9 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
   (MatMul, scale, mask Add, Softmax, MatMul, which onnxruntime runs as FusedMatMul + Softmax + MatMul) as opset
   23's ``Attention``. ``attention_split`` relates ``attention`` to its parts, so the kernel is reached from any
   spelling that rule recombines.
+* ``rotary_kernel``: rotary(x, cos, sin) -> rope(x, cos, sin) where cos and sin are [1 or B, 1, S, D] (one angle
+  per position, shared by the heads): the rotary embedding LLaMA and Qwen exports decompose (which onnxruntime
+  never fuses) as opset 23's ``RotaryEmbedding``.
 """
 
 from __future__ import annotations
@@ -37,9 +40,23 @@ def _attention_instance(rng):
     return [ir.make("attention", operands, (scale,)), parts]
 
 
+def _rotary_instance(rng):
+    """A ``rotary`` of rank 4 whose cos and sin are shared by the heads (dimension 1 of 1), or, as near misses,
+    one of rank 3 or with cos and sin per head."""
+    rank = 3 if rng.random() < 0.2 else 4
+    x_shape = tuple(dim(rng, 1, 3) for _ in range(rank - 2)) + (dim(rng, 1, 5), 2 * dim(rng, 1, 4))
+    table = tuple(1 if k == 1 and rank == 4 and rng.random() < 0.8 else d if rng.random() < 0.7 else 1
+                  for k, d in enumerate(x_shape[:-1])) + (x_shape[-1],)
+    x = ir.input_("x", x_shape)
+    return [ir.make("rotary", [x, ir.input_("cos", table), ir.input_("sin", table)])]
+
+
 rules = [
     Rule("attention_kernel", "single", "ours", "attention(q, kt, v[, mask]) -> sdpa(q, kt, v[, mask])",
          (("(= root (Attention c q kt v))", "(Pend root (Sdpa c q kt v))"),
           ("(= root (AttentionMasked c q kt v mk))", "(Pend root (SdpaMasked c q kt v mk))")),
          example=_attention_instance),
+    Rule("rotary_kernel", "single", "ours", "rotary(x, cos, sin) -> rope(x, cos, sin), cos and sin [1 or B, 1, S, D]",
+         (("(= root (Rotary x cos sin)) (= (S4 c0 1 s d) (shape cos))", "(Pend root (Rope x cos sin))"),),
+         example=_rotary_instance),
 ]
