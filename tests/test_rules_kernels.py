@@ -158,7 +158,7 @@ def test_the_ort_cost_times_the_kernel_as_the_runtime_runs_it():
 
 def test_portable_leaves_the_kernel_rules_out():
     names = {r.name for r in rule_set("default", portable=True)}
-    assert KERNEL_RULES == {RULE} and not names & KERNEL_RULES
+    assert KERNEL_RULES == {RULE, "rotary_kernel"} and not names & KERNEL_RULES
     assert kernels.runtime_runs_kernels()  # onnxruntime 1.32 runs opset 23's Attention on the CPU
     assert KERNEL_RULES <= {r.name for r in rule_set("default")}
 
@@ -205,22 +205,122 @@ def test_the_verifier_passes_the_rule():
 
 
 @pytest.mark.parametrize("name, exporter, opset", [("bert", "torchscript", 17), ("gpt2", "torchscript", 17),
-                                                   ("llama", "torchscript", 17), ("vit", "dynamo", 18)])
+                                                   ("llama", "torchscript", 17), ("llama", "dynamo", 18),
+                                                   ("vit", "dynamo", 18)])
 def test_every_attention_of_a_real_export_as_the_kernel(name, exporter, opset):
     """Each attention of a torch export (BERT's padding mask, GPT-2's causal and padding mask, LLaMA's causal
-    mask over grouped KV heads repeated, ViT without a mask) written as the kernel: the model upgraded to opset
-    23, onnxruntime runs one Attention per attention, and eqsat's verification (random inputs, masks of 0/1)
-    finds the original's outputs."""
+    mask over grouped KV heads repeated, ViT without a mask) and each rotary embedding (LLaMA's on q and k)
+    written as the kernel: the model upgraded to opset 23, onnxruntime runs one Attention per attention and one
+    RotaryEmbedding per rotary, and eqsat's verification (random inputs, masks of 0/1) finds the original's
+    outputs."""
     import zoo
 
     original = zoo.build(name, exporter, opset)
     graph = import_model(original)
     eg = EGraph.from_graph(graph)
-    assert RuleEngine(eg, [by_name()[RULE]]).apply(RULE).changed
+    engine = RuleEngine(eg, [by_name()[r] for r in sorted(KERNEL_RULES)])
+    assert engine.apply(RULE).changed
+    assert engine.apply("rotary_kernel").changed == (name == "llama")
     snap = eg.snapshot().restrict()
-    choice = {c: ([n for n in nodes if snap.nodes[n].op == "sdpa"] or nodes)[0] for c, nodes in enumerate(snap.classes)}
+    choice = {c: ([n for n in nodes if snap.nodes[n].op in ("sdpa", "rope")] or nodes)[0]
+              for c, nodes in enumerate(snap.classes)}
     program = export_model(build_program(snap, choice, graph))
     assert [o.version for o in program.opset_import if o.domain == ""] == [23]
-    assert runtime_nodes(program).count("Attention") == graph.op_counts()["attention"] > 0
+    ran = runtime_nodes(program)
+    assert ran.count("Attention") == graph.op_counts()["attention"] > 0
+    assert ran.count("RotaryEmbedding") == graph.op_counts()["rotary"] == (2 if name == "llama" else 0)
     check = verify(original, program, seed=0, draws=3)
     assert check.passed, check.detail
+
+
+# -- rotary_kernel ------------------------------------------------------------------------------------------------------
+ROTARY = "rotary_kernel"
+
+
+def _rotary_model(table_shape: tuple[int, ...] = (1, 1, 6, 8), repeated: bool = True, folded: bool = False,
+                  x_shape: tuple[int, ...] = (2, 3, 6, 8)) -> onnx.ModelProto:
+    """y = x * cos + rotate_half(x) * sin as LLaMA's exports write it (opset 17), cos and sin initializers whose
+    halves repeat (as rotary caches do; or not), or (``folded``) computed by an Unsqueeze of [S, D] tables, as
+    TorchScript's exports leave them before folding."""
+    rng = np.random.default_rng(1)
+    d, h = table_shape[-1], table_shape[-1] // 2
+    half = rng.standard_normal((2, *table_shape[:-1], h)).astype(np.float32)
+    tables = np.concatenate([half, half if repeated else half[:, ..., ::-1] + 1], axis=-1)
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("zero", [0]), ("h", [h]), ("big", [2 ** 62]), ("last", [-1]), ("one", [1]), ("heads", [1]))]
+    nodes = []
+    names = ["cos", "sin"]
+    for k, n in enumerate(names):
+        if folded:
+            inits.append(numpy_helper.from_array(tables[k].reshape(table_shape[2:]), f"{n}_table"))
+            nodes.append(helper.make_node("Unsqueeze", [f"{n}_table", "zero"], [f"{n}_1"]))
+            nodes.append(helper.make_node("Unsqueeze", [f"{n}_1", "heads"], [n]))
+        else:
+            inits.append(numpy_helper.from_array(tables[k], n))
+    nodes += [helper.make_node("Slice", ["x", "zero", "h", "last", "one"], ["x1"]),
+              helper.make_node("Slice", ["x", "h", "big", "last", "one"], ["x2"]),
+              helper.make_node("Neg", ["x2"], ["nx2"]), helper.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+              helper.make_node("Mul", ["x", "cos"], ["a"]), helper.make_node("Mul", ["rot", "sin"], ["b"]),
+              helper.make_node("Add", ["a", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "rotary", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x_shape))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    assert d == x_shape[-1]
+    return model
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_the_rotary_decomposition_imports_as_rotary_and_round_trips(folded):
+    original = _rotary_model(folded=folded)
+    assert import_model(original).op_counts()["rotary"] == 1
+    out = optimize(original, OptimizeConfig.of(scheduler="none", cost="analytic", measure=False)).optimized
+    feeds = _feeds(original)
+    np.testing.assert_allclose(_run(out, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_tables_whose_halves_differ_are_no_rotary_caches():
+    for folded in (False, True):
+        original = _rotary_model(repeated=False, folded=folded)
+        counts = import_model(original).op_counts()
+        assert counts["rotary"] == 0 and counts["ewadd"] == 1, counts
+        out = optimize(original, OptimizeConfig.of(scheduler="none", cost="analytic", measure=False)).optimized
+        feeds = _feeds(original)
+        np.testing.assert_allclose(_run(out, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("table", [(1, 1, 6, 8), (2, 1, 6, 8), (1, 1, 1, 8)])
+def test_the_rotary_kernel_is_what_onnxruntime_runs_and_computes_the_same(table):
+    original = _rotary_model(table)
+    graph = import_model(original)
+    eg = EGraph.from_graph(graph)
+    assert RuleEngine(eg, [by_name()[ROTARY]]).apply(ROTARY).changed
+    program = export_model(choose(eg, graph, "rope"))
+    assert [o.version for o in program.opset_import if o.domain == ""] == [23]
+    assert runtime_nodes(program) == ["RotaryEmbedding"]  # the caches' slices fold
+    assert runtime_nodes(original).count("Mul") == 2  # the decomposition, which onnxruntime does not fuse
+    for seed in (0, 1):
+        feeds = _feeds(original, seed)
+        np.testing.assert_allclose(_run(program, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_the_rotary_rule_fires_on_tables_shared_by_the_heads_only():
+    per_head = import_model(_rotary_model((1, 3, 6, 8)))
+    assert per_head.op_counts()["rotary"] == 1
+    assert not RuleEngine(EGraph.from_graph(per_head), [by_name()[ROTARY]]).apply(ROTARY).changed
+    rank3 = import_model(_rotary_model((1, 6, 8), x_shape=(3, 6, 8)))
+    assert rank3.op_counts()["rotary"] == 1
+    assert not RuleEngine(EGraph.from_graph(rank3), [by_name()[ROTARY]]).apply(ROTARY).changed
+
+
+def test_the_ort_cost_times_the_rotary_kernel_as_the_runtime_runs_it():
+    x, table = (1, 6, 128, 64), (1, 1, 128, 64)
+    kernel, parts = (op_model(OpKey(op, (), (x, table, table), x)) for op in ("rope", "rotary"))
+    assert kernel is not None and parts is not None
+    assert runtime_nodes(kernel[0]) == ["RotaryEmbedding"] and "RotaryEmbedding" not in runtime_nodes(parts[0])
+
+
+def test_the_verifier_passes_the_rotary_rule():
+    check = check_rule(by_name()[ROTARY], seed=2)
+    assert check.passed and not check.thin, check.detail
+    assert 0 < check.fired < check.instances  # the near misses (rank 3, tables per head) do not fire

@@ -56,24 +56,40 @@ def upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-@lru_cache(maxsize=1)
-def runtime_runs_kernels() -> bool:
-    """Whether this onnxruntime's CPU provider runs opset 23's ``Attention`` (a masked 4-D one, checked against
-    numpy), the kernel the rules of :mod:`eqsat.rules.ours.kernels` write."""
-    shape, mask_shape = [1, 2, 4, 8], [1, 1, 4, 4]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "qkv"]
-    inputs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, mask_shape))
-    graph = helper.make_graph([helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], scale=0.5)], "probe",
-                              inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+def _runs(node: onnx.NodeProto, shapes: dict[str, list[int]], out: list[int], expected) -> bool:
+    """Whether onnxruntime runs the one-node model of ``node`` (opset 23) and gives ``expected(feeds)``."""
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    graph = helper.make_graph([node], "probe", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", UPGRADE_OPSET)])
     model.ir_version = min(model.ir_version, 10)
     rng = np.random.default_rng(0)
-    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in "qkv"}
-    feeds["m"] = rng.standard_normal(mask_shape).astype(np.float32)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
     try:
         (y,) = session(model).run(None, feeds)
     except Exception:  # an onnxruntime without the kernel fails to load or to run it
         return False
-    s = feeds["q"].astype(np.float64) @ feeds["k"].transpose(0, 1, 3, 2) * 0.5 + feeds["m"]
+    return bool(np.allclose(y, expected({k: v.astype(np.float64) for k, v in feeds.items()}), atol=1e-4))
+
+
+def _attention(f: dict[str, np.ndarray]) -> np.ndarray:
+    s = f["q"] @ f["k"].transpose(0, 1, 3, 2) * 0.5 + f["m"]
     z = np.exp(s - s.max(axis=-1, keepdims=True))
-    return bool(np.allclose(y, (z / z.sum(axis=-1, keepdims=True)) @ feeds["v"], atol=1e-4))
+    return (z / z.sum(axis=-1, keepdims=True)) @ f["v"]
+
+
+def _rotary(f: dict[str, np.ndarray]) -> np.ndarray:
+    x, h = f["x"], f["x"].shape[-1] // 2
+    c, s = (np.concatenate([f[t], f[t]], axis=-1)[:, None] for t in ("c", "s"))
+    return x * c + np.concatenate([-x[..., h:], x[..., :h]], axis=-1) * s
+
+
+@lru_cache(maxsize=1)
+def runtime_runs_kernels() -> bool:
+    """Whether this onnxruntime's CPU provider runs the kernels the rules of :mod:`eqsat.rules.ours.kernels` write,
+    opset 23's ``Attention`` (masked, 4-D) and ``RotaryEmbedding`` (4-D, caches without position ids), each
+    checked against numpy."""
+    shape = [1, 2, 4, 8]
+    attention = helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], scale=0.5)
+    rotary = helper.make_node("RotaryEmbedding", ["x", "c", "s"], ["y"])
+    return _runs(attention, {"q": shape, "k": shape, "v": shape, "m": [1, 1, 4, 4]}, shape, _attention) \
+        and _runs(rotary, {"x": shape, "c": [1, 4, 4], "s": [1, 4, 4]}, shape, _rotary)
