@@ -49,7 +49,8 @@ class SearchConfig:
                                       "model's default comes from eqsat.models.MODELS)", "--rule-set",
                            choices="rule_sets")
     portable: bool = option(False, "keep to the standard operators of the model's own opset: no rule that writes a "
-                                   "runtime kernel of a newer opset (opset 23's Attention; eqsat.rules.KERNEL_RULES)",
+                                   "runtime kernel of a newer opset (opset 23's Attention and RotaryEmbedding; "
+                                   "eqsat.rules.KERNEL_RULES)",
                             "--portable")
     gamma: float = option(0.99, "MCTS discount of rewards per step")
     exploration: float = option(2.0, "UCB1 constant c in Q/n + c sqrt(2 ln N / n)")

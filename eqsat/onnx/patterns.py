@@ -1,5 +1,5 @@
 """Composite operators in ONNX graphs: the decompositions torch exports (TorchScript and dynamo exporters,
-opsets 13-20) of GELU, LayerNorm, Softmax, SiLU, RMSNorm, attention and MatMul with a bias, found so that the
+opsets 13-20) of GELU, LayerNorm, Softmax, SiLU, RMSNorm, attention, rotary embeddings and MatMul with a bias, found so that the
 importer makes each one IR node (:mod:`eqsat.ops.composite`, :mod:`eqsat.ops.attention`) instead of a chain of
 opaque and element-wise nodes. The matchers live beside their operators (the ``PATTERNS`` of those family modules,
 joined in :data:`eqsat.ops.PATTERNS`, over a :class:`~eqsat.ops.matching.View` of the graph); this module runs them
@@ -24,6 +24,8 @@ constants, from initializers or Constant nodes):
   (``-1``, or its positive index as some exporters and older opsets write it), optional ``Cast`` s to float,
   ``MatMul`` by ``v``.
 * ``linear``: ``MatMul(x, W) + b`` with constant ``W`` [k, n] and ``b`` [n] (the importer makes a ``Gemm`` one too).
+* ``rotary``: ``x * cos + Concat(Neg(Slice(x, h:)), Slice(x, :h), axis=-1) * sin`` (:mod:`eqsat.ops.rotary`), cos
+  and sin constants whose halves repeat (checked by the importer once folded where torch computes them).
 
 The graph carries no shapes the matchers could rely on, so a Softmax axis that only the operand's rank can tell
 to be the last (a positive index; any axis before opset 13) is recorded in :attr:`Match.last_axis` and checked
