@@ -163,6 +163,15 @@ def test_portable_leaves_the_kernel_rules_out():
     assert KERNEL_RULES <= {r.name for r in rule_set("default")}
 
 
+def test_the_portable_flag_reaches_the_search_config():
+    from eqsat.app.cli import build_parser, config_from_args
+
+    def parsed(*flags: str) -> bool:
+        args = build_parser().parse_args(["optimize-model", "--model", "bert", "-o", "o.onnx", *flags])
+        return config_from_args(args).search.portable
+    assert parsed("--portable") and not parsed()
+
+
 @pytest.mark.parametrize("portable", [False, True])
 def test_a_portable_run_keeps_the_models_opset_and_operators(portable, monkeypatch):
     """Under a cost that prices the kernel at a tenth of the decomposition, a default run ships it (upgraded to
