@@ -215,10 +215,13 @@ def test_the_verifier_passes_the_rule():
 
 @pytest.mark.parametrize("name, exporter, opset", [("bert", "torchscript", 17), ("gpt2", "torchscript", 17),
                                                    ("llama", "torchscript", 17), ("llama", "dynamo", 18),
-                                                   ("vit", "dynamo", 18)])
+                                                   ("vit", "dynamo", 18), ("qwen2", "torchscript", 17),
+                                                   ("qwen2", "dynamo", 18), ("bert_s128", "torchscript", 17),
+                                                   ("llama_s128", "torchscript", 17)])
 def test_every_attention_of_a_real_export_as_the_kernel(name, exporter, opset):
     """Each attention of a torch export (BERT's padding mask, GPT-2's causal and padding mask, LLaMA's causal
-    mask over grouped KV heads repeated, ViT without a mask) and each rotary embedding (LLaMA's on q and k)
+    mask over grouped KV heads repeated, ViT without a mask; Qwen2; sequence 128) and each rotary embedding
+    (LLaMA's and Qwen2's on q and k)
     written as the kernel: the model upgraded to opset 23, onnxruntime runs one Attention per attention and one
     RotaryEmbedding per rotary, and eqsat's verification (random inputs, masks of 0/1) finds the original's
     outputs."""
@@ -229,7 +232,8 @@ def test_every_attention_of_a_real_export_as_the_kernel(name, exporter, opset):
     eg = EGraph.from_graph(graph)
     engine = RuleEngine(eg, [by_name()[r] for r in sorted(KERNEL_RULES)])
     assert engine.apply(RULE).changed
-    assert engine.apply("rotary_kernel").changed == (name == "llama")
+    rotary = 2 if name in ("llama", "qwen2", "llama_s128") else 0  # LLaMA's and Qwen2's on q and k
+    assert engine.apply("rotary_kernel").changed == (rotary > 0)
     snap = eg.snapshot().restrict()
     choice = {c: ([n for n in nodes if snap.nodes[n].op in ("sdpa", "rope")] or nodes)[0]
               for c, nodes in enumerate(snap.classes)}
@@ -237,7 +241,7 @@ def test_every_attention_of_a_real_export_as_the_kernel(name, exporter, opset):
     assert [o.version for o in program.opset_import if o.domain == ""] == [23]
     ran = runtime_nodes(program)
     assert ran.count("Attention") == graph.op_counts()["attention"] > 0
-    assert ran.count("RotaryEmbedding") == graph.op_counts()["rotary"] == (2 if name == "llama" else 0)
+    assert ran.count("RotaryEmbedding") == graph.op_counts()["rotary"] == rotary
     check = verify(original, program, seed=0, draws=3)
     assert check.passed, check.detail
 
