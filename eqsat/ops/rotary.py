@@ -206,7 +206,7 @@ def _rest(v: View, add: onnx.NodeProto, mul1: onnx.NodeProto, mul2: onnx.NodePro
     neg = v.made_by(cat.input[0], "Neg")
     first_slice = v.made_by(cat.input[1], "Slice")
     ends = _ints(v, first_slice.input[2]) if first_slice is not None and len(first_slice.input) > 2 else None
-    if neg is None or not neg.input or ends is None or len(ends) != 1 or ends[0] <= 0:
+    if first_slice is None or neg is None or not neg.input or ends is None or len(ends) != 1 or ends[0] <= 0:
         return None
     d = 2 * ends[0]
     rank = next((v.consts[t].ndim for t in (cos, sin) if t in v.consts), 4)
