@@ -27,6 +27,16 @@ constants, from initializers or Constant nodes):
 * ``rotary``: ``x * cos + Concat(Neg(Slice(x, h:)), Slice(x, :h), axis=-1) * sin`` (:mod:`eqsat.ops.rotary`), cos
   and sin constants whose halves repeat (checked by the importer once folded where torch computes them).
 
+Recognition that survives exporter changes (issue 26, point 4): where the e-graph can tell a composite from its
+parts, a rule does it too, so that an exporter's variant that other rewrites normalize meets the composite:
+``attention`` (``attention_split``, parts -> attention), ``addnorm`` (``addnorm_fuse``), ``silu`` (``fuse_silu``),
+``linear`` (``linear_split``, both ways). The matchers here stay the only recognition where the e-graph cannot
+do it: ``gelu``, ``layernorm`` (decomposed) and ``rmsnorm`` need the values of scalar constants (0.5, sqrt 2,
+0.044715, the exponent 2, eps), which the e-graph holds as weights without values; ``rotary`` needs the values
+of its cos and sin tables (their halves repeat) and its Slices and Neg are opaque operators there; the
+attention matcher also takes scales written as constant factors and Casts the rules do not see; ``softmax``
+and the one-node forms map one ONNX node each.
+
 The graph carries no shapes the matchers could rely on, so a Softmax axis that only the operand's rank can tell
 to be the last (a positive index; any axis before opset 13) is recorded in :attr:`Match.last_axis` and checked
 by :meth:`Match.ir_attrs` once the importer knows the shapes.
