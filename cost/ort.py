@@ -36,6 +36,11 @@ What is timed for one operator key (:func:`op_model`):
   opaque one) on a 4-D tensor whose channels fill whole blocks breaks a chain, and pays those two reorders
   (:data:`BLOCKED_OPS`): this assumes its neighbours run blocked, true for the convolutional models.
 
+* a runtime kernel of a newer opset (``sdpa``, ``rope``): its one-operator model is upgraded to opset 23 as the
+  exporter writes it (:mod:`eqsat.onnx.kernels`); ``rotary``'s and ``rope``'s cos and sin are initializers (the
+  importer takes only constant tables). ``sdpa``'s model transposes its keys, which in a program onnxruntime merges
+  with the keys' own Transpose: an overestimate by at most one transpose, against the kernel.
+
 What could not be modelled, because an e-node's cost is a function of its key alone (no context):
 
 * the producer of an epilogue: the key carries its shape signature, not its producer. A batchnorm after a
