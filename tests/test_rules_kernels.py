@@ -186,6 +186,7 @@ def test_a_portable_run_keeps_the_models_opset_and_operators(portable, monkeypat
     out = result.optimized
     assert [o.version for o in out.opset_import if o.domain == ""] == [17 if portable else 23]
     assert ("Attention" in [n.op_type for n in out.graph.node]) is not portable
+    assert result.report.to_json()["kernels"] == ({} if portable else {"Attention (opset 23)": 1})
     feeds = _feeds(original)
     np.testing.assert_allclose(_run(out, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
 

@@ -163,7 +163,7 @@ def _sdpa_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
 
 SDPA = OpDef("sdpa", "attention as one runtime kernel (ONNX Attention, opset 23)", "(scale_bits,)", _shape,
              (Ctor("Sdpa", "ittt"), Ctor("SdpaMasked", "itttt")), lambda: _rules("Sdpa", "SdpaMasked"), _numpy,
-             _sdpa_onnx, _torch, _flops, _sdpa_bytes)
+             _sdpa_onnx, _torch, _flops, _sdpa_bytes, kernel="Attention (opset 23)")
 
 
 # -- attention in ONNX graphs (:mod:`eqsat.ops.matching`) --------------------------------------------------------------

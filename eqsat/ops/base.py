@@ -131,6 +131,9 @@ class OpDef:
     """TENSAT pattern arguments -> (attrs, operand patterns, concat rank hint); None: not in TASO's rules"""
     sym_shape: SymFn | None = None
     """(attrs, operands' symbolic egglog dims) -> the output's, for the rule compiler's conditions"""
+    kernel: str | None = None
+    """the runtime kernel its ONNX form is, where it is one of a newer opset than models commonly have (``sdpa``:
+    ``Attention (opset 23)``); the report lists the kernels a program uses"""
 
 
 def emit_newer(em: Emitter, op_type: str, inputs: list[str], base: str, **attrs: Any) -> str:

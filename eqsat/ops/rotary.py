@@ -141,7 +141,7 @@ def _rope_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
 
 ROPE = OpDef("rope", "rotary as one runtime kernel (ONNX RotaryEmbedding, opset 23; rank 4)", "()",
              _shape("rope", True), (Ctor("Rope", "ttt"),), lambda: _rules("Rope", True), _numpy, _rope_onnx,
-             _torch, _flops, _rope_bytes)
+             _torch, _flops, _rope_bytes, kernel="RotaryEmbedding (opset 23)")
 
 
 # -- rotary embeddings in ONNX graphs (:mod:`eqsat.ops.matching`) ------------------------------------------------------
