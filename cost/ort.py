@@ -36,6 +36,11 @@ What is timed for one operator key (:func:`op_model`):
   opaque one) on a 4-D tensor whose channels fill whole blocks breaks a chain, and pays those two reorders
   (:data:`BLOCKED_OPS`): this assumes its neighbours run blocked, true for the convolutional models.
 
+* a runtime kernel of a newer opset (``sdpa``, ``rope``): its one-operator model is upgraded to opset 23 as the
+  exporter writes it (:mod:`eqsat.onnx.kernels`); ``rotary``'s and ``rope``'s cos and sin are initializers (the
+  importer takes only constant tables). ``sdpa``'s model transposes its keys, which in a program onnxruntime merges
+  with the keys' own Transpose: an overestimate by at most one transpose, against the kernel.
+
 What could not be modelled, because an e-node's cost is a function of its key alone (no context):
 
 * the producer of an epilogue: the key carries its shape signature, not its producer. A batchnorm after a
@@ -77,7 +82,9 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from eqsat.onnx.kernels import UpgradeError, pending, upgrade
 from eqsat.ops import OPS
+from eqsat.ops.base import UPGRADE_DOMAIN
 from eqsat.timing import median_ms, session_options
 
 from .analytic import AnalyticCost
@@ -167,6 +174,8 @@ def constant_operands(key: OpKey) -> frozenset[int]:
         return frozenset({1})
     if key.op == "batchnorm":
         return frozenset(range(1, len(shapes)))
+    if key.op in ("rotary", "rope"):  # the caches: constants the importer checked (eqsat.ops.rotary)
+        return frozenset({1, 2})
     if key.op in ("ewadd", "ewmul") and len(shapes) == 2:
         small = [k for k, s in enumerate(shapes) if tuple(s) != tuple(key.out_shape)]
         if len(small) == 1:
@@ -237,6 +246,7 @@ class _Builder:
     """The emitter the operator table's ONNX writers write one small model through."""
 
     opset = OPSET
+    upgrade = True
 
     def __init__(self, rng: np.random.Generator):
         self.rng = rng
@@ -282,9 +292,12 @@ class _Builder:
         graph = helper.make_graph(self.nodes, key.op, self.inputs,
                                   [helper.make_tensor_value_info(o, elem, list(key.out_shape)) for o in outputs],
                                   initializer=self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="eqsat-cost")
+        opsets = [helper.make_opsetid("", OPSET)]
+        if any(n.domain == UPGRADE_DOMAIN for n in self.nodes):  # a kernel of a newer opset: timed upgraded
+            opsets.append(helper.make_opsetid(UPGRADE_DOMAIN, 1))
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="eqsat-cost")
         model.ir_version = min(model.ir_version, 10)
-        return model
+        return upgrade(model) if pending(model) else model
 
 
 def op_model(key: OpKey, producer: tuple[OpKey, int] | None = None,
@@ -303,7 +316,10 @@ def op_model(key: OpKey, producer: tuple[OpKey, int] | None = None,
     for _ in range(copies):
         given = {producer[1]: b.op(producer[0])} if producer is not None else None
         outputs.append(b.op(key, given))
-    return b.model(outputs, key), b.feeds
+    try:
+        return b.model(outputs, key), b.feeds
+    except UpgradeError:  # a kernel of a newer opset that cannot be written here: estimated
+        return None
 
 
 def activation_bytes(model: onnx.ModelProto, feeds: Feeds) -> int:

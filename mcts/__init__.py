@@ -51,7 +51,7 @@ def run_scheduler(name: str, egraph: EGraph, config: SearchConfig, cost_model: o
         fn = SCHEDULERS[name]
     except KeyError:
         raise InputError(f"--scheduler {name!r}: choose one of {', '.join(scheduler_names())}") from None
-    env = Env(egraph, [*rule_set(config.rule_set), *extra_rules], cost_model, config, keep_states)
+    env = Env(egraph, [*rule_set(config.rule_set, config.portable), *extra_rules], cost_model, config, keep_states)
     report = fn(env, env.config, progress)
     report.extractions, report.extraction_seconds = env.extractions, env.extract_seconds
     report.states = env.path_states()

@@ -49,6 +49,10 @@ class SearchConfig:
     rule_set: str = option("default", "rule-set variant (nasrnn: NASRNN's multi-pattern rules; a built-in "
                                       "model's default comes from eqsat.models.MODELS)", "--rule-set",
                            choices="rule_sets")
+    portable: bool = option(False, "keep to the standard operators of the model's own opset: no rule that writes a "
+                                   "runtime kernel of a newer opset (opset 23's Attention and RotaryEmbedding; "
+                                   "eqsat.rules.KERNEL_RULES)",
+                            "--portable")
     gamma: float = option(0.99, "MCTS discount of rewards per step")
     exploration: float = option(2.0, "UCB1 constant c in Q/n + c sqrt(2 ln N / n)")
     stop_probability: float = option(0.5, "the 50% rule: below the root, expand an untried action only with this "

@@ -49,7 +49,7 @@ class Tree(Protocol):
 def _replica(payload: tuple) -> Tree:
     """A tree on a fresh e-graph built from the same program and rules as the caller's (``Forest._payload``)."""
     kind, outputs, names, cost_model, config, tree, size = payload
-    known = {r.name: r for r in rule_set(config.rule_set)}
+    known = {r.name: r for r in rule_set(config.rule_set, config.portable)}
     rules = [known[n] for n in names]  # Forest._payload checked the names
     egraph = EGraph()
     egraph.add_program(outputs)
@@ -118,7 +118,7 @@ class Forest:
         by_handle = {egraph.encoding.handles[id(n)]: n for n in egraph.encoding.encoded}
         outputs = [by_handle[h] for h in egraph.output_handles]
         names = list(main.env.engine.rules)  # all, registered or not; rules hold lambdas: rebuilt by name
-        rebuilt = {r.name for r in rule_set(main.config.rule_set)}
+        rebuilt = {r.name for r in rule_set(main.config.rule_set, main.config.portable)}
         missing = [n for n in names if n not in rebuilt]
         if missing:
             raise InputError(f"--workers > 1 rebuilds the rules of rule set {main.config.rule_set!r} in each worker; "

@@ -4,8 +4,8 @@ applies one named rule at a time, and the verifier."""
 from __future__ import annotations
 
 from .engine import RuleEngine, StepReport
-from .registry import RULE_SETS, actions, all_rules, by_name, our_rules, rule_set, taso_rules
+from .registry import KERNEL_RULES, RULE_SETS, actions, all_rules, by_name, our_rules, rule_set, taso_rules
 from .rule import Rule
 
-__all__ = ["RULE_SETS", "Rule", "RuleEngine", "StepReport", "actions", "all_rules", "by_name", "our_rules", "rule_set",
+__all__ = ["KERNEL_RULES", "RULE_SETS", "Rule", "RuleEngine", "StepReport", "actions", "all_rules", "by_name", "our_rules", "rule_set",
            "taso_rules"]

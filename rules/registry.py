@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from eqsat.onnx.kernels import runtime_runs_kernels
+
 from . import ours, taso
+from .ours import kernels
 from .rule import Rule
 
 
@@ -25,9 +28,17 @@ RULE_SETS: dict[str, bool] = {"default": False, "nasrnn": True}
 """rule-set variants (``--rule-set``) -> whether they use NASRNN's multi-pattern variant"""
 
 
-def rule_set(name: str) -> tuple[Rule, ...]:
-    """Every rule of the variant ``name`` (see :data:`RULE_SETS`)."""
-    return all_rules(nasrnn=RULE_SETS[name])
+KERNEL_RULES = frozenset(r.name for r in kernels.rules)
+"""the rules that write the runtime's kernels of a newer opset (rules/ours/kernels.py)"""
+
+
+def rule_set(name: str, portable: bool = False) -> tuple[Rule, ...]:
+    """Every rule of the variant ``name`` (see :data:`RULE_SETS`); without :data:`KERNEL_RULES` where
+    ``portable`` (standard operators of the model's own opset only) or where onnxruntime does not run the kernels."""
+    rules = all_rules(nasrnn=RULE_SETS[name])
+    if portable or not runtime_runs_kernels():
+        return tuple(r for r in rules if r.name not in KERNEL_RULES)
+    return rules
 
 
 def actions(rules) -> list[Rule]:

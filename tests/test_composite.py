@@ -36,7 +36,7 @@ from eqsat.rules.registry import all_rules
 from eqsat.rules.verify import check_rule
 from eqsat.verify import verify
 
-COMPOSITES = ("gelu", "layernorm", "addnorm", "softmax", "silu", "rmsnorm", "attention")
+COMPOSITES = ("gelu", "layernorm", "addnorm", "softmax", "silu", "rmsnorm", "attention", "rotary")
 TRANSFORMER = {"gelu": 2, "layernorm": 4, "addnorm": 1, "attention": 2}  # 2 layers: a GELU each, 2 LayerNorms each + 1,
 # attention; pre-LN (GPT-2, ViT): the first LayerNorm alone reads its Add (the embeddings' sum), an addnorm
 # (the attention's Softmax is inside the attention node: tests/test_attention.py)
@@ -45,7 +45,8 @@ EXPECTED = {
     # GPT-2's Conv1D projections are Gemms (linear too, made by the importer, not the recognizer)
     "bert": ({"gelu": 2, "addnorm": 5, "attention": 2, "linear": 12}, 0),  # post-LN: each LayerNorm reads its Add
     "vit": ({**TRANSFORMER, "linear": 12}, 0), "gpt2": (TRANSFORMER, 1),
-    "llama": ({"rmsnorm": 3, "silu": 1, "attention": 1}, None),  # 1 layer: 2 RMSNorms + final, gated SiLU MLP
+    "llama": ({"rmsnorm": 3, "silu": 1, "attention": 1, "rotary": 2}, None),  # 1 layer: 2 RMSNorms + final, gated
+    # SiLU MLP, the rotary embedding of q and k
     "efficientnet": ({"silu": 22}, None),  # 29 Sigmoids: 22 SiLU, 7 squeeze-excite gates (not SiLU)
     "resnet": ({}, None), "mobilenetv2": ({}, None),
 }

@@ -171,6 +171,17 @@ def _attention(rng: np.random.Generator) -> Sample:
     return (float_bits(float(rng.choice([0.125, 0.35355338, 1.0, 2.0]))),), shapes
 
 
+def _rotary(kernel: bool) -> Callable[[np.random.Generator], Sample]:
+    """x [..., S, D] with D even (rank 4 for the kernel, 3 or 4 else), cos and sin of one shape, each dimension
+    1 or x's (the heads' 1 for the kernel), the last D."""
+    def sample(rng: np.random.Generator) -> Sample:
+        rank = 4 if kernel else int(rng.integers(3, 5))
+        x = tuple(_dims(rng, rank - 1)) + (2 * int(rng.integers(1, 4)),)
+        table = tuple(1 if (kernel and k == 1) or rng.random() < 0.4 else d for k, d in enumerate(x[:-1])) + (x[-1],)
+        return (), [x, table, table]
+    return sample
+
+
 SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "ewadd": _broadcast, "ewmul": _broadcast, "relu": _elementwise, "tanh": _elementwise,
     "sigmoid": _elementwise, "dropout": _elementwise, "matmul": _matmul, "conv2d": _conv2d, "pool": _pool,
@@ -178,6 +189,7 @@ SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
     "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
     "linear": _linear, "attention": _attention, "scale": _scale, "ewsum": _broadcast, "addnorm": _addnorm,
+    "sdpa": _attention, "rotary": _rotary(False), "rope": _rotary(True),
 }
 WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
 """leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""

@@ -75,3 +75,31 @@ def test_fuse_act_matmul_leaves_near_misses_alone(case):
     eg, (report,) = apply(graph_of(FUSE_ACT_MATMUL_MISSES[case]()), "fuse_act_matmul")
     assert report.matches == 0 and not report.changed
     assert not attrs_of(eg, "matmul") - {(0,), (ACT_CODES["sigmoid"],)}
+
+
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_fuse_silu_fuses_a_product_with_the_sigmoid_of_its_operand(gate_first):
+    x = ir.input_("x", (2, 3, 5))
+    gate = ir.make("sigmoid", [x])
+    prod = ir.make("ewmul", [gate, x] if gate_first else [x, gate])
+    eg, (step,) = apply(prod, "fuse_silu")
+    assert step.changed
+    fused = choose(eg, prod, "silu")
+    assert op_counts(fused) == {"silu": 1}
+    check_same(graph_of(prod), fused)
+
+
+def test_fuse_silu_leaves_the_gate_of_another_value_alone():
+    x, y = ir.input_("x", (2, 3, 5)), ir.input_("y", (2, 3, 5))
+    prod = ir.make("ewmul", [y, ir.make("sigmoid", [x])])
+    eg, (step,) = apply(prod, "fuse_silu")
+    assert not step.changed and "silu" not in {e.op for e in eg.snapshot().nodes}
+
+
+def test_the_verifier_passes_fuse_silu():
+    from eqsat.rules import by_name
+    from eqsat.rules.verify import check_rule
+
+    check = check_rule(by_name()["fuse_silu"], seed=2)
+    assert check.passed and not check.thin, check.detail
+    assert 0 < check.fired < check.instances  # the near misses (another value gated) do not fire

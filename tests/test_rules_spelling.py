@@ -121,3 +121,40 @@ def test_the_verifier_passes_the_rule():
     assert check.passed and not check.thin and check.fired == check.instances, check.detail
     ranks = {s.split("]")[0].count(",") + 1 for s in check.shapes}
     assert ranks == {1, 2, 3, 4}, check.shapes
+
+
+FUSE = "addnorm_fuse"
+
+
+def test_the_fusing_rule_fires_on_a_layernorm_of_a_sum_of_one_shape_only():
+    """The Add the importer leaves apart (it has a second reader) gets the addnorm spelling in the e-graph; a
+    bias Add (operands of two shapes) does not."""
+    eg, graph = _egraph(_post_ln(second_reader=True))
+    assert graph.op_counts()["addnorm"] == 0
+    assert RuleEngine(eg, [by_name()[FUSE]]).apply(FUSE).changed
+    snap = eg.snapshot()
+    assert {"addnorm", "layernorm"} <= {snap.nodes[n].op for n in snap.classes[snap.roots[0]]}
+    bias, _ = _egraph(_post_ln(bias=True))
+    assert not RuleEngine(bias, [by_name()[FUSE]]).apply(FUSE).changed
+
+
+def test_the_fused_spelling_of_a_shared_sum_computes_the_same():
+    from eqsat.decode import build_program
+
+    original = _post_ln(second_reader=True)
+    eg, graph = _egraph(original)
+    RuleEngine(eg, [by_name()[FUSE]]).apply(FUSE)
+    snap = eg.snapshot().restrict()
+    choice = {c: ([n for n in nodes if snap.nodes[n].op == "addnorm"] or nodes)[0] for c, nodes in enumerate(snap.classes)}
+    program_graph = build_program(snap, choice, graph)
+    assert program_graph.op_counts()["addnorm"] == 1
+    program = export_model(program_graph)
+    feeds = _feeds(original)
+    for a, b in zip(_run(original, feeds), _run(program, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_verifier_passes_the_fusing_rule():
+    check = check_rule(by_name()[FUSE], seed=2)
+    assert check.passed and not check.thin, check.detail
+    assert 0 < check.fired < check.instances  # the broadcast near misses do not fire

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from eqsat.extract import Extraction
 from eqsat.mcts import SearchReport
+from eqsat.ops import OPS
 from eqsat.timing import Comparison, Decision
 from eqsat.verify import Verification
 
@@ -237,6 +238,7 @@ class Report:
             "returned": self.returned.program, "returned_reason": self.returned.reason, "shipped": optimized.name,
             "cost_model": self.cost_model, "candidates": self.candidates,
             "operators": {"original": self.candidate("original").operators, "optimized": optimized.operators},
+            "kernels": kernels_used(optimized.operators),
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
             "stop_reason": self.search.stop_reason, "search": self._search_summary(),
             "input": self.input, "output": self.output})
@@ -253,5 +255,10 @@ class Report:
         return json.dumps(self.to_json(), indent=2, allow_nan=False)
 
 
+def kernels_used(operators: dict[str, int]) -> dict[str, int]:
+    """The runtime kernels of a newer opset among a program's ``operators`` (IR op -> count): kernel -> count."""
+    return {OPS[op].kernel or op: n for op, n in sorted(operators.items()) if op in OPS and OPS[op].kernel and n}
+
+
 __all__ = ["Candidate", "EGraphSize", "ExtractionReport", "Measurement", "PhaseTimer", "Report", "Returned",
-           "VerificationReport", "jsonable"]
+           "VerificationReport", "jsonable", "kernels_used"]

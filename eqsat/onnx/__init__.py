@@ -1,7 +1,8 @@
 """The ONNX layer: reading a model (:mod:`.reading`), the checks and preparation before any work (:mod:`.prepare`),
 writing models (:mod:`.io`, staged in :mod:`.staging`, the input's metadata kept by :mod:`.metadata`), ONNX -> IR (:mod:`.importer`, through the
 operator table's mappers (:data:`eqsat.ops.IMPORTS`), with the composites of :mod:`.patterns` and what onnxruntime
-folds and types in :mod:`.folding`), IR -> ONNX (:mod:`.export`, in the spellings of :mod:`.forms`), subgraph
+folds and types in :mod:`.folding`), IR -> ONNX (:mod:`.export`, in the spellings of :mod:`.forms`; runtime kernels of a
+newer opset through the opset upgrade of :mod:`.kernels`), subgraph
 attributes (:mod:`.subgraphs`) and the provenance of imported nodes (:mod:`.origins`).
 
 Inside this package ``import onnx`` is the onnx library (imports are absolute); elsewhere, import this layer by

@@ -9,7 +9,9 @@ its ONNX emitter in :mod:`eqsat.ops` (opaque ones as they were imported), except
   back verbatim (op type, attributes, domain, original value and node names where free, constant inputs as the
   original constants), so that a round trip with no rewrite is the user's graph and onnxruntime fuses it alike;
 - IR patterns that onnxruntime fuses only in another spelling are written in that one (:mod:`eqsat.onnx.forms`);
-- the node that computes a graph output writes it under the output's name (no Identity).
+- the node that computes a graph output writes it under the output's name (no Identity);
+- a runtime kernel of an opset newer than the model's (``sdpa``: opset 23's ``Attention``) is written for an
+  opset upgrade of the whole model, or, where the upgrade fails, as its decomposition (:mod:`eqsat.onnx.kernels`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from .. import ops
 from ..errors import EqsatError
 from ..evaluate import NotEvaluable, apply_op
 from ..ir import Graph, Node, Origin, leaf_name, topo_order
-from ..ops.base import emit_activation
+from ..ops.base import UPGRADE_DOMAIN, emit_activation
 from .forms import Form, SplitGroup, plan
+from .kernels import UpgradeError, pending, upgrade
 from .subgraphs import defined_names, rename_outer
 
 
@@ -43,9 +46,10 @@ def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
 
 
 class _Exporter:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, upgrade: bool = True):
         self.graph = graph
         self.opset = graph.opset
+        self.upgrade = upgrade
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[TensorProto] = []
         self.names: dict[int, str] = {}
@@ -122,6 +126,7 @@ class _Exporter:
         opsets = [helper.make_opsetid("", g.opset)]
         domains = {n.attrs[1] for n in order if n.op == "opaque" and n.attrs[1] not in ("", "ai.onnx")}
         domains |= {d for o in self.written for d in o.domains}
+        domains |= {n.domain for n in self.nodes if n.domain == UPGRADE_DOMAIN}
         opsets += [helper.make_opsetid(d, g.domains.get(d, 1)) for d in sorted(domains)]
         model = helper.make_model(graph, opset_imports=opsets, producer_name="eqsat")
         model.ir_version = min(model.ir_version, 10)
@@ -354,5 +359,12 @@ def _proto_node(n: Node, inputs: list[str] | None = None, outputs: list[str] | N
 
 
 def export_model(graph: Graph) -> onnx.ModelProto:
-    """Export the IR graph as an ONNX model (weight-only subgraphs folded)."""
-    return _Exporter(graph).run()
+    """Export the IR graph as an ONNX model (weight-only subgraphs folded); one that holds a kernel of a newer
+    opset is upgraded to it, or, where the upgrade fails, written again with the kernel decomposed."""
+    model = _Exporter(graph).run()
+    if not pending(model):
+        return model
+    try:
+        return upgrade(model)
+    except UpgradeError:
+        return _Exporter(graph, upgrade=False).run()

@@ -25,6 +25,7 @@ from .. import ir, ops
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
 from ..ops.mapping import ImportContext, floats, onnx_attrs
+from ..ops.rotary import halves_repeat
 from . import origins
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
 from .io import check_bfloat16
@@ -268,6 +269,8 @@ class _Importer:
                 # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
                 ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
             attrs = match.ir_attrs([i.shape for i in ins])
+            if match.op == "rotary" and not all(halves_repeat(self.consts.get(i)) for i in match.inputs[1:]):
+                attrs = None  # cos and sin, now folded, are not rotary caches: the nodes one by one
             if floats(ins) is not None and attrs is not None:
                 try:
                     mapped = ir.make(match.op, ins, attrs)

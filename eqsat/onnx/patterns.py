@@ -1,5 +1,5 @@
 """Composite operators in ONNX graphs: the decompositions torch exports (TorchScript and dynamo exporters,
-opsets 13-20) of GELU, LayerNorm, Softmax, SiLU, RMSNorm, attention and MatMul with a bias, found so that the
+opsets 13-20) of GELU, LayerNorm, Softmax, SiLU, RMSNorm, attention, rotary embeddings and MatMul with a bias, found so that the
 importer makes each one IR node (:mod:`eqsat.ops.composite`, :mod:`eqsat.ops.attention`) instead of a chain of
 opaque and element-wise nodes. The matchers live beside their operators (the ``PATTERNS`` of those family modules,
 joined in :data:`eqsat.ops.PATTERNS`, over a :class:`~eqsat.ops.matching.View` of the graph); this module runs them
@@ -24,6 +24,18 @@ constants, from initializers or Constant nodes):
   (``-1``, or its positive index as some exporters and older opsets write it), optional ``Cast`` s to float,
   ``MatMul`` by ``v``.
 * ``linear``: ``MatMul(x, W) + b`` with constant ``W`` [k, n] and ``b`` [n] (the importer makes a ``Gemm`` one too).
+* ``rotary``: ``x * cos + Concat(Neg(Slice(x, h:)), Slice(x, :h), axis=-1) * sin`` (:mod:`eqsat.ops.rotary`), cos
+  and sin constants whose halves repeat (checked by the importer once folded where torch computes them).
+
+Recognition that survives exporter changes (issue 26, point 4): where the e-graph can tell a composite from its
+parts, a rule does it too, so that an exporter's variant that other rewrites normalize meets the composite:
+``attention`` (``attention_split``, parts -> attention), ``addnorm`` (``addnorm_fuse``), ``silu`` (``fuse_silu``),
+``linear`` (``linear_split``, both ways). The matchers here stay the only recognition where the e-graph cannot
+do it: ``gelu``, ``layernorm`` (decomposed) and ``rmsnorm`` need the values of scalar constants (0.5, sqrt 2,
+0.044715, the exponent 2, eps), which the e-graph holds as weights without values; ``rotary`` needs the values
+of its cos and sin tables (their halves repeat) and its Slices and Neg are opaque operators there; the
+attention matcher also takes scales written as constant factors and Casts the rules do not see; ``softmax``
+and the one-node forms map one ONNX node each.
 
 The graph carries no shapes the matchers could rely on, so a Softmax axis that only the operand's rank can tell
 to be the last (a positive index; any axis before opset 13) is recorded in :attr:`Match.last_axis` and checked

@@ -15,6 +15,17 @@ the decomposition torch's exporters write and onnxruntime's CPU session runs (it
 into one FusedMatMul): ``MatMul(q, kt) -> Mul(scale) [-> Add(mask)] -> Softmax(-1) -> MatMul(v)``; the torch
 function is ``torch.nn.functional.scaled_dot_product_attention``.
 
+``sdpa``: the same operands, attributes and values as ``attention``, written as one runtime kernel: opset 23's
+``Attention`` (``Attention(q, Transpose(kt), v[, mask], scale)``; a rank-3 operand as one head,
+``q_num_heads = kv_num_heads = 1``; a mask whose last two dimensions are not the scores' is expanded to them,
+since onnxruntime's CPU kernel wants the mask's query dimension whole, a rank-3 one gets a heads axis, and its
+values are raised to one ulp above float32's lowest, the value for which the kernel writes a fully masked row
+as zeros where the decomposition averages v: so the two agree on every mask without -inf).
+Where the model's opset is older than 23 the writer upgrades the model (:mod:`eqsat.onnx.kernels`); where it
+may not (``Emitter.upgrade`` False) the kernel is written as ``attention``'s decomposition. Only the rule
+``attention_kernel`` makes one (rules/ours/kernels.py), and only a measured cost prefers it: the analytic
+cost counts it as the decomposition plus the transposition of kt, so it never does.
+
 >>> from eqsat.ops.composite import float_bits
 >>> ATTENTION.shape((float_bits(0.125),), [(1, 4, 16, 8), (1, 4, 8, 16), (1, 4, 16, 8), (1, 1, 1, 16)])
 (1, 4, 16, 8)
@@ -29,7 +40,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, fail, volume
+from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, emit_newer, fail, newer_allowed, volume
 from .composite import check_float_attr, float_attr_conds, float_bits, float_value
 from .egglog_text import dim_vars, rule, shape_of
 from .matching import Found, Matcher, View, binary_matmul
@@ -56,18 +67,19 @@ def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     return q[:-1] + (v[-1],)
 
 
-def _rules() -> list[str]:
-    """Per rank, without and with a mask (each mask dimension 1 or the scores')."""
+def _rules(plain: str = "Attention", masked: str = "AttentionMasked") -> list[str]:
+    """Per rank, without and with a mask (each mask dimension 1 or the scores'), for the constructors ``plain``
+    and ``masked``."""
     out = []
     for r in RANKS:
         lead = dim_vars("b", r - 2)
         base = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(lead + ['d', 'n'])} (shape kt))",
                 f"(= {shape_of(lead + ['n', 'dv'])} (shape v))", *float_attr_conds("s")]
         result = [f"(set (shape e) {shape_of(lead + ['m', 'dv'])})"]
-        out.append(rule(f"shape_Attention{r}", ["(= e (Attention s q kt v))", *base], result))
+        out.append(rule(f"shape_{plain}{r}", [f"(= e ({plain} s q kt v))", *base], result))
         mask = dim_vars("c", r)
         conds = [f"(= 0 (* (- {c} {t}) (- {c} 1)))" for c, t in zip(mask, lead + ["m", "n"])]
-        out.append(rule(f"shape_AttentionMasked{r}", ["(= e (AttentionMasked s q kt v mk))", *base,
+        out.append(rule(f"shape_{masked}{r}", [f"(= e ({masked} s q kt v mk))", *base,
                                                       f"(= {shape_of(mask)} (shape mk))", *conds], result))
     return out
 
@@ -118,6 +130,40 @@ def _bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
 ATTENTION = OpDef("attention", "softmax(q @ kt * scale [+ mask]) @ v over the last axis (ranks 3-4)", "(scale_bits,)",
                   _shape, (Ctor("Attention", "ittt"), Ctor("AttentionMasked", "itttt")), _rules, _numpy, _onnx, _torch,
                   _flops, _bytes)
+
+
+def _sdpa_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    if not newer_allowed(em):
+        return _onnx(em, attrs, ins, shapes)
+    rank = len(shapes[0])
+    k = em.emit("Transpose", [ins[1]], "sdpa", perm=[*range(rank - 2), rank - 1, rank - 2])
+    operands = [ins[0], k, ins[2]]
+    if len(ins) == 4:
+        mask, mask_shape = ins[3], tuple(shapes[3])
+        scores = (shapes[0][-2], shapes[1][-1])
+        if mask_shape[-2:] != scores:
+            mask_shape = mask_shape[:-2] + scores
+            mask = em.emit("Expand", [mask, em.const(np.array(mask_shape, dtype=np.int64), "shape")], "sdpa")
+        if rank == 3:  # (B, S, Sk) -> (B, 1, S, Sk): the kernel broadcasts the mask over (B, heads, S, Sk)
+            mask = em.emit("Reshape", [mask, em.const(np.array((mask_shape[0], 1, *scores), dtype=np.int64),
+                                                      "shape")], "sdpa")
+        # onnxruntime's kernel writes zeros for a query row whose mask is the float's lowest value throughout,
+        # where the decomposition averages v uniformly (transformers' padding masks hold that value): one ulp
+        # above it, every mask without -inf gives the decomposition's values
+        floor = np.nextafter(np.finfo(np.float32).min, np.float32(0))
+        operands.append(em.emit("Max", [mask, em.const(np.array(floor, dtype=np.float32), "floor")], "sdpa"))
+    heads = {"q_num_heads": 1, "kv_num_heads": 1} if rank == 3 else {}
+    return emit_newer(em, "Attention", operands, "sdpa", scale=float_value(attrs[0]), **heads)
+
+
+def _sdpa_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
+    """The decomposition's, and kt read and written once more (its transposition): no analytic preference."""
+    return _bytes(ins, out, itemsize) + 2.0 * itemsize * volume(ins[1])
+
+
+SDPA = OpDef("sdpa", "attention as one runtime kernel (ONNX Attention, opset 23)", "(scale_bits,)", _shape,
+             (Ctor("Sdpa", "ittt"), Ctor("SdpaMasked", "itttt")), lambda: _rules("Sdpa", "SdpaMasked"), _numpy,
+             _sdpa_onnx, _torch, _flops, _sdpa_bytes, kernel="Attention (opset 23)")
 
 
 # -- attention in ONNX graphs (:mod:`eqsat.ops.matching`) --------------------------------------------------------------

@@ -25,11 +25,22 @@ class NotEvaluable(Exception):
     """The operator has no numpy semantics (opaque, leaves) or none in the prime-field mode."""
 
 
+UPGRADE_DOMAIN = "eqsat.upgrade"
+"""the placeholder domain of a default-domain operator newer than the model's opset (a runtime kernel such as
+opset 23's ``Attention``): the writer of the model upgrades it to ``UPGRADE_OPSET`` and moves these nodes to
+the default domain (:mod:`eqsat.onnx.kernels`)"""
+UPGRADE_OPSET = 23
+"""the opset the operators written in ``UPGRADE_DOMAIN`` need"""
+
+
 class Emitter(Protocol):
     """What an ONNX emitter writes through (the exporter): nodes and constant initializers, at ``opset``."""
 
     opset: int
     """the default domain's opset of the model being written (emitters pick the operators it has)"""
+    upgrade: bool
+    """whether an operator of ``UPGRADE_OPSET`` may be written where ``opset`` is older (in ``UPGRADE_DOMAIN``,
+    for the writer's opset upgrade); False: its decomposition in ``opset``'s operators"""
 
     def emit(self, op_type: str, inputs: list[str], base: str, **attrs: Any) -> str:
         """Append one ONNX node; returns the name of its output."""
@@ -120,6 +131,21 @@ class OpDef:
     """TENSAT pattern arguments -> (attrs, operand patterns, concat rank hint); None: not in TASO's rules"""
     sym_shape: SymFn | None = None
     """(attrs, operands' symbolic egglog dims) -> the output's, for the rule compiler's conditions"""
+    kernel: str | None = None
+    """the runtime kernel its ONNX form is, where it is one of a newer opset than models commonly have (``sdpa``:
+    ``Attention (opset 23)``); the report lists the kernels a program uses"""
+
+
+def emit_newer(em: Emitter, op_type: str, inputs: list[str], base: str, **attrs: Any) -> str:
+    """Write the default domain's ``op_type`` of opset ``UPGRADE_OPSET``: as is where the model's opset has it,
+    else in ``UPGRADE_DOMAIN`` (the caller checked ``em.upgrade``)."""
+    domain = {} if em.opset >= UPGRADE_OPSET else {"domain": UPGRADE_DOMAIN}
+    return em.emit(op_type, inputs, base, **attrs, **domain)
+
+
+def newer_allowed(em: Emitter) -> bool:
+    """Whether ``em`` takes an operator of ``UPGRADE_OPSET`` (its model's opset has it, or it may be upgraded)."""
+    return em.opset >= UPGRADE_OPSET or em.upgrade
 
 
 def fail(op: str, why: str) -> ShapeError:

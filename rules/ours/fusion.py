@@ -5,6 +5,8 @@
 * ``fuse_act_matmul``: f(matmul(a, b)) -> matmul_f(a, b) for f in relu, sigmoid, tanh.
 * ``fold_bn_conv``: batchnorm(conv2d(x, w), s, b, m, v) -> conv2d(x, w * k) + (b - m k), k = s / sqrt(v + eps),
   when the batch-norm parameters and w are weights (so k and the shift are precomputed at export).
+* ``fuse_silu``: ewmul(x, sigmoid(x)) -> silu(x) (either operand order): the importer's SiLU recognition as a
+  rule, so that a product that other rewrites form (or an exporter's variant the matcher misses) meets it too.
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ def _bn_instance(rng):
     return [ir.make("batchnorm", [conv, *params], (eps,))]
 
 
+def _silu_instance(rng):
+    """x * sigmoid(x) in either order over a tensor of rank 1-4, or, as a near miss, y * sigmoid(x)."""
+    shape = tuple(dim(rng, 1, 5) for _ in range(dim(rng, 1, 4)))
+    x = ir.input_("x", shape)
+    other = x if rng.random() < 0.7 else ir.input_("y", shape)
+    gate = ir.make("sigmoid", [x])
+    return [ir.make("ewmul", [other, gate] if rng.random() < 0.5 else [gate, other])]
+
+
 rules = [
     Rule("fuse_relu_conv", "single", "ours", "relu(conv2d(x, w, act=NONE)) -> conv2d(x, w, act=RELU)",
          (("(= root (Relu (Conv2d sh sw ph pw 0 x w))) (= root_shape (shape root))",
@@ -57,4 +68,7 @@ rules = [
            "(AllW w) (AllW s) (AllW b) (AllW m) (AllW v) (= (S1 c) (shape s))",
            "(Pend root (Ewadd (Conv2d sh sw ph pw 0 x (Ewmul w (Reshape (S4 c 1 1 1) (BnScale eps s v)))) "
            "(Reshape (S4 1 c 1 1) (BnShift eps b m s v))))"),), example=lambda rng: retry(rng, _bn_instance)),
+    Rule("fuse_silu", "single", "ours", "ewmul(x, sigmoid(x)) -> silu(x)",
+         (("(= root (Ewmul x (Sigmoid x)))", "(Pend root (Silu x))"),
+          ("(= root (Ewmul (Sigmoid x) x))", "(Pend root (Silu x))")), example=_silu_instance),
 ]

@@ -15,6 +15,12 @@ MobileNet-v2, EfficientNet and LLaMA. Every other combination exports.
 
     >>> NAMES
     ('bert', 'gpt2', 'vit', 'resnet', 'mobilenetv2', 'efficientnet', 'llama')
+
+:data:`EXTRA` models (issue 26's families: a Qwen2-like decoder with grouped KV heads, sequence-128 variants)
+are built only by the tests and benchmarks that name them; the tests that run over :data:`NAMES` leave them out.
+
+    >>> EXTRA
+    ('qwen2', 'bert_s128', 'llama_s128')
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ import onnx
 import torch
 
 NAMES = ("bert", "gpt2", "vit", "resnet", "mobilenetv2", "efficientnet", "llama")
+EXTRA = ("qwen2", "bert_s128", "llama_s128")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
+LONG_SEQ = 128
 VOCAB = 128
 IMAGE = 32
 
@@ -139,7 +147,32 @@ def _llama() -> torch.nn.Module:
     return _Outputs(LlamaModel(cfg), ("input_ids",), ("last_hidden_state",), full_mask=True, use_cache=False)
 
 
+def _qwen2() -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2Model
+
+    cfg = _eager(Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))
+    return _Outputs(Qwen2Model(cfg), ("input_ids",), ("last_hidden_state",), full_mask=True, use_cache=False)
+
+
+def _llama_long() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = _eager(LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256))
+    return _Outputs(LlamaModel(cfg), ("input_ids",), ("last_hidden_state",), full_mask=True, use_cache=False)
+
+
+def _bert_long() -> torch.nn.Module:
+    from transformers import BertConfig, BertModel
+
+    cfg = _eager(BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=128, max_position_embeddings=256, type_vocab_size=2))
+    return _Outputs(BertModel(cfg), ("input_ids", "attention_mask"), ("last_hidden_state", "pooler_output"))
+
+
 _IDS = ("input_ids", "ids", (1, SEQ))
+_LONG_IDS = ("input_ids", "ids", (1, LONG_SEQ))
 _MASK = ("attention_mask", "mask", (1, SEQ))
 _PIXELS = ("pixel_values", "float", (1, 3, IMAGE, IMAGE))
 SPECS: dict[str, Spec] = {
@@ -157,14 +190,20 @@ SPECS: dict[str, Spec] = {
                          "EfficientNet: width 0.25, depth 0.25, SiLU, squeeze-excite, depthwise convs"),
     "llama": Spec(_llama, (_IDS,), ("last_hidden_state",),
                   "LLaMA block: 1 layer, hidden 32, 4 heads / 2 KV heads, RMSNorm, gated SiLU MLP, rotary embedding"),
+    "qwen2": Spec(_qwen2, (_IDS,), ("last_hidden_state",),
+                  "Qwen2 block: 1 layer, hidden 32, 4 heads / 2 KV heads, Q/K/V biases, RMSNorm, rotary embedding"),
+    "bert_s128": Spec(_bert_long, (_LONG_IDS, ("attention_mask", "mask", (1, LONG_SEQ))),
+                      ("last_hidden_state", "pooler_output"), "BERT encoder at sequence 128: 2 layers, hidden 64"),
+    "llama_s128": Spec(_llama_long, (_LONG_IDS,), ("last_hidden_state",),
+                       "LLaMA block at sequence 128: 1 layer, hidden 64, 4 heads / 2 KV heads (grouped), causal"),
 }
-assert tuple(SPECS) == NAMES
+assert tuple(SPECS) == NAMES + EXTRA
 
 
 def module(name: str, seed: int = 0) -> torch.nn.Module:
     """The torch module of zoo model ``name``, with seeded random weights, in eval mode."""
     if name not in SPECS:
-        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES)}")
+        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA)}")
     torch.manual_seed(seed)
     m = SPECS[name].make().eval()
     with torch.no_grad():
@@ -250,5 +289,5 @@ def build(name: str, exporter: str = "torchscript", opset: int = 17, seed: int =
     return m
 
 
-__all__ = ["EXPORTERS", "NAMES", "OPSETS", "SPECS", "UNSUPPORTED", "Unsupported", "build", "export", "feeds",
+__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSUPPORTED", "Unsupported", "build", "export", "feeds",
            "module"]

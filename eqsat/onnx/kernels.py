@@ -1,0 +1,95 @@
+"""Runtime kernels of a newer opset than the model's: the opset upgrade that lets a program use them, and the probe
+of whether onnxruntime runs them.
+
+The decision (issue 26): a kernel of the default domain that appeared in opset 23 (``Attention``) is written
+as is into a model of opset >= 23. Into an older model (torch's exporters write opset 17 and 18), the emitter
+writes it in the placeholder domain :data:`~eqsat.ops.base.UPGRADE_DOMAIN`, and :func:`upgrade` converts the
+whole model to opset 23 with ONNX's version converter (which leaves nodes of other domains alone), then moves
+those nodes into the default domain and checks the result. Where the converter fails (an operator it has no
+adapter for), :func:`eqsat.onnx.export.export_model` writes the program again with each such kernel as its
+decomposition in the model's own opset, so an upgrade never stops an export. The program, upgraded or not, is
+then verified against the original in onnxruntime like every candidate, and measured: the upgrade is kept only
+when the candidate that holds it is the one shipped. ``--portable`` (``SearchConfig.portable``) keeps every
+program to the standard operators of the model's own opset: the rules that make these kernels are left out.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, version_converter
+
+from ..ops.base import UPGRADE_DOMAIN, UPGRADE_OPSET
+from .io import session
+
+
+class UpgradeError(Exception):
+    """The model could not be converted to :data:`~eqsat.ops.base.UPGRADE_OPSET`."""
+
+
+def pending(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` holds kernels written for an opset upgrade (nodes of the placeholder domain)."""
+    return any(n.domain == UPGRADE_DOMAIN for n in model.graph.node)
+
+
+def upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` converted to opset :data:`~eqsat.ops.base.UPGRADE_OPSET` (from an older one), its nodes of the
+    placeholder domain moved to the default domain. Raises :class:`UpgradeError` where ONNX's converter or
+    checker refuses it."""
+    try:
+        out = version_converter.convert_version(model, UPGRADE_OPSET)
+    except Exception as e:  # the converter raises bare RuntimeErrors and ValueErrors of its adapters
+        raise UpgradeError(f"onnx's version converter cannot take the model to opset {UPGRADE_OPSET}: {e}") from e
+    for node in out.graph.node:
+        if node.domain == UPGRADE_DOMAIN:
+            node.domain = ""
+    kept = [o for o in out.opset_import if o.domain != UPGRADE_DOMAIN]
+    del out.opset_import[:]
+    out.opset_import.extend(kept)
+    out.ir_version = min(out.ir_version, 10)
+    try:
+        onnx.checker.check_model(out)
+    except onnx.checker.ValidationError as e:
+        raise UpgradeError(f"the model upgraded to opset {UPGRADE_OPSET} does not check: {e}") from e
+    return out
+
+
+def _runs(node: onnx.NodeProto, shapes: dict[str, list[int]], out: list[int], expected) -> bool:
+    """Whether onnxruntime runs the one-node model of ``node`` (opset 23) and gives ``expected(feeds)``."""
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
+    graph = helper.make_graph([node], "probe", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", UPGRADE_OPSET)])
+    model.ir_version = min(model.ir_version, 10)
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+    try:
+        (y,) = session(model, threads=1).run(None, feeds)  # no thread pool left behind in this process
+    except Exception:  # an onnxruntime without the kernel fails to load or to run it
+        return False
+    return bool(np.allclose(y, expected({k: v.astype(np.float64) for k, v in feeds.items()}), atol=1e-4))
+
+
+def _attention(f: dict[str, np.ndarray]) -> np.ndarray:
+    s = f["q"] @ f["k"].transpose(0, 1, 3, 2) * 0.5 + f["m"]
+    z = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (z / z.sum(axis=-1, keepdims=True)) @ f["v"]
+
+
+def _rotary(f: dict[str, np.ndarray]) -> np.ndarray:
+    x, h = f["x"], f["x"].shape[-1] // 2
+    c, s = (np.concatenate([f[t], f[t]], axis=-1)[:, None] for t in ("c", "s"))
+    return x * c + np.concatenate([-x[..., h:], x[..., :h]], axis=-1) * s
+
+
+@lru_cache(maxsize=1)
+def runtime_runs_kernels() -> bool:
+    """Whether this onnxruntime's CPU provider runs the kernels the rules of :mod:`eqsat.rules.ours.kernels` write,
+    opset 23's ``Attention`` (masked, 4-D) and ``RotaryEmbedding`` (4-D, caches without position ids), each
+    checked against numpy."""
+    shape = [1, 2, 4, 8]
+    attention = helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], scale=0.5)
+    rotary = helper.make_node("RotaryEmbedding", ["x", "c", "s"], ["y"])
+    return _runs(attention, {"q": shape, "k": shape, "v": shape, "m": [1, 1, 4, 4]}, shape, _attention) \
+        and _runs(rotary, {"x": shape, "c": [1, 4, 4], "s": [1, 4, 4]}, shape, _rotary)
