@@ -106,7 +106,8 @@ def _cmd_optimize(args) -> int:
             check_replaceable(path, flag)
     _check_distinct_paths(args)
     config = config_from_args(args, builtin=args.builtin)
-    config = replace(config, input_shapes=parse_input_shapes(args.input_shape))
+    config = replace(config, input_shapes=parse_input_shapes(args.input_shape),
+                     static_shapes=parse_input_shapes(args.static_shape, "--static-shape"))
     config.validate()
     model, label = source(args)
     result = optimize(model, config, progress=progress_printer(args.quiet))

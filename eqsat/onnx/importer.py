@@ -36,8 +36,8 @@ from .subgraphs import implicit_inputs
 MIN_OPSET = 13
 
 
-def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
-    """Parse ``NAME=D1,D2,...`` flags."""
+def parse_input_shapes(specs: list[str] | None, flag: str = "--input-shape") -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=D1,D2,...`` flags (``flag``: how messages name them)."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in specs or []:
         name, sep, dims = spec.partition("=")
@@ -46,12 +46,12 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
         except ValueError:
             shape = ()
         if not sep or not name or not shape:
-            raise InputError(f"--input-shape {spec!r}: expected NAME=D1,D2,... with positive integers")
+            raise InputError(f"{flag} {spec!r}: expected NAME=D1,D2,... with positive integers")
         if any(d <= 0 for d in shape):
-            raise InputError(f"--input-shape {spec!r}: dimension {min(shape)} is not positive; every dimension "
+            raise InputError(f"{flag} {spec!r}: dimension {min(shape)} is not positive; every dimension "
                              "must be at least 1 (eqsat cannot optimize empty or negative-size tensors)")
         if name in out and out[name] != shape:
-            raise InputError(f"--input-shape {name} is given twice, as {out[name]} and {shape}; give it once")
+            raise InputError(f"{flag} {name} is given twice, as {out[name]} and {shape}; give it once")
         out[name] = shape
     return out
 
