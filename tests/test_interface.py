@@ -1,0 +1,252 @@
+"""Dynamic axes keep the interface (issue 27): a model with dynamic batch and sequence axes optimizes without
+``--input-shape``, at a representative shape; the written model has the original's inputs and outputs (names,
+element types, ``dim_param`` names) and matches it in onnxruntime at several sizes of each axis; a program that
+cannot be written for every size is not written; ``--static-shape`` specializes and says so."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.app.cli import main
+from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx.generic import make_generic, reshape_target
+from eqsat.onnx.interface import probe_shapes, representative_shapes, symbol_values
+from eqsat.onnx.symbolic import Mono
+from eqsat.verify import verify_shapes
+
+FAST = OptimizeConfig.of(budget=8, cost="analytic", measure=False)
+BATCHES = (1, 2, 3, 5)
+SEQS = (1, 7, 37, 128, 200)
+
+
+def _ports(model: onnx.ModelProto) -> list[tuple]:
+    """Every input and output as (name, element type, dims with dim_params), read from the protobuf directly."""
+    out = []
+    for vi in [*model.graph.input, *model.graph.output]:
+        tt = vi.type.tensor_type
+        out.append((vi.name, tt.elem_type,
+                    tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in tt.shape.dim)))
+    return out
+
+
+def _agree_everywhere(original: onnx.ModelProto, written: onnx.ModelProto, name: str, width: int) -> int:
+    """Run both in onnxruntime at every (batch, seq) of BATCHES x SEQS; returns the number of shapes compared."""
+    s1, s2 = session(original), session(written)
+    rng = np.random.default_rng(7)
+    count = 0
+    for b in BATCHES:
+        for s in SEQS:
+            x = rng.standard_normal((b, s, width)).astype(np.float32)
+            (ref,), (got,) = s1.run(None, {name: x}), s2.run(None, {name: x})
+            assert got.shape == ref.shape == (b, s, width)
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+            count += 1
+    return count
+
+
+def _heads_model() -> onnx.ModelProto:
+    """x[batch, seq, 64] -> two MatMuls sharing x (merged by the search), heads split with Reshape [0, 0, 4, 16],
+    Softmax per head, merged back with Reshape [0, 0, 64]."""
+    rng = np.random.default_rng(0)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 64])
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]),
+             helper.make_node("Reshape", ["a", "s4"], ["b"]),
+             helper.make_node("Transpose", ["b"], ["c"], perm=[0, 2, 1, 3]),
+             helper.make_node("Softmax", ["c"], ["d"], axis=-1),
+             helper.make_node("Transpose", ["d"], ["e"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["e", "s3"], ["f"]),
+             helper.make_node("MatMul", ["f", "w2"], ["g"]),
+             helper.make_node("MatMul", ["x", "w3"], ["h"]),
+             helper.make_node("Add", ["g", "h"], ["y"])]
+    inits = [w("w1", 64, 64), w("w2", 64, 64), w("w3", 64, 64),
+             numpy_helper.from_array(np.array([0, 0, 4, 16], np.int64), "s4"),
+             numpy_helper.from_array(np.array([0, 0, 64], np.int64), "s3")]
+    return helper.make_model(helper.make_graph(nodes, "heads", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.o = (torch.nn.Linear(32, 32) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, 4, 8).transpose(1, 2)
+        k = self.k(x).view(b, t, 4, 8).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1)
+        return self.o((a @ q).transpose(1, 2).reshape(b, t, 32)) + x
+
+
+def _torch_export(exporter: str, path: str) -> onnx.ModelProto:
+    torch.manual_seed(0)
+    m, example = _Attention().eval(), (torch.randn(2, 16, 32),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            dims = {"x": {0: torch.export.Dim("batch", max=64), 1: torch.export.Dim("seq", max=1024)}}
+            torch.onnx.export(m, example, path, input_names=["x"], output_names=["y"], dynamo=True,
+                              dynamic_shapes=dims)
+        else:
+            torch.onnx.export(m, example, path, input_names=["x"], output_names=["y"], opset_version=17,
+                              dynamo=False, dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}})
+    return onnx.load(path)
+
+
+# -- the representative shape and the probes -------------------------------------------------------------------
+def test_representative_shape_defaults_and_the_users_choice():
+    model = _heads_model()
+    assert representative_shapes(model, {}) == {"x": (1, 128, 64)}  # batch-like 1, any other dynamic axis 128
+    assert representative_shapes(model, {"x": (4, 9, 64)}) == {"x": (4, 9, 64)}
+    values = symbol_values(model, {})
+    labels = [label for label, _ in probe_shapes(model, values)]
+    assert labels == ["batch=2", "batch=3", "seq=1", "seq=37", "seq=256"]  # 2+ further sizes per axis
+    assert dict(probe_shapes(model, values))["seq=37"] == {"x": (1, 37, 64)}  # one axis changed at a time
+
+
+# -- the written model keeps the interface ---------------------------------------------------------------------
+def test_hand_built_dynamic_model_optimizes_without_input_shape_and_keeps_the_interface():
+    model = _heads_model()
+    result = optimize(model, FAST)
+    report = result.report
+    assert report.returned.program == "optimized", report.returned.reason
+    assert result.optimized.graph.node != model.graph.node  # really another program (the MatMuls merged)
+    assert report.interface.symbols == {"batch": 1, "seq": 128} and report.interface.kept
+    assert report.interface.shapes == {"x": [1, 128, 64]}
+    assert report.config.input_shapes == {"x": (1, 128, 64)}  # tuned and measured there
+    assert set(report.interface.verified_at) >= {"batch=2", "batch=3", "seq=1", "seq=37", "seq=256"}
+    assert _ports(result.optimized) == _ports(model) == [("x", TensorProto.FLOAT, ("batch", "seq", 64)),
+                                                          ("y", TensorProto.FLOAT, ("batch", "seq", 64))]
+    assert _agree_everywhere(model, result.optimized, "x", 64) == len(BATCHES) * len(SEQS)
+    assert json.loads(report.dumps())["interface"]["symbols"] == {"batch": 1, "seq": 128}
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_torch_export_with_dynamic_axes_keeps_the_interface(exporter, tmp_path):
+    model = _torch_export(exporter, str(tmp_path / "m.onnx"))
+    result = optimize(model, FAST)
+    assert result.report.returned.program == "optimized", result.report.returned.reason
+    assert sum(n.op_type == "MatMul" for n in result.optimized.graph.node) \
+        < sum(n.op_type == "MatMul" for n in model.graph.node)  # q and k projections merged
+    assert _ports(result.optimized) == _ports(model)
+    assert [d for _, _, d in _ports(model)][0][:2] == ("batch", "seq")
+    assert _agree_everywhere(model, result.optimized, "x", 32) == len(BATCHES) * len(SEQS)
+
+
+# -- a program that cannot be written for every size is refused ------------------------------------------------
+def _positions_model() -> onnx.ModelProto:
+    """y = x + table[0:seq] (the position table sliced by Shape(x)[1]), then Relu: the importer folds the slice at
+    the representative sequence length, so the program is specialized to it."""
+    table = numpy_helper.from_array(np.random.default_rng(1).standard_normal((512, 16)).astype(np.float32), "table")
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in (("one", [1]), ("zero", [0]), ("axis", [0]))]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Slice", ["table", "zero", "seq", "axis"], ["pos"]),
+             helper.make_node("Add", ["x", "pos"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 16])
+    return helper.make_model(helper.make_graph(nodes, "pos", [x], [y], [table, *consts]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_program_specialized_to_one_sequence_length_is_not_written():
+    model = _positions_model()
+    result = optimize(model, FAST.updated(allow_slower=True))
+    report = result.report
+    assert report.returned.program == "original" and result.optimized is model
+    assert "every size of the dynamic dimensions" in report.returned.reason and "seq=" in report.returned.reason
+    assert report.candidate("extracted").verified is False  # it matched at the representative shape only
+    # the refusal is right: the program written generically runs at seq 128 and fails in onnxruntime at seq 37
+    written = make_generic(export_model(import_model(model, {"x": (1, 128, 16)})), model, {"batch": 1, "seq": 128})
+    x = np.random.default_rng(0).standard_normal((1, 128, 16)).astype(np.float32)
+    np.testing.assert_allclose(session(written.model).run(None, {"x": x})[0], session(model).run(None, {"x": x})[0],
+                               rtol=1e-6)
+    with pytest.raises(Exception, match="dimension|broadcast|Incompatible"):
+        session(written.model).run(None, {"x": x[:, :37]})
+    assert verify_shapes(model, model, [("seq=37", {"x": (1, 37, 16)})]).verified == ["seq=37"]
+    check = verify_shapes(model, written.model, [("seq=37", {"x": (1, 37, 16)})])
+    assert not check.passed and "seq=37" in check.detail
+
+
+def test_static_shape_specializes_on_purpose_and_says_the_interface_changed(tmp_path, capsys):
+    path, out, rep = tmp_path / "pos.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(_positions_model(), path)
+    code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--static-shape", "x=2,24,16",
+                 "--scheduler", "none", "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
+    assert code == 0, capsys.readouterr().err
+    written = onnx.load(out)
+    assert _ports(written)[0] == ("x", TensorProto.FLOAT, (2, 24, 16))
+    report = json.loads(rep.read_text())
+    assert report["interface"]["kept"] is False and "interface changed" in report["interface"]["note"]
+    x = np.random.default_rng(0).standard_normal((2, 24, 16)).astype(np.float32)
+    np.testing.assert_allclose(session(written).run(None, {"x": x})[0],
+                               session(_positions_model()).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_input_shape_and_static_shape_for_one_input_is_refused(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_heads_model(), path)
+    code = main(["optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x=1,8,64",
+                 "--static-shape", "x=1,8,64", "-q"])
+    assert code == 2 and "--static-shape" in capsys.readouterr().err
+
+
+# -- symbolic reshape targets against a brute-force oracle ------------------------------------------------------
+def _random_case(rng: random.Random) -> tuple[list[Mono], list[Mono]]:
+    """A symbolic shape and a reshape of it that merges or splits neighbouring axes (the intended target)."""
+    atoms = [Mono.symbol("b"), Mono.symbol("s"), Mono.const(rng.choice([2, 3, 4])), Mono.const(rng.choice([5, 6]))]
+    rng.shuffle(atoms)
+    cut = sorted(rng.sample(range(1, len(atoms)), rng.randint(0, len(atoms) - 1)))
+    groups_in = [atoms[i:j] for i, j in zip([0, *cut], [*cut, len(atoms)])]
+    cut = sorted(rng.sample(range(1, len(atoms)), rng.randint(0, len(atoms) - 1)))
+    groups_out = [atoms[i:j] for i, j in zip([0, *cut], [*cut, len(atoms)])]
+
+    def prod(ms: list[Mono]) -> Mono:
+        out = Mono.const(1)
+        for m in ms:
+            out = out * m
+        return out
+
+    return [prod(g) for g in groups_in], [prod(g) for g in groups_out]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reshape_target_recovers_the_symbols_of_a_random_reshape(seed):
+    """At sizes where every symbol is distinct and above 1, the target's symbols are recovered exactly; the
+    oracle: numpy reshapes the same data at other sizes with the recovered target and with the intended one."""
+    rng = random.Random(seed)
+    dims_in, intended = _random_case(rng)
+    values = {"b": 7, "s": 11}
+    target = [int(m.value(values)) for m in intended]
+    got = reshape_target(dims_in, target, values)
+    assert got is not None
+    for other in ({"b": 2, "s": 3}, {"b": 13, "s": 1}):
+        shape_in = [int(m.value(other)) for m in dims_in]
+        data = np.arange(int(np.prod(shape_in))).reshape(shape_in)
+        np.testing.assert_array_equal(data.reshape([int(m.value(other)) for m in got]),
+                                      data.reshape([int(m.value(other)) for m in intended]))
+
+
+def test_a_batch_of_one_is_read_as_the_batch_symbol_where_the_target_keeps_an_axis_of_one():
+    b, s = Mono.symbol("b"), Mono.symbol("s")
+    values = {"b": 1, "s": 128}
+    assert reshape_target([b * s, Mono.const(64)], [1, 128, 64], values) == [b, s, Mono.const(64)]
+    assert reshape_target([b, s, Mono.const(64)], [128, 64], values) == [b * s, Mono.const(64)]
+    assert reshape_target([b, s, Mono.const(64)], [0, 0, 4, -1], values) == [b, s, Mono.const(4), Mono.const(16)]
+    assert reshape_target([b, s, Mono.const(64)], [3, 5], values) is None  # sizes that do not line up
