@@ -63,7 +63,7 @@ def _port(vi: onnx.ValueInfoProto, declared_only: bool = False) -> Port:
         return Port(vi.name, tt.elem_type, None)
     dims: list[Dim] = []
     for k, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value") and d.dim_value > 0:
+        if d.HasField("dim_value"):  # a static size (0 included: the importer refuses it by name)
             dims.append(int(d.dim_value))
         else:
             dims.append(d.dim_param if d.dim_param or declared_only else f"{vi.name}:{k}")
