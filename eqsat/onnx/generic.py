@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import onnx
@@ -174,7 +175,7 @@ class _Rewriter:
         self.shapes[name] = constant_shape(tensor)
         return name
 
-    def emit(self, op: str, inputs: list[str], base: str, **attrs: object) -> str:
+    def emit(self, op: str, inputs: list[str], base: str, **attrs: Any) -> str:
         out = self.fresh(base)
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
         return out
