@@ -28,6 +28,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .interface import interface
+from .io import session
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -243,6 +244,9 @@ class _Rewriter:
 
     def _reshape(self, node: onnx.NodeProto) -> None:
         dims_in = self.shapes.get(node.input[0])
+        if dims_in is None or any(d is None for d in dims_in):
+            self._fit()
+            dims_in = self.shapes.get(node.input[0])
         target = int_values(self.constants[node.input[1]])
         allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
         if dims_in is None or any(d is None for d in dims_in):
@@ -289,6 +293,70 @@ class _Rewriter:
         if run:
             pieces.append(self.const(np.array(run, np.int64), "dims"))
         node.input[1] = self.emit("Concat", pieces, "shape", axis=0)
+
+    def _fit(self) -> None:
+        """The symbolic shapes of the values written so far that shape inference left unknown, read off runs of
+        the program so far in onnxruntime: at the representative sizes and, for each symbol, at two more (one
+        to find its power in each dimension, one to check it)."""
+        unknown = [o for n in self.nodes for o in n.output
+                   if o and (self.shapes.get(o) is None or any(d is None for d in self.shapes[o] or []))]
+        if not unknown:
+            return
+        runs = {"": self._run(unknown, self.values)}
+        if runs[""] is None:
+            return
+        for sym, value in self.values.items():
+            for step in (1, 2):
+                runs[f"{sym}+{step}"] = self._run(unknown, {**self.values, sym: value + step})
+        for k, name in enumerate(unknown):
+            base = runs[""][k]
+            fitted: SymShape = []
+            for axis, size in enumerate(base):
+                powers: dict[str, int] = {}
+                for sym, value in self.values.items():
+                    grown, check = runs[f"{sym}+1"], runs[f"{sym}+2"]
+                    if grown is None or check is None or len(grown[k]) != len(base) or len(check[k]) != len(base):
+                        powers = {}
+                        break
+                    power = next((p for p in range(-2, 4) if size and Fraction(grown[k][axis], size)
+                                  == Fraction(value + 1, value) ** p
+                                  and Fraction(check[k][axis], size) == Fraction(value + 2, value) ** p), None)
+                    if power is None:
+                        powers = {}
+                        break
+                    if power:
+                        powers[sym] = power
+                else:
+                    mono = Mono(Fraction(1), tuple(sorted(powers.items())))
+                    fitted.append(Mono.const(Fraction(size) / mono.value(self.values)) * mono)
+                    continue
+                fitted.append(None)
+            old = self.shapes.get(name)
+            if old is None or len(old) != len(fitted):
+                self.shapes[name] = fitted
+            else:
+                self.shapes[name] = [a if a is not None else b for a, b in zip(old, fitted)]
+
+    def _run(self, names: list[str], values: Mapping[str, int]) -> list[tuple[int, ...]] | None:
+        """The shapes of ``names`` in a run of the program written so far, its inputs' symbols at ``values``
+        (zeros: only the shapes are read); None if onnxruntime cannot run it there."""
+        g = self.model.graph
+        inits = {t.name for t in g.initializer}
+        graph = helper.make_graph(list(self.nodes), "prefix", [vi for vi in g.input if vi.name not in inits],
+                                  [onnx.ValueInfoProto(name=n) for n in names], initializer=list(g.initializer))
+        model = helper.make_model(graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
+        feeds = {}
+        for vi in graph.input:
+            shape = self.shapes.get(vi.name)
+            if shape is None or any(d is None for d in shape):
+                return None
+            dims = [int(d.value(values)) for d in shape if d is not None]
+            feeds[vi.name] = np.zeros(dims, helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+        try:
+            sess = session(model)
+            return [tuple(int(d) for d in np.shape(v)) for v in sess.run(names, feeds)]
+        except Exception:  # noqa: BLE001 - a size the program cannot run at: nothing learnt
+            return None
 
     def _dim(self, m: Mono) -> str | None:
         """A one-element int64 tensor holding ``m`` at run time, computed from the inputs' shapes."""
