@@ -5,6 +5,8 @@ cannot be written for every size is not written; ``--static-shape`` specializes 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
 import warnings
@@ -13,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.cli import main
@@ -250,3 +253,45 @@ def test_a_batch_of_one_is_read_as_the_batch_symbol_where_the_target_keeps_an_ax
     assert reshape_target([b, s, Mono.const(64)], [128, 64], values) == [b * s, Mono.const(64)]
     assert reshape_target([b, s, Mono.const(64)], [0, 0, 4, -1], values) == [b, s, Mono.const(4), Mono.const(16)]
     assert reshape_target([b, s, Mono.const(64)], [3, 5], values) is None  # sizes that do not line up
+
+
+# -- a real transformer, both exporters ----------------------------------------------------------------------
+def _zoo_dynamic(name: str, exporter: str, path: str) -> onnx.ModelProto:
+    """Zoo model ``name`` exported with dynamic batch and sequence axes (the zoo's own exports are static)."""
+    spec = zoo.SPECS[name]
+    m, args = zoo.module(name), zoo.example_args(name)
+    names = [i[0] for i in spec.inputs]
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            b, s = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=64)
+            prog = torch.onnx.export(m, args, input_names=names, output_names=list(spec.outputs), opset_version=18,
+                                     dynamo=True, dynamic_shapes={"args": tuple({0: b, 1: s} for _ in names)},
+                                     verbose=False)
+            prog.save(path)
+        else:
+            axes = {n: {0: "batch", 1: "seq"} for n in names} | {o: {0: "batch"} for o in spec.outputs}
+            torch.onnx.export(m, args, path, input_names=names, output_names=list(spec.outputs), opset_version=17,
+                              dynamo=False, dynamic_axes=axes)
+    return onnx.load(path)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_bert_with_dynamic_axes_keeps_the_interface(exporter, tmp_path):
+    model = _zoo_dynamic("bert", exporter, str(tmp_path / "bert.onnx"))
+    shapes = {"input_ids": (1, 16), "attention_mask": (1, 16)}  # the tiny model's positions stop below 128
+    result = optimize(model, FAST.updated(input_shapes=shapes, allow_slower=True))
+    report = result.report
+    assert report.returned.program == "optimized", report.returned.reason
+    assert _ports(result.optimized) == _ports(model)
+    assert {"batch=2", "batch=3", "seq=1", "seq=37"} <= set(report.interface.verified_at)
+    s1, s2 = session(model), session(result.optimized)
+    rng = np.random.default_rng(3)
+    for b, s in [(1, 16), (2, 16), (3, 16), (2, 3), (2, 37), (3, 40)]:  # 3+ sizes per axis, masks differing by row
+        ids = rng.integers(0, zoo.VOCAB, (b, s)).astype(np.int64)
+        mask = rng.integers(0, 2, (b, s)).astype(np.int64)
+        mask[:, 0] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        for ref, got in zip(s1.run(None, feeds), s2.run(None, feeds)):
+            assert got.shape == ref.shape and ref.shape[0] == b
+            np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-4)
