@@ -23,6 +23,7 @@ from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.generic import make_generic, reshape_target
 from eqsat.onnx.interface import probe_shapes, representative_shapes, symbol_values
+from eqsat.onnx.live import live_shapes
 from eqsat.onnx.symbolic import Mono
 from eqsat.verify import verify_shapes
 
@@ -150,11 +151,11 @@ def test_torch_export_with_dynamic_axes_keeps_the_interface(exporter, tmp_path):
     assert _agree_everywhere(model, result.optimized, "x", 32) == len(BATCHES) * len(SEQS)
 
 
-# -- a program that cannot be written for every size is refused ------------------------------------------------
-def _positions_model() -> onnx.ModelProto:
-    """y = x + table[0:seq] (the position table sliced by Shape(x)[1]), then Relu: the importer folds the slice at
-    the representative sequence length, so the program is specialized to it."""
-    table = numpy_helper.from_array(np.random.default_rng(1).standard_normal((512, 16)).astype(np.float32), "table")
+# -- shape computations that meet the data stay in the program ---------------------------------------------------
+def _positions_model(rows: int = 512) -> onnx.ModelProto:
+    """y = Relu(x + table[0:seq]), the position table sliced by Shape(x)[1]: folded at one sequence length, the
+    program would take only that length."""
+    table = numpy_helper.from_array(np.random.default_rng(1).standard_normal((rows, 16)).astype(np.float32), "table")
     consts = [numpy_helper.from_array(np.array(v, np.int64), n)
               for n, v in (("one", [1]), ("zero", [0]), ("axis", [0]))]
     nodes = [helper.make_node("Shape", ["x"], ["shape"]),
@@ -168,23 +169,51 @@ def _positions_model() -> onnx.ModelProto:
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_a_program_specialized_to_one_sequence_length_is_not_written():
+def test_a_shape_computation_that_meets_the_data_is_kept_not_folded():
     model = _positions_model()
+    assert live_shapes(model) == {"shape"}
+    assert not any(n.op == "opaque" and n.attrs[0] == "Shape" for n in import_model(model, {"x": (1, 128, 16)}).nodes())
+    result = optimize(model, FAST.updated(allow_slower=True))
+    assert result.report.returned.program == "optimized", result.report.returned.reason
+    assert _ports(result.optimized) == _ports(model)
+    s1, s2 = session(model), session(result.optimized)
+    for b, s in [(1, 128), (2, 1), (3, 37), (1, 300)]:
+        x = np.random.default_rng(s).standard_normal((b, s, 16)).astype(np.float32)
+        np.testing.assert_allclose(s2.run(None, {"x": x})[0], s1.run(None, {"x": x})[0], rtol=1e-6)
+
+
+# -- a program that cannot be written for every size is refused ------------------------------------------------
+def _unsqueeze_model() -> onnx.ModelProto:
+    """y[1, batch, seq, 8] = Reshape(Relu(x), Concat([1], Shape(x))): the target, folded at batch 1, is
+    [1, 1, 128, 8], where nothing tells which axis of size 1 is the batch (the first free one is taken: the wrong
+    one)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "batch", "seq", 8])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Concat", ["one", "shape"], ["target"], axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["y"])]
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    return helper.make_model(helper.make_graph(nodes, "unsq", [x], [y], [one]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_program_right_at_one_batch_size_only_is_not_written():
+    model = _unsqueeze_model()
     result = optimize(model, FAST.updated(allow_slower=True))
     report = result.report
     assert report.returned.program == "original" and result.optimized is model
-    assert "every size of the dynamic dimensions" in report.returned.reason and "seq=" in report.returned.reason
+    assert "every size of the dynamic dimensions" in report.returned.reason and "batch=2" in report.returned.reason
     assert report.candidate("extracted").verified is False  # it matched at the representative shape only
-    # the refusal is right: the program written generically runs at seq 128 and fails in onnxruntime at seq 37
-    written = make_generic(export_model(import_model(model, {"x": (1, 128, 16)})), model, {"batch": 1, "seq": 128})
-    x = np.random.default_rng(0).standard_normal((1, 128, 16)).astype(np.float32)
-    np.testing.assert_allclose(session(written.model).run(None, {"x": x})[0], session(model).run(None, {"x": x})[0],
-                               rtol=1e-6)
-    with pytest.raises(Exception, match="dimension|broadcast|Incompatible"):
-        session(written.model).run(None, {"x": x[:, :37]})
-    assert verify_shapes(model, model, [("seq=37", {"x": (1, 37, 16)})]).verified == ["seq=37"]
-    check = verify_shapes(model, written.model, [("seq=37", {"x": (1, 37, 16)})])
-    assert not check.passed and "seq=37" in check.detail
+    # the refusal is right: the program written generically is right at batch 1 and wrong at batch 2
+    written = make_generic(export_model(import_model(model, {"x": (1, 128, 8)})), model, {"batch": 1, "seq": 128})
+    x = np.random.default_rng(0).standard_normal((2, 128, 8)).astype(np.float32)
+    np.testing.assert_allclose(session(written.model).run(None, {"x": x[:1]})[0],
+                               session(model).run(None, {"x": x[:1]})[0])
+    assert session(model).run(None, {"x": x})[0].shape == (1, 2, 128, 8)
+    assert session(written.model).run(None, {"x": x})[0].shape != (1, 2, 128, 8)
+    check = verify_shapes(model, written.model, [("batch=2", {"x": (2, 128, 8)})])
+    assert not check.passed and "batch=2" in check.detail
+    assert verify_shapes(model, model, [("batch=2", {"x": (2, 128, 8)})]).verified == ["batch=2"]
 
 
 def test_static_shape_specializes_on_purpose_and_says_the_interface_changed(tmp_path, capsys):
@@ -200,6 +229,18 @@ def test_static_shape_specializes_on_purpose_and_says_the_interface_changed(tmp_
     x = np.random.default_rng(0).standard_normal((2, 24, 16)).astype(np.float32)
     np.testing.assert_allclose(session(written).run(None, {"x": x})[0],
                                session(_positions_model()).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_default_size_the_model_refuses_asks_for_input_shape(tmp_path, capsys):
+    path = tmp_path / "short.onnx"
+    onnx.save(_positions_model(rows=64), path)  # positions stop at 64: the default sequence 128 cannot run
+    code = main(["optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--scheduler", "none", "--cost",
+                 "analytic", "--no-measure", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "seq=128" in err and "--input-shape x=1,128,16" in err, err
+    code = main(["optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x=1,32,16",
+                 "--scheduler", "none", "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
+    assert code == 0, capsys.readouterr().err
 
 
 def test_input_shape_and_static_shape_for_one_input_is_refused(tmp_path, capsys):

@@ -102,7 +102,10 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
         return export_model(model), model, Shaping.of(None, config)
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
     shaping = Shaping.of(original, config)
-    return original, import_model(original, shaping.shapes, generic=shaping.generic), shaping
+    try:
+        return original, import_model(original, shaping.shapes, generic=shaping.generic), shaping
+    except InputError as exc:
+        raise shaping.explain(exc) from exc
 
 
 def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchConfig]:

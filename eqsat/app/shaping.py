@@ -17,7 +17,7 @@ import onnx
 
 from eqsat.errors import InputError
 from eqsat.onnx.generic import make_generic
-from eqsat.onnx.interface import Shapes, interface, probe_shapes, representative_shapes, symbol_values
+from eqsat.onnx.interface import Shapes, interface, probe_shapes, representative_shapes, symbol_values, symbols
 from eqsat.verify import ShapesCheck, verify_shapes
 
 from .config import OptimizeConfig
@@ -35,6 +35,8 @@ class Shaping:
     """symbol -> its representative size"""
     static: bool = False
     """--static-shape: the result is specialized to ``shapes``"""
+    defaulted: list[str] = field(default_factory=list)
+    """the symbols no given shape sizes (at their default size)"""
 
     @property
     def generic(self) -> bool:
@@ -51,7 +53,23 @@ class Shaping:
             return cls(None, {**config.input_shapes, **config.static_shapes})
         given = {**config.input_shapes, **config.static_shapes}
         values = symbol_values(original, given)
-        return cls(original, representative_shapes(original, given), values, bool(config.static_shapes))
+        defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
+        return cls(original, representative_shapes(original, given), values, bool(config.static_shapes), defaulted)
+
+    def explain(self, error: InputError) -> InputError:
+        """``error`` (the import failed) with a hint when a dimension took its default size: the model may not
+        accept it (a position table shorter than the default 128), and ``--input-shape`` chooses another."""
+        if not self.defaulted:
+            return error
+        sizes = ", ".join(f"{s}={self.values[s]}" for s in self.defaulted)
+        example = next(iter(self.shapes.items()))
+        message = (f"{error} (the dynamic dimensions took their default sizes {sizes}; give sizes the model accepts "
+                   f"with --input-shape, e.g. --input-shape {example[0]}={','.join(map(str, example[1]))} with "
+                   "smaller values)")
+        try:
+            return type(error)(message)
+        except TypeError:  # a subclass with other arguments
+            return InputError(message)
 
     def write(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A candidate as written: shape-generic with the original's interface, unless specialized."""

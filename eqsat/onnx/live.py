@@ -16,7 +16,8 @@ from onnx import shape_inference
 from .io import is_large
 
 SHAPE_SLOTS = {("Reshape", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4)}
-"""(operator, input index) where a shape computation is rewritten shape-generic on export"""
+"""(operator, input index) where a shape computation is rewritten shape-generic on export, when the value reshaped
+or sliced is the data (a constant sliced by the sequence length is computed from the shape: its values are too)"""
 
 
 def _symbolic_dims(model: onnx.ModelProto) -> dict[str, list[bool]]:
@@ -53,19 +54,20 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
     for node in g.node:
         for k, i in enumerate(node.input):
             consumers.setdefault(i, []).append((node, k))
-    def closure(start: str) -> tuple[set[str], list[tuple[onnx.NodeProto, int]]]:
-        """The values computed from ``start`` (up to the shape slots), and the (node, slot) uses of them."""
+
+    def closure(start: str) -> list[tuple[onnx.NodeProto, int]]:
+        """The (node, slot) uses of the values computed from ``start`` (up to the shape slots)."""
         seen, frontier, uses = {start}, [start], []
         while frontier:
             for user, k in consumers.get(frontier.pop(), []):
                 uses.append((user, k))
-                if (user.op_type, k) in SHAPE_SLOTS:
-                    continue
+                if (user.op_type, k) in SHAPE_SLOTS and user.input[0] in data:
+                    continue  # sizes a Reshape or bounds a Slice of the data: rewritten generic on export
                 for o in user.output:
                     if o and o not in seen:
                         seen.add(o)
                         frontier.append(o)
-        return seen, uses
+        return uses
 
     candidates = []
     for node in shapes:
@@ -78,9 +80,8 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
             candidates.append(node.output[0])
     live: set[str] = set()
     for out in candidates:
-        _, uses = closure(out)
-        if any((user.op_type, k) not in SHAPE_SLOTS and any(i in data for j, i in enumerate(user.input) if j != k)
-               for user, k in uses):
+        if any(((user.op_type, k) not in SHAPE_SLOTS or user.input[0] not in data)
+               and any(i in data for j, i in enumerate(user.input) if j != k) for user, k in closure(out)):
             live.add(out)
     return live
 
