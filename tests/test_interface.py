@@ -25,6 +25,7 @@ from eqsat.onnx.generic import make_generic, reshape_target
 from eqsat.onnx.interface import probe_shapes, representative_shapes, symbol_values
 from eqsat.onnx.live import live_shapes
 from eqsat.onnx.symbolic import Mono
+from eqsat.rules.rule import Rule
 from eqsat.verify import verify_shapes
 
 FAST = OptimizeConfig.of(budget=8, cost="analytic", measure=False)
@@ -182,11 +183,9 @@ def test_a_shape_computation_that_meets_the_data_is_kept_not_folded():
         np.testing.assert_allclose(s2.run(None, {"x": x})[0], s1.run(None, {"x": x})[0], rtol=1e-6)
 
 
-# -- a program that cannot be written for every size is refused ------------------------------------------------
 def _unsqueeze_model() -> onnx.ModelProto:
     """y[1, batch, seq, 8] = Reshape(Relu(x), Concat([1], Shape(x))): the target, folded at batch 1, is
-    [1, 1, 128, 8], where nothing tells which axis of size 1 is the batch (the first free one is taken: the wrong
-    one)."""
+    [1, 1, 128, 8], where its sizes alone do not tell which axis of size 1 is the batch."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "batch", "seq", 8])
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["x"], ["shape"]),
@@ -197,20 +196,55 @@ def _unsqueeze_model() -> onnx.ModelProto:
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_a_program_right_at_one_batch_size_only_is_not_written():
+def test_a_folded_target_is_read_off_the_original_where_its_sizes_are_ambiguous():
     model = _unsqueeze_model()
-    result = optimize(model, FAST.updated(allow_slower=True))
-    report = result.report
-    assert report.returned.program == "original" and result.optimized is model
-    assert "every size of the dynamic dimensions" in report.returned.reason and "batch=2" in report.returned.reason
-    assert report.candidate("extracted").verified is False  # it matched at the representative shape only
-    # the refusal is right: the program written generically is right at batch 1 and wrong at batch 2
     written = make_generic(export_model(import_model(model, {"x": (1, 128, 8)})), model, {"batch": 1, "seq": 128})
+    b, s = Mono.symbol("batch"), Mono.symbol("seq")
+    # the sizes alone give the batch to the first axis of size 1: wrong
+    assert reshape_target([b, s, Mono.const(8)], [1, 1, 128, 8], {"batch": 1, "seq": 128})[:2] == [b, Mono.const(1)]
+    s1, s2 = session(model), session(written.model)
+    for shape in [(1, 128, 8), (2, 128, 8), (3, 5, 8)]:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        ref, got = s1.run(None, {"x": x})[0], s2.run(None, {"x": x})[0]
+        assert ref.shape == got.shape == (1, *shape)
+        np.testing.assert_array_equal(got, ref)
+
+
+# -- a program that cannot be written for every size is refused ------------------------------------------------
+BATCH_ONE = Rule("relu_transpose_unit_axis", "single", "ours",
+                 "relu(transpose(x, (1, 0, 2))) -> reshape(relu(x)) where x is [1, a, b]",
+                 (("(= root (Relu (Transpose (S3 1 0 2) x))) (= (S3 1 a b) (shape x))",
+                   "(Pend root (Reshape (S3 a 1 b) (Relu x)))"),))
+"""a rewrite right only while the first axis has size 1: at batch 1 it holds, at any other batch it does not"""
+
+
+def _transpose_model() -> onnx.ModelProto:
+    """y = Relu(Transpose(x)), z = Relu(x): with BATCH_ONE the two share one Relu (cheaper), at batch 1 only."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", "batch", 8])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq", 8])
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]), helper.make_node("Relu", ["t"], ["y"]),
+             helper.make_node("Relu", ["x"], ["z"])]
+    return helper.make_model(helper.make_graph(nodes, "t", [x], [y, z]), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_rewrite_right_at_the_representative_batch_only_is_not_written():
+    model = _transpose_model()
+    config = OptimizeConfig.of(scheduler="tensat", k_multi=0, cost="analytic", final_extractor="greedy-dag",
+                               measure=False, allow_slower=True)
+    result = optimize(model, config, extra_rules=[BATCH_ONE])
+    report = result.report
+    assert report.candidate("extracted").operators.get("relu") == 1  # the rule fired at batch 1 ...
+    assert report.returned.program == "original" and result.optimized is model  # ... and its program is refused
+    assert "every size of the dynamic dimensions" in report.returned.reason and "batch=2" in report.returned.reason
+    assert report.candidate("extracted").verified is False
+    # the refusal is right: onnxruntime runs that program right at batch 1 and wrong at batch 2
+    written = make_generic(export_model(optimize(model, config.updated(static_shapes={"x": (1, 128, 8)}),
+                                                 extra_rules=[BATCH_ONE]).graph), model, {"batch": 1, "seq": 128})
     x = np.random.default_rng(0).standard_normal((2, 128, 8)).astype(np.float32)
     np.testing.assert_allclose(session(written.model).run(None, {"x": x[:1]})[0],
                                session(model).run(None, {"x": x[:1]})[0])
-    assert session(model).run(None, {"x": x})[0].shape == (1, 2, 128, 8)
-    assert session(written.model).run(None, {"x": x})[0].shape != (1, 2, 128, 8)
+    assert session(model).run(None, {"x": x})[0].shape == (128, 2, 8)
     check = verify_shapes(model, written.model, [("batch=2", {"x": (2, 128, 8)})])
     assert not check.passed and "batch=2" in check.detail
     assert verify_shapes(model, model, [("batch=2", {"x": (2, 128, 8)})]).verified == ["batch=2"]

@@ -158,6 +158,7 @@ class _Rewriter:
         self.counter = 0
         self.cache: dict[str, str] = {}
         self.nodes: list[onnx.NodeProto] = []
+        self._probed: dict[str, list[Mono | None]] | None = None
 
     def fresh(self, base: str) -> str:
         while True:
@@ -253,7 +254,9 @@ class _Rewriter:
             self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
             return
         known = [d for d in dims_in if d is not None]
-        sym = reshape_target(known, target, self.values, allowzero)
+        sym = self._original_target(node.input[1], target, known)
+        if sym is None:
+            sym = reshape_target(known, target, self.values, allowzero)
         if sym is None:
             self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
             return
@@ -293,6 +296,24 @@ class _Rewriter:
         if run:
             pieces.append(self.const(np.array(run, np.int64), "dims"))
         node.input[1] = self.emit("Concat", pieces, "shape", axis=0)
+
+    def _original_target(self, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
+        """The symbolic target of a Reshape written back from the user's model whose target the original computes
+        (a folded Shape computation, kept under its name): read off runs of the original at further sizes, where
+        it agrees with ``target`` and the input's size."""
+        if self._probed is None:
+            computed = {o for n in self.original.graph.node for o in n.output if o}
+            names = [n.input[1] for n in self.model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
+                     and n.input[1] in computed and n.input[1] in self.constants]
+            self._probed = _fit_values(self.original, names, self.values) if names else {}
+        fitted = self._probed.get(name)
+        if fitted is None or len(fitted) != len(target) or any(m is None for m in fitted):
+            return None
+        out = [m for m in fitted if m is not None]
+        if [int(m.value(self.values)) for m in out] != target or any(m.coef <= 0 for m in out) \
+                or product(out) != product(dims_in):
+            return None
+        return out
 
     def _fit(self) -> None:
         """The symbolic shapes of the values written so far that shape inference left unknown, read off runs of
@@ -406,6 +427,61 @@ class _Rewriter:
                 self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
+
+
+def _fit_values(model: onnx.ModelProto, names: list[str], values: Mapping[str, int]) -> dict[str, list[Mono | None]]:
+    """Each integer vector ``names`` of ``model`` (a computed shape) as monomials of the symbols: from runs at
+    ``values`` and, for each symbol, at two more sizes (zeros fed: only sizes matter); {} if a run fails."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    ports = {p.name: p for p in interface(model)[0]}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+
+    def run(at: Mapping[str, int]) -> list[list[int]] | None:
+        feeds = {}
+        for vi in g.input:
+            port = ports.get(vi.name)
+            if vi.name in inits or port is None or port.dims is None:
+                continue
+            shape = [d if isinstance(d, int) else at.get(d or f"{vi.name}:{k}", 1) for k, d in enumerate(port.dims)]
+            feeds[vi.name] = np.zeros(shape, helper.tensor_dtype_to_np_dtype(port.elem_type))
+        try:
+            return [[int(v) for v in np.asarray(r).reshape(-1)] for r in session(probe).run(names, feeds)]
+        except Exception:  # noqa: BLE001 - sizes the original cannot run at: nothing learnt
+            return None
+
+    base = run(values)
+    if base is None:
+        return {}
+    grown = {s: (run({**values, s: v + 1}), run({**values, s: v + 2})) for s, v in values.items()}
+    out: dict[str, list[Mono | None]] = {}
+    for k, name in enumerate(names):
+        entries: list[Mono | None] = []
+        for j, size in enumerate(base[k]):
+            powers: dict[str, int] = {}
+            ok = size > 0
+            for s, v in values.items():
+                one, two = grown[s]
+                if not ok or one is None or two is None or len(one[k]) != len(base[k]) or len(two[k]) != len(base[k]):
+                    ok = False
+                    break
+                p = next((p for p in range(0, 4) if Fraction(one[k][j], size) == Fraction(v + 1, v) ** p
+                          and Fraction(two[k][j], size) == Fraction(v + 2, v) ** p), None)
+                if p is None:
+                    ok = False
+                    break
+                if p:
+                    powers[s] = p
+            if ok:
+                mono = Mono(Fraction(1), tuple(sorted(powers.items())))
+                entries.append(Mono.const(Fraction(size) / mono.value(values)) * mono)
+            else:
+                entries.append(None)
+        out[name] = entries
+    return out
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
