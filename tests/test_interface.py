@@ -10,6 +10,7 @@ import io
 import json
 import random
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import onnx
@@ -21,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx.fitting import fit_sizes
 from eqsat.onnx.generic import make_generic, reshape_target
 from eqsat.onnx.interface import probe_shapes, representative_shapes, symbol_values
 from eqsat.onnx.live import live_shapes
@@ -370,3 +372,20 @@ def test_bert_with_dynamic_axes_keeps_the_interface(exporter, tmp_path):
         for ref, got in zip(s1.run(None, feeds), s2.run(None, feeds)):
             assert got.shape == ref.shape and ref.shape[0] == b
             np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sizes_fitted_from_runs_are_the_monomials_that_made_them(seed):
+    """fit_sizes recovers random monomials from their values at three sizes of each symbol (evaluated here)."""
+    rng = random.Random(seed)
+    monos = [Mono(Fraction(rng.choice([1, 2, 3, 12])), tuple((s, p) for s, p in (("b", rng.randint(0, 2)),
+                                                                               ("s", rng.randint(0, 2))) if p))
+             for _ in range(rng.randint(1, 4))]
+    values = {"b": rng.choice([1, 2]), "s": rng.choice([16, 128])}
+
+    def at(vals: dict[str, int]) -> list[list[int]]:
+        return [[int(m.value(vals)) for m in monos]]
+
+    grown = {s: (at({**values, s: v + 1}), at({**values, s: v + 2})) for s, v in values.items()}
+    assert fit_sizes(at(values), grown, values) == [monos]
+    assert fit_sizes(at(values), {**grown, "s": (None, None)}, values) == [[None] * len(monos)]  # a failed run

@@ -27,8 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .fitting import fit_runs, run_values
 from .interface import interface
-from .io import session
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -159,6 +159,7 @@ class _Rewriter:
         self.cache: dict[str, str] = {}
         self.nodes: list[onnx.NodeProto] = []
         self._probed: dict[str, list[Mono | None]] | None = None
+        self._tried: set[str] = set()
 
     def fresh(self, base: str) -> str:
         while True:
@@ -305,11 +306,12 @@ class _Rewriter:
             computed = {o for n in self.original.graph.node for o in n.output if o}
             names = [n.input[1] for n in self.model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
                      and n.input[1] in computed and n.input[1] in self.constants]
-            self._probed = _fit_values(self.original, names, self.values) if names else {}
-        fitted = self._probed.get(name)
-        if fitted is None or len(fitted) != len(target) or any(m is None for m in fitted):
+            runs = fit_runs(run_values(self.original, names, shapes=False), self.values) if names else None
+            self._probed = dict(zip(names, runs or []))
+        entries = self._probed.get(name)
+        if entries is None or len(entries) != len(target) or any(m is None for m in entries):
             return None
-        out = [m for m in fitted if m is not None]
+        out = [m for m in entries if m is not None]
         if [int(m.value(self.values)) for m in out] != target or any(m.coef <= 0 for m in out) \
                 or product(out) != product(dims_in):
             return None
@@ -317,67 +319,23 @@ class _Rewriter:
 
     def _fit(self) -> None:
         """The symbolic shapes of the values written so far that shape inference left unknown, read off runs of
-        the program so far in onnxruntime: at the representative sizes and, for each symbol, at two more (one
-        to find its power in each dimension, one to check it)."""
-        unknown = [o for n in self.nodes for o in n.output
-                   if o and (self.shapes.get(o) is None or any(d is None for d in self.shapes[o] or []))]
+        the program so far in onnxruntime (:mod:`eqsat.onnx.fitting`)."""
+        unknown = [o for n in self.nodes for o in n.output if o and o not in self._tried
+                   and (self.shapes.get(o) is None or any(d is None for d in self.shapes[o] or []))]
         if not unknown:
             return
-        runs = {"": self._run(unknown, self.values)}
-        if runs[""] is None:
-            return
-        for sym, value in self.values.items():
-            for step in (1, 2):
-                runs[f"{sym}+{step}"] = self._run(unknown, {**self.values, sym: value + step})
-        for k, name in enumerate(unknown):
-            base = runs[""][k]
-            fitted: SymShape = []
-            for axis, size in enumerate(base):
-                powers: dict[str, int] = {}
-                for sym, value in self.values.items():
-                    grown, check = runs[f"{sym}+1"], runs[f"{sym}+2"]
-                    if grown is None or check is None or len(grown[k]) != len(base) or len(check[k]) != len(base):
-                        powers = {}
-                        break
-                    power = next((p for p in range(-2, 4) if size and Fraction(grown[k][axis], size)
-                                  == Fraction(value + 1, value) ** p
-                                  and Fraction(check[k][axis], size) == Fraction(value + 2, value) ** p), None)
-                    if power is None:
-                        powers = {}
-                        break
-                    if power:
-                        powers[sym] = power
-                else:
-                    mono = Mono(Fraction(1), tuple(sorted(powers.items())))
-                    fitted.append(Mono.const(Fraction(size) / mono.value(self.values)) * mono)
-                    continue
-                fitted.append(None)
+        self._tried.update(unknown)  # each value fitted once: a run of a prefix of a large model is not cheap
+        prefix = onnx.ModelProto()
+        prefix.CopyFrom(self.model)
+        del prefix.graph.node[:]
+        prefix.graph.node.extend(self.nodes)
+        fitted = fit_runs(run_values(prefix, unknown, shapes=True), self.values)
+        for name, dims in zip(unknown, fitted or []):
             old = self.shapes.get(name)
-            if old is None or len(old) != len(fitted):
-                self.shapes[name] = fitted
+            if old is None or len(old) != len(dims):
+                self.shapes[name] = dims
             else:
-                self.shapes[name] = [a if a is not None else b for a, b in zip(old, fitted)]
-
-    def _run(self, names: list[str], values: Mapping[str, int]) -> list[tuple[int, ...]] | None:
-        """The shapes of ``names`` in a run of the program written so far, its inputs' symbols at ``values``
-        (zeros: only the shapes are read); None if onnxruntime cannot run it there."""
-        g = self.model.graph
-        inits = {t.name for t in g.initializer}
-        graph = helper.make_graph(list(self.nodes), "prefix", [vi for vi in g.input if vi.name not in inits],
-                                  [onnx.ValueInfoProto(name=n) for n in names], initializer=list(g.initializer))
-        model = helper.make_model(graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
-        feeds = {}
-        for vi in graph.input:
-            shape = self.shapes.get(vi.name)
-            if shape is None or any(d is None for d in shape):
-                return None
-            dims = [int(d.value(values)) for d in shape if d is not None]
-            feeds[vi.name] = np.zeros(dims, helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
-        try:
-            sess = session(model)
-            return [tuple(int(d) for d in np.shape(v)) for v in sess.run(names, feeds)]
-        except Exception:  # noqa: BLE001 - a size the program cannot run at: nothing learnt
-            return None
+                self.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
 
     def _dim(self, m: Mono) -> str | None:
         """A one-element int64 tensor holding ``m`` at run time, computed from the inputs' shapes."""
@@ -427,61 +385,6 @@ class _Rewriter:
                 self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
-
-
-def _fit_values(model: onnx.ModelProto, names: list[str], values: Mapping[str, int]) -> dict[str, list[Mono | None]]:
-    """Each integer vector ``names`` of ``model`` (a computed shape) as monomials of the symbols: from runs at
-    ``values`` and, for each symbol, at two more sizes (zeros fed: only sizes matter); {} if a run fails."""
-    g = model.graph
-    inits = {t.name for t in g.initializer}
-    ports = {p.name: p for p in interface(model)[0]}
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.output[:]
-    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
-
-    def run(at: Mapping[str, int]) -> list[list[int]] | None:
-        feeds = {}
-        for vi in g.input:
-            port = ports.get(vi.name)
-            if vi.name in inits or port is None or port.dims is None:
-                continue
-            shape = [d if isinstance(d, int) else at.get(d or f"{vi.name}:{k}", 1) for k, d in enumerate(port.dims)]
-            feeds[vi.name] = np.zeros(shape, helper.tensor_dtype_to_np_dtype(port.elem_type))
-        try:
-            return [[int(v) for v in np.asarray(r).reshape(-1)] for r in session(probe).run(names, feeds)]
-        except Exception:  # noqa: BLE001 - sizes the original cannot run at: nothing learnt
-            return None
-
-    base = run(values)
-    if base is None:
-        return {}
-    grown = {s: (run({**values, s: v + 1}), run({**values, s: v + 2})) for s, v in values.items()}
-    out: dict[str, list[Mono | None]] = {}
-    for k, name in enumerate(names):
-        entries: list[Mono | None] = []
-        for j, size in enumerate(base[k]):
-            powers: dict[str, int] = {}
-            ok = size > 0
-            for s, v in values.items():
-                one, two = grown[s]
-                if not ok or one is None or two is None or len(one[k]) != len(base[k]) or len(two[k]) != len(base[k]):
-                    ok = False
-                    break
-                p = next((p for p in range(0, 4) if Fraction(one[k][j], size) == Fraction(v + 1, v) ** p
-                          and Fraction(two[k][j], size) == Fraction(v + 2, v) ** p), None)
-                if p is None:
-                    ok = False
-                    break
-                if p:
-                    powers[s] = p
-            if ok:
-                mono = Mono(Fraction(1), tuple(sorted(powers.items())))
-                entries.append(Mono.const(Fraction(size) / mono.value(values)) * mono)
-            else:
-                entries.append(None)
-        out[name] = entries
-    return out
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:

@@ -1,0 +1,106 @@
+"""Symbolic sizes read off runs: a value's sizes (or an integer vector's entries) at the representative sizes
+of the symbols and, for each symbol, at two more, fitted as monomials (``c * prod(symbol ** power)``).
+
+One more size of a symbol gives its power in each size (the ratio of the sizes is a power of the ratio of the
+symbol's values); the second checks it. What no power explains stays unknown (None).
+
+>>> fit_sizes([[2, 128]], {"seq": ([[2, 129]], [[2, 130]])}, {"seq": 128})
+[[Mono(coef=Fraction(2, 1), powers=()), Mono(coef=Fraction(1, 1), powers=(('seq', 1),))]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+import onnx
+
+from .interface import interface
+from .io import session
+from .symbolic import Mono
+
+POWERS = range(-2, 4)
+"""the powers a symbol is tried at in one size"""
+
+Sizes = Sequence[Sequence[int]]
+"""one run: for each value, its sizes (or its entries)"""
+
+
+def fit_sizes(base: Sizes, grown: Mapping[str, tuple[Sizes | None, Sizes | None]],
+              values: Mapping[str, int]) -> list[list[Mono | None]]:
+    """Each value's sizes in ``base`` (the run at ``values``) as monomials, from ``grown`` (symbol -> the runs at
+    its value + 1 and + 2, None where the run failed)."""
+    out: list[list[Mono | None]] = []
+    for k, sizes in enumerate(base):
+        fitted: list[Mono | None] = []
+        for axis, size in enumerate(sizes):
+            powers: dict[str, int] | None = {} if size > 0 else None
+            for sym, value in values.items():
+                one, two = grown.get(sym, (None, None))
+                if powers is None or one is None or two is None or len(one[k]) != len(sizes) \
+                        or len(two[k]) != len(sizes):
+                    powers = None
+                    break
+                power = next((p for p in POWERS if Fraction(one[k][axis], size) == Fraction(value + 1, value) ** p
+                              and Fraction(two[k][axis], size) == Fraction(value + 2, value) ** p), None)
+                if power is None:
+                    powers = None
+                    break
+                if power:
+                    powers[sym] = power
+            if powers is None:
+                fitted.append(None)
+                continue
+            mono = Mono(Fraction(1), tuple(sorted(powers.items())))
+            fitted.append(Mono.const(Fraction(size) / mono.value(values)) * mono)
+        out.append(fitted)
+    return out
+
+
+def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
+             values: Mapping[str, int]) -> list[list[Mono | None]] | None:
+    """:func:`fit_sizes` over the runs ``run`` makes at ``values`` and at two more sizes of each symbol; None
+    when the run at ``values`` fails."""
+    base = run(values)
+    if base is None:
+        return None
+    grown = {s: (run({**values, s: v + 1}), run({**values, s: v + 2})) for s, v in values.items()}
+    return fit_sizes(base, grown, values)
+
+
+def zero_feeds(model: onnx.ModelProto, at: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read."""
+    feeds = {}
+    for port in interface(model)[0]:
+        if port.dims is None:
+            continue
+        shape = [d if isinstance(d, int) else at.get(d or f"{port.name}:{k}", 1) for k, d in enumerate(port.dims)]
+        feeds[port.name] = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(port.elem_type))
+    return feeds
+
+
+def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
+    """A run of ``model`` (one session, built once) giving ``names``: their shapes (``shapes``) or their integer
+    entries; None at sizes onnxruntime cannot run it at."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    sess: list[object] = []
+
+    def run(at: Mapping[str, int]) -> Sizes | None:
+        try:
+            if not sess:
+                sess.append(session(probe))
+            got = sess[0].run(names, zero_feeds(model, at))  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - sizes it cannot run at (or a model it cannot load): nothing learnt
+            return None
+        if shapes:
+            return [[int(d) for d in np.shape(v)] for v in got]
+        return [[int(v) for v in np.asarray(r).reshape(-1)] for r in got]
+
+    return run
+
+
+__all__ = ["POWERS", "fit_runs", "fit_sizes", "run_values", "zero_feeds"]
