@@ -27,10 +27,10 @@ BATCH_DEFAULT = 1
 """the representative value of a batch-like symbol (a ``dim_param`` named like a batch, or an unnamed axis 0)"""
 OTHER_DEFAULT = 128
 """the representative value of every other symbol (a sequence, an image side, ...)"""
-BATCH_PROBES = (2, 3)
-"""the further values a batch-like symbol is verified at"""
-OTHER_PROBES = (1, 37, 256)
-"""the further values any other symbol is verified at"""
+BATCH_PROBES = (2, 3, 4)
+"""the further values a batch-like symbol is verified at: the first two that are not its representative value"""
+OTHER_PROBES = (1, 37, 256, 64)
+"""the further values any other symbol is verified at: the first three that are not its representative value"""
 
 _BATCH = re.compile(r"^(n|b|bs|batch|batch_?size|batch_?dim|.*batch.*)$", re.IGNORECASE)
 
@@ -150,8 +150,13 @@ def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int,
 
 
 def probe_values(value: int, batch: bool) -> list[int]:
-    """The further values a symbol at ``value`` is verified at (its representative value left out)."""
-    return [v for v in (BATCH_PROBES if batch else OTHER_PROBES) if v != value]
+    """The further values a symbol at ``value`` is verified at (its representative value left out).
+
+    >>> probe_values(3, batch=True), probe_values(37, batch=False)
+    ([2, 4], [1, 256, 64])
+    """
+    probes = BATCH_PROBES if batch else OTHER_PROBES
+    return [v for v in probes if v != value][:len(probes) - 1]
 
 
 def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, Shapes]]:
