@@ -299,6 +299,10 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         original, graph, shaping = shaped_import_phase(model, config)
     config = replace(config, input_shapes={**shaping.shapes, **config.input_shapes})  # verified, measured there
     say(f"imported: {sum(graph.op_counts().values())} operators")
+    if shaping.values:
+        sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
+        say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
+                                                  if shaping.static else "tuned there; the written model keeps them"))
     runtime_name = runtimes.resolve(config.runtime)
     if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
         check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
