@@ -5,8 +5,6 @@ cannot be written for every size is not written; ``--static-shape`` specializes 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import random
 import warnings
@@ -333,29 +331,9 @@ def test_a_batch_of_one_is_read_as_the_batch_symbol_where_the_target_keeps_an_ax
 
 
 # -- a real transformer, both exporters ----------------------------------------------------------------------
-def _zoo_dynamic(name: str, exporter: str, path: str) -> onnx.ModelProto:
-    """Zoo model ``name`` exported with dynamic batch and sequence axes (the zoo's own exports are static)."""
-    spec = zoo.SPECS[name]
-    m, args = zoo.module(name), zoo.example_args(name)
-    names = [i[0] for i in spec.inputs]
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        if exporter == "dynamo":
-            b, s = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=64)
-            prog = torch.onnx.export(m, args, input_names=names, output_names=list(spec.outputs), opset_version=18,
-                                     dynamo=True, dynamic_shapes={"args": tuple({0: b, 1: s} for _ in names)},
-                                     verbose=False)
-            prog.save(path)
-        else:
-            axes = {n: {0: "batch", 1: "seq"} for n in names} | {o: {0: "batch"} for o in spec.outputs}
-            torch.onnx.export(m, args, path, input_names=names, output_names=list(spec.outputs), opset_version=17,
-                              dynamo=False, dynamic_axes=axes)
-    return onnx.load(path)
-
-
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_bert_with_dynamic_axes_keeps_the_interface(exporter, tmp_path):
-    model = _zoo_dynamic("bert", exporter, str(tmp_path / "bert.onnx"))
+    model = zoo.export_dynamic("bert", exporter, str(tmp_path / "bert.onnx"))
     shapes = {"input_ids": (1, 16), "attention_mask": (1, 16)}  # the tiny model's positions stop below 128
     result = optimize(model, FAST.updated(input_shapes=shapes, allow_slower=True))
     report = result.report
