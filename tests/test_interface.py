@@ -265,14 +265,18 @@ def test_static_shape_specializes_on_purpose_and_says_the_interface_changed(tmp_
                                session(_positions_model()).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
-def test_a_default_size_the_model_refuses_asks_for_input_shape(tmp_path, capsys):
-    path = tmp_path / "short.onnx"
-    onnx.save(_positions_model(rows=64), path)  # positions stop at 64: the default sequence 128 cannot run
+def test_a_default_size_the_model_refuses_is_halved_then_asks_for_input_shape(tmp_path, capsys):
+    short = _positions_model(rows=64)  # positions stop at 64: the default sequence 128 cannot run, 64 can
+    result = optimize(short, FAST.updated(allow_slower=True))
+    assert result.report.interface.symbols == {"batch": 1, "seq": 64}
+    assert result.report.returned.program == "optimized" and _ports(result.optimized) == _ports(short)
+    path = tmp_path / "tiny.onnx"
+    onnx.save(_positions_model(rows=4), path)  # not even 8 positions: the user has to choose
     code = main(["optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--scheduler", "none", "--cost",
                  "analytic", "--no-measure", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and "seq=128" in err and "--input-shape x=1,128,16" in err, err
-    code = main(["optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x=1,32,16",
+    code = main(["optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x=1,3,16",
                  "--scheduler", "none", "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
     assert code == 0, capsys.readouterr().err
 

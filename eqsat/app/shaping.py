@@ -2,7 +2,8 @@
 the interface (shape-generic) or is specialized on purpose (``--static-shape``), and the shapes it is verified at.
 
 A model with dynamic input dimensions is tuned at its representative shapes (``--input-shape`` where given, else
-:mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, any other 128) and written shape-generic with
+:mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, any other 128, halved down to 8 while the
+model refuses it) and written shape-generic with
 the original's interface (:mod:`eqsat.onnx.generic`); each candidate is verified at the representative shapes and
 at further sizes of each symbol, and one that fails at any is not written. ``--static-shape NAME=D1,...``
 specializes: every input takes a fixed shape (the named ones; others their representative shape), the written
@@ -17,7 +18,15 @@ import onnx
 
 from eqsat.errors import InputError
 from eqsat.onnx.generic import make_generic
-from eqsat.onnx.interface import Shapes, interface, probe_shapes, representative_shapes, symbol_values, symbols
+from eqsat.onnx.interface import (
+    Shapes,
+    interface,
+    probe_shapes,
+    runnable_values,
+    shapes_at,
+    symbol_values,
+    symbols,
+)
 from eqsat.verify import ShapesCheck, verify_shapes
 
 from .config import OptimizeConfig
@@ -52,9 +61,9 @@ class Shaping:
         if original is None:
             return cls(None, {**config.input_shapes, **config.static_shapes})
         given = {**config.input_shapes, **config.static_shapes}
-        values = symbol_values(original, given)
         defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
-        return cls(original, representative_shapes(original, given), values, bool(config.static_shapes), defaulted)
+        values = runnable_values(original, symbol_values(original, given), defaulted)
+        return cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes), defaulted)
 
     def explain(self, error: InputError) -> InputError:
         """``error`` (the import failed) with a hint when a dimension took its default size: the model may not

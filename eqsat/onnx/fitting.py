@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import onnx
 
-from .interface import interface
+from .interface import zero_feeds
 from .io import session
 from .symbolic import Mono
 
@@ -69,17 +69,6 @@ def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
     return fit_sizes(base, grown, values)
 
 
-def zero_feeds(model: onnx.ModelProto, at: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read."""
-    feeds = {}
-    for port in interface(model)[0]:
-        if port.dims is None:
-            continue
-        shape = [d if isinstance(d, int) else at.get(d or f"{port.name}:{k}", 1) for k, d in enumerate(port.dims)]
-        feeds[port.name] = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(port.elem_type))
-    return feeds
-
-
 def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
     """A run of ``model`` (one session, built once) giving ``names``: their shapes (``shapes``) or their integer
     entries; None at sizes onnxruntime cannot run it at."""
@@ -103,4 +92,4 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
     return run
 
 
-__all__ = ["POWERS", "fit_runs", "fit_sizes", "run_values", "zero_feeds"]
+__all__ = ["POWERS", "fit_runs", "fit_sizes", "run_values"]

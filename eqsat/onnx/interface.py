@@ -19,9 +19,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 from ..errors import InputError
+from .io import session
 
 BATCH_DEFAULT = 1
 """the representative value of a batch-like symbol (a ``dim_param`` named like a batch, or an unnamed axis 0)"""
@@ -29,6 +31,8 @@ OTHER_DEFAULT = 128
 """the representative value of every other symbol (a sequence, an image side, ...)"""
 BATCH_PROBES = (2, 3, 4)
 """the further values a batch-like symbol is verified at: the first two that are not its representative value"""
+MIN_DEFAULT = 8
+"""a default size the model refuses is halved down to this (a position table shorter than 128)"""
 OTHER_PROBES = (1, 37, 256, 64)
 """the further values any other symbol is verified at: the first three that are not its representative value"""
 
@@ -128,6 +132,17 @@ def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) 
     return values
 
 
+def zero_feeds(model: onnx.ModelProto, at: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read."""
+    feeds = {}
+    for port in interface(model)[0]:
+        if port.dims is None:
+            continue
+        shape = [d if isinstance(d, int) else at.get(d or f"{port.name}:{k}", 1) for k, d in enumerate(port.dims)]
+        feeds[port.name] = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(port.elem_type))
+    return feeds
+
+
 def shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> Shapes:
     """Every input with a dynamic dimension -> its shape with each symbol at ``values``."""
     inits = {i.name for i in model.graph.initializer}
@@ -139,6 +154,27 @@ def shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> Shapes:
         if any(isinstance(d, str) for d in dims):
             out[vi.name] = tuple(values[d] if isinstance(d, str) else d for d in dims)
     return out
+
+
+def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted: list[str]) -> dict[str, int]:
+    """``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
+    cannot run ``model`` there (zeros fed); as they were if it runs, or never does."""
+    halvable = [s for s in defaulted if values[s] == OTHER_DEFAULT]
+    if not halvable:
+        return dict(values)
+    try:
+        sess = session(model)
+    except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
+        return dict(values)
+    at = dict(values)
+    while True:
+        try:
+            sess.run(None, zero_feeds(model, at))
+            return at
+        except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
+            if at[halvable[0]] // 2 < MIN_DEFAULT:
+                return dict(values)
+            at.update({s: at[s] // 2 for s in halvable})
 
 
 def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:
@@ -169,6 +205,6 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "interface",
+__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MIN_DEFAULT", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "interface",
            "interface_difference", "is_batch_like", "probe_shapes", "probe_values", "representative_shapes",
-           "shapes_at", "symbol_values", "symbols"]
+           "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]
