@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from .inputs import index_bounds, random_inputs
-from .onnx.interface import Shapes, interface_difference
+from .onnx.interface import QUIET, Shapes, interface_difference
 from .onnx.io import session
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
@@ -120,20 +120,18 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
         return ShapesCheck(False, detail=f"the interface changed: {changed}")
     s1, s2 = session(original), session(optimized)
     bounds = index_bounds(original)
-    quiet = ort.RunOptions()
-    quiet.log_severity_level = 4  # a refused shape is an answer here, not an error to print
     out = ShapesCheck(True)
     for label, shapes in probes:
         rng = np.random.default_rng(seed)
         for _ in range(draws):
             feeds = random_inputs(s1, rng, shapes, bounds)
             try:
-                ref = s1.run(None, feeds, quiet)
+                ref = s1.run(None, feeds, QUIET)
             except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
                 out.skipped.append(label)
                 break
             try:
-                got = s2.run(None, feeds, quiet)
+                got = s2.run(None, feeds, QUIET)
             except Exception as exc:  # noqa: BLE001
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 return ShapesCheck(False, out.verified, out.skipped, f"at {label} onnxruntime fails: {first[:300]}")

@@ -2,9 +2,10 @@
 of the symbols and, for each symbol, at two more, fitted as monomials (``c * prod(symbol ** power)``).
 
 One more size of a symbol gives its power in each size (the ratio of the sizes is a power of the ratio of the
-symbol's values); the second checks it. What no power explains stays unknown (None).
+symbol's values); the second checks it. The further sizes are one and two above the symbol's value, or below it
+where the model refuses those (a position table that ends at the representative length). What no power explains stays unknown (None).
 
->>> fit_sizes([[2, 128]], {"seq": ([[2, 129]], [[2, 130]])}, {"seq": 128})
+>>> fit_sizes([[2, 128]], {"seq": ((129, [[2, 129]]), (130, [[2, 130]]))}, {"seq": 128})
 [[Mono(coef=Fraction(2, 1), powers=()), Mono(coef=Fraction(1, 1), powers=(('seq', 1),))]]
 """
 
@@ -16,7 +17,7 @@ from fractions import Fraction
 import numpy as np
 import onnx
 
-from .interface import zero_feeds
+from .interface import QUIET, zero_feeds
 from .io import session
 from .symbolic import Mono
 
@@ -27,23 +28,25 @@ Sizes = Sequence[Sequence[int]]
 """one run: for each value, its sizes (or its entries)"""
 
 
-def fit_sizes(base: Sizes, grown: Mapping[str, tuple[Sizes | None, Sizes | None]],
-              values: Mapping[str, int]) -> list[list[Mono | None]]:
-    """Each value's sizes in ``base`` (the run at ``values``) as monomials, from ``grown`` (symbol -> the runs at
-    its value + 1 and + 2, None where the run failed)."""
+Probes = tuple[tuple[int, Sizes], tuple[int, Sizes]]
+"""a symbol's two further runs: (its value, the run) each"""
+
+
+def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[str, int]) -> list[list[Mono | None]]:
+    """Each value's sizes in ``base`` (the run at ``values``) as monomials, from ``grown`` (symbol -> its two
+    further runs, None where they failed)."""
     out: list[list[Mono | None]] = []
     for k, sizes in enumerate(base):
         fitted: list[Mono | None] = []
         for axis, size in enumerate(sizes):
             powers: dict[str, int] | None = {} if size > 0 else None
             for sym, value in values.items():
-                one, two = grown.get(sym, (None, None))
-                if powers is None or one is None or two is None or len(one[k]) != len(sizes) \
-                        or len(two[k]) != len(sizes):
+                runs = grown.get(sym)
+                if powers is None or runs is None or any(len(run[k]) != len(sizes) for _, run in runs):
                     powers = None
                     break
-                power = next((p for p in POWERS if Fraction(one[k][axis], size) == Fraction(value + 1, value) ** p
-                              and Fraction(two[k][axis], size) == Fraction(value + 2, value) ** p), None)
+                power = next((p for p in POWERS if all(Fraction(run[k][axis], size) == Fraction(v, value) ** p
+                                                       for v, run in runs)), None)
                 if power is None:
                     powers = None
                     break
@@ -60,12 +63,23 @@ def fit_sizes(base: Sizes, grown: Mapping[str, tuple[Sizes | None, Sizes | None]
 
 def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
              values: Mapping[str, int]) -> list[list[Mono | None]] | None:
-    """:func:`fit_sizes` over the runs ``run`` makes at ``values`` and at two more sizes of each symbol; None
-    when the run at ``values`` fails."""
+    """:func:`fit_sizes` over the runs ``run`` makes at ``values`` and at two more sizes of each symbol (one and
+    two above its value, else, where the model refuses those, one and two below); None when the run at
+    ``values`` fails."""
     base = run(values)
     if base is None:
         return None
-    grown = {s: (run({**values, s: v + 1}), run({**values, s: v + 2})) for s, v in values.items()}
+    grown: dict[str, Probes | None] = {}
+    for sym, value in values.items():
+        grown[sym] = None
+        for steps in ((1, 2), (-1, -2)):
+            sizes = [value + d for d in steps]
+            if min(sizes) < 1:
+                continue
+            runs = [(v, run({**values, sym: v})) for v in sizes]
+            if all(r is not None for _, r in runs):
+                grown[sym] = ((runs[0][0], runs[0][1]), (runs[1][0], runs[1][1]))  # type: ignore[assignment]
+                break
     return fit_sizes(base, grown, values)
 
 
@@ -82,7 +96,7 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
         try:
             if not sess:
                 sess.append(session(probe))
-            got = sess[0].run(names, zero_feeds(model, at))  # type: ignore[attr-defined]
+            got = sess[0].run(names, zero_feeds(model, at), QUIET)  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - sizes it cannot run at (or a model it cannot load): nothing learnt
             return None
         if shapes:
@@ -92,4 +106,4 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
     return run
 
 
-__all__ = ["POWERS", "fit_runs", "fit_sizes", "run_values"]
+__all__ = ["POWERS", "Probes", "fit_runs", "fit_sizes", "run_values"]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from ..errors import InputError
 from .io import session
@@ -35,6 +36,9 @@ MIN_DEFAULT = 8
 """a default size the model refuses is halved down to this (a position table shorter than 128)"""
 OTHER_PROBES = (1, 37, 256, 64)
 """the further values any other symbol is verified at: the first three that are not its representative value"""
+
+QUIET = ort.RunOptions()
+QUIET.log_severity_level = 4  # a size the model refuses is an answer here, not an error to print
 
 _BATCH = re.compile(r"^(n|b|bs|batch|batch_?size|batch_?dim|.*batch.*)$", re.IGNORECASE)
 
@@ -169,7 +173,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted
     at = dict(values)
     while True:
         try:
-            sess.run(None, zero_feeds(model, at))
+            sess.run(None, zero_feeds(model, at), QUIET)
             return at
         except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             if at[halvable[0]] // 2 < MIN_DEFAULT:
@@ -205,6 +209,6 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MIN_DEFAULT", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "interface",
+__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "interface",
            "interface_difference", "is_batch_like", "probe_shapes", "probe_values", "representative_shapes",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]
