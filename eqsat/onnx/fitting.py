@@ -16,6 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from .interface import QUIET, zero_feeds
 from .io import session
@@ -73,12 +74,12 @@ def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
     for sym, value in values.items():
         grown[sym] = None
         for steps in ((1, 2), (-1, -2)):
-            sizes = [value + d for d in steps]
-            if min(sizes) < 1:
+            one, two = value + steps[0], value + steps[1]
+            if two < 1:
                 continue
-            runs = [(v, run({**values, sym: v})) for v in sizes]
-            if all(r is not None for _, r in runs):
-                grown[sym] = ((runs[0][0], runs[0][1]), (runs[1][0], runs[1][1]))  # type: ignore[assignment]
+            first, second = run({**values, sym: one}), run({**values, sym: two})
+            if first is not None and second is not None:
+                grown[sym] = ((one, first), (two, second))
                 break
     return fit_sizes(base, grown, values)
 
@@ -90,13 +91,13 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
     probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
-    sess: list[object] = []
+    sess: list[ort.InferenceSession] = []
 
     def run(at: Mapping[str, int]) -> Sizes | None:
         try:
             if not sess:
                 sess.append(session(probe))
-            got = sess[0].run(names, zero_feeds(model, at), QUIET)  # type: ignore[attr-defined]
+            got = sess[0].run(names, zero_feeds(model, at), QUIET)
         except Exception:  # noqa: BLE001 - sizes it cannot run at (or a model it cannot load): nothing learnt
             return None
         if shapes:
