@@ -380,3 +380,13 @@ def test_sizes_fitted_from_runs_are_the_monomials_that_made_them(seed):
               if s not in grown}
     assert fit_sizes(at(values), grown, values) == [monos]
     assert fit_sizes(at(values), {**grown, "s": None}, values) == [[None] * len(monos)]  # its runs failed
+
+
+def test_info_names_the_sizes_a_dynamic_model_is_tuned_at(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(_heads_model(), path)
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "input  x: [1, 128, 64]" in out and "dynamic: batch=1, seq=128" in out
+    assert main(["info", str(path), "--input-shape", "x=2,9,64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dynamic"] == {"batch": 2, "seq": 9}

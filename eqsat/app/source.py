@@ -1,5 +1,5 @@
 """The model arguments shared by the commands that read a model: ``MODEL.onnx`` or ``--model NAME [--small]``,
-and ``--input-shape``."""
+and ``--input-shape`` / ``--static-shape``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from eqsat.errors import InputError
 from eqsat.ir import Graph
 from eqsat.models import build
 from eqsat.onnx import import_model, load_model, parse_input_shapes
-from eqsat.onnx.interface import representative_shapes
 from eqsat.onnx.reading import check_model_file, read_stream
+
+from .config import OptimizeConfig
+from .shaping import Shaping
 
 
 def add_model_source(p: argparse.ArgumentParser) -> None:
@@ -48,13 +50,24 @@ def source(args: argparse.Namespace) -> tuple[onnx.ModelProto | Graph, str]:
 
 
 def source_graph(args: argparse.Namespace) -> tuple[Graph, str]:
-    """(IR graph, label) from the model arguments, imported at the representative shapes (``--input-shape``,
-    ``--static-shape``, else the defaults of :mod:`eqsat.onnx.interface`)."""
-    shapes = {**parse_input_shapes(args.input_shape), **parse_input_shapes(args.static_shape, "--static-shape")}
+    """(IR graph, label) from the model arguments, imported as ``optimize-model`` imports it (at the
+    representative shapes: ``--input-shape``, ``--static-shape``, else the defaults; :mod:`eqsat.app.shaping`)."""
+    graph, label, _ = source_shaped(args)
+    return graph, label
+
+
+def source_shaped(args: argparse.Namespace) -> tuple[Graph, str, dict[str, int]]:
+    """:func:`source_graph` with the sizes its dynamic dimensions were imported at (symbol -> size)."""
+    config = OptimizeConfig(input_shapes=parse_input_shapes(args.input_shape),
+                            static_shapes=parse_input_shapes(args.static_shape, "--static-shape"))
     model, label = source(args)
     if isinstance(model, Graph):
-        return model, label
-    return import_model(model, representative_shapes(model, shapes)), label
+        return model, label, {}
+    shaping = Shaping.of(model, config)
+    try:
+        return import_model(model, shaping.shapes, generic=shaping.generic), label, shaping.values
+    except InputError as exc:
+        raise shaping.explain(exc) from exc
 
 
-__all__ = ["add_model_source", "check_source_flags", "source", "source_graph"]
+__all__ = ["add_model_source", "check_source_flags", "source", "source_graph", "source_shaped"]
