@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
 from .inputs import index_bounds, random_inputs
+from .onnx.interface import QUIET, Shapes, interface_difference
 from .onnx.io import session
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
@@ -95,3 +96,52 @@ def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0,
                 detail = f"output {name!r} differs: max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
     return Verification(passed, worst_abs, worst_rel, draws, detail)
 
+
+
+@dataclass
+class ShapesCheck:
+    """The check of a shape-generic result at further shapes (:func:`verify_shapes`)."""
+
+    passed: bool
+    verified: list[str] = field(default_factory=list)
+    """the labels of the shapes both models ran at and agreed"""
+    skipped: list[str] = field(default_factory=list)
+    """the labels of the shapes the original itself refuses (onnxruntime fails on it): not a check"""
+    detail: str = ""
+
+
+def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes: Sequence[tuple[str, Shapes]],
+                  seed: int = 0, draws: int = 1) -> ShapesCheck:
+    """Check that ``optimized`` keeps ``original``'s interface (names, element types, ``dim_param`` names) and
+    computes its outputs at each of ``probes`` ((label, input shapes): one symbol changed at a time), ``draws``
+    seeded random inputs each. A shape the original refuses is skipped; the first failure ends the check."""
+    changed = interface_difference(original, optimized)
+    if changed:
+        return ShapesCheck(False, detail=f"the interface changed: {changed}")
+    s1, s2 = session(original), session(optimized)
+    bounds = index_bounds(original)
+    out = ShapesCheck(True)
+    for label, shapes in probes:
+        rng = np.random.default_rng(seed)
+        for _ in range(draws):
+            feeds = random_inputs(s1, rng, shapes, bounds)
+            try:
+                ref = s1.run(None, feeds, QUIET)
+            except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
+                out.skipped.append(label)
+                break
+            try:
+                got = s2.run(None, feeds, QUIET)
+            except Exception as exc:  # noqa: BLE001
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                return ShapesCheck(False, out.verified, out.skipped, f"at {label} onnxruntime fails: {first[:300]}")
+            for name, a, b in zip((o.name for o in s1.get_outputs()), ref, got):
+                ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
+                if not ok:
+                    shapes_ab = f"shape {np.shape(b)} vs {np.shape(a)}" if np.shape(a) != np.shape(b) else \
+                        f"max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
+                    return ShapesCheck(False, out.verified, out.skipped, f"at {label} output {name!r} differs: "
+                                       + shapes_ab)
+        else:
+            out.verified.append(label)
+    return out

@@ -41,21 +41,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _shapes(shapes: Any) -> dict[str, tuple[int, ...]]:
+def _shapes(shapes: Any, field: str = "input_shapes") -> dict[str, tuple[int, ...]]:
     example = "{'x': (1, 32)}"
+    flag = "--" + field.replace("_shapes", "-shape")
     if isinstance(shapes, str):
-        raise InputError(f"input_shapes: got the string {_short(shapes)}; give a mapping such as {example} "
-                         "(the NAME=D1,D2 form is the command line's --input-shape)")
+        raise InputError(f"{field}: got the string {_short(shapes)}; give a mapping such as {example} "
+                         f"(the NAME=D1,D2 form is the command line's {flag})")
     if not isinstance(shapes, Mapping):
-        raise InputError(f"input_shapes: got {type(shapes).__name__}; give a mapping such as {example}")
+        raise InputError(f"{field}: got {type(shapes).__name__}; give a mapping such as {example}")
     out = {}
     for name, dims in shapes.items():
         if not isinstance(name, str) or isinstance(dims, str | bytes) or not hasattr(dims, "__iter__"):
-            raise InputError(f"input_shapes: {_short(name)}: {_short(dims)} is not NAME: (D1, D2, ...); "
+            raise InputError(f"{field}: {_short(name)}: {_short(dims)} is not NAME: (D1, D2, ...); "
                              f"give a mapping such as {example}")
         dims = tuple(dims)
         if not dims or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in dims):
-            raise InputError(f"input_shapes: {name}: {_short(dims)}: every dimension must be a positive integer")
+            raise InputError(f"{field}: {name}: {_short(dims)}: every dimension must be a positive integer")
         out[name] = dims
     return out
 
@@ -67,7 +68,8 @@ def api_arguments(model: Any, config: Any) -> tuple[onnx.ModelProto | Graph | st
     elif not isinstance(config, OptimizeConfig):
         raise InputError(f"config: got {type(config).__name__}; give an eqsat.app.config.OptimizeConfig, e.g. "
                          "OptimizeConfig.of(time_limit=10.0) (a dict d: OptimizeConfig.of(**d))")
-    config = replace(config, input_shapes=_shapes(config.input_shapes))
+    config = replace(config, input_shapes=_shapes(config.input_shapes),
+                     static_shapes=_shapes(config.static_shapes, "static_shapes"))
     config.validate()
     return _model(model), config
 

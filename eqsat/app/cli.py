@@ -28,7 +28,7 @@ from .config import OptimizeConfig, choices, options, value_type
 from .guards import check_not_a_stream, check_replaceable, late_write_errors, tolerant_stderr
 from .pipeline import check_output_path, optimize, report_bytes
 from .report import Report
-from .source import add_model_source, check_source_flags, source, source_graph
+from .source import add_model_source, check_source_flags, source, source_shaped
 
 
 def add_config_arguments(p: argparse.ArgumentParser, base: OptimizeConfig | None = None) -> None:
@@ -106,7 +106,8 @@ def _cmd_optimize(args) -> int:
             check_replaceable(path, flag)
     _check_distinct_paths(args)
     config = config_from_args(args, builtin=args.builtin)
-    config = replace(config, input_shapes=parse_input_shapes(args.input_shape))
+    config = replace(config, input_shapes=parse_input_shapes(args.input_shape),
+                     static_shapes=parse_input_shapes(args.static_shape, "--static-shape"))
     config.validate()
     model, label = source(args)
     result = optimize(model, config, progress=progress_printer(args.quiet))
@@ -148,7 +149,7 @@ def _summary(r: Report) -> None:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     check_source_flags(args)
-    graph, label = source_graph(args)
+    graph, label, sizes = source_shaped(args)
     counts = graph.op_counts()
     opaque = sorted({n.attrs[0] for n in graph.nodes() if n.op == "opaque"})
     info: dict[str, Any] = {
@@ -158,6 +159,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         "operators": dict(sorted(counts.items())),
         "opaque": opaque,
         "parameters": graph.num_parameters(),
+        "dynamic": sizes,
     }
     if args.json:
         print(json.dumps(info, indent=2))
@@ -166,6 +168,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for k in ("inputs", "outputs"):
         for name, shape in info[k].items():
             print(f"  {k[:-1]:6} {name}: {shape}")
+    if sizes:
+        print("  dynamic: " + ", ".join(f"{k}={v}" for k, v in sizes.items())
+              + (" (fixed by --static-shape)" if args.static_shape else
+                 " (the sizes tuned at: --input-shape chooses others; the written model keeps the dimensions)"))
     print(f"  parameters: {info['parameters']:,}")
     print("  operators: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
     print("  opaque (no rules): " + (", ".join(opaque) if opaque else "none"))

@@ -80,7 +80,12 @@ class OptimizeConfig:
                                 "is faster than the original with confidence ships (1: the final extractor's only)",
                              "--candidates", least=1)
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
-        "doc": "input name -> shape fixing its dynamic dimensions (--input-shape NAME=D1,D2,...)"})
+        "doc": "input name -> the shape to tune and measure at (--input-shape NAME=D1,D2,...); the written model "
+               "keeps the original's dynamic dimensions. Inputs not given: a batch-like dynamic dimension 1, any "
+               "other 128 (the report's interface.shapes)"})
+    static_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
+        "doc": "input name -> a shape the written model is specialized to (--static-shape NAME=D1,D2,...): "
+               "the interface changes on purpose, and the report says so"})
 
     @property
     def seed(self) -> int:
@@ -111,6 +116,7 @@ class OptimizeConfig:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "search"}
         out["search"] = {f.name: getattr(self.search, f.name) for f in fields(self.search)}
         out["input_shapes"] = {k: list(v) for k, v in self.input_shapes.items()}
+        out["static_shapes"] = {k: list(v) for k, v in self.static_shapes.items()}
         return out
 
 

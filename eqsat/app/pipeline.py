@@ -35,7 +35,7 @@ from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
 from eqsat.timing import Protocol
 from eqsat.torch_run import check_runnable
-from eqsat.verify import verify
+from eqsat.verify import ShapesCheck, verify
 
 from .api_guard import api_arguments
 from .config import OptimizeConfig, ilp_seconds, search_seconds
@@ -50,6 +50,7 @@ from .report import (
     VerificationReport,
 )
 from .selection import OTHER_ILP_SECONDS, Extracted, choose, other_cost_name
+from .shaping import Shaping
 
 Progress = Callable[[str], None]
 
@@ -87,11 +88,25 @@ def same_program(a: Graph, b: Graph) -> bool:
 # -- the phases ----------------------------------------------------------------------------------------------
 
 def import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph]:
-    """(the original ONNX model, its IR graph) from a model, a path or a graph."""
+    """(the original ONNX model, its IR graph) from a model, a path or a graph; the graph at the shapes
+    ``config.input_shapes`` and ``config.static_shapes`` give (a dynamic dimension neither fixes: its
+    representative size, :mod:`eqsat.app.shaping`)."""
+    original, graph, _ = shaped_import_phase(model, config)
+    return original, graph
+
+
+def shaped_import_phase(model: onnx.ModelProto | Graph | str,
+                        config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph, Shaping]:
+    """:func:`import_phase` with the run's :class:`~eqsat.app.shaping.Shaping` of the original's dynamic
+    dimensions."""
     if isinstance(model, Graph):
-        return export_model(model), model
+        return export_model(model), model, Shaping.of(None, config)
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
-    return original, import_model(original, config.input_shapes)
+    shaping = Shaping.of(original, config)
+    try:
+        return original, import_model(original, shaping.shapes, generic=shaping.generic), shaping
+    except InputError as exc:
+        raise shaping.explain(exc) from exc
 
 
 def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchConfig]:
@@ -125,14 +140,18 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
     return snap, final.fn(snap, costs, final.options(time_limit=ilp_seconds(config, elapsed), warm_start=warm))
 
 
-def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel) -> tuple[Graph, onnx.ModelProto]:
-    """The extracted program as IR and as a checked ONNX model. Its recomputed cost must equal the
-    extractor's DAG cost (one costing, two paths: a disagreement is a bug)."""
+def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel,
+                 shaping: Shaping | None = None) -> tuple[Graph, onnx.ModelProto]:
+    """The extracted program as IR and as a checked ONNX model (written shape-generic with the original's
+    interface where ``shaping`` says so). Its recomputed cost must equal the extractor's DAG cost (one costing,
+    two paths: a disagreement is a bug)."""
     program = build_program(snap, ext.choice, graph)
     recomputed = graph_cost(program, cost_model)
     assert math.isclose(recomputed, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
         f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
     optimized = export_model(program)
+    if shaping is not None:
+        optimized = shaping.write(optimized)
     onnx_io.check(optimized)
     return program, optimized
 
@@ -183,21 +202,25 @@ class Built:
     model: onnx.ModelProto
     entry: Candidate
     same_as_original: bool
+    shapes: ShapesCheck | None = None
+    """the check at the further shapes of a shape-generic run"""
 
 
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
                      config: OptimizeConfig, cost_model: CostModel,
-                     first: tuple[Graph, onnx.ModelProto] | None = None) -> list[Built]:
+                     first: tuple[Graph, onnx.ModelProto] | None = None,
+                     shaping: Shaping | None = None) -> list[Built]:
     """Export and verify the extracted candidates, keeping the first and then each program not seen before
     (:func:`same_program`), up to ``--candidates``. ``first``: the first candidate already exported and verified
     (:func:`export_phase`, :func:`verify_phase`); another that fails verification is kept in the report,
-    unmeasured, with the failure."""
+    unmeasured, with the failure. With a shape-generic ``shaping``, each candidate is also checked at the
+    further shapes (:func:`shapes_phase`): one that fails there is not measured either."""
     built: list[Built] = []
     for k, c in enumerate(extracted):
         if len(built) >= config.candidates:
             break
         program, model = first if k == 0 and first is not None else \
-            export_phase(c.snapshot or snap, c.extraction, graph, c.cost_model)
+            export_phase(c.snapshot or snap, c.extraction, graph, c.cost_model, shaping)
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source)
@@ -206,8 +229,22 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
                            input_shapes=config.input_shapes)
             entry.verified, entry.max_abs_error = check.passed, check.max_abs_error
             entry.note = "" if check.passed else f"not measured: {check.detail}"
-        built.append(Built(program, model, entry, same_program(graph, program)))
+        b = Built(program, model, entry, same_program(graph, program))
+        if shaping is not None and (entry.verified or (k == 0 and first is not None)):
+            shapes_phase(b, shaping, config)
+        built.append(b)
     return built
+
+
+def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCheck:
+    """Check a candidate at the further shapes of a shape-generic run (the interface at each); one that fails is
+    marked unverified, with the failure (it is not written)."""
+    check = shaping.check(b.model, config.seed)
+    b.shapes = check
+    if not check.passed:
+        b.entry.verified = False
+        b.entry.note = f"not measured: not shape-generic: {check.detail}"
+    return check
 
 
 def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: OptimizeConfig,
@@ -231,9 +268,14 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
     return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
 
 
-def decide_phase(unchanged: bool, measured: Measurement | None, config: OptimizeConfig) -> Returned:
-    """Which program to return: the original when the search found no other one (unless --allow-slower) or
-    when no candidate measured faster with confidence; else the shipped candidate."""
+def decide_phase(unchanged: bool, measured: Measurement | None, config: OptimizeConfig,
+                 not_generic: str = "") -> Returned:
+    """Which program to return: the original when no candidate can be written for every size of the dynamic
+    dimensions (``not_generic``: why), when the search found no other one (unless --allow-slower) or when no
+    candidate measured faster with confidence; else the shipped candidate."""
+    if unchanged and not_generic:
+        return Returned("original", f"no program could be written for every size of the dynamic dimensions "
+                                    f"({not_generic}); the input model is returned unchanged")
     if unchanged and not config.allow_slower:
         return Returned("original", "the search found no program other than the original; "
                                     "the input model is returned unchanged")
@@ -255,8 +297,13 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     say = progress or (lambda _msg: None)
     timer = PhaseTimer()
     with timer("import"):
-        original, graph = import_phase(model, config)
+        original, graph, shaping = shaped_import_phase(model, config)
+    config = replace(config, input_shapes={**shaping.shapes, **config.input_shapes})  # verified, measured there
     say(f"imported: {sum(graph.op_counts().values())} operators")
+    if shaping.values:
+        sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
+        say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
+                                                  if shaping.static else "tuned there; the written model keeps them"))
     runtime_name = runtimes.resolve(config.runtime)
     if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
         check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
@@ -273,25 +320,27 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):
-        program, optimized = export_phase(snap, ext, graph, cost_model)
+        program, optimized = export_phase(snap, ext, graph, cost_model, shaping)
     with timer("verify"):
         verification = verify_phase(original, optimized, config)
-        built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized))
+        built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping)
     say(f"verified: max abs error {verification.max_abs_error:.2e}"
         + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
     first = built[0]
-    first.entry.verified, first.entry.max_abs_error = verification.verified, verification.max_abs_error
+    first.entry.max_abs_error = verification.max_abs_error
+    first.entry.verified = verification.verified and (first.shapes is None or first.shapes.passed)
     timed = [b for b in built if b.entry.verified and not b.same_as_original]
-    if not timed and config.allow_slower:
+    if not timed and config.allow_slower and first.entry.verified:
         timed = [first]
     unchanged = not timed
+    failed = [b.shapes.detail for b in built if b.shapes is not None and not b.shapes.passed]
     measured = None
     if config.measure and timed:
         with timer("measure"):
             measured, comparisons = measure_phase(original, [Program(b.model, b.program) for b in timed], config,
                                                   graph=graph, names=[b.entry.name for b in timed])
         _record(timed, comparisons)
-    returned = decide_phase(unchanged, measured, config)
+    returned = decide_phase(unchanged, measured, config, failed[0] if failed and not timed else "")
     if returned.fallback:
         say(returned.fallback)
     shipped = next((b for b in built if b.entry.name == returned.candidate), first)
@@ -305,7 +354,8 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
                               shipped=returned.program == "original",
                               measured_ms=measured.original_ms if measured else None),
                     *(b.entry for b in built)],
-        returned=returned, measured=measured, times=timer.seconds)
+        returned=returned, measured=measured, times=timer.seconds,
+        interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))))
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)
@@ -365,4 +415,4 @@ def report_bytes(report: Report) -> bytes:
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
            "decide_phase", "encode_phase", "export_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "same_program", "search_phase", "verify_phase"]
+           "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verify_phase"]

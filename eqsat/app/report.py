@@ -167,6 +167,23 @@ class Candidate:
 
 
 @dataclass
+class InterfaceReport:
+    """The model's dynamic dimensions: their representative sizes (the run tuned and measured there), the further
+    sizes the returned model was verified at, and whether its interface is the original's (eqsat.app.shaping)."""
+
+    kept: bool = True
+    symbols: dict[str, int] = field(default_factory=dict)
+    """each dynamic dimension (its dim_param, or INPUT:AXIS) -> its representative size"""
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    """input -> the shape tuned, verified and measured at"""
+    verified_at: list[str] = field(default_factory=list)
+    """the further sizes (``SYMBOL=N``) the returned program matched the original at"""
+    skipped: list[str] = field(default_factory=list)
+    """further sizes the original itself refuses (not checked)"""
+    note: str = ""
+
+
+@dataclass
 class Returned:
     """Which program the run returned, and why."""
 
@@ -197,6 +214,7 @@ class Report:
     times: dict[str, float] = field(default_factory=dict)
     input: str | None = None
     output: str | None = None
+    interface: InterfaceReport = field(default_factory=InterfaceReport)
 
     def candidate(self, name: str) -> Candidate:
         """The candidate called ``name`` (``original`` or ``extracted``)."""
@@ -241,7 +259,7 @@ class Report:
             "kernels": kernels_used(optimized.operators),
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
             "stop_reason": self.search.stop_reason, "search": self._search_summary(),
-            "input": self.input, "output": self.output})
+            "input": self.input, "output": self.output, "interface": self.interface})
 
     def _search_summary(self) -> dict[str, Any]:
         s = self.search
@@ -260,5 +278,5 @@ def kernels_used(operators: dict[str, int]) -> dict[str, int]:
     return {OPS[op].kernel or op: n for op, n in sorted(operators.items()) if op in OPS and OPS[op].kernel and n}
 
 
-__all__ = ["Candidate", "EGraphSize", "ExtractionReport", "Measurement", "PhaseTimer", "Report", "Returned",
+__all__ = ["Candidate", "EGraphSize", "ExtractionReport", "InterfaceReport", "Measurement", "PhaseTimer", "Report", "Returned",
            "VerificationReport", "jsonable", "kernels_used"]

@@ -1,5 +1,5 @@
 """The model arguments shared by the commands that read a model: ``MODEL.onnx`` or ``--model NAME [--small]``,
-and ``--input-shape``."""
+and ``--input-shape`` / ``--static-shape``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from eqsat.models import build
 from eqsat.onnx import import_model, load_model, parse_input_shapes
 from eqsat.onnx.reading import check_model_file, read_stream
 
+from .config import OptimizeConfig
+from .shaping import Shaping
+
 
 def add_model_source(p: argparse.ArgumentParser) -> None:
     """The arguments naming a model."""
@@ -21,7 +24,10 @@ def add_model_source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", dest="builtin", metavar="NAME", help="a built-in architecture (eqsat models list)")
     p.add_argument("--small", action="store_true", help="the reduced size of a built-in model (fast)")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
-                   help="fix a dynamic input dimension (repeatable)")
+                   help="the shape to tune and measure at (repeatable); the written model keeps the dynamic "
+                        "dimensions. Default: a batch-like dynamic dimension 1, any other 128")
+    p.add_argument("--static-shape", action="append", metavar="NAME=D1,D2,...",
+                   help="specialize the written model to this input shape (repeatable): the interface changes")
 
 
 def check_source_flags(args: argparse.Namespace) -> None:
@@ -44,10 +50,24 @@ def source(args: argparse.Namespace) -> tuple[onnx.ModelProto | Graph, str]:
 
 
 def source_graph(args: argparse.Namespace) -> tuple[Graph, str]:
-    """(IR graph, label) from the model arguments, with the ``--input-shape`` fixes applied."""
-    shapes = parse_input_shapes(args.input_shape)
+    """(IR graph, label) from the model arguments, imported as ``optimize-model`` imports it (at the
+    representative shapes: ``--input-shape``, ``--static-shape``, else the defaults; :mod:`eqsat.app.shaping`)."""
+    graph, label, _ = source_shaped(args)
+    return graph, label
+
+
+def source_shaped(args: argparse.Namespace) -> tuple[Graph, str, dict[str, int]]:
+    """:func:`source_graph` with the sizes its dynamic dimensions were imported at (symbol -> size)."""
+    config = OptimizeConfig(input_shapes=parse_input_shapes(args.input_shape),
+                            static_shapes=parse_input_shapes(args.static_shape, "--static-shape"))
     model, label = source(args)
-    return (model if isinstance(model, Graph) else import_model(model, shapes)), label
+    if isinstance(model, Graph):
+        return model, label, {}
+    shaping = Shaping.of(model, config)
+    try:
+        return import_model(model, shaping.shapes, generic=shaping.generic), label, shaping.values
+    except InputError as exc:
+        raise shaping.explain(exc) from exc
 
 
-__all__ = ["add_model_source", "check_source_flags", "source", "source_graph"]
+__all__ = ["add_model_source", "check_source_flags", "source", "source_graph", "source_shaped"]

@@ -29,6 +29,7 @@ from ..ops.rotary import halves_repeat
 from . import origins
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
 from .io import check_bfloat16
+from .live import live_shapes
 from .patterns import Match, find_composites
 from .prepare import QUANTIZATION, check_loads, check_value_sizes, prepare, removable_pass_through
 from .reading import load_model
@@ -37,8 +38,8 @@ from .subgraphs import implicit_inputs
 MIN_OPSET = 13
 
 
-def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
-    """Parse ``NAME=D1,D2,...`` flags."""
+def parse_input_shapes(specs: list[str] | None, flag: str = "--input-shape") -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=D1,D2,...`` flags (``flag``: how messages name them)."""
     out: dict[str, tuple[int, ...]] = {}
     for spec in specs or []:
         name, sep, dims = spec.partition("=")
@@ -47,12 +48,12 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
         except ValueError:
             shape = ()
         if not sep or not name or not shape:
-            raise InputError(f"--input-shape {spec!r}: expected NAME=D1,D2,... with positive integers")
+            raise InputError(f"{flag} {spec!r}: expected NAME=D1,D2,... with positive integers")
         if any(d <= 0 for d in shape):
-            raise InputError(f"--input-shape {spec!r}: dimension {min(shape)} is not positive; every dimension "
+            raise InputError(f"{flag} {spec!r}: dimension {min(shape)} is not positive; every dimension "
                              "must be at least 1 (eqsat cannot optimize empty or negative-size tensors)")
         if name in out and out[name] != shape:
-            raise InputError(f"--input-shape {name} is given twice, as {out[name]} and {shape}; give it once")
+            raise InputError(f"{flag} {name} is given twice, as {out[name]} and {shape}; give it once")
         out[name] = shape
     return out
 
@@ -64,8 +65,9 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
 
 
 class _Importer:
-    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]):
+    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]], generic: bool = False):
         self.model = model
+        self.live = live_shapes(model) if generic else set()  # Shape nodes kept: their values meet the data
         self.g = model.graph
         self.input_shapes = dict(input_shapes)
         self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
@@ -220,7 +222,8 @@ class _Importer:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             self.consts[node.output[0]] = constant_value(node.attribute[0])
             return
-        if node.op_type == "Shape" and ins[0] in self.values and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Shape" and ins[0] in self.values and node.domain in ("", "ai.onnx") \
+                and node.output[0] not in self.live:
             shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
             a = onnx_attrs(node)
             self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
@@ -312,10 +315,12 @@ class _Importer:
 
 
 def import_model(model: onnx.ModelProto | str | os.PathLike,
-                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
-    """Import an ONNX model (a ModelProto or a path) into the IR."""
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False) -> Graph:
+    """Import an ONNX model (a ModelProto or a path) into the IR, its dynamic dimensions at ``input_shapes``.
+    ``generic``: the program is to work at every size (:mod:`eqsat.onnx.generic`): the shape computations that
+    meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.live.live_shapes`)."""
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
-    graph = _Importer(prepare(model, input_shapes or {}), input_shapes or {}).run()
+    graph = _Importer(prepare(model, input_shapes or {}), input_shapes or {}, generic).run()
     check_value_sizes(graph)
     return graph

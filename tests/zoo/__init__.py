@@ -289,5 +289,29 @@ def build(name: str, exporter: str = "torchscript", opset: int = 17, seed: int =
     return m
 
 
-__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSUPPORTED", "Unsupported", "build", "export", "feeds",
-           "module"]
+def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.ModelProto:
+    """Zoo model ``name`` exported with dynamic axes, the way serving code exports it (issue 27): a batch axis
+    ``batch`` on every input and output, and a sequence axis ``seq`` on token inputs. TorchScript at opset 17
+    (``dynamic_axes``), dynamo at opset 18 (``dynamic_shapes``); written to ``path``."""
+    spec = SPECS[name]
+    m, args = module(name, seed), example_args(name, seed)
+    names = [i[0] for i in spec.inputs]
+    axes = [{0: "batch", 1: "seq"} if kind != "float" else {0: "batch"} for _, kind, _ in spec.inputs]
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            dims = {"batch": torch.export.Dim("batch", max=64), "seq": torch.export.Dim("seq", max=64)}
+            shapes = {"args": tuple({k: dims[v] for k, v in a.items()} for a in axes)}
+            prog = torch.onnx.export(m, args, input_names=names, output_names=list(spec.outputs), opset_version=18,
+                                     dynamo=True, dynamic_shapes=shapes, verbose=False)
+            prog.save(path, external_data=False)
+        else:
+            dynamic = dict(zip(names, axes)) | {o: {0: "batch"} for o in spec.outputs}
+            torch.onnx.export(m, args, path, input_names=names, output_names=list(spec.outputs), opset_version=17,
+                              dynamo=False, dynamic_axes=dynamic)
+    return onnx.load(path)
+
+
+__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSUPPORTED", "Unsupported", "build", "export",
+           "export_dynamic", "feeds", "module"]

@@ -1,0 +1,111 @@
+"""How a run treats the model's dynamic dimensions: the shapes it tunes and measures at, whether the result keeps
+the interface (shape-generic) or is specialized on purpose (``--static-shape``), and the shapes it is verified at.
+
+A model with dynamic input dimensions is tuned at its representative shapes (``--input-shape`` where given, else
+:mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, any other 128, halved down to 8 while the
+model refuses it) and written shape-generic with
+the original's interface (:mod:`eqsat.onnx.generic`); each candidate is verified at the representative shapes and
+at further sizes of each symbol, and one that fails at any is not written. ``--static-shape NAME=D1,...``
+specializes: every input takes a fixed shape (the named ones; others their representative shape), the written
+model has those shapes, and the report says the interface changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+
+from eqsat.errors import InputError
+from eqsat.onnx.generic import make_generic
+from eqsat.onnx.interface import (
+    Shapes,
+    interface,
+    probe_shapes,
+    runnable_values,
+    shapes_at,
+    symbol_values,
+    symbols,
+)
+from eqsat.verify import ShapesCheck, verify_shapes
+
+from .config import OptimizeConfig
+from .report import InterfaceReport
+
+
+@dataclass
+class Shaping:
+    """The run's treatment of the original's dynamic dimensions."""
+
+    original: onnx.ModelProto | None
+    shapes: Shapes = field(default_factory=dict)
+    """input -> the shape tuned, verified and measured at"""
+    values: dict[str, int] = field(default_factory=dict)
+    """symbol -> its representative size"""
+    static: bool = False
+    """--static-shape: the result is specialized to ``shapes``"""
+    defaulted: list[str] = field(default_factory=list)
+    """the symbols no given shape sizes (at their default size)"""
+
+    @property
+    def generic(self) -> bool:
+        """Whether candidates are written shape-generic and checked at further shapes."""
+        return self.original is not None and bool(self.values) and not self.static
+
+    @classmethod
+    def of(cls, original: onnx.ModelProto | None, config: OptimizeConfig) -> Shaping:
+        """The shaping of a run of ``config`` on ``original`` (None: an IR graph, static)."""
+        both = set(config.input_shapes) & set(config.static_shapes)
+        if both:
+            raise InputError(f"{sorted(both)} given with both --input-shape and --static-shape; give one of them")
+        if original is None:
+            return cls(None, {**config.input_shapes, **config.static_shapes})
+        given = {**config.input_shapes, **config.static_shapes}
+        defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
+        values = runnable_values(original, symbol_values(original, given), defaulted)
+        return cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes), defaulted)
+
+    def explain(self, error: InputError) -> InputError:
+        """``error`` (the import failed) with a hint when a dimension took its default size: the model may not
+        accept it (a position table shorter than the default 128), and ``--input-shape`` chooses another."""
+        if not self.defaulted:
+            return error
+        sizes = ", ".join(f"{s}={self.values[s]}" for s in self.defaulted)
+        example = next(iter(self.shapes.items()))
+        message = (f"{error} (the dynamic dimensions took their default sizes {sizes}; give sizes the model accepts "
+                   f"with --input-shape, e.g. --input-shape {example[0]}={','.join(map(str, example[1]))} with "
+                   "smaller values)")
+        try:
+            return type(error)(message)
+        except TypeError:  # a subclass with other arguments
+            return InputError(message)
+
+    def write(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """A candidate as written: shape-generic with the original's interface, unless specialized."""
+        if not self.generic:
+            return model
+        assert self.original is not None
+        return make_generic(model, self.original, self.values).model
+
+    def check(self, model: onnx.ModelProto, seed: int) -> ShapesCheck:
+        """A written candidate at the further shapes (passed at once when the run is not generic)."""
+        if not self.generic:
+            return ShapesCheck(True)
+        assert self.original is not None
+        return verify_shapes(self.original, model, probe_shapes(self.original, self.values), seed=seed)
+
+    def report(self, shipped: onnx.ModelProto | None, check: ShapesCheck | None) -> InterfaceReport:
+        """The report's ``interface`` section for the returned model (``shipped``: None for the original)."""
+        out = InterfaceReport(symbols=dict(self.values), shapes={k: list(v) for k, v in self.shapes.items()})
+        if check is not None:
+            out.verified_at, out.skipped = list(check.verified), list(check.skipped)
+        if self.static and shipped is not None and self.original is not None \
+                and interface(shipped)[0] != interface(self.original)[0]:
+            out.kept = False
+            out.note = ("--static-shape: the written model is specialized to the input shapes "
+                        + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in self.shapes.items())
+                        + "; the interface changed (other sizes are refused)")
+        return out
+
+
+__all__ = ["Shaping"]

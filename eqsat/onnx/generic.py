@@ -1,0 +1,398 @@
+"""Write a program exported at one representative shape so that it works for every value of the interface's
+symbols, with the original's interface.
+
+The exporter writes a program at the concrete shapes it was tuned at (:mod:`eqsat.onnx.interface`): its Reshape
+targets and Slice bounds are numbers. :func:`make_generic` walks the exported model in order, carrying each
+value's shape as monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and rewrites each shape-dependent
+constant into its shape-polymorphic form: a Reshape target with ``0`` (copy the input's dimension) and ``-1``
+(the rest), and where two target dimensions depend on the symbols, the target computed from the inputs' ``Shape``
+(Shape, Gather, Mul/Div, Concat); a Slice that ran to the end of a symbolic axis runs to its end at any size. The
+inputs and outputs get the original's declared types (names, element types, ``dim_param`` names).
+
+Which symbols a Reshape's target dimensions are is read off its input's symbolic shape and the concrete target:
+dimensions are grouped where their sizes' products meet, and a group's symbols go to the target dimensions whose
+sizes they are. A symbol at 1 (a batch of 1) is ambiguous where several target dimensions are 1: the first free
+one takes it. The result is a best effort: :func:`eqsat.verify.verify_shapes` runs it at several values of each
+symbol, and a program that fails at any is not written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .fitting import fit_runs, run_values
+from .interface import interface
+from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+@dataclass
+class Generic:
+    """The rewritten model and what could not be made generic (empty when every constant was)."""
+
+    model: onnx.ModelProto
+    notes: list[str] = field(default_factory=list)
+
+
+def _groups(sizes_in: list[int], sizes_out: list[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Index groups (input axes, output axes) whose size products are equal, in order; None if they never meet.
+    Trailing axes of size 1 join the last group."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = k = 0
+    while i < len(sizes_in) and k < len(sizes_out):
+        gi, gk = [i], [k]
+        pi, pk = sizes_in[i], sizes_out[k]
+        while pi != pk:
+            if pi < pk and i + 1 < len(sizes_in):
+                i += 1
+                gi.append(i)
+                pi *= sizes_in[i]
+            elif pk < pi and k + 1 < len(sizes_out):
+                k += 1
+                gk.append(k)
+                pk *= sizes_out[k]
+            else:
+                return None
+        groups.append((gi, gk))
+        i, k = i + 1, k + 1
+    rest_in, rest_out = list(range(i, len(sizes_in))), list(range(k, len(sizes_out)))
+    if any(sizes_in[j] != 1 for j in rest_in) or any(sizes_out[j] != 1 for j in rest_out):
+        return None
+    if not groups:
+        return [(rest_in, rest_out)] if rest_in or rest_out else []
+    groups[-1][0].extend(rest_in)
+    groups[-1][1].extend(rest_out)
+    return groups
+
+
+def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]) -> list[Mono] | None:
+    """The monomials of a group's output axes (concrete ``sizes_out``) whose product is that of ``dims_in``."""
+    total = product(dims_in)
+    if len(sizes_out) == 1:
+        return [total]
+    factors: list[str] = []
+    for s, p in total.powers:
+        if p < 0:
+            return None  # a quotient split over several axes: not guessed
+        factors += [s] * p
+    factors.sort(key=lambda s: -values[s])  # the informative (large) symbols first, a symbol at 1 last
+    rest = [Fraction(n) for n in sizes_out]
+    given: list[list[str]] = [[] for _ in sizes_out]
+    for s in factors:
+        v = values[s]
+        tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
+                 [j for j in range(len(rest)) if rest[j] == v],
+                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
+                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1]]
+        j = next((t[0] for t in tiers if t), None)
+        if j is None:
+            return None
+        rest[j] /= v
+        given[j].append(s)
+    out = []
+    for r, syms in zip(rest, given):
+        if r.denominator != 1:
+            return None
+        out.append(product([Mono.const(r), *(Mono.symbol(s) for s in syms)]))
+    return out if product(out) == total else None
+
+
+def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, int],
+                   allowzero: bool = False) -> list[Mono] | None:
+    """The symbolic target of a Reshape of a value of symbolic shape ``dims_in`` to ``target`` (as written: 0 and
+    -1 resolved at the concrete ``values``), or None when the sizes do not line up.
+
+    >>> b, s = Mono.symbol("b"), Mono.symbol("s")
+    >>> [d.key() for d in reshape_target([b, s, Mono.const(64)], [1, 128, 4, 16], {"b": 1, "s": 128})]
+    ['b', 's', '4', '16']
+    >>> [d.key() for d in reshape_target([b * s, Mono.const(64)], [1, 128, 64], {"b": 1, "s": 128})]
+    ['b', 's', '64']
+    """
+    sizes_in = [m.value(values) for m in dims_in]
+    if any(v.denominator != 1 or v <= 0 for v in sizes_in):
+        return None
+    ints_in = [int(v) for v in sizes_in]
+    resolved = [ints_in[k] if t == 0 and not allowzero and k < len(ints_in) else t for k, t in enumerate(target)]
+    if resolved.count(-1) == 1:
+        known = int(np.prod([t for t in resolved if t != -1]))
+        whole = int(np.prod(ints_in))
+        if known <= 0 or whole % known:
+            return None
+        resolved[resolved.index(-1)] = whole // known
+    if any(t <= 0 for t in resolved) or int(np.prod(resolved)) != int(np.prod(ints_in)):
+        return None
+    groups = _groups(ints_in, resolved)
+    if groups is None:
+        return None
+    out: list[Mono | None] = [None] * len(resolved)
+    for gi, gk in groups:
+        part = _assign([dims_in[j] for j in gi], [resolved[j] for j in gk], values)
+        if part is None:
+            return None
+        for j, m in zip(gk, part):
+            out[j] = m
+    return [m if m is not None else Mono.const(1) for m in out]
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]):
+        self.model = model
+        self.original = original
+        self.values = dict(values)
+        self.notes: list[str] = []
+        g = model.graph
+        self.constants = {t.name: t for t in g.initializer}
+        self.shapes: dict[str, SymShape | None] = {}
+        self.types: dict[str, int] = {}
+        self.places: dict[str, tuple[str, int]] = {}
+        self.names = {n for node in g.node for n in [*node.input, *node.output]} | set(self.constants) \
+            | {vi.name for vi in g.input}
+        self.counter = 0
+        self.cache: dict[str, str] = {}
+        self.nodes: list[onnx.NodeProto] = []
+        self._probed: dict[str, list[Mono | None]] | None = None
+        self._tried: set[str] = set()
+
+    def fresh(self, base: str) -> str:
+        while True:
+            self.counter += 1
+            name = f"{base}_g{self.counter}"
+            if name not in self.names:
+                self.names.add(name)
+                return name
+
+    def const(self, array: np.ndarray, base: str) -> str:
+        name = self.fresh(base)
+        tensor = numpy_helper.from_array(np.asarray(array), name)
+        self.model.graph.initializer.append(tensor)
+        self.constants[name] = tensor
+        self.types[name] = tensor.data_type
+        self.shapes[name] = constant_shape(tensor)
+        return name
+
+    def emit(self, op: str, inputs: list[str], base: str, **attrs: Any) -> str:
+        out = self.fresh(base)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def run(self) -> Generic:
+        g = self.model.graph
+        (ins, outs) = interface(self.original)
+        declared_in = {vi.name: vi for vi in self.original.graph.input}
+        declared_out = {vi.name: vi for vi in self.original.graph.output}
+        for vi in g.input:
+            if vi.name in declared_in and vi.name not in self.constants:
+                vi.type.CopyFrom(declared_in[vi.name].type)
+        for vi in g.output:
+            if vi.name in declared_out:
+                vi.type.CopyFrom(declared_out[vi.name].type)
+        del g.value_info[:]
+        for port in ins:
+            self.types[port.name] = port.elem_type
+            if port.dims is None:
+                self.shapes[port.name] = None
+                continue
+            shape: SymShape = []
+            for k, d in enumerate(port.dims):
+                sym = d if isinstance(d, int) or d else f"{port.name}:{k}"
+                if isinstance(sym, int):
+                    shape.append(Mono.const(sym))
+                else:
+                    shape.append(Mono.symbol(sym))
+                    self.places.setdefault(sym, (port.name, k))
+            self.shapes[port.name] = shape
+        for t in g.initializer:
+            self.types[t.name] = t.data_type
+            self.shapes[t.name] = constant_shape(t)
+        for node in list(g.node):
+            self._node(node)
+        del g.node[:]
+        g.node.extend(self.nodes)
+        for port in outs:
+            got = self.shapes.get(port.name)
+            if port.dims is None or got is None:
+                continue
+            for k, (want, have) in enumerate(zip(port.dims, got)):
+                if isinstance(want, str) and have is not None and have.is_const:
+                    self.notes.append(f"output {port.name!r} axis {k} is {have.key()} where the original's is "
+                                      f"{want or 'dynamic'}")
+        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+        keep = [t for t in g.initializer if t.name in used or t.name in {vi.name for vi in g.input}]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+        return Generic(self.model, self.notes)
+
+    def _node(self, node: onnx.NodeProto) -> None:
+        if node.domain in ("", "ai.onnx") and node.op_type == "Reshape" and len(node.input) > 1 \
+                and node.input[1] in self.constants:
+            self._reshape(node)
+        elif node.domain in ("", "ai.onnx") and node.op_type == "Slice" and len(node.input) > 3:
+            self._slice(node)
+        self.nodes.append(node)
+        inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
+        for out in node.output:
+            if out in inferred:
+                elem, shape = inferred[out]
+                self.types.setdefault(out, elem)
+                self.shapes.setdefault(out, shape)
+
+    def _reshape(self, node: onnx.NodeProto) -> None:
+        dims_in = self.shapes.get(node.input[0])
+        if dims_in is None or any(d is None for d in dims_in):
+            self._fit()
+            dims_in = self.shapes.get(node.input[0])
+        target = int_values(self.constants[node.input[1]])
+        allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
+        if dims_in is None or any(d is None for d in dims_in):
+            self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
+            return
+        known = [d for d in dims_in if d is not None]
+        sym = self._original_target(node.input[1], target, known)
+        if sym is None:
+            sym = reshape_target(known, target, self.values, allowzero)
+        if sym is None:
+            self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
+            return
+        self.shapes[node.output[0]] = list(sym)
+        if node.input[0] in self.types:
+            self.types[node.output[0]] = self.types[node.input[0]]
+        if all(m.is_const for m in sym):
+            return
+        written = [0 if not allowzero and k < len(known) and m == known[k] and not m.is_const else None
+                   for k, m in enumerate(sym)]
+        loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
+        if loose:
+            written[loose[-1]] = -1
+        computed = loose[:-1]
+        for k, m in enumerate(sym):
+            if written[k] is None and m.is_const:
+                written[k] = int(m.coef)
+        if not computed:
+            node.input[1] = self.const(np.array(written, np.int64), "shape")
+            return
+        pieces: list[str] = []
+        run: list[int] = []
+        for k, m in enumerate(sym):
+            if k in computed:
+                if run:
+                    pieces.append(self.const(np.array(run, np.int64), "dims"))
+                    run = []
+                dim = self._dim(m)
+                if dim is None:
+                    self.notes.append(f"Reshape {node.name!r}: dimension {m.key()} cannot be computed from the inputs")
+                    return
+                pieces.append(dim)
+            else:
+                value = written[k]
+                assert value is not None
+                run.append(value)
+        if run:
+            pieces.append(self.const(np.array(run, np.int64), "dims"))
+        node.input[1] = self.emit("Concat", pieces, "shape", axis=0)
+
+    def _original_target(self, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
+        """The symbolic target of a Reshape written back from the user's model whose target the original computes
+        (a folded Shape computation, kept under its name): read off runs of the original at further sizes, where
+        it agrees with ``target`` and the input's size."""
+        if self._probed is None:
+            computed = {o for n in self.original.graph.node for o in n.output if o}
+            names = [n.input[1] for n in self.model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
+                     and n.input[1] in computed and n.input[1] in self.constants]
+            runs = fit_runs(run_values(self.original, names, shapes=False), self.values) if names else None
+            self._probed = dict(zip(names, runs or []))
+        entries = self._probed.get(name)
+        if entries is None or len(entries) != len(target) or any(m is None for m in entries):
+            return None
+        out = [m for m in entries if m is not None]
+        if [int(m.value(self.values)) for m in out] != target or any(m.coef <= 0 for m in out) \
+                or product(out) != product(dims_in):
+            return None
+        return out
+
+    def _fit(self) -> None:
+        """The symbolic shapes of the values written so far that shape inference left unknown, read off runs of
+        the program so far in onnxruntime (:mod:`eqsat.onnx.fitting`)."""
+        unknown = [o for n in self.nodes for o in n.output if o and o not in self._tried
+                   and (self.shapes.get(o) is None or any(d is None for d in self.shapes[o] or []))]
+        if not unknown:
+            return
+        self._tried.update(unknown)  # each value fitted once: a run of a prefix of a large model is not cheap
+        prefix = onnx.ModelProto()
+        prefix.CopyFrom(self.model)
+        del prefix.graph.node[:]
+        prefix.graph.node.extend(self.nodes)
+        fitted = fit_runs(run_values(prefix, unknown, shapes=True), self.values)
+        for name, dims in zip(unknown, fitted or []):
+            old = self.shapes.get(name)
+            if old is None or len(old) != len(dims):
+                self.shapes[name] = dims
+            else:
+                self.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
+
+    def _dim(self, m: Mono) -> str | None:
+        """A one-element int64 tensor holding ``m`` at run time, computed from the inputs' shapes."""
+        key = m.key()
+        if key in self.cache:
+            return self.cache[key]
+        value: str | None = None
+        for s, p in m.powers:
+            if s not in self.places:
+                return None
+            name, axis = self.places[s]
+            if s not in self.cache:
+                shape = self.emit("Shape", [name], "shape_of")
+                self.cache[s] = self.emit("Gather", [shape, self.const(np.array([axis], np.int64), "axis")], "dim",
+                                          axis=0)
+            for _ in range(abs(p)):
+                if value is None and p > 0:
+                    value = self.cache[s]
+                elif value is None:
+                    value = self.emit("Div", [self.const(np.array([1], np.int64), "one"), self.cache[s]], "dim")
+                else:
+                    value = self.emit("Mul" if p > 0 else "Div", [value, self.cache[s]], "dim")
+        assert value is not None
+        if m.coef.numerator != 1:
+            value = self.emit("Mul", [value, self.const(np.array([m.coef.numerator], np.int64), "coef")], "dim")
+        if m.coef.denominator != 1:
+            value = self.emit("Div", [value, self.const(np.array([m.coef.denominator], np.int64), "coef")], "dim")
+        self.cache[key] = value
+        return value
+
+    def _slice(self, node: onnx.NodeProto) -> None:
+        """A Slice that ran to the end of a symbolic axis (its end at the axis' size) now runs to its end."""
+        dims = self.shapes.get(node.input[0])
+        starts, ends, axes = (self.constants.get(node.input[k]) for k in (1, 2, 3))
+        if dims is None or starts is None or ends is None or axes is None:
+            return
+        ends_v, axes_v = int_values(ends), int_values(axes)
+        changed = False
+        for j, (e, a) in enumerate(zip(ends_v, axes_v)):
+            d = dims[a] if -len(dims) <= a < len(dims) else None
+            if d is None or d.is_const:
+                continue
+            if e >= d.value(self.values):
+                ends_v[j] = int(INT64_MAX)
+                changed = True
+            else:
+                self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
+        if changed:
+            node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
+
+
+def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
+    """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface;
+    ``model`` itself is left as it was."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return _Rewriter(copy, original, values).run()
+
+
+__all__ = ["Generic", "make_generic", "reshape_target"]

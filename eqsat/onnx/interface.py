@@ -1,0 +1,214 @@
+"""A model's interface: its inputs and outputs (names, element types, dimensions with their ``dim_param``
+symbols), the shapes a run tunes at and the shapes its result is verified at.
+
+A dynamic dimension is a symbol: its ``dim_param`` name, or for an unnamed one ``INPUT:AXIS``. Two inputs naming the
+same ``dim_param`` share the symbol (they take one value). A run tunes and measures at one **representative**
+shape: the user's ``--input-shape`` where given, else :data:`BATCH_DEFAULT` for a batch-like symbol and
+:data:`OTHER_DEFAULT` for any other (:func:`representative_shapes`); the result is verified there and at
+:func:`probe_values` of each symbol, one symbol changed at a time.
+
+>>> is_batch_like("batch_size"), is_batch_like("N"), is_batch_like("sequence")
+(True, True, False)
+>>> probe_values(1, batch=True), probe_values(128, batch=False)
+([2, 3], [1, 37, 256])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..errors import InputError
+from .io import session
+
+BATCH_DEFAULT = 1
+"""the representative value of a batch-like symbol (a ``dim_param`` named like a batch, or an unnamed axis 0)"""
+OTHER_DEFAULT = 128
+"""the representative value of every other symbol (a sequence, an image side, ...)"""
+BATCH_PROBES = (2, 3, 4)
+"""the further values a batch-like symbol is verified at: the first two that are not its representative value"""
+MIN_DEFAULT = 8
+"""a default size the model refuses is halved down to this (a position table shorter than 128)"""
+OTHER_PROBES = (1, 37, 256, 64)
+"""the further values any other symbol is verified at: the first three that are not its representative value"""
+
+QUIET = ort.RunOptions()
+QUIET.log_severity_level = 4  # a size the model refuses is an answer here, not an error to print
+
+_BATCH = re.compile(r"^(n|b|bs|batch|batch_?size|batch_?dim|.*batch.*)$", re.IGNORECASE)
+
+Shapes = dict[str, tuple[int, ...]]
+Dim = int | str
+"""a dimension of the interface: a size, or the symbol it is"""
+
+
+def is_batch_like(symbol: str) -> bool:
+    """Whether ``symbol`` names a batch axis (``batch``, ``batch_size``, ``N``, ``B``, ``bs``, ...)."""
+    return bool(_BATCH.match(symbol))
+
+
+@dataclass(frozen=True)
+class Port:
+    """One input or output of the interface: name, ONNX element type, dimensions (None: no shape declared)."""
+
+    name: str
+    elem_type: int
+    dims: tuple[Dim, ...] | None
+
+    def shown(self) -> str:
+        dims = "?" if self.dims is None else ",".join(map(str, self.dims))
+        return f"{self.name}:{onnx.TensorProto.DataType.Name(self.elem_type).lower()}[{dims}]"
+
+
+def _port(vi: onnx.ValueInfoProto, declared_only: bool = False) -> Port:
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return Port(vi.name, tt.elem_type, None)
+    dims: list[Dim] = []
+    for k, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value"):  # a static size (0 included: the importer refuses it by name)
+            dims.append(int(d.dim_value))
+        else:
+            dims.append(d.dim_param if d.dim_param or declared_only else f"{vi.name}:{k}")
+    return Port(vi.name, tt.elem_type, tuple(dims))
+
+
+def interface(model: onnx.ModelProto) -> tuple[tuple[Port, ...], tuple[Port, ...]]:
+    """(inputs, outputs) as declared: the graph inputs that are not initializers, and the outputs; an unnamed
+    dynamic dimension shows as ``""``."""
+    inits = {i.name for i in model.graph.initializer}
+    return (tuple(_port(vi, True) for vi in model.graph.input if vi.name not in inits),
+            tuple(_port(vi, True) for vi in model.graph.output))
+
+
+def interface_difference(original: onnx.ModelProto, other: onnx.ModelProto) -> str:
+    """What differs between the two models' interfaces (names, element types, dimensions and ``dim_param``
+    names), or "" when they are the same."""
+    (i1, o1), (i2, o2) = interface(original), interface(other)
+    for kind, a, b in (("inputs", i1, i2), ("outputs", o1, o2)):
+        if a != b:
+            shown_a = ", ".join(p.shown() for p in a)
+            shown_b = ", ".join(p.shown() for p in b)
+            return f"{kind} [{shown_b}] instead of the original's [{shown_a}]"
+    return ""
+
+
+def symbols(model: onnx.ModelProto) -> dict[str, list[tuple[str, int]]]:
+    """Each symbol of the model's inputs -> the (input, axis) places it sizes, in input order."""
+    inits = {i.name for i in model.graph.initializer}
+    out: dict[str, list[tuple[str, int]]] = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        port = _port(vi)
+        for k, d in enumerate(port.dims or ()):
+            if isinstance(d, str):
+                out.setdefault(d, []).append((vi.name, k))
+    return out
+
+
+def _batch(symbol: str, places: list[tuple[str, int]]) -> bool:
+    if ":" in symbol:  # unnamed: axis 0 is the batch
+        return places[0][1] == 0
+    return is_batch_like(symbol)
+
+
+def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    """The representative value of each symbol: from the user's shapes (``given``: input -> full shape) where one
+    sizes it, else the documented default. Raises InputError when two given shapes disagree on a symbol."""
+    values: dict[str, int] = {}
+    syms = symbols(model)
+    for sym, places in syms.items():
+        for name, axis in places:
+            if name in given and axis < len(given[name]):
+                v = int(given[name][axis])
+                if sym in values and values[sym] != v:
+                    raise InputError(f"--input-shape gives the dimension {sym!r} two sizes, {values[sym]} and {v}; "
+                                     "inputs that share a dim_param take one size")
+                values[sym] = v
+    for sym, places in syms.items():
+        values.setdefault(sym, BATCH_DEFAULT if _batch(sym, places) else OTHER_DEFAULT)
+    return values
+
+
+def zero_feeds(model: onnx.ModelProto, at: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read."""
+    feeds = {}
+    for port in interface(model)[0]:
+        if port.dims is None:
+            continue
+        shape = [d if isinstance(d, int) else at.get(d or f"{port.name}:{k}", 1) for k, d in enumerate(port.dims)]
+        feeds[port.name] = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(port.elem_type))
+    return feeds
+
+
+def shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> Shapes:
+    """Every input with a dynamic dimension -> its shape with each symbol at ``values``."""
+    inits = {i.name for i in model.graph.initializer}
+    out: Shapes = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        dims = _port(vi).dims or ()
+        if any(isinstance(d, str) for d in dims):
+            out[vi.name] = tuple(values[d] if isinstance(d, str) else d for d in dims)
+    return out
+
+
+def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted: list[str]) -> dict[str, int]:
+    """``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
+    cannot run ``model`` there (zeros fed); as they were if it runs, or never does."""
+    halvable = [s for s in defaulted if values[s] == OTHER_DEFAULT]
+    if not halvable:
+        return dict(values)
+    try:
+        sess = session(model)
+    except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
+        return dict(values)
+    at = dict(values)
+    while True:
+        try:
+            sess.run(None, zero_feeds(model, at), QUIET)
+            return at
+        except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
+            if at[halvable[0]] // 2 < MIN_DEFAULT:
+                return dict(values)
+            at.update({s: at[s] // 2 for s in halvable})
+
+
+def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:
+    """The shapes a run tunes and measures at: the user's (``given``) completed for every other dynamic input
+    (a symbol the user sized keeps that size everywhere; others take the defaults)."""
+    shapes = shapes_at(model, symbol_values(model, given))
+    shapes.update(given)
+    return shapes
+
+
+def probe_values(value: int, batch: bool) -> list[int]:
+    """The further values a symbol at ``value`` is verified at (its representative value left out).
+
+    >>> probe_values(3, batch=True), probe_values(37, batch=False)
+    ([2, 4], [1, 256, 64])
+    """
+    probes = BATCH_PROBES if batch else OTHER_PROBES
+    return [v for v in probes if v != value][:len(probes) - 1]
+
+
+def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, Shapes]]:
+    """(label, shapes) to verify a shape-generic result at: each symbol at each of its :func:`probe_values`,
+    the others at their representative ``values``; the label names the change (``batch=2``)."""
+    out: list[tuple[str, Shapes]] = []
+    for sym, places in symbols(model).items():
+        for v in probe_values(values[sym], _batch(sym, places)):
+            out.append((f"{sym}={v}", shapes_at(model, {**values, sym: v})))
+    return out
+
+
+__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "interface",
+           "interface_difference", "is_batch_like", "probe_shapes", "probe_values", "representative_shapes",
+           "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

@@ -1,0 +1,89 @@
+"""The shape computations of a dynamic-axes model that must stay in the program rather than be folded.
+
+The importer folds ``Shape`` (and what is computed from it) into constants at the shapes it imports at. Where
+the result only sizes a Reshape or bounds a Slice, the folded constant is rewritten shape-generic on export
+(:mod:`eqsat.onnx.generic`). Where it meets the data (position ids from ``Range(seq)``, a mask's indices, an
+``Expand`` or ``ConstantOfShape`` to the input's size), a folded constant would specialize the program to one
+size: :func:`live_shapes` names those ``Shape`` nodes, which the importer keeps as they are (opaque, written back
+verbatim), so that everything computed from them is computed at run time.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import shape_inference
+
+from .io import is_large
+
+SHAPE_SLOTS = {("Reshape", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4)}
+"""(operator, input index) where a shape computation is rewritten shape-generic on export, when the value reshaped
+or sliced is the data (a constant sliced by the sequence length is computed from the shape: its values are too)"""
+
+
+def _symbolic_dims(model: onnx.ModelProto) -> dict[str, list[bool]]:
+    """value -> for each axis, whether its size is dynamic (a dim_param or unknown), by onnx's shape inference."""
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - no inference: nothing known
+        return {}
+    out: dict[str, list[bool]] = {}
+    for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+            out[vi.name] = [not d.HasField("dim_value") for d in tt.shape.dim]
+    return out
+
+
+def live_shapes(model: onnx.ModelProto) -> set[str]:
+    """The outputs of the main graph's ``Shape`` nodes that read a dynamic dimension and whose values reach the
+    data (a node that also reads a value computed from the inputs, on a slot other than :data:`SHAPE_SLOTS`)."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    inputs = {vi.name for vi in g.input if vi.name not in inits}
+    if not inputs or is_large(model):
+        return set()
+    data = set(inputs)
+    for node in g.node:  # in order: what the inputs' values flow into (Shape reads no values)
+        if node.op_type not in ("Shape", "Size") and any(i in data for i in node.input):
+            data.update(o for o in node.output if o)
+    shapes = [n for n in g.node if n.op_type == "Shape" and n.domain in ("", "ai.onnx")]
+    if not shapes:
+        return set()
+    dims = _symbolic_dims(model)
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in g.node:
+        for k, i in enumerate(node.input):
+            consumers.setdefault(i, []).append((node, k))
+
+    def closure(start: str) -> list[tuple[onnx.NodeProto, int]]:
+        """The (node, slot) uses of the values computed from ``start`` (up to the shape slots)."""
+        seen, frontier, uses = {start}, [start], []
+        while frontier:
+            for user, k in consumers.get(frontier.pop(), []):
+                uses.append((user, k))
+                if (user.op_type, k) in SHAPE_SLOTS and user.input[0] in data:
+                    continue  # sizes a Reshape or bounds a Slice of the data: rewritten generic on export
+                for o in user.output:
+                    if o and o not in seen:
+                        seen.add(o)
+                        frontier.append(o)
+        return uses
+
+    candidates = []
+    for node in shapes:
+        dynamic = dims.get(node.input[0])
+        if dynamic is None:
+            continue
+        start = next((a.i for a in node.attribute if a.name == "start"), 0)
+        end = next((a.i for a in node.attribute if a.name == "end"), len(dynamic))
+        if any(dynamic[start:end] if end else dynamic[start:]):
+            candidates.append(node.output[0])
+    live: set[str] = set()
+    for out in candidates:
+        if any(((user.op_type, k) not in SHAPE_SLOTS or user.input[0] not in data)
+               and any(i in data for j, i in enumerate(user.input) if j != k) for user, k in closure(out)):
+            live.add(out)
+    return live
+
+
+__all__ = ["SHAPE_SLOTS", "live_shapes"]

@@ -1,0 +1,155 @@
+"""Symbolic dimensions: a dimension as a monomial of the interface's symbols (``2*batch*seq``, ``seq/4``), and
+the shapes of an ONNX model's values in them.
+
+A :class:`Mono` is a rational coefficient times a product of symbols with integer powers: the products and
+quotients reshapes make of the input axes. :func:`infer_node` gives one node's output shapes from its inputs'
+with onnx's shape inference, each monomial carried as a ``dim_param`` (:meth:`Mono.key`).
+
+>>> b, s = Mono.symbol("batch"), Mono.symbol("seq")
+>>> (b * s).key(), int((b * s * Mono.const(12)).value({"batch": 2, "seq": 5})), (s / Mono.const(4)).key()
+('batch*seq', 120, '1/4*seq')
+>>> (b * s) / s == b, Mono.const(3).is_const
+(True, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+
+@dataclass(frozen=True)
+class Mono:
+    """``coef * prod(symbol ** power)``; powers never 0, sorted by symbol."""
+
+    coef: Fraction
+    powers: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def const(cls, n: int | Fraction) -> Mono:
+        return cls(Fraction(n))
+
+    @classmethod
+    def symbol(cls, name: str) -> Mono:
+        return cls(Fraction(1), ((name, 1),))
+
+    @property
+    def is_const(self) -> bool:
+        return not self.powers
+
+    def _combine(self, other: Mono, sign: int) -> Mono:
+        powers = dict(self.powers)
+        for s, p in other.powers:
+            powers[s] = powers.get(s, 0) + sign * p
+        coef = self.coef * other.coef if sign > 0 else self.coef / other.coef
+        return Mono(coef, tuple(sorted((s, p) for s, p in powers.items() if p)))
+
+    def __mul__(self, other: Mono) -> Mono:
+        return self._combine(other, 1)
+
+    def __truediv__(self, other: Mono) -> Mono:
+        return self._combine(other, -1)
+
+    def value(self, values: Mapping[str, int]) -> Fraction:
+        out = self.coef
+        for s, p in self.powers:
+            out *= Fraction(values[s]) ** p
+        return out
+
+    def key(self) -> str:
+        """The ``dim_param`` that carries this monomial through onnx's shape inference (a constant: its digits)."""
+        parts = [] if self.coef == 1 and self.powers else [str(self.coef)]
+        for s, p in self.powers:
+            parts += [s] * p if p > 0 else [f"/{s}"] * -p
+        return "*".join(parts).replace("*/", "/")
+
+
+SymShape = list[Mono | None]
+"""a value's shape: one monomial per axis, None where it is not known"""
+
+
+def product(dims: Sequence[Mono]) -> Mono:
+    out = Mono.const(1)
+    for d in dims:
+        out = out * d
+    return out
+
+
+def _type_proto(elem: int, shape: SymShape | None, keys: dict[str, Mono]) -> onnx.TypeProto:
+    if shape is None:
+        return helper.make_tensor_type_proto(elem, None)
+    dims: list[int | str | None] = []
+    for d in shape:
+        if d is None:
+            dims.append(None)
+        elif d.is_const and d.coef.denominator == 1:
+            dims.append(int(d.coef))
+        else:
+            keys[d.key()] = d
+            dims.append(d.key())
+    return helper.make_tensor_type_proto(elem, dims)
+
+
+def _read(tp: onnx.TypeProto, keys: Mapping[str, Mono]) -> tuple[int, SymShape | None]:
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return tt.elem_type, None
+    out: SymShape = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(Mono.const(d.dim_value))
+        else:
+            out.append(keys.get(d.dim_param))
+    return tt.elem_type, out
+
+
+SMALL_CONSTANT = 64
+"""initializers of at most this many integer elements are given to shape inference by value (axes, shapes, bounds)"""
+
+
+def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], types: Mapping[str, int],
+               constants: Mapping[str, onnx.TensorProto], opsets: Sequence[onnx.OperatorSetIdProto],
+               ) -> dict[str, tuple[int, SymShape | None]]:
+    """(element type, symbolic shape) of each output of ``node``, from its inputs' (``shapes``, ``types``; the
+    small integer ``constants`` by value), by onnx's shape inference on a one-node model. Outputs it cannot type
+    are left out."""
+    keys: dict[str, Mono] = {}
+    inputs, inits = [], []
+    for name in dict.fromkeys(i for i in node.input if i):
+        const = constants.get(name)
+        if const is not None and const.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
+                and int(np.prod(const.dims)) <= SMALL_CONSTANT:
+            inits.append(const)
+            inputs.append(helper.make_value_info(name, helper.make_tensor_type_proto(
+                const.data_type, list(const.dims))))
+        elif name in types:
+            inputs.append(helper.make_value_info(name, _type_proto(types[name], shapes.get(name), keys)))
+        else:
+            return {}
+    graph = helper.make_graph([node], "one", inputs, [], initializer=inits)
+    model = helper.make_model(graph, opset_imports=list(opsets))
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - onnx raises several types; no inference is no knowledge
+        return {}
+    out: dict[str, tuple[int, SymShape | None]] = {}
+    for vi in inferred.graph.value_info:
+        if vi.name in node.output and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            out[vi.name] = _read(vi.type, keys)
+    return out
+
+
+def constant_shape(t: onnx.TensorProto) -> SymShape:
+    return [Mono.const(int(d)) for d in t.dims]
+
+
+def int_values(t: onnx.TensorProto) -> list[int]:
+    return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
+
+
+__all__ = ["SMALL_CONSTANT", "Mono", "SymShape", "constant_shape", "infer_node", "int_values", "product"]
