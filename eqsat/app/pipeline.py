@@ -304,7 +304,8 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
                               shipped=returned.program == "original",
                               measured_ms=measured.original_ms if measured else None),
                     *(b.entry for b in built)],
-        returned=returned, measured=measured, times=timer.seconds)
+        returned=returned, measured=measured, times=timer.seconds,
+        memory_mb=timer.memory_mb)
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)
