@@ -9,7 +9,7 @@ reads; nothing in it other than its output may be read from outside it. Nodes th
 for every copy. Two blocks are copies when their bodies hash alike with the cut as a hole, their private
 weights by shape and dtype only, and their external inputs by identity.
 
-:meth:`Blocks.representative` is one copy as a program of its own (inputs: the cut and the external inputs;
+:attr:`Blocks.representative` is one copy as a program of its own (inputs: the cut and the external inputs;
 its own weights); :meth:`Blocks.replay` puts an optimized version of it in place of every copy, each with
 its own weights, and returns the whole program.
 
@@ -27,6 +27,7 @@ its own weights, and returns the whole program.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,7 @@ class Blocks:
                 "cut": f"{first.cut.op} {list(first.cut.shape)}",
                 "operators": dict(sorted(_op_counts(self.graph, first).items()))}
 
+    @functools.cached_property
     def representative(self) -> Graph:
         """The first copy as a program: inputs ``block_in`` (the cut) and ``block_ext_K`` (its external inputs
         that are not weights), its weights (private and shared) by their names, output ``block_out``."""
@@ -90,11 +92,11 @@ class Blocks:
                      name=f"{self.graph.name}-block", opset=self.graph.opset, domains=dict(self.graph.domains))
 
     def replay(self, program: Graph) -> Graph:
-        """The whole program with every copy replaced by ``program`` (a version of :meth:`representative`:
+        """The whole program with every copy replaced by ``program`` (a version of :attr:`representative`:
         the same inputs and weight names), each copy reading its own cut, external inputs and weights."""
         first = self.blocks[0]
         rep_weights = [ir.leaf_name(w) for w in first.weights]
-        by_input = {n.name: n for n in program.inputs}
+        leaves = [n for n in ir.topo_order(program.outputs) if n.op in ("input", "weight")]
         new: dict[int, Node] = {}  # id(original node) -> node of the new program
 
         def mapped(n: Node) -> Node:
@@ -105,15 +107,12 @@ class Blocks:
         for n in self.graph.nodes():  # children first: a block's cut is rebuilt before its output
             b = outputs.get(id(n))
             if b is not None:
-                leaf: dict[int, Node] = {id(by_input["block_in"]): mapped(b.cut)}
-                for k, e in enumerate(b.externals):
-                    if e.op != "weight":
-                        leaf[id(by_input[f"block_ext_{k}"])] = mapped(e)
+                reads = {"block_in": mapped(b.cut), **{f"block_ext_{k}": mapped(e) for k, e in enumerate(b.externals)
+                                                       if e.op != "weight"}}
                 own = dict(zip(rep_weights, b.weights))
                 shared = {ir.leaf_name(e): e for e in b.externals if e.op == "weight"}
-                for w in ir.topo_order(program.outputs):
-                    if w.op == "weight":
-                        leaf[id(w)] = own.get(ir.leaf_name(w)) or shared[ir.leaf_name(w)]
+                leaf = {id(x): reads[ir.leaf_name(x)] if x.op == "input" else
+                        own.get(ir.leaf_name(x)) or shared[ir.leaf_name(x)] for x in leaves}
                 new[id(n)] = _rebuild(program.outputs, leaf)[0]
             elif id(n) not in inside and n.inputs and any(id(c) in new for c in n.inputs):
                 new[id(n)] = dataclasses.replace(n, inputs=tuple(mapped(c) for c in n.inputs))

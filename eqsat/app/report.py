@@ -202,6 +202,8 @@ class Report:
     times: dict[str, float] = field(default_factory=dict)
     memory_mb: dict[str, float] = field(default_factory=dict)
     """each phase's peak resident memory in MiB (:class:`PhaseTimer`)"""
+    blocks: dict[str, Any] | None = None
+    """the repeated blocks found and how they were treated (``--blocks``; None without it)"""
     input: str | None = None
     output: str | None = None
 
@@ -239,7 +241,7 @@ class Report:
         return jsonable({
             "verified": v.verified, "max_abs_error": v.max_abs_error, "max_rel_error": v.max_rel_error,
             "seed": v.seed, "config": self.config.to_json(), "times": self.times,
-            "memory_mb": self.memory_mb, "egraph": self.egraph,
+            "memory_mb": self.memory_mb, "blocks": self.blocks, "egraph": self.egraph,
             "extraction": self.extraction, "original_cost": self.original_cost,
             "optimized_cost": self.optimized_cost, "estimated_speedup": self.estimated_speedup,
             "extracted_cost": self.extracted_cost, "measured": self.measured, "fallback": self.returned.fallback,
