@@ -13,12 +13,13 @@ weights by shape and dtype only, and their external inputs by identity.
 its own weights); :meth:`Blocks.replay` puts an optimized version of it in place of every copy, each with
 its own weights, and returns the whole program.
 
+>>> import numpy as np
 >>> from eqsat import ir
 >>> x = ir.input_("x", (2, 4))
 >>> h = x
 >>> for k in range(3):
 ...     h = ir.make("relu", [ir.make("matmul", [h, ir.weight(f"w{k}", (4, 4))])])
->>> g = ir.Graph((x,), (h,), ("y",), {f"w{k}": __import__("numpy").eye(4, dtype="float32") for k in range(3)})
+>>> g = ir.Graph((x,), (h,), ("y",), {f"w{k}": np.eye(4, dtype="float32") for k in range(3)})
 >>> blocks = find_blocks(g)
 >>> blocks.copies, blocks.nodes_per_block
 (2, 3)
