@@ -81,8 +81,9 @@ class OptimizeConfig:
                              "--candidates", least=1)
     blocks: bool = option(False, "find repeated blocks (layers of one structure and shapes, different weights), "
                                  "search and extract one copy and replay its program on every copy (the "
-                                 "operators outside the blocks are kept as imported); without it the whole "
-                                 "model is searched", "--blocks")
+                                 "operators outside the blocks are kept as imported; the default node limit's "
+                                 "floor is shared among the copies); without it the whole model is searched",
+                          "--blocks")
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
         "doc": "input name -> shape fixing its dynamic dimensions (--input-shape NAME=D1,D2,...)"})
 

@@ -26,7 +26,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
-from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
+from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
@@ -94,15 +94,20 @@ def import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig) -
     return original, import_model(original, config.input_shapes)
 
 
-def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchConfig]:
-    """The e-graph of ``graph`` and the search config with its node limit resolved against it."""
+def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1) -> tuple[EGraph, SearchConfig]:
+    """The e-graph of ``graph`` and the search config with its node limit resolved against it. ``graph``
+    standing for ``copies`` repeated blocks (``--blocks``), the default limit's floor is shared among them:
+    max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in the whole model."""
     egraph = EGraph.from_graph(graph)
     initial = egraph.size().enodes
     limit = config.search.node_limit
     if limit is not None and limit < initial:
         raise InputError(f"--node-limit {limit} is below the initial e-graph's {initial} e-nodes; "
                          f"give at least {initial}, or leave it out for {NODE_LIMIT_FACTOR} x that")
-    return egraph, replace(config.search.resolved(initial), time_limit=search_seconds(config))
+    search = config.search
+    if limit is None and copies > 1:
+        search = replace(search, node_limit=max(math.ceil(DEFAULT_NODE_LIMIT / copies), NODE_LIMIT_FACTOR * initial))
+    return egraph, replace(search.resolved(initial), time_limit=search_seconds(config))
 
 
 def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, cost_model: CostModel,
@@ -277,7 +282,7 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     with timer("encode"):
         # --cost auto: the operators timed in the end-to-end runtime (eqsat.cost.resolve_auto)
         cost_model = make(config.cost, runtime=runtime_name, threads=config.measure_threads)
-        egraph, search_config = encode_phase(searched, config)
+        egraph, search_config = encode_phase(searched, config, blocks.copies if blocks is not None else 1)
     initial = egraph.size().enodes
     with timer("search"):
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
