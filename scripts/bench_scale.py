@@ -101,14 +101,17 @@ def figure(records: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
-    for hidden in sorted({r["hidden"] for r in records}):
+    for k, hidden in enumerate(sorted({r["hidden"] for r in records})):
+        color = f"C{k}"
         rs = sorted((r for r in records if r["hidden"] == hidden and r["exit_code"] == 0), key=lambda r: r["layers"])
         depth = [r["layers"] for r in rs]
-        ax_t.plot(depth, [r["wall_s"] for r in rs], "o-", label=f"total, hidden {hidden}")
-        ax_t.plot(depth, [r["times"].get("search", 0.0) for r in rs], "x--", label=f"search, hidden {hidden}")
+        ax_t.plot(depth, [r["wall_s"] for r in rs], "o-", color=color, label=f"total, hidden {hidden}")
+        ax_t.plot(depth, [r["times"].get("search", 0.0) for r in rs], "x--", color=color,
+                  label=f"search, hidden {hidden}")
         ax_m.plot(depth, [r["max_rss_mb"] or max(r["memory_mb"].values()) for r in rs], "o-",
-                  label=f"peak RSS, hidden {hidden}")
-        ax_m.plot(depth, [r["weights_mb"] for r in rs], ":", label=f"weights, hidden {hidden}")
+                  color=color, label=f"peak RSS, hidden {hidden}")
+        ax_m.plot(depth, [r["weights_mb"] for r in rs], ":", color=color,
+                  label=f"weights, hidden {hidden}")
     ax_t.set(xlabel="layers", ylabel="seconds", title="wall time")
     ax_m.set(xlabel="layers", ylabel="MiB", title="peak resident memory")
     for ax in (ax_t, ax_m):
