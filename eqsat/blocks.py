@@ -125,7 +125,6 @@ def _rebuild(outputs: Sequence[Node], leaf: Mapping[int, Node], stop: frozenset[
     """``outputs`` rebuilt with the nodes in ``leaf`` (by id) replaced; nodes outside ``stop`` (when given)
     that are not in ``leaf`` are kept as they are."""
     new: dict[int, Node] = dict(leaf)
-    order: list[Node] = []
     seen: set[int] = set()
     stack = [(o, False) for o in reversed(outputs)]
     while stack:
@@ -140,7 +139,6 @@ def _rebuild(outputs: Sequence[Node], leaf: Mapping[int, Node], stop: frozenset[
             stack.append((n, True))
             stack.extend((c, False) for c in reversed(n.inputs) if id(c) not in new)
             continue
-        order.append(n)
         new[id(n)] = dataclasses.replace(n, inputs=tuple(new[id(c)] for c in n.inputs)) if n.inputs else n
     return [new[id(o)] for o in outputs]
 
