@@ -5,8 +5,8 @@ each phase's figure is its own peak, not the run's so far.
 Where ``/proc`` is missing (not Linux) the figures fall back to ``resource.getrusage``'s lifetime peak, which
 never resets; :func:`reset_peak` says which one a caller gets.
 
->>> peak = peak_rss_mb()
->>> peak >= current_rss_mb() > 0
+>>> now = current_rss_mb()
+>>> peak_rss_mb() >= now > 0
 True
 """
 
