@@ -296,6 +296,7 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
     if feeds is None:
         probe = timing_sessions([original.model, candidates[-1].model], Protocol(sessions=1, seed=protocol.seed))
         feeds = timing_feeds(original.model, [probe[0][0], probe[1][0]], protocol.seed, input_shapes)
+        del probe  # each session holds its program's weights: none alive beside the timed ones
     calls = runtime.instances(programs, feeds, protocol)
     info = runtime.info()
     if isinstance(runtime, OrtRuntime):

@@ -19,6 +19,7 @@ import onnx
 
 from eqsat import extract as extractors
 from eqsat import runtimes
+from eqsat.blocks import Blocks, find_blocks
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
@@ -26,7 +27,7 @@ from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
 from eqsat.ir import Graph, Node
-from eqsat.mcts import NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
+from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
@@ -109,15 +110,20 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
         raise shaping.explain(exc) from exc
 
 
-def encode_phase(graph: Graph, config: OptimizeConfig) -> tuple[EGraph, SearchConfig]:
-    """The e-graph of ``graph`` and the search config with its node limit resolved against it."""
+def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1) -> tuple[EGraph, SearchConfig]:
+    """The e-graph of ``graph`` and the search config with its node limit resolved against it. ``graph``
+    standing for ``copies`` repeated blocks (``--blocks``), the default limit's floor is shared among them:
+    max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in the whole model."""
     egraph = EGraph.from_graph(graph)
     initial = egraph.size().enodes
     limit = config.search.node_limit
     if limit is not None and limit < initial:
         raise InputError(f"--node-limit {limit} is below the initial e-graph's {initial} e-nodes; "
                          f"give at least {initial}, or leave it out for {NODE_LIMIT_FACTOR} x that")
-    return egraph, replace(config.search.resolved(initial), time_limit=search_seconds(config))
+    search = config.search
+    if limit is None and copies > 1:
+        search = replace(search, node_limit=max(math.ceil(DEFAULT_NODE_LIMIT / copies), NODE_LIMIT_FACTOR * initial))
+    return egraph, replace(search.resolved(initial), time_limit=search_seconds(config))
 
 
 def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, cost_model: CostModel,
@@ -141,14 +147,17 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
 
 
 def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel,
-                 shaping: Shaping | None = None) -> tuple[Graph, onnx.ModelProto]:
+                 shaping: Shaping | None = None, blocks: Blocks | None = None) -> tuple[Graph, onnx.ModelProto]:
     """The extracted program as IR and as a checked ONNX model (written shape-generic with the original's
     interface where ``shaping`` says so). Its recomputed cost must equal the extractor's DAG cost (one costing,
-    two paths: a disagreement is a bug)."""
+    two paths: a disagreement is a bug). With ``blocks`` (``graph`` is then their representative), the program
+    is replayed on every copy (:meth:`Blocks.replay`) first."""
     program = build_program(snap, ext.choice, graph)
     recomputed = graph_cost(program, cost_model)
     assert math.isclose(recomputed, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
         f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
+    if blocks is not None:
+        program = blocks.replay(program)
     optimized = export_model(program)
     if shaping is not None:
         optimized = shaping.write(optimized)
@@ -209,18 +218,20 @@ class Built:
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
                      config: OptimizeConfig, cost_model: CostModel,
                      first: tuple[Graph, onnx.ModelProto] | None = None,
-                     shaping: Shaping | None = None) -> list[Built]:
+                     shaping: Shaping | None = None, blocks: Blocks | None = None) -> list[Built]:
     """Export and verify the extracted candidates, keeping the first and then each program not seen before
     (:func:`same_program`), up to ``--candidates``. ``first``: the first candidate already exported and verified
     (:func:`export_phase`, :func:`verify_phase`); another that fails verification is kept in the report,
     unmeasured, with the failure. With a shape-generic ``shaping``, each candidate is also checked at the
-    further shapes (:func:`shapes_phase`): one that fails there is not measured either."""
+    further shapes (:func:`shapes_phase`): one that fails there is not measured either. With ``blocks``, the
+    candidates are programs of their representative, replayed on every copy."""
+    template = blocks.representative if blocks is not None else graph
     built: list[Built] = []
     for k, c in enumerate(extracted):
         if len(built) >= config.candidates:
             break
         program, model = first if k == 0 and first is not None else \
-            export_phase(c.snapshot or snap, c.extraction, graph, c.cost_model, shaping)
+            export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping, blocks)
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source)
@@ -304,13 +315,20 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
         say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
                                                   if shaping.static else "tuned there; the written model keeps them"))
+    blocks, searched = None, graph
+    if config.blocks:
+        with timer("blocks"):
+            blocks = find_blocks(graph)
+            searched = blocks.representative if blocks is not None else graph
+        say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched"
+            if blocks is not None else "repeated blocks: none found; the whole model is searched")
     runtime_name = runtimes.resolve(config.runtime)
     if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
         check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
     with timer("encode"):
         # --cost auto: the operators timed in the end-to-end runtime (eqsat.cost.resolve_auto)
         cost_model = make(config.cost, runtime=runtime_name, threads=config.measure_threads)
-        egraph, search_config = encode_phase(graph, config)
+        egraph, search_config = encode_phase(searched, config, blocks.copies if blocks is not None else 1)
     initial = egraph.size().enodes
     with timer("search"):
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
@@ -320,10 +338,11 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):
-        program, optimized = export_phase(snap, ext, graph, cost_model, shaping)
+        program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks)
     with timer("verify"):
         verification = verify_phase(original, optimized, config)
-        built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping)
+        built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping,
+                                 blocks)
     say(f"verified: max abs error {verification.max_abs_error:.2e}"
         + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
     first = built[0]
@@ -355,10 +374,26 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
                               measured_ms=measured.original_ms if measured else None),
                     *(b.entry for b in built)],
         returned=returned, measured=measured, times=timer.seconds,
-        interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))))
+        interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
+        memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)
+
+
+def _blocks_entry(config: OptimizeConfig, blocks: Blocks | None, graph: Graph) -> dict[str, object] | None:
+    """The report's ``blocks``: which repeated blocks were found and how they were treated (None without
+    ``--blocks``)."""
+    if not config.blocks:
+        return None
+    if blocks is None:
+        return {"found": None, "treatment": "no repeated blocks found: the whole model was searched"}
+    inside = sum(len(b.body) for b in blocks.blocks)
+    return {"found": blocks.describe(),
+            "treatment": f"the first of {blocks.copies} copies searched and extracted alone (its cut and external "
+                         f"inputs as inputs, its weights as leaves); each candidate program replayed on every "
+                         f"copy with the copy's own weights and the whole program verified; the "
+                         f"{len(graph.nodes()) - inside} operators outside the blocks kept as imported"}
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:

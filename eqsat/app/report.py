@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
+from eqsat import memory
 from eqsat.extract import Extraction
 from eqsat.mcts import SearchReport
 from eqsat.ops import OPS
@@ -51,18 +52,25 @@ def jsonable(value: Any) -> Any:
 
 
 class PhaseTimer:
-    """Wall time per phase, from one clock: ``with timer("search"): ...`` adds to ``timer.seconds["search"]``."""
+    """Wall time and peak resident memory per phase, from one clock: ``with timer("search"): ...`` adds to
+    ``timer.seconds["search"]`` and raises ``timer.memory_mb["search"]`` to the phase's peak resident memory in
+    MiB (:mod:`eqsat.memory`: the peak is reset as the phase starts where the system allows it, ``resettable``;
+    else a phase's figure is the run's peak so far)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.memory_mb: dict[str, float] = {}
+        self.resettable = True
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
+        self.resettable = memory.reset_peak() and self.resettable
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+            self.memory_mb[phase] = round(max(self.memory_mb.get(phase, 0.0), memory.peak_rss_mb()), 1)
 
     def total(self, *phases: str) -> float:
         """Seconds spent so far in ``phases``."""
@@ -212,6 +220,10 @@ class Report:
     returned: Returned
     measured: Measurement | None = None
     times: dict[str, float] = field(default_factory=dict)
+    memory_mb: dict[str, float] = field(default_factory=dict)
+    """each phase's peak resident memory in MiB (:class:`PhaseTimer`)"""
+    blocks: dict[str, Any] | None = None
+    """the repeated blocks found and how they were treated (``--blocks``; None without it)"""
     input: str | None = None
     output: str | None = None
     interface: InterfaceReport = field(default_factory=InterfaceReport)
@@ -249,7 +261,8 @@ class Report:
         optimized = self.shipped
         return jsonable({
             "verified": v.verified, "max_abs_error": v.max_abs_error, "max_rel_error": v.max_rel_error,
-            "seed": v.seed, "config": self.config.to_json(), "times": self.times, "egraph": self.egraph,
+            "seed": v.seed, "config": self.config.to_json(), "times": self.times,
+            "memory_mb": self.memory_mb, "blocks": self.blocks, "egraph": self.egraph,
             "extraction": self.extraction, "original_cost": self.original_cost,
             "optimized_cost": self.optimized_cost, "estimated_speedup": self.estimated_speedup,
             "extracted_cost": self.extracted_cost, "measured": self.measured, "fallback": self.returned.fallback,

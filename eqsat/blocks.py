@@ -1,0 +1,293 @@
+"""Repeated blocks of a program: copies of one sub-program (the same operators, attributes, shapes and dtypes;
+different weights), chained one after the other, like the layers of a transformer.
+
+:func:`find_blocks` looks for them: a block runs from a *cut* (a node every later layer reads only through
+it, such as the residual stream after a layer's last norm) to the next cut of the same operator and shape. Its
+body is every node on a path between the two cuts, plus the weight-only nodes (a transposed weight) only it
+reads; nothing in it other than its output may be read from outside it. Nodes the body reads from outside
+(an attention mask computed once, a weight shared by every layer) are its *external* inputs, the same nodes
+for every copy. Two blocks are copies when their bodies hash alike with the cut as a hole, their private
+weights by shape and dtype only, and their external inputs by identity.
+
+:attr:`Blocks.representative` is one copy as a program of its own (inputs: the cut and the external inputs;
+its own weights); :meth:`Blocks.replay` puts an optimized version of it in place of every copy, each with
+its own weights, and returns the whole program.
+
+>>> import numpy as np
+>>> from eqsat import ir
+>>> x = ir.input_("x", (2, 4))
+>>> h = x
+>>> for k in range(3):
+...     h = ir.make("relu", [ir.make("matmul", [h, ir.weight(f"w{k}", (4, 4))])])
+>>> g = ir.Graph((x,), (h,), ("y",), {f"w{k}": np.eye(4, dtype="float32") for k in range(3)})
+>>> blocks = find_blocks(g)
+>>> blocks.copies, blocks.nodes_per_block
+(2, 3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from . import ir
+from .ir import Graph, Node
+from .onnx import origins
+
+MIN_BLOCK_NODES = 3
+"""operators (weights and weight-only nodes included) a block needs to be worth searching alone"""
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """One copy: the cut it reads, its output, its private weight leaves and its external inputs, each in
+    the canonical order that makes copies correspond position by position."""
+
+    cut: Node
+    output: Node
+    body: frozenset[int]
+    """ids of the block's nodes (its output and private weight-only nodes included; not the cut)"""
+    weights: tuple[Node, ...]
+    externals: tuple[Node, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Blocks:
+    """Copies of one block, in program order (each one's cut is the previous one's output)."""
+
+    graph: Graph
+    blocks: tuple[Block, ...]
+
+    @property
+    def copies(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def nodes_per_block(self) -> int:
+        return len(self.blocks[0].body)
+
+    def describe(self) -> dict[str, object]:
+        """What the report says of them."""
+        first = self.blocks[0]
+        return {"copies": self.copies, "nodes_per_block": self.nodes_per_block,
+                "weights_per_block": len(first.weights), "external_inputs": len(first.externals),
+                "cut": f"{first.cut.op} {list(first.cut.shape)}",
+                "operators": dict(sorted(_op_counts(self.graph, first).items()))}
+
+    @functools.cached_property
+    def representative(self) -> Graph:
+        """The first copy as a program: inputs ``block_in`` (the cut) and ``block_ext_K`` (its external inputs
+        that are not weights), its weights (private and shared) by their names, output ``block_out``."""
+        first = self.blocks[0]
+        leaf: dict[int, Node] = {id(first.cut): ir.input_("block_in", first.cut.shape, first.cut.dtype)}
+        inputs = [leaf[id(first.cut)]]
+        for k, e in enumerate(first.externals):
+            if e.op != "weight":
+                leaf[id(e)] = ir.input_(f"block_ext_{k}", e.shape, e.dtype)
+                inputs.append(leaf[id(e)])
+        out = _rebuild([first.output], leaf, stop=first.body)[0]
+        names = {ir.leaf_name(n) for n in ir.topo_order([out]) if n.op == "weight"}
+        return Graph(tuple(inputs), (out,), ("block_out",), {k: self.graph.weights[k] for k in sorted(names)},
+                     name=f"{self.graph.name}-block", opset=self.graph.opset, domains=dict(self.graph.domains))
+
+    def replay(self, program: Graph) -> Graph:
+        """The whole program with every copy replaced by ``program`` (a version of :attr:`representative`:
+        the same inputs and weight names), each copy reading its own cut, external inputs and weights."""
+        first = self.blocks[0]
+        rep_weights = [ir.leaf_name(w) for w in first.weights]
+        leaves = [n for n in ir.topo_order(program.outputs) if n.op in ("input", "weight")]
+        new: dict[int, Node] = {}  # id(original node) -> node of the new program
+
+        def mapped(n: Node) -> Node:
+            return new.get(id(n), n)
+
+        outputs = {id(b.output): b for b in self.blocks}
+        inside = frozenset().union(*(b.body for b in self.blocks)) - outputs.keys()
+        for n in self.graph.nodes():  # children first: a block's cut is rebuilt before its output
+            b = outputs.get(id(n))
+            if b is not None:
+                reads = {"block_in": mapped(b.cut), **{f"block_ext_{k}": mapped(e) for k, e in enumerate(b.externals)
+                                                       if e.op != "weight"}}
+                own = dict(zip(rep_weights, b.weights))
+                shared = {ir.leaf_name(e): e for e in b.externals if e.op == "weight"}
+                leaf = {id(x): reads[ir.leaf_name(x)] if x.op == "input" else
+                        own.get(ir.leaf_name(x)) or shared[ir.leaf_name(x)] for x in leaves}
+                new[id(n)] = _rebuild(program.outputs, leaf)[0]
+            elif id(n) not in inside and n.inputs and any(id(c) in new for c in n.inputs):
+                new[id(n)] = dataclasses.replace(n, inputs=tuple(mapped(c) for c in n.inputs))
+        outs = tuple(mapped(o) for o in self.graph.outputs)
+        return dataclasses.replace(self.graph, outputs=outs, origins=origins.live(self.graph.origins, outs))
+
+
+def _rebuild(outputs: Sequence[Node], leaf: Mapping[int, Node], stop: frozenset[int] | None = None) -> list[Node]:
+    """``outputs`` rebuilt with the nodes in ``leaf`` (by id) replaced; nodes outside ``stop`` (when given)
+    that are not in ``leaf`` are kept as they are."""
+    new: dict[int, Node] = dict(leaf)
+    seen: set[int] = set()
+    stack = [(o, False) for o in reversed(outputs)]
+    while stack:
+        n, ready = stack.pop()
+        if id(n) in new or (ready is False and id(n) in seen):
+            continue
+        if stop is not None and id(n) not in stop:
+            new[id(n)] = n
+            continue
+        if not ready:
+            seen.add(id(n))
+            stack.append((n, True))
+            stack.extend((c, False) for c in reversed(n.inputs) if id(c) not in new)
+            continue
+        new[id(n)] = dataclasses.replace(n, inputs=tuple(new[id(c)] for c in n.inputs)) if n.inputs else n
+    return [new[id(o)] for o in outputs]
+
+
+def _inside_order(out: Node, body: set[int]) -> list[Node]:
+    """The nodes of the block ending at ``out`` (``body``: their ids) and those it reads from outside, every
+    node after its inputs, in the order of a depth-first walk from ``out`` (children in order); the walk does
+    not enter the nodes outside."""
+    order: list[Node] = []
+    seen = {id(out)}
+    stack: list[tuple[Node, int]] = [(out, 0)]
+    while stack:
+        node, i = stack[-1]
+        inputs = node.inputs if id(node) in body else ()
+        if i < len(inputs):
+            stack[-1] = (node, i + 1)
+            child = inputs[i]
+            if id(child) not in seen:
+                seen.add(id(child))
+                stack.append((child, 0))
+        else:
+            stack.pop()
+            order.append(node)
+    return order
+
+
+def _op_counts(graph: Graph, block: Block) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for n in graph.nodes():
+        if id(n) in block.body:
+            op = str(n.attrs[0]) if n.op == "opaque" else n.op
+            counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+class _Finder:
+    """The analysis :func:`find_blocks` runs on one program (indices, users, weight-only nodes, hashing)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.order = graph.nodes()
+        self.index = {id(n): k for k, n in enumerate(self.order)}
+        self.users: dict[int, list[Node]] = {id(n): [] for n in self.order}
+        for n in self.order:
+            for c in n.inputs:
+                self.users[id(c)].append(n)
+        self.weight_only: dict[int, bool] = {}
+        for n in self.order:
+            self.weight_only[id(n)] = n.op == "weight" or (
+                n.op != "input" and bool(n.inputs) and all(self.weight_only[id(c)] for c in n.inputs))
+        self.outputs = {id(o) for o in graph.outputs}
+        self.keys: dict[tuple, int] = {}
+
+    def block(self, cut: Node, out: Node) -> tuple[Block, int] | None:
+        """The block from ``cut`` to ``out`` and its structural hash; None if it is not a block (``out`` does
+        not read ``cut``, or a node inside is read from outside)."""
+        lo, hi = self.index[id(cut)], self.index[id(out)]
+        after = {id(cut)}  # nodes in (lo, hi] that read cut
+        for n in self.order[lo + 1:hi + 1]:
+            if any(id(c) in after for c in n.inputs):
+                after.add(id(n))
+        if id(out) not in after:
+            return None
+        body: set[int] = set()
+        stack = [out]
+        while stack:  # ancestors of out that read cut
+            n = stack.pop()
+            if id(n) in body or id(n) not in after or n is cut:
+                continue
+            body.add(id(n))
+            stack.extend(n.inputs)
+        # private weight-only nodes: every user in the block (users before their inputs: reverse order)
+        near = sorted({id(c): c for k in body for c in self.order[self.index[k]].inputs
+                       if id(c) not in body and self.weight_only[id(c)]}.values(), key=lambda c: -self.index[id(c)])
+        pending = list(near)
+        while pending:
+            c = pending.pop(0)
+            if id(c) in body or id(c) in self.outputs:
+                continue
+            if all(id(u) in body for u in self.users[id(c)]):
+                body.add(id(c))
+                pending.extend(c.inputs)
+                pending.sort(key=lambda x: -self.index[id(x)])
+        for k in body:
+            if k != id(out) and (k in self.outputs or any(id(u) not in body for u in self.users[k])):
+                return None
+        weights: list[Node] = []
+        externals: list[Node] = []
+        memo: dict[int, int] = {}
+        for n in _inside_order(out, body):  # canonical: the DFS from out, children in order
+            if n is cut:
+                memo[id(n)] = self._key(("cut",))
+            elif id(n) not in body:
+                externals.append(n)
+                memo[id(n)] = self._key(("external", id(n)))
+            elif n.op == "weight":
+                weights.append(n)
+                memo[id(n)] = self._key(("weight", n.shape, n.dtype))
+            else:
+                memo[id(n)] = self._key((n.op, n.attrs, n.shape, n.dtype, tuple(memo[id(c)] for c in n.inputs)))
+        found = Block(cut, out, frozenset(body), tuple(weights), tuple(dict.fromkeys(externals)))
+        return found, memo[id(out)]
+
+    def _key(self, key: tuple) -> int:
+        return self.keys.setdefault(key, len(self.keys))
+
+    def _chains(self, members: list[Node], period: int) -> list[list[Block]]:
+        """Runs of at least two consecutive copies with cuts ``period`` members apart."""
+        runs: list[list[Block]] = []
+        for start in range(period):
+            run: list[Block] = []
+            run_key: int | None = None
+            for k in range(start, len(members) - period, period):
+                got = self.block(members[k], members[k + period])
+                if got is not None and got[1] == run_key and run and run[-1].output is got[0].cut:
+                    run.append(got[0])
+                    continue
+                if len(run) >= 2:
+                    runs.append(run)
+                run, run_key = ([got[0]], got[1]) if got is not None else ([], None)
+            if len(run) >= 2:
+                runs.append(run)
+        return runs
+
+    def best(self, min_copies: int) -> list[Block] | None:
+        """The run of copies covering the most nodes (ties: more copies, then the earliest)."""
+        groups: dict[tuple, list[Node]] = {}
+        for n in self.order:
+            if n.inputs and not self.weight_only[id(n)]:
+                groups.setdefault((n.op, n.attrs, n.shape, n.dtype), []).append(n)
+        best: list[Block] | None = None
+        score: tuple[int, int, int] = (0, 0, 0)
+        for members in groups.values():
+            for period in range(1, (len(members) - 1) // min_copies + 1):
+                runs = [r for r in self._chains(members, period) if len(r) >= min_copies
+                        and len(r[0].body) >= MIN_BLOCK_NODES]
+                for run in runs:
+                    s = (len(run) * len(run[0].body), len(run), -self.index[id(run[0].cut)])
+                    if s > score:
+                        best, score = run, s
+                if runs:
+                    break  # the shortest period that repeats: the most copies of this cut
+        return best
+
+
+def find_blocks(graph: Graph, min_copies: int = 2) -> Blocks | None:
+    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies), or None."""
+    found = _Finder(graph).best(min_copies)
+    return Blocks(graph, tuple(found)) if found else None
+
+
+__all__ = ["MIN_BLOCK_NODES", "Block", "Blocks", "find_blocks"]

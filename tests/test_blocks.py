@@ -1,0 +1,99 @@
+"""Repeated blocks (issue 28): found in a torch-exported BERT (transformers' BertModel, three layers), each copy
+with its own weights; the first copy's program replayed on every copy is the original computation (checked in
+onnxruntime); ``--blocks`` searches one copy, and the whole program it returns verifies against the original."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import onnx_builders as ob
+import pytest
+
+from eqsat import ir
+from eqsat.app.config import OptimizeConfig
+from eqsat.app.pipeline import optimize
+from eqsat.blocks import find_blocks
+from eqsat.onnx import export_model, import_model
+from eqsat.verify import verify
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+from bench_scale import export_bert  # noqa: E402
+
+FAST = dict(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")
+LAYERS = 3
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("bert") / "bert3.onnx")
+    export_bert(path, LAYERS, 64, seq=8, vocab=64)
+    import onnx
+
+    return onnx.load(path)
+
+
+def test_the_layers_of_a_bert_are_found_as_copies(bert):
+    graph = import_model(bert)
+    blocks = find_blocks(graph)
+    assert blocks is not None and blocks.copies == LAYERS
+    # each layer: Q, K, V, output, two MLP linears; the graph holds exactly LAYERS times that many
+    assert graph.op_counts()["linear"] == 6 * LAYERS
+    assert all(sum(1 for n in graph.nodes() if id(n) in b.body and n.op == "linear") == 6 for b in blocks.blocks)
+    names = [{ir.leaf_name(w) for w in b.weights} for b in blocks.blocks]
+    assert all(len(n) == 16 for n in names) and not (names[0] & names[1] or names[1] & names[2] or names[0] & names[2])
+    for b in blocks.blocks[1:]:  # copies correspond position by position: same shapes, different data
+        assert [w.shape for w in b.weights] == [w.shape for w in blocks.blocks[0].weights]
+        assert any(not np.array_equal(graph.weights[ir.leaf_name(w)], graph.weights[ir.leaf_name(v)])
+                   for w, v in zip(b.weights, blocks.blocks[0].weights))
+    assert [b.cut for b in blocks.blocks[1:]] == [b.output for b in blocks.blocks[:-1]]
+    found = blocks.describe()
+    assert found["copies"] == LAYERS and found["operators"]["attention"] == 1
+
+
+def test_replaying_the_representative_gives_the_original_computation(bert):
+    graph = import_model(bert)
+    blocks = find_blocks(graph)
+    rep = blocks.representative
+    assert [i.name for i in rep.inputs][0] == "block_in" and rep.op_counts()["linear"] == 6
+    whole = blocks.replay(rep)
+    used = {ir.leaf_name(n) for n in whole.nodes() if n.op == "weight"}
+    assert used == {ir.leaf_name(n) for n in graph.nodes() if n.op == "weight"}  # every copy reads its own
+    check = verify(bert, export_model(whole), seed=1)
+    assert check.passed, check.detail
+    # the oracle can fail: the first copy's weights in every copy is a different computation
+    first = blocks.blocks[0]
+    swapped = dict(graph.weights)
+    for b in blocks.blocks[1:]:
+        for w, v in zip(b.weights, first.weights):
+            swapped[ir.leaf_name(w)] = graph.weights[ir.leaf_name(v)]
+    wrong = ir.Graph(whole.inputs, whole.outputs, whole.output_names, swapped, opset=whole.opset,
+                     input_defaults=whole.input_defaults)
+    assert not verify(bert, export_model(wrong), seed=1).passed
+
+
+def test_blocks_search_one_copy_and_the_whole_program_verifies(bert):
+    whole = optimize(bert, OptimizeConfig.of(**FAST, allow_slower=True))
+    once = optimize(bert, OptimizeConfig.of(blocks=True, **FAST, allow_slower=True))
+    r = once.report
+    assert r.blocks is not None and r.blocks["found"]["copies"] == LAYERS and "replayed" in r.blocks["treatment"]
+    assert whole.report.blocks is None
+    # the e-graph holds one layer, not three
+    assert r.egraph.initial_enodes < whole.report.egraph.initial_enodes / 2
+    # and may grow as far as one layer of the whole model: the limit's floor shared among the copies
+    assert r.egraph.node_limit == max(-(-2000 // LAYERS), 4 * r.egraph.initial_enodes) < whole.report.egraph.node_limit
+    assert r.verification.verified
+    check = verify(bert, once.optimized, seed=7)  # an independent check of what was returned
+    assert check.passed, check.detail
+    assert sum(once.graph.op_counts().values()) > 0 and r.returned.program == "optimized"
+
+
+def test_without_repeated_blocks_the_whole_model_is_searched_as_before():
+    model = ob.attention()
+    plain = optimize(model, OptimizeConfig.of(**FAST, seed=3))
+    blocks = optimize(model, OptimizeConfig.of(blocks=True, **FAST, seed=3))
+    assert blocks.report.blocks == {"found": None,
+                                    "treatment": "no repeated blocks found: the whole model was searched"}
+    assert blocks.optimized.SerializeToString() == plain.optimized.SerializeToString()
+    assert blocks.report.extracted_cost == plain.report.extracted_cost
