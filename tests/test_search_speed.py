@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _search(model: str, **options):
-    cfg = SearchConfig(budget=4, depth=3, max_iterations=3, no_gain_steps=0, **options)
+    cfg = SearchConfig(budget=4, depth=3, max_iterations=3, no_gain_steps=0, prelude=False, **options)  # the tree alone
     return run_scheduler("mcts", EGraph.from_graph(build(model, small=True)), cfg, make("analytic"))
 
 
@@ -91,7 +91,7 @@ def test_every_reward_equals_a_from_scratch_extraction_of_the_egraph_it_prices(m
         return value
 
     env.cost = checked  # type: ignore[method-assign]
-    MCTS(env, SearchConfig(budget=8, depth=3, max_iterations=2, seed=2, no_gain_steps=0)).run()
+    MCTS(env, SearchConfig(budget=8, depth=3, max_iterations=2, seed=2, no_gain_steps=0, prelude=False)).run()
     assert seen["calls"] > 10 and seen["content"] > 0, seen
 
 
@@ -175,7 +175,7 @@ def test_profile_search_reports_the_rate_and_the_decisions(monkeypatch, capsys):
 def _tree_steps(plan_share: float, time_limit: float, no_gain_steps: int = 0) -> list[int]:
     """Simulations of each real decision of a search whose budget is never reached in ``time_limit``."""
     cfg = SearchConfig(budget=10**6, depth=3, seed=0, no_gain_steps=no_gain_steps, time_limit=time_limit,
-                       finish=False, plan_share=plan_share)
+                       finish=False, plan_share=plan_share, prelude=False)
     report = run_scheduler("mcts", EGraph.from_graph(build("squeezenet", small=True)), cfg, make("analytic"))
     assert report.stop_reason == StopReason.TIME_LIMIT
     return [s.simulations for s in report.steps]
