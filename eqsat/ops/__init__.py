@@ -44,7 +44,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import attention, batchnorm, composite, conv, elementwise, layout, leaf, matmul, opaque, pool, rotary
+from . import attention, batchnorm, composite, conv, elementwise, layout, leaf, matmul, norm, opaque, pool, rotary
 from .base import (
     ACT_NONE,
     ACT_RELU,
@@ -80,10 +80,10 @@ _ENTRIES: tuple[OpDef, ...] = (
     layout.CONCAT, layout.SLICE, layout.TRANSPOSE, layout.RESHAPE,
     conv.MERGE, conv.ENLARGE,
     batchnorm.BATCHNORM, batchnorm.BN_SCALE, batchnorm.BN_SHIFT,
-    composite.GELU, composite.LAYERNORM, composite.SOFTMAX, composite.SILU, composite.RMSNORM, composite.LINEAR,
+    composite.GELU, norm.LAYERNORM, composite.SOFTMAX, composite.SILU, norm.RMSNORM, composite.LINEAR,
     composite.SCALE, attention.ATTENTION,
     opaque.OPAQUE, leaf.NOOP,
-    elementwise.EWSUM, composite.ADDNORM, attention.SDPA, rotary.ROTARY, rotary.ROPE,
+    elementwise.EWSUM, norm.ADDNORM, attention.SDPA, rotary.ROTARY, rotary.ROPE,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""
 
@@ -122,7 +122,7 @@ def _patterns(*tables: Mapping[str, Matcher | tuple[Matcher, ...]]) -> Mapping[s
     return MappingProxyType(joined)
 
 
-PATTERNS: Mapping[str, tuple[Matcher, ...]] = _patterns(attention.PATTERNS, composite.PATTERNS, rotary.PATTERNS)
+PATTERNS: Mapping[str, tuple[Matcher, ...]] = _patterns(attention.PATTERNS, composite.PATTERNS, norm.PATTERNS, rotary.PATTERNS)
 """op type of an anchor node -> the matchers of composites that start there (:mod:`eqsat.ops.matching`), in this
 order (a MatMul is an attention's before a linear's; a LayerNormalization an addnorm's before a layernorm's), joined
 from the family modules' ``PATTERNS`` (one matcher per anchor, or a tuple tried in order); the first match that

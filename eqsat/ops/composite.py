@@ -1,19 +1,12 @@
-"""Composite operators: the activations and normalizations that models export as chains of small ONNX
-operators (recognized on import by the matchers in ``PATTERNS`` below, which :mod:`eqsat.onnx.patterns`
-runs), each one node of the IR.
+"""Composite operators: the activations, the dense layer and the softmax that models export as chains of small
+ONNX operators (recognized on import by the matchers in ``PATTERNS`` below, which :mod:`eqsat.onnx.patterns`
+runs), each one node of the IR; the normalizations are in :mod:`eqsat.ops.norm`. The float-attribute encoding
+and the small helpers here serve both.
 
 * ``gelu`` (x), attrs ``(approx,)``: 0 the exact form ``0.5 x (1 + erf(x / sqrt 2))``, 1 the tanh
   approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``.
-* ``layernorm`` (x, gamma, beta), attrs ``(eps_bits,)``: over the last axis,
-  ``(x - mean) / sqrt(var + eps) * gamma + beta`` (biased variance).
-* ``addnorm`` (a, b, gamma, beta), attrs ``(eps_bits,)``: ``layernorm(a + b, gamma, beta)`` with a and b of
-  one shape, the residual add and the LayerNormalization after it as the runtime runs them: written as Add +
-  LayerNormalization, which onnxruntime fuses into SkipLayerNormalization (so its measured cost is that
-  kernel's). The rule ``addnorm_unfuse`` relates it to ``layernorm(ewsum(a, b))``, the spelling that stays two
-  kernels.
 * ``softmax`` (x), attrs ``(axis,)``: ``exp(x) / sum(exp(x))`` along a non-negative axis (egglog: ranks 1-4).
 * ``silu`` (x): ``x * sigmoid(x)``.
-* ``rmsnorm`` (x, gamma), attrs ``(eps_bits,)``: over the last axis, ``x / sqrt(mean(x^2) + eps) * gamma``.
 * ``linear`` (x, W, b): ``x[..., k] @ W[k, n] + b[n]`` (egglog: x of rank 1-4); affine, so defined over a
   prime field too. Written as Gemm for a 2-D x, else MatMul then Add. The importer makes one of a MatMul by a
   constant weight and its constant bias Add, and of a Gemm that is exactly one (no transA, alpha = beta = 1,
@@ -32,11 +25,9 @@ None but ``linear`` is defined over a prime field (NotEvaluable in that mode; ``
 a dyadic fraction, but it only ever stands before a softmax, which cannot).
 
 The ONNX emitters write the form onnxruntime fuses best at the model's opset (``em.opset``): the standard
-operator where the opset has it (LayerNormalization from 17, Gelu from 20, Softmax always), else the
-decomposition torch exports and onnxruntime's fusions match: erf-GELU with scalar constants (fused into
-Gelu), SiLU as ``x * Sigmoid(x)`` (fused into QuickGelu), RMSNorm as ``gamma * (x / Sqrt(..))`` (fused into
-SimplifiedLayerNormalization; LLaMA's Reciprocal form is not, and is written for a 1-D x), tanh-GELU in
-GPT-2's form (not fused on CPU).
+operator where the opset has it (Gelu from 20, Softmax always), else the decomposition torch exports and
+onnxruntime's fusions match: erf-GELU with scalar constants (fused into Gelu), SiLU as ``x * Sigmoid(x)`` (fused
+into QuickGelu), tanh-GELU in GPT-2's form (not fused on CPU).
 
 >>> float_value(float_bits(1e-6)) == float(np.float32(1e-6))
 True
@@ -73,7 +64,7 @@ def float_value(bits: int) -> float:
     return float(struct.unpack("<f", struct.pack("<I", int(bits)))[0])
 
 
-def _no_field(op: str, modulus: int | None) -> None:
+def no_field(op: str, modulus: int | None) -> None:
     if modulus is not None:
         raise NotEvaluable(f"{op} is not defined over a prime field")
 
@@ -106,15 +97,15 @@ def _same_shape(op: str, shapes: Sequence[Shape]) -> Shape:
     return tuple(shapes[0])
 
 
-def _per_element(k: float) -> Callable[[tuple, Sequence[Shape], Shape], float]:
+def per_element(k: float) -> Callable[[tuple, Sequence[Shape], Shape], float]:
     return lambda attrs, ins, out: k * volume(out)
 
 
-def _scalar(em: Emitter, value: float, base: str) -> str:
+def scalar_const(em: Emitter, value: float, base: str) -> str:
     return em.const(np.array(value, dtype=np.float32), base)
 
 
-def _opset(em: Emitter) -> int:
+def opset_of(em: Emitter) -> int:
     return int(em.opset)
 
 
@@ -129,7 +120,7 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def _gelu_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    _no_field("gelu", modulus)
+    no_field("gelu", modulus)
     x = np.asarray(args[0], dtype=np.float64)
     if attrs[0] == GELU_TANH:
         return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
@@ -138,17 +129,17 @@ def _gelu_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np
 
 def _gelu_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
     (x,) = ins
-    if _opset(em) >= 20:
+    if opset_of(em) >= 20:
         return em.emit("Gelu", [x], "gelu", approximate="tanh" if attrs[0] == GELU_TANH else "none")
     if attrs[0] == GELU_TANH:  # GPT-2: (0.5 x) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
-        half = em.emit("Mul", [x, _scalar(em, 0.5, "half")], "gelu")
-        cube = em.emit("Pow", [x, _scalar(em, 3.0, "three")], "gelu")
-        inner = em.emit("Add", [x, em.emit("Mul", [cube, _scalar(em, 0.044715, "c")], "gelu")], "gelu")
-        t = em.emit("Tanh", [em.emit("Mul", [inner, _scalar(em, _SQRT_2_OVER_PI, "c")], "gelu")], "gelu")
-        return em.emit("Mul", [half, em.emit("Add", [t, _scalar(em, 1.0, "one")], "gelu")], "gelu")
-    e = em.emit("Erf", [em.emit("Div", [x, _scalar(em, math.sqrt(2.0), "sqrt2")], "gelu")], "gelu")
-    y = em.emit("Mul", [x, em.emit("Add", [e, _scalar(em, 1.0, "one")], "gelu")], "gelu")
-    return em.emit("Mul", [y, _scalar(em, 0.5, "half")], "gelu")
+        half = em.emit("Mul", [x, scalar_const(em, 0.5, "half")], "gelu")
+        cube = em.emit("Pow", [x, scalar_const(em, 3.0, "three")], "gelu")
+        inner = em.emit("Add", [x, em.emit("Mul", [cube, scalar_const(em, 0.044715, "c")], "gelu")], "gelu")
+        t = em.emit("Tanh", [em.emit("Mul", [inner, scalar_const(em, _SQRT_2_OVER_PI, "c")], "gelu")], "gelu")
+        return em.emit("Mul", [half, em.emit("Add", [t, scalar_const(em, 1.0, "one")], "gelu")], "gelu")
+    e = em.emit("Erf", [em.emit("Div", [x, scalar_const(em, math.sqrt(2.0), "sqrt2")], "gelu")], "gelu")
+    y = em.emit("Mul", [x, em.emit("Add", [e, scalar_const(em, 1.0, "one")], "gelu")], "gelu")
+    return em.emit("Mul", [y, scalar_const(em, 0.5, "half")], "gelu")
 
 
 def _gelu_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
@@ -158,12 +149,12 @@ def _gelu_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[.
 
 GELU = OpDef("gelu", "GELU: 0.5 x (1 + erf(x / sqrt 2)), or its tanh approximation", "(approx,)", _gelu_shape,
              (Ctor("Gelu", "it"),), _same_rule("Gelu", ["(>= a 0)", "(<= a 1)"], True), _gelu_numpy, _gelu_onnx,
-             _gelu_torch, _per_element(8.0))
+             _gelu_torch, per_element(8.0))
 
 
 # -- silu --------------------------------------------------------------------------------------------
 def _silu_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    _no_field("silu", modulus)
+    no_field("silu", modulus)
     x = np.asarray(args[0], dtype=np.float64)
     return x / (1.0 + np.exp(-x))
 
@@ -174,7 +165,7 @@ def _silu_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
 
 SILU = OpDef("silu", "x * sigmoid(x)", "()", lambda attrs, shapes: _same_shape("silu", shapes), (Ctor("Silu", "t"),),
              _same_rule("Silu", [], False), _silu_numpy, _silu_onnx,
-             lambda torch, attrs, shapes: torch.nn.functional.silu, _per_element(5.0))
+             lambda torch, attrs, shapes: torch.nn.functional.silu, per_element(5.0))
 
 
 # -- softmax -----------------------------------------------------------------------------------------
@@ -195,7 +186,7 @@ def _softmax_rules() -> list[str]:
 
 
 def _softmax_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    _no_field("softmax", modulus)
+    no_field("softmax", modulus)
     x = np.asarray(args[0], dtype=np.float64)
     z = np.exp(x - x.max(axis=attrs[0], keepdims=True))
     return z / z.sum(axis=attrs[0], keepdims=True)
@@ -204,136 +195,7 @@ def _softmax_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) ->
 SOFTMAX = OpDef("softmax", "exp(x) / sum(exp(x)) along an axis (egglog: ranks 1-4)", "(axis,)", _softmax_shape,
                 (Ctor("Softmax", "it"),), _softmax_rules, _softmax_numpy,
                 lambda em, attrs, ins, shapes: em.emit("Softmax", ins, "softmax", axis=attrs[0]),
-                lambda torch, attrs, shapes: lambda x: torch.softmax(x, dim=attrs[0]), _per_element(5.0))
-
-
-# -- layernorm, rmsnorm ------------------------------------------------------------------------------
-def _norm_shape(op: str, n_params: int) -> Callable[[tuple, Sequence[Shape]], Shape]:
-    def shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
-        check_float_attr(op, attrs[0])
-        x = tuple(shapes[0])
-        if not 1 <= len(x) <= MAX_RANK or any(tuple(p) != (x[-1],) for p in shapes[1:]) or len(shapes) != 1 + n_params:
-            raise fail(op, f"expects x of rank 1-{MAX_RANK} and {n_params} parameters of shape [x.shape[-1]], "
-                           f"got {tuple(shapes)}")
-        return x
-    return shape
-
-
-def _norm_rules(ctor: str, params: list[str]) -> Callable[[], list[str]]:
-    def rules() -> list[str]:
-        out = []
-        for r in range(1, MAX_RANK + 1):
-            d = dim_vars("d", r)
-            out.append(rule(f"shape_{ctor}{r}", [f"(= e ({ctor} eps x {' '.join(params)}))", f"(= {shape_of(d)} (shape x))",
-                                                 *[f"(= (S1 {d[-1]}) (shape {p}))" for p in params], *float_attr_conds("eps")],
-                            [f"(set (shape e) {shape_of(d)})"]))
-        return out
-    return rules
-
-
-def _layernorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    _no_field("layernorm", modulus)
-    x, gamma, beta = (np.asarray(a, dtype=np.float64) for a in args)
-    d = x - x.mean(axis=-1, keepdims=True)
-    return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + float_value(attrs[0])) * gamma + beta
-
-
-def _reduce_mean(em: Emitter, x: str) -> str:
-    """ReduceMean over the last axis, keeping it (axes an attribute before opset 18, an input from 18)."""
-    if _opset(em) >= 18:
-        return em.emit("ReduceMean", [x, em.const(np.array([-1], dtype=np.int64), "axes")], "mean", keepdims=1)
-    return em.emit("ReduceMean", [x], "mean", axes=[-1], keepdims=1)
-
-
-def _layernorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
-    eps = float_value(attrs[0])
-    if _opset(em) >= 17:
-        return em.emit("LayerNormalization", ins, "layernorm", axis=-1, epsilon=eps)
-    x, gamma, beta = ins  # torch's opset < 17 decomposition
-    d = em.emit("Sub", [x, _reduce_mean(em, x)], "layernorm")
-    var = _reduce_mean(em, em.emit("Pow", [d, _scalar(em, 2.0, "two")], "layernorm"))
-    std = em.emit("Sqrt", [em.emit("Add", [var, _scalar(em, eps, "eps")], "layernorm")], "layernorm")
-    y = em.emit("Mul", [em.emit("Div", [d, std], "layernorm"), gamma], "layernorm")
-    return em.emit("Add", [y, beta], "layernorm")
-
-
-def _layernorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    eps = float_value(attrs[0])
-    return lambda x, g, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), g, b, eps)
-
-
-LAYERNORM = OpDef("layernorm", "(x - mean) / sqrt(var + eps) * gamma + beta over the last axis (egglog: ranks 1-4)",
-                  "(eps_bits,)", _norm_shape("layernorm", 2), (Ctor("LayerNorm", "ittt"),),
-                  _norm_rules("LayerNorm", ["g", "b"]), _layernorm_numpy, _layernorm_onnx, _layernorm_torch,
-                  _per_element(8.0))
-
-
-def _addnorm_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
-    if len(shapes) != 4 or tuple(shapes[0]) != tuple(shapes[1]):
-        raise fail("addnorm", f"expects a and b of one shape, then gamma and beta, got {tuple(shapes)}")
-    return _norm_shape("addnorm", 2)(attrs, [shapes[0], *shapes[2:]])
-
-
-def _addnorm_rules() -> list[str]:
-    out = []
-    for r in range(1, MAX_RANK + 1):
-        d = dim_vars("d", r)
-        out.append(rule(f"shape_AddNorm{r}", ["(= e (AddNorm eps a b g bb))", f"(= {shape_of(d)} (shape a))",
-                                              f"(= {shape_of(d)} (shape b))", f"(= (S1 {d[-1]}) (shape g))",
-                                              f"(= (S1 {d[-1]}) (shape bb))", *float_attr_conds("eps")],
-                        [f"(set (shape e) {shape_of(d)})"]))
-    return out
-
-
-def _addnorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    _no_field("addnorm", modulus)
-    a, b = (np.asarray(x, dtype=np.float64) for x in args[:2])
-    return _layernorm_numpy(attrs, [a + b, *args[2:]], modulus)
-
-
-def _addnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
-    total = em.emit("Add", ins[:2], "addnorm")
-    return _layernorm_onnx(em, attrs, [total, *ins[2:]], [shapes[0], *shapes[2:]])
-
-
-def _addnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    eps = float_value(attrs[0])
-    return lambda a, b, g, bb: torch.nn.functional.layer_norm(a + b, (a.shape[-1],), g, bb, eps)
-
-
-ADDNORM = OpDef("addnorm", "layernorm(a + b, gamma, beta), a and b of one shape (egglog: ranks 1-4)", "(eps_bits,)",
-                _addnorm_shape, (Ctor("AddNorm", "itttt"),), _addnorm_rules, _addnorm_numpy, _addnorm_onnx,
-                _addnorm_torch, _per_element(9.0))
-
-
-def _rmsnorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    _no_field("rmsnorm", modulus)
-    x, gamma = (np.asarray(a, dtype=np.float64) for a in args)
-    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + float_value(attrs[0])) * gamma
-
-
-def _rmsnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
-    """gamma * (x / Sqrt(ReduceMean(Pow(x, 2)) + eps)): onnxruntime (1.32, CPU) fuses this form into
-    SimplifiedLayerNormalization, not LLaMA's ``x * Reciprocal(Sqrt(..))``. A 1-D x takes LLaMA's form: on it
-    that fusion writes an invalid graph (the session refuses the model)."""
-    x, gamma = ins
-    ms = _reduce_mean(em, em.emit("Pow", [x, _scalar(em, 2.0, "two")], "rmsnorm"))
-    std = em.emit("Sqrt", [em.emit("Add", [ms, _scalar(em, float_value(attrs[0]), "eps")], "rmsnorm")], "rmsnorm")
-    if len(shapes[0]) == 1:
-        y = em.emit("Mul", [x, em.emit("Reciprocal", [std], "rmsnorm")], "rmsnorm")
-    else:
-        y = em.emit("Div", [x, std], "rmsnorm")
-    return em.emit("Mul", [gamma, y], "rmsnorm")
-
-
-def _rmsnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    eps = float_value(attrs[0])
-    return lambda x, g: torch.nn.functional.rms_norm(x, (x.shape[-1],), g, eps)
-
-
-RMSNORM = OpDef("rmsnorm", "x / sqrt(mean(x^2) + eps) * gamma over the last axis (egglog: ranks 1-4)",
-                "(eps_bits,)", _norm_shape("rmsnorm", 1), (Ctor("RmsNorm", "itt"),), _norm_rules("RmsNorm", ["g"]),
-                _rmsnorm_numpy, _rmsnorm_onnx, _rmsnorm_torch, _per_element(5.0))
+                lambda torch, attrs, shapes: lambda x: torch.softmax(x, dim=attrs[0]), per_element(5.0))
 
 
 # -- linear ------------------------------------------------------------------------------------------
@@ -377,12 +239,12 @@ def _scale_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
 
 
 def _scale_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    _no_field("scale", modulus)
+    no_field("scale", modulus)
     return np.asarray(args[0], dtype=np.float64) * float_value(attrs[0])
 
 
 def _scale_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
-    return em.emit("Mul", [ins[0], _scalar(em, float_value(attrs[0]), "scale")], "scale")
+    return em.emit("Mul", [ins[0], scalar_const(em, float_value(attrs[0]), "scale")], "scale")
 
 
 SCALE = OpDef("scale", "x * c, c a positive finite float32 (attention's score scale)", "(bits,)", _scale_shape,
@@ -483,92 +345,6 @@ def _silu(v: View, sig: onnx.NodeProto) -> Found | None:
     return "silu", (), (x,), [sig, m], m.output[0]
 
 
-def _eps_sqrt(v: View, mean: onnx.NodeProto) -> tuple[list[onnx.NodeProto], float, str] | None:
-    """``Sqrt(mean + eps)``: its nodes, eps and the Sqrt's output."""
-    add = v.sole_reader(mean.output[0], "Add")
-    eps = v.scalar(v.other(add, mean.output[0]) or "") if add is not None else None
-    sqrt = v.sole_reader(add.output[0], "Sqrt") if add is not None else None
-    if add is None or eps is None or sqrt is None or not eps > 0:
-        return None
-    return [add, sqrt], eps, sqrt.output[0]
-
-
-def _rmsnorm(v: View, power: onnx.NodeProto) -> Found | None:
-    x = power.input[0]
-    mean = v.sole_reader(power.output[0], "ReduceMean")
-    if not v.is_scalar(power.input[1], 2.0) or mean is None or not v.last_axis_mean(mean):
-        return None
-    found = _eps_sqrt(v, mean)
-    if found is None:
-        return None
-    nodes, eps, std = [power, mean, *found[0]], found[1], found[2]
-    inv = v.sole_reader(std, "Reciprocal", "Div")
-    if inv is None:
-        return None
-    y = inv
-    if not (inv.op_type == "Div" and list(inv.input) == [x, std]):  # not x / std: x * (1 / std)
-        if inv.op_type == "Div" and not (inv.input[1] == std and v.is_scalar(inv.input[0], 1.0)):
-            return None
-        prod = v.sole_reader(inv.output[0], "Mul")
-        if prod is None or v.other(prod, inv.output[0]) != x:
-            return None
-        nodes.append(inv)
-        y = prod
-    nodes.append(y)
-    out = y.output[0]
-    out = v.through_float_casts(out, nodes)
-    scale = v.sole_reader(out, "Mul")
-    gamma = v.other(scale, out) if scale is not None else None
-    if scale is None or not gamma:
-        return None
-    g = v.consts.get(gamma)
-    if g is not None and g.ndim != 1:
-        return None
-    return "rmsnorm", (float_bits(eps),), (x, gamma), nodes + [scale], scale.output[0]
-
-
-def _layernorm_node(v: View, node: onnx.NodeProto) -> Found | None:
-    if v.attr(node, "axis", -1) != -1 or len(node.input) < 3 or not node.input[2]:
-        return None
-    eps = float(v.attr(node, "epsilon", 1e-5))  # type: ignore[arg-type]
-    return "layernorm", (float_bits(eps),), tuple(node.input[:3]), [node], node.output[0]
-
-
-def _addnorm_node(v: View, node: onnx.NodeProto) -> Found | None:
-    """An Add read by this LayerNormalization alone (the residual add of a post-LN transformer): what
-    onnxruntime runs as one SkipLayerNormalization kernel (else :func:`_layernorm_node`, tried next)."""
-    alone = _layernorm_node(v, node)
-    add = v.made_by(node.input[0], "Add")
-    if alone is None or add is None or len(add.input) != 2 or v.sole_reader(add.output[0]) is not node:
-        return None
-    return "addnorm", alone[1], (*add.input, *alone[2][1:]), [add, node], node.output[0]
-
-
-def _layernorm_decomposed(v: View, sub: onnx.NodeProto) -> Found | None:
-    """torch's opset < 17 form: d = x - mean(x); d / sqrt(mean(d^2) + eps) * gamma + beta."""
-    x, d = sub.input[0], sub.output[0]
-    mean_x = v.made_by(sub.input[1], "ReduceMean")
-    if mean_x is None or mean_x.input[0] != x or not v.last_axis_mean(mean_x) or v.sole_reader(mean_x.output[0]) is None:
-        return None
-    readers = v.readers.get(d, [])
-    power = next((r for r in readers if r.op_type == "Pow"), None)
-    div = next((r for r in readers if r.op_type == "Div" and list(r.input[:1]) == [d]), None)
-    if len(readers) != 2 or power is None or div is None or not v.is_scalar(power.input[1], 2.0):
-        return None
-    var = v.sole_reader(power.output[0], "ReduceMean")
-    found = _eps_sqrt(v, var) if var is not None and v.last_axis_mean(var) else None
-    if var is None or found is None or list(div.input) != [d, found[2]]:
-        return None
-    scale = v.sole_reader(div.output[0], "Mul")
-    gamma = v.other(scale, div.output[0]) if scale is not None else None
-    shift = v.sole_reader(scale.output[0], "Add") if scale is not None else None
-    beta = v.other(shift, scale.output[0]) if shift is not None and scale is not None else None
-    if scale is None or shift is None or not gamma or not beta:
-        return None
-    nodes = [mean_x, sub, power, var, *found[0], div, scale, shift]
-    return "layernorm", (float_bits(found[1]),), (x, gamma, beta), nodes, shift.output[0]
-
-
 def _linear(v: View, mm: onnx.NodeProto) -> Found | None:
     """``MatMul(x, W) + b`` (either order) with a constant 2-D ``W`` [k, n] and a constant ``b`` [n]."""
     if not binary_matmul(mm):
@@ -588,9 +364,8 @@ def _softmax(v: View, node: onnx.NodeProto) -> Found | None:
     return "softmax", (v.softmax_axis(node),), (node.input[0],), [node], node.output[0]
 
 
-PATTERNS: dict[str, Matcher | tuple[Matcher, ...]] = {"Erf": _gelu_erf, "Tanh": _gelu_tanh, "Gelu": _gelu_node, "Sigmoid": _silu,
-                                "Pow": _rmsnorm, "LayerNormalization": (_addnorm_node, _layernorm_node), "Sub": _layernorm_decomposed,
-                                "Softmax": _softmax, "MatMul": _linear}
+PATTERNS: dict[str, Matcher | tuple[Matcher, ...]] = {"Erf": _gelu_erf, "Tanh": _gelu_tanh, "Gelu": _gelu_node,
+                                                     "Sigmoid": _silu, "Softmax": _softmax, "MatMul": _linear}
 """op type of the node a matcher starts from -> the matcher (:mod:`eqsat.ops.matching`)"""
 
 
