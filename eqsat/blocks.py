@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import ir
-from .ir import Graph, Node
+from .ir import Graph, Node, topo_order
 from .onnx import origins
 
 MIN_BLOCK_NODES = 3
@@ -147,22 +147,7 @@ def _inside_order(out: Node, body: set[int]) -> list[Node]:
     """The nodes of the block ending at ``out`` (``body``: their ids) and those it reads from outside, every
     node after its inputs, in the order of a depth-first walk from ``out`` (children in order); the walk does
     not enter the nodes outside."""
-    order: list[Node] = []
-    seen = {id(out)}
-    stack: list[tuple[Node, int]] = [(out, 0)]
-    while stack:
-        node, i = stack[-1]
-        inputs = node.inputs if id(node) in body else ()
-        if i < len(inputs):
-            stack[-1] = (node, i + 1)
-            child = inputs[i]
-            if id(child) not in seen:
-                seen.add(id(child))
-                stack.append((child, 0))
-        else:
-            stack.pop()
-            order.append(node)
-    return order
+    return topo_order([out], lambda n: id(n) in body)
 
 
 def _op_counts(graph: Graph, block: Block) -> dict[str, int]:

@@ -11,7 +11,7 @@ them; ``opaque`` carries any other ONNX operator exactly (see :func:`opaque`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -77,8 +77,9 @@ def opaque(op_type: str, inputs: Iterable[Node], shape: Iterable[int], dtype: st
                 tuple(int(d) for d in shape), dtype)
 
 
-def topo_order(outputs: Iterable[Node]) -> list[Node]:
-    """Nodes reachable from ``outputs``, every node after its inputs (iterative DFS)."""
+def topo_order(outputs: Iterable[Node], enter: Callable[[Node], bool] | None = None) -> list[Node]:
+    """Nodes reachable from ``outputs``, every node after its inputs (iterative DFS, children in order). With
+    ``enter``, the walk reads the inputs only of the nodes it accepts (the others are listed, as leaves)."""
     order: list[Node] = []
     seen: set[int] = set()
     for out in outputs:
@@ -88,9 +89,10 @@ def topo_order(outputs: Iterable[Node]) -> list[Node]:
         seen.add(id(out))
         while stack:
             node, i = stack[-1]
-            if i < len(node.inputs):
+            inputs = node.inputs if enter is None or enter(node) else ()
+            if i < len(inputs):
                 stack[-1] = (node, i + 1)
-                child = node.inputs[i]
+                child = inputs[i]
                 if id(child) not in seen:
                     seen.add(id(child))
                     stack.append((child, 0))

@@ -5,11 +5,11 @@ t quantiles against published tables; the timing protocol runs the gate on calla
 from __future__ import annotations
 
 import math
-import time
 from statistics import NormalDist
 
 import numpy as np
 import pytest
+from test_runtimes import busy
 
 from eqsat.gate import Gate, look_schedule, replay, rounds_for_power, t_cdf, t_quantile, trimmed_interval
 from eqsat.timing import Protocol, compare_many, decide
@@ -129,19 +129,11 @@ def test_gate_rejects_nonsense():
         trimmed_interval([0.1], None, 0.95)
 
 
-def _busy(ms: float):
-    def call() -> None:
-        end = time.perf_counter() + ms / 1e3
-        while time.perf_counter() < end:
-            pass
-    return call
-
-
 def test_compare_many_with_a_gate_stops_once_a_clear_winner_is_resolved():
     """Callables of known latency (1 ms against 0.5 ms and 2 ms): the gated protocol resolves both at the
     first look, well inside the budget, and reports the gate's confidence and its looks."""
     protocol = Protocol(budget_s=3.0, min_rounds=6, gate=Gate())
-    faster, slower = compare_many([_busy(1.0), _busy(0.5), _busy(2.0)], protocol)
+    faster, slower = compare_many([busy(1.0), busy(0.5), busy(2.0)], protocol)
     assert faster.looks == slower.looks == 1 and faster.seconds < 3.0
     assert faster.ci_low > 1.5 and decide(faster).ship
     assert slower.speedup < 0.7 and slower.ci_high < 1 and not decide(slower).ship

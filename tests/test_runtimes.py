@@ -118,7 +118,8 @@ def test_io_binding_calls_rerun_the_model_and_are_timed():
     assert measured.comparisons[0].ci_low <= measured.comparisons[0].speedup <= measured.comparisons[0].ci_high
 
 
-def _busy(ms: float):
+def busy(ms: float):
+    """A callable that spins for ``ms`` milliseconds: a program of known latency."""
     def call() -> None:
         end = time.perf_counter() + ms / 1e3
         while time.perf_counter() < end:
@@ -128,7 +129,7 @@ def _busy(ms: float):
 
 def test_compare_many_orders_programs_of_known_latency():
     """One interleaved run of three programs: the comparisons pair each with the original (1 ms)."""
-    slower, faster = compare_many([_busy(1.0), _busy(2.0), _busy(0.5)], Protocol(budget_s=0.6, min_rounds=5))
+    slower, faster = compare_many([busy(1.0), busy(2.0), busy(0.5)], Protocol(budget_s=0.6, min_rounds=5))
     assert slower.ci_high < 1 < faster.ci_low  # 2x apart: clear even on a busy machine (which stretches busy waits)
     assert slower.ci_low <= slower.speedup <= slower.ci_high and faster.ci_low <= faster.speedup <= faster.ci_high
     assert slower.round_original_ms == faster.round_original_ms  # the same original blocks, paired round by round
