@@ -20,7 +20,7 @@ from rich.table import Table
 from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
 from eqsat.onnx.importer import parse_input_shapes
-from eqsat.onnx.io import external_data_files, write_together
+from eqsat.onnx.io import data_file, external_data_files, write_together, writes_data_file
 from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
@@ -72,7 +72,7 @@ def config_from_args(args: argparse.Namespace, base: OptimizeConfig | None = Non
 def _check_distinct_paths(args) -> None:
     """Refuse any two of the input (and the external data files it owns), ``-o`` (and its external data file) and
     ``--report`` naming one file (symbolic and hard links included), before any work."""
-    named = [("-o", "-o", args.output), ("-o", "-o's external data file", args.output + ".data")]
+    named = [("-o", "-o", args.output), ("-o", "-o's external data file", data_file(args.output))]
     if args.report is not None:
         named.append(("--report", "--report", args.report))
     if args.model_path:
@@ -111,15 +111,18 @@ def _cmd_optimize(args) -> int:
     config.validate()
     model, label = source(args)
     result = optimize(model, config, progress=progress_printer(args.quiet))
-    report = replace(result.report, input=label, output=args.output)
+    external = bool(args.model_path and external_data_files(args.model_path))  # the input's layout is kept
+    data = data_file(args.output) if writes_data_file(result.optimized, external) else None
+    report = replace(result.report, input=label, output=args.output, external_data=data)
     if not args.quiet:
         _summary(report)
     others = {args.report: report_bytes(report)} if args.report is not None else {}
     with late_write_errors(args.output, args.report):
-        write_together(result.optimized, args.output, others)
+        write_together(result.optimized, args.output, others, external)
     if not args.quiet:
-        print(f"eqsat: wrote {args.output}" + (f" and {args.report}" if args.report is not None else ""),
-              file=sys.stderr)
+        written = [args.output] + ([data] if data else []) + ([args.report] if args.report is not None else [])
+        print(f"eqsat: wrote {', '.join(written[:-1])} and {written[-1]}" if len(written) > 1
+              else f"eqsat: wrote {args.output}", file=sys.stderr)
     return 0
 
 
@@ -178,13 +181,20 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+OUTPUT_HELP = ("the optimized model, written with the report in one step (staged beside them, then renamed: a "
+               "failure leaves every file as it was); its weights go to OUT.onnx.data beside it when the input "
+               "keeps its weights in external data (in one file, several, or one per tensor: all go to "
+               "OUT.onnx.data; the report's external_data names it) or when the model is too large for one ONNX "
+               "file (2 GiB); otherwise they stay inside OUT.onnx")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eqsat", description="Optimize tensor graphs with equality saturation.")
     sub = p.add_subparsers(dest="command", required=True)
 
     o = sub.add_parser("optimize-model", help="optimize an ONNX model or a built-in architecture")
     add_model_source(o)
-    o.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help=OUTPUT_HELP)
     add_config_arguments(o)
     o.add_argument("--report", metavar="REPORT.json")
     o.add_argument("-q", "--quiet", action="store_true")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from eqsat.errors import InputError
+from eqsat.onnx.io import data_file
 
 FS_IOC_GETFLAGS = 0x80086601
 """Linux ioctl reading a file's attribute flags (lsattr)"""
@@ -59,7 +60,7 @@ def check_replaceable(path: str, flag: str) -> None:
     immutable or append-only file (chattr +i / +a; also ``-o``'s external data file), or a path whose staging
     path would pass the system's PATH_MAX."""
     target = os.path.realpath(path)
-    for given, real in [(path, target)] + ([(path + ".data", target + ".data")] if flag == "-o" else []):
+    for given, real in [(path, target)] + ([(data_file(path), data_file(target))] if flag == "-o" else []):
         flags = _flags(real)
         if flags & (FS_IMMUTABLE_FL | FS_APPEND_FL):
             kind = "immutable" if flags & FS_IMMUTABLE_FL else "append-only"
@@ -70,7 +71,7 @@ def check_replaceable(path: str, flag: str) -> None:
         path_max = os.pathconf(parent, "PC_PATH_MAX")
     except (OSError, ValueError):
         path_max = 4096
-    longest = len(os.fsencode(target)) + len(".data") + STAGE_OVERHEAD
+    longest = len(os.fsencode(data_file(target))) + STAGE_OVERHEAD
     if longest >= path_max:
         raise InputError(f"{flag} {path}: the path is {len(os.fsencode(target))} bytes; eqsat stages the file beside "
                          f"it in a path of {longest} bytes, over this system's limit of {path_max}: choose a "

@@ -226,6 +226,8 @@ class Report:
     """the repeated blocks found and how they were treated (``--blocks``; None without it)"""
     input: str | None = None
     output: str | None = None
+    external_data: str | None = None
+    """the external data file the output keeps its weights in (``OUT.onnx.data``, beside it); None: inline"""
     interface: InterfaceReport = field(default_factory=InterfaceReport)
 
     def candidate(self, name: str) -> Candidate:
@@ -272,7 +274,8 @@ class Report:
             "kernels": kernels_used(optimized.operators),
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
             "stop_reason": self.search.stop_reason, "search": self._search_summary(),
-            "input": self.input, "output": self.output, "interface": self.interface})
+            "input": self.input, "output": self.output, "external_data": self.external_data,
+            "interface": self.interface})
 
     def _search_summary(self) -> dict[str, Any]:
         s = self.search

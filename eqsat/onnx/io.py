@@ -20,13 +20,27 @@ from ..errors import InputError
 from . import staging
 
 LIMIT = 1_800_000_000
+"""a model whose weights or serialized size pass this many bytes is written with its weights in external data"""
+DATA_SUFFIX = ".data"
+"""the external data file of ``OUT.onnx`` is ``OUT.onnx.data``, beside it"""
+EXTERNAL_THRESHOLD = 1024
+"""tensors of at least this many bytes go to the external data file (smaller ones stay in the model)"""
+ALIGN_THRESHOLD = 2**20
+ALIGNMENT = 2**16
+"""tensors of at least ALIGN_THRESHOLD bytes start at a multiple of ALIGNMENT in the data file (as onnx writes
+them), so that onnxruntime can map them from the file"""
+
+
+def data_file(path: str) -> str:
+    """The external data file a model written to ``path`` keeps its weights in: ``path`` + :data:`DATA_SUFFIX`."""
+    return path + DATA_SUFFIX
 
 
 def is_large(model: onnx.ModelProto) -> bool:
     """Whether ``model`` is too big to serialize as one message (protobuf fails past 2 GiB, even to size it)."""
-    if sum(len(t.raw_data) for t in model.graph.initializer) > LIMIT:
-        return True
     try:
+        if sum(t.ByteSize() for t in model.graph.initializer) > LIMIT:  # sizes, no copy of the bytes
+            return True
         return model.ByteSize() > LIMIT
     except Exception:  # google.protobuf.message.EncodeError: over 2 GiB
         return True
@@ -41,14 +55,88 @@ def as_path(model: onnx.ModelProto) -> Iterator[str]:
         yield path
 
 
-def save(model: onnx.ModelProto, path: str) -> None:
-    if is_large(model):
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        onnx.save_model(copy, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=os.path.basename(path) + ".data", size_threshold=1024)
+def save(model: onnx.ModelProto, path: str, external: bool = False) -> None:
+    """Write ``model`` to ``path``; its weights (tensors of at least :data:`EXTERNAL_THRESHOLD` bytes) go to
+    :func:`data_file` beside it where ``external`` is asked or the model is too large for one message
+    (:func:`is_large`). The model is never copied nor serialized whole in that case."""
+    if external or is_large(model):
+        save_external(model, path)
     else:
         onnx.save_model(model, path)
+
+
+def writes_data_file(model: onnx.ModelProto, external: bool = False) -> bool:
+    """Whether :func:`save` (``external`` asked or not) writes ``model``'s weights to a data file beside it."""
+    return (external or is_large(model)) and any(
+        _goes_out(t) for t in onnx.external_data_helper._get_initializer_tensors(model))
+
+
+def _goes_out(t: onnx.TensorProto) -> bool:
+    """Whether tensor ``t`` goes to the external data file (its bytes are raw data of the threshold or more)."""
+    return t.HasField("raw_data") and t.ByteSize() >= EXTERNAL_THRESHOLD
+
+
+def save_external(model: onnx.ModelProto, path: str) -> None:
+    """Write ``model`` to ``path`` with its weights (initializers, subgraphs' too, as onnx.save_model's external
+    data) in :func:`data_file` (``path`` + ``.data``, named relative to the model's folder), one tensor at a time: the model is neither copied whole nor serialized whole, so that a model
+    over 2 GiB takes no second copy of its weights. No data file is written when no tensor is that large."""
+    location = os.path.basename(data_file(path))
+    skeleton = _without_initializers(model)
+    with open(data_file(path), "wb") as data:
+
+        def put(t: onnx.TensorProto, raw: bytes) -> None:
+            offset = data.tell()
+            if len(raw) >= ALIGN_THRESHOLD and offset % ALIGNMENT:
+                data.write(b"\0" * (ALIGNMENT - offset % ALIGNMENT))
+                offset = data.tell()
+            data.write(raw)
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+            del t.external_data[:]
+            for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(raw)))):
+                t.external_data.add(key=key, value=value)
+
+        for t in model.graph.initializer:
+            if _goes_out(t):
+                light = skeleton.graph.initializer.add()
+                for name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
+                    _copy_field(t, light, name)
+                put(light, t.raw_data)
+            else:
+                skeleton.graph.initializer.add().CopyFrom(t)
+        for t in onnx.external_data_helper._get_initializer_tensors(skeleton):  # subgraphs' (If, Loop) weights
+            if _goes_out(t):
+                put(t, t.raw_data)
+        written = data.tell()
+    if not written:
+        os.unlink(data_file(path))
+    onnx.save_model(skeleton, path)
+
+
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without its main graph's initializers (every other field copied)."""
+    out = onnx.ModelProto()
+    for field, _value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(model, out, field.name)
+    for field, _value in model.graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(model.graph, out.graph, field.name)
+    return out
+
+
+def _copy_field(src, dst, name: str) -> None:
+    """Copy the field ``name`` of protobuf message ``src`` into ``dst`` (repeated, message or scalar)."""
+    value = getattr(src, name)
+    field = src.DESCRIPTOR.fields_by_name[name]
+    if field.is_repeated:
+        getattr(dst, name).extend(value)
+    elif not src.HasField(name):  # onnx's messages are proto2: a field not set stays so
+        return
+    elif field.message_type is not None:
+        getattr(dst, name).CopyFrom(value)
+    else:
+        setattr(dst, name, value)
 
 
 def external_data_files(path: str) -> list[str]:
@@ -133,13 +221,16 @@ def session(model: onnx.ModelProto | bytes | str, threads: int | None = None) ->
     return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
 
 
-def write_atomic(model: onnx.ModelProto, path: str) -> None:
+def write_atomic(model: onnx.ModelProto, path: str, external: bool = False) -> None:
     """Write ``model`` to ``path`` through temporary files and renames: a failure leaves ``path`` as it was."""
-    write_together(model, path, {})
+    write_together(model, path, {}, external)
 
 
-def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes]) -> None:
+def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes], external: bool = False) -> None:
     """Write ``model`` to ``path`` and each ``others`` file (e.g. the JSON report): all are replaced, or none.
+    The model's weights go to its external data file, :func:`data_file` (``path`` + ``.data``), where ``external``
+    is asked or the model is too large for one message (:func:`save`); that file is staged and renamed with the
+    others.
 
     Everything is first staged in ``.eqsat-*`` folders beside the targets, then renamed into place with SIGINT
     and SIGTERM held back; if a rename fails, or an interrupt arrived meanwhile, the files already replaced get
@@ -160,10 +251,10 @@ def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes]) 
         model_dir = os.path.join(stage_for(target), "model")  # own folder: the name must stay (external data)
         os.mkdir(model_dir)
         staged = os.path.join(model_dir, os.path.basename(target))
-        save(model, staged)
+        save(model, staged, external)
         pairs = [(staged, target)]
-        if os.path.exists(staged + ".data"):
-            pairs.insert(0, (staged + ".data", target + ".data"))
+        if os.path.exists(data_file(staged)):
+            pairs.insert(0, (data_file(staged), data_file(target)))
         for other, data in others.items():
             real = os.path.realpath(other)
             staged_other = os.path.join(stage_for(real), "other-" + os.path.basename(real))

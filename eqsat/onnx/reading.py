@@ -4,12 +4,14 @@ checked before any byte is read; its external data files are read from beside it
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from typing import BinaryIO
 
+import numpy as np
 import onnx
-from onnx import external_data_helper
+from onnx import external_data_helper, helper
 
 from ..errors import InputError
 from .io import not_regular
@@ -79,7 +81,9 @@ def checker_reason(exc: BaseException) -> str:
 
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """Read and sanity-check an ONNX file; raises InputError with a message naming the problem."""
+    """Read and sanity-check an ONNX file and the external data files it names (each checked before any of its
+    bytes is read: :func:`check_external_data`); raises InputError with a message naming the problem. A model
+    whose weights are over 2 GiB (external data) is checked from its file, never serialized whole."""
     p = os.fspath(path)
     check_model_file(p)  # a regular file of at most 2 GiB, before any read
     try:
@@ -88,31 +92,124 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise InputError(f"{p}: not a readable ONNX model ({type(exc).__name__}); is the file truncated or of another format?") from exc
     if not model.graph.node and not model.graph.output:
         raise InputError(f"{p}: not an ONNX model (no graph found); is the file of another format?")
-    _load_external_data(model, p)
+    tensors = check_external_data(model, p)
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(p)  # from the file: the weights are not loaded yet, the message stays small
     except Exception as exc:
         raise InputError(f"{p}: invalid ONNX model: {checker_reason(exc)}") from exc
+    base = os.path.dirname(os.path.abspath(p))
+    for t in tensors:
+        try:
+            external_data_helper.load_external_data_for_tensor(t, base)
+        except Exception as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"{p}: cannot read the external data file {_location(t)!r} (weights of tensor "
+                             f"{t.name!r}): {reason}") from exc
+        t.ClearField("data_location")  # as if the weights had been inside the model
+        del t.external_data[:]
     return model
 
 
-def _load_external_data(model: onnx.ModelProto, path: str) -> None:
-    """Read the weights a model keeps in external files, naming any file that is missing."""
+def _location(t: onnx.TensorProto) -> str:
+    return {e.key: e.value for e in t.external_data}.get("location", "")
+
+
+def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """The tensors of ``model`` (initializers and attribute tensors, in subgraphs too) whose bytes are in external
+    data files."""
+    return [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+
+
+def tensor_bytes(t: onnx.TensorProto) -> int | None:
+    """How many bytes tensor ``t``'s data takes (its dims and element type, sub-byte types packed); None for a
+    type of no fixed size (strings)."""
+    count = math.prod(t.dims)
+    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    if t.data_type in _SUB_BYTE:
+        return (count * _SUB_BYTE[t.data_type] + 7) // 8
+    try:
+        return count * int(np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize)
+    except Exception:  # noqa: BLE001 - a type numpy does not name
+        return None
+
+
+_SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
+             (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+             if hasattr(onnx.TensorProto, name)}
+"""element types of less than a byte: their bits (packed in raw data)"""
+
+
+def check_external_data(model: onnx.ModelProto, path: str) -> list[onnx.TensorProto]:
+    """Check, before reading any of their bytes, the external data files of the model read from ``path``: each
+    location is a relative path inside the model's folder, names a regular file (not a link, a folder or a
+    device) that exists, and holds each tensor's bytes whole (offset and length within the file, a length
+    equal to the tensor's size). Raises InputError naming the file and the tensor; returns the external tensors."""
     base = os.path.dirname(os.path.abspath(path))
-    tensors = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+    sizes: dict[str, int] = {}
+    tensors = external_tensors(model)
     for t in tensors:
-        location = {e.key: e.value for e in t.external_data}.get("location", "")
-        full = os.path.normpath(os.path.join(base, location))
-        inside = not os.path.isabs(location) and os.path.commonpath([base, full]) == base
-        if inside and not os.path.isfile(full):
-            raise InputError(f"{path}: the external data file {location!r} (weights of tensor {t.name!r}) is missing; "
-                             f"put it in {base}, beside the model")
-    if tensors:
+        location = _location(t)
+
+        def refuse(problem: str, fix: str, location: str = location, t: onnx.TensorProto = t) -> InputError:
+            return InputError(f"{path}: the external data file {location!r} (weights of tensor {t.name!r}) "
+                              f"{problem}; {fix}")
+
+        if location not in sizes:
+            sizes[location] = _data_file_size(location, base, refuse)
+        size = sizes[location]
+        fields = {e.key: e.value for e in t.external_data}
         try:
-            external_data_helper.load_external_data_for_model(model, base)
-        except Exception as exc:
-            raise InputError(f"{path}: cannot read its external data: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+            offset = int(fields.get("offset") or 0)
+            length = int(fields["length"]) if fields.get("length") else None
+        except ValueError:
+            raise refuse(f"has an offset or length that is not a number ({fields.get('offset')!r}, "
+                         f"{fields.get('length')!r})", "re-save the model") from None
+        need = tensor_bytes(t)
+        kind = helper.tensor_dtype_to_string(t.data_type).removeprefix("TensorProto.").lower()
+        shown = f"{'x'.join(map(str, t.dims)) or 'a scalar'} of {kind}"
+        if offset < 0 or (length is not None and length < 0):
+            raise refuse(f"has a negative offset or length ({offset}, {length})", "re-save the model")
+        if length is not None and need is not None and length != need:
+            raise refuse(f"declares {length:,} bytes for it, but the tensor ({shown}) takes {need:,}: a wrong "
+                         "length", "re-save the model with its weights (onnx.save_model(..., "
+                         "save_as_external_data=True))")
+        want = length if length is not None else need
+        if want is not None and offset + want > size:
+            raise refuse(f"is truncated: it holds {size:,} bytes, the tensor ({shown}) needs bytes {offset:,} to "
+                         f"{offset + want:,}", "copy the whole file again beside the model")
+        if length is None and need is not None and size - offset != need:
+            raise refuse(f"holds {size - offset:,} bytes from offset {offset:,} and names no length, but the "
+                         f"tensor ({shown}) takes {need:,}: a wrong length", "re-save the model")
+    return tensors
 
 
-__all__ = ["MAX_MODEL_BYTES", "check_model_file", "checker_reason", "gib", "load_model", "model_from_bytes",
-           "read_stream"]
+def _data_file_size(location: str, base: str, refuse) -> int:
+    """The size of the external data file at ``location`` (relative to ``base``); ``refuse(problem, fix)`` makes
+    the error where it is not a regular file inside ``base``."""
+    if not location:
+        raise refuse("is not named (an empty location)", "re-save the model with its weights")
+    if os.path.isabs(location):
+        raise refuse("is an absolute path", "external data must be a path relative to the model's folder: "
+                     "re-save the model with its weights beside it")
+    full = os.path.normpath(os.path.join(base, location))
+    if os.path.commonpath([base, full]) != base or os.path.commonpath([base, os.path.realpath(full)]) != \
+            os.path.realpath(base):
+        raise refuse(f"is outside the model's folder {base}", "external data must be beside the model (or in a "
+                     "folder under it): move it there and re-save the model")
+    if os.path.islink(full):
+        raise refuse("is a symbolic link", "onnx reads external data only from regular files: put the file itself "
+                     "beside the model")
+    if not os.path.lexists(full):
+        raise refuse("is missing", f"put it in {os.path.dirname(full)}, beside the model")
+    kind = not_regular(full)
+    if kind is not None:
+        raise refuse(f"is {kind}, not a regular file", "put the data file itself beside the model")
+    try:
+        return os.stat(full).st_size
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror})", "check its permissions") from None
+
+
+__all__ = ["MAX_MODEL_BYTES", "check_external_data", "check_model_file", "checker_reason", "external_tensors", "gib",
+           "load_model", "model_from_bytes", "read_stream", "tensor_bytes"]
