@@ -298,6 +298,6 @@ def test_the_data_files_are_checked_before_any_is_read(tmp_path, monkeypatch):
 
 
 def test_tensor_bytes_of_packed_and_plain_types():
-    assert reading.tensor_bytes(helper.make_tensor("a", TensorProto.FLOAT16, [3, 5], np.zeros(15).tolist())) == 30
-    assert reading.tensor_bytes(helper.make_tensor("b", TensorProto.INT4, [3], [1, 2, 3])) == 2
-    assert reading.tensor_bytes(helper.make_tensor("c", TensorProto.STRING, [1], [b"s"])) is None
+    assert onnx_io.tensor_bytes(helper.make_tensor("a", TensorProto.FLOAT16, [3, 5], np.zeros(15).tolist())) == 30
+    assert onnx_io.tensor_bytes(helper.make_tensor("b", TensorProto.INT4, [3], [1, 2, 3])) == 2
+    assert onnx_io.tensor_bytes(helper.make_tensor("c", TensorProto.STRING, [1], [b"s"])) is None

@@ -4,6 +4,7 @@ their weights in an external data file beside the model), and onnxruntime sessio
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -12,9 +13,10 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from ..errors import InputError
 from . import staging
@@ -37,13 +39,46 @@ def data_file(path: str) -> str:
 
 
 def is_large(model: onnx.ModelProto) -> bool:
-    """Whether ``model`` is too big to serialize as one message (protobuf fails past 2 GiB, even to size it)."""
+    """Whether ``model`` is too big to serialize as one message (protobuf fails past 2 GiB, even to size it): its
+    initializers' sizes from their shapes (sizing a message costs as much as writing it) and its nodes' and
+    functions' serialized sizes (Constant values, subgraphs) pass :data:`LIMIT`."""
     try:
-        if sum(t.ByteSize() for t in model.graph.initializer) > LIMIT:  # sizes, no copy of the bytes
+        weights = sum(_size(t) for t in model.graph.initializer)
+        if weights > LIMIT:
             return True
-        return model.ByteSize() > LIMIT
+        return weights + sum(n.ByteSize() for n in model.graph.node) + \
+            sum(f.ByteSize() for f in model.functions) > LIMIT
     except Exception:  # google.protobuf.message.EncodeError: over 2 GiB
         return True
+
+
+def _size(t: onnx.TensorProto) -> int:
+    """The bytes of tensor ``t``'s data: from its shape, or its serialized size for a type of no fixed size."""
+    n = tensor_bytes(t)
+    return t.ByteSize() if n is None or t.HasField("data_location") and t.data_location == TensorProto.EXTERNAL \
+        else n
+
+
+def tensor_bytes(t: onnx.TensorProto) -> int | None:
+    """How many bytes tensor ``t``'s data takes (its dims and element type, sub-byte types packed); None for a
+    type of no fixed size (strings)."""
+    count = math.prod(t.dims)
+    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    if t.data_type in _SUB_BYTE:
+        return (count * _SUB_BYTE[t.data_type] + 7) // 8
+    try:
+        return count * int(np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize)
+    except Exception:  # noqa: BLE001 - a type numpy does not name
+        return None
+
+
+_SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
+             (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+             if hasattr(onnx.TensorProto, name)}
+"""element types of less than a byte: their bits (packed in raw data)"""
+
+
 
 
 @contextlib.contextmanager
@@ -73,7 +108,7 @@ def writes_data_file(model: onnx.ModelProto, external: bool = False) -> bool:
 
 def _goes_out(t: onnx.TensorProto) -> bool:
     """Whether tensor ``t`` goes to the external data file (its bytes are raw data of the threshold or more)."""
-    return t.HasField("raw_data") and t.ByteSize() >= EXTERNAL_THRESHOLD
+    return t.HasField("raw_data") and _size(t) >= EXTERNAL_THRESHOLD
 
 
 def save_external(model: onnx.ModelProto, path: str) -> None:

@@ -4,17 +4,15 @@ checked before any byte is read; its external data files are read from beside it
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 from typing import BinaryIO
 
-import numpy as np
 import onnx
 from onnx import external_data_helper, helper
 
 from ..errors import InputError
-from .io import not_regular
+from .io import not_regular, tensor_bytes
 
 MAX_MODEL_BYTES = 2**31 - 1
 """the largest ONNX file read: protobuf cannot parse a message of 2 GiB or more (larger models keep their
@@ -120,26 +118,6 @@ def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
 
 
-def tensor_bytes(t: onnx.TensorProto) -> int | None:
-    """How many bytes tensor ``t``'s data takes (its dims and element type, sub-byte types packed); None for a
-    type of no fixed size (strings)."""
-    count = math.prod(t.dims)
-    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
-        return None
-    if t.data_type in _SUB_BYTE:
-        return (count * _SUB_BYTE[t.data_type] + 7) // 8
-    try:
-        return count * int(np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize)
-    except Exception:  # noqa: BLE001 - a type numpy does not name
-        return None
-
-
-_SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
-             (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
-             if hasattr(onnx.TensorProto, name)}
-"""element types of less than a byte: their bits (packed in raw data)"""
-
-
 def check_external_data(model: onnx.ModelProto, path: str) -> list[onnx.TensorProto]:
     """Check, before reading any of their bytes, the external data files of the model read from ``path``: each
     location is a relative path inside the model's folder, names a regular file (not a link, a folder or a
@@ -212,4 +190,4 @@ def _data_file_size(location: str, base: str, refuse) -> int:
 
 
 __all__ = ["MAX_MODEL_BYTES", "check_external_data", "check_model_file", "checker_reason", "external_tensors", "gib",
-           "load_model", "model_from_bytes", "read_stream", "tensor_bytes"]
+           "load_model", "model_from_bytes", "read_stream"]
