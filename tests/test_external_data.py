@@ -97,6 +97,36 @@ def test_external_data_in_gives_external_data_beside_the_output(capsys, tmp_path
     assert sorted(p.name for p in src.iterdir()) == inputs
 
 
+def two_branches() -> onnx.ModelProto:
+    """x @ w1 and x @ w2, each through a Relu: the search merges the two MatMuls into one on a new, concatenated
+    weight (a tensor the input does not hold)."""
+    w1, w2 = (numpy_helper.from_array(RNG.standard_normal((48, 48)).astype(np.float32), n) for n in ("w1", "w2"))
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"]), helper.make_node("MatMul", ["x", "w2"], ["b"]),
+             helper.make_node("Relu", ["a"], ["ya"]), helper.make_node("Relu", ["b"], ["yb"])]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 48])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 48]) for n in ("ya", "yb")],
+                              [w1, w2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_optimized_programs_new_weights_go_to_the_data_file(capsys, tmp_path):
+    model = save_input(tmp_path, "one", two_branches())
+    out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
+    rc, line = cli(capsys, "optimize-model", str(model), "-o", str(out), "--report", str(rep), "--scheduler",
+                   "tensat", "--cost", "analytic", "--no-measure", "-q")
+    assert rc == 0, line
+    report = json.loads(rep.read_text())
+    assert report["returned"] == "optimized" and report["operators"]["optimized"].get("matmul") == 1, report
+    skeleton = onnx.load(str(out), load_external_data=False)
+    shapes = {t.name: list(t.dims) for t in reading.external_tensors(skeleton)}
+    assert sorted(shapes.values()) == [[48, 96]], shapes  # the merged weight, outside the model
+    x = RNG.standard_normal((2, 48)).astype(np.float32)
+    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (out, model)]
+    got, want = (s.run(["ya", "yb"], {"x": x}) for s in sessions)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_moved_output_folder_still_runs(capsys, tmp_path):
     """The output's data location is relative: the output and its data file move together."""
     model = save_input(tmp_path, "one")
@@ -120,12 +150,15 @@ def test_inline_input_stays_inline(capsys, tmp_path):
     np.testing.assert_allclose(run(out, x), run(model, x), rtol=1e-5, atol=1e-5)
 
 
-def test_failed_write_keeps_the_old_output_and_its_data(tmp_path, monkeypatch):
+@pytest.mark.parametrize("before", ["existing", "fresh"])
+def test_failed_write_keeps_the_old_output_and_its_data(tmp_path, monkeypatch, before):
     """The data file is staged and renamed with the model and the report: a rename failing after the data file
-    was replaced puts the old data file back."""
+    was replaced puts the old data file back (or removes it, where there was none)."""
     out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"
-    for p in (out, Path(str(out) + ".data"), rep):
-        p.write_bytes(PRECIOUS)
+    targets = (out, Path(str(out) + ".data"), rep)
+    if before == "existing":
+        for p in targets:
+            p.write_bytes(PRECIOUS)
     real_replace = os.replace
 
     def fail_on_the_model(src, dst):
@@ -137,7 +170,10 @@ def test_failed_write_keeps_the_old_output_and_its_data(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         onnx_io.write_together(mlp(), str(out), {str(rep): b"{}"}, external=True)
     monkeypatch.undo()
-    assert all(p.read_bytes() == PRECIOUS for p in (out, Path(str(out) + ".data"), rep))
+    if before == "existing":
+        assert all(p.read_bytes() == PRECIOUS for p in targets)
+    else:
+        assert not any(p.exists() for p in targets)
     assert leftovers(tmp_path) == []
 
 
