@@ -140,6 +140,21 @@ def test_moved_output_folder_still_runs(capsys, tmp_path):
     np.testing.assert_allclose(run(moved / "out.onnx", x), run(model, x), rtol=1e-5, atol=1e-5)
 
 
+def test_output_through_a_symbolic_link_keeps_its_data_beside_the_target(capsys, tmp_path):
+    """-o a link to real.onnx: the writer writes through the link, so the data file is real.onnx.data, named by
+    real.onnx (and the report) and found through the link in the same folder."""
+    model = save_input(tmp_path, "one")
+    real, link, rep = tmp_path / "real.onnx", tmp_path / "out.onnx", tmp_path / "rep.json"
+    real.write_bytes(PRECIOUS)
+    link.symlink_to(real.name)
+    assert cli(capsys, "optimize-model", str(model), "-o", str(link), "--report", str(rep), *FAST)[0] == 0
+    assert link.is_symlink() and not (tmp_path / "out.onnx.data").exists()
+    assert external_locations(real) == {"real.onnx.data"}
+    assert json.loads(rep.read_text())["external_data"] == str(real) + ".data"
+    x = RNG.standard_normal((2, 48)).astype(np.float32)
+    np.testing.assert_allclose(run(link, x), run(model, x), rtol=1e-5, atol=1e-5)
+
+
 def test_inline_input_stays_inline(capsys, tmp_path):
     model = save_input(tmp_path, "inline")
     out, rep = tmp_path / "out.onnx", tmp_path / "rep.json"

@@ -72,7 +72,7 @@ def config_from_args(args: argparse.Namespace, base: OptimizeConfig | None = Non
 def _check_distinct_paths(args) -> None:
     """Refuse any two of the input (and the external data files it owns), ``-o`` (and its external data file) and
     ``--report`` naming one file (symbolic and hard links included), before any work."""
-    named = [("-o", "-o", args.output), ("-o", "-o's external data file", data_file(args.output))]
+    named = [("-o", "-o", args.output), ("-o", "-o's external data file", _output_data(args.output))]
     if args.report is not None:
         named.append(("--report", "--report", args.report))
     if args.model_path:
@@ -86,6 +86,12 @@ def _check_distinct_paths(args) -> None:
             if _same_file(path_a, path_b):
                 raise InputError(f"{flag_b} {path_b} is the same file as {flag_a} {path_a}; writing it would "
                                  "destroy the other: give different paths")
+
+
+def _output_data(output: str) -> str:
+    """The external data file written with ``-o output``: beside the file a symbolic link ``output`` names (the
+    writer writes through links), else beside ``output`` as given."""
+    return data_file(os.path.realpath(output) if os.path.islink(output) else output)
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -112,7 +118,7 @@ def _cmd_optimize(args) -> int:
     model, label = source(args)
     result = optimize(model, config, progress=progress_printer(args.quiet))
     external = bool(args.model_path and external_data_files(args.model_path))  # the input's layout is kept
-    data = data_file(args.output) if writes_data_file(result.optimized, external) else None
+    data = _output_data(args.output) if writes_data_file(result.optimized, external) else None
     report = replace(result.report, input=label, output=args.output, external_data=data)
     if not args.quiet:
         _summary(report)
