@@ -352,3 +352,56 @@ def test_tensor_bytes_of_packed_and_plain_types():
     assert onnx_io.tensor_bytes(helper.make_tensor("a", TensorProto.FLOAT16, [3, 5], np.zeros(15).tolist())) == 30
     assert onnx_io.tensor_bytes(helper.make_tensor("b", TensorProto.INT4, [3], [1, 2, 3])) == 2
     assert onnx_io.tensor_bytes(helper.make_tensor("c", TensorProto.STRING, [1], [b"s"])) is None
+
+
+def test_a_large_model_is_upgraded_and_checked_with_its_weights_set_aside(monkeypatch):
+    """kernels.upgrade (the opset upgrade a newer kernel needs) of a model over the limit: onnx's version converter
+    and checker get the model with its weights set aside, never whole; the upgraded model keeps every weight and
+    computes what the original does (onnxruntime)."""
+    from eqsat.onnx import kernels
+    from eqsat.ops.base import UPGRADE_DOMAIN, UPGRADE_OPSET
+
+    w = numpy_helper.from_array(RNG.standard_normal((48, 48)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("ReduceMean", ["r"], ["y"], axes=[1], keepdims=1)]  # axes: an input from opset 18
+
+    def model(domain: str) -> onnx.ModelProto:
+        nodes[1].domain = domain
+        graph = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 48])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])], [w])
+        imports = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+        return helper.make_model(graph, opset_imports=imports)
+
+    pending = model(UPGRADE_DOMAIN)
+    monkeypatch.setattr(onnx_io, "LIMIT", 48 * 48 * 4 - 1)
+    assert onnx_io.is_large(pending)
+    whole: list[str] = []
+    for module, name in ((kernels.version_converter, "convert_version"), (onnx.checker, "check_model")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda m, *a, _real=real, _name=name, **k: (
+            whole.append(_name) if isinstance(m, onnx.ModelProto) and onnx_io.is_large(m) else None) or
+            _real(m, *a, **k))
+    up = kernels.upgrade(pending)
+    onnx_io.check(up)
+    monkeypatch.undo()
+    assert whole == []
+    assert {o.domain: o.version for o in up.opset_import} == {"": UPGRADE_OPSET}
+    assert [n.op_type for n in up.graph.node if n.op_type != "Constant"] == ["MatMul", "Relu", "ReduceMean"]
+    assert [numpy_helper.to_array(t).tobytes() for t in up.graph.initializer if t.name == "w"] == \
+        [numpy_helper.to_array(w).tobytes()]
+    x = RNG.standard_normal((2, 48)).astype(np.float32)
+    got, want = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+                 for m in (up, model("")))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_check_of_a_large_model_still_finds_a_wrong_shape(monkeypatch):
+    """onnx_io.check of a model over the limit (weights set aside) refuses what the full check refuses: a MatMul
+    whose weight's shape does not fit its input (shape inference reads the set-aside weights' shapes)."""
+    monkeypatch.setattr(onnx_io, "LIMIT", 100)
+    good, bad = mlp(), mlp()
+    bad.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.zeros((40, 48), np.float32), "w2"))
+    assert onnx_io.is_large(good) and onnx_io.is_large(bad)
+    onnx_io.check(good)
+    with pytest.raises(onnx.shape_inference.InferenceError, match="w2|MatMul|dimension"):
+        onnx_io.check(bad)

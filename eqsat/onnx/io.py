@@ -113,10 +113,11 @@ def _goes_out(t: onnx.TensorProto) -> bool:
 
 def save_external(model: onnx.ModelProto, path: str) -> None:
     """Write ``model`` to ``path`` with its weights (initializers, subgraphs' too, as onnx.save_model's external
-    data) in :func:`data_file` (``path`` + ``.data``, named relative to the model's folder), one tensor at a time: the model is neither copied whole nor serialized whole, so that a model
-    over 2 GiB takes no second copy of its weights. No data file is written when no tensor is that large."""
+    data) in :func:`data_file` (``path`` + ``.data``, named relative to the model's folder), one tensor at a time:
+    the model is neither copied whole nor serialized whole, so that a model over 2 GiB takes no second copy of its
+    weights. No data file is written when no tensor is that large."""
     location = os.path.basename(data_file(path))
-    skeleton = _without_initializers(model)
+    skeleton, aside = set_weights_aside(model)
     with open(data_file(path), "wb") as data:
 
         def put(t: onnx.TensorProto, raw: bytes) -> None:
@@ -131,14 +132,8 @@ def save_external(model: onnx.ModelProto, path: str) -> None:
             for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(raw)))):
                 t.external_data.add(key=key, value=value)
 
-        for t in model.graph.initializer:
-            if _goes_out(t):
-                light = skeleton.graph.initializer.add()
-                for name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
-                    _copy_field(t, light, name)
-                put(light, t.raw_data)
-            else:
-                skeleton.graph.initializer.add().CopyFrom(t)
+        for stub, weight in aside:
+            put(stub, weight.raw_data)
         for t in onnx.external_data_helper._get_initializer_tensors(skeleton):  # subgraphs' (If, Loop) weights
             if _goes_out(t):
                 put(t, t.raw_data)
@@ -146,6 +141,40 @@ def save_external(model: onnx.ModelProto, path: str) -> None:
     if not written:
         os.unlink(data_file(path))
     onnx.save_model(skeleton, path)
+
+
+ASIDE = "eqsat-weights-set-aside"
+"""the location a weight set aside names (:func:`set_weights_aside`): no file"""
+
+
+def set_weights_aside(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tuple[onnx.TensorProto,
+                                                                                      onnx.TensorProto]]]:
+    """A copy of ``model`` whose main graph's weights (the initializers that go to external data) are stubs (their
+    name, shape and type, marked external at :data:`ASIDE`, no bytes), and each (stub, weight) pair: a model of any
+    size that onnx's tools serializing the model (its version converter) can take, or that is written a tensor at
+    a time. :func:`put_weights_back` restores them. ``model`` is left as it was; its weights are not copied."""
+    skeleton = _without_initializers(model)
+    aside = []
+    for t in model.graph.initializer:
+        if _goes_out(t):
+            stub = skeleton.graph.initializer.add()
+            for name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
+                _copy_field(t, stub, name)
+            stub.data_location = TensorProto.EXTERNAL
+            stub.external_data.add(key="location", value=ASIDE)
+            aside.append((stub, t))
+        else:
+            skeleton.graph.initializer.add().CopyFrom(t)
+    return skeleton, aside
+
+
+def put_weights_back(model: onnx.ModelProto, aside: list[tuple[onnx.TensorProto, onnx.TensorProto]]) -> None:
+    """Replace, in ``model`` (:func:`set_weights_aside`'s copy, or a model made from it), each main-graph stub by
+    its weight (copied), found by name."""
+    weights = {stub.name: weight for stub, weight in aside}
+    for t in model.graph.initializer:
+        if t.name in weights and any(e.key == "location" and e.value == ASIDE for e in t.external_data):
+            t.CopyFrom(weights[t.name])
 
 
 def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -209,12 +238,23 @@ def not_regular(path: str) -> str | None:
 
 
 def check(model: onnx.ModelProto) -> None:
-    """onnx.checker with the full (shape-inference) check; path-based for large models."""
+    """onnx.checker with the full (shape-inference) check; a model too large for one message is checked with its
+    weights set aside (:func:`check_aside`)."""
     if is_large(model):
-        with as_path(model) as path:
-            onnx.checker.check_model(path, full_check=True)
+        check_aside(set_weights_aside(model)[0])
     else:
         onnx.checker.check_model(model, full_check=True)
+
+
+def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
+    """onnx.checker on a model whose weights are set aside (:func:`set_weights_aside`), from a file beside an empty
+    one at the stubs' location: the checker asks only that an external data file exists, and shape inference
+    reads the weights' shapes and types, which the stubs keep."""
+    with tempfile.TemporaryDirectory(prefix="eqsat-") as tmp:
+        open(os.path.join(tmp, ASIDE), "wb").close()
+        path = os.path.join(tmp, "model.onnx")
+        onnx.save_model(skeleton, path)
+        onnx.checker.check_model(path, full_check=full_check)
 
 
 def check_bfloat16(model: onnx.ModelProto) -> None:
