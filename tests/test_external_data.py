@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.cli import main
 from eqsat.errors import InputError
+from eqsat.onnx import external, reading
 from eqsat.onnx import io as onnx_io
-from eqsat.onnx import reading
 
 FAST = ["--scheduler", "none", "--cost", "analytic", "--no-measure", "-q"]
 PRECIOUS = b"precious bytes that must survive"
@@ -219,7 +219,7 @@ def test_save_external_round_trips_every_field(tmp_path):
     assert model.SerializeToString() == before
     skeleton = onnx.load(str(path), load_external_data=False)
     placed = {t.name: {e.key: e.value for e in t.external_data} for t in reading.external_tensors(skeleton)}
-    assert set(placed) == {"big", "inner"} and int(placed["big"]["offset"]) % onnx_io.ALIGNMENT == 0
+    assert set(placed) == {"big", "inner"} and int(placed["big"]["offset"]) % external.ALIGNMENT == 0
     assert reading.load_model(path) == model  # the weights read back, their external fields dropped
     x = RNG.standard_normal((32, 32)).astype(np.float32)
     np.testing.assert_array_equal(run(path, x), x + numpy_helper.to_array(inner))
@@ -349,9 +349,9 @@ def test_the_data_files_are_checked_before_any_is_read(tmp_path, monkeypatch):
 
 
 def test_tensor_bytes_of_packed_and_plain_types():
-    assert onnx_io.tensor_bytes(helper.make_tensor("a", TensorProto.FLOAT16, [3, 5], np.zeros(15).tolist())) == 30
-    assert onnx_io.tensor_bytes(helper.make_tensor("b", TensorProto.INT4, [3], [1, 2, 3])) == 2
-    assert onnx_io.tensor_bytes(helper.make_tensor("c", TensorProto.STRING, [1], [b"s"])) is None
+    assert external.tensor_bytes(helper.make_tensor("a", TensorProto.FLOAT16, [3, 5], np.zeros(15).tolist())) == 30
+    assert external.tensor_bytes(helper.make_tensor("b", TensorProto.INT4, [3], [1, 2, 3])) == 2
+    assert external.tensor_bytes(helper.make_tensor("c", TensorProto.STRING, [1], [b"s"])) is None
 
 
 def test_a_large_model_is_upgraded_and_checked_with_its_weights_set_aside(monkeypatch):

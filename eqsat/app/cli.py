@@ -19,8 +19,9 @@ from rich.table import Table
 
 from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
+from eqsat.onnx.external import data_file
 from eqsat.onnx.importer import parse_input_shapes
-from eqsat.onnx.io import data_file, external_data_files, write_together, writes_data_file
+from eqsat.onnx.io import external_data_files, write_together, writes_data_file
 from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from eqsat.errors import InputError
-from eqsat.onnx.io import data_file
+from eqsat.onnx.external import data_file
 
 FS_IOC_GETFLAGS = 0x80086601
 """Linux ioctl reading a file's attribute flags (lsattr)"""

@@ -22,7 +22,8 @@ import onnx
 from onnx import TensorProto, helper, version_converter
 
 from ..ops.base import UPGRADE_DOMAIN, UPGRADE_OPSET
-from .io import check_aside, is_large, put_weights_back, session, set_weights_aside
+from .external import check_aside, put_weights_back, set_weights_aside
+from .io import is_large, session
 
 
 class UpgradeError(Exception):

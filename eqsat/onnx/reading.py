@@ -12,7 +12,8 @@ import onnx
 from onnx import external_data_helper, helper
 
 from ..errors import InputError
-from .io import not_regular, tensor_bytes
+from .external import tensor_bytes
+from .io import not_regular
 
 MAX_MODEL_BYTES = 2**31 - 1
 """the largest ONNX file read: protobuf cannot parse a message of 2 GiB or more (larger models keep their

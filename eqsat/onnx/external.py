@@ -1,0 +1,163 @@
+"""External data: the weights a model keeps in a file beside it (``OUT.onnx.data``), written a tensor at a time,
+and a model's weights set aside (stubs keeping their name, shape and type) for onnx's tools that serialize the
+whole model (its version converter, its checker) on a model too large for one protobuf message (2 GiB)."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+DATA_SUFFIX = ".data"
+"""the external data file of ``OUT.onnx`` is ``OUT.onnx.data``, beside it"""
+EXTERNAL_THRESHOLD = 1024
+"""tensors of at least this many bytes go to the external data file (smaller ones stay in the model)"""
+ALIGN_THRESHOLD = 2**20
+ALIGNMENT = 2**16
+"""tensors of at least ALIGN_THRESHOLD bytes start at a multiple of ALIGNMENT in the data file (as onnx writes
+them), so that onnxruntime can map them from the file"""
+
+
+
+def data_file(path: str) -> str:
+    """The external data file a model written to ``path`` keeps its weights in: ``path`` + :data:`DATA_SUFFIX`."""
+    return path + DATA_SUFFIX
+
+
+def tensor_bytes(t: onnx.TensorProto) -> int | None:
+    """How many bytes tensor ``t``'s data takes (its dims and element type, sub-byte types packed); None for a
+    type of no fixed size (strings)."""
+    count = math.prod(t.dims)
+    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    if t.data_type in _SUB_BYTE:
+        return (count * _SUB_BYTE[t.data_type] + 7) // 8
+    try:
+        return count * int(np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize)
+    except Exception:  # noqa: BLE001 - a type numpy does not name
+        return None
+
+
+_SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
+             (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+             if hasattr(onnx.TensorProto, name)}
+"""element types of less than a byte: their bits (packed in raw data)"""
+
+
+def _size(t: onnx.TensorProto) -> int:
+    """The bytes of tensor ``t``'s data: from its shape, or its serialized size for a type of no fixed size."""
+    n = tensor_bytes(t)
+    return t.ByteSize() if n is None or t.HasField("data_location") and t.data_location == TensorProto.EXTERNAL \
+        else n
+
+
+def _goes_out(t: onnx.TensorProto) -> bool:
+    """Whether tensor ``t`` goes to the external data file (its bytes are raw data of the threshold or more)."""
+    return t.HasField("raw_data") and _size(t) >= EXTERNAL_THRESHOLD
+
+
+def save_external(model: onnx.ModelProto, path: str) -> None:
+    """Write ``model`` to ``path`` with its weights (initializers, subgraphs' too, as onnx.save_model's external
+    data) in :func:`data_file` (``path`` + ``.data``, named relative to the model's folder), one tensor at a time:
+    the model is neither copied whole nor serialized whole, so that a model over 2 GiB takes no second copy of its
+    weights. No data file is written when no tensor is that large."""
+    location = os.path.basename(data_file(path))
+    skeleton, aside = set_weights_aside(model)
+    with open(data_file(path), "wb") as data:
+
+        def put(t: onnx.TensorProto, raw: bytes) -> None:
+            offset = data.tell()
+            if len(raw) >= ALIGN_THRESHOLD and offset % ALIGNMENT:
+                data.write(b"\0" * (ALIGNMENT - offset % ALIGNMENT))
+                offset = data.tell()
+            data.write(raw)
+            t.ClearField("raw_data")
+            t.data_location = TensorProto.EXTERNAL
+            del t.external_data[:]
+            for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(raw)))):
+                t.external_data.add(key=key, value=value)
+
+        for stub, weight in aside:
+            put(stub, weight.raw_data)
+        for t in onnx.external_data_helper._get_initializer_tensors(skeleton):  # subgraphs' (If, Loop) weights
+            if _goes_out(t):
+                put(t, t.raw_data)
+        written = data.tell()
+    if not written:
+        os.unlink(data_file(path))
+    onnx.save_model(skeleton, path)
+
+
+ASIDE = "eqsat-weights-set-aside"
+"""the location a weight set aside names (:func:`set_weights_aside`): no file"""
+
+
+def set_weights_aside(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tuple[onnx.TensorProto,
+                                                                                      onnx.TensorProto]]]:
+    """A copy of ``model`` whose main graph's weights (the initializers that go to external data) are stubs (their
+    name, shape and type, marked external at :data:`ASIDE`, no bytes), and each (stub, weight) pair: a model of any
+    size that onnx's tools serializing the model (its version converter) can take, or that is written a tensor at
+    a time. :func:`put_weights_back` restores them. ``model`` is left as it was; its weights are not copied."""
+    skeleton = _without_initializers(model)
+    aside = []
+    for t in model.graph.initializer:
+        if _goes_out(t):
+            stub = skeleton.graph.initializer.add()
+            for name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
+                _copy_field(t, stub, name)
+            stub.data_location = TensorProto.EXTERNAL
+            stub.external_data.add(key="location", value=ASIDE)
+            aside.append((stub, t))
+        else:
+            skeleton.graph.initializer.add().CopyFrom(t)
+    return skeleton, aside
+
+
+def put_weights_back(model: onnx.ModelProto, aside: list[tuple[onnx.TensorProto, onnx.TensorProto]]) -> None:
+    """Replace, in ``model`` (:func:`set_weights_aside`'s copy, or a model made from it), each main-graph stub by
+    its weight (copied), found by name."""
+    weights = {stub.name: weight for stub, weight in aside}
+    for t in model.graph.initializer:
+        if t.name in weights and any(e.key == "location" and e.value == ASIDE for e in t.external_data):
+            t.CopyFrom(weights[t.name])
+
+
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without its main graph's initializers (every other field copied)."""
+    out = onnx.ModelProto()
+    for field, _value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(model, out, field.name)
+    for field, _value in model.graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(model.graph, out.graph, field.name)
+    return out
+
+
+def _copy_field(src, dst, name: str) -> None:
+    """Copy the field ``name`` of protobuf message ``src`` into ``dst`` (repeated, message or scalar)."""
+    value = getattr(src, name)
+    field = src.DESCRIPTOR.fields_by_name[name]
+    if field.is_repeated:
+        getattr(dst, name).extend(value)
+    elif not src.HasField(name):  # onnx's messages are proto2: a field not set stays so
+        return
+    elif field.message_type is not None:
+        getattr(dst, name).CopyFrom(value)
+    else:
+        setattr(dst, name, value)
+
+
+def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
+    """onnx.checker on a model whose weights are set aside (:func:`set_weights_aside`), from a file beside an empty
+    one at the stubs' location: the checker asks only that an external data file exists, and shape inference
+    reads the weights' shapes and types, which the stubs keep."""
+    with tempfile.TemporaryDirectory(prefix="eqsat-") as tmp:
+        open(os.path.join(tmp, ASIDE), "wb").close()
+        path = os.path.join(tmp, "model.onnx")
+        onnx.save_model(skeleton, path)
+        onnx.checker.check_model(path, full_check=full_check)
