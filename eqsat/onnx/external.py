@@ -48,16 +48,16 @@ _SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
 """element types of less than a byte: their bits (packed in raw data)"""
 
 
-def _size(t: onnx.TensorProto) -> int:
+def tensor_size(t: onnx.TensorProto) -> int:
     """The bytes of tensor ``t``'s data: from its shape, or its serialized size for a type of no fixed size."""
     n = tensor_bytes(t)
     return t.ByteSize() if n is None or t.HasField("data_location") and t.data_location == TensorProto.EXTERNAL \
         else n
 
 
-def _goes_out(t: onnx.TensorProto) -> bool:
+def goes_out(t: onnx.TensorProto) -> bool:
     """Whether tensor ``t`` goes to the external data file (its bytes are raw data of the threshold or more)."""
-    return t.HasField("raw_data") and _size(t) >= EXTERNAL_THRESHOLD
+    return t.HasField("raw_data") and tensor_size(t) >= EXTERNAL_THRESHOLD
 
 
 def save_external(model: onnx.ModelProto, path: str) -> None:
@@ -84,7 +84,7 @@ def save_external(model: onnx.ModelProto, path: str) -> None:
         for stub, weight in aside:
             put(stub, weight.raw_data)
         for t in onnx.external_data_helper._get_initializer_tensors(skeleton):  # subgraphs' (If, Loop) weights
-            if _goes_out(t):
+            if goes_out(t):
                 put(t, t.raw_data)
         written = data.tell()
     if not written:
@@ -105,7 +105,7 @@ def set_weights_aside(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tup
     skeleton = _without_initializers(model)
     aside = []
     for t in model.graph.initializer:
-        if _goes_out(t):
+        if goes_out(t):
             stub = skeleton.graph.initializer.add()
             for name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
                 _copy_field(t, stub, name)
@@ -161,3 +161,7 @@ def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
         path = os.path.join(tmp, "model.onnx")
         onnx.save_model(skeleton, path)
         onnx.checker.check_model(path, full_check=full_check)
+
+
+__all__ = ["ALIGNMENT", "ALIGN_THRESHOLD", "ASIDE", "DATA_SUFFIX", "EXTERNAL_THRESHOLD", "check_aside", "data_file",
+           "goes_out", "put_weights_back", "save_external", "set_weights_aside", "tensor_bytes", "tensor_size"]

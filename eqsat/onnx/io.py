@@ -18,7 +18,7 @@ from onnx import TensorProto
 
 from ..errors import InputError
 from . import staging
-from .external import _goes_out, _size, check_aside, data_file, save_external, set_weights_aside
+from .external import check_aside, data_file, goes_out, save_external, set_weights_aside, tensor_size
 
 LIMIT = 1_800_000_000
 """a model whose weights or serialized size pass this many bytes is written with its weights in external data"""
@@ -29,7 +29,7 @@ def is_large(model: onnx.ModelProto) -> bool:
     initializers' sizes from their shapes (sizing a message costs as much as writing it) and its nodes' and
     functions' serialized sizes (Constant values, subgraphs) pass :data:`LIMIT`."""
     try:
-        weights = sum(_size(t) for t in model.graph.initializer)
+        weights = sum(tensor_size(t) for t in model.graph.initializer)
         if weights > LIMIT:
             return True
         return weights + sum(n.ByteSize() for n in model.graph.node) + \
@@ -60,7 +60,7 @@ def save(model: onnx.ModelProto, path: str, external: bool = False) -> None:
 def writes_data_file(model: onnx.ModelProto, external: bool = False) -> bool:
     """Whether :func:`save` (``external`` asked or not) writes ``model``'s weights to a data file beside it."""
     return (external or is_large(model)) and any(
-        _goes_out(t) for t in onnx.external_data_helper._get_initializer_tensors(model))
+        goes_out(t) for t in onnx.external_data_helper._get_initializer_tensors(model))
 
 
 def external_data_files(path: str) -> list[str]:
