@@ -303,6 +303,11 @@ def _break(folder: Path, model: Path, case: str) -> str:
         os.rename(data, folder.parent / "elsewhere.bin")
         data.symlink_to(folder.parent / "elsewhere.bin")
         return "'weights.bin'.*outside the model's folder"
+    if case == "symlink-inside":  # onnx reads no link, even one to a file beside the model
+        (folder / "sub").mkdir()
+        os.rename(data, folder / "sub" / "weights.bin")
+        data.symlink_to(Path("sub") / "weights.bin")
+        return "'weights.bin'.*is a symbolic link"
     if case == "directory":
         data.unlink()
         data.mkdir()
@@ -314,7 +319,7 @@ def _break(folder: Path, model: Path, case: str) -> str:
 
 
 CASES = ["missing", "truncated", "wrong-length", "no-length-longer", "offset-past-end", "outside", "absolute",
-         "symlink-outside", "directory", "fifo"]
+         "symlink-outside", "symlink-inside", "directory", "fifo"]
 
 
 @pytest.mark.parametrize("case", CASES)
