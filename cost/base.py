@@ -91,9 +91,9 @@ def costs_by_op(graph, model: CostModel) -> dict[str, float]:
     """:func:`graph_cost` split by operator kind: IR op -> the summed cost of its priced nodes (microseconds);
     kinds whose every node is free or weight-only are left out."""
     out: dict[str, float] = {}
-    for n, k in graph_ops(graph, model):
+    for _, k in graph_ops(graph, model):
         if k is not None:
-            out[n.op] = out.get(n.op, 0.0) + float(model.op_cost(k))
+            out[k.op] = out.get(k.op, 0.0) + float(model.op_cost(k))
     return out
 
 
