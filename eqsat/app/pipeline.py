@@ -190,7 +190,9 @@ def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
                              extractors.extract("greedy-dag", snap, costs), cost_model))
     other = make(other_cost_name(cost_model.name))
     other_costs = node_costs(snap, other)
-    seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed), max(1.0, first.seconds / 2))
+    # what --time-limit left after the search and the first extraction (``elapsed`` is the search's time: the
+    # extract phase is still running); a first ILP that used it all leaves this one SCIP's floor (its warm start)
+    seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed + first.seconds), max(1.0, first.seconds / 2))
     warm = extractors.extract("greedy-dag", snap, other_costs)
     options = ExtractOptions(time_limit=seconds, warm_start=warm)
     out.append(Extracted(f"ilp-{other.name}", f"ilp under {other.name}",
