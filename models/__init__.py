@@ -64,7 +64,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("vit-huge", vit, "ViT-H/14: 32 layers, d=1280, MLP 5120, 16 heads, 257 tokens",
               {"name": "vit-huge", "layers": 32, "hidden": 1280, "mlp": 5120, "heads": 16, "patch": 14},
               {"name": "vit-huge", "layers": 4, "hidden": 64, "mlp": 128, "heads": 4, "patch": 14, "image": 56}, 1),
-    ModelSpec("encoder", encoder, "BERT-style encoder as torch exports it: 2 layers, [1, 128, 128], 4 heads, mask",
+    ModelSpec("encoder", encoder, "BERT-style encoder as torch exports it: 2 layers, [1, 128, 64], 4 heads, mask",
               {}, {"layers": 1, "seq": 16, "hidden": 32, "heads": 2}, benchmark=False),
 ]}
 

@@ -53,7 +53,7 @@ def _add_norm(b: Builder, x: Node, residual: Node, name: str) -> Node:
     return ir.make("addnorm", [x, residual, gamma, beta], (float_bits(EPS),))
 
 
-def encoder(seed: int = 0, layers: int = 2, seq: int = 128, hidden: int = 128, heads: int = 4) -> Graph:
+def encoder(seed: int = 0, layers: int = 2, seq: int = 128, hidden: int = 64, heads: int = 4) -> Graph:
     """The encoder: ``layers`` post-LayerNorm layers of width ``hidden`` over ``seq`` tokens, MLP 4 x ``hidden``."""
     if hidden % heads:
         raise ValueError(f"hidden {hidden} is not a multiple of heads {heads}")

@@ -70,7 +70,7 @@ def test_encoder_is_listed_but_not_a_paper_benchmark():
     assert "encoder" in MODELS and "encoder" not in BENCHMARKS
     assert len(BENCHMARKS) == 13
     g = build("encoder")
-    assert [i.shape for i in g.inputs] == [(1, 128, 128), (1, 1, 1, 128)]
+    assert [i.shape for i in g.inputs] == [(1, 128, 64), (1, 1, 1, 128)]
     assert g.op_counts()["addnorm"] == 4 and g.op_counts()["attention"] == 2
     a, b = build("encoder", small=True, seed=0), build("encoder", small=True, seed=1)
     assert not np.array_equal(a.weights["layer0.query.weight"], b.weights["layer0.query.weight"])
