@@ -6,12 +6,12 @@ from __future__ import annotations
 from eqsat.errors import InputError
 
 from .analytic import DEVICES, AnalyticCost
-from .base import CostModel, OpKey, graph_cost, graph_ops, node_costs
+from .base import CostModel, OpKey, costs_by_op, graph_cost, graph_ops, node_costs
 from .cache import CostCache
 from .measure import TorchCost
 from .ort import OrtCost
 
-__all__ = ["AnalyticCost", "CostModel", "OpKey", "graph_cost", "graph_ops", "node_costs"]
+__all__ = ["AnalyticCost", "CostModel", "OpKey", "costs_by_op", "graph_cost", "graph_ops", "node_costs"]
 
 COST_MODELS = ("analytic", "ort-cpu", "cpu", "cuda", "auto")
 """--cost values besides ``analytic-DEVICE`` (see :func:`cost_names`)"""

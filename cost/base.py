@@ -87,6 +87,16 @@ def graph_cost(graph, model: CostModel) -> float:
     return float(sum(model.op_cost(k) for _, k in graph_ops(graph, model) if k is not None))
 
 
+def costs_by_op(graph, model: CostModel) -> dict[str, float]:
+    """:func:`graph_cost` split by operator kind: IR op -> the summed cost of its priced nodes (microseconds);
+    kinds whose every node is free or weight-only are left out."""
+    out: dict[str, float] = {}
+    for _, k in graph_ops(graph, model):
+        if k is not None:
+            out[k.op] = out.get(k.op, 0.0) + float(model.op_cost(k))
+    return out
+
+
 def volume(shape: Sequence[int]) -> int:
     v = 1
     for d in shape:

@@ -1,7 +1,9 @@
-"""The 13 benchmark architectures of the MCTS paper, built in code with seeded random weights.
+"""The built-in architectures, built in code with seeded random weights: the 13 benchmark architectures of the
+MCTS paper (:data:`BENCHMARKS`) and ``encoder``, a BERT-style encoder spelled as torch's exporters write it (the
+README's first run).
 
-``build(name)`` gives the paper's size; ``build(name, small=True)`` a reduced size for fast tests
-(fewer layers or channels, same structure).
+``build(name)`` gives the paper's size (``encoder``: its default size); ``build(name, small=True)`` a reduced
+size for fast tests (fewer layers or channels, same structure).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from eqsat.errors import InputError
 from eqsat.ir import Graph
 
 from .cnn_taso import inceptionv3, mobilenetv2, squeezenet, vgg19
+from .encoder import encoder
 from .nasnet import nasneta
 from .nasrnn import nasrnn
 from .resnet import resnet50, resnext50
@@ -31,6 +34,8 @@ class ModelSpec:
     per-model setting; the later iterations apply only the single-pattern ones)"""
     rule_set: str = "default"
     """the rule-set variant the model's runs default to (eqsat.rules.RULE_SETS)"""
+    benchmark: bool = True
+    """one of the MCTS paper's 13 benchmark architectures (the paper's reproduction and sweeps run these)"""
 
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
@@ -59,7 +64,12 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("vit-huge", vit, "ViT-H/14: 32 layers, d=1280, MLP 5120, 16 heads, 257 tokens",
               {"name": "vit-huge", "layers": 32, "hidden": 1280, "mlp": 5120, "heads": 16, "patch": 14},
               {"name": "vit-huge", "layers": 4, "hidden": 64, "mlp": 128, "heads": 4, "patch": 14, "image": 56}, 1),
+    ModelSpec("encoder", encoder, "BERT-style encoder as torch exports it: 2 layers, [1, 128, 64], 4 heads, mask",
+              {}, {"layers": 1, "seq": 16, "hidden": 32, "heads": 2}, benchmark=False),
 ]}
+
+BENCHMARKS: tuple[str, ...] = tuple(name for name, spec in MODELS.items() if spec.benchmark)
+"""the MCTS paper's 13 benchmark architectures, in :data:`MODELS`' order"""
 
 
 def build(name: str, small: bool = False, seed: int = 0) -> Graph:
@@ -71,4 +81,4 @@ def build(name: str, small: bool = False, seed: int = 0) -> Graph:
     return spec.fn(seed=seed, **(spec.small if small else spec.paper))
 
 
-__all__ = ["MODELS", "ModelSpec", "build"]
+__all__ = ["BENCHMARKS", "MODELS", "ModelSpec", "build"]

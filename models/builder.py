@@ -65,15 +65,18 @@ class Builder:
         self.inputs.append(node)
         return node
 
-    def weight(self, shape, std: float | None = None, mean: float = 0.0) -> Node:
+    def weight(self, shape, std: float | None = None, mean: float = 0.0, name: str | None = None) -> Node:
+        """A seeded weight (normal, fan-in scaled unless ``std`` is given), named ``name`` or ``w{index}``."""
         shape = tuple(int(d) for d in shape)
         if std is None:
             fan_in = int(np.prod(shape[1:])) if len(shape) == 4 else shape[0]
             std = math.sqrt(2.0 / max(fan_in, 1))
-        return self._weight(shape, std, mean, "normal")
+        return self._weight(shape, std, mean, "normal", name)
 
-    def _weight(self, shape: tuple[int, ...], std: float, mean: float, kind: str) -> Node:
-        name = f"w{len(self.weights)}"
+    def _weight(self, shape: tuple[int, ...], std: float, mean: float, kind: str, name: str | None = None) -> Node:
+        name = name or f"w{len(self.weights)}"
+        if name in self.weights.specs:
+            raise ValueError(f"weight {name!r} made twice")
         self.weights.add(name, shape, std, mean, kind)
         return ir.weight(name, shape)
 

@@ -31,7 +31,7 @@ from eqsat.cost.calibration import mean_abs_error, spearman
 from eqsat.cost.measure import min_ms
 from eqsat.decode import build_program
 from eqsat.extract.sample import sample_choices, structure_key
-from eqsat.models import MODELS, build
+from eqsat.models import BENCHMARKS, MODELS, build
 from eqsat.onnx import export_model, import_model
 from eqsat.timing import Protocol, compare_calls, runtime_info, timing_feeds, timing_sessions, wall_block_ms
 from eqsat.verify import verify
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
-    names = list(MODELS) if args.models == "all" else args.models.split(",")
+    names = list(BENCHMARKS) if args.models == "all" else args.models.split(",")
     costs = args.cost.split(",")
     unknown = [c for c in costs if c not in cost_names()]
     if unknown:

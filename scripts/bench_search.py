@@ -25,7 +25,7 @@ import sys
 import dispatch
 from experiment import RunSpec, add_arguments, base_config, run_or_record_error, write_json
 
-from eqsat.models import MODELS
+from eqsat.models import BENCHMARKS
 
 
 def main(argv=None) -> int:
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     p.add_argument("--equal-time", action="store_true",
                    help="MCTS with TENSAT's wall time as its time limit, and the reverse (runs one at a time)")
     args = p.parse_args(argv)
-    names = list(MODELS) if args.models == "all" else args.models.split(",")
+    names = list(BENCHMARKS) if args.models == "all" else args.models.split(",")
     os.makedirs(args.out, exist_ok=True)
     base = base_config(args)
     if args.equal_time:

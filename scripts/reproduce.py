@@ -23,7 +23,7 @@ import time
 import dispatch
 from experiment import SCRIPT_DEFAULTS, RunSpec, add_arguments, base_config, run_or_record_error, write_json
 
-from eqsat.models import MODELS
+from eqsat.models import BENCHMARKS, MODELS
 
 PAPER_PAIRS = [("greedy-tree", "greedy-tree"), ("greedy-tree", "ilp"), ("greedy-constituent", "greedy-constituent"),
                ("greedy-constituent", "ilp"), ("ilp", "ilp")]
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.base = base_config(args, QUICK if args.quick else SCRIPT_DEFAULTS)
     args.seed_list = parse_seeds(args.seeds or ("0" if args.quick else "0-4"))
-    args.models = list(MODELS) if args.model == "all" else args.model.split(",")
+    args.models = list(BENCHMARKS) if args.model == "all" else args.model.split(",")
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         p.error(f"unknown model(s) {unknown}; choose from {' '.join(MODELS)}")

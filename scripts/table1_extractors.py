@@ -16,13 +16,13 @@ import time
 from eqsat.cost import cost_names, make, node_costs
 from eqsat.egglog.egraph import EGraph
 from eqsat.extract import EXTRACTORS, extract
-from eqsat.models import MODELS, build
+from eqsat.models import BENCHMARKS, build
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cost", default="analytic", choices=cost_names())
-    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--models", default=",".join(BENCHMARKS))
     p.add_argument("--small", action="store_true", help="reduced model sizes")
     p.add_argument("--ilp-time-limit", type=float, default=60.0)
     p.add_argument("--json", metavar="FILE")

@@ -82,6 +82,37 @@ def test_the_shipped_program_follows_the_decision_rule(cli_run):
     assert m["confidence"] == pytest.approx(Gate().confidence(len(measured)))  # Bonferroni: candidates and looks
 
 
+def test_the_other_ilp_gets_only_what_the_time_limit_left(monkeypatch):
+    """--time-limit bounds search plus extraction: the ILP under the other cost model gets what the search and the
+    first extraction left of it (SCIP's floor when they used it all), never a share of its own on top."""
+    import dataclasses
+
+    from eqsat import extract as extractors
+    from eqsat.app.config import ILP_FLOOR_SECONDS
+
+    config = OptimizeConfig.of(budget=2, cost="analytic", time_limit=20.0, candidates=4, seed=1)
+    _, graph = import_phase(build("squeezenet", small=True), config)
+    cost_model = make("analytic")
+    egraph, search = encode_phase(graph, config)
+    search_phase(egraph, config, search, cost_model, lambda _m: None)
+    snap, ext = extract_phase(egraph, config, cost_model, 0.0)
+    ext = dataclasses.replace(ext, seconds=6.0)  # as if the first ILP had taken 6 s
+    limits: list[float | None] = []
+    real = extractors.extract
+
+    def spy(name, snap, costs, options=None):
+        if name == "ilp":
+            limits.append(options.time_limit)
+        return real(name, snap, costs, options) if options is not None else real(name, snap, costs)
+
+    monkeypatch.setattr(extractors, "extract", spy)
+    for elapsed, want in ((10.0, 3.0), (13.0, 1.0), (14.0, ILP_FLOOR_SECONDS), (19.0, ILP_FLOOR_SECONDS)):
+        limits.clear()
+        candidates_phase(snap, ext, config, cost_model, elapsed)
+        # min(10 s, what is left: 20 - elapsed - 6, half the first's 6 s), at least the floor
+        assert limits == [pytest.approx(want)], (elapsed, limits)
+
+
 def test_candidates_are_distinct_and_compute_what_the_original_does():
     """The phases by hand: every candidate differs from the others (by structure) and, run by the torch executor,
     matches the original model in onnxruntime (an evaluator independent of the verification's)."""

@@ -47,6 +47,29 @@ def test_reported_cost_is_the_decoded_programs_cost():
     assert r.original_cost == pytest.approx(graph_cost(build_graph_of(ob.attention()), make("analytic")))
 
 
+def test_changes_say_where_the_estimate_moved_and_the_cli_prints_them(capsys):
+    from eqsat.app.cli import _summary
+    from eqsat.models import build
+
+    graph = build("encoder", small=True)
+    config = OptimizeConfig.of(scheduler="mcts", allow_slower=True, seed=0, **FAST)
+    result = optimize(graph, config)
+    r = result.report
+    assert r.returned.program == "optimized"
+    changes = r.changes()
+    assert changes
+    # the kinds' counts and costs are the two programs' own, recounted here from the IR
+    before, after = graph.op_counts(), result.graph.op_counts()
+    for c in changes:
+        assert (c.original, c.optimized) == (before.get(c.op, 0), after.get(c.op, 0))
+    # every kind not listed costs the same in both, so the listed savings add up to the estimated gain
+    assert sum(c.saved_us for c in changes) == pytest.approx(r.original_cost - r.optimized_cost, rel=1e-9, abs=1e-6)
+    assert json.loads(r.dumps())["changes"][0]["op"] == changes[0].op
+    _summary(r)
+    err = capsys.readouterr().err
+    assert "where the gain came from" in err and all(c.op in err for c in changes)
+
+
 def build_graph_of(model):
     from eqsat.onnx.importer import import_model
 

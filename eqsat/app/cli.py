@@ -155,6 +155,24 @@ def _summary(r: Report) -> None:
             measured = f"{c.measured_ms:.3f} ms" if c.measured_ms is not None else "not measured"
             ratio = f", {c.speedup:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.speedup is not None else ""
             con.print(f"  {'*' if c.shipped else ' '} {c.name}: estimated {c.estimated_cost:.1f} us, {measured}{ratio}")
+    _changes(r)
+
+
+def _changes(r: Report) -> None:
+    """Where the gain came from: the operator kinds the returned program dropped or has fewer of, and those it
+    holds instead, each with its estimated cost (printed in full, unwrapped, on stderr)."""
+    changes = r.changes()
+    if not changes:
+        return
+    out = [f"where the gain came from (estimated by operator kind under {r.cost_model}; "
+           f"{r.original_cost:.1f} -> {r.optimized_cost:.1f} us):"]
+    fewer = [c for c in changes if c.saved_us > 0 or c.optimized < c.original]
+    instead = sorted((c for c in changes if c not in fewer), key=lambda c: (-c.optimized_us, c.op))
+    for title, rows in (("replaced", fewer), ("by", instead)):
+        out.append(f"  {title}:")
+        out += [f"    {c.op:10} {c.original:>3} -> {c.optimized:<3} {c.original_us:8.1f} -> {c.optimized_us:8.1f} us"
+                f"  {c.description}" for c in rows]
+    print("\n".join(out), file=sys.stderr)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ import onnx
 from eqsat import extract as extractors
 from eqsat import runtimes
 from eqsat.blocks import Blocks, find_blocks
-from eqsat.cost import CostModel, graph_cost, make, node_costs
+from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
@@ -190,7 +190,9 @@ def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
                              extractors.extract("greedy-dag", snap, costs), cost_model))
     other = make(other_cost_name(cost_model.name))
     other_costs = node_costs(snap, other)
-    seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed), max(1.0, first.seconds / 2))
+    # what --time-limit left after the search and the first extraction (``elapsed`` is the search's time: the
+    # extract phase is still running); a first ILP that used it all leaves this one SCIP's floor (its warm start)
+    seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed + first.seconds), max(1.0, first.seconds / 2))
     warm = extractors.extract("greedy-dag", snap, other_costs)
     options = ExtractOptions(time_limit=seconds, warm_start=warm)
     out.append(Extracted(f"ilp-{other.name}", f"ilp under {other.name}",
@@ -234,7 +236,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping, blocks)
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue
-        entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source)
+        entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source,
+                          costs=costs_by_op(program, cost_model))
         if built or first is None:
             check = verify(original, model, seed=config.seed, draws=config.verify_draws,
                            input_shapes=config.input_shapes)
@@ -370,6 +373,7 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         egraph=EGraphSize(len(size.nodes), size.num_classes, initial, search_config.limit),
         extraction=ExtractionReport.of(ext), verification=verification,
         candidates=[Candidate("original", graph_cost(graph, cost_model), dict(graph.op_counts()), "original",
+                              costs=costs_by_op(graph, cost_model),
                               shipped=returned.program == "original",
                               measured_ms=measured.original_ms if measured else None),
                     *(b.entry for b in built)],

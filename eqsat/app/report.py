@@ -172,6 +172,26 @@ class Candidate:
     note: str = ""
     beside: dict[str, float] = field(default_factory=dict)
     """the runtime's side timings of this program (torch-cuda: ``eager_ms``)"""
+    costs: dict[str, float] = field(default_factory=dict)
+    """the estimate split by IR operator kind: op -> its nodes' summed cost (microseconds; free kinds left out)"""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One IR operator kind whose count or estimated cost differs between the original and the returned program:
+    where an estimated gain (or loss) came from."""
+
+    op: str
+    original: int
+    optimized: int
+    original_us: float
+    optimized_us: float
+    description: str
+
+    @property
+    def saved_us(self) -> float:
+        """The estimated microseconds this kind saves (negative: what it adds)."""
+        return self.original_us - self.optimized_us
 
 
 @dataclass
@@ -257,6 +277,19 @@ class Report:
     def estimated_speedup(self) -> float | None:
         return self.original_cost / self.optimized_cost if self.optimized_cost > 0 else None
 
+    def changes(self) -> list[Change]:
+        """Where the returned program differs from the original, by IR operator kind, the largest estimated saving
+        first (empty when the original was returned)."""
+        before, after = self.candidate("original"), self.shipped
+        if after is before:
+            return []
+        kinds = (set(before.operators) | set(after.operators)) - {"input", "weight"}
+        rows = [Change(op, before.operators.get(op, 0), after.operators.get(op, 0), before.costs.get(op, 0.0),
+                       after.costs.get(op, 0.0), OPS[op].doc if op in OPS else "")
+                for op in kinds]
+        rows = [r for r in rows if r.original != r.optimized or abs(r.saved_us) > 1e-9]
+        return sorted(rows, key=lambda r: (-r.saved_us, r.op))
+
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data (the layout README.md documents); no NaN or Infinity."""
         v = self.verification
@@ -271,7 +304,7 @@ class Report:
             "returned": self.returned.program, "returned_reason": self.returned.reason, "shipped": optimized.name,
             "cost_model": self.cost_model, "candidates": self.candidates,
             "operators": {"original": self.candidate("original").operators, "optimized": optimized.operators},
-            "kernels": kernels_used(optimized.operators),
+            "kernels": kernels_used(optimized.operators), "changes": self.changes(),
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
             "stop_reason": self.search.stop_reason, "search": self._search_summary(),
             "input": self.input, "output": self.output, "external_data": self.external_data,
@@ -294,5 +327,5 @@ def kernels_used(operators: dict[str, int]) -> dict[str, int]:
     return {OPS[op].kernel or op: n for op, n in sorted(operators.items()) if op in OPS and OPS[op].kernel and n}
 
 
-__all__ = ["Candidate", "EGraphSize", "ExtractionReport", "InterfaceReport", "Measurement", "PhaseTimer", "Report", "Returned",
+__all__ = ["Candidate", "Change", "EGraphSize", "ExtractionReport", "InterfaceReport", "Measurement", "PhaseTimer", "Report", "Returned",
            "VerificationReport", "jsonable", "kernels_used"]
