@@ -236,6 +236,20 @@ def ir_spelling(key: OpKey) -> OpKey:
     return OpKey("matmul", key.attrs, ((rows, a[-1]), b), (rows, b[-1]), key.dtype)
 
 
+def reshape_dispatch(key: OpKey) -> OpKey:
+    """The key timed for ``key``: for a reshape, one of a tensor of one element of the same ranks. Inside a
+    program onnxruntime's Reshape aliases its input, so it costs its dispatch whatever its size; timed alone (a
+    graph input to a graph output) it would copy the tensor.
+
+    >>> reshape_dispatch(OpKey("reshape", (1, 16, 32), ((16, 32),), (1, 16, 32))).in_shapes
+    ((1, 1),)
+    """
+    if key.op != "reshape":
+        return key
+    out = (1,) * len(key.out_shape)
+    return OpKey("reshape", out, ((1,) * len(key.in_shapes[0]),), out, key.dtype)
+
+
 def _conv_producer(out: tuple[int, ...]) -> OpKey:
     n, c, h, w = out
     k = min(PRODUCER_K, c)
@@ -350,8 +364,11 @@ class OrtCost(CachedTimings):
     ``threads`` must be the end-to-end run's intra-op thread count (``--measure-threads``).
     """
 
-    free_ops = TorchCost.free_ops
-    """layout-only operators are free, except the ones onnxruntime runs as copies (slices, transposes)"""
+    free_ops = TorchCost.free_ops - {"reshape"}
+    """layout-only operators are free, except the ones onnxruntime runs as copies (slices, transposes) and
+    ``reshape``: onnxruntime runs each Reshape as a kernel of its own (it aliases its input, but its dispatch
+    costs about as much as a small element-wise operator), so a program pays for its reshapes (timed as
+    :func:`reshape_dispatch`)"""
 
     def __init__(self, cache: CostCache | None = None, threads: int = 1, repeats: int = 10, warmup: int = 2):
         if threads < 1:
@@ -375,6 +392,7 @@ class OrtCost(CachedTimings):
     def timing(self, key: OpKey) -> Timing:
         """Time one operator now, bypassing the cache: on its own (NCHWc reorders accounted for as in a chain),
         or as the marginal cost of an epilogue."""
+        key = reshape_dispatch(key)
         estimate = self._fallback.op_cost(key)
         producer = epilogue_producer(key)
         timed = self.in_program_us(lambda copies: op_model(key, producer, copies), estimate)

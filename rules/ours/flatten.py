@@ -1,0 +1,146 @@
+"""The flattened spelling of a program on N-D activations: reshapes moved past the operators that act per element
+or along the last axis, so that reshape chains meet and cancel (``reshape_cancel``).
+
+The importer writes a dense layer on a ``[B, S, H]`` activation as ``reshape(matmul(reshape(x, [B S, H]), W),
+[B, S, N])`` plus a ``[1, 1, N]`` bias; onnxruntime runs that (MatMul + Add on 3-D) as Reshape + Gemm + Reshape,
+so a transformer block pays two Reshapes per dense layer. With the reshape back to 3-D moved below the bias add,
+the residual add, the LayerNormalization and the next layer's flattening reshape, the chain
+``reshape(reshape(...))`` cancels and the block can run on ``[B S, H]`` throughout (one Gemm per dense layer, a
+Reshape only where attention needs heads). Both spellings stay in the e-graph; the cost of each (Reshape timed
+like every operator under the ort-cpu cost) decides.
+
+* ``reshape_sink``: op(reshape(x, s), ...) -> reshape(op(x, ...), s) where the reshape raises the rank (x of rank
+  2-3, s of a higher rank up to 4):
+
+  - a unary element-wise operator (relu, tanh, sigmoid, silu, gelu, scale): any reshape;
+  - ``ewadd``, ``ewmul``, ``ewsum`` with the other operand of shape s: it is reshaped to x's shape (either
+    operand order);
+  - ``ewadd``, ``ewmul`` with a bias of shape ``[1, .., 1, n]`` (the last dimension of s and of x): the bias
+    reshaped to x's rank (either operand order);
+  - ``layernorm``, ``rmsnorm``, ``softmax`` over the last axis, and ``addnorm`` (the other operand reshaped to
+    x's shape), where the reshape keeps the last dimension;
+  - ``slice`` along the last axis where the reshape keeps the last dimension.
+"""
+
+from __future__ import annotations
+
+from eqsat import ir
+from eqsat.ops.composite import float_bits
+
+from ..rule import Rule
+from .sampling import dim, factorize, pick, retry
+
+_PAIRS = ((2, 3), (2, 4), (3, 4))
+"""(rank of x, rank of the reshape's target): the rank-raising reshapes sunk"""
+
+_UNARY = ("(Relu {})", "(Tanh {})", "(Sigmoid {})", "(Silu {})", "(Gelu k {})", "(Scale k {})")
+"""the unary element-wise constructors, ``{}`` the operand"""
+
+
+def _dims(prefix: str, rank: int, last: str | None = None) -> str:
+    """A shape pattern of ``rank`` dimensions named ``prefix0``, ..., the last one ``last`` when given."""
+    names = [f"{prefix}{i}" for i in range(rank)]
+    if last is not None:
+        names[-1] = last
+    return f"(S{rank} {' '.join(names)})"
+
+
+def _ones(rank: int) -> str:
+    return f"(S{rank} {' '.join(['1'] * (rank - 1) + ['n'])})"
+
+
+def _pair_bodies(rx: int, rs: int) -> list[tuple[str, str]]:
+    """The bodies for a reshape of an x of rank ``rx`` to a target of rank ``rs``."""
+    bodies = []
+    # any target shape of a higher rank (same-shape operands)
+    free = f"(= a (Reshape s x)) (= sx (shape x)) (= s {_dims('t', rs)}) (= sx {_dims('u', rx)})"
+    for op in ("Ewadd", "Ewmul", "Ewsum"):
+        bodies.append((f"(= r ({op} a b)) (= s (shape b)) {free}", f"(Pend r (Reshape s ({op} x (Reshape sx b))))"))
+        bodies.append((f"(= r ({op} b a)) (= s (shape b)) {free}", f"(Pend r (Reshape s ({op} (Reshape sx b) x)))"))
+    # targets that keep the last dimension n
+    kept = f"(= a (Reshape s x)) (= sx (shape x)) (= s {_dims('t', rs, 'n')}) (= sx {_dims('u', rx, 'n')})"
+    for op in ("Ewadd", "Ewmul"):
+        bias = f"(= {_ones(rs)} (shape c))"
+        flat = f"(Reshape {_ones(rx)} c)"
+        bodies.append((f"(= r ({op} a c)) {bias} {kept}", f"(Pend r (Reshape s ({op} x {flat})))"))
+        bodies.append((f"(= r ({op} c a)) {bias} {kept}", f"(Pend r (Reshape s ({op} {flat} x)))"))
+    bodies.append((f"(= r (LayerNorm eps a g bb)) {kept}", "(Pend r (Reshape s (LayerNorm eps x g bb)))"))
+    bodies.append((f"(= r (RmsNorm eps a g)) {kept}", "(Pend r (Reshape s (RmsNorm eps x g)))"))
+    bodies.append((f"(= r (Softmax {rs - 1} a)) {kept}", f"(Pend r (Reshape s (Softmax {rx - 1} x)))"))
+    bodies.append((f"(= r (AddNorm eps a b g bb)) {kept}", "(Pend r (Reshape s (AddNorm eps x (Reshape sx b) g bb)))"))
+    bodies.append((f"(= r (AddNorm eps b a g bb)) {kept}", "(Pend r (Reshape s (AddNorm eps (Reshape sx b) x g bb)))"))
+    lead = [f"t{i}" for i in range(rs - 1)]
+    part = f"(S{rs} {' '.join(lead)} (- en st))"
+    bodies.append((f"(= r (Slice {rs - 1} st en a)) {kept}", f"(Pend r (Reshape {part} (Slice {rx - 1} st en x)))"))
+    return bodies
+
+
+def _bodies() -> tuple[tuple[str, str], ...]:
+    bodies = [(f"(= r {u.format('a')}) (= a (Reshape s x))", f"(Pend r (Reshape s {u.format('x')}))") for u in _UNARY]
+    for rx, rs in _PAIRS:
+        bodies.extend(_pair_bodies(rx, rs))
+    return tuple(bodies)
+
+
+def _raised(rng, x: ir.Node) -> tuple[int, ...]:
+    """A target of a higher rank (at most 4) for a reshape of ``x``: keeping its last dimension, or (a near miss
+    for the last-axis operators) any factorization of its size."""
+    rank = dim(rng, len(x.shape) + 1, 4)
+    lead = 1
+    for d in x.shape[:-1]:
+        lead *= d
+    if rng.random() < 0.7:
+        return (*factorize(rng, lead, rank - 1), x.shape[-1])
+    return factorize(rng, lead * x.shape[-1], rank)
+
+
+def _instance(rng):
+    """One operator on reshape(x, s) with x of rank 2-3 and s of a higher rank: unary, binary with an operand of
+    s's shape (fed or a weight, either order), a bias of shape [1, .., 1, k] (k the last dimension, or as a
+    near miss broadcast along another axis), a normalization or softmax (last axis, or as a near miss another
+    axis), addnorm, or a slice (of the last axis, or as a near miss another)."""
+    x = ir.input_("x", tuple(dim(rng, 1, 5) for _ in range(dim(rng, 2, 3))))
+    s = _raised(rng, x)
+    a = ir.make("reshape", [x], s)
+    kind = pick(rng, ("unary", "binary", "bias", "norm", "softmax", "addnorm", "slice"))
+    if kind == "unary":
+        op = pick(rng, ("relu", "tanh", "sigmoid", "silu", "gelu", "scale"))
+        attrs = {"gelu": (int(rng.integers(0, 2)),), "scale": (float_bits(0.125),)}.get(op, ())
+        return [ir.make(op, [a], attrs)]
+    if kind == "binary":
+        b = ir.input_("b", s) if rng.random() < 0.6 else ir.weight("b", s)
+        ops = [a, b] if rng.random() < 0.5 else [b, a]
+        return [ir.make(pick(rng, ("ewadd", "ewmul", "ewsum")), ops)]
+    if kind == "bias":
+        shape = [1] * len(s)
+        axis = len(s) - 1 if rng.random() < 0.8 else int(rng.integers(0, len(s)))
+        shape[axis] = s[axis]
+        c = ir.weight("c", tuple(shape))
+        ops = [a, c] if rng.random() < 0.5 else [c, a]
+        return [ir.make(pick(rng, ("ewadd", "ewmul")), ops)]
+    params = [ir.weight("g", (s[-1],)), ir.weight("beta", (s[-1],))]
+    eps = (float_bits(1e-5),)
+    if kind == "norm":
+        if rng.random() < 0.5:
+            return [ir.make("layernorm", [a, *params], eps)]
+        return [ir.make("rmsnorm", [a, params[0]], eps)]
+    if kind == "softmax":
+        axis = len(s) - 1 if rng.random() < 0.7 else int(rng.integers(0, len(s)))
+        return [ir.make("softmax", [a], (axis,))]
+    if kind == "addnorm":
+        b = ir.input_("b", s)
+        ops = [a, b] if rng.random() < 0.5 else [b, a]
+        return [ir.make("addnorm", [*ops, *params], eps)]
+    axis = len(s) - 1 if rng.random() < 0.7 else int(rng.integers(0, len(s)))
+    if s[axis] < 2:
+        axis = len(s) - 1
+    start = int(rng.integers(0, s[axis]))
+    end = int(rng.integers(start + 1, s[axis] + 1))
+    return [ir.make("slice", [a], (axis, start, end))]
+
+
+rules = [
+    Rule("reshape_sink", "single", "ours",
+         "op(reshape(x, s), ..) -> reshape(op(x, ..), s): element-wise, bias, last-axis norms, softmax, slices",
+         _bodies(), example=lambda rng: retry(rng, _instance)),
+]

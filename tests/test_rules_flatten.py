@@ -1,0 +1,107 @@
+"""The rule family of the flattened spelling (rules/ours/flatten.py): ``reshape_sink`` moves a rank-raising reshape
+below the operators that act per element or along the last axis, so that with ``reshape_cancel`` a dense block
+on 3-D activations runs on 2-D ones with fewer reshapes. Each case fires on a tiny graph made for it and not on a
+near miss, and the cheapest program (layout priced) computes the original's outputs (onnxruntime on both)."""
+
+from __future__ import annotations
+
+import pytest
+from rule_cases import apply, check_same, graph_of, op_counts, optimized
+
+from eqsat import ir
+from eqsat.ops.composite import float_bits
+
+EPS = (float_bits(1e-5),)
+
+
+def _dense(x: ir.Node, k: int, n: int, name: str) -> ir.Node:
+    """The importer's dense layer on a [1, s, k] activation: reshape -> 2-D matmul -> reshape, plus a [1, 1, n] bias."""
+    s = x.shape[1]
+    flat = ir.make("matmul", [ir.make("reshape", [x], (s, k)), ir.weight(f"w{name}", (k, n))], (0,))
+    return ir.make("ewadd", [ir.make("reshape", [flat], (1, s, n)), ir.weight(f"b{name}", (1, 1, n))])
+
+
+def _block() -> ir.Node:
+    """Two dense layers with a residual add and a LayerNormalization between them, on [1, 5, 6]."""
+    x = ir.input_("x", (1, 5, 6))
+    h = _dense(x, 6, 6, "1")
+    norm = ir.make("layernorm", [ir.make("ewadd", [x, h]), ir.weight("g", (6,)), ir.weight("beta", (6,))], EPS)
+    return ir.make("gelu", [_dense(norm, 6, 4, "2")], (0,))
+
+
+def _sunk(g: ir.Graph, rounds: int = 4) -> ir.Graph:
+    eg, reports = apply(g, "reshape_sink", "reshape_cancel", rounds=rounds)
+    assert reports[0].changed
+    return optimized(g, eg, price_layout=True)
+
+
+def test_a_dense_block_runs_flattened_with_fewer_reshapes():
+    g = graph_of(_block())
+    new = _sunk(g)
+    # before: the input's flattening, each layer's reshape back to 3-D, the second layer's flattening: 4; after:
+    # the flattenings of x (for the first layer and for the residual) and the output's reshape back to 3-D
+    assert op_counts(g)["reshape"] == 4
+    assert op_counts(new)["reshape"] < 4
+    assert all(n.shape != (1, 5, 6) for n in new.nodes() if n.op == "layernorm")
+    check_same(g, new)
+
+
+def test_a_slice_of_the_last_axis_leaves_the_reshape_below_it():
+    """The merged Q/K/V shape: a part of a 3-D product's last axis reshaped to heads: one reshape, not two."""
+    x = ir.input_("x", (6, 4))
+    product = ir.make("reshape", [ir.make("matmul", [x, ir.weight("w", (4, 12))], (0,))], (1, 6, 12))
+    part = ir.make("slice", [product], (2, 4, 8))
+    g = graph_of(ir.make("relu", [ir.make("reshape", [part], (1, 6, 2, 2))]))
+    new = _sunk(g)
+    assert op_counts(new)["reshape"] == 1
+    assert [n.attrs for n in new.nodes() if n.op == "slice"] == [(1, 4, 8)]
+    check_same(g, new)
+
+
+UNARY = {"relu": (), "tanh": (), "sigmoid": (), "silu": (), "gelu": (1,), "scale": (float_bits(0.5),)}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary_operators_take_the_reshape_below_them(op):
+    x = ir.input_("x", (3, 4))
+    g = graph_of(ir.make(op, [ir.make("reshape", [x], (1, 3, 2, 2))], UNARY[op]))
+    eg, (report,) = apply(g, "reshape_sink")
+    assert report.changed and report.matches == 1
+    check_same(g, optimized(g, eg, price_layout=True))
+
+
+def _up(x: ir.Node) -> ir.Node:
+    return ir.make("reshape", [x], (1, 3, 8))
+
+
+MISSES = {  # name: a root on x [3, 8] whose reshape is not sunk (an axis the reshape does not keep, or moves)
+    "bias_along_another_axis": lambda x: ir.make("ewadd", [_up(x), ir.weight("c", (1, 3, 1))]),
+    "softmax_of_another_axis": lambda x: ir.make("softmax", [_up(x)], (1,)),
+    "slice_of_another_axis": lambda x: ir.make("slice", [_up(x)], (1, 0, 2)),
+    "layernorm_last_dim_changed": lambda x: ir.make(
+        "layernorm", [ir.make("reshape", [x], (1, 12, 2)), ir.weight("g", (2,)), ir.weight("beta", (2,))], EPS),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSES))
+def test_near_misses_are_left_alone(case):
+    g = graph_of(MISSES[case](ir.input_("x", (3, 8))))
+    eg, (report,) = apply(g, "reshape_sink")
+    assert report.matches == 0 and not report.changed
+
+
+def test_a_lower_rank_target_is_not_sunk():
+    x = ir.input_("x", (1, 3, 4))
+    g = graph_of(ir.make("ewadd", [ir.make("reshape", [x], (3, 4)), ir.weight("c", (1, 4))]))
+    eg, (report,) = apply(g, "reshape_sink")
+    assert report.matches == 0
+
+
+def test_an_operand_of_another_flattening_is_reshaped_to_match():
+    """Both operands reshaped to [1, 3, 8] from different shapes: the sum moves below, the other operand
+    reshaped to x's shape (the result computes the same)."""
+    x, z = ir.input_("x", (3, 8)), ir.input_("z", (6, 4))
+    g = graph_of(ir.make("ewadd", [_up(x), ir.make("reshape", [z], (1, 3, 8))]))
+    eg, (report,) = apply(g, "reshape_sink")
+    assert report.changed
+    check_same(g, optimized(g, eg, price_layout=True))
