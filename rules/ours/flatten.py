@@ -10,14 +10,14 @@ Reshape only where attention needs heads). Both spellings stay in the e-graph; t
 like every operator under the ort-cpu cost) decides.
 
 * ``reshape_sink``: op(reshape(x, s), ...) -> reshape(op(x, ...), s) where the reshape raises the rank (x of rank
-  2-3, s of a higher rank up to 4):
+  2, s of rank 3; unary operators: any reshape):
 
   - a unary element-wise operator (relu, tanh, sigmoid, silu, gelu, scale): any reshape;
   - ``ewadd``, ``ewmul``, ``ewsum`` with the other operand of shape s: it is reshaped to x's shape (either
     operand order);
   - ``ewadd``, ``ewmul`` with a bias of shape ``[1, .., 1, n]`` (the last dimension of s and of x): the bias
     reshaped to x's rank (either operand order);
-  - ``layernorm``, ``rmsnorm``, ``softmax`` over the last axis, and ``addnorm`` (the other operand reshaped to
+  - ``layernorm``, ``rmsnorm`` over the last axis, and ``addnorm`` (the other operand reshaped to
     x's shape), where the reshape keeps the last dimension;
   - ``slice`` along the last axis where the reshape keeps the last dimension.
 """
@@ -30,8 +30,9 @@ from eqsat.ops.composite import float_bits
 from ..rule import Rule
 from .sampling import dim, factorize, pick, retry
 
-_PAIRS = ((2, 3), (2, 4), (3, 4))
-"""(rank of x, rank of the reshape's target): the rank-raising reshapes sunk"""
+_PAIRS = ((2, 3),)
+"""(rank of x, rank of the reshape's target): the rank-raising reshapes sunk (only [B S, H] -> [B, S, H]: each
+pair adds 15 egglog rules to every application, and the other pairs gave nothing on the zoo)"""
 
 _UNARY = ("(Relu {})", "(Tanh {})", "(Sigmoid {})", "(Silu {})", "(Gelu k {})", "(Scale k {})")
 """the unary element-wise constructors, ``{}`` the operand"""
@@ -66,7 +67,6 @@ def _pair_bodies(rx: int, rs: int) -> list[tuple[str, str]]:
         bodies.append((f"(= r ({op} c a)) {bias} {kept}", f"(Pend r (Reshape s ({op} {flat} x)))"))
     bodies.append((f"(= r (LayerNorm eps a g bb)) {kept}", "(Pend r (Reshape s (LayerNorm eps x g bb)))"))
     bodies.append((f"(= r (RmsNorm eps a g)) {kept}", "(Pend r (Reshape s (RmsNorm eps x g)))"))
-    bodies.append((f"(= r (Softmax {rs - 1} a)) {kept}", f"(Pend r (Reshape s (Softmax {rx - 1} x)))"))
     bodies.append((f"(= r (AddNorm eps a b g bb)) {kept}", "(Pend r (Reshape s (AddNorm eps x (Reshape sx b) g bb)))"))
     bodies.append((f"(= r (AddNorm eps b a g bb)) {kept}", "(Pend r (Reshape s (AddNorm eps (Reshape sx b) x g bb)))"))
     lead = [f"t{i}" for i in range(rs - 1)]
@@ -83,9 +83,10 @@ def _bodies() -> tuple[tuple[str, str], ...]:
 
 
 def _raised(rng, x: ir.Node) -> tuple[int, ...]:
-    """A target of a higher rank (at most 4) for a reshape of ``x``: keeping its last dimension, or (a near miss
-    for the last-axis operators) any factorization of its size."""
-    rank = dim(rng, len(x.shape) + 1, 4)
+    """A target of a higher rank (one more, sometimes two: a near miss for all but the unary operators) for a
+    reshape of ``x``: keeping its last dimension, or (a near miss for the last-axis operators) any factorization
+    of its size."""
+    rank = min(len(x.shape) + (1 if rng.random() < 0.8 else 2), 4)
     lead = 1
     for d in x.shape[:-1]:
         lead *= d
@@ -95,14 +96,14 @@ def _raised(rng, x: ir.Node) -> tuple[int, ...]:
 
 
 def _instance(rng):
-    """One operator on reshape(x, s) with x of rank 2-3 and s of a higher rank: unary, binary with an operand of
-    s's shape (fed or a weight, either order), a bias of shape [1, .., 1, k] (k the last dimension, or as a
-    near miss broadcast along another axis), a normalization or softmax (last axis, or as a near miss another
-    axis), addnorm, or a slice (of the last axis, or as a near miss another)."""
-    x = ir.input_("x", tuple(dim(rng, 1, 5) for _ in range(dim(rng, 2, 3))))
+    """One operator on reshape(x, s) with x of rank 2 (or 3) and s of a higher rank: unary, binary with an operand
+    of s's shape (fed or a weight, either order), a bias of shape [1, .., 1, k] (k the last dimension, or as a
+    near miss broadcast along another axis), a normalization, addnorm, or a slice (of the last axis, or as a
+    near miss another)."""
+    x = ir.input_("x", tuple(dim(rng, 1, 5) for _ in range(2 if rng.random() < 0.8 else 3)))
     s = _raised(rng, x)
     a = ir.make("reshape", [x], s)
-    kind = pick(rng, ("unary", "binary", "bias", "norm", "softmax", "addnorm", "slice"))
+    kind = pick(rng, ("unary", "binary", "bias", "norm", "addnorm", "slice"))
     if kind == "unary":
         op = pick(rng, ("relu", "tanh", "sigmoid", "silu", "gelu", "scale"))
         attrs = {"gelu": (int(rng.integers(0, 2)),), "scale": (float_bits(0.125),)}.get(op, ())
@@ -124,9 +125,6 @@ def _instance(rng):
         if rng.random() < 0.5:
             return [ir.make("layernorm", [a, *params], eps)]
         return [ir.make("rmsnorm", [a, params[0]], eps)]
-    if kind == "softmax":
-        axis = len(s) - 1 if rng.random() < 0.7 else int(rng.integers(0, len(s)))
-        return [ir.make("softmax", [a], (axis,))]
     if kind == "addnorm":
         b = ir.input_("b", s)
         ops = [a, b] if rng.random() < 0.5 else [b, a]
@@ -141,6 +139,6 @@ def _instance(rng):
 
 rules = [
     Rule("reshape_sink", "single", "ours",
-         "op(reshape(x, s), ..) -> reshape(op(x, ..), s): element-wise, bias, last-axis norms, softmax, slices",
+         "op(reshape(x, s), ..) -> reshape(op(x, ..), s): element-wise, bias, last-axis norms, slices",
          _bodies(), example=lambda rng: retry(rng, _instance)),
 ]
