@@ -237,17 +237,16 @@ def ir_spelling(key: OpKey) -> OpKey:
 
 
 def reshape_dispatch(key: OpKey) -> OpKey:
-    """The key timed for ``key``: for a reshape, one of a tensor of one element of the same ranks. Inside a
-    program onnxruntime's Reshape aliases its input, so it costs its dispatch whatever its size; timed alone (a
-    graph input to a graph output) it would copy the tensor.
+    """The key timed and cached for ``key``: for a reshape, one reshape of a one-element float32 tensor, whatever
+    the shapes and element type. Inside a program onnxruntime's Reshape aliases its input, so it costs its
+    dispatch whatever its size (timed alone, a graph input to a graph output, it would copy the tensor); and one
+    key for all keeps the e-graph's price of a reshape equal to the decoded program's where the e-graph does not
+    know a shape (rank 5) or an element type (the snapshot's keys are float32; a mask's reshapes are bool).
 
-    >>> reshape_dispatch(OpKey("reshape", (1, 16, 32), ((16, 32),), (1, 16, 32))).in_shapes
-    ((1, 1),)
+    >>> reshape_dispatch(OpKey("reshape", (1, 16, 32), ((16, 32),), (1, 16, 32)))
+    OpKey(op='reshape', attrs=(1,), in_shapes=((1,),), out_shape=(1,), dtype='float32')
     """
-    if key.op != "reshape":
-        return key
-    out = (1,) * len(key.out_shape)
-    return OpKey("reshape", out, ((1,) * len(key.in_shapes[0]),), out, key.dtype)
+    return OpKey("reshape", (1,), ((1,),), (1,)) if key.op == "reshape" else key
 
 
 def _conv_producer(out: tuple[int, ...]) -> OpKey:
@@ -389,10 +388,14 @@ class OrtCost(CachedTimings):
         """operators whose timing stayed an outlier (used in this run, not cached)"""
         self.contention = Contention(self.cache, self.device_name, self.backend, self._probe_readers)
 
+    def op_cost(self, key: OpKey) -> float:
+        """Cached as :class:`~eqsat.cost.measure.CachedTimings` does, every reshape under one key
+        (:func:`reshape_dispatch`)."""
+        return super().op_cost(reshape_dispatch(key))
+
     def timing(self, key: OpKey) -> Timing:
         """Time one operator now, bypassing the cache: on its own (NCHWc reorders accounted for as in a chain),
         or as the marginal cost of an epilogue."""
-        key = reshape_dispatch(key)
         estimate = self._fallback.op_cost(key)
         producer = epilogue_producer(key)
         timed = self.in_program_us(lambda copies: op_model(key, producer, copies), estimate)
