@@ -1,6 +1,7 @@
 """The rule family of the flattened spelling (rules/ours/flatten.py): ``reshape_sink`` moves a rank-raising reshape
 below the operators that act per element or along the last axis, so that with ``reshape_cancel`` a dense block
-on 3-D activations runs on 2-D ones with fewer reshapes. Each case fires on a tiny graph made for it and not on a
+on 3-D activations runs on 2-D ones with fewer reshapes; ``matmul_flatten`` relates the importer's spelling of an
+N-D product by a weight to ONNX's N-D MatMul. Each case fires on a tiny graph made for it and not on a
 near miss, and the cheapest program (layout priced) computes the original's outputs (onnxruntime on both)."""
 
 from __future__ import annotations
@@ -105,3 +106,33 @@ def test_an_operand_of_another_flattening_is_reshaped_to_match():
     eg, (report,) = apply(g, "reshape_sink")
     assert report.changed
     check_same(g, optimized(g, eg, price_layout=True))
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 6), (2, 3, 2, 6)])
+def test_matmul_flatten_gives_the_importers_product_its_n_d_spelling_and_back(shape):
+    """The importer's reshape -> 2-D matmul -> reshape and ONNX's N-D MatMul by a weight: each rule direction
+    makes the other, and the program of either computes the original (onnxruntime on both)."""
+    x = ir.input_("x", shape)
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    flat = ir.make("matmul", [ir.make("reshape", [x], (rows, 6)), ir.weight("w", (6, 4))], (0,))
+    g = graph_of(ir.make("relu", [ir.make("reshape", [flat], (*shape[:-1], 4))]))
+    eg, (report,) = apply(g, "matmul_flatten")
+    assert report.changed
+    new = optimized(g, eg, price_layout=True)
+    assert op_counts(new) == {"matmul": 1, "relu": 1}
+    assert [n.inputs[0].name for n in new.nodes() if n.op == "matmul"] == ["x"]
+    check_same(g, new)
+    back = graph_of(ir.make("relu", [ir.make("matmul", [x, ir.weight("w", (6, 4))], (0,))]))
+    eg, (report,) = apply(back, "matmul_flatten")
+    assert report.changed and {"reshape", "matmul"} <= {e.op for e in eg.snapshot().nodes}
+    check_same(back, optimized(back, eg))
+
+
+def test_matmul_flatten_leaves_a_product_reshaped_to_other_leading_dimensions():
+    x = ir.input_("x", (2, 3, 6))
+    flat = ir.make("matmul", [ir.make("reshape", [x], (6, 6)), ir.weight("w", (6, 4))], (0,))
+    g = graph_of(ir.make("reshape", [flat], (3, 2, 4)))
+    eg, (report,) = apply(g, "matmul_flatten")
+    assert report.matches == 0

@@ -1,5 +1,5 @@
-"""The flattened spelling of a program on N-D activations: reshapes moved past the operators that act per element
-or along the last axis, so that reshape chains meet and cancel (``reshape_cancel``).
+"""The flattened spelling of a program on N-D activations, and the N-D spelling of a product: reshapes moved past
+the operators that act per element or along the last axis, so that reshape chains meet and cancel (``reshape_cancel``).
 
 The importer writes a dense layer on a ``[B, S, H]`` activation as ``reshape(matmul(reshape(x, [B S, H]), W),
 [B, S, N])`` plus a ``[1, 1, N]`` bias; onnxruntime runs that (MatMul + Add on 3-D) as Reshape + Gemm + Reshape,
@@ -20,6 +20,10 @@ like every operator under the ort-cpu cost) decides.
   - ``layernorm``, ``rmsnorm`` over the last axis, and ``addnorm`` (the other operand reshaped to
     x's shape), where the reshape keeps the last dimension;
   - ``slice`` along the last axis where the reshape keeps the last dimension.
+* ``matmul_flatten``: reshape(matmul(reshape(x, [m, k]), W), [..., n]) <-> matmul(x, W) for an x of rank 3-4 and
+  a 2-D W (the leading dimensions kept): the importer's spelling of an N-D MatMul by a weight and ONNX's own,
+  which onnxruntime runs as one MatMul (with a bias: Reshape + Gemm + Reshape), beside each other, so that each
+  is priced as written.
 """
 
 from __future__ import annotations
@@ -137,8 +141,44 @@ def _instance(rng):
     return [ir.make("slice", [a], (axis, start, end))]
 
 
+def _matmul_bodies() -> tuple[tuple[str, str], ...]:
+    bodies = []
+    for rank in (3, 4):
+        lead = ["p", "q", "s"][:rank - 1]
+        rows = lead[0]
+        for d in lead[1:]:
+            rows = f"(* {rows} {d})"
+        x_shape, out = f"(S{rank} {' '.join(lead)} k)", f"(S{rank} {' '.join(lead)} n)"
+        shapes = f"(= {x_shape} (shape x)) (= (S2 k n) (shape w))"
+        bodies.append((f"(= r (Reshape {out} mm)) (= mm (Matmul act f w)) (= f (Reshape (S2 m k) x)) {shapes}",
+                       "(Pend r (Matmul act x w))"))
+        bodies.append((f"(= r (Matmul act x w)) {shapes}",
+                       f"(Pend r (Reshape {out} (Matmul act (Reshape (S2 {rows} k) x) w)))"))
+    return tuple(bodies)
+
+
+def _matmul_instance(rng):
+    """An N-D matmul by a weight (x of rank 3-4) beside the importer's spelling of another: reshape, 2-D matmul,
+    reshape back to x's leading dimensions, or (a near miss) to other ones of the same size; an activation
+    sometimes fused."""
+    rank = dim(rng, 3, 4)
+    x = ir.input_("x", tuple(dim(rng, 1, 4) for _ in range(rank)))
+    k, lead = x.shape[-1], x.shape[:-1]
+    act = (int(rng.integers(0, 4)),) if rng.random() < 0.3 else (0,)
+    nd = ir.make("matmul", [x, ir.weight("w", (k, dim(rng)))], act)
+    rows = 1
+    for d in lead:
+        rows *= d
+    n = dim(rng)
+    flat = ir.make("matmul", [ir.make("reshape", [x], (rows, k)), ir.weight("w2", (k, n))], act)
+    back = lead if rng.random() < 0.7 else factorize(rng, rows, rank - 1)
+    return [nd, ir.make("reshape", [flat], (*back, n))]
+
+
 rules = [
     Rule("reshape_sink", "single", "ours",
          "op(reshape(x, s), ..) -> reshape(op(x, ..), s): element-wise, bias, last-axis norms, slices",
          _bodies(), example=lambda rng: retry(rng, _instance)),
+    Rule("matmul_flatten", "single", "ours", "reshape(matmul(reshape(x, [m, k]), W), [.., n]) <-> matmul(x, W), x N-D",
+         _matmul_bodies(), example=lambda rng: retry(rng, _matmul_instance)),
 ]
