@@ -223,8 +223,9 @@ def epilogue_producer(key: OpKey) -> tuple[OpKey, int] | None:
 
 def ir_spelling(key: OpKey) -> OpKey:
     """The key the IR holds for a producer that the exporter writes as ``key``: a matmul of an N-D operand by a
-    2-D weight is ``reshape -> 2-D matmul -> reshape`` in the IR (the exporter writes it back as one N-D MatMul),
-    so its epilogue's marginal cost is counted from the 2-D matmul's.
+    2-D weight is ``reshape -> 2-D matmul -> reshape`` in the importer's IR (the exporter writes it back as one N-D
+    MatMul), so its epilogue's marginal cost is counted from the 2-D matmul's. (``matmul_flatten`` also puts the
+    N-D matmul itself in the e-graph; onnxruntime runs it as the 2-D one's kernel, at about its cost.)
 
     >>> ir_spelling(OpKey("matmul", (0,), ((1, 16, 32), (32, 8)), (1, 16, 8))).in_shapes
     ((16, 32), (32, 8))
