@@ -53,6 +53,11 @@ What could not be modelled, because an e-node's cost is a function of its key al
   Split of all parts (:mod:`eqsat.onnx.forms`), and a bias added to each part after a merged matmul is
   charged as an epilogue although the Split sits between (the exporter moves it before the Split, where
   onnxruntime fuses it).
+* a reshape the exporter's forms absorb: the importer's ``reshape -> 2-D matmul -> reshape`` is written as one
+  N-D MatMul, yet its two reshapes are charged (``matmul_flatten`` puts the N-D matmul, priced as written, beside
+  it). And a fused epilogue still costs at least ``MIN_US``, though it dispatches nothing: a 2-D dense layer's
+  bias is charged 0.5 us where onnxruntime's Gemm adds about nothing, so on a small model (a [1, 16, 32]
+  activation) two dense layers do not pay for the two reshapes that flatten them (a whole ViT does).
 * fusions across more than two nodes (attention, LayerNorm, GELU), whether a chain really starts or ends at an
   operator (the reorders at a program's input and output are charged to nobody), and what running in context
   changes (weights a program streams from memory while an operator timed alone keeps them cached; memory
@@ -223,8 +228,9 @@ def epilogue_producer(key: OpKey) -> tuple[OpKey, int] | None:
 
 def ir_spelling(key: OpKey) -> OpKey:
     """The key the IR holds for a producer that the exporter writes as ``key``: a matmul of an N-D operand by a
-    2-D weight is ``reshape -> 2-D matmul -> reshape`` in the IR (the exporter writes it back as one N-D MatMul),
-    so its epilogue's marginal cost is counted from the 2-D matmul's.
+    2-D weight is ``reshape -> 2-D matmul -> reshape`` in the importer's IR (the exporter writes it back as one N-D
+    MatMul), so its epilogue's marginal cost is counted from the 2-D matmul's. (``matmul_flatten`` also puts the
+    N-D matmul itself in the e-graph; onnxruntime runs it as the 2-D one's kernel, at about its cost.)
 
     >>> ir_spelling(OpKey("matmul", (0,), ((1, 16, 32), (32, 8)), (1, 16, 8))).in_shapes
     ((16, 32), (32, 8))
@@ -234,6 +240,19 @@ def ir_spelling(key: OpKey) -> OpKey:
         return key
     rows = int(np.prod(a[:-1]))
     return OpKey("matmul", key.attrs, ((rows, a[-1]), b), (rows, b[-1]), key.dtype)
+
+
+def reshape_dispatch(key: OpKey) -> OpKey:
+    """The key timed and cached for ``key``: for a reshape, one reshape of a one-element float32 tensor, whatever
+    the shapes and element type. Inside a program onnxruntime's Reshape aliases its input, so it costs its
+    dispatch whatever its size (timed alone, a graph input to a graph output, it would copy the tensor); and one
+    key for all keeps the e-graph's price of a reshape equal to the decoded program's where the e-graph does not
+    know a shape (rank 5) or an element type (the snapshot's keys are float32; a mask's reshapes are bool).
+
+    >>> reshape_dispatch(OpKey("reshape", (1, 16, 32), ((16, 32),), (1, 16, 32)))
+    OpKey(op='reshape', attrs=(1,), in_shapes=((1,),), out_shape=(1,), dtype='float32')
+    """
+    return OpKey("reshape", (1,), ((1,),), (1,)) if key.op == "reshape" else key
 
 
 def _conv_producer(out: tuple[int, ...]) -> OpKey:
@@ -350,8 +369,11 @@ class OrtCost(CachedTimings):
     ``threads`` must be the end-to-end run's intra-op thread count (``--measure-threads``).
     """
 
-    free_ops = TorchCost.free_ops
-    """layout-only operators are free, except the ones onnxruntime runs as copies (slices, transposes)"""
+    free_ops = TorchCost.free_ops - {"reshape"}
+    """layout-only operators are free, except the ones onnxruntime runs as copies (slices, transposes) and
+    ``reshape``: onnxruntime runs each Reshape as a kernel of its own (it aliases its input, but its dispatch
+    costs about as much as a small element-wise operator), so a program pays for its reshapes (timed as
+    :func:`reshape_dispatch`)"""
 
     def __init__(self, cache: CostCache | None = None, threads: int = 1, repeats: int = 10, warmup: int = 2):
         if threads < 1:
@@ -371,6 +393,11 @@ class OrtCost(CachedTimings):
         self.outliers = 0
         """operators whose timing stayed an outlier (used in this run, not cached)"""
         self.contention = Contention(self.cache, self.device_name, self.backend, self._probe_readers)
+
+    def op_cost(self, key: OpKey) -> float:
+        """Cached as :class:`~eqsat.cost.measure.CachedTimings` does, every reshape under one key
+        (:func:`reshape_dispatch`)."""
+        return super().op_cost(reshape_dispatch(key))
 
     def timing(self, key: OpKey) -> Timing:
         """Time one operator now, bypassing the cache: on its own (NCHWc reorders accounted for as in a chain),

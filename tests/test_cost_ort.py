@@ -353,3 +353,21 @@ def test_small_operators_are_timed_as_copies_only_while_their_activations_stay_i
     asked.clear()
     cost.in_program_us(lambda copies: asked.append(copies) or op_model(pool, None, copies), 20.0)
     assert asked == [1]  # its copies would not stay in cache as its producer's output does: timed alone
+
+
+def test_a_reshape_costs_one_dispatch_whatever_its_shapes_and_element_type(tmp_path, quiet):
+    """Not free (onnxruntime runs each Reshape as a kernel), timed once: a big float32 reshape, a mask's bool one and
+    a rank-5 one the e-graph knows no shape of cost the same, so that the e-graph's price of a program and its
+    decoded program's agree; the price is a dispatch's, below a dense layer's and at least ``MIN_US``."""
+    from eqsat.cost.base import is_free
+    from eqsat.cost.ort import MIN_US
+
+    cost = OrtCost(CostCache(str(tmp_path / "costs.sqlite")), repeats=3)
+    assert not is_free("reshape", cost) and is_free("weight", cost)
+    keys = [OpKey("reshape", (128, 768), ((1, 128, 768),), (128, 768)),
+            OpKey("reshape", (16, 1), ((1, 16),), (16, 1), "bool"),
+            OpKey("reshape", (16,), ((),), ())]
+    prices = {cost.op_cost(k) for k in keys}
+    assert len(prices) == 1 and cost.measured == 1
+    dense = OpKey("linear", (), ((128, 768), (768, 768), (768,)), (128, 768))
+    assert MIN_US <= prices.pop() < cost.op_cost(dense)

@@ -3,10 +3,14 @@
 Batched operands have equal rank and equal leading dimensions (``[b, m, k] x [b, k, n]``, ``[b, h, m, k] x
 [b, h, k, n]``: no broadcasting over them). Rank 4 is attention's ``[batch, heads, ...]`` product, which the rule
 ``attention_split`` (``rules/ours/attention.py``) writes as its parts; the importer spells an N-D MatMul as a 2-D
-or 3-D one between reshapes.
+or 3-D one between reshapes. A 3-D or 4-D first operand by a 2-D second one (``[..., m, k] x [k, n]``, ONNX
+MatMul by a weight, which onnxruntime runs as one kernel) is the N-D spelling that the rule ``matmul_flatten``
+(``rules/ours/flatten.py``) puts beside the importer's.
 
 >>> MATMUL.shape((0,), [(2, 3, 4, 5), (2, 3, 5, 6)])
 (2, 3, 4, 6)
+>>> MATMUL.shape((0,), [(1, 16, 32), (32, 8)])
+(1, 16, 8)
 """
 
 from __future__ import annotations
@@ -30,8 +34,12 @@ RANKS = (2, 3, 4)
 
 def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     a, b = shapes
+    if len(a) in RANKS and len(b) == 2:  # [..., m, k] x [k, n]: ONNX MatMul by a weight, leading dimensions kept
+        if a[-1] != b[0]:
+            raise fail("matmul", f"inner dimensions differ: {a} x {b}")
+        return tuple(a[:-1]) + (b[-1],)
     if len(a) != len(b) or len(a) not in RANKS:
-        raise fail("matmul", f"operands must both be 2-D, 3-D or 4-D, got {a} and {b}")
+        raise fail("matmul", f"operands must both be 2-D, 3-D or 4-D (or the second 2-D), got {a} and {b}")
     if a[-1] != b[-2]:
         raise fail("matmul", f"inner dimensions differ: {a} x {b}")
     if a[:-2] != b[:-2]:
@@ -47,6 +55,10 @@ def _rules() -> list[str]:
         out.append(rule(f"shape_Matmul{r}", ["(= e (Matmul act x y))", f"(= {shape_of(lead + ['m', 'k'])} (shape x))",
                                              f"(= {shape_of(lead + ['k', 'n'])} (shape y))"],
                         [f"(set (shape e) {shape_of(lead + ['m', 'n'])})"]))
+        if r > 2:  # an N-D x by a 2-D y
+            out.append(rule(f"shape_MatmulN{r}", ["(= e (Matmul act x y))", f"(= {shape_of(lead + ['m', 'k'])} (shape x))",
+                                                  "(= (S2 k n) (shape y))"],
+                            [f"(set (shape e) {shape_of(lead + ['m', 'n'])})"]))
     return out
 
 
@@ -74,7 +86,7 @@ def _sym(attrs: tuple, dims: list[list[str]]) -> list[str]:
     return dims[0][:-1] + [dims[1][-1]]
 
 
-MATMUL = OpDef("matmul", "2-D or batched 3-D/4-D matmul, fused activation", "(act,)", _shape,
+MATMUL = OpDef("matmul", "2-D or batched 3-D/4-D matmul (or N-D by 2-D), fused activation", "(act,)", _shape,
                (Ctor("Matmul", "itt"),), _rules, _numpy, _onnx, _torch, _flops, taso=_taso, sym_shape=_sym)
 
 
