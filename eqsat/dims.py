@@ -1,0 +1,164 @@
+"""Symbolic dimensions of the IR: a size that is a symbol of the model's interface, or computed from symbols.
+
+A dynamic-axes model is imported at a representative size of each symbol (:mod:`eqsat.onnx.interface`). A
+:class:`Dim` is such a size that knows it is symbolic: an ``int`` (the representative value: every shape
+function, cost model and extractor reads it unchanged) that also carries its **fingerprint**, the value the
+same dimension takes when every symbol is at its own fixed large value (:func:`symbol_value`: 64 times a
+distinct prime, so that two different monomials or sums of them differ there). A plain ``int`` is a constant:
+its fingerprint is itself.
+
+Shapes are inferred twice (:func:`infer`): at the representative sizes (the shape) and at the fingerprints
+(whether the operator is valid for every value of the symbols, and which output dimensions are symbolic). The
+e-graph's ``sym`` analysis is the twin of the second (:mod:`eqsat.egglog.schema`): a rewrite commits only where
+its right-hand side has the same shape at both, so a rewrite valid only at the representative sizes (a reshape
+target, a slice bound or a size comparison read off a symbolic dimension) does not fire.
+
+The symbolic form (a monomial, :class:`eqsat.onnx.symbolic.Mono`) is read back from a fingerprint by
+:attr:`Dim.mono`.
+
+>>> b = Dim.symbol("batch", 2)
+>>> b, int(b), b.fp == symbol_value("batch"), b.mono.key()
+(2, 2, True, 'batch')
+>>> y = infer("reshape", (Dim(2 * 12, fp_of(b) * 12),), [(b, 3, 4)])
+>>> y, [d.mono.key() for d in y if isinstance(d, Dim)]
+((24,), ['12*batch'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from .errors import ShapeError
+from .ops import infer_shape
+
+if TYPE_CHECKING:
+    from .onnx.symbolic import Mono
+
+SCALE = 64
+"""a symbol's fingerprint is SCALE times a prime: divisible by the small powers of two that reshapes divide by"""
+FIRST_PRIME = 211
+
+
+class Dim(int):
+    """A symbolic dimension: its representative size (the ``int``) and its fingerprint (:attr:`fp`)."""
+
+    fp: int
+
+    def __new__(cls, value: int, fp: int) -> Dim:
+        out = super().__new__(cls, value)
+        out.fp = int(fp)
+        return out
+
+    @classmethod
+    def symbol(cls, name: str, value: int) -> Dim:
+        """The symbol ``name`` at its representative ``value``."""
+        _REPRESENTATIVE[name] = int(value)
+        return cls(value, symbol_value(name))
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Dim, (int(self), self.fp))
+
+    @property
+    def mono(self) -> Mono | None:
+        """The monomial of the symbols this dimension is (its fingerprint factored over the symbols' primes, the
+        result checked at the representative sizes); None where it is no monomial (a sum, a floor division)."""
+        from .onnx.symbolic import Mono
+
+        rest, powers = Fraction(self.fp), []
+        for name, p in _PRIMES.items():
+            k = 0
+            while rest.numerator % p == 0 and rest != 0:
+                rest, k = rest / p, k + 1
+            while rest.denominator % p == 0:
+                rest, k = rest * p, k - 1
+            if k:
+                powers.append((name, k))
+                rest /= Fraction(SCALE) ** k
+        mono = Mono(rest, tuple(sorted(powers)))
+        if not powers or any(s not in _REPRESENTATIVE for s, _ in powers):
+            return None
+        return mono if mono.value(_REPRESENTATIVE) == int(self) else None
+
+
+_PRIMES: dict[str, int] = {}
+"""symbol -> its prime, in order of first use (distinct symbols get distinct primes)"""
+_REPRESENTATIVE: dict[str, int] = {}
+"""symbol -> its representative size at its latest import (to check the monomials read off fingerprints)"""
+
+
+def _next_prime(after: int) -> int:
+    n = after + 1
+    while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
+        n += 1
+    return n
+
+
+def symbol_value(name: str) -> int:
+    """The fingerprint of the symbol ``name``: SCALE times a prime no other symbol has."""
+    if name not in _PRIMES:
+        _PRIMES[name] = _next_prime(max(_PRIMES.values(), default=FIRST_PRIME - 1))
+    return SCALE * _PRIMES[name]
+
+
+def fp_of(d: int) -> int:
+    """A dimension's fingerprint (a constant's is itself)."""
+    return d.fp if isinstance(d, Dim) else int(d)
+
+
+def fingerprint(shape: Iterable[int]) -> tuple[int, ...]:
+    return tuple(fp_of(d) for d in shape)
+
+
+def is_symbolic(shape: Iterable[int]) -> bool:
+    return any(isinstance(d, Dim) for d in shape)
+
+
+def combine(values: Sequence[int], fps: Sequence[int]) -> tuple[int, ...]:
+    """A shape from its sizes at the representative values and at the fingerprints: a :class:`Dim` where they
+    differ, the plain size where they agree (a constant)."""
+    return tuple(int(v) if int(v) == int(f) else Dim(int(v), int(f)) for v, f in zip(values, fps))
+
+
+def _attr_fp(a: object) -> object:
+    return a.fp if isinstance(a, Dim) else a
+
+
+def _at_fingerprints(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+    try:
+        return infer_shape(op, attrs, [fingerprint(s) for s in shapes])
+    except ShapeError:
+        return None
+
+
+def sym_shape(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+    """The Python twin of the e-graph's ``sym`` analysis: the output shape of ``op`` at its operands' fingerprints,
+    its attributes as the e-graph's terms hold them (numbers: a reshape target at the representative sizes); None
+    where the operator is not valid there. A term whose attribute is symbolic (an imported reshape to ``batch*seq``)
+    has its ``sym`` set by the encoder (from :func:`infer`), never derived: a rewrite that builds a reshape of a
+    symbolic value never commits."""
+    return _at_fingerprints(op, tuple(int(a) if isinstance(a, int) else a for a in attrs), shapes)
+
+
+def infer(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The output shape of ``op``: its shape function at the representative sizes and, where an operand or an
+    attribute is symbolic, at the fingerprints of both, the two combined (:func:`combine`). Where the operator
+    is not valid at the fingerprints (a reshape target or a bound that holds only at the representative sizes),
+    the output is the representative shape, with no symbol (the importer writes reshape targets symbolically)."""
+    shape = infer_shape(op, attrs, shapes)
+    if not (any(is_symbolic(s) for s in shapes) or any(isinstance(a, Dim) for a in attrs)):
+        return shape
+    fps = _at_fingerprints(op, tuple(_attr_fp(a) for a in attrs), shapes)
+    if fps is None or len(fps) != len(shape):
+        return tuple(int(d) for d in shape)
+    return combine(shape, fps)
+
+
+__all__ = ["FIRST_PRIME", "SCALE", "Dim", "combine", "fingerprint", "fp_of", "infer", "is_symbolic", "sym_shape",
+           "symbol_value"]
