@@ -126,6 +126,20 @@ def combine(values: Sequence[int], fps: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) if int(v) == int(f) else Dim(int(v), int(f)) for v, f in zip(values, fps))
 
 
+def symbol_sizes() -> dict[str, int]:
+    """Each symbol's representative size (at its latest import)."""
+    return dict(_REPRESENTATIVE)
+
+
+def from_mono(m: Mono) -> int:
+    """The dimension a monomial of the symbols is, at their representative sizes (a plain size for a constant)."""
+    value = m.value(_REPRESENTATIVE)
+    fp = m.value({s: symbol_value(s) for s, _ in m.powers})
+    if value.denominator != 1 or fp.denominator != 1:
+        raise ValueError(f"{m.key()} is no whole size at the representative sizes and the fingerprints")
+    return combine((int(value),), (int(fp),))[0]
+
+
 def _attr_fp(a: object) -> object:
     return a.fp if isinstance(a, Dim) else a
 
@@ -160,5 +174,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, 
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "SCALE", "Dim", "combine", "fingerprint", "fp_of", "infer", "is_symbolic", "sym_shape",
-           "symbol_value"]
+__all__ = ["FIRST_PRIME", "SCALE", "Dim", "combine", "fingerprint", "fp_of", "from_mono", "infer", "is_symbolic", "sym_shape",
+           "symbol_sizes", "symbol_value"]
