@@ -151,28 +151,58 @@ def _at_fingerprints(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> 
         return None
 
 
+def reshape_sym(target: Sequence[int], shape: Sequence[int]) -> tuple[int, ...] | None:
+    """The fingerprints of a reshape to the numbers ``target`` of a value of ``shape`` (the twin of
+    :mod:`eqsat.egglog.reshape_sym`'s rules on shapes): its leading dimensions kept and the rest constant, or its
+    leading dimensions flattened into one and the rest kept and constant; None otherwise."""
+    t, a, s = [int(d) for d in target], [int(d) for d in shape], list(fingerprint(shape))
+    if _volume(t) != _volume(a):
+        return None
+    for lead in range(min(len(a), len(t)) + 1):
+        if t[:lead] == a[:lead] and s[lead:] == a[lead:]:
+            return tuple(s[:lead] + t[lead:])
+    q = len(t)
+    if len(a) > q and t[1:] == a[len(a) - q + 1:] == s[len(a) - q + 1:]:
+        return (_volume(s[:len(a) - q + 1]), *t[1:])
+    return None
+
+
+def _volume(dims: Sequence[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
 def sym_shape(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
     """The Python twin of the e-graph's ``sym`` analysis: the output shape of ``op`` at its operands' fingerprints,
     its attributes as the e-graph's terms hold them (numbers: a reshape target at the representative sizes); None
     where the operator is not valid there. A term whose attribute is symbolic (an imported reshape to ``batch*seq``)
     has its ``sym`` set by the encoder (from :func:`infer`), never derived: a rewrite that builds a reshape of a
     symbolic value never commits."""
-    return _at_fingerprints(op, tuple(int(a) if isinstance(a, int) else a for a in attrs), shapes)
+    numbers = tuple(int(a) if isinstance(a, int) else a for a in attrs)
+    if op == "reshape":
+        at = _at_fingerprints(op, numbers, shapes)
+        return at if at is not None else reshape_sym(numbers, shapes[0])
+    return _at_fingerprints(op, numbers, shapes)
 
 
 def infer(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
     """The output shape of ``op``: its shape function at the representative sizes and, where an operand or an
     attribute is symbolic, at the fingerprints of both, the two combined (:func:`combine`). Where the operator
     is not valid at the fingerprints (a reshape target or a bound that holds only at the representative sizes),
-    the output is the representative shape, with no symbol (the importer writes reshape targets symbolically)."""
+    the output is the representative shape, with no symbol (the importer writes reshape targets symbolically; a
+    target of numbers is read as :func:`reshape_sym` reads it)."""
     shape = infer_shape(op, attrs, shapes)
     if not (any(is_symbolic(s) for s in shapes) or any(isinstance(a, Dim) for a in attrs)):
         return shape
     fps = _at_fingerprints(op, tuple(_attr_fp(a) for a in attrs), shapes)
+    if fps is None and op == "reshape":  # a target of numbers: its symbols read off the operand's where they can be
+        fps = reshape_sym(attrs, shapes[0])
     if fps is None or len(fps) != len(shape):
         return tuple(int(d) for d in shape)
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "SCALE", "Dim", "combine", "fingerprint", "fp_of", "from_mono", "infer", "is_symbolic", "sym_shape",
+__all__ = ["FIRST_PRIME", "SCALE", "Dim", "combine", "fingerprint", "fp_of", "from_mono", "infer", "is_symbolic", "reshape_sym", "sym_shape",
            "symbol_sizes", "symbol_value"]

@@ -115,13 +115,16 @@ def test_python_and_egglog_symbolic_shapes_agree(op):
         assert symbolic >= 1, f"no draw of {op} had a symbolic output"
 
 
-def test_a_reshape_to_a_constant_target_has_no_symbolic_shape():
-    """The case the e-graph refuses rewrites for: a reshape whose target holds only at the representative size."""
+def test_reshape_targets_of_numbers_read_symbolically_where_they_can_be():
+    """A reshape's target of numbers (an e-graph's term holds it so) is symbolic where its leading dimensions are
+    kept or flattened and the rest is constant; one that moves a symbolic axis's boundary has no symbolic shape."""
     b = Dim.symbol("b", 2)
     x = (b, 3, 4)
-    assert sym_shape("reshape", (6, 4), [x]) is None
-    assert infer("reshape", (6, 4), [x]) == (6, 4) and not any(isinstance(d, Dim) for d in infer("reshape", (6, 4), [x]))
-    merged = Dim(6, b.fp * 3)
-    out = infer("reshape", (merged, 4), [x])
-    assert out[0].mono.key() == "3*b" and out[1] == 4
-    assert sym_shape("reshape", (merged, 4), [x]) is None  # the e-graph's term holds the target as (6, 4)
+    keys = lambda shape: [d.mono.key() if isinstance(d, Dim) else d for d in shape]  # noqa: E731
+    assert keys(infer("reshape", (6, 4), [x])) == ["3*b", 4]  # flattened
+    assert keys(infer("reshape", (2, 12), [x])) == ["b", 12]  # kept, the rest merged
+    assert keys(infer("reshape", (2, 3, 2, 2), [x])) == ["b", 3, 2, 2]  # kept, the rest split
+    assert sym_shape("reshape", (3, 8), [x]) is None  # the boundary moves: 3 rows of 8 only at b = 2
+    assert infer("reshape", (3, 8), [x]) == (3, 8) and not any(isinstance(d, Dim) for d in infer("reshape", (3, 8), [x]))
+    merged = Dim(24, b.fp * 12)  # a target the importer wrote symbolically: the IR's own meaning
+    assert keys(infer("reshape", (merged,), [x])) == ["12*b"]

@@ -36,6 +36,7 @@ from .. import ops
 from ..ops.egglog_text import MAX_RANK, shape_term
 from ..ops.egglog_text import rule as _rule
 from ..ops.egglog_text import shape_ctor as _shape_ctor
+from .reshape_sym import reshape_sym_rules
 
 __all__ = ["CONSTRUCTORS", "MAX_RANK", "analysis_rules", "constructors", "program", "shape_term", "sym_rule"]
 
@@ -78,7 +79,7 @@ def _analysis(symbolic: bool = False) -> tuple[tuple[frozenset[str], str], ...]:
     order, then the AllW rules, then (``symbolic``) the shape rules' ``sym`` twins. A rule can match only once
     every constructor it names has rows."""
     shape_rules = ops.shape_rules()
-    twins = [sym_rule(r) for r in shape_rules] if symbolic else []
+    twins = [sym_rule(r) for r in shape_rules] + reshape_sym_rules() if symbolic else []
     return tuple((frozenset(constructors(r)), r) for r in shape_rules + _allw_rules() + twins)
 
 
