@@ -16,22 +16,21 @@ from eqsat.errors import ShapeError
 from eqsat.onnx.symbolic import Mono
 
 
-def _symbolize(rng: np.random.Generator, attrs: tuple, shapes: list[tuple[int, ...]], tag: str
-               ) -> tuple[list[tuple], dict]:
+def _symbolize(rng: np.random.Generator, attrs: tuple, shapes: list[tuple[int, ...]]) -> tuple[list[tuple], dict]:
     """The operands with some of their sizes symbolic: every occurrence of a chosen size becomes the same symbol
     (or twice a symbol, for an even size), so that sizes equal in the draw stay equal for every value (a size
     that is also an attribute, which may be related to it, stays constant). Returns the shapes and each symbolic
-    size's monomial."""
+    size's monomial. A size ``v`` is the symbol ``sV`` at ``v`` or twice the symbol ``hV`` at ``v / 2``: a few
+    symbols for the whole test, each always at the same representative size."""
     forms: dict[int, Mono] = {}
     for v in sorted({int(d) for s in shapes for d in s} - {int(a) for a in attrs if isinstance(a, int)}):
         if rng.random() < 0.5:
-            name = f"{tag}{v}"
             if v % 2 == 0 and rng.random() < 0.3:
-                Dim.symbol(name, v // 2)
-                forms[v] = Mono.const(2) * Mono.symbol(name)
+                Dim.symbol(f"h{v}", v // 2)
+                forms[v] = Mono.const(2) * Mono.symbol(f"h{v}")
             else:
-                Dim.symbol(name, v)
-                forms[v] = Mono.symbol(name)
+                Dim.symbol(f"s{v}", v)
+                forms[v] = Mono.symbol(f"s{v}")
     point = {s: symbol_value(s) for m in forms.values() for s, _ in m.powers}
     out = [tuple(Dim(d, int(forms[d].value(point))) if d in forms else d for d in s) for s in shapes]
     return out, forms
@@ -68,9 +67,9 @@ def test_python_and_egglog_symbolic_shapes_agree(op):
     operator is not valid for every value of the symbols, such as a reshape to a constant target)."""
     rng = np.random.default_rng(sum(map(ord, op)) + 7)
     draws = []
-    for k in range(24):
+    for _ in range(24):
         attrs, shapes = SAMPLERS[op](rng)
-        shapes, forms = _symbolize(rng, attrs, list(shapes), f"{op}{k}_")
+        shapes, forms = _symbolize(rng, attrs, list(shapes))
         if op == "reshape" and rng.random() < 0.7:
             attrs = _symbolic_reshape(rng, shapes)
         draws.append((attrs, shapes, forms))

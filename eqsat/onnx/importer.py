@@ -31,7 +31,7 @@ from . import origins
 from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
 from .interface import symbol_values
-from .io import check_bfloat16
+from .io import check_bfloat16, is_large
 from .live import live_shapes
 from .patterns import Match, find_composites
 from .prepare import QUANTIZATION, check_loads, check_value_sizes, prepare, removable_pass_through
@@ -338,7 +338,7 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     prepared = prepare(model, input_shapes or {})
     importer = _Importer(prepared, input_shapes or {}, generic)
     graph = importer.run()
-    if importer.unfitted:  # symbolic shapes that follow the data: read off runs, then imported again with them
+    if importer.unfitted and not is_large(prepared):  # shapes that follow the data: read off runs, imported again
         fitted = fitted_fingerprints(prepared, importer.unfitted, symbol_values(prepared, input_shapes or {}))
         if fitted:
             graph = _Importer(prepared, input_shapes or {}, generic, fitted).run()
