@@ -182,8 +182,7 @@ def sym_shape(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[i
     symbolic value never commits."""
     numbers = tuple(int(a) if isinstance(a, int) else a for a in attrs)
     if op == "reshape":
-        at = _at_fingerprints(op, numbers, shapes)
-        return at if at is not None else reshape_sym(numbers, shapes[0])
+        return reshape_sym(numbers, shapes[0])
     return _at_fingerprints(op, numbers, shapes)
 
 

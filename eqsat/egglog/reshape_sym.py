@@ -1,8 +1,8 @@
 """The ``sym`` analysis of ``Reshape`` (:mod:`eqsat.dims`): which symbols a reshape's target dimensions are.
 
 The e-graph's terms hold a reshape's target as numbers (the representative sizes), so the shape rule's ``sym``
-twin (the product of the target equal to the operand's) holds only for an operand of constant sizes. These rules
-read the target's symbols off the operand's instead, for the reshapes programs and rewrites make:
+twin (the product of the target equal to the operand's) would hold only for an operand of constant sizes. These
+rules, in its place, read the target's symbols off the operand's, for the reshapes programs and rewrites make:
 
 * ``keep``: the leading dimensions kept (the target's first ``L`` sizes are the operand's), the rest constant on
   both sides (splitting or merging the heads of ``[batch, seq, 768]``, reshaping a weight);

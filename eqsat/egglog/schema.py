@@ -8,7 +8,7 @@
   unions it only once its shape exists and equals the left-hand side's, so no ill-shaped term is ever
   part of an e-class reachable from the program.
 * ``sym``: the symbolic twin of ``shape`` for a program with symbolic dimensions (:mod:`eqsat.dims`): the same
-  rules over each dimension's fingerprint. In such an e-graph (``symbolic``) ``commit`` also wants the right-hand
+  rules over each dimension's fingerprint (``Reshape``'s: :mod:`eqsat.egglog.reshape_sym`). In such an e-graph (``symbolic``) ``commit`` also wants the right-hand
   side's ``sym`` equal to the left-hand side's, so a rewrite valid only at the representative sizes never commits.
   A static program declares neither.
 * ``AllW``: the all-weights flag (computable from weights alone, so precomputable before inference).
@@ -79,7 +79,7 @@ def _analysis(symbolic: bool = False) -> tuple[tuple[frozenset[str], str], ...]:
     order, then the AllW rules, then (``symbolic``) the shape rules' ``sym`` twins. A rule can match only once
     every constructor it names has rows."""
     shape_rules = ops.shape_rules()
-    twins = [sym_rule(r) for r in shape_rules] + reshape_sym_rules() if symbolic else []
+    twins = [sym_rule(r) for r in shape_rules if "(Reshape " not in r] + reshape_sym_rules() if symbolic else []
     return tuple((frozenset(constructors(r)), r) for r in shape_rules + _allw_rules() + twins)
 
 
