@@ -4,7 +4,8 @@ A dynamic-axes model is imported at a representative size of each symbol (:mod:`
 :class:`Dim` is such a size that knows it is symbolic: an ``int`` (the representative value: every shape
 function, cost model and extractor reads it unchanged) that also carries its **fingerprint**, the value the
 same dimension takes when every symbol is at its own fixed large value (:func:`symbol_value`: 64 times a
-distinct prime, so that two different monomials or sums of them differ there). A plain ``int`` is a constant:
+distinct prime, so that two different monomials or sums of them differ there, and a monomial's fingerprint names
+its symbols and their representative sizes). A plain ``int`` is a constant:
 its fingerprint is itself.
 
 Shapes are inferred twice (:func:`infer`): at the representative sizes (the shape) and at the fingerprints
@@ -17,7 +18,7 @@ The symbolic form (a monomial, :class:`eqsat.onnx.symbolic.Mono`) is read back f
 :attr:`Dim.mono`.
 
 >>> b = Dim.symbol("batch", 2)
->>> b, int(b), b.fp == symbol_value("batch"), b.mono.key()
+>>> b, int(b), b.fp == symbol_value("batch", 2), b.mono.key()
 (2, 2, True, 'batch')
 >>> y = infer("reshape", (Dim(2 * 12, fp_of(b) * 12),), [(b, 3, 4)])
 >>> y, [d.mono.key() for d in y if isinstance(d, Dim)]
@@ -26,12 +27,12 @@ The symbolic form (a monomial, :class:`eqsat.onnx.symbolic.Mono`) is read back f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from .errors import ShapeError
-from .ops import infer_shape
+from .ops import Shape, infer_shape
 
 if TYPE_CHECKING:
     from .onnx.symbolic import Mono
@@ -54,8 +55,7 @@ class Dim(int):
     @classmethod
     def symbol(cls, name: str, value: int) -> Dim:
         """The symbol ``name`` at its representative ``value``."""
-        _REPRESENTATIVE[name] = int(value)
-        return cls(value, symbol_value(name))
+        return cls(value, symbol_value(name, value))
 
     def __repr__(self) -> str:
         return int.__repr__(self)
@@ -66,31 +66,31 @@ class Dim(int):
         return (Dim, (int(self), self.fp))
 
     @property
+    def sizes(self) -> dict[str, int] | None:
+        """The representative size of each symbol of its fingerprint (None where it is no monomial of them)."""
+        found = _factor(self.fp)
+        return None if found is None else {name: size for (name, size), _k in found[1]}
+
+    @property
     def mono(self) -> Mono | None:
         """The monomial of the symbols this dimension is (its fingerprint factored over the symbols' primes, the
-        result checked at the representative sizes); None where it is no monomial (a sum, a floor division)."""
+        result checked at the symbols' representative sizes); None where it is no monomial (a sum, a floor
+        division)."""
         from .onnx.symbolic import Mono
 
-        rest, powers = Fraction(self.fp), []
-        for name, p in _PRIMES.items():
-            k = 0
-            while rest.numerator % p == 0 and rest != 0:
-                rest, k = rest / p, k + 1
-            while rest.denominator % p == 0:
-                rest, k = rest * p, k - 1
-            if k:
-                powers.append((name, k))
-                rest /= Fraction(SCALE) ** k
-        mono = Mono(rest, tuple(sorted(powers)))
-        if not powers or any(s not in _REPRESENTATIVE for s, _ in powers):
+        found = _factor(self.fp)
+        if found is None:
             return None
-        return mono if mono.value(_REPRESENTATIVE) == int(self) else None
+        coef, powers = found
+        mono = Mono(coef, tuple(sorted((name, k) for (name, _size), k in powers)))
+        sizes = {name: size for (name, size), _k in powers}
+        return mono if mono.value(sizes) == int(self) else None
 
 
-_PRIMES: dict[str, int] = {}
-"""symbol -> its prime, in order of first use (distinct symbols get distinct primes)"""
-_REPRESENTATIVE: dict[str, int] = {}
-"""symbol -> its representative size at its latest import (to check the monomials read off fingerprints)"""
+_PRIMES: dict[tuple[str, int], int] = {}
+"""(symbol, its representative size) -> its prime, in order of first use: distinct symbols, and one symbol at two
+representative sizes (two imports), get distinct primes, so that a fingerprint names its symbols' sizes"""
+_SYMBOL_OF: dict[int, tuple[str, int]] = {}
 
 
 def _next_prime(after: int) -> int:
@@ -100,11 +100,34 @@ def _next_prime(after: int) -> int:
     return n
 
 
-def symbol_value(name: str) -> int:
-    """The fingerprint of the symbol ``name``: SCALE times a prime no other symbol has."""
-    if name not in _PRIMES:
-        _PRIMES[name] = _next_prime(max(_PRIMES.values(), default=FIRST_PRIME - 1))
-    return SCALE * _PRIMES[name]
+def symbol_value(name: str, size: int) -> int:
+    """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own."""
+    key = (name, int(size))
+    if key not in _PRIMES:
+        p = _next_prime(max(_PRIMES.values(), default=FIRST_PRIME - 1))
+        _PRIMES[key], _SYMBOL_OF[p] = p, key
+    return SCALE * _PRIMES[key]
+
+
+def _factor(fp: int) -> tuple[Fraction, list[tuple[tuple[str, int], int]]] | None:
+    """``fp`` as a coefficient times powers of the symbols' fingerprints; None where it has none, or names one
+    symbol at two sizes."""
+    rest, powers = Fraction(fp), []
+    if rest == 0:
+        return None
+    for p, key in _SYMBOL_OF.items():
+        k = 0
+        while rest.numerator % p == 0:
+            rest, k = rest / p, k + 1
+        while rest.denominator % p == 0:
+            rest, k = rest * p, k - 1
+        if k:
+            powers.append((key, k))
+            rest /= Fraction(SCALE) ** k
+    names = [name for (name, _size), _k in powers]
+    if not powers or len(set(names)) != len(names):
+        return None
+    return rest, powers
 
 
 def fp_of(d: int) -> int:
@@ -126,15 +149,11 @@ def combine(values: Sequence[int], fps: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) if int(v) == int(f) else Dim(int(v), int(f)) for v, f in zip(values, fps))
 
 
-def symbol_sizes() -> dict[str, int]:
-    """Each symbol's representative size (at its latest import)."""
-    return dict(_REPRESENTATIVE)
-
-
-def from_mono(m: Mono) -> int:
-    """The dimension a monomial of the symbols is, at their representative sizes (a plain size for a constant)."""
-    value = m.value(_REPRESENTATIVE)
-    fp = m.value({s: symbol_value(s) for s, _ in m.powers})
+def from_mono(m: Mono, sizes: Mapping[str, int]) -> int:
+    """The dimension a monomial of the symbols is, the symbols at their representative ``sizes`` (a plain size for
+    a constant)."""
+    value = m.value(sizes)
+    fp = m.value({s: symbol_value(s, sizes[s]) for s, _ in m.powers})
     if value.denominator != 1 or fp.denominator != 1:
         raise ValueError(f"{m.key()} is no whole size at the representative sizes and the fingerprints")
     return combine((int(value),), (int(fp),))[0]
@@ -144,7 +163,7 @@ def _attr_fp(a: object) -> object:
     return a.fp if isinstance(a, Dim) else a
 
 
-def _at_fingerprints(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+def _at_fingerprints(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
     try:
         return infer_shape(op, attrs, [fingerprint(s) for s in shapes])
     except ShapeError:
@@ -174,7 +193,7 @@ def _volume(dims: Sequence[int]) -> int:
     return out
 
 
-def sym_shape(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
+def sym_shape(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
     """The Python twin of the e-graph's ``sym`` analysis: the output shape of ``op`` at its operands' fingerprints,
     its attributes as the e-graph's terms hold them (numbers: a reshape target at the representative sizes); None
     where the operator is not valid there. A term whose attribute is symbolic (an imported reshape to ``batch*seq``)
@@ -186,7 +205,7 @@ def sym_shape(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[i
     return _at_fingerprints(op, numbers, shapes)
 
 
-def infer(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     """The output shape of ``op``: its shape function at the representative sizes and, where an operand or an
     attribute is symbolic, at the fingerprints of both, the two combined (:func:`combine`). Where the operator
     is not valid at the fingerprints (a reshape target or a bound that holds only at the representative sizes),
@@ -204,4 +223,4 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Sequence[int]]) -> tuple[int, 
 
 
 __all__ = ["FIRST_PRIME", "SCALE", "Dim", "combine", "fingerprint", "fp_of", "from_mono", "infer", "is_symbolic", "reshape_sym", "sym_shape",
-           "symbol_sizes", "symbol_value"]
+           "symbol_value"]

@@ -31,7 +31,7 @@ def _symbolize(rng: np.random.Generator, attrs: tuple, shapes: list[tuple[int, .
             else:
                 Dim.symbol(f"s{v}", v)
                 forms[v] = Mono.symbol(f"s{v}")
-    point = {s: symbol_value(s) for m in forms.values() for s, _ in m.powers}
+    point = {s: symbol_value(s, int(s[1:]) // (2 if s[0] == "h" else 1)) for m in forms.values() for s, _ in m.powers}
     out = [tuple(Dim(d, int(forms[d].value(point))) if d in forms else d for d in s) for s in shapes]
     return out, forms
 

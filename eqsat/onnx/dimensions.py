@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from ..dims import Dim, combine, fingerprint, fp_of, from_mono, is_symbolic, symbol_sizes
+from ..dims import Dim, combine, fingerprint, fp_of, from_mono, is_symbolic
 from ..ir import Node
 from .fitting import fit_runs, run_values
 from .folding import ModelRuns
@@ -41,16 +41,18 @@ def symbolic_target(shape: Sequence[int], target: Sequence[int]) -> tuple[int, .
     """A reshape target (numbers, at the representative sizes) of a value of symbolic ``shape``, its dimensions
     symbolic where the input's symbols go; the numbers unchanged where that cannot be read."""
     monos: list[Mono] = []
+    sizes: dict[str, int] = {}
     for d in shape:
         m = d.mono if isinstance(d, Dim) else Mono.const(int(d))
         if m is None:
             return tuple(target)
         monos.append(m)
-    out = reshape_target(monos, [int(t) for t in target], symbol_sizes())
+        sizes.update((d.sizes or {}) if isinstance(d, Dim) else {})
+    out = reshape_target(monos, [int(t) for t in target], sizes)
     if out is None or len(out) != len(target):
         return tuple(target)
     try:
-        dims = tuple(from_mono(m) for m in out)
+        dims = tuple(from_mono(m, sizes) for m in out)
     except (KeyError, ValueError):  # a symbol never imported, or a quotient that is no whole size
         return tuple(target)
     return dims if [int(d) for d in dims] == [int(t) for t in target] else tuple(target)
@@ -95,7 +97,7 @@ def fitted_fingerprints(model: onnx.ModelProto, names: list[str], values: Mappin
     for name, monos in zip(names, fitted):
         if all(m is not None for m in monos):
             try:
-                out[name] = tuple(fp_of(from_mono(m)) for m in monos if m is not None)
+                out[name] = tuple(fp_of(from_mono(m, values)) for m in monos if m is not None)
             except (KeyError, ValueError):
                 continue
     return out
