@@ -139,6 +139,15 @@ def fingerprint(shape: Iterable[int]) -> tuple[int, ...]:
     return tuple(fp_of(d) for d in shape)
 
 
+FP_LIMIT = 2 ** 40
+"""the largest fingerprint the e-graph's ``sym`` analysis takes: its rules multiply up to four dimensions in i64"""
+
+
+def fingerprint_fits(shape: Iterable[int]) -> bool:
+    """Whether every dimension's fingerprint is at most :data:`FP_LIMIT`."""
+    return all(abs(fp_of(d)) <= FP_LIMIT for d in shape)
+
+
 def is_symbolic(shape: Iterable[int]) -> bool:
     return any(isinstance(d, Dim) for d in shape)
 
@@ -222,5 +231,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "SCALE", "Dim", "combine", "fingerprint", "fp_of", "from_mono", "infer", "is_symbolic", "reshape_sym", "sym_shape",
+__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "fingerprint_fits", "combine", "fingerprint", "fp_of", "from_mono", "infer", "is_symbolic", "reshape_sym", "sym_shape",
            "symbol_value"]

@@ -127,3 +127,14 @@ def test_reshape_targets_of_numbers_read_symbolically_where_they_can_be():
     assert infer("reshape", (3, 8), [x]) == (3, 8) and not any(isinstance(d, Dim) for d in infer("reshape", (3, 8), [x]))
     merged = Dim(24, b.fp * 12)  # a target the importer wrote symbolically: the IR's own meaning
     assert keys(infer("reshape", (merged,), [x])) == ["12*b"]
+
+
+def test_a_program_whose_fingerprints_are_too_large_is_searched_at_its_sizes():
+    """egglog's shape rules compute in i64: a fingerprint over FP_LIMIT leaves the e-graph static."""
+    from eqsat import ir
+    from eqsat.dims import FP_LIMIT
+
+    small = ir.input_("x", (Dim.symbol("b", 2), 3))
+    huge = ir.input_("x", (Dim(2, FP_LIMIT * 2), 3))
+    assert EGraph.from_graph(ir.Graph((small,), (ir.make("relu", [small]),), ("y",))).symbolic
+    assert not EGraph.from_graph(ir.Graph((huge,), (ir.make("relu", [huge]),), ("y",))).symbolic

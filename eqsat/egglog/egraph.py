@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import egglog.bindings as eb
 
-from ..dims import is_symbolic
+from ..dims import fingerprint_fits, is_symbolic
 from ..errors import EgglogError, EGraphError, EqsatError
 from ..ir import Graph, Node, topo_order
 from ..snapshot import Snapshot
@@ -40,9 +40,12 @@ __all__ = ["EGraph", "Size", "egglog_guard", "has_symbols"]
 
 
 def has_symbols(outputs: Sequence[Node]) -> bool:
-    """Whether the program rooted at ``outputs`` has a symbolic dimension (its inputs' are enough: every other
-    one is computed from them)."""
-    return any(is_symbolic(n.shape) for n in topo_order(outputs) if n.op == "input")
+    """Whether the program rooted at ``outputs`` is encoded symbolically: it has a symbolic dimension (its inputs'
+    are enough: every other one is computed from them) and every fingerprint is small enough for the shape rules'
+    i64 arithmetic (:data:`eqsat.dims.FP_LIMIT`; else it is searched at its representative sizes alone)."""
+    nodes = topo_order(outputs)
+    return any(is_symbolic(n.shape) for n in nodes if n.op == "input") and all(
+        fingerprint_fits(n.shape) for n in nodes)
 
 
 def _is_egglog_failure(exc: BaseException) -> bool:
