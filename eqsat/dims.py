@@ -11,8 +11,9 @@ its fingerprint is itself.
 Shapes are inferred twice (:func:`infer`): at the representative sizes (the shape) and at the fingerprints
 (whether the operator is valid for every value of the symbols, and which output dimensions are symbolic). The
 e-graph's ``sym`` analysis is the twin of the second (:mod:`eqsat.egglog.schema`): a rewrite commits only where
-its right-hand side has the same shape at both, so a rewrite valid only at the representative sizes (a reshape
-target, a slice bound or a size comparison read off a symbolic dimension) does not fire.
+its right-hand side has its left-hand side's ``shape`` and ``sym`` both, so a rewrite valid only at the
+representative sizes (a reshape target, a slice bound or a size comparison read off a symbolic dimension) does
+not fire.
 
 The symbolic form (a monomial, :class:`eqsat.onnx.symbolic.Mono`) is read back from a fingerprint by
 :attr:`Dim.mono`.
@@ -205,9 +206,9 @@ def _volume(dims: Sequence[int]) -> int:
 def sym_shape(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
     """The Python twin of the e-graph's ``sym`` analysis: the output shape of ``op`` at its operands' fingerprints,
     its attributes as the e-graph's terms hold them (numbers: a reshape target at the representative sizes); None
-    where the operator is not valid there. A term whose attribute is symbolic (an imported reshape to ``batch*seq``)
-    has its ``sym`` set by the encoder (from :func:`infer`), never derived: a rewrite that builds a reshape of a
-    symbolic value never commits."""
+    where the operator is not valid there. A reshape's target of numbers is read by :func:`reshape_sym` (the
+    e-graph's :mod:`eqsat.egglog.reshape_sym` rules); the ``sym`` of a term of the encoded program is set by the
+    encoder (from :func:`infer`, which reads the IR's symbolic attributes), never derived."""
     numbers = tuple(int(a) if isinstance(a, int) else a for a in attrs)
     if op == "reshape":
         return reshape_sym(numbers, shapes[0])
@@ -231,5 +232,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "fingerprint_fits", "combine", "fingerprint", "fp_of", "from_mono", "infer", "is_symbolic", "reshape_sym", "sym_shape",
-           "symbol_value"]
+__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "combine", "fingerprint", "fingerprint_fits", "fp_of",
+           "from_mono", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]
