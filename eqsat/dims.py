@@ -215,6 +215,23 @@ def sym_shape(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]
     return _at_fingerprints(op, numbers, shapes)
 
 
+def _fingerprints(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
+    """The output shape at the fingerprints of the operands and the attributes (a reshape's target of numbers
+    read by :func:`reshape_sym`); None where the operator is not valid there."""
+    fps = _at_fingerprints(op, tuple(_attr_fp(a) for a in attrs), shapes)
+    if fps is None and op == "reshape":  # a target of numbers: its symbols read off the operand's where they can be
+        fps = reshape_sym(attrs, shapes[0])
+    return fps
+
+
+def holds(op: str, attrs: tuple, shapes: Sequence[Shape]) -> bool:
+    """Whether ``op`` on these operands is valid for every value of the symbols (at the fingerprints), not only at
+    the representative sizes (an ``addnorm`` that adds a position table of batch 1 to a batch of 1)."""
+    if not (any(is_symbolic(s) for s in shapes) or any(isinstance(a, Dim) for a in attrs)):
+        return True
+    return _fingerprints(op, attrs, shapes) is not None
+
+
 def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     """The output shape of ``op``: its shape function at the representative sizes and, where an operand or an
     attribute is symbolic, at the fingerprints of both, the two combined (:func:`combine`). Where the operator
@@ -224,13 +241,11 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     shape = infer_shape(op, attrs, shapes)
     if not (any(is_symbolic(s) for s in shapes) or any(isinstance(a, Dim) for a in attrs)):
         return shape
-    fps = _at_fingerprints(op, tuple(_attr_fp(a) for a in attrs), shapes)
-    if fps is None and op == "reshape":  # a target of numbers: its symbols read off the operand's where they can be
-        fps = reshape_sym(attrs, shapes[0])
+    fps = _fingerprints(op, attrs, shapes)
     if fps is None or len(fps) != len(shape):
         return tuple(int(d) for d in shape)
     return combine(shape, fps)
 
 
 __all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "combine", "fingerprint", "fingerprint_fits", "fp_of",
-           "from_mono", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]
+           "from_mono", "holds", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]

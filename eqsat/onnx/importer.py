@@ -22,7 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import ir, ops
-from ..dims import is_symbolic
+from ..dims import holds, is_symbolic
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
 from ..ops.mapping import ImportContext, floats, onnx_attrs
@@ -105,9 +105,14 @@ class _Importer:
 
     # -- what the operator table's mappers build through (eqsat.ops.mapping.ImportContext) --------
     def make(self, op: str, inputs: Sequence[Node], attrs: tuple = ()) -> Node:
+        """An IR node; in a generic import, one valid for every value of the symbols (else ShapeError: the ONNX
+        nodes are imported one by one, or carried opaque)."""
         if op == "reshape" and is_symbolic(inputs[0].shape):
             attrs = symbolic_target(inputs[0].shape, attrs)
-        return ir.make(op, inputs, attrs)
+        node = ir.make(op, inputs, attrs)
+        if self.generic and not holds(op, tuple(attrs), [i.shape for i in inputs]):
+            raise ShapeError(f"{op}{tuple(attrs)} on {[i.shape for i in inputs]} holds at the representative sizes only")
+        return node
 
     def data(self, node: Node) -> np.ndarray:
         return self.weights[leaf_name(node)]
@@ -123,7 +128,7 @@ class _Importer:
             return node
         if node.op == "weight" and node.name is not None:
             return self.weight(self.weights[node.name].reshape(shape), node.name)
-        return ir.make("reshape", [node], tuple(shape))
+        return self.make("reshape", [node], tuple(shape))
 
     # -- main ----------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -285,7 +290,7 @@ class _Importer:
                 attrs = None  # cos and sin, now folded, are not rotary caches: the nodes one by one
             if floats(ins) is not None and attrs is not None:
                 try:
-                    mapped = ir.make(match.op, ins, attrs)
+                    mapped = self.make(match.op, ins, attrs)
                 except ShapeError:
                     mapped = None
         if mapped is None and match.op == "addnorm":  # operands of two shapes: the Add, then the norm alone
