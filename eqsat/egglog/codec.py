@@ -119,7 +119,7 @@ class Encoding:
             self.leaves[key] = n
             return term(n.op, (key,), refs)
         if n.op == "opaque":
-            key_ = (n.attrs, n.shape, n.dtype)
+            key_ = (n.attrs, n.shape, fingerprint(n.shape), n.dtype)  # symbolic dimensions told apart
             if key_ not in self.opaque_ids:
                 self.opaque_ids[key_] = len(self.opaque)
                 self.opaque.append(n)
