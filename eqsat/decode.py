@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import ir
+from .dims import is_symbolic
 from .errors import EqsatError
 from .ir import Graph, Node
 from .onnx import origins
+from .onnx.dimensions import symbolic_target
 from .snapshot import Snapshot
 
 
@@ -36,6 +38,8 @@ def build_program(snap: Snapshot, choice: Mapping[int, int], template: Graph) ->
             elif e.op == "opaque":
                 proto = snap.opaque[e.attrs[0]]
                 node = Node("opaque", tuple(args), proto.attrs, proto.shape, proto.dtype)
+            elif e.op == "reshape" and is_symbolic(args[0].shape):  # the e-graph holds its target as numbers
+                node = ir.make(e.op, args, symbolic_target(args[0].shape, e.attrs))
             else:
                 node = ir.make(e.op, args, e.attrs)
             want = snap.shapes[cls]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import shapes as _shapes
+from . import dims as _dims
 from .shapes import Shape
 
 if TYPE_CHECKING:
@@ -41,9 +41,10 @@ class Node:
 
 
 def make(op: str, inputs: Iterable[Node], attrs: tuple = (), dtype: str | None = None) -> Node:
-    """Build a node, inferring its shape (raises :class:`~eqsat.errors.ShapeError`)."""
+    """Build a node, inferring its shape (raises :class:`~eqsat.errors.ShapeError`); its symbolic dimensions where
+    an operand's or an attribute's are (:func:`eqsat.dims.infer`)."""
     ins = tuple(inputs)
-    shape = _shapes.infer(op, tuple(attrs), [i.shape for i in ins])
+    shape = _dims.infer(op, tuple(attrs), [i.shape for i in ins])
     return Node(op, ins, tuple(attrs), shape, dtype or (ins[0].dtype if ins else "float32"))
 
 
@@ -54,8 +55,13 @@ def leaf_name(n: Node) -> str:
     return n.name
 
 
+def _dims_of(shape: Iterable[int]) -> Shape:
+    """A shape as plain sizes, its symbolic dimensions (:class:`eqsat.dims.Dim`) kept."""
+    return tuple(d if isinstance(d, _dims.Dim) else int(d) for d in shape)
+
+
 def input_(name: str, shape: Iterable[int], dtype: str = "float32") -> Node:
-    return Node("input", (), (), tuple(int(d) for d in shape), dtype, name)
+    return Node("input", (), (), _dims_of(shape), dtype, name)
 
 
 def weight(name: str, shape: Iterable[int], dtype: str = "float32") -> Node:
@@ -74,7 +80,7 @@ def opaque(op_type: str, inputs: Iterable[Node], shape: Iterable[int], dtype: st
     ins, implicit = tuple(inputs), tuple(implicit)
     slots = tuple(range(len(ins) - len(implicit))) if slots is None else tuple(int(k) for k in slots)
     return Node("opaque", ins, (op_type, domain, attr_bytes, out_index, n_outputs, slots, implicit),
-                tuple(int(d) for d in shape), dtype)
+                _dims_of(shape), dtype)
 
 
 def topo_order(outputs: Iterable[Node], enter: Callable[[Node], bool] | None = None) -> list[Node]:

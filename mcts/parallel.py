@@ -15,7 +15,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from eqsat.egglog.egraph import EGraph
+from eqsat.egglog.egraph import EGraph, has_symbols
 from eqsat.errors import EGraphError, InputError
 from eqsat.rules import rule_set
 
@@ -51,7 +51,7 @@ def _replica(payload: tuple) -> Tree:
     kind, outputs, names, cost_model, config, tree, size = payload
     known = {r.name: r for r in rule_set(config.rule_set, config.portable)}
     rules = [known[n] for n in names]  # Forest._payload checked the names
-    egraph = EGraph()
+    egraph = EGraph(symbolic=has_symbols(outputs))
     egraph.add_program(outputs)
     if egraph.size().enodes != size:
         raise EGraphError(f"a rebuilt e-graph has {egraph.size().enodes} e-nodes, the original {size}")

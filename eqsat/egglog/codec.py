@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import ops
+from ..dims import fingerprint
 from ..ir import Node, topo_order
 from ..ops.egglog_text import attr_text, shape_term
 from ..snapshot import ENode, Snapshot, new_enode
@@ -37,7 +38,7 @@ from . import schema
 if TYPE_CHECKING:
     import egglog.bindings as eb
 
-__all__ = ["Encoding", "decode", "tensor_list", "tensor_terms", "term"]
+__all__ = ["Encoding", "decode", "handle_shapes", "tensor_list", "tensor_terms", "term"]
 
 
 def tensor_list(items: Sequence[str]) -> str:
@@ -107,6 +108,8 @@ class Encoding:
     """id of every encoded IR node -> its first handle (:meth:`eqsat.snapshot.Snapshot.class_of` reads it)"""
     encoded: list[Node] = field(default_factory=list)
     """the encoded IR nodes, kept alive so that no id in :attr:`handles` is reused"""
+    symbolic: bool = False
+    """whether each node's ``sym`` (its shape's fingerprint, :mod:`eqsat.dims`) is set too"""
 
     def term(self, n: Node, handles: dict[int, str]) -> str:
         """The constructor term of ``n``, its operands referred to by their handles."""
@@ -116,7 +119,7 @@ class Encoding:
             self.leaves[key] = n
             return term(n.op, (key,), refs)
         if n.op == "opaque":
-            key_ = (n.attrs, n.shape, n.dtype)
+            key_ = (n.attrs, n.shape, fingerprint(n.shape), n.dtype)  # symbolic dimensions told apart
             if key_ not in self.opaque_ids:
                 self.opaque_ids[key_] = len(self.opaque)
                 self.opaque.append(n)
@@ -137,6 +140,8 @@ class Encoding:
                 self.encoded.append(n)
             commands.append(f'(set (node "{h}") {self.term(n, handles)})')
             commands.append(f'(set (shape (node "{h}")) {shape_term(n.shape)})')
+            if self.symbolic:
+                commands.append(f'(set (sym (node "{h}")) {shape_term(fingerprint(n.shape))})')
             if n.op == "weight":
                 commands.append(f'(AllW (node "{h}"))')
         return commands, [handles[id(o)] for o in outputs]
@@ -145,6 +150,28 @@ class Encoding:
 _DECODE = {ctor: (op, kinds, len(kinds) - len(kinds.lstrip("i")) if not kinds.lstrip("i").strip("t") else None)
            for ctor, (op, kinds) in schema.CONSTRUCTORS.items()}
 """constructor -> (op, argument kinds, how many leading i64 attributes when the rest are all tensors, else None)"""
+
+
+def _shape_values(eg: eb.EGraph, fns: dict) -> dict:
+    """egglog Shape value -> its dimensions."""
+    i64 = eg.value_to_i64
+    shape_of: dict = {}
+    for r in range(schema.MAX_RANK + 1):
+        for row in fns[f"S{r}"].rows:
+            shape_of[row.output] = tuple(map(i64, row.inputs))
+    for row in fns["SN"].rows:
+        shape_of[row.output] = tuple(int(x) for x in eg.value_to_string(row.inputs[0]).split("_"))
+    return shape_of
+
+
+def handle_shapes(eg: eb.EGraph, function: str = "shape") -> dict[str, tuple[int, ...]]:
+    """Each named handle's shape in the analysis ``function`` (``shape``, or ``sym`` in a symbolic e-graph), where
+    it has one."""
+    fns = eg.freeze().functions
+    shape_of = _shape_values(eg, fns)
+    of_class = {row.inputs[0]: shape_of[row.output] for row in fns[function].rows}
+    return {eg.value_to_string(row.inputs[0]): of_class[row.output] for row in fns["node"].rows
+            if row.output in of_class}
 
 
 def decode(eg: eb.EGraph, encoding: Encoding, output_handles: Sequence[str]) -> Snapshot:
@@ -158,12 +185,7 @@ def decode(eg: eb.EGraph, encoding: Encoding, output_handles: Sequence[str]) -> 
     grown SqueezeNet and NASNet-A e-graphs (``tests/test_analysis_rules.py`` checks they agree)."""
     fns = eg.freeze().functions
     i64 = eg.value_to_i64
-    shape_of: dict = {}
-    for r in range(schema.MAX_RANK + 1):
-        for row in fns[f"S{r}"].rows:
-            shape_of[row.output] = tuple(map(i64, row.inputs))
-    for row in fns["SN"].rows:
-        shape_of[row.output] = tuple(int(x) for x in eg.value_to_string(row.inputs[0]).split("_"))
+    shape_of = _shape_values(eg, fns)
     cons = {row.output: row.inputs for row in fns["TCons"].rows}
 
     def flatten(v) -> list:

@@ -29,13 +29,23 @@ from dataclasses import dataclass
 
 import egglog.bindings as eb
 
+from ..dims import fingerprint_fits, is_symbolic
 from ..errors import EgglogError, EGraphError, EqsatError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, topo_order
 from ..snapshot import Snapshot
 from . import codec, schema
 from .codec import Encoding
 
-__all__ = ["EGraph", "Size", "egglog_guard"]
+__all__ = ["EGraph", "Size", "egglog_guard", "has_symbols"]
+
+
+def has_symbols(outputs: Sequence[Node]) -> bool:
+    """Whether the program rooted at ``outputs`` is encoded symbolically: it has a symbolic dimension (its inputs'
+    are enough: every other one is computed from them) and every fingerprint is small enough for the shape rules'
+    i64 arithmetic (:data:`eqsat.dims.FP_LIMIT`; else it is searched at its representative sizes alone)."""
+    nodes = topo_order(outputs)
+    return any(is_symbolic(n.shape) for n in nodes if n.op == "input") and all(
+        fingerprint_fits(n.shape) for n in nodes)
 
 
 def _is_egglog_failure(exc: BaseException) -> bool:
@@ -75,14 +85,17 @@ class Size:
 class EGraph:
     """An egglog e-graph holding one program and the rules registered on it."""
 
-    def __init__(self) -> None:
+    def __init__(self, symbolic: bool = False) -> None:
+        """``symbolic``: the programs it holds have symbolic dimensions (:mod:`eqsat.dims`): the ``sym`` analysis
+        is kept beside ``shape`` and a rewrite commits only where both agree."""
         with egglog_guard("creating an e-graph"):
             self._eg = eb.EGraph()
             self._push = [eb.Push(1)]
-        for form in schema.program():
+        self.symbolic = symbolic
+        for form in schema.program(symbolic):
             self.run_commands(self.parse(form))
         self._analysed: set[str] = set()
-        self.encoding = Encoding()
+        self.encoding = Encoding(symbolic=symbolic)
         self.output_handles: list[str] = []
         self.depth = 0
         self._ctor_names = set(schema.CONSTRUCTORS)
@@ -95,8 +108,9 @@ class EGraph:
 
     @classmethod
     def from_graph(cls, graph: Graph) -> EGraph:
-        """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`)."""
-        eg = cls()
+        """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`), symbolic where the
+        program has a symbolic dimension."""
+        eg = cls(symbolic=has_symbols(graph.outputs))
         eg.add_program(graph.outputs)
         return eg
 
@@ -145,7 +159,7 @@ class EGraph:
         if self.depth:
             raise EGraphError(f"the analysis rules of {', '.join(sorted(missing))} must be registered outside any "
                               "push (a pop would drop them): add the program or rules that use them first")
-        for form in schema.analysis_rules(self._analysed, missing):
+        for form in schema.analysis_rules(self._analysed, missing, self.symbolic):
             self.run_commands(self.parse(form))
         self._analysed |= missing
 
@@ -173,6 +187,11 @@ class EGraph:
             out = self.run_commands(self._size_cmd)[0]
             self._size = Size(sum(n for name, n in out.sizes if name in self._ctor_names))
         return self._size
+
+    def handle_shapes(self, function: str = "shape") -> dict[str, tuple[int, ...]]:
+        """Each named handle's shape in the analysis ``function`` (``sym``: the fingerprints of a symbolic one)."""
+        with egglog_guard(f"reading the {function} analysis"):
+            return codec.handle_shapes(self._eg, function)
 
     # -- export ------------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

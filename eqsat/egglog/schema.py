@@ -7,6 +7,10 @@
   ill-formed: rewrites only *propose* a right-hand side (``Pend lhs rhs``) and the ``commit`` ruleset
   unions it only once its shape exists and equals the left-hand side's, so no ill-shaped term is ever
   part of an e-class reachable from the program.
+* ``sym``: the symbolic twin of ``shape`` for a program with symbolic dimensions (:mod:`eqsat.dims`): the same
+  rules over each dimension's fingerprint (``Reshape``'s: :mod:`eqsat.egglog.reshape_sym`). In such an e-graph (``symbolic``) ``commit`` also wants the right-hand
+  side's ``sym`` equal to the left-hand side's, so a rewrite valid only at the representative sizes never commits.
+  A static program declares neither.
 * ``AllW``: the all-weights flag (computable from weights alone, so precomputable before inference).
 * ``node``: one table of named handles (``"n17"``) for the encoder; no ``let`` globals.
 
@@ -32,8 +36,9 @@ from .. import ops
 from ..ops.egglog_text import MAX_RANK, shape_term
 from ..ops.egglog_text import rule as _rule
 from ..ops.egglog_text import shape_ctor as _shape_ctor
+from .reshape_sym import reshape_sym_rules
 
-__all__ = ["CONSTRUCTORS", "MAX_RANK", "analysis_rules", "constructors", "program", "shape_term"]
+__all__ = ["CONSTRUCTORS", "MAX_RANK", "analysis_rules", "constructors", "program", "shape_term", "sym_rule"]
 
 CONSTRUCTORS = ops.CONSTRUCTORS
 """constructor -> (IR op, argument kinds), from the operator table: i = i64 literal, s = String, h = Shape
@@ -59,24 +64,37 @@ def _allw_rules() -> list[str]:
     return rules
 
 
+def sym_rule(shape_rule: str) -> str:
+    """The ``sym`` twin of a shape rule: the same rule over the ``sym`` function.
+
+    >>> sym_rule('(rule ((= e (Relu x)) (= s (shape x))) ((set (shape e) s)) :ruleset analysis :name "shape_Relu")')
+    '(rule ((= e (Relu x)) (= s (sym x))) ((set (sym e) s)) :ruleset analysis :name "sym_Relu")'
+    """
+    return shape_rule.replace("(shape ", "(sym ").replace(':name "shape_', ':name "sym_')
+
+
 @cache
-def _analysis() -> tuple[tuple[frozenset[str], str], ...]:
+def _analysis(symbolic: bool = False) -> tuple[tuple[frozenset[str], str], ...]:
     """Every ``analysis`` rule with the constructors it names, in one fixed order: the shape rules in table
-    order, then the AllW rules. A rule can match only once every constructor it names has rows."""
-    return tuple((frozenset(constructors(r)), r) for r in ops.shape_rules() + _allw_rules())
+    order, then the AllW rules, then (``symbolic``) the shape rules' ``sym`` twins. A rule can match only once
+    every constructor it names has rows."""
+    shape_rules = ops.shape_rules()
+    twins = [sym_rule(r) for r in shape_rules if "(Reshape " not in r] + reshape_sym_rules() if symbolic else []
+    return tuple((frozenset(constructors(r)), r) for r in shape_rules + _allw_rules() + twins)
 
 
-def analysis_rules(have: Set[str], want: Set[str]) -> list[str]:
+def analysis_rules(have: Set[str], want: Set[str], symbolic: bool = False) -> list[str]:
     """The ``analysis`` rules to register when an e-graph whose rules cover the constructors ``have`` is to
     cover ``want`` too: those naming only constructors of ``have | want`` and not only of ``have``, in the
     fixed order of :func:`_analysis` (a rule naming no constructor is part of :func:`program`)."""
     after = set(have) | set(want)
-    return [r for names, r in _analysis() if names <= after and not names <= have]
+    return [r for names, r in _analysis(symbolic) if names <= after and not names <= have]
 
 
-def program() -> list[str]:
+def program(symbolic: bool = False) -> list[str]:
     """The schema as a list of top-level egglog forms (parse them one at a time: parsing is quadratic), without
-    the ``analysis`` rules that name a constructor (:func:`analysis_rules`)."""
+    the ``analysis`` rules that name a constructor (:func:`analysis_rules`); ``symbolic``: with the ``sym``
+    analysis and the commit rule that compares it."""
     shape_ctors = " ".join(f"({_shape_ctor(r)}{' i64' * r})" for r in range(MAX_RANK + 1))
     forms = [
         f"(datatype Shape {shape_ctors} (SN String))",
@@ -89,12 +107,14 @@ def program() -> list[str]:
         forms.append(f"(constructor {ctor} ({' '.join(_SORT[k] for k in kinds)}) T)")
     forms += [
         "(function shape (T) Shape :merge old)",
+        *(["(function sym (T) Shape :merge old)"] if symbolic else []),
         "(function node (String) T :merge old)",
         "(relation AllW (T))",
         "(relation Pend (T T))",
         "(ruleset analysis)",
         "(ruleset commit)",
     ]
-    forms += [r for names, r in _analysis() if not names]
-    forms.append(_rule("commit", ["(Pend a b)", "(= s (shape a))", "(= s (shape b))"], ["(union a b)"], "commit"))
+    forms += [r for names, r in _analysis(symbolic) if not names]
+    same = ["(= s (shape a))", "(= s (shape b))"] + (["(= z (sym a))", "(= z (sym b))"] if symbolic else [])
+    forms.append(_rule("commit", ["(Pend a b)", *same], ["(union a b)"], "commit"))
     return forms

@@ -22,13 +22,16 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import ir, ops
+from ..dims import holds, is_symbolic
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
 from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import halves_repeat
 from . import origins
+from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
-from .io import check_bfloat16
+from .interface import symbol_values
+from .io import check_bfloat16, is_large
 from .live import live_shapes
 from .patterns import Match, find_composites
 from .prepare import QUANTIZATION, check_loads, check_value_sizes, prepare, removable_pass_through
@@ -65,9 +68,13 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
 
 
 class _Importer:
-    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]], generic: bool = False):
+    def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]], generic: bool = False,
+                 fitted: Mapping[str, tuple[int, ...]] | None = None):
         self.model = model
         self.live = live_shapes(model) if generic else set()  # Shape nodes kept: their values meet the data
+        self.generic = generic  # dynamic dimensions are symbolic (eqsat.dims)
+        self.fitted = dict(fitted or {})  # opaque output -> its shape at the fingerprints, read off runs
+        self.unfitted: list[str] = []  # opaque outputs whose symbolic shape is not inferred (generic imports)
         self.g = model.graph
         self.input_shapes = dict(input_shapes)
         self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
@@ -98,7 +105,14 @@ class _Importer:
 
     # -- what the operator table's mappers build through (eqsat.ops.mapping.ImportContext) --------
     def make(self, op: str, inputs: Sequence[Node], attrs: tuple = ()) -> Node:
-        return ir.make(op, inputs, attrs)
+        """An IR node; in a generic import, one valid for every value of the symbols (else ShapeError: the ONNX
+        nodes are imported one by one, or carried opaque)."""
+        if op == "reshape" and is_symbolic(inputs[0].shape):
+            attrs = symbolic_target(inputs[0].shape, attrs)
+        node = ir.make(op, inputs, attrs)
+        if self.generic and not holds(op, tuple(attrs), [i.shape for i in inputs]):
+            raise ShapeError(f"{op}{tuple(attrs)} on {[i.shape for i in inputs]} holds at the representative sizes only")
+        return node
 
     def data(self, node: Node) -> np.ndarray:
         return self.weights[leaf_name(node)]
@@ -114,7 +128,7 @@ class _Importer:
             return node
         if node.op == "weight" and node.name is not None:
             return self.weight(self.weights[node.name].reshape(shape), node.name)
-        return ir.make("reshape", [node], tuple(shape))
+        return self.make("reshape", [node], tuple(shape))
 
     # -- main ----------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -210,7 +224,7 @@ class _Importer:
                         f"input {vi.name!r} has a dynamic shape [{shown}]; fix it with "
                         f"--input-shape {vi.name}=D1,D2,... (e.g. "
                         f"--input-shape {vi.name}={','.join('1' if not (x.HasField('dim_value') and x.dim_value > 0) else str(x.dim_value) for x in tt.shape.dim)})")
-        node = ir.input_(vi.name, dims, dtype_name(tt.elem_type))
+        node = ir.input_(vi.name, input_dims(vi, dims) if self.generic else dims, dtype_name(tt.elem_type))
         self._names.add(vi.name)
         self.values[vi.name] = node
         return node
@@ -276,7 +290,7 @@ class _Importer:
                 attrs = None  # cos and sin, now folded, are not rotary caches: the nodes one by one
             if floats(ins) is not None and attrs is not None:
                 try:
-                    mapped = ir.make(match.op, ins, attrs)
+                    mapped = self.make(match.op, ins, attrs)
                 except ShapeError:
                     mapped = None
         if mapped is None and match.op == "addnorm":  # operands of two shapes: the Add, then the norm alone
@@ -303,13 +317,18 @@ class _Importer:
         names = present + implicit
         ins = [self.value(i) for i in names]
         shapes = self.runs.output_types(node, names, ins)
+        fps = opaque_fingerprints(self.runs, node, names, ins, self.weights)
         attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
         outs = [o for o in node.output]
         for k, name in enumerate(outs):
             if not name:
                 continue
             shape, dtype = shapes[k]
-            self.values[name] = ir.opaque(node.op_type, ins, shape, dtype, domain=node.domain,
+            if fps[k] is None and name in self.fitted:
+                fps[k] = self.fitted[name]
+            elif fps[k] is None and self.generic and self.input_shapes:
+                self.unfitted.append(name)
+            self.values[name] = ir.opaque(node.op_type, ins, opaque_shape(shape, fps[k]), dtype, domain=node.domain,
                                           attr_bytes=attr_bytes, out_index=k, n_outputs=len(outs),
                                           slots=slots, implicit=implicit)
 
@@ -321,6 +340,12 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.live.live_shapes`)."""
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
-    graph = _Importer(prepare(model, input_shapes or {}), input_shapes or {}, generic).run()
+    prepared = prepare(model, input_shapes or {})
+    importer = _Importer(prepared, input_shapes or {}, generic)
+    graph = importer.run()
+    if importer.unfitted and not is_large(prepared):  # shapes that follow the data: read off runs, imported again
+        fitted = fitted_fingerprints(prepared, importer.unfitted, symbol_values(prepared, input_shapes or {}))
+        if fitted:
+            graph = _Importer(prepared, input_shapes or {}, generic, fitted).run()
     check_value_sizes(graph)
     return graph

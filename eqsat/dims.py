@@ -1,0 +1,251 @@
+"""Symbolic dimensions of the IR: a size that is a symbol of the model's interface, or computed from symbols.
+
+A dynamic-axes model is imported at a representative size of each symbol (:mod:`eqsat.onnx.interface`). A
+:class:`Dim` is such a size that knows it is symbolic: an ``int`` (the representative value: every shape
+function, cost model and extractor reads it unchanged) that also carries its **fingerprint**, the value the
+same dimension takes when every symbol is at its own fixed large value (:func:`symbol_value`: 64 times a
+distinct prime, so that two different monomials or sums of them differ there, and a monomial's fingerprint names
+its symbols and their representative sizes). A plain ``int`` is a constant:
+its fingerprint is itself.
+
+Shapes are inferred twice (:func:`infer`): at the representative sizes (the shape) and at the fingerprints
+(whether the operator is valid for every value of the symbols, and which output dimensions are symbolic). The
+e-graph's ``sym`` analysis is the twin of the second (:mod:`eqsat.egglog.schema`): a rewrite commits only where
+its right-hand side has its left-hand side's ``shape`` and ``sym`` both, so a rewrite valid only at the
+representative sizes (a reshape target, a slice bound or a size comparison read off a symbolic dimension) does
+not fire.
+
+The symbolic form (a monomial, :class:`eqsat.onnx.symbolic.Mono`) is read back from a fingerprint by
+:attr:`Dim.mono`.
+
+>>> b = Dim.symbol("batch", 2)
+>>> b, int(b), b.fp == symbol_value("batch", 2), b.mono.key()
+(2, 2, True, 'batch')
+>>> y = infer("reshape", (Dim(2 * 12, fp_of(b) * 12),), [(b, 3, 4)])
+>>> y, [d.mono.key() for d in y if isinstance(d, Dim)]
+((24,), ['12*batch'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from .errors import ShapeError
+from .ops import Shape, infer_shape
+
+if TYPE_CHECKING:
+    from .onnx.symbolic import Mono
+
+SCALE = 64
+"""a symbol's fingerprint is SCALE times a prime: divisible by the small powers of two that reshapes divide by"""
+FIRST_PRIME = 211
+
+
+class Dim(int):
+    """A symbolic dimension: its representative size (the ``int``) and its fingerprint (:attr:`fp`)."""
+
+    fp: int
+
+    def __new__(cls, value: int, fp: int) -> Dim:
+        out = super().__new__(cls, value)
+        out.fp = int(fp)
+        return out
+
+    @classmethod
+    def symbol(cls, name: str, value: int) -> Dim:
+        """The symbol ``name`` at its representative ``value``."""
+        return cls(value, symbol_value(name, value))
+
+    def __repr__(self) -> str:
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Dim, (int(self), self.fp))
+
+    @property
+    def sizes(self) -> dict[str, int] | None:
+        """The representative size of each symbol of its fingerprint (None where it is no monomial of them)."""
+        found = _factor(self.fp)
+        return None if found is None else {name: size for (name, size), _k in found[1]}
+
+    @property
+    def mono(self) -> Mono | None:
+        """The monomial of the symbols this dimension is (its fingerprint factored over the symbols' primes, the
+        result checked at the symbols' representative sizes); None where it is no monomial (a sum, a floor
+        division)."""
+        from .onnx.symbolic import Mono
+
+        found = _factor(self.fp)
+        if found is None:
+            return None
+        coef, powers = found
+        mono = Mono(coef, tuple(sorted((name, k) for (name, _size), k in powers)))
+        sizes = {name: size for (name, size), _k in powers}
+        return mono if mono.value(sizes) == int(self) else None
+
+
+_PRIMES: dict[tuple[str, int], int] = {}
+"""(symbol, its representative size) -> its prime, in order of first use: distinct symbols, and one symbol at two
+representative sizes (two imports), get distinct primes, so that a fingerprint names its symbols' sizes"""
+_SYMBOL_OF: dict[int, tuple[str, int]] = {}
+
+
+def _next_prime(after: int) -> int:
+    n = after + 1
+    while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
+        n += 1
+    return n
+
+
+def symbol_value(name: str, size: int) -> int:
+    """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own."""
+    key = (name, int(size))
+    if key not in _PRIMES:
+        p = _next_prime(max(_PRIMES.values(), default=FIRST_PRIME - 1))
+        _PRIMES[key], _SYMBOL_OF[p] = p, key
+    return SCALE * _PRIMES[key]
+
+
+def _factor(fp: int) -> tuple[Fraction, list[tuple[tuple[str, int], int]]] | None:
+    """``fp`` as a coefficient times powers of the symbols' fingerprints; None where it has none, or names one
+    symbol at two sizes."""
+    rest, powers = Fraction(fp), []
+    if rest == 0:
+        return None
+    for p, key in _SYMBOL_OF.items():
+        k = 0
+        while rest.numerator % p == 0:
+            rest, k = rest / p, k + 1
+        while rest.denominator % p == 0:
+            rest, k = rest * p, k - 1
+        if k:
+            powers.append((key, k))
+            rest /= Fraction(SCALE) ** k
+    names = [name for (name, _size), _k in powers]
+    if not powers or len(set(names)) != len(names):
+        return None
+    return rest, powers
+
+
+def fp_of(d: int) -> int:
+    """A dimension's fingerprint (a constant's is itself)."""
+    return d.fp if isinstance(d, Dim) else int(d)
+
+
+def fingerprint(shape: Iterable[int]) -> tuple[int, ...]:
+    return tuple(fp_of(d) for d in shape)
+
+
+FP_LIMIT = 2 ** 40
+"""the largest fingerprint the e-graph's ``sym`` analysis takes: its rules multiply up to four dimensions in i64"""
+
+
+def fingerprint_fits(shape: Iterable[int]) -> bool:
+    """Whether every dimension's fingerprint is at most :data:`FP_LIMIT`."""
+    return all(abs(fp_of(d)) <= FP_LIMIT for d in shape)
+
+
+def is_symbolic(shape: Iterable[int]) -> bool:
+    return any(isinstance(d, Dim) for d in shape)
+
+
+def combine(values: Sequence[int], fps: Sequence[int]) -> tuple[int, ...]:
+    """A shape from its sizes at the representative values and at the fingerprints: a :class:`Dim` where they
+    differ, the plain size where they agree (a constant)."""
+    return tuple(int(v) if int(v) == int(f) else Dim(int(v), int(f)) for v, f in zip(values, fps))
+
+
+def from_mono(m: Mono, sizes: Mapping[str, int]) -> int:
+    """The dimension a monomial of the symbols is, the symbols at their representative ``sizes`` (a plain size for
+    a constant)."""
+    value = m.value(sizes)
+    fp = m.value({s: symbol_value(s, sizes[s]) for s, _ in m.powers})
+    if value.denominator != 1 or fp.denominator != 1:
+        raise ValueError(f"{m.key()} is no whole size at the representative sizes and the fingerprints")
+    return combine((int(value),), (int(fp),))[0]
+
+
+def _attr_fp(a: object) -> object:
+    return a.fp if isinstance(a, Dim) else a
+
+
+def _at_fingerprints(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
+    try:
+        return infer_shape(op, attrs, [fingerprint(s) for s in shapes])
+    except ShapeError:
+        return None
+
+
+def reshape_sym(target: Sequence[int], shape: Sequence[int]) -> tuple[int, ...] | None:
+    """The fingerprints of a reshape to the numbers ``target`` of a value of ``shape`` (the twin of
+    :mod:`eqsat.egglog.reshape_sym`'s rules on shapes): its leading dimensions kept and the rest constant, or its
+    leading dimensions flattened into one and the rest kept and constant; None otherwise."""
+    t, a, s = [int(d) for d in target], [int(d) for d in shape], list(fingerprint(shape))
+    if _volume(t) != _volume(a):
+        return None
+    for lead in range(min(len(a), len(t)) + 1):
+        if t[:lead] == a[:lead] and s[lead:] == a[lead:]:
+            return tuple(s[:lead] + t[lead:])
+    q = len(t)
+    if len(a) > q and t[1:] == a[len(a) - q + 1:] == s[len(a) - q + 1:]:
+        return (_volume(s[:len(a) - q + 1]), *t[1:])
+    return None
+
+
+def _volume(dims: Sequence[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
+def sym_shape(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
+    """The Python twin of the e-graph's ``sym`` analysis: the output shape of ``op`` at its operands' fingerprints,
+    its attributes as the e-graph's terms hold them (numbers: a reshape target at the representative sizes); None
+    where the operator is not valid there. A reshape's target of numbers is read by :func:`reshape_sym` (the
+    e-graph's :mod:`eqsat.egglog.reshape_sym` rules); the ``sym`` of a term of the encoded program is set by the
+    encoder (from :func:`infer`, which reads the IR's symbolic attributes), never derived."""
+    numbers = tuple(int(a) if isinstance(a, int) else a for a in attrs)
+    if op == "reshape":
+        return reshape_sym(numbers, shapes[0])
+    return _at_fingerprints(op, numbers, shapes)
+
+
+def _fingerprints(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...] | None:
+    """The output shape at the fingerprints of the operands and the attributes (a reshape's target of numbers
+    read by :func:`reshape_sym`); None where the operator is not valid there."""
+    fps = _at_fingerprints(op, tuple(_attr_fp(a) for a in attrs), shapes)
+    if fps is None and op == "reshape":  # a target of numbers: its symbols read off the operand's where they can be
+        fps = reshape_sym(attrs, shapes[0])
+    return fps
+
+
+def holds(op: str, attrs: tuple, shapes: Sequence[Shape]) -> bool:
+    """Whether ``op`` on these operands is valid for every value of the symbols (at the fingerprints), not only at
+    the representative sizes (an ``addnorm`` that adds a position table of batch 1 to a batch of 1)."""
+    if not (any(is_symbolic(s) for s in shapes) or any(isinstance(a, Dim) for a in attrs)):
+        return True
+    return _fingerprints(op, attrs, shapes) is not None
+
+
+def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
+    """The output shape of ``op``: its shape function at the representative sizes and, where an operand or an
+    attribute is symbolic, at the fingerprints of both, the two combined (:func:`combine`). Where the operator
+    is not valid at the fingerprints (a reshape target or a bound that holds only at the representative sizes),
+    the output is the representative shape, with no symbol (the importer writes reshape targets symbolically; a
+    target of numbers is read as :func:`reshape_sym` reads it)."""
+    shape = infer_shape(op, attrs, shapes)
+    if not (any(is_symbolic(s) for s in shapes) or any(isinstance(a, Dim) for a in attrs)):
+        return shape
+    fps = _fingerprints(op, attrs, shapes)
+    if fps is None or len(fps) != len(shape):
+        return tuple(int(d) for d in shape)
+    return combine(shape, fps)
+
+
+__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "combine", "fingerprint", "fingerprint_fits", "fp_of",
+           "from_mono", "holds", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]

@@ -1,0 +1,71 @@
+"""The ``sym`` analysis of ``Reshape`` (:mod:`eqsat.dims`): which symbols a reshape's target dimensions are.
+
+The e-graph's terms hold a reshape's target as numbers (the representative sizes), so the shape rule's ``sym``
+twin (the product of the target equal to the operand's) would hold only for an operand of constant sizes. These
+rules, in its place, read the target's symbols off the operand's, for the reshapes programs and rewrites make:
+
+* ``keep``: the leading dimensions kept (the target's first ``L`` sizes are the operand's), the rest constant on
+  both sides (splitting or merging the heads of ``[batch, seq, 768]``, reshaping a weight);
+* ``flatten``: the leading dimensions merged into one, the others kept and constant (``[batch, seq, 768]`` to
+  ``[batch*seq, 768]``);
+* ``unflatten``: a product of such a flattened operand with a weight, reshaped back to the operand's leading
+  dimensions (``x W`` on ``[batch*seq, 768]`` back to ``[batch, seq, N]``): the leading dimensions are the
+  flattened operand's.
+
+:func:`eqsat.dims.reshape_sym` is the Python twin of the first two (the third reads a term, not only shapes).
+"""
+
+from __future__ import annotations
+
+from ..ops.egglog_text import MAX_RANK, rule, shape_of
+
+__all__ = ["reshape_sym_rules"]
+
+
+def _product(vs: list[str]) -> str:
+    out = vs[0]
+    for v in vs[1:]:
+        out = f"(* {out} {v})"
+    return out
+
+
+def _keep(r: int, q: int, lead: int) -> str:
+    t = [f"t{i}" for i in range(q)]
+    a = t[:lead] + [f"a{i}" for i in range(lead, r)]
+    sym = [f"s{i}" for i in range(lead)] + a[lead:]
+    return rule(f"sym_Reshape{r}_{q}_keep{lead}",
+                [f"(= e (Reshape {shape_of(t)} x))", "(= h (shape e))", f"(= {shape_of(a)} (shape x))",
+                 f"(= {shape_of(sym)} (sym x))"],
+                [f"(set (sym e) {shape_of(sym[:lead] + t[lead:])})"])
+
+
+def _flatten(r: int, q: int) -> str:
+    kept = [f"c{i}" for i in range(1, q)]
+    lead = r - q + 1
+    a, s = [f"a{i}" for i in range(lead)], [f"s{i}" for i in range(lead)]
+    return rule(f"sym_Reshape{r}_{q}_flatten",
+                [f"(= e (Reshape {shape_of(['t0'] + kept)} x))", "(= h (shape e))",
+                 f"(= {shape_of(a + kept)} (shape x))", f"(= {shape_of(s + kept)} (sym x))"],
+                [f"(set (sym e) {shape_of([_product(s)] + kept)})"])
+
+
+def _unflatten(r: int) -> str:
+    t = [f"t{i}" for i in range(r - 1)]
+    s = [f"s{i}" for i in range(r - 1)]
+    return rule(f"sym_Reshape{r}_unflatten",
+                [f"(= e (Reshape {shape_of(t + ['n'])} (Matmul 0 (Reshape (S2 m k) x) w)))", "(= h (shape e))",
+                 f"(= {shape_of(t + ['k'])} (shape x))", f"(= {shape_of(s + ['k'])} (sym x))",
+                 "(= (S2 k n) (shape w))", "(= (S2 k n) (sym w))"],
+                [f"(set (sym e) {shape_of(s + ['n'])})"])
+
+
+def reshape_sym_rules() -> list[str]:
+    """The ``sym`` rules of ``Reshape`` beside its shape rule's twin, in one fixed order."""
+    out = []
+    for r in range(1, MAX_RANK + 1):
+        for q in range(1, MAX_RANK + 1):
+            out += [_keep(r, q, lead) for lead in range(min(r, q) + 1)]
+            if r > q:
+                out.append(_flatten(r, q))
+    out += [_unflatten(r) for r in range(3, MAX_RANK + 1)]
+    return out

@@ -1,0 +1,100 @@
+"""A rewrite valid only at the representative size of a symbol is refused in a symbolic e-graph, and fires for the
+same model imported static (issue 27 point 1), checked in onnxruntime at several sizes.
+
+TASO's ``taso_m05`` rewrites two products of one weight, ``x1 @ w`` and ``x2 @ w``, into the two halves of
+``concat(x1, x2) @ w``: the halves are slices along axis 0 whose bounds are ``x1``'s number of rows. With a
+dynamic batch axis those bounds are the batch's representative size: the slice ``[0:1]`` is ``x1 @ w`` only at a
+batch of 1."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.decode import build_program
+from eqsat.dims import Dim
+from eqsat.egglog.egraph import EGraph
+from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx.generic import make_generic
+from eqsat.rules import registry
+from eqsat.rules.engine import RuleEngine
+
+RULE = "taso_m05"
+BATCHES = (1, 2, 3, 7)
+
+
+def _model() -> onnx.ModelProto:
+    """y1 = x1 @ w, y2 = x2 @ w, a dynamic batch axis on every input and output."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32), "w")
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", 4 if n[0] == "x" else 3])
+          for n in ("x1", "x2", "y1", "y2")]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x1", "w"], ["y1"]), helper.make_node("MatMul", ["x2", "w"], ["y2"])],
+                              "two", io[:2], io[2:], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _apply(static: bool) -> tuple[EGraph, object, object]:
+    model = _model()
+    graph = import_model(model, {"x1": (1, 4), "x2": (1, 4)}, generic=not static)
+    assert any(isinstance(d, Dim) for d in graph.inputs[0].shape) != static
+    eg = EGraph.from_graph(graph)
+    assert eg.symbolic != static
+    step = RuleEngine(eg, [r for r in registry.taso_rules() if r.name == RULE]).apply(RULE)
+    return eg, graph, step
+
+
+def _run(model: onnx.ModelProto, b: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(b)
+    feeds = {n: rng.standard_normal((b, 4)).astype(np.float32) for n in ("x1", "x2")}
+    return session(model).run(None, feeds)
+
+
+def test_a_split_at_the_batch_size_is_refused_for_a_symbolic_batch_and_fires_static():
+    eg, graph, step = _apply(static=True)
+    assert step.matches >= 1 and step.changed
+    snap = eg.snapshot()
+    slices = [[i for i in snap.classes[r] if snap.nodes[i].op == "slice"] for r in snap.roots]
+    assert all(slices), "the static e-graph holds each output as a slice of the concatenated product"
+    # that program, in onnxruntime, is the original's at the static batch of 1 ...
+    choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)} | {r: s[0] for r, s in zip(snap.roots, slices)}
+    rewritten = export_model(build_program(snap, choice, graph))
+    assert {n.op_type for n in rewritten.graph.node} & {"Slice", "Split"}
+    for got, ref in zip(_run(rewritten, 1), _run(_model(), 1)):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    # ... and not at a batch of 2, even written shape-generic: its slice bounds are the batch's size of 1
+    generic = make_generic(rewritten, _model(), {"batch": 1}).model
+    try:
+        outs = _run(generic, 2)
+    except Exception:  # noqa: BLE001 - onnxruntime refusing it is the failure too
+        outs = None
+    assert outs is None or any(o.shape != r.shape or not np.allclose(o, r, atol=1e-5)
+                               for o, r in zip(outs, _run(_model(), 2)))
+
+    eg, graph, step = _apply(static=False)
+    assert step.matches >= 1 and not step.changed, "the rewrite matches but never commits for a symbolic batch"
+    snap = eg.snapshot()
+    assert not any(snap.nodes[i].op == "slice" for r in snap.roots for i in snap.classes[r])
+    choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)}
+    program = export_model(build_program(snap, choice, graph))
+    written = make_generic(program, _model(), {"batch": 1}).model
+    for b in BATCHES:
+        for got, ref in zip(_run(written, b), _run(_model(), b)):
+            assert got.shape == ref.shape == (b, 3)
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_rewrite_that_holds_for_every_batch_still_fires_in_a_symbolic_e_graph():
+    """taso_m04 concatenates the weights (axis 1, constant sizes): valid at every batch, it commits."""
+    eg = EGraph.from_graph(_two_weights())
+    assert eg.symbolic
+    step = RuleEngine(eg, [r for r in registry.taso_rules() if r.name == "taso_m04"]).apply("taso_m04")
+    assert step.matches >= 1 and step.changed
+
+
+def _two_weights():
+    from eqsat import ir
+
+    x = ir.input_("x", (Dim.symbol("batch", 1), 4))
+    return ir.Graph((x,), (ir.make("matmul", [x, ir.weight("w1", (4, 3))], (0,)),
+                           ir.make("matmul", [x, ir.weight("w2", (4, 5))], (0,))), ("y1", "y2"))
