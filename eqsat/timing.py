@@ -36,7 +36,7 @@ import onnxruntime as ort
 
 from .gate import Gate, assess, look_schedule
 from .inputs import index_bounds, random_inputs
-from .onnx.io import as_path, is_large
+from .onnx.io import inference_session, is_large
 from .verify import feed_shapes
 
 RUNTIME = "ort-cpu"
@@ -96,12 +96,8 @@ def runtime_info(threads: int) -> dict[str, Any]:
 
 def timing_session(model: onnx.ModelProto | bytes, threads: int,
                    providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
-    opts = session_options(threads)
-    if isinstance(model, onnx.ModelProto) and is_large(model):
-        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
-            return ort.InferenceSession(path, opts, providers=list(providers))
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, opts, providers=list(providers))
+    """A session with :func:`session_options` (its weights read from the current weight pool, where one is)."""
+    return inference_session(model, session_options(threads), providers)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchC
 from eqsat.onnx import export_model, import_model, load_model
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
+from eqsat.onnx.pool import pooled
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -303,9 +304,15 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     against it.
 
     ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
-    unusable config before any work, VerificationError when the optimized model does not match."""
+    unusable config before any work, VerificationError when the optimized model does not match. Every
+    onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
-    say = progress or (lambda _msg: None)
+    with pooled():
+        return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
+
+
+def _optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfig, say: Progress,
+              extra_rules: Sequence[Rule]) -> Result:
     timer = PhaseTimer()
     with timer("import"):
         original, graph, shaping = shaped_import_phase(model, config)

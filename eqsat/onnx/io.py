@@ -10,14 +10,14 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto
 
 from ..errors import InputError
-from . import staging
+from . import pool, staging
 
 LIMIT = 1_800_000_000
 
@@ -118,19 +118,37 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
                          "model to float32 or float16") from exc
 
 
-def session(model: onnx.ModelProto | bytes | str, threads: int | None = None) -> ort.InferenceSession:
+def session(model: onnx.ModelProto | bytes | str, threads: int | None = None,
+            prepacking: bool = True) -> ort.InferenceSession:
     """A CPU onnxruntime session of ``model`` (a ModelProto of any size, serialized bytes or a path), with warnings
-    silenced; ``threads``: that many intra-op threads and one inter-op thread (default: onnxruntime's)."""
+    silenced; ``threads``: that many intra-op threads and one inter-op thread (default: onnxruntime's);
+    ``prepacking`` False: MatMul weights are not copied into onnxruntime's packed layout (a session that checks
+    values, not one that is timed, saves a copy of them)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-    if isinstance(model, onnx.ModelProto) and is_large(model):
-        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
-            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    if not prepacking:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
+    return inference_session(model, opts)
+
+
+def inference_session(model: onnx.ModelProto | bytes | str, opts: ort.SessionOptions,
+                      providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
+    """An onnxruntime session of ``model`` with ``opts``: a ModelProto's large initializers read from the current
+    weight pool (:mod:`eqsat.onnx.pool`: one copy shared by every session) where one is current; without one, a
+    model too large for one message goes through a temporary file with external data."""
+    providers = list(providers)
+    if isinstance(model, onnx.ModelProto):
+        weights = pool.current()
+        if weights is not None:
+            return weights.session(model, opts, providers)
+        if is_large(model):
+            with as_path(model) as path:  # onnxruntime reads the external data while the session is built
+                return ort.InferenceSession(path, opts, providers=providers)
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(data, opts, providers=providers)
 
 
 def write_atomic(model: onnx.ModelProto, path: str) -> None:

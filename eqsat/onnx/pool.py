@@ -1,0 +1,197 @@
+"""One copy of the weights for every onnxruntime session of a run (issue 28: memory).
+
+onnxruntime copies a model's initializers into each session it builds, so that a run holding the original and a few
+candidates in sessions (verification, measurement) holds the weights many times over. A :class:`WeightPool` keeps
+one copy instead: each large initializer (at least :data:`MIN_BYTES`) is written once to the pool's staged
+external-data file (``weights.bin``, page-aligned) and memory-mapped from it; a session of any model (the original
+or a candidate) is built from that model with its pooled initializers replaced by references into the file, and the
+mapped arrays handed to onnxruntime as shared initializers (``SessionOptions.add_initializer``: the session reads
+them in place, no copy). Initializers are matched by name, type, shape and content (a candidate's unchanged weight
+keeps its name), so the original and every candidate share what they have in common.
+
+What a session still holds of its own: the prepacked copies of its MatMul weights (onnxruntime's MLAS layout, one per
+session), which measurement keeps, since they are part of the latency the user gets; verification sessions leave
+them out (``prepacking=False`` in :func:`eqsat.onnx.io.session`), which changes no result.
+
+The pool of a run is made current with :func:`pooled` (``eqsat.optimize`` does so); :func:`current` returns it, or
+None outside one (sessions then copy the weights, as onnxruntime does by default).
+
+>>> import numpy as np
+>>> from onnx import helper, numpy_helper
+>>> w = numpy_helper.from_array(np.arange(2**15, dtype=np.float32).reshape(128, 256), "w")
+>>> with pooled() as pool:
+...     entry = pool.entry(w)
+...     again = pool.entry(w)
+...     (entry is again, entry.array.shape, float(entry.array[1, 0]))
+(True, (128, 256), 256.0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+MIN_BYTES = 64 * 1024
+"""initializers smaller than this stay in the model (not worth a reference)"""
+ALIGN = 64 * 1024
+"""the offset alignment of each tensor in the file (onnxruntime maps external data at allocation granularity)"""
+FILE = "weights.bin"
+CHUNK = 1 << 22
+
+_CURRENT: contextvars.ContextVar[WeightPool | None] = contextvars.ContextVar("eqsat_weight_pool", default=None)
+
+
+@dataclass
+class Entry:
+    """One pooled tensor: where it lies in the file, the array mapped from it, and its onnxruntime value."""
+
+    name: str
+    data_type: int
+    dims: tuple[int, ...]
+    offset: int
+    length: int
+    array: np.ndarray
+    value: ort.OrtValue
+
+    def reference(self, name: str) -> TensorProto:
+        """A TensorProto named ``name`` whose data is this entry's bytes in the pool's file."""
+        t = TensorProto()
+        t.name, t.data_type = name, self.data_type
+        t.dims.extend(self.dims)
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", FILE), ("offset", str(self.offset)), ("length", str(self.length))):
+            e = t.external_data.add()
+            e.key, e.value = key, value
+        return t
+
+
+def _same(a: np.ndarray, b: bytes) -> bool:
+    """Whether the bytes of ``a`` equal ``b``, compared in chunks (no temporary as large as the tensor)."""
+    x = a.reshape(-1).view(np.uint8)
+    y = np.frombuffer(b, np.uint8)
+    return x.size == y.size and all(np.array_equal(x[i:i + CHUNK], y[i:i + CHUNK]) for i in range(0, x.size, CHUNK))
+
+
+class WeightPool:
+    """The weights of a run, each stored once in a staged file and memory-mapped (see the module's docstring)."""
+
+    def __init__(self, folder: str | None = None):
+        self.folder = tempfile.mkdtemp(prefix="eqsat-weights-", dir=folder)
+        self.path = os.path.join(self.folder, FILE)
+        self.size = 0
+        self.entries: dict[tuple[str, int, tuple[int, ...]], list[Entry]] = {}
+        self.sessions = 0
+        """sessions built on the pool"""
+        open(self.path, "wb").close()
+
+    @property
+    def bytes(self) -> int:
+        """The bytes of weights the pool holds (each once)."""
+        return sum(e.length for es in self.entries.values() for e in es)
+
+    def entry(self, t: TensorProto) -> Entry | None:
+        """The pooled copy of initializer ``t`` (added on first sight), or None for a small one or one whose data
+        is not raw bytes in the model."""
+        if t.data_location == TensorProto.EXTERNAL or not t.HasField("raw_data"):
+            return None
+        raw = t.raw_data
+        if len(raw) < MIN_BYTES:
+            return None
+        key = (t.name, t.data_type, tuple(t.dims))
+        for e in self.entries.get(key, []):
+            if _same(e.array, raw):
+                return e
+        e = self._add(key, raw)
+        self.entries.setdefault(key, []).append(e)
+        return e
+
+    def _add(self, key: tuple[str, int, tuple[int, ...]], raw: bytes) -> Entry:
+        name, data_type, dims = key
+        offset = -(-self.size // ALIGN) * ALIGN
+        with open(self.path, "r+b") as f:
+            f.seek(offset)
+            f.write(raw)
+        self.size = offset + len(raw)
+        dtype = helper.tensor_dtype_to_np_dtype(data_type)
+        array = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=dims)
+        return Entry(name, data_type, dims, offset, len(raw), array, ort.OrtValue.ortvalue_from_numpy(array))
+
+    def stage(self, model: onnx.ModelProto) -> tuple[str, dict[str, ort.OrtValue]]:
+        """``model`` written into the pool's folder with its large initializers as references into the pool's file
+        (the path of that small file, to build a session from and remove once built), and the shared values."""
+        g = model.graph
+        slim = onnx.ModelProto()
+        for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+            if model.HasField(field):
+                setattr(slim, field, getattr(model, field))
+        slim.opset_import.extend(model.opset_import)
+        slim.functions.extend(model.functions)
+        sg = slim.graph
+        sg.name, sg.doc_string = g.name, g.doc_string
+        for field in ("node", "input", "output", "value_info", "sparse_initializer", "quantization_annotation"):
+            getattr(sg, field).extend(getattr(g, field))
+        shared: dict[str, ort.OrtValue] = {}
+        for t in g.initializer:
+            e = self.entry(t)
+            if e is None:
+                sg.initializer.append(t)
+            else:
+                sg.initializer.append(e.reference(t.name))
+                shared[t.name] = e.value
+        fd, path = tempfile.mkstemp(suffix=".onnx", prefix="model-", dir=self.folder)
+        with os.fdopen(fd, "wb") as f:
+            f.write(slim.SerializeToString())
+        return path, shared
+
+    def session(self, model: onnx.ModelProto, opts: ort.SessionOptions,
+                providers: list[str]) -> ort.InferenceSession:
+        """A session of ``model`` reading its large initializers from the pool (``opts`` gains them)."""
+        path, shared = self.stage(model)
+        try:
+            for name, value in shared.items():
+                opts.add_initializer(name, value)
+            sess = ort.InferenceSession(path, opts, providers=providers)
+        finally:
+            os.unlink(path)
+        self.sessions += 1
+        return sess
+
+    def close(self) -> None:
+        """Remove the pool's folder (sessions built on it must be gone: they read the mapped arrays)."""
+        self.entries.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def current() -> WeightPool | None:
+    """The pool made current by :func:`pooled`, or None."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def pooled(folder: str | None = None) -> Iterator[WeightPool]:
+    """A :class:`WeightPool` current for the block (sessions built meanwhile share its weights); an enclosing
+    pool is reused. The pool's folder is removed on exit."""
+    outer = _CURRENT.get()
+    if outer is not None:
+        yield outer
+        return
+    pool = WeightPool(folder)
+    token = _CURRENT.set(pool)
+    try:
+        yield pool
+    finally:
+        _CURRENT.reset(token)
+        pool.close()
+
+
+__all__ = ["ALIGN", "MIN_BYTES", "Entry", "WeightPool", "current", "pooled"]
