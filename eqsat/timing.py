@@ -36,7 +36,7 @@ import onnxruntime as ort
 
 from .gate import Gate, assess, look_schedule
 from .inputs import index_bounds, random_inputs
-from .onnx.io import inference_session, is_large
+from .onnx.io import inference_session, is_large, weight_bytes
 from .verify import feed_shapes
 
 RUNTIME = "ort-cpu"
@@ -339,8 +339,8 @@ def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float
     together would pass SESSIONS_WEIGHT_LIMIT; one for models too large for one protobuf message."""
     if any(is_large(m) for m in models):
         return 1
-    weight_bytes = max(sum(len(t.raw_data) for t in m.graph.initializer) for m in models)
-    by_memory = SESSIONS_WEIGHT_LIMIT // max(weight_bytes, 1)
+    held = max(weight_bytes(m) for m in models)  # a pooled model's references count as its weights
+    by_memory = SESSIONS_WEIGHT_LIMIT // max(held, 1)
     by_time = max(MIN_SESSIONS, int(0.3 * budget_s / max(build_s, 1e-6)))
     return int(max(1, min(wanted, by_memory, by_time)))
 

@@ -31,7 +31,7 @@ from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchC
 from eqsat.onnx import export_model, import_model, load_model
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
-from eqsat.onnx.pool import pooled
+from eqsat.onnx import pool
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -244,6 +244,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
         b = Built(program, model, entry, same_program(graph, program))
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
+        if (weights := pool.current()) is not None:
+            weights.slim(b.model)  # kept for measurement: its weights are the pool's, not a copy each
         built.append(b)
     return built
 
@@ -307,7 +309,7 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     unusable config before any work, VerificationError when the optimized model does not match. Every
     onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
-    with pooled():
+    with pool.pooled():
         return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
 
 
@@ -385,7 +387,9 @@ def _optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConf
         memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
-    return Result(original, with_metadata(shipped.model, original), shipped.program, report)
+    weights = pool.current()
+    written = weights.restore(shipped.model) if weights is not None else shipped.model  # its data, self-contained
+    return Result(original, with_metadata(written, original), shipped.program, report)
 
 
 def _blocks_entry(config: OptimizeConfig, blocks: Blocks | None, graph: Graph) -> dict[str, object] | None:

@@ -32,6 +32,18 @@ def is_large(model: onnx.ModelProto) -> bool:
         return True
 
 
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of ``model``'s initializers, those held as raw bytes or as external data (a reference into the
+    run's weight pool, :mod:`eqsat.onnx.pool`, counts as the weights it refers to)."""
+    total = 0
+    for t in model.graph.initializer:
+        if t.data_location == TensorProto.EXTERNAL:
+            total += int({e.key: e.value for e in t.external_data}.get("length", 0))
+        else:
+            total += len(t.raw_data)
+    return total
+
+
 @contextlib.contextmanager
 def as_path(model: onnx.ModelProto) -> Iterator[str]:
     """A temporary file holding ``model`` (external data for large models)."""

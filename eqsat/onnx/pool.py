@@ -45,8 +45,13 @@ MIN_BYTES = 64 * 1024
 """initializers smaller than this stay in the model (not worth a reference)"""
 ALIGN = 64 * 1024
 """the offset alignment of each tensor in the file (onnxruntime maps external data at allocation granularity)"""
-FILE = "weights.bin"
+FILE = "eqsat-pool.bin"
+"""the pool's file: a candidate's reference into it names it so (:meth:`WeightPool.slim`)"""
 CHUNK = 1 << 22
+PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.UINT8,
+                   TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64,
+                   TensorProto.UINT64, TensorProto.BOOL})
+"""the types pooled: those whose raw bytes are their numpy array's (no 4-bit packing, no bfloat16 or float8)"""
 
 _CURRENT: contextvars.ContextVar[WeightPool | None] = contextvars.ContextVar("eqsat_weight_pool", default=None)
 
@@ -90,6 +95,8 @@ class WeightPool:
         self.path = os.path.join(self.folder, FILE)
         self.size = 0
         self.entries: dict[tuple[str, int, tuple[int, ...]], list[Entry]] = {}
+        self.at: dict[tuple[int, int], Entry] = {}
+        """(offset, length) -> the entry there: what a reference into the file points to"""
         self.sessions = 0
         """sessions built on the pool"""
         open(self.path, "wb").close()
@@ -102,7 +109,9 @@ class WeightPool:
     def entry(self, t: TensorProto) -> Entry | None:
         """The pooled copy of initializer ``t`` (added on first sight), or None for a small one or one whose data
         is not raw bytes in the model."""
-        if t.data_location == TensorProto.EXTERNAL or not t.HasField("raw_data"):
+        if t.data_location == TensorProto.EXTERNAL:
+            return self._referenced(t)
+        if not t.HasField("raw_data") or t.data_type not in PLAIN:
             return None
         raw = t.raw_data
         if len(raw) < MIN_BYTES:
@@ -113,7 +122,41 @@ class WeightPool:
                 return e
         e = self._add(key, raw)
         self.entries.setdefault(key, []).append(e)
+        self.at[e.offset, e.length] = e
         return e
+
+    def _referenced(self, t: TensorProto) -> Entry | None:
+        """The entry a reference into the pool's file points to (:meth:`slim`), or None for other external data."""
+        info = {e.key: e.value for e in t.external_data}
+        if info.get("location") != FILE:
+            return None
+        e = self.at.get((int(info.get("offset", -1)), int(info.get("length", -1))))
+        return e if e is not None and (e.data_type, e.dims) == (t.data_type, tuple(t.dims)) else None
+
+    def slim(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` (changed in place, and returned) with each large initializer replaced by a reference into
+        the pool (added to it if new): a candidate kept for later sessions then holds no copy of the weights.
+        Sessions of it need this pool (:func:`current`); :meth:`restore` gives the model back its data."""
+        inits = model.graph.initializer
+        for k in range(len(inits)):
+            e = self.entry(inits[k])
+            if e is not None and inits[k].data_location != TensorProto.EXTERNAL:
+                inits[k].CopyFrom(e.reference(inits[k].name))
+        return model
+
+    def restore(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` (changed in place, and returned) with every reference into the pool replaced by the data:
+        a self-contained model again, to write or return."""
+        inits = model.graph.initializer
+        for k in range(len(inits)):
+            if inits[k].data_location == TensorProto.EXTERNAL:
+                e = self._referenced(inits[k])
+                if e is not None:
+                    t = inits[k]
+                    t.ClearField("external_data")
+                    t.ClearField("data_location")
+                    t.raw_data = e.array.tobytes()
+        return model
 
     def _add(self, key: tuple[str, int, tuple[int, ...]], raw: bytes) -> Entry:
         name, data_type, dims = key
