@@ -133,3 +133,17 @@ def test_optimize_through_the_pool_matches_onnxruntime_and_reports_memory(measur
     mem = result.report.memory_mb
     assert set(mem) == set(result.report.times)
     assert all(0 < v < 64 * 1024 for v in mem.values())
+
+
+def test_the_callers_model_is_left_exactly_as_it_was() -> None:
+    """The run holds the caller's model slim (its weights in the pool) and gives its data back, also when the run
+    fails."""
+    model = mlp(7)
+    before = model.SerializeToString()
+    config = eqsat.OptimizeConfig.of(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")
+    result = eqsat.optimize(model, config)
+    assert model.SerializeToString() == before
+    assert result.original.SerializeToString() == before
+    with pytest.raises(eqsat.errors.InputError):
+        eqsat.optimize(model, eqsat.OptimizeConfig.of(input_shapes={"nope": (1,)}))
+    assert model.SerializeToString() == before

@@ -28,10 +28,9 @@ from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
 from eqsat.ir import Graph, Node
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
-from eqsat.onnx import export_model, import_model, load_model
+from eqsat.onnx import export_model, import_model, load_model, pool
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
-from eqsat.onnx import pool
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
@@ -309,8 +308,12 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     unusable config before any work, VerificationError when the optimized model does not match. Every
     onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
-    with pool.pooled():
-        return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
+    with pool.pooled() as weights:
+        try:
+            return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
+        finally:
+            if isinstance(model, onnx.ModelProto):
+                weights.restore(model)  # the caller's model, as it was (the run held it slim: no copy of weights)
 
 
 def _optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfig, say: Progress,
@@ -319,6 +322,9 @@ def _optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConf
     with timer("import"):
         original, graph, shaping = shaped_import_phase(model, config)
     config = replace(config, input_shapes={**shaping.shapes, **config.input_shapes})  # verified, measured there
+    weights = pool.current()
+    if weights is not None:
+        weights.slim(original)  # its weights are the pool's (the IR's are its mapped arrays); restored at the end
     say(f"imported: {sum(graph.op_counts().values())} operators")
     if shaping.values:
         sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
@@ -385,11 +391,13 @@ def _optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConf
         returned=returned, measured=measured, times=timer.seconds,
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
         memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
+    if weights is not None:  # the models returned hold their data again, self-contained
+        weights.restore(original)
+        if returned.program == "optimized":
+            weights.restore(shipped.model)
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
-    weights = pool.current()
-    written = weights.restore(shipped.model) if weights is not None else shipped.model  # its data, self-contained
-    return Result(original, with_metadata(written, original), shipped.program, report)
+    return Result(original, with_metadata(shipped.model, original), shipped.program, report)
 
 
 def _blocks_entry(config: OptimizeConfig, blocks: Blocks | None, graph: Graph) -> dict[str, object] | None:

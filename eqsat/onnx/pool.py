@@ -125,39 +125,6 @@ class WeightPool:
         self.at[e.offset, e.length] = e
         return e
 
-    def _referenced(self, t: TensorProto) -> Entry | None:
-        """The entry a reference into the pool's file points to (:meth:`slim`), or None for other external data."""
-        info = {e.key: e.value for e in t.external_data}
-        if info.get("location") != FILE:
-            return None
-        e = self.at.get((int(info.get("offset", -1)), int(info.get("length", -1))))
-        return e if e is not None and (e.data_type, e.dims) == (t.data_type, tuple(t.dims)) else None
-
-    def slim(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """``model`` (changed in place, and returned) with each large initializer replaced by a reference into
-        the pool (added to it if new): a candidate kept for later sessions then holds no copy of the weights.
-        Sessions of it need this pool (:func:`current`); :meth:`restore` gives the model back its data."""
-        inits = model.graph.initializer
-        for k in range(len(inits)):
-            e = self.entry(inits[k])
-            if e is not None and inits[k].data_location != TensorProto.EXTERNAL:
-                inits[k].CopyFrom(e.reference(inits[k].name))
-        return model
-
-    def restore(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """``model`` (changed in place, and returned) with every reference into the pool replaced by the data:
-        a self-contained model again, to write or return."""
-        inits = model.graph.initializer
-        for k in range(len(inits)):
-            if inits[k].data_location == TensorProto.EXTERNAL:
-                e = self._referenced(inits[k])
-                if e is not None:
-                    t = inits[k]
-                    t.ClearField("external_data")
-                    t.ClearField("data_location")
-                    t.raw_data = e.array.tobytes()
-        return model
-
     def _add(self, key: tuple[str, int, tuple[int, ...]], raw: bytes) -> Entry:
         name, data_type, dims = key
         offset = -(-self.size // ALIGN) * ALIGN
@@ -168,6 +135,41 @@ class WeightPool:
         dtype = helper.tensor_dtype_to_np_dtype(data_type)
         array = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=dims)
         return Entry(name, data_type, dims, offset, len(raw), array, ort.OrtValue.ortvalue_from_numpy(array))
+
+    def _referenced(self, t: TensorProto) -> Entry | None:
+        """The entry a reference into the pool's file points to (:meth:`slim`), or None for other external data."""
+        info = {e.key: e.value for e in t.external_data}
+        if info.get("location") != FILE:
+            return None
+        e = self.at.get((int(info.get("offset", -1)), int(info.get("length", -1))))
+        return e if e is not None and (e.data_type, e.dims) == (t.data_type, tuple(t.dims)) else None
+
+    def slim(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` (changed in place, and returned) with each large initializer's data replaced by a reference
+        into the pool (added to it if new): a model kept for later sessions then holds no copy of the weights.
+        Sessions of it need this pool (:func:`current`); :meth:`restore` gives the model back its data, exactly
+        (the tensors' other fields are kept)."""
+        for t in model.graph.initializer:
+            if t.HasField("data_location"):
+                continue
+            e = self.entry(t)
+            if e is not None:
+                t.ClearField("raw_data")
+                t.data_location = TensorProto.EXTERNAL
+                t.external_data.extend(e.reference(t.name).external_data)
+        return model
+
+    def restore(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """``model`` (changed in place, and returned) with every reference into the pool replaced by the data:
+        a self-contained model again, to write or return (a model without references is left as it is)."""
+        for t in model.graph.initializer:
+            if t.data_location == TensorProto.EXTERNAL:
+                e = self._referenced(t)
+                if e is not None:
+                    t.ClearField("external_data")
+                    t.ClearField("data_location")
+                    t.raw_data = e.array.tobytes()
+        return model
 
     def stage(self, model: onnx.ModelProto) -> tuple[str, dict[str, ort.OrtValue]]:
         """``model`` written into the pool's folder with its large initializers as references into the pool's file
