@@ -150,7 +150,8 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
                  shaping: Shaping | None = None, blocks: Blocks | None = None) -> tuple[Graph, onnx.ModelProto]:
     """The extracted program as IR and as a checked ONNX model (written shape-generic with the original's
     interface where ``shaping`` says so). Its recomputed cost must equal the extractor's DAG cost (one costing,
-    two paths: a disagreement is a bug). With ``blocks`` (``graph`` is then their representative), the program
+    two paths: a disagreement is a bug). Where a weight pool is current, the model refers to its weights
+    (:meth:`eqsat.onnx.pool.WeightPool.slim`). With ``blocks`` (``graph`` is then their representative), the program
     is replayed on every copy (:meth:`Blocks.replay`) first."""
     program = build_program(snap, ext.choice, graph)
     recomputed = graph_cost(program, cost_model)
@@ -161,6 +162,8 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     optimized = export_model(program)
     if shaping is not None:
         optimized = shaping.write(optimized)
+    if (weights := pool.current()) is not None:
+        weights.slim(optimized)  # its weights are the pool's from here on: no copy per candidate kept or checked
     onnx_io.check(optimized)
     return program, optimized
 
@@ -243,8 +246,6 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
         b = Built(program, model, entry, same_program(graph, program))
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
-        if (weights := pool.current()) is not None:
-            weights.slim(b.model)  # kept for measurement: its weights are the pool's, not a copy each
         built.append(b)
     return built
 

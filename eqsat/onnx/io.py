@@ -98,8 +98,13 @@ def not_regular(path: str) -> str | None:
 
 
 def check(model: onnx.ModelProto) -> None:
-    """onnx.checker with the full (shape-inference) check; path-based for large models."""
-    if is_large(model):
+    """onnx.checker with the full (shape-inference) check; path-based for large models and for models that refer
+    to the current weight pool (there, where the references resolve)."""
+    weights = pool.current()
+    if weights is not None and weights.refers(model):
+        with weights.as_path(model) as path:
+            onnx.checker.check_model(path, full_check=True)
+    elif is_large(model):
         with as_path(model) as path:
             onnx.checker.check_model(path, full_check=True)
     else:

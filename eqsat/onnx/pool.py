@@ -198,6 +198,22 @@ class WeightPool:
             f.write(slim.SerializeToString())
         return path, shared
 
+    def refers(self, model: onnx.ModelProto) -> bool:
+        """Whether ``model`` holds references into the pool (:meth:`slim`)."""
+        return any(t.data_location == TensorProto.EXTERNAL and self._referenced(t) is not None
+                   for t in model.graph.initializer)
+
+    @contextlib.contextmanager
+    def as_path(self, model: onnx.ModelProto) -> Iterator[str]:
+        """``model`` written as it is into the pool's folder, where its references resolve (for onnx's checker)."""
+        fd, path = tempfile.mkstemp(suffix=".onnx", prefix="check-", dir=self.folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(model.SerializeToString())
+            yield path
+        finally:
+            os.unlink(path)
+
     def session(self, model: onnx.ModelProto, opts: ort.SessionOptions,
                 providers: list[str]) -> ort.InferenceSession:
         """A session of ``model`` reading its large initializers from the pool (``opts`` gains them)."""
