@@ -52,8 +52,8 @@ def test_sessions_share_one_copy_and_compute_as_without_the_pool() -> None:
         yb = timing_session(b, threads=1).run(None, {"x": X})[0]
         # w1 once (shared), w2 twice (same name, other content); b is small and stays in the models
         assert sorted((k[0], len(v)) for k, v in pool.entries.items()) == [("w1", 1), ("w2", 2)]
-        assert pool.bytes == 128 * 256 * 4 + 2 * 256 * 128 * 4
-        assert os.path.getsize(pool.path) >= pool.bytes
+        assert pool.held == 128 * 256 * 4 + 2 * 256 * 128 * 4
+        assert os.path.getsize(pool.path) >= pool.held
         assert pool.sessions == 2
     np.testing.assert_allclose(ya, plain_run(a, X), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(yb, plain_run(b, X), rtol=1e-5, atol=1e-5)

@@ -317,7 +317,7 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
                 weights.restore(model)  # the caller's model, as it was (the run held it slim: no copy of weights)
 
 
-def _optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfig, say: Progress,
+def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say: Progress,
               extra_rules: Sequence[Rule]) -> Result:
     timer = PhaseTimer()
     with timer("import"):

@@ -123,9 +123,9 @@ class _Importer:
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
         check_bfloat16(self.model)
         check_loads(self.model)
-        weights = pool.current()  # where a run's pool is current, large weights are its (mapped) arrays: no copy
+        shared = pool.current()  # where a run's pool is current, large weights are its (mapped) arrays: no copy
         for init in self.g.initializer:
-            entry = weights.entry(init) if weights is not None else None
+            entry = shared.entry(init) if shared is not None else None
             self.consts[init.name] = np.asarray(entry.array) if entry is not None else numpy_helper.to_array(init)
         for sparse in self.g.sparse_initializer:
             self.consts[sparse.values.name] = dense(sparse)

@@ -102,7 +102,7 @@ class WeightPool:
         open(self.path, "wb").close()
 
     @property
-    def bytes(self) -> int:
+    def held(self) -> int:
         """The bytes of weights the pool holds (each once)."""
         return sum(e.length for es in self.entries.values() for e in es)
 
