@@ -41,8 +41,9 @@ from .verify import feed_shapes
 
 RUNTIME = "ort-cpu"
 """the runtime :func:`compare` measures in (``--runtime`` names it so; others: :mod:`eqsat.runtimes`)"""
-SESSIONS_WEIGHT_LIMIT = 512 * 2**20
-"""bytes of weights that the sessions of one program may hold together"""
+SESSIONS_WEIGHT_LIMIT = 2**30
+"""bytes of weights that the timed sessions of all programs may hold together: each session keeps its own prepacked
+copy of its MatMul weights, even where the weights themselves are shared (:mod:`eqsat.onnx.pool`)"""
 MIN_SESSIONS = 3
 
 
@@ -335,12 +336,13 @@ def _sequential(p: Protocol, gate: Gate, planned: int, run_round: Callable[[int]
 
 def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float) -> int:
     """Sessions per program: ``wanted``; fewer where building them would take more than 30% of the budget,
-    but at least 3 (what differs between sessions must show in the interval); fewer where their weights
-    together would pass SESSIONS_WEIGHT_LIMIT; one for models too large for one protobuf message."""
+    but at least 3 (what differs between sessions must show in the interval); fewer where the weights of all
+    the programs' sessions together would pass SESSIONS_WEIGHT_LIMIT; one for models too large for one protobuf
+    message."""
     if any(is_large(m) for m in models):
         return 1
     held = max(weight_bytes(m) for m in models)  # a pooled model's references count as its weights
-    by_memory = SESSIONS_WEIGHT_LIMIT // max(held, 1)
+    by_memory = SESSIONS_WEIGHT_LIMIT // max(held * len(models), 1)
     by_time = max(MIN_SESSIONS, int(0.3 * budget_s / max(build_s, 1e-6)))
     return int(max(1, min(wanted, by_memory, by_time)))
 
