@@ -64,11 +64,10 @@ def test_sessions_share_one_copy_and_compute_as_without_the_pool() -> None:
 def test_a_slim_candidate_refers_to_the_pool_file_and_restores_exactly() -> None:
     a = mlp(3)
     before = {t.name: t.raw_data for t in a.graph.initializer}
-    cand = onnx.ModelProto()
-    cand.CopyFrom(a)
     with weight_pool.pooled() as pool:
         onnx_io.session(a)
-        pool.slim(cand)
+        cand = pool.slim(a)
+        assert {t.name: t.raw_data for t in a.graph.initializer} == before  # a copy: a itself unchanged
         refs = {t.name: {e.key: e.value for e in t.external_data} for t in cand.graph.initializer
                 if t.data_location == TensorProto.EXTERNAL}
         assert set(refs) == {"w1", "w2"}
@@ -136,8 +135,8 @@ def test_optimize_through_the_pool_matches_onnxruntime_and_reports_memory(measur
 
 
 def test_the_callers_model_is_left_exactly_as_it_was() -> None:
-    """The run holds the caller's model slim (its weights in the pool) and gives its data back, also when the run
-    fails."""
+    """The run never changes the caller's model (a model read from a path it holds slim, its weights in the pool,
+    and gives back whole)."""
     model = mlp(7)
     before = model.SerializeToString()
     config = eqsat.OptimizeConfig.of(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")
@@ -147,3 +146,15 @@ def test_the_callers_model_is_left_exactly_as_it_was() -> None:
     with pytest.raises(eqsat.errors.InputError):
         eqsat.optimize(model, eqsat.OptimizeConfig.of(input_shapes={"nope": (1,)}))
     assert model.SerializeToString() == before
+
+
+def test_a_model_read_from_a_path_is_returned_whole(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = mlp(8)
+    path = str(tmp_path / "m.onnx")
+    onnx.save_model(model, path)
+    config = eqsat.OptimizeConfig.of(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")
+    result = eqsat.optimize(path, config)
+    assert result.original.SerializeToString() == model.SerializeToString()
+    for out in (result.original, result.optimized):
+        assert all(t.data_location != TensorProto.EXTERNAL for t in out.graph.initializer)
+        np.testing.assert_allclose(plain_run(out, X), plain_run(model, X), rtol=1e-4, atol=1e-4)

@@ -109,7 +109,9 @@ def _cmd_optimize(args) -> int:
     config = replace(config, input_shapes=parse_input_shapes(args.input_shape),
                      static_shapes=parse_input_shapes(args.static_shape, "--static-shape"))
     config.validate()
-    model, label = source(args)
+    path = args.model_path if args.model_path and args.model_path != "-" and not args.builtin else None
+    # a file goes by its path: eqsat.optimize reads it, and the run then holds the only copy of its weights
+    model, label = (path, path) if path is not None else source(args)
     result = optimize(model, config, progress=progress_printer(args.quiet))
     report = replace(result.report, input=label, output=args.output)
     if not args.quiet:

@@ -163,7 +163,7 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     if shaping is not None:
         optimized = shaping.write(optimized)
     if (weights := pool.current()) is not None:
-        weights.slim(optimized)  # its weights are the pool's from here on: no copy per candidate kept or checked
+        optimized = weights.slim(optimized)  # its weights are the pool's from here on: no copy kept per candidate
     onnx_io.check(optimized)
     return program, optimized
 
@@ -309,12 +309,8 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     unusable config before any work, VerificationError when the optimized model does not match. Every
     onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
-    with pool.pooled() as weights:
-        try:
-            return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
-        finally:
-            if isinstance(model, onnx.ModelProto):
-                weights.restore(model)  # the caller's model, as it was (the run held it slim: no copy of weights)
+    with pool.pooled():
+        return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
 
 
 def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say: Progress,
@@ -324,8 +320,11 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         original, graph, shaping = shaped_import_phase(model, config)
     config = replace(config, input_shapes={**shaping.shapes, **config.input_shapes})  # verified, measured there
     weights = pool.current()
-    if weights is not None:
-        weights.slim(original)  # its weights are the pool's (the IR's are its mapped arrays); restored at the end
+    owned = not isinstance(model, onnx.ModelProto)  # read here: no one else holds it
+    if owned and weights is not None:  # its weights are the pool's from here on (the IR's are its mapped arrays); its data back at the end
+        original = weights.slim(original)
+        if shaping.original is not None:
+            shaping.original = original
     say(f"imported: {sum(graph.op_counts().values())} operators")
     if shaping.values:
         sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
@@ -393,7 +392,8 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
         memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
     if weights is not None:  # the models returned hold their data again, self-contained
-        weights.restore(original)
+        if owned:
+            weights.restore(original)  # a reference into the pool only where slimmed above
         if returned.program == "optimized":
             weights.restore(shipped.model)
     if returned.program == "original":

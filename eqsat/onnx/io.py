@@ -136,11 +136,11 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
 
 
 def session(model: onnx.ModelProto | bytes | str, threads: int | None = None,
-            prepacking: bool = True) -> ort.InferenceSession:
+            prepacking: bool = False) -> ort.InferenceSession:
     """A CPU onnxruntime session of ``model`` (a ModelProto of any size, serialized bytes or a path), with warnings
-    silenced; ``threads``: that many intra-op threads and one inter-op thread (default: onnxruntime's);
-    ``prepacking`` False: MatMul weights are not copied into onnxruntime's packed layout (a session that checks
-    values, not one that is timed, saves a copy of them)."""
+    silenced, to compute values (timed sessions: :func:`eqsat.timing.timing_session`); ``threads``: that many
+    intra-op threads and one inter-op thread (default: onnxruntime's); ``prepacking``: MatMul weights copied into
+    onnxruntime's packed layout, as a timed session does (off by default: a copy of them saved)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads:

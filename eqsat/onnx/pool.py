@@ -35,6 +35,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -78,6 +79,19 @@ class Entry:
             e = t.external_data.add()
             e.key, e.value = key, value
         return t
+
+
+def _copy_fields(src: Any, dst: Any, skip: set[str]) -> None:
+    """Every field ``src`` sets, but those in ``skip``, set alike in ``dst`` (a message of the same type)."""
+    for f, value in src.ListFields():
+        if f.name in skip:
+            continue
+        if hasattr(value, "extend"):  # a repeated field
+            getattr(dst, f.name).extend(value)
+        elif hasattr(value, "ListFields"):  # a message
+            getattr(dst, f.name).CopyFrom(value)
+        else:
+            setattr(dst, f.name, value)
 
 
 def _same(a: np.ndarray, b: bytes) -> bool:
@@ -145,19 +159,25 @@ class WeightPool:
         return e if e is not None and (e.data_type, e.dims) == (t.data_type, tuple(t.dims)) else None
 
     def slim(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """``model`` (changed in place, and returned) with each large initializer's data replaced by a reference
-        into the pool (added to it if new): a model kept for later sessions then holds no copy of the weights.
-        Sessions of it need this pool (:func:`current`); :meth:`restore` gives the model back its data, exactly
-        (the tensors' other fields are kept)."""
-        for t in model.graph.initializer:
-            if t.HasField("data_location"):
+        """A copy of ``model`` whose large initializers are references into the pool (added to it if new): a model
+        kept for later sessions then holds no copy of the weights, once ``model`` itself is dropped (protobuf frees
+        a message's data only with the whole message, so the copy is new, not ``model`` changed). Sessions of it
+        need this pool (:func:`current`); :meth:`restore` gives it its data back."""
+        g = model.graph
+        slim = onnx.ModelProto()
+        _copy_fields(model, slim, skip={"graph"})
+        sg = slim.graph
+        _copy_fields(g, sg, skip={"initializer"})
+        for t in g.initializer:
+            e = None if t.HasField("data_location") else self.entry(t)
+            if e is None:
+                sg.initializer.append(t)
                 continue
-            e = self.entry(t)
-            if e is not None:
-                t.ClearField("raw_data")
-                t.data_location = TensorProto.EXTERNAL
-                t.external_data.extend(e.reference(t.name).external_data)
-        return model
+            ref = sg.initializer.add()
+            _copy_fields(t, ref, skip={"raw_data"})
+            ref.data_location = TensorProto.EXTERNAL
+            ref.external_data.extend(e.reference(t.name).external_data)
+        return slim
 
     def restore(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """``model`` (changed in place, and returned) with every reference into the pool replaced by the data:
@@ -174,25 +194,8 @@ class WeightPool:
     def stage(self, model: onnx.ModelProto) -> tuple[str, dict[str, ort.OrtValue]]:
         """``model`` written into the pool's folder with its large initializers as references into the pool's file
         (the path of that small file, to build a session from and remove once built), and the shared values."""
-        g = model.graph
-        slim = onnx.ModelProto()
-        for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
-            if model.HasField(field):
-                setattr(slim, field, getattr(model, field))
-        slim.opset_import.extend(model.opset_import)
-        slim.functions.extend(model.functions)
-        sg = slim.graph
-        sg.name, sg.doc_string = g.name, g.doc_string
-        for field in ("node", "input", "output", "value_info", "sparse_initializer", "quantization_annotation"):
-            getattr(sg, field).extend(getattr(g, field))
-        shared: dict[str, ort.OrtValue] = {}
-        for t in g.initializer:
-            e = self.entry(t)
-            if e is None:
-                sg.initializer.append(t)
-            else:
-                sg.initializer.append(e.reference(t.name))
-                shared[t.name] = e.value
+        slim = self.slim(model)
+        shared = {t.name: e.value for t in slim.graph.initializer if (e := self._referenced(t)) is not None}
         fd, path = tempfile.mkstemp(suffix=".onnx", prefix="model-", dir=self.folder)
         with os.fdopen(fd, "wb") as f:
             f.write(slim.SerializeToString())
