@@ -360,12 +360,17 @@ def timing_sessions(models: Sequence[onnx.ModelProto], protocol: Protocol,
                       protocol.budget_s)
     for which in rng.permutation(np.repeat(np.arange(len(models)), n - 1)):
         sessions[which].append(timing_session(models[which], protocol.threads, providers))
-    signatures = [sorted((i.name, i.type, len(i.shape)) for i in side[0].get_inputs()) for side in sessions]
+    check_same_inputs([side[0] for side in sessions])
+    return sessions
+
+
+def check_same_inputs(sessions: Sequence[ort.InferenceSession]) -> None:
+    """Raise ValueError unless the sessions' programs take the same inputs (names, types, ranks)."""
+    signatures = [sorted((i.name, i.type, len(i.shape)) for i in s.get_inputs()) for s in sessions]
     for other in signatures[1:]:
         if other != signatures[0]:
             raise ValueError(f"the programs take different inputs (name, type, rank: {signatures[0]} vs {other}); "
                              "only programs with the same interface can be compared")
-    return sessions
 
 
 def timing_feeds(original: onnx.ModelProto, sessions: Sequence[ort.InferenceSession], seed: int,
