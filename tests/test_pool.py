@@ -158,3 +158,22 @@ def test_a_model_read_from_a_path_is_returned_whole(tmp_path) -> None:  # type: 
     for out in (result.original, result.optimized):
         assert all(t.data_location != TensorProto.EXTERNAL for t in out.graph.initializer)
         np.testing.assert_allclose(plain_run(out, X), plain_run(model, X), rtol=1e-4, atol=1e-4)
+
+
+def test_the_exporter_writes_the_pools_weights_as_references() -> None:
+    """Inside a run the IR's weights are the pool's arrays, and an exported program refers to them (no copy)."""
+    from eqsat.onnx import export_model, import_model
+
+    model = mlp(4)
+    with weight_pool.pooled() as pool:
+        graph = import_model(model)
+        out = export_model(graph)
+        refs = [t.name for t in out.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+        assert sorted(refs) == ["w1", "w2"] and len(pool.entries) == 2
+        assert out.ByteSize() < 4096
+        onnx_io.check(out)  # the checker reads it where the references resolve
+        y = onnx_io.session(out).run(None, {"x": X})[0]
+    np.testing.assert_allclose(y, plain_run(model, X), rtol=1e-5, atol=1e-5)
+    plain = export_model(import_model(model))  # no pool: a self-contained model, as before
+    assert all(t.data_location != TensorProto.EXTERNAL for t in plain.graph.initializer)
+    np.testing.assert_allclose(plain_run(plain, X), y, rtol=1e-6, atol=1e-6)

@@ -97,18 +97,18 @@ def not_regular(path: str) -> str | None:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def check(model: onnx.ModelProto) -> None:
-    """onnx.checker with the full (shape-inference) check; path-based for large models and for models that refer
-    to the current weight pool (there, where the references resolve)."""
+def check(model: onnx.ModelProto, full: bool = True) -> None:
+    """onnx.checker, with the full (shape-inference) check unless ``full`` is False; path-based for large models and
+    for models that refer to the current weight pool (there, where the references resolve)."""
     weights = pool.current()
     if weights is not None and weights.refers(model):
         with weights.as_path(model) as path:
-            onnx.checker.check_model(path, full_check=True)
+            onnx.checker.check_model(path, full_check=full)
     elif is_large(model):
         with as_path(model) as path:
-            onnx.checker.check_model(path, full_check=True)
+            onnx.checker.check_model(path, full_check=full)
     else:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(model, full_check=full)
 
 
 def check_bfloat16(model: onnx.ModelProto) -> None:

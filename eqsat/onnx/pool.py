@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,13 @@ class Entry:
     offset: int
     length: int
     array: np.ndarray
-    value: ort.OrtValue
+    values: dict[tuple[int, ...], ort.OrtValue] = field(default_factory=dict)
+
+    def value(self, dims: tuple[int, ...]) -> ort.OrtValue:
+        """The entry's array as an onnxruntime value of shape ``dims`` (its own, or a reshape: the same bytes)."""
+        if dims not in self.values:
+            self.values[dims] = ort.OrtValue.ortvalue_from_numpy(self.array.reshape(dims))
+        return self.values[dims]
 
     def reference(self, name: str) -> TensorProto:
         """A TensorProto named ``name`` whose data is this entry's bytes in the pool's file."""
@@ -111,6 +118,9 @@ class WeightPool:
         self.entries: dict[tuple[str, int, tuple[int, ...]], list[Entry]] = {}
         self.at: dict[tuple[int, int], Entry] = {}
         """(offset, length) -> the entry there: what a reference into the file points to"""
+        self.addresses: dict[int, Entry] = {}
+        """the address of each entry's mapped array -> the entry: an array of the pool, seen again (the IR's)"""
+        """(offset, length) -> the entry there: what a reference into the file points to"""
         self.sessions = 0
         """sessions built on the pool"""
         open(self.path, "wb").close()
@@ -137,7 +147,21 @@ class WeightPool:
         e = self._add(key, raw)
         self.entries.setdefault(key, []).append(e)
         self.at[e.offset, e.length] = e
+        self.addresses[e.array.ctypes.data] = e
         return e
+
+    def reference_to(self, array: np.ndarray, name: str) -> TensorProto | None:
+        """A reference named ``name`` to ``array`` where it is one of the pool's arrays, whole (the IR's weights are:
+        the exporter then writes no copy of them), else None."""
+        if not isinstance(array, np.ndarray) or not array.flags.c_contiguous:
+            return None
+        e = self.addresses.get(array.ctypes.data)
+        if e is None or array.nbytes != e.length or array.dtype != e.array.dtype:
+            return None
+        t = e.reference(name)
+        del t.dims[:]
+        t.dims.extend(array.shape)
+        return t
 
     def _add(self, key: tuple[str, int, tuple[int, ...]], raw: bytes) -> Entry:
         name, data_type, dims = key
@@ -148,7 +172,7 @@ class WeightPool:
         self.size = offset + len(raw)
         dtype = helper.tensor_dtype_to_np_dtype(data_type)
         array = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=dims)
-        return Entry(name, data_type, dims, offset, len(raw), array, ort.OrtValue.ortvalue_from_numpy(array))
+        return Entry(name, data_type, dims, offset, len(raw), array)
 
     def _referenced(self, t: TensorProto) -> Entry | None:
         """The entry a reference into the pool's file points to (:meth:`slim`), or None for other external data."""
@@ -156,7 +180,8 @@ class WeightPool:
         if info.get("location") != FILE:
             return None
         e = self.at.get((int(info.get("offset", -1)), int(info.get("length", -1))))
-        return e if e is not None and (e.data_type, e.dims) == (t.data_type, tuple(t.dims)) else None
+        same = e is not None and e.data_type == t.data_type and math.prod(t.dims) == math.prod(e.dims)
+        return e if same else None  # the same bytes, maybe under another shape (a reshaped weight)
 
     def slim(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A copy of ``model`` whose large initializers are references into the pool (added to it if new): a model
@@ -188,14 +213,15 @@ class WeightPool:
                 if e is not None:
                     t.ClearField("external_data")
                     t.ClearField("data_location")
-                    t.raw_data = e.array.tobytes()
+                    t.raw_data = e.array.tobytes()  # the same bytes whatever the reference's shape
         return model
 
     def stage(self, model: onnx.ModelProto) -> tuple[str, dict[str, ort.OrtValue]]:
         """``model`` written into the pool's folder with its large initializers as references into the pool's file
         (the path of that small file, to build a session from and remove once built), and the shared values."""
         slim = self.slim(model)
-        shared = {t.name: e.value for t in slim.graph.initializer if (e := self._referenced(t)) is not None}
+        shared = {t.name: e.value(tuple(t.dims)) for t in slim.graph.initializer
+                  if (e := self._referenced(t)) is not None}
         fd, path = tempfile.mkstemp(suffix=".onnx", prefix="model-", dir=self.folder)
         with os.fdopen(fd, "wb") as f:
             f.write(slim.SerializeToString())
