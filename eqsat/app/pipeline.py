@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import onnx
 
 from eqsat import extract as extractors
-from eqsat import runtimes
+from eqsat import memory, runtimes
 from eqsat.blocks import Blocks, find_blocks
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
@@ -391,6 +391,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         returned=returned, measured=measured, times=timer.seconds,
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
         memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
+    memory.release()  # the measurement's sessions are gone: their freed memory is not kept for the models returned
     if weights is not None:  # the models returned hold their data again, self-contained
         if owned:
             weights.restore(original)  # a reference into the pool only where slimmed above
