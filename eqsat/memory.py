@@ -12,6 +12,9 @@ True
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import resource
 
@@ -63,4 +66,22 @@ def reset_peak() -> bool:
         os.close(fd)
 
 
-__all__ = ["current_rss_mb", "peak_rss_mb", "reset_peak"]
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+
+
+def release() -> bool:
+    """Give the free memory of the C heap back to the system (glibc's ``malloc_trim``): what a large transient
+    (a model serialized for the checker, a session built and dropped) left behind in the heap otherwise stays
+    resident, and counts in every later phase. False where the C library has no such call."""
+    libc = _libc()
+    return bool(libc is not None and libc.malloc_trim(0))
+
+
+__all__ = ["current_rss_mb", "peak_rss_mb", "release", "reset_peak"]

@@ -38,9 +38,11 @@ import onnxruntime as ort
 
 from .errors import InputError
 from .ir import Graph
+from .onnx.io import session
 from .timing import (
     Comparison,
     Protocol,
+    check_same_inputs,
     compare_many,
     cuda_event_ms,
     runtime_info,
@@ -294,9 +296,10 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
     protocol = protocol or Protocol()
     programs = [original, *candidates]
     if feeds is None:
-        probe = timing_sessions([original.model, candidates[-1].model], Protocol(sessions=1, seed=protocol.seed))
-        feeds = timing_feeds(original.model, [probe[0][0], probe[1][0]], protocol.seed, input_shapes)
-        del probe  # each session holds its program's weights: none alive beside the timed ones
+        probe = [session(original.model), session(candidates[-1].model)]  # read, not timed: nothing prepacked
+        check_same_inputs(probe)
+        feeds = timing_feeds(original.model, probe, protocol.seed, input_shapes)
+        del probe  # none alive beside the timed ones
     calls = runtime.instances(programs, feeds, protocol)
     info = runtime.info()
     if isinstance(runtime, OrtRuntime):

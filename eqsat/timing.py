@@ -36,13 +36,14 @@ import onnxruntime as ort
 
 from .gate import Gate, assess, look_schedule
 from .inputs import index_bounds, random_inputs
-from .onnx.io import as_path, is_large
+from .onnx.io import inference_session, is_large, weight_bytes
 from .verify import feed_shapes
 
 RUNTIME = "ort-cpu"
 """the runtime :func:`compare` measures in (``--runtime`` names it so; others: :mod:`eqsat.runtimes`)"""
-SESSIONS_WEIGHT_LIMIT = 512 * 2**20
-"""bytes of weights that the sessions of one program may hold together"""
+SESSIONS_WEIGHT_LIMIT = 2**30
+"""bytes of weights that the timed sessions of all programs may hold together: each session keeps its own prepacked
+copy of its MatMul weights, even where the weights themselves are shared (:mod:`eqsat.onnx.pool`)"""
 MIN_SESSIONS = 3
 
 
@@ -96,12 +97,8 @@ def runtime_info(threads: int) -> dict[str, Any]:
 
 def timing_session(model: onnx.ModelProto | bytes, threads: int,
                    providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
-    opts = session_options(threads)
-    if isinstance(model, onnx.ModelProto) and is_large(model):
-        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
-            return ort.InferenceSession(path, opts, providers=list(providers))
-    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, opts, providers=list(providers))
+    """A session with :func:`session_options` (its weights read from the current weight pool, where one is)."""
+    return inference_session(model, session_options(threads), providers)
 
 
 @dataclass(frozen=True)
@@ -339,12 +336,13 @@ def _sequential(p: Protocol, gate: Gate, planned: int, run_round: Callable[[int]
 
 def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float) -> int:
     """Sessions per program: ``wanted``; fewer where building them would take more than 30% of the budget,
-    but at least 3 (what differs between sessions must show in the interval); fewer where their weights
-    together would pass SESSIONS_WEIGHT_LIMIT; one for models too large for one protobuf message."""
+    but at least 3 (what differs between sessions must show in the interval); fewer where the weights of all
+    the programs' sessions together would pass SESSIONS_WEIGHT_LIMIT; one for models too large for one protobuf
+    message."""
     if any(is_large(m) for m in models):
         return 1
-    weight_bytes = max(sum(len(t.raw_data) for t in m.graph.initializer) for m in models)
-    by_memory = SESSIONS_WEIGHT_LIMIT // max(weight_bytes, 1)
+    held = max(weight_bytes(m) for m in models)  # a pooled model's references count as its weights
+    by_memory = SESSIONS_WEIGHT_LIMIT // max(held * len(models), 1)
     by_time = max(MIN_SESSIONS, int(0.3 * budget_s / max(build_s, 1e-6)))
     return int(max(1, min(wanted, by_memory, by_time)))
 
@@ -362,12 +360,17 @@ def timing_sessions(models: Sequence[onnx.ModelProto], protocol: Protocol,
                       protocol.budget_s)
     for which in rng.permutation(np.repeat(np.arange(len(models)), n - 1)):
         sessions[which].append(timing_session(models[which], protocol.threads, providers))
-    signatures = [sorted((i.name, i.type, len(i.shape)) for i in side[0].get_inputs()) for side in sessions]
+    check_same_inputs([side[0] for side in sessions])
+    return sessions
+
+
+def check_same_inputs(sessions: Sequence[ort.InferenceSession]) -> None:
+    """Raise ValueError unless the sessions' programs take the same inputs (names, types, ranks)."""
+    signatures = [sorted((i.name, i.type, len(i.shape)) for i in s.get_inputs()) for s in sessions]
     for other in signatures[1:]:
         if other != signatures[0]:
             raise ValueError(f"the programs take different inputs (name, type, rank: {signatures[0]} vs {other}); "
                              "only programs with the same interface can be compared")
-    return sessions
 
 
 def timing_feeds(original: onnx.ModelProto, sessions: Sequence[ort.InferenceSession], seed: int,

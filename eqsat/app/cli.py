@@ -116,7 +116,9 @@ def _cmd_optimize(args) -> int:
     config = replace(config, input_shapes=parse_input_shapes(args.input_shape),
                      static_shapes=parse_input_shapes(args.static_shape, "--static-shape"))
     config.validate()
-    model, label = source(args)
+    path = args.model_path if args.model_path and args.model_path != "-" and not args.builtin else None
+    # a file goes by its path: eqsat.optimize reads it, and the run then holds the only copy of its weights
+    model, label = (path, path) if path is not None else source(args)
     result = optimize(model, config, progress=progress_printer(args.quiet))
     external = bool(args.model_path and external_data_files(args.model_path))  # the input's layout is kept
     data = _output_data(args.output) if writes_data_file(result.optimized, external) else None

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import onnx
 
 from eqsat import extract as extractors
-from eqsat import runtimes
+from eqsat import memory, runtimes
 from eqsat.blocks import Blocks, find_blocks
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
 from eqsat.decode import build_program
@@ -28,7 +28,7 @@ from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
 from eqsat.ir import Graph, Node
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
-from eqsat.onnx import export_model, import_model, load_model
+from eqsat.onnx import export_model, import_model, load_model, pool
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
@@ -150,7 +150,8 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
                  shaping: Shaping | None = None, blocks: Blocks | None = None) -> tuple[Graph, onnx.ModelProto]:
     """The extracted program as IR and as a checked ONNX model (written shape-generic with the original's
     interface where ``shaping`` says so). Its recomputed cost must equal the extractor's DAG cost (one costing,
-    two paths: a disagreement is a bug). With ``blocks`` (``graph`` is then their representative), the program
+    two paths: a disagreement is a bug). Where a weight pool is current, the model refers to its weights
+    (:meth:`eqsat.onnx.pool.WeightPool.slim`). With ``blocks`` (``graph`` is then their representative), the program
     is replayed on every copy (:meth:`Blocks.replay`) first."""
     program = build_program(snap, ext.choice, graph)
     recomputed = graph_cost(program, cost_model)
@@ -161,6 +162,8 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     optimized = export_model(program)
     if shaping is not None:
         optimized = shaping.write(optimized)
+    if (weights := pool.current()) is not None:
+        optimized = weights.slim(optimized)  # its weights are the pool's from here on: no copy kept per candidate
     onnx_io.check(optimized)
     return program, optimized
 
@@ -306,13 +309,25 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     against it.
 
     ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
-    unusable config before any work, VerificationError when the optimized model does not match."""
+    unusable config before any work, VerificationError when the optimized model does not match. Every
+    onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
-    say = progress or (lambda _msg: None)
+    with pool.pooled():
+        return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
+
+
+def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say: Progress,
+              extra_rules: Sequence[Rule]) -> Result:
     timer = PhaseTimer()
     with timer("import"):
         original, graph, shaping = shaped_import_phase(model, config)
     config = replace(config, input_shapes={**shaping.shapes, **config.input_shapes})  # verified, measured there
+    weights = pool.current()
+    owned = not isinstance(model, onnx.ModelProto)  # read here: no one else holds it
+    if owned and weights is not None:  # its weights are the pool's from here on (the IR's are its mapped arrays); its data back at the end
+        original = weights.slim(original)
+        if shaping.original is not None:
+            shaping.original = original
     say(f"imported: {sum(graph.op_counts().values())} operators")
     if shaping.values:
         sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
@@ -380,6 +395,12 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         returned=returned, measured=measured, times=timer.seconds,
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
         memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
+    memory.release()  # the measurement's sessions are gone: their freed memory is not kept for the models returned
+    if weights is not None:  # the models returned hold their data again, self-contained
+        if owned:
+            weights.restore(original)  # a reference into the pool only where slimmed above
+        if returned.program == "optimized":
+            weights.restore(shipped.model)
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)

@@ -64,6 +64,7 @@ class PhaseTimer:
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
+        memory.release()  # what earlier phases freed is not this phase's
         self.resettable = memory.reset_peak() and self.resettable
         start = time.perf_counter()
         try:

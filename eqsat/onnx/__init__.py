@@ -1,5 +1,6 @@
 """The ONNX layer: reading a model (:mod:`.reading`), the checks and preparation before any work (:mod:`.prepare`),
-writing models (:mod:`.io`, staged in :mod:`.staging`, the input's metadata kept by :mod:`.metadata`), ONNX -> IR (:mod:`.importer`, through the
+writing models (:mod:`.io`, staged in :mod:`.staging`, the input's metadata kept by :mod:`.metadata`), the run's one copy of
+the weights shared by every session (:mod:`.pool`), ONNX -> IR (:mod:`.importer`, through the
 operator table's mappers (:data:`eqsat.ops.IMPORTS`), with the composites of :mod:`.patterns` and what onnxruntime
 folds and types in :mod:`.folding`), IR -> ONNX (:mod:`.export`, in the spellings of :mod:`.forms`; runtime kernels of a
 newer opset through the opset upgrade of :mod:`.kernels`), subgraph
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 from .export import export_model, fold_weights
 from .importer import import_model, parse_input_shapes
-from .io import as_path, check, is_large, save, session, write_atomic, write_together
+from .io import as_path, check, is_large, save, session, weight_bytes, write_atomic, write_together
 from .patterns import Match, find_composites
+from .pool import WeightPool, pooled
 from .reading import load_model
 
-__all__ = ["Match", "as_path", "check", "export_model", "find_composites", "fold_weights", "import_model",
-           "is_large", "load_model", "parse_input_shapes", "save", "session", "write_atomic", "write_together"]
+__all__ = ["Match", "WeightPool", "as_path", "check", "export_model", "find_composites", "fold_weights", "import_model",
+           "is_large", "load_model", "parse_input_shapes", "pooled", "save", "session", "weight_bytes", "write_atomic",
+           "write_together"]

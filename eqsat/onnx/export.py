@@ -25,6 +25,7 @@ from ..errors import EqsatError
 from ..evaluate import NotEvaluable, apply_op
 from ..ir import Graph, Node, Origin, leaf_name, topo_order
 from ..ops.base import UPGRADE_DOMAIN, emit_activation
+from . import pool
 from .forms import Form, SplitGroup, plan
 from .kernels import UpgradeError, pending, upgrade
 from .subgraphs import defined_names, rename_outer
@@ -274,7 +275,7 @@ class _Exporter:
         """One initializer per weight leaf or original constant (``key``), named ``name`` where free."""
         if key not in self.shared:
             self.shared[key] = self._claim(name)
-            self.inits.append(numpy_helper.from_array(np.asarray(array, order="C"), self.shared[key]))
+            self.inits.append(_initializer(array, self.shared[key]))
         return self.shared[key]
 
     def _adopt_output_name(self, n: Node, groups: dict[tuple, list[str]]) -> None:
@@ -344,6 +345,14 @@ def _claim_splits(forms: dict[int, Form], regions: dict[int, Origin]) -> dict[in
         for i in tops:
             regions.pop(i, None)
     return forms
+
+
+def _initializer(array: np.ndarray, name: str) -> TensorProto:
+    """The initializer of a weight: a reference into the run's weight pool where ``array`` is one of its arrays
+    (:meth:`eqsat.onnx.pool.WeightPool.reference_to`: no copy of the weights per exported program), else a copy."""
+    weights = pool.current()
+    ref = weights.reference_to(array, name) if weights is not None else None
+    return ref if ref is not None else numpy_helper.from_array(np.asarray(array, order="C"), name)
 
 
 def _proto_node(n: Node, inputs: list[str] | None = None, outputs: list[str] | None = None,

@@ -27,7 +27,7 @@ from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
 from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import halves_repeat
-from . import origins
+from . import origins, pool
 from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
 from .interface import symbol_values
@@ -137,8 +137,10 @@ class _Importer:
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
         check_bfloat16(self.model)
         check_loads(self.model)
+        shared = pool.current()  # where a run's pool is current, large weights are its (mapped) arrays: no copy
         for init in self.g.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
+            entry = shared.entry(init) if shared is not None else None
+            self.consts[init.name] = np.asarray(entry.array) if entry is not None else numpy_helper.to_array(init)
         for sparse in self.g.sparse_initializer:
             self.consts[sparse.values.name] = dense(sparse)
         input_names = [vi.name for vi in self.g.input if vi.name not in self.consts]

@@ -10,14 +10,14 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto
 
 from ..errors import InputError
-from . import staging
+from . import pool, staging
 from .external import check_aside, data_file, goes_out, save_external, set_weights_aside, tensor_size
 
 LIMIT = 1_800_000_000
@@ -36,6 +36,18 @@ def is_large(model: onnx.ModelProto) -> bool:
             sum(f.ByteSize() for f in model.functions) > LIMIT
     except Exception:  # google.protobuf.message.EncodeError: over 2 GiB
         return True
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of ``model``'s initializers, those held as raw bytes or as external data (a reference into the
+    run's weight pool, :mod:`eqsat.onnx.pool`, counts as the weights it refers to)."""
+    total = 0
+    for t in model.graph.initializer:
+        if t.data_location == TensorProto.EXTERNAL:
+            total += int({e.key: e.value for e in t.external_data}.get("length", 0))
+        else:
+            total += len(t.raw_data)
+    return total
 
 
 @contextlib.contextmanager
@@ -97,13 +109,18 @@ def not_regular(path: str) -> str | None:
     return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
-def check(model: onnx.ModelProto) -> None:
-    """onnx.checker with the full (shape-inference) check; a model too large for one message is checked with its
-    weights set aside (:func:`check_aside`)."""
-    if is_large(model):
-        check_aside(set_weights_aside(model)[0])
+def check(model: onnx.ModelProto, full: bool = True) -> None:
+    """onnx.checker, with the full (shape-inference) check unless ``full`` is False: a model that refers to the
+    current weight pool is checked where its references resolve; a model too large for one message with its weights
+    set aside (:func:`check_aside`)."""
+    weights = pool.current()
+    if weights is not None and weights.refers(model):
+        with weights.as_path(model) as path:
+            onnx.checker.check_model(path, full_check=full)
+    elif is_large(model):
+        check_aside(set_weights_aside(model)[0], full_check=full)
     else:
-        onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(model, full_check=full)
 
 
 def check_bfloat16(model: onnx.ModelProto) -> None:
@@ -130,19 +147,37 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
                          "model to float32 or float16") from exc
 
 
-def session(model: onnx.ModelProto | bytes | str, threads: int | None = None) -> ort.InferenceSession:
+def session(model: onnx.ModelProto | bytes | str, threads: int | None = None,
+            prepacking: bool = False) -> ort.InferenceSession:
     """A CPU onnxruntime session of ``model`` (a ModelProto of any size, serialized bytes or a path), with warnings
-    silenced; ``threads``: that many intra-op threads and one inter-op thread (default: onnxruntime's)."""
+    silenced, to compute values (timed sessions: :func:`eqsat.timing.timing_session`); ``threads``: that many
+    intra-op threads and one inter-op thread (default: onnxruntime's); ``prepacking``: MatMul weights copied into
+    onnxruntime's packed layout, as a timed session does (off by default: a copy of them saved)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     if threads:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-    if isinstance(model, onnx.ModelProto) and is_large(model):
-        with as_path(model) as path:  # onnxruntime reads the external data while the session is built
-            return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    if not prepacking:
+        opts.add_session_config_entry("session.disable_prepacking", "1")
+    return inference_session(model, opts)
+
+
+def inference_session(model: onnx.ModelProto | bytes | str, opts: ort.SessionOptions,
+                      providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
+    """An onnxruntime session of ``model`` with ``opts``: a ModelProto's large initializers read from the current
+    weight pool (:mod:`eqsat.onnx.pool`: one copy shared by every session) where one is current; without one, a
+    model too large for one message goes through a temporary file with external data."""
+    providers = list(providers)
+    if isinstance(model, onnx.ModelProto):
+        weights = pool.current()
+        if weights is not None:
+            return weights.session(model, opts, providers)
+        if is_large(model):
+            with as_path(model) as path:  # onnxruntime reads the external data while the session is built
+                return ort.InferenceSession(path, opts, providers=providers)
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(data, opts, providers=providers)
 
 
 def write_atomic(model: onnx.ModelProto, path: str, external: bool = False) -> None:

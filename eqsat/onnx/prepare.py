@@ -24,7 +24,7 @@ from onnx import helper
 
 from ..errors import InputError
 from ..ir import Graph
-from .io import as_path, is_large
+from .io import inference_session
 from .reading import gib
 
 MEMORY_FRACTION = 8
@@ -163,12 +163,9 @@ def check_loads(model: onnx.ModelProto) -> None:
     eqsat verifies every result in onnxruntime, with the session options used here (its default optimizations)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # the reason is in the message; no log line besides it
+    opts.add_session_config_entry("session.disable_prepacking", "1")  # loaded, never run: no packed weight copies
     try:
-        if is_large(model):
-            with as_path(model) as path:
-                ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        else:
-            ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        inference_session(model, opts)  # the weights from the run's pool, where one is current (no copy)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own Fail, InvalidGraph, ...
         reason = " ".join(str(exc).split()) or type(exc).__name__
         node = next((n for n in model.graph.node if f"{n.domain}:{n.op_type}(" in reason), None)
