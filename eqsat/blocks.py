@@ -33,11 +33,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import ir
-from .ir import Graph, Node, topo_order
+from .ir import Graph, Node, Origin, topo_order
 from .onnx import origins
 
 MIN_BLOCK_NODES = 3
 """operators (weights and weight-only nodes included) a block needs to be worth searching alone"""
+
+DEFAULT_MIN_COPIES = 3
+"""copies a block needs for a default run to search one of them instead of the whole model (two layers are
+cheap to search whole, and keep the rewrites that cross their boundary)"""
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,46 +91,118 @@ class Blocks:
             if e.op != "weight":
                 leaf[id(e)] = ir.input_(f"block_ext_{k}", e.shape, e.dtype)
                 inputs.append(leaf[id(e)])
-        out = _rebuild([first.output], leaf, stop=first.body)[0]
+        out = _rebuild([first.output], dict(leaf), stop=first.body)[0]
         names = {ir.leaf_name(n) for n in ir.topo_order([out]) if n.op == "weight"}
         return Graph(tuple(inputs), (out,), ("block_out",), {k: self.graph.weights[k] for k in sorted(names)},
                      name=f"{self.graph.name}-block", opset=self.graph.opset, domains=dict(self.graph.domains))
 
-    def replay(self, program: Graph) -> Graph:
+    @functools.cached_property
+    def rest(self) -> Rest:
+        """The program outside the blocks (:class:`Rest`)."""
+        taken = {ir.leaf_name(n) for n in self.graph.inputs} | set(self.graph.weights) | set(self.graph.output_names)
+        memo: dict[int, Node] = {}
+        leaves = []
+        for k, b in enumerate(self.blocks):
+            leaf = ir.input_(_unique(f"block_out_{k}", taken), b.output.shape, b.output.dtype)
+            memo[id(b.output)] = leaf
+            leaves.append(leaf)
+        named = dict(zip((id(o) for o in self.graph.outputs), self.graph.output_names))
+        reads = [o for o in self.graph.outputs] + [b.cut for b in self.blocks] + \
+            [e for b in self.blocks for e in b.externals]
+        targets = [n for n in {id(n): n for n in reads}.values()
+                   if id(n) not in memo and n.op not in origins.LEAVES]
+        names = tuple(named.get(id(n)) or _unique(f"rest_read_{k}", taken) for k, n in enumerate(targets))
+        outputs = tuple(_rebuild(targets, memo))
+        program = Graph((*self.graph.inputs, *leaves), outputs, names, _weights_of(self.graph, outputs),
+                        name=f"{self.graph.name}-rest", opset=self.graph.opset, domains=dict(self.graph.domains),
+                        origins=_remap(self.graph.origins, memo, outputs))
+        return Rest(program, tuple(targets), tuple(leaves))
+
+    def replay(self, program: Graph, rest: Graph | None = None) -> Graph:
         """The whole program with every copy replaced by ``program`` (a version of :attr:`representative`:
-        the same inputs and weight names), each copy reading its own cut, external inputs and weights."""
-        first = self.blocks[0]
+        the same inputs and weight names), each copy reading its own cut, external inputs and weights, and the
+        operators outside the blocks replaced by ``rest`` (a version of :attr:`rest`'s program: the same inputs
+        and outputs; None: as imported)."""
+        first, outside = self.blocks[0], self.rest
+        rest = rest if rest is not None else outside.program
         rep_weights = [ir.leaf_name(w) for w in first.weights]
-        leaves = [n for n in ir.topo_order(program.outputs) if n.op in ("input", "weight")]
-        new: dict[int, Node] = {}  # id(original node) -> node of the new program
+        leaves = [n for n in ir.topo_order(program.outputs) if n.op in origins.LEAVES]
+        of_leaf = {ir.leaf_name(x): x for x in rest.inputs}
+        read = dict(zip((id(t) for t in outside.targets), rest.outputs))
+        new: dict[int, Node] = {}  # id(node of rest) -> node of the whole program
+        done: dict[int, Node] = {}  # id(original block output) -> its copy of program
 
-        def mapped(n: Node) -> Node:
-            return new.get(id(n), n)
+        def mapped(n: Node) -> Node:  # an original node outside the blocks -> the whole program's
+            if id(n) in done:
+                return done[id(n)]
+            return _rebuild([read[id(n)]], new)[0] if id(n) in read else n
 
-        outputs = {id(b.output): b for b in self.blocks}
-        inside = frozenset().union(*(b.body for b in self.blocks)) - outputs.keys()
-        for n in self.graph.nodes():  # children first: a block's cut is rebuilt before its output
-            b = outputs.get(id(n))
-            if b is not None:
-                reads = {"block_in": mapped(b.cut), **{f"block_ext_{k}": mapped(e) for k, e in enumerate(b.externals)
-                                                       if e.op != "weight"}}
-                own = dict(zip(rep_weights, b.weights))
-                shared = {ir.leaf_name(e): e for e in b.externals if e.op == "weight"}
-                leaf = {id(x): reads[ir.leaf_name(x)] if x.op == "input" else
-                        own.get(ir.leaf_name(x)) or shared[ir.leaf_name(x)] for x in leaves}
-                new[id(n)] = _rebuild(program.outputs, leaf)[0]
-            elif id(n) not in inside and n.inputs and any(id(c) in new for c in n.inputs):
-                new[id(n)] = dataclasses.replace(n, inputs=tuple(mapped(c) for c in n.inputs))
+        for b, leaf in zip(self.blocks, outside.leaves):
+            reads = {"block_in": mapped(b.cut), **{f"block_ext_{k}": mapped(e) for k, e in enumerate(b.externals)
+                                                   if e.op != "weight"}}
+            own = dict(zip(rep_weights, b.weights))
+            shared = {ir.leaf_name(e): e for e in b.externals if e.op == "weight"}
+            inner = {id(x): reads[ir.leaf_name(x)] if x.op == "input" else
+                     own.get(ir.leaf_name(x)) or shared[ir.leaf_name(x)] for x in leaves}
+            done[id(b.output)] = new[id(of_leaf[ir.leaf_name(leaf)])] = _rebuild(program.outputs, dict(inner))[0]
         outs = tuple(mapped(o) for o in self.graph.outputs)
-        return dataclasses.replace(self.graph, outputs=outs, origins=origins.live(self.graph.origins, outs))
+        return dataclasses.replace(self.graph, outputs=outs,
+                                   origins=origins.live(_remap(rest.origins, new, outs), outs))
 
 
-def _rebuild(outputs: Sequence[Node], leaf: Mapping[int, Node], stop: frozenset[int] | None = None) -> list[Node]:
-    """``outputs`` rebuilt with the nodes in ``leaf`` (by id) replaced; nodes outside ``stop`` (when given)
-    that are not in ``leaf`` are kept as they are."""
-    new: dict[int, Node] = dict(leaf)
-    seen: set[int] = set()
+@dataclass(frozen=True, eq=False)
+class Rest:
+    """The operators outside the blocks as a program of their own (the embeddings, a mask computed once, the
+    head): its inputs are the model's and one ``block_out_K`` per copy (its output); its outputs are the
+    model's outputs computed outside the blocks and the nodes the blocks read (the first cut, their external
+    inputs), :attr:`targets` in order."""
+
+    program: Graph
+    targets: tuple[Node, ...]
+    """the original nodes that :attr:`program`'s outputs compute, in order"""
+    leaves: tuple[Node, ...]
+    """the input standing for each copy's output, in program order"""
+
+    @property
+    def operators(self) -> int:
+        """Operators computed outside the blocks (leaves not counted)."""
+        return sum(1 for n in self.program.nodes() if n.op not in origins.LEAVES)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_K`` with the least K not in ``taken``; added to ``taken``."""
+    out, k = name, 0
+    while out in taken:
+        k += 1
+        out = f"{name}_{k}"
+    taken.add(out)
+    return out
+
+
+def _weights_of(graph: Graph, outputs: Sequence[Node]) -> dict[str, object]:
+    """The weights of ``graph`` that the program rooted at ``outputs`` reads (the arrays themselves, not copies)."""
+    names = {ir.leaf_name(n) for n in ir.topo_order(outputs) if n.op == "weight"}
+    return {k: graph.weights[k] for k in sorted(names)}
+
+
+def _remap(found: Sequence[Origin], new: Mapping[int, Node], outputs: Sequence[Node]) -> tuple[Origin, ...]:
+    """The origins ``found`` with their IR nodes replaced through ``new`` (by id; others kept), those whose
+    outputs the program rooted at ``outputs`` computes."""
+    def m(n: Node) -> Node:
+        return new.get(id(n), n)
+
+    moved = (dataclasses.replace(o, inputs=tuple((k, None if n is None else m(n)) for k, n in o.inputs),
+                                 outputs=tuple((k, m(n)) for k, n in o.outputs),
+                                 expansion=tuple(m(n) for n in o.expansion)) for o in found)
+    return origins.live(moved, outputs)
+
+
+def _rebuild(outputs: Sequence[Node], new: dict[int, Node], stop: frozenset[int] | None = None) -> list[Node]:
+    """``outputs`` rebuilt with the nodes in ``new`` (by id) replaced; ``new`` is updated with every node
+    rebuilt (a memo shared between calls). A node whose inputs are all unchanged is kept as it is (its
+    identity, so that its origin stays live); nodes outside ``stop`` (when given) are kept as they are."""
     stack = [(o, False) for o in reversed(outputs)]
+    seen: set[int] = set()
     while stack:
         n, ready = stack.pop()
         if id(n) in new or (ready is False and id(n) in seen):
@@ -139,7 +215,9 @@ def _rebuild(outputs: Sequence[Node], leaf: Mapping[int, Node], stop: frozenset[
             stack.append((n, True))
             stack.extend((c, False) for c in reversed(n.inputs) if id(c) not in new)
             continue
-        new[id(n)] = dataclasses.replace(n, inputs=tuple(new[id(c)] for c in n.inputs)) if n.inputs else n
+        inputs = tuple(new[id(c)] for c in n.inputs)
+        same = all(a is b for a, b in zip(inputs, n.inputs))
+        new[id(n)] = n if same else dataclasses.replace(n, inputs=inputs)
     return [new[id(o)] for o in outputs]
 
 
@@ -275,4 +353,4 @@ def find_blocks(graph: Graph, min_copies: int = 2) -> Blocks | None:
     return Blocks(graph, tuple(found)) if found else None
 
 
-__all__ = ["MIN_BLOCK_NODES", "Block", "Blocks", "find_blocks"]
+__all__ = ["DEFAULT_MIN_COPIES", "MIN_BLOCK_NODES", "Block", "Blocks", "Rest", "find_blocks"]

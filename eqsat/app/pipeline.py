@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -19,7 +20,7 @@ import onnx
 
 from eqsat import extract as extractors
 from eqsat import runtimes
-from eqsat.blocks import Blocks, find_blocks
+from eqsat.blocks import DEFAULT_MIN_COPIES, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
@@ -54,6 +55,9 @@ from .selection import OTHER_ILP_SECONDS, Extracted, choose, other_cost_name
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
+
+REST_SHARE_RANGE = (0.1, 0.5)
+"""the least and the most of ``--time-limit`` the operators outside the blocks get (:func:`rest_share`)"""
 
 
 @dataclass
@@ -134,6 +138,30 @@ def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, c
     return run_scheduler(config.scheduler, egraph, search, cost_model, say, extra_rules, keep_states=keep)
 
 
+def rest_phase(rest: Rest, config: OptimizeConfig, copies: int, cost_model: CostModel, say: Progress,
+               extra_rules: Sequence[Rule] = ()) -> tuple[Graph, dict[str, object]]:
+    """The operators outside the repeated blocks (:attr:`Blocks.rest`: the embeddings, a mask computed once,
+    the head) searched and extracted as a program of their own, under ``config``'s time limit (the caller gives
+    it its share) and the node limit's floor shared as a copy's is (:func:`encode_phase`): its final
+    extractor's program, and what the report says of it."""
+    start = time.perf_counter()
+    config = replace(config, candidates=1)
+    egraph, search_config = encode_phase(rest.program, config, copies)
+    initial = egraph.size().enodes
+    search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
+    snap, ext = extract_phase(egraph, config, cost_model, time.perf_counter() - start)
+    program = build_program(snap, ext.choice, rest.program)
+    before, after = graph_cost(rest.program, cost_model), graph_cost(program, cost_model)
+    assert math.isclose(after, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
+        f"the decoded rest costs {after!r}, the extractor said {ext.dag_cost!r}"
+    if after >= before:  # nothing cheaper outside the blocks: keep it as imported (its ONNX nodes written back)
+        program = rest.program
+    return program, {"operators": rest.operators, "initial_enodes": initial, "enodes": egraph.size().enodes,
+                     "node_limit": search_config.limit, "steps": len(search.steps),
+                     "estimated_us": [round(before, 3), round(min(before, after), 3)],
+                     "seconds": round(time.perf_counter() - start, 3)}
+
+
 def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
                   elapsed: float) -> tuple[Snapshot, Extraction]:
     """The final extractor's program of the grown e-graph. What it takes (the registry's capabilities) it gets: a
@@ -147,17 +175,18 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
 
 
 def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel,
-                 shaping: Shaping | None = None, blocks: Blocks | None = None) -> tuple[Graph, onnx.ModelProto]:
+                 shaping: Shaping | None = None, blocks: Blocks | None = None,
+                 rest: Graph | None = None) -> tuple[Graph, onnx.ModelProto]:
     """The extracted program as IR and as a checked ONNX model (written shape-generic with the original's
     interface where ``shaping`` says so). Its recomputed cost must equal the extractor's DAG cost (one costing,
     two paths: a disagreement is a bug). With ``blocks`` (``graph`` is then their representative), the program
-    is replayed on every copy (:meth:`Blocks.replay`) first."""
+    is replayed on every copy (:meth:`Blocks.replay`) first, with ``rest`` (:func:`rest_phase`) outside them."""
     program = build_program(snap, ext.choice, graph)
     recomputed = graph_cost(program, cost_model)
     assert math.isclose(recomputed, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
         f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
     if blocks is not None:
-        program = blocks.replay(program)
+        program = blocks.replay(program, rest)
     optimized = export_model(program)
     if shaping is not None:
         optimized = shaping.write(optimized)
@@ -218,20 +247,21 @@ class Built:
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
                      config: OptimizeConfig, cost_model: CostModel,
                      first: tuple[Graph, onnx.ModelProto] | None = None,
-                     shaping: Shaping | None = None, blocks: Blocks | None = None) -> list[Built]:
+                     shaping: Shaping | None = None, blocks: Blocks | None = None,
+                     rest: Graph | None = None) -> list[Built]:
     """Export and verify the extracted candidates, keeping the first and then each program not seen before
     (:func:`same_program`), up to ``--candidates``. ``first``: the first candidate already exported and verified
     (:func:`export_phase`, :func:`verify_phase`); another that fails verification is kept in the report,
     unmeasured, with the failure. With a shape-generic ``shaping``, each candidate is also checked at the
     further shapes (:func:`shapes_phase`): one that fails there is not measured either. With ``blocks``, the
-    candidates are programs of their representative, replayed on every copy."""
+    candidates are programs of their representative, replayed on every copy (with ``rest`` outside them)."""
     template = blocks.representative if blocks is not None else graph
     built: list[Built] = []
     for k, c in enumerate(extracted):
         if len(built) >= config.candidates:
             break
         program, model = first if k == 0 and first is not None else \
-            export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping, blocks)
+            export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping, blocks, rest)
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source)
@@ -315,13 +345,14 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
         say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
                                                   if shaping.static else "tuned there; the written model keeps them"))
-    blocks, searched = None, graph
+    blocks, searched, rest, rest_entry = None, graph, None, None
     if config.blocks:
         with timer("blocks"):
-            blocks = find_blocks(graph)
+            blocks = find_blocks(graph, DEFAULT_MIN_COPIES)
             searched = blocks.representative if blocks is not None else graph
-        say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched"
-            if blocks is not None else "repeated blocks: none found; the whole model is searched")
+        say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched; "
+            f"the {blocks.rest.operators} operators outside them searched on their own" if blocks is not None
+            else "repeated blocks: none found; the whole model is searched")
     runtime_name = runtimes.resolve(config.runtime)
     if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
         check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
@@ -330,6 +361,12 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         cost_model = make(config.cost, runtime=runtime_name, threads=config.measure_threads)
         egraph, search_config = encode_phase(searched, config, blocks.copies if blocks is not None else 1)
     initial = egraph.size().enodes
+    if blocks is not None and blocks.rest.operators:
+        share = rest_share(blocks)
+        with timer("rest"):
+            rest, rest_entry = rest_phase(blocks.rest, config.updated(time_limit=share * config.search.time_limit),
+                                          blocks.copies, cost_model, say, extra_rules)
+        search_config = replace(search_config, time_limit=(1 - share) * search_config.time_limit)
     with timer("search"):
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
     with timer("extract"):
@@ -338,11 +375,11 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):
-        program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks)
+        program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks, rest)
     with timer("verify"):
         verification = verify_phase(original, optimized, config)
         built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping,
-                                 blocks)
+                                 blocks, rest)
     say(f"verified: max abs error {verification.max_abs_error:.2e}"
         + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
     first = built[0]
@@ -375,25 +412,36 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
                     *(b.entry for b in built)],
         returned=returned, measured=measured, times=timer.seconds,
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
-        memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
+        memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, rest_entry))
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)
 
 
-def _blocks_entry(config: OptimizeConfig, blocks: Blocks | None, graph: Graph) -> dict[str, object] | None:
-    """The report's ``blocks``: which repeated blocks were found and how they were treated (None without
-    ``--blocks``)."""
+def rest_share(blocks: Blocks) -> float:
+    """The share of ``--time-limit`` the operators outside the blocks get (:func:`rest_phase`): their part of
+    the nodes searched (theirs and one copy's), at least REST_SHARE_RANGE[0] and at most REST_SHARE_RANGE[1]."""
+    outside, copy = len(blocks.rest.program.nodes()), len(blocks.representative.nodes())
+    low, high = REST_SHARE_RANGE
+    return min(high, max(low, outside / (outside + copy)))
+
+
+def _blocks_entry(config: OptimizeConfig, blocks: Blocks | None,
+                  rest: dict[str, object] | None) -> dict[str, object] | None:
+    """The report's ``blocks``: which repeated blocks were found and how they were treated (None with
+    ``--no-blocks``)."""
     if not config.blocks:
         return None
     if blocks is None:
-        return {"found": None, "treatment": "no repeated blocks found: the whole model was searched"}
-    inside = sum(len(b.body) for b in blocks.blocks)
-    return {"found": blocks.describe(),
+        return {"found": None, "treatment": f"no block repeated {DEFAULT_MIN_COPIES} or more times: the whole "
+                                            f"model was searched"}
+    outside = (f"the {blocks.rest.operators} operators outside the blocks searched and extracted as a program of "
+               f"their own (the copies' outputs as inputs)" if rest is not None else "nothing outside the blocks")
+    return {"found": blocks.describe(), "rest": rest,
             "treatment": f"the first of {blocks.copies} copies searched and extracted alone (its cut and external "
                          f"inputs as inputs, its weights as leaves); each candidate program replayed on every "
-                         f"copy with the copy's own weights and the whole program verified; the "
-                         f"{len(graph.nodes()) - inside} operators outside the blocks kept as imported"}
+                         f"copy with the copy's own weights and the whole program verified; {outside}; no rewrite "
+                         f"crosses a block's boundary (--no-blocks: the whole-model search)"}
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
@@ -448,6 +496,6 @@ def report_bytes(report: Report) -> bytes:
 
 
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
-           "decide_phase", "encode_phase", "export_phase",
+           "decide_phase", "encode_phase", "export_phase", "rest_phase", "rest_share",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
            "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verify_phase"]
