@@ -40,6 +40,7 @@ from eqsat.torch_run import check_runnable
 from eqsat.verify import ShapesCheck, verify
 
 from .api_guard import api_arguments
+from .blockwise import blocks_entry, rest_share
 from .config import OptimizeConfig, ilp_seconds, search_seconds
 from .report import (
     Candidate,
@@ -56,8 +57,6 @@ from .shaping import Shaping
 
 Progress = Callable[[str], None]
 
-REST_SHARE_RANGE = (0.1, 0.5)
-"""the least and the most of ``--time-limit`` the operators outside the blocks get (:func:`rest_share`)"""
 
 
 @dataclass
@@ -365,7 +364,8 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         share = rest_share(blocks)
         with timer("rest"):
             rest, rest_entry = rest_phase(blocks.rest, config.updated(time_limit=share * config.search.time_limit),
-                                          blocks.copies, cost_model, say, extra_rules)
+                                          blocks.copies, cost_model, lambda m: say(f"outside the blocks: {m}"),
+                                          extra_rules)
         search_config = replace(search_config, time_limit=(1 - share) * search_config.time_limit)
     with timer("search"):
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
@@ -412,36 +412,10 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
                     *(b.entry for b in built)],
         returned=returned, measured=measured, times=timer.seconds,
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
-        memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, rest_entry))
+        memory_mb=timer.memory_mb, blocks=blocks_entry(config, blocks, rest_entry))
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)
-
-
-def rest_share(blocks: Blocks) -> float:
-    """The share of ``--time-limit`` the operators outside the blocks get (:func:`rest_phase`): their part of
-    the nodes searched (theirs and one copy's), at least REST_SHARE_RANGE[0] and at most REST_SHARE_RANGE[1]."""
-    outside, copy = len(blocks.rest.program.nodes()), len(blocks.representative.nodes())
-    low, high = REST_SHARE_RANGE
-    return min(high, max(low, outside / (outside + copy)))
-
-
-def _blocks_entry(config: OptimizeConfig, blocks: Blocks | None,
-                  rest: dict[str, object] | None) -> dict[str, object] | None:
-    """The report's ``blocks``: which repeated blocks were found and how they were treated (None with
-    ``--no-blocks``)."""
-    if not config.blocks:
-        return None
-    if blocks is None:
-        return {"found": None, "treatment": f"no block repeated {DEFAULT_MIN_COPIES} or more times: the whole "
-                                            f"model was searched"}
-    outside = (f"the {blocks.rest.operators} operators outside the blocks searched and extracted as a program of "
-               f"their own (the copies' outputs as inputs)" if rest is not None else "nothing outside the blocks")
-    return {"found": blocks.describe(), "rest": rest,
-            "treatment": f"the first of {blocks.copies} copies searched and extracted alone (its cut and external "
-                         f"inputs as inputs, its weights as leaves); each candidate program replayed on every "
-                         f"copy with the copy's own weights and the whole program verified; {outside}; no rewrite "
-                         f"crosses a block's boundary (--no-blocks: the whole-model search)"}
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
@@ -496,6 +470,6 @@ def report_bytes(report: Report) -> bytes:
 
 
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
-           "decide_phase", "encode_phase", "export_phase", "rest_phase", "rest_share",
+           "decide_phase", "encode_phase", "export_phase", "rest_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
            "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verify_phase"]
