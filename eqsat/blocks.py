@@ -42,6 +42,9 @@ MIN_BLOCK_NODES = 3
 DEFAULT_MIN_COPIES = 3
 """copies a block needs for a default run to search one of them instead of the whole model (two layers are
 cheap to search whole, and keep the rewrites that cross their boundary)"""
+DEFAULT_MIN_COVER = 0.5
+"""the share of a model's nodes its copies must cover for a default run to search one of them (a few small
+repeated blocks in a larger model, as VGG's convolutions, leave most of it to the whole-model search)"""
 
 
 @dataclass(frozen=True, eq=False)
@@ -347,10 +350,14 @@ class _Finder:
         return best
 
 
-def find_blocks(graph: Graph, min_copies: int = 2) -> Blocks | None:
-    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies), or None."""
-    found = _Finder(graph).best(min_copies)
-    return Blocks(graph, tuple(found)) if found else None
+def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0) -> Blocks | None:
+    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies, together at
+    least ``min_cover`` of its nodes), or None."""
+    finder = _Finder(graph)
+    found = finder.best(min_copies)
+    if not found or sum(len(b.body) for b in found) < min_cover * len(finder.order):
+        return None
+    return Blocks(graph, tuple(found))
 
 
-__all__ = ["DEFAULT_MIN_COPIES", "MIN_BLOCK_NODES", "Block", "Blocks", "Rest", "find_blocks"]
+__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "MIN_BLOCK_NODES", "Block", "Blocks", "Rest", "find_blocks"]

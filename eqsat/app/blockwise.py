@@ -3,7 +3,7 @@ operators outside the blocks get, and what the report says of the blocks and how
 
 from __future__ import annotations
 
-from eqsat.blocks import DEFAULT_MIN_COPIES, Blocks
+from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, Blocks
 
 from .config import OptimizeConfig
 
@@ -26,8 +26,8 @@ def blocks_entry(config: OptimizeConfig, blocks: Blocks | None,
     if not config.blocks:
         return None
     if blocks is None:
-        return {"found": None, "treatment": f"no block repeated {DEFAULT_MIN_COPIES} or more times: the whole "
-                                            f"model was searched"}
+        return {"found": None, "treatment": f"no block repeated {DEFAULT_MIN_COPIES} or more times over "
+                                            f"{DEFAULT_MIN_COVER:.0%} of the model: the whole model was searched"}
     outside = (f"the {blocks.rest.operators} operators outside the blocks searched and extracted as a program of "
                f"their own (the copies' outputs as inputs)" if rest is not None else "nothing outside the blocks")
     return {"found": blocks.describe(), "rest": rest,
