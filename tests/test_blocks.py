@@ -120,6 +120,10 @@ def test_blocks_search_one_copy_and_the_rest_and_the_whole_program_verifies(bert
     assert r.blocks is not None and r.blocks["found"]["copies"] == LAYERS and "replayed" in r.blocks["treatment"]
     assert r.blocks["rest"]["operators"] > 0 and "searched" in r.blocks["treatment"] and "rest" in r.times
     assert r.blocks["rest"]["estimated_us"][1] <= r.blocks["rest"]["estimated_us"][0]
+    # the time limit meant for the whole model, in proportion to the nodes searched (a third of them here)
+    b = find_blocks(import_model(bert))
+    share = (len(b.representative.nodes()) + len(b.rest.program.nodes())) / len(b.graph.nodes())
+    assert 0.25 < share < 1 and f"within {45 * share:.1f} s" in r.blocks["treatment"]
     assert whole.report.blocks is None and "rest" not in whole.report.times
     # the e-graph holds one layer, not three
     assert r.egraph.initial_enodes < whole.report.egraph.initial_enodes / 2

@@ -40,7 +40,7 @@ from eqsat.torch_run import check_runnable
 from eqsat.verify import ShapesCheck, verify
 
 from .api_guard import api_arguments
-from .blockwise import blocks_entry, rest_share
+from .blockwise import blocks_entry, blocks_seconds, rest_share
 from .config import OptimizeConfig, ilp_seconds, search_seconds
 from .report import (
     Candidate,
@@ -352,6 +352,8 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched; "
             f"the {blocks.rest.operators} operators outside them searched on their own" if blocks is not None
             else "repeated blocks: none found; the whole model is searched")
+        if blocks is not None:  # the time limit meant for the whole model, in proportion to what is searched
+            config = config.updated(time_limit=blocks_seconds(blocks, config.search.time_limit))
     runtime_name = runtimes.resolve(config.runtime)
     if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
         check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
