@@ -99,7 +99,8 @@ def _export(module: object, path: str, vocab: int, seq: int) -> int:
 
     import onnx
     import torch
-    from onnx.external_data_helper import ExternalDataInfo, set_external_data, uses_external_data
+    from onnx import numpy_helper
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
     assert isinstance(module, torch.nn.Module)
     size = sum(p.numel() * p.element_size() for p in module.parameters())
@@ -123,13 +124,17 @@ def _export(module: object, path: str, vocab: int, seq: int) -> int:
                         f.seek(info.offset or 0)
                         raw = f.read(info.length) if info.length else f.read()
                 else:
-                    raw = t.raw_data
+                    raw = numpy_helper.to_array(t).tobytes()
                 offset = out.tell()
                 out.write(raw)
-                out.write(b"\0" * (-len(raw) % 64))  # aligned, as onnx writes them
-                t.ClearField("raw_data")
-                set_external_data(t, data, offset, len(raw))
-                t.data_location = onnx.TensorProto.EXTERNAL
+                out.write(b"\0" * (-len(raw) % 4096))  # aligned, as onnx writes them
+                dims, dtype, name = list(t.dims), t.data_type, t.name
+                t.Clear()
+                t.dims.extend(dims)
+                t.data_type, t.name, t.data_location = dtype, name, onnx.TensorProto.EXTERNAL
+                for key, value in (("location", data), ("offset", str(offset)), ("length", str(len(raw)))):
+                    entry = t.external_data.add()
+                    entry.key, entry.value = key, value
         onnx.save(model, path)
     return size
 
