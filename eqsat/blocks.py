@@ -32,6 +32,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import ir
 from .ir import Graph, Node, Origin, topo_order
 from .onnx import origins
@@ -95,8 +97,7 @@ class Blocks:
                 leaf[id(e)] = ir.input_(f"block_ext_{k}", e.shape, e.dtype)
                 inputs.append(leaf[id(e)])
         out = _rebuild([first.output], dict(leaf), stop=first.body)[0]
-        names = {ir.leaf_name(n) for n in ir.topo_order([out]) if n.op == "weight"}
-        return Graph(tuple(inputs), (out,), ("block_out",), {k: self.graph.weights[k] for k in sorted(names)},
+        return Graph(tuple(inputs), (out,), ("block_out",), _weights_of(self.graph, [out]),
                      name=f"{self.graph.name}-block", opset=self.graph.opset, domains=dict(self.graph.domains))
 
     @functools.cached_property
@@ -182,7 +183,7 @@ def _unique(name: str, taken: set[str]) -> str:
     return out
 
 
-def _weights_of(graph: Graph, outputs: Sequence[Node]) -> dict[str, object]:
+def _weights_of(graph: Graph, outputs: Sequence[Node]) -> dict[str, np.ndarray]:
     """The weights of ``graph`` that the program rooted at ``outputs`` reads (the arrays themselves, not copies)."""
     names = {ir.leaf_name(n) for n in ir.topo_order(outputs) if n.op == "weight"}
     return {k: graph.weights[k] for k in sorted(names)}
