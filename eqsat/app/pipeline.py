@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import onnx
 
 from eqsat import extract as extractors
@@ -37,7 +38,7 @@ from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
 from eqsat.timing import Protocol
 from eqsat.torch_run import check_runnable
-from eqsat.verify import ShapesCheck, verify
+from eqsat.verify import ShapesCheck, Verifier
 
 from .api_guard import api_arguments
 from .blockwise import blocks_entry, blocks_seconds, rest_share
@@ -193,12 +194,20 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     return program, optimized
 
 
-def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig) -> VerificationReport:
-    """Check ``optimized`` against ``original`` on seeded random inputs; raise VerificationError on a mismatch."""
-    check = verify(original, optimized, seed=config.seed, draws=config.verify_draws, input_shapes=config.input_shapes)
+def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig,
+                 verifier: Verifier | None = None) -> VerificationReport:
+    """Check ``optimized`` against ``original`` on seeded random inputs; raise VerificationError on a mismatch.
+    ``verifier``: the run's (:class:`~eqsat.verify.Verifier` of ``original``: its outputs computed once)."""
+    verifier = verifier or verifier_of(original, config)
+    check = verifier.check(optimized)
     if not check.passed:
         raise VerificationError(f"the optimized model does not match the original: {check.detail}; nothing was written")
     return VerificationReport.of(check, config.seed)
+
+
+def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
+    """The verification of candidates against ``original`` at the run's seed, draws and input shapes."""
+    return Verifier(original, seed=config.seed, draws=config.verify_draws, input_shapes=config.input_shapes)
 
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
@@ -247,14 +256,16 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
                      config: OptimizeConfig, cost_model: CostModel,
                      first: tuple[Graph, onnx.ModelProto] | None = None,
                      shaping: Shaping | None = None, blocks: Blocks | None = None,
-                     rest: Graph | None = None) -> list[Built]:
+                     rest: Graph | None = None, verifier: Verifier | None = None) -> list[Built]:
     """Export and verify the extracted candidates, keeping the first and then each program not seen before
     (:func:`same_program`), up to ``--candidates``. ``first``: the first candidate already exported and verified
     (:func:`export_phase`, :func:`verify_phase`); another that fails verification is kept in the report,
     unmeasured, with the failure. With a shape-generic ``shaping``, each candidate is also checked at the
     further shapes (:func:`shapes_phase`): one that fails there is not measured either. With ``blocks``, the
-    candidates are programs of their representative, replayed on every copy (with ``rest`` outside them)."""
+    candidates are programs of their representative, replayed on every copy (with ``rest`` outside them).
+    ``verifier``: the run's (:func:`verify_phase`)."""
     template = blocks.representative if blocks is not None else graph
+    verifier = verifier or verifier_of(original, config)
     built: list[Built] = []
     for k, c in enumerate(extracted):
         if len(built) >= config.candidates:
@@ -265,8 +276,7 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source)
         if built or first is None:
-            check = verify(original, model, seed=config.seed, draws=config.verify_draws,
-                           input_shapes=config.input_shapes)
+            check = verifier.check(model)
             entry.verified, entry.max_abs_error = check.passed, check.max_abs_error
             entry.note = "" if check.passed else f"not measured: {check.detail}"
         b = Built(program, model, entry, same_program(graph, program))
@@ -288,20 +298,22 @@ def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCh
 
 
 def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: OptimizeConfig,
-                  runtime: Runtime | None = None, graph: Graph | None = None,
-                  names: Sequence[str] | None = None) -> tuple[Measurement, runtimes.Measured]:
+                  runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
+                  feeds: dict[str, np.ndarray] | None = None) -> tuple[Measurement, runtimes.Measured]:
     """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
     run (eqsat.runtimes) under the sequential gate (eqsat.gate: rounds until every candidate is resolved or the
     budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
     ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
-    Returns the measurement of the candidate reported (the shipped one, else the fastest) and every comparison."""
+    ``feeds``: the inputs timed on (:meth:`~eqsat.verify.Verifier.first_inputs`: those timing_feeds would draw
+    again); None: drawn. Returns the measurement of the candidate reported (the shipped one, else the fastest)
+    and every comparison."""
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
     protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
-                                         input_shapes=config.input_shapes)
+                                         input_shapes=config.input_shapes, feeds=feeds)
     best, decision = choose(measured.comparisons, names, config.allow_slower, gate)
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
               for side, i in (("original", 0), ("optimized", best + 1))}
@@ -379,9 +391,12 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     with timer("export"):
         program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks, rest)
     with timer("verify"):
-        verification = verify_phase(original, optimized, config)
+        verifier = verifier_of(original, config)
+        verification = verify_phase(original, optimized, config, verifier)
         built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping,
-                                 blocks, rest)
+                                 blocks, rest, verifier)
+        feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
+        verifier.close()
     say(f"verified: max abs error {verification.max_abs_error:.2e}"
         + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
     first = built[0]
@@ -396,7 +411,7 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     if config.measure and timed:
         with timer("measure"):
             measured, comparisons = measure_phase(original, [Program(b.model, b.program) for b in timed], config,
-                                                  graph=graph, names=[b.entry.name for b in timed])
+                                                  graph=graph, names=[b.entry.name for b in timed], feeds=feeds)
         _record(timed, comparisons)
     returned = decide_phase(unchanged, measured, config, failed[0] if failed and not timed else "")
     if returned.fallback:
@@ -474,4 +489,4 @@ def report_bytes(report: Report) -> bytes:
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
            "decide_phase", "encode_phase", "export_phase", "rest_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verify_phase"]
+           "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
