@@ -30,3 +30,30 @@ def test_bench_scale_writes_a_record_per_run_and_the_figure(tmp_path):
         assert r["max_rss_mb"] is None or r["max_rss_mb"] >= max(r["memory_mb"].values()) - 1
         assert r["weights_mb"] > 0
     assert (out / "scale.png").stat().st_size > 0
+
+
+def test_llama_builder_writes_external_data_that_optimizes_with_blocks(tmp_path, monkeypatch):
+    """The LLaMA builder (grouped KV heads) with its weights in one external data file (as a 1B model is written:
+    the threshold lowered here), optimized by default: its layers found as blocks, the result verified against the
+    original in onnxruntime."""
+    import onnx
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import bench_scale
+
+    from eqsat.app.config import OptimizeConfig
+    from eqsat.app.pipeline import optimize
+    from eqsat.verify import verify
+
+    monkeypatch.setattr(bench_scale, "EXTERNAL_BYTES", 0)
+    path = str(tmp_path / "llama.onnx")
+    size = bench_scale.export_llama(path, 3, 64, 8, vocab=64)
+    assert sorted(os.listdir(tmp_path)) == ["llama.onnx", "llama.onnx.data"]
+    assert os.path.getsize(path + ".data") >= size > os.path.getsize(path)
+    model = onnx.load(path, load_external_data=False)
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    result = optimize(path, OptimizeConfig.of(cost="analytic", measure=False, budget=2, depth=1,
+                                              final_extractor="greedy-dag", allow_slower=True))
+    assert result.report.blocks["found"]["copies"] == 3
+    check = verify(onnx.load(path), result.optimized, seed=3)
+    assert check.passed, check.detail
