@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,14 @@ from .onnx import origins
 
 MIN_BLOCK_NODES = 3
 """operators (weights and weight-only nodes included) a block needs to be worth searching alone"""
+
+MAX_PERIOD = 16
+"""at most this many cuts of one operator and shape per block (a layer has one or two: BERT's two LayerNorms;
+a long chain that never repeats would try every period)"""
+WORK_LIMIT = 2_000_000
+"""positions of the order the search for blocks may scan (its candidate blocks' spans, summed) before it settles
+for the best run found so far: a few seconds at worst (a long chain of same-shaped operators that never
+repeats); the largest real models here take a sixth of it (ViT-Huge's 32 layers)"""
 
 DEFAULT_MIN_COPIES = 3
 """copies a block needs for a default run to search one of them instead of the whole model (two layers are
@@ -258,11 +267,14 @@ class _Finder:
                 n.op != "input" and bool(n.inputs) and all(self.weight_only[id(c)] for c in n.inputs))
         self.outputs = {id(o) for o in graph.outputs}
         self.keys: dict[tuple, int] = {}
+        self.work = 0
+        """positions scanned so far (:data:`WORK_LIMIT`)"""
 
     def block(self, cut: Node, out: Node) -> tuple[Block, int] | None:
         """The block from ``cut`` to ``out`` and its structural hash; None if it is not a block (``out`` does
         not read ``cut``, or a node inside is read from outside)."""
         lo, hi = self.index[id(cut)], self.index[id(out)]
+        self.work += hi - lo
         after = {id(cut)}  # nodes in (lo, hi] that read cut
         for n in self.order[lo + 1:hi + 1]:
             if any(id(c) in after for c in n.inputs):
@@ -278,17 +290,17 @@ class _Finder:
             body.add(id(n))
             stack.extend(n.inputs)
         # private weight-only nodes: every user in the block (users before their inputs: reverse order)
-        near = sorted({id(c): c for k in body for c in self.order[self.index[k]].inputs
-                       if id(c) not in body and self.weight_only[id(c)]}.values(), key=lambda c: -self.index[id(c)])
-        pending = list(near)
+        pending = [-self.index[id(c)] for k in body for c in self.order[self.index[k]].inputs
+                   if id(c) not in body and self.weight_only[id(c)]]
+        heapq.heapify(pending)  # the latest position first
         while pending:
-            c = pending.pop(0)
+            c = self.order[-heapq.heappop(pending)]
             if id(c) in body or id(c) in self.outputs:
                 continue
             if all(id(u) in body for u in self.users[id(c)]):
                 body.add(id(c))
-                pending.extend(c.inputs)
-                pending.sort(key=lambda x: -self.index[id(x)])
+                for x in c.inputs:
+                    heapq.heappush(pending, -self.index[id(x)])
         for k in body:
             if k != id(out) and (k in self.outputs or any(id(u) not in body for u in self.users[k])):
                 return None
@@ -319,6 +331,8 @@ class _Finder:
             run: list[Block] = []
             run_key: int | None = None
             for k in range(start, len(members) - period, period):
+                if self.work > WORK_LIMIT:
+                    break
                 got = self.block(members[k], members[k + period])
                 if got is not None and got[1] == run_key and run and run[-1].output is got[0].cut:
                     run.append(got[0])
@@ -330,23 +344,40 @@ class _Finder:
                 runs.append(run)
         return runs
 
+    def separators(self, min_copies: int) -> list[bool]:
+        """Per position of the order: whether the node there may be a cut. A cut is read by every later layer
+        only through it: no edge passes over it (from a node before it to one after it) except from weight-only
+        nodes and from nodes read by at least ``min_copies`` nodes (an external input shared by every copy,
+        such as a mask). A necessary condition, checked in one pass, so that the search for blocks tries only
+        these (a skip connection around the whole stack of layers, read by fewer nodes, hides them)."""
+        reach = -1  # the furthest position read by a node before the current one (edges that count)
+        out: list[bool] = []
+        for k, n in enumerate(self.order):
+            out.append(reach <= k)
+            users = self.users[id(n)]
+            if users and not self.weight_only[id(n)] and len(users) < min_copies:
+                reach = max(reach, max(self.index[id(u)] for u in users))
+        return out
+
     def best(self, min_copies: int) -> list[Block] | None:
-        """The run of copies covering the most nodes (ties: more copies, then the earliest)."""
+        """The run of copies covering the most nodes (ties: more copies, then the earliest; the best found
+        within :data:`WORK_LIMIT`)."""
         groups: dict[tuple, list[Node]] = {}
-        for n in self.order:
-            if n.inputs and not self.weight_only[id(n)]:
+        cuts = self.separators(min_copies)
+        for k, n in enumerate(self.order):
+            if n.inputs and not self.weight_only[id(n)] and cuts[k]:
                 groups.setdefault((n.op, n.attrs, n.shape, n.dtype), []).append(n)
         best: list[Block] | None = None
         score: tuple[int, int, int] = (0, 0, 0)
         for members in groups.values():
-            for period in range(1, (len(members) - 1) // min_copies + 1):
+            for period in range(1, min((len(members) - 1) // min_copies, MAX_PERIOD) + 1):
                 runs = [r for r in self._chains(members, period) if len(r) >= min_copies
                         and len(r[0].body) >= MIN_BLOCK_NODES]
                 for run in runs:
                     s = (len(run) * len(run[0].body), len(run), -self.index[id(run[0].cut)])
                     if s > score:
                         best, score = run, s
-                if runs:
+                if runs or self.work > WORK_LIMIT:
                     break  # the shortest period that repeats: the most copies of this cut
         return best
 
@@ -361,4 +392,4 @@ def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0) -> Bl
     return Blocks(graph, tuple(found))
 
 
-__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "MIN_BLOCK_NODES", "Block", "Blocks", "Rest", "find_blocks"]
+__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "MAX_PERIOD", "MIN_BLOCK_NODES", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]

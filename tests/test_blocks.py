@@ -156,3 +156,33 @@ def test_without_repeated_blocks_the_whole_model_is_searched_as_before():
                                                  "model was searched"}
     assert blocks.optimized.SerializeToString() == plain.optimized.SerializeToString()
     assert blocks.report.extracted_cost == plain.report.extracted_cost
+
+
+def _chain(ops: list[str], weights: dict) -> ir.Graph:
+    x = ir.input_("x", (4, 4))
+    h = x
+    for k, op in enumerate(ops):
+        if op == "matmul":
+            weights[f"w{k}"] = np.eye(4, dtype="float32") * (1 + k / 100)
+            h = ir.make("matmul", [h, ir.weight(f"w{k}", (4, 4))], (0,))
+        else:
+            h = ir.make(op, [h])
+    return ir.Graph((x,), (h,), ("y",), weights)
+
+
+def test_the_search_for_blocks_is_bounded_and_finds_many_copies():
+    from eqsat.blocks import WORK_LIMIT, _Finder
+
+    rng = np.random.default_rng(0)
+    # a long chain of same-shaped operators that never repeats: the search gives up within its work limit
+    g = _chain([["relu", "tanh", "sigmoid"][k] for k in rng.integers(0, 3, 3000)], {})
+    finder = _Finder(g)
+    assert finder.best(3) is None and finder.work <= WORK_LIMIT + len(g.nodes())
+    # forty layers of (matmul, relu, tanh) with their own weights: all forty found, cheaply
+    g = _chain(["matmul", "relu", "tanh"] * 40, {})
+    finder = _Finder(g)
+    found = finder.best(3)
+    assert found is not None and len(found) == 39 and finder.work < WORK_LIMIT / 20  # 39 cut to cut
+    blocks = find_blocks(g, 3, 0.5)
+    check = verify(export_model(g), export_model(blocks.replay(blocks.representative)), seed=0)
+    assert check.passed, check.detail
