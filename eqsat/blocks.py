@@ -53,6 +53,9 @@ repeats); the largest real models here take a sixth of it (ViT-Huge's 32 layers)
 DEFAULT_MIN_COPIES = 3
 """copies a block needs for a default run to search one of them instead of the whole model (two layers are
 cheap to search whole, and keep the rewrites that cross their boundary)"""
+DEFAULT_MIN_WEIGHTS = 1
+"""weights of its own a block needs for a default run to search one copy (layers have weights; a chain of
+activations repeats too, but its rewrites cross any cut, as ReLU after ReLU)"""
 DEFAULT_MIN_COVER = 0.5
 """the share of a model's nodes its copies must cover for a default run to search one of them (a few small
 repeated blocks in a larger model, as VGG's convolutions, leave most of it to the whole-model search)"""
@@ -359,7 +362,7 @@ class _Finder:
                 reach = max(reach, max(self.index[id(u)] for u in users))
         return out
 
-    def best(self, min_copies: int) -> list[Block] | None:
+    def best(self, min_copies: int, min_weights: int = 0) -> list[Block] | None:
         """The run of copies covering the most nodes (ties: more copies, then the earliest; the best found
         within :data:`WORK_LIMIT`)."""
         groups: dict[tuple, list[Node]] = {}
@@ -372,7 +375,7 @@ class _Finder:
         for members in groups.values():
             for period in range(1, min((len(members) - 1) // min_copies, MAX_PERIOD) + 1):
                 runs = [r for r in self._chains(members, period) if len(r) >= min_copies
-                        and len(r[0].body) >= MIN_BLOCK_NODES]
+                        and len(r[0].body) >= MIN_BLOCK_NODES and len(r[0].weights) >= min_weights]
                 for run in runs:
                     s = (len(run) * len(run[0].body), len(run), -self.index[id(run[0].cut)])
                     if s > score:
@@ -382,14 +385,14 @@ class _Finder:
         return best
 
 
-def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0) -> Blocks | None:
-    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies, together at
-    least ``min_cover`` of its nodes), or None."""
+def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_weights: int = 0) -> Blocks | None:
+    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies of at least
+    ``min_weights`` weights of their own, together at least ``min_cover`` of its nodes), or None."""
     finder = _Finder(graph)
-    found = finder.best(min_copies)
+    found = finder.best(min_copies, min_weights)
     if not found or sum(len(b.body) for b in found) < min_cover * len(finder.order):
         return None
     return Blocks(graph, tuple(found))
 
 
-__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "MAX_PERIOD", "MIN_BLOCK_NODES", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]
+__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]

@@ -152,8 +152,8 @@ def test_without_repeated_blocks_the_whole_model_is_searched_as_before():
     blocks = optimize(model, OptimizeConfig.of(**FAST, seed=3))
     assert plain.report.blocks is None
     assert blocks.report.blocks == {"found": None,
-                                    "treatment": "no block repeated 3 or more times over 50% of the model: the whole "
-                                                 "model was searched"}
+                                    "treatment": "no block with weights of its own repeated 3 or more times over 50% "
+                                                 "of the model: the whole model was searched"}
     assert blocks.optimized.SerializeToString() == plain.optimized.SerializeToString()
     assert blocks.report.extracted_cost == plain.report.extracted_cost
 

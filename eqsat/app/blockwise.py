@@ -36,8 +36,9 @@ def blocks_entry(config: OptimizeConfig, blocks: Blocks | None,
     if not config.blocks:
         return None
     if blocks is None:
-        return {"found": None, "treatment": f"no block repeated {DEFAULT_MIN_COPIES} or more times over "
-                                            f"{DEFAULT_MIN_COVER:.0%} of the model: the whole model was searched"}
+        return {"found": None, "treatment": f"no block with weights of its own repeated {DEFAULT_MIN_COPIES} or "
+                                            f"more times over {DEFAULT_MIN_COVER:.0%} of the model: the whole "
+                                            f"model was searched"}
     outside = (f"the {blocks.rest.operators} operators outside the blocks searched and extracted as a program of "
                f"their own (the copies' outputs as inputs)" if rest is not None else "nothing outside the blocks")
     return {"found": blocks.describe(), "rest": rest,

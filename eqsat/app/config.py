@@ -80,7 +80,7 @@ class OptimizeConfig:
                                 "is faster than the original with confidence ships (1: the final extractor's only)",
                              "--candidates", least=1)
     blocks: bool = option(True, "find repeated blocks (layers of one structure and shapes, different weights, at "
-                                "least 3 copies over half the model), search and extract one copy and replay its program on every copy, "
+                                "least 3 copies with weights of their own over half the model), search and extract one copy and replay its program on every copy, "
                                 "and search the operators outside the blocks as a program of their own (the default "
                                 "node limit's floor is shared among the copies); --no-blocks (or none found): the "
                                 "whole model is searched, rewrites across the layers' boundaries included",

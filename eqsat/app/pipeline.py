@@ -21,7 +21,7 @@ import onnx
 
 from eqsat import extract as extractors
 from eqsat import runtimes
-from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, Blocks, Rest, find_blocks
+from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
@@ -359,7 +359,7 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     blocks, searched, rest, rest_entry = None, graph, None, None
     if config.blocks:
         with timer("blocks"):
-            blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER)
+            blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
             searched = blocks.representative if blocks is not None else graph
         say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched; "
             f"the {blocks.rest.operators} operators outside them searched on their own" if blocks is not None
