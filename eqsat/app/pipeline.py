@@ -116,8 +116,9 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
 
 def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1) -> tuple[EGraph, SearchConfig]:
     """The e-graph of ``graph`` and the search config with its node limit resolved against it. ``graph``
-    standing for ``copies`` repeated blocks (the default; not with ``--no-blocks``), the default limit's floor is shared among them:
-    max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in the whole model."""
+    standing for ``copies`` repeated blocks (by default; not with ``--no-blocks``), the default limit's floor is
+    shared among them: max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in
+    the whole model."""
     egraph = EGraph.from_graph(graph)
     initial = egraph.size().enodes
     limit = config.search.node_limit
