@@ -57,3 +57,20 @@ def test_llama_builder_writes_external_data_that_optimizes_with_blocks(tmp_path,
     assert result.report.blocks["found"]["copies"] == 3
     check = verify(onnx.load(path), result.optimized, seed=3)
     assert check.passed, check.detail
+
+
+def test_compare_times_the_default_and_the_whole_model_search_in_one_run(tmp_path):
+    out = tmp_path / "cmp"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_scale.py"), "--arch", "llama",
+                           "--layers", "3", "--widths", "64", "--seq", "8", "--compare", "--compare-budget", "0.5",
+                           "--out", str(out), "--", "--budget", "2", "--depth", "1", "--cost", "analytic",
+                           "--no-measure", "--final-extractor", "greedy-dag", "--allow-slower"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((out / "llama-L3-H64.json").read_text())
+    assert r["arch"] == "llama" and r["blocks"]["found"]["copies"] == 3 and r["whole"]["blocks"] is None
+    assert set(r["compare"]) == {"blocks", "whole"}
+    for c in r["compare"].values():  # one run: one original time for both, each speedup inside its interval
+        assert c["original_ms"] == r["compare"]["blocks"]["original_ms"] > 0 and c["ms"] > 0
+        assert c["ci"][0] <= c["speedup"] <= c["ci"][1] and c["rounds"] >= 2
+    assert not any(f.suffix in (".onnx", ".data") for f in out.iterdir())  # only the records are kept
