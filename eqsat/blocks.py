@@ -29,15 +29,36 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import ir
-from .ir import Graph, Node, topo_order
+from .ir import Graph, Node, Origin, topo_order
 from .onnx import origins
 
 MIN_BLOCK_NODES = 3
 """operators (weights and weight-only nodes included) a block needs to be worth searching alone"""
+
+MAX_PERIOD = 16
+"""at most this many cuts of one operator and shape per block (a layer has one or two: BERT's two LayerNorms;
+a long chain that never repeats would try every period)"""
+WORK_LIMIT = 2_000_000
+"""positions of the order the search for blocks may scan (its candidate blocks' spans, summed) before it settles
+for the best run found so far: a few seconds at worst (a long chain of same-shaped operators that never
+repeats); the largest real models here take a sixth of it (ViT-Huge's 32 layers)"""
+
+DEFAULT_MIN_COPIES = 3
+"""copies a block needs for a default run to search one of them instead of the whole model (two layers are
+cheap to search whole, and keep the rewrites that cross their boundary)"""
+DEFAULT_MIN_WEIGHTS = 1
+"""weights of its own a block needs for a default run to search one copy (layers have weights; a chain of
+activations repeats too, but its rewrites cross any cut, as ReLU after ReLU)"""
+DEFAULT_MIN_COVER = 0.5
+"""the share of a model's nodes its copies must cover for a default run to search one of them (a few small
+repeated blocks in a larger model, as VGG's convolutions, leave most of it to the whole-model search)"""
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,46 +108,117 @@ class Blocks:
             if e.op != "weight":
                 leaf[id(e)] = ir.input_(f"block_ext_{k}", e.shape, e.dtype)
                 inputs.append(leaf[id(e)])
-        out = _rebuild([first.output], leaf, stop=first.body)[0]
-        names = {ir.leaf_name(n) for n in ir.topo_order([out]) if n.op == "weight"}
-        return Graph(tuple(inputs), (out,), ("block_out",), {k: self.graph.weights[k] for k in sorted(names)},
+        out = _rebuild([first.output], dict(leaf), stop=first.body)[0]
+        return Graph(tuple(inputs), (out,), ("block_out",), _weights_of(self.graph, [out]),
                      name=f"{self.graph.name}-block", opset=self.graph.opset, domains=dict(self.graph.domains))
 
-    def replay(self, program: Graph) -> Graph:
+    @functools.cached_property
+    def rest(self) -> Rest:
+        """The program outside the blocks (:class:`Rest`)."""
+        taken = {ir.leaf_name(n) for n in self.graph.inputs} | set(self.graph.weights) | set(self.graph.output_names)
+        memo: dict[int, Node] = {}
+        leaves = []
+        for k, b in enumerate(self.blocks):
+            leaf = ir.input_(_unique(f"block_out_{k}", taken), b.output.shape, b.output.dtype)
+            memo[id(b.output)] = leaf
+            leaves.append(leaf)
+        named = dict(zip((id(o) for o in self.graph.outputs), self.graph.output_names))
+        reads = [o for o in self.graph.outputs] + [b.cut for b in self.blocks] + \
+            [e for b in self.blocks for e in b.externals]
+        targets = [n for n in {id(n): n for n in reads}.values()
+                   if id(n) not in memo and n.op not in origins.LEAVES]
+        names = tuple(named.get(id(n)) or _unique(f"rest_read_{k}", taken) for k, n in enumerate(targets))
+        outputs = tuple(_rebuild(targets, memo))
+        program = Graph((*self.graph.inputs, *leaves), outputs, names, _weights_of(self.graph, outputs),
+                        name=f"{self.graph.name}-rest", opset=self.graph.opset, domains=dict(self.graph.domains),
+                        origins=_remap(self.graph.origins, memo, outputs))
+        return Rest(program, tuple(targets), tuple(leaves))
+
+    def replay(self, program: Graph, rest: Graph | None = None) -> Graph:
         """The whole program with every copy replaced by ``program`` (a version of :attr:`representative`:
-        the same inputs and weight names), each copy reading its own cut, external inputs and weights."""
-        first = self.blocks[0]
+        the same inputs and weight names), each copy reading its own cut, external inputs and weights, and the
+        operators outside the blocks replaced by ``rest`` (a version of :attr:`rest`'s program: the same inputs
+        and outputs; None: as imported)."""
+        first, outside = self.blocks[0], self.rest
+        rest = rest if rest is not None else outside.program
         rep_weights = [ir.leaf_name(w) for w in first.weights]
-        leaves = [n for n in ir.topo_order(program.outputs) if n.op in ("input", "weight")]
-        new: dict[int, Node] = {}  # id(original node) -> node of the new program
+        leaves = [n for n in ir.topo_order(program.outputs) if n.op in origins.LEAVES]
+        of_leaf = {ir.leaf_name(x): x for x in rest.inputs}
+        read = dict(zip((id(t) for t in outside.targets), rest.outputs))
+        new: dict[int, Node] = {}  # id(node of rest) -> node of the whole program
+        done: dict[int, Node] = {}  # id(original block output) -> its copy of program
 
-        def mapped(n: Node) -> Node:
-            return new.get(id(n), n)
+        def mapped(n: Node) -> Node:  # an original node outside the blocks -> the whole program's
+            if id(n) in done:
+                return done[id(n)]
+            return _rebuild([read[id(n)]], new)[0] if id(n) in read else n
 
-        outputs = {id(b.output): b for b in self.blocks}
-        inside = frozenset().union(*(b.body for b in self.blocks)) - outputs.keys()
-        for n in self.graph.nodes():  # children first: a block's cut is rebuilt before its output
-            b = outputs.get(id(n))
-            if b is not None:
-                reads = {"block_in": mapped(b.cut), **{f"block_ext_{k}": mapped(e) for k, e in enumerate(b.externals)
-                                                       if e.op != "weight"}}
-                own = dict(zip(rep_weights, b.weights))
-                shared = {ir.leaf_name(e): e for e in b.externals if e.op == "weight"}
-                leaf = {id(x): reads[ir.leaf_name(x)] if x.op == "input" else
-                        own.get(ir.leaf_name(x)) or shared[ir.leaf_name(x)] for x in leaves}
-                new[id(n)] = _rebuild(program.outputs, leaf)[0]
-            elif id(n) not in inside and n.inputs and any(id(c) in new for c in n.inputs):
-                new[id(n)] = dataclasses.replace(n, inputs=tuple(mapped(c) for c in n.inputs))
+        for b, leaf in zip(self.blocks, outside.leaves):
+            reads = {"block_in": mapped(b.cut), **{f"block_ext_{k}": mapped(e) for k, e in enumerate(b.externals)
+                                                   if e.op != "weight"}}
+            own = dict(zip(rep_weights, b.weights))
+            shared = {ir.leaf_name(e): e for e in b.externals if e.op == "weight"}
+            inner = {id(x): reads[ir.leaf_name(x)] if x.op == "input" else
+                     own.get(ir.leaf_name(x)) or shared[ir.leaf_name(x)] for x in leaves}
+            done[id(b.output)] = new[id(of_leaf[ir.leaf_name(leaf)])] = _rebuild(program.outputs, dict(inner))[0]
         outs = tuple(mapped(o) for o in self.graph.outputs)
-        return dataclasses.replace(self.graph, outputs=outs, origins=origins.live(self.graph.origins, outs))
+        return dataclasses.replace(self.graph, outputs=outs,
+                                   origins=origins.live(_remap(rest.origins, new, outs), outs))
 
 
-def _rebuild(outputs: Sequence[Node], leaf: Mapping[int, Node], stop: frozenset[int] | None = None) -> list[Node]:
-    """``outputs`` rebuilt with the nodes in ``leaf`` (by id) replaced; nodes outside ``stop`` (when given)
-    that are not in ``leaf`` are kept as they are."""
-    new: dict[int, Node] = dict(leaf)
-    seen: set[int] = set()
+@dataclass(frozen=True, eq=False)
+class Rest:
+    """The operators outside the blocks as a program of their own (the embeddings, a mask computed once, the
+    head): its inputs are the model's and one ``block_out_K`` per copy (its output); its outputs are the
+    model's outputs computed outside the blocks and the nodes the blocks read (the first cut, their external
+    inputs), :attr:`targets` in order."""
+
+    program: Graph
+    targets: tuple[Node, ...]
+    """the original nodes that :attr:`program`'s outputs compute, in order"""
+    leaves: tuple[Node, ...]
+    """the input standing for each copy's output, in program order"""
+
+    @property
+    def operators(self) -> int:
+        """Operators computed outside the blocks (leaves not counted)."""
+        return sum(1 for n in self.program.nodes() if n.op not in origins.LEAVES)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_K`` with the least K not in ``taken``; added to ``taken``."""
+    out, k = name, 0
+    while out in taken:
+        k += 1
+        out = f"{name}_{k}"
+    taken.add(out)
+    return out
+
+
+def _weights_of(graph: Graph, outputs: Sequence[Node]) -> dict[str, np.ndarray]:
+    """The weights of ``graph`` that the program rooted at ``outputs`` reads (the arrays themselves, not copies)."""
+    names = {ir.leaf_name(n) for n in ir.topo_order(outputs) if n.op == "weight"}
+    return {k: graph.weights[k] for k in sorted(names)}
+
+
+def _remap(found: Sequence[Origin], new: Mapping[int, Node], outputs: Sequence[Node]) -> tuple[Origin, ...]:
+    """The origins ``found`` with their IR nodes replaced through ``new`` (by id; others kept), those whose
+    outputs the program rooted at ``outputs`` computes."""
+    def m(n: Node) -> Node:
+        return new.get(id(n), n)
+
+    moved = (dataclasses.replace(o, inputs=tuple((k, None if n is None else m(n)) for k, n in o.inputs),
+                                 outputs=tuple((k, m(n)) for k, n in o.outputs),
+                                 expansion=tuple(m(n) for n in o.expansion)) for o in found)
+    return origins.live(moved, outputs)
+
+
+def _rebuild(outputs: Sequence[Node], new: dict[int, Node], stop: frozenset[int] | None = None) -> list[Node]:
+    """``outputs`` rebuilt with the nodes in ``new`` (by id) replaced; ``new`` is updated with every node
+    rebuilt (a memo shared between calls). A node whose inputs are all unchanged is kept as it is (its
+    identity, so that its origin stays live); nodes outside ``stop`` (when given) are kept as they are."""
     stack = [(o, False) for o in reversed(outputs)]
+    seen: set[int] = set()
     while stack:
         n, ready = stack.pop()
         if id(n) in new or (ready is False and id(n) in seen):
@@ -139,7 +231,9 @@ def _rebuild(outputs: Sequence[Node], leaf: Mapping[int, Node], stop: frozenset[
             stack.append((n, True))
             stack.extend((c, False) for c in reversed(n.inputs) if id(c) not in new)
             continue
-        new[id(n)] = dataclasses.replace(n, inputs=tuple(new[id(c)] for c in n.inputs)) if n.inputs else n
+        inputs = tuple(new[id(c)] for c in n.inputs)
+        same = all(a is b for a, b in zip(inputs, n.inputs))
+        new[id(n)] = n if same else dataclasses.replace(n, inputs=inputs)
     return [new[id(o)] for o in outputs]
 
 
@@ -176,11 +270,14 @@ class _Finder:
                 n.op != "input" and bool(n.inputs) and all(self.weight_only[id(c)] for c in n.inputs))
         self.outputs = {id(o) for o in graph.outputs}
         self.keys: dict[tuple, int] = {}
+        self.work = 0
+        """positions scanned so far (:data:`WORK_LIMIT`)"""
 
     def block(self, cut: Node, out: Node) -> tuple[Block, int] | None:
         """The block from ``cut`` to ``out`` and its structural hash; None if it is not a block (``out`` does
         not read ``cut``, or a node inside is read from outside)."""
         lo, hi = self.index[id(cut)], self.index[id(out)]
+        self.work += hi - lo
         after = {id(cut)}  # nodes in (lo, hi] that read cut
         for n in self.order[lo + 1:hi + 1]:
             if any(id(c) in after for c in n.inputs):
@@ -196,17 +293,17 @@ class _Finder:
             body.add(id(n))
             stack.extend(n.inputs)
         # private weight-only nodes: every user in the block (users before their inputs: reverse order)
-        near = sorted({id(c): c for k in body for c in self.order[self.index[k]].inputs
-                       if id(c) not in body and self.weight_only[id(c)]}.values(), key=lambda c: -self.index[id(c)])
-        pending = list(near)
+        pending = [-self.index[id(c)] for k in body for c in self.order[self.index[k]].inputs
+                   if id(c) not in body and self.weight_only[id(c)]]
+        heapq.heapify(pending)  # the latest position first
         while pending:
-            c = pending.pop(0)
+            c = self.order[-heapq.heappop(pending)]
             if id(c) in body or id(c) in self.outputs:
                 continue
             if all(id(u) in body for u in self.users[id(c)]):
                 body.add(id(c))
-                pending.extend(c.inputs)
-                pending.sort(key=lambda x: -self.index[id(x)])
+                for x in c.inputs:
+                    heapq.heappush(pending, -self.index[id(x)])
         for k in body:
             if k != id(out) and (k in self.outputs or any(id(u) not in body for u in self.users[k])):
                 return None
@@ -237,6 +334,8 @@ class _Finder:
             run: list[Block] = []
             run_key: int | None = None
             for k in range(start, len(members) - period, period):
+                if self.work > WORK_LIMIT:
+                    break
                 got = self.block(members[k], members[k + period])
                 if got is not None and got[1] == run_key and run and run[-1].output is got[0].cut:
                     run.append(got[0])
@@ -248,31 +347,52 @@ class _Finder:
                 runs.append(run)
         return runs
 
-    def best(self, min_copies: int) -> list[Block] | None:
-        """The run of copies covering the most nodes (ties: more copies, then the earliest)."""
+    def separators(self, min_copies: int) -> list[bool]:
+        """Per position of the order: whether the node there may be a cut. A cut is read by every later layer
+        only through it: no edge passes over it (from a node before it to one after it) except from weight-only
+        nodes and from nodes read by at least ``min_copies`` nodes (an external input shared by every copy,
+        such as a mask). A necessary condition, checked in one pass, so that the search for blocks tries only
+        these (a skip connection around the whole stack of layers, read by fewer nodes, hides them)."""
+        reach = -1  # the furthest position read by a node before the current one (edges that count)
+        out: list[bool] = []
+        for k, n in enumerate(self.order):
+            out.append(reach <= k)
+            users = self.users[id(n)]
+            if users and not self.weight_only[id(n)] and len(users) < min_copies:
+                reach = max(reach, max(self.index[id(u)] for u in users))
+        return out
+
+    def best(self, min_copies: int, min_weights: int = 0) -> list[Block] | None:
+        """The run of copies covering the most nodes (ties: more copies, then the earliest; the best found
+        within :data:`WORK_LIMIT`)."""
         groups: dict[tuple, list[Node]] = {}
-        for n in self.order:
-            if n.inputs and not self.weight_only[id(n)]:
+        cuts = self.separators(min_copies)
+        for k, n in enumerate(self.order):
+            if n.inputs and not self.weight_only[id(n)] and cuts[k]:
                 groups.setdefault((n.op, n.attrs, n.shape, n.dtype), []).append(n)
         best: list[Block] | None = None
         score: tuple[int, int, int] = (0, 0, 0)
         for members in groups.values():
-            for period in range(1, (len(members) - 1) // min_copies + 1):
+            for period in range(1, min((len(members) - 1) // min_copies, MAX_PERIOD) + 1):
                 runs = [r for r in self._chains(members, period) if len(r) >= min_copies
-                        and len(r[0].body) >= MIN_BLOCK_NODES]
+                        and len(r[0].body) >= MIN_BLOCK_NODES and len(r[0].weights) >= min_weights]
                 for run in runs:
                     s = (len(run) * len(run[0].body), len(run), -self.index[id(run[0].cut)])
                     if s > score:
                         best, score = run, s
-                if runs:
+                if runs or self.work > WORK_LIMIT:
                     break  # the shortest period that repeats: the most copies of this cut
         return best
 
 
-def find_blocks(graph: Graph, min_copies: int = 2) -> Blocks | None:
-    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies), or None."""
-    found = _Finder(graph).best(min_copies)
-    return Blocks(graph, tuple(found)) if found else None
+def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_weights: int = 0) -> Blocks | None:
+    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies of at least
+    ``min_weights`` weights of their own, together at least ``min_cover`` of its nodes), or None."""
+    finder = _Finder(graph)
+    found = finder.best(min_copies, min_weights)
+    if not found or sum(len(b.body) for b in found) < min_cover * len(finder.order):
+        return None
+    return Blocks(graph, tuple(found))
 
 
-__all__ = ["MIN_BLOCK_NODES", "Block", "Blocks", "find_blocks"]
+__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]

@@ -72,30 +72,61 @@ def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0,
     """Run both models on ``draws`` seeded random inputs and compare every output.
 
     Inputs take the shapes the user fixed (``input_shapes``, for the original's dynamic dimensions);
-    integer inputs used as Gather indices range over the axis they index (see :mod:`eqsat.inputs`)."""
-    s1, s2 = session(original, prepacking=False), session(optimized, prepacking=False)  # checked, not timed
-    names1 = [o.name for o in s1.get_outputs()]
-    names2 = [o.name for o in s2.get_outputs()]
-    if len(names1) != len(names2):
-        return Verification(False, float("inf"), float("inf"), 0, f"{len(names1)} outputs vs {len(names2)}")
-    shapes = feed_shapes(s1, s2, input_shapes)
-    bounds = index_bounds(original)
-    rng = np.random.default_rng(seed)
-    worst_abs = worst_rel = 0.0
-    passed = True
-    detail = ""
-    for _ in range(draws):
-        feeds = random_inputs(s1, rng, shapes, bounds)
-        outs1 = s1.run(None, feeds)
-        outs2 = s2.run(None, feeds)
-        for name, a, b in zip(names1, outs1, outs2):
-            ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
-            worst_abs, worst_rel = max(worst_abs, e_abs), max(worst_rel, e_rel)
-            if not ok and passed:
-                passed = False
-                detail = f"output {name!r} differs: max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
-    return Verification(passed, worst_abs, worst_rel, draws, detail)
+    integer inputs used as Gather indices range over the axis they index (see :mod:`eqsat.inputs`).
+    Several candidates against one original: :class:`Verifier`."""
+    return Verifier(original, seed, draws, input_shapes).check(optimized)
 
+
+class Verifier:
+    """:func:`verify` of several candidates against one original: the original's session is built once and its
+    outputs on each draw computed once (per input shapes), each candidate's session only while it is checked.
+    Every candidate sees the inputs :func:`verify` would give it."""
+
+    def __init__(self, original: onnx.ModelProto, seed: int = 0, draws: int = 3,
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None):
+        self.original, self.seed, self.draws, self.input_shapes = original, seed, draws, input_shapes
+        self._session: ort.InferenceSession | None = None
+        self.runs: dict[tuple, list[tuple[dict[str, np.ndarray], list]]] = {}
+        """input shapes (sorted items) -> each draw's inputs and the original's outputs on them"""
+
+    def check(self, optimized: onnx.ModelProto) -> Verification:
+        """``optimized`` checked against the original (:func:`verify`)."""
+        if self._session is None:
+            self._session = session(self.original, prepacking=False)  # checked, not timed
+        s1, s2 = self._session, session(optimized, prepacking=False)
+        names1 = [o.name for o in s1.get_outputs()]
+        names2 = [o.name for o in s2.get_outputs()]
+        if len(names1) != len(names2):
+            return Verification(False, float("inf"), float("inf"), 0, f"{len(names1)} outputs vs {len(names2)}")
+        shapes = feed_shapes(s1, s2, self.input_shapes)
+        key = tuple(sorted(shapes.items()))
+        if key not in self.runs:
+            bounds = index_bounds(self.original)
+            rng = np.random.default_rng(self.seed)
+            draws = [random_inputs(s1, rng, shapes, bounds) for _ in range(self.draws)]
+            self.runs[key] = [(feeds, s1.run(None, feeds)) for feeds in draws]
+        worst_abs = worst_rel = 0.0
+        passed = True
+        detail = ""
+        for feeds, outs1 in self.runs[key]:
+            outs2 = s2.run(None, feeds)
+            for name, a, b in zip(names1, outs1, outs2):
+                ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
+                worst_abs, worst_rel = max(worst_abs, e_abs), max(worst_rel, e_rel)
+                if not ok and passed:
+                    passed = False
+                    detail = f"output {name!r} differs: max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
+        return Verification(passed, worst_abs, worst_rel, self.draws, detail)
+
+    def first_inputs(self) -> dict[str, np.ndarray] | None:
+        """The first draw's inputs, when every candidate checked took the same input shapes (they are then the
+        inputs :func:`eqsat.timing.timing_feeds` gives for the same seed); None otherwise."""
+        return self.runs[next(iter(self.runs))][0][0] if len(self.runs) == 1 and self.draws else None
+
+    def close(self) -> None:
+        """Release the original's session and outputs (a later check builds them again)."""
+        self._session = None
+        self.runs = {}
 
 
 @dataclass

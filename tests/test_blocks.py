@@ -1,6 +1,8 @@
-"""Repeated blocks (issue 28): found in a torch-exported BERT (transformers' BertModel, three layers), each copy
-with its own weights; the first copy's program replayed on every copy is the original computation (checked in
-onnxruntime); ``--blocks`` searches one copy, and the whole program it returns verifies against the original."""
+"""Repeated blocks (issue 28): found in a torch-exported BERT (transformers' BertModel, three layers) and LLaMA
+(grouped KV heads, rotary tables computed once outside the layers), each copy with its own weights; the first
+copy's program replayed on every copy, with the operators outside the blocks as a program of their own, is the
+original computation (checked in onnxruntime); by default one copy and the rest are searched, and the whole
+program returned verifies against the original; ``--no-blocks`` searches the whole model."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from eqsat.onnx import export_model, import_model
 from eqsat.verify import verify
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
-from bench_scale import export_bert  # noqa: E402
+from bench_scale import export_bert, export_llama  # noqa: E402
 
 FAST = dict(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")
 LAYERS = 3
@@ -29,6 +31,15 @@ LAYERS = 3
 def bert(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("bert") / "bert3.onnx")
     export_bert(path, LAYERS, 64, seq=8, vocab=64)
+    import onnx
+
+    return onnx.load(path)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("llama") / "llama3.onnx")
+    export_llama(path, LAYERS, 64, seq=8, vocab=64)
     import onnx
 
     return onnx.load(path)
@@ -73,12 +84,47 @@ def test_replaying_the_representative_gives_the_original_computation(bert):
     assert not verify(bert, export_model(wrong), seed=1).passed
 
 
-def test_blocks_search_one_copy_and_the_whole_program_verifies(bert):
-    whole = optimize(bert, OptimizeConfig.of(**FAST, allow_slower=True))
-    once = optimize(bert, OptimizeConfig.of(blocks=True, **FAST, allow_slower=True))
+def test_the_rest_outside_the_blocks_is_a_program_of_its_own(llama):
+    graph = import_model(llama)
+    blocks = find_blocks(graph)
+    assert blocks is not None and blocks.copies == LAYERS
+    rest = blocks.rest
+    # its inputs: the model's and one per copy's output; it computes the first cut (the embedding) and the
+    # model's output (the final norm of the last copy's output), and nothing of the blocks; what every copy
+    # reads from outside (the rotary tables, the causal mask: folded into weights) is the same for all
+    assert [ir.leaf_name(n) for n in rest.program.inputs] == ["input_ids"] + [f"block_out_{k}" for k in range(LAYERS)]
+    assert blocks.blocks[0].cut in rest.targets and graph.outputs[0] in rest.targets
+    assert rest.program.op_counts()["rmsnorm"] == 1 and rest.program.op_counts()["Gather"] == 1
+    assert all(e in rest.targets or e.op in ("weight", "input") for b in blocks.blocks for e in b.externals)
+    assert all(b.externals == blocks.blocks[0].externals for b in blocks.blocks) and blocks.blocks[0].externals
+    inside = frozenset().union(*(b.body for b in blocks.blocks))
+    assert rest.operators > 0 and not any(id(n) in inside for n in rest.targets)
+    operators = [n for n in graph.nodes() if n.op not in ("input", "weight")]  # each in a block or in the rest
+    assert len(operators) == rest.operators + sum(1 for n in operators if id(n) in inside)
+    # the blocks' program and the rest, put together, are the original computation
+    whole = blocks.replay(blocks.representative, rest.program)
+    check = verify(llama, export_model(whole), seed=2)
+    assert check.passed, check.detail
+    # the oracle can fail: a rest that feeds the copies another first cut is another computation
+    cut = rest.targets.index(blocks.blocks[0].cut)
+    wrong = list(rest.program.outputs)
+    wrong[cut] = ir.make("relu", [wrong[cut]])
+    changed = ir.Graph(rest.program.inputs, tuple(wrong), rest.program.output_names, rest.program.weights)
+    assert not verify(llama, export_model(blocks.replay(blocks.representative, changed)), seed=2).passed
+
+
+def test_blocks_search_one_copy_and_the_rest_and_the_whole_program_verifies(bert):
+    whole = optimize(bert, OptimizeConfig.of(blocks=False, **FAST, allow_slower=True))
+    once = optimize(bert, OptimizeConfig.of(**FAST, allow_slower=True))  # blocks: the default
     r = once.report
     assert r.blocks is not None and r.blocks["found"]["copies"] == LAYERS and "replayed" in r.blocks["treatment"]
-    assert whole.report.blocks is None
+    assert r.blocks["rest"]["operators"] > 0 and "searched" in r.blocks["treatment"] and "rest" in r.times
+    assert r.blocks["rest"]["estimated_us"][1] <= r.blocks["rest"]["estimated_us"][0]
+    # the time limit meant for the whole model, in proportion to the nodes searched (a third of them here)
+    b = find_blocks(import_model(bert))
+    share = (len(b.representative.nodes()) + len(b.rest.program.nodes())) / len(b.graph.nodes())
+    assert 0.25 < share < 1 and f"within {45 * share:.1f} s" in r.blocks["treatment"]
+    assert whole.report.blocks is None and "rest" not in whole.report.times
     # the e-graph holds one layer, not three
     assert r.egraph.initial_enodes < whole.report.egraph.initial_enodes / 2
     # and may grow as far as one layer of the whole model: the limit's floor shared among the copies
@@ -89,11 +135,54 @@ def test_blocks_search_one_copy_and_the_whole_program_verifies(bert):
     assert sum(once.graph.op_counts().values()) > 0 and r.returned.program == "optimized"
 
 
+def test_llama_blocks_by_default_verify_and_no_blocks_searches_the_whole_model(llama):
+    once = optimize(llama, OptimizeConfig.of(**FAST, allow_slower=True))
+    r = once.report
+    assert r.blocks["found"]["copies"] == LAYERS and r.blocks["rest"]["operators"] > 0
+    assert r.verification.verified
+    check = verify(llama, once.optimized, seed=11)
+    assert check.passed, check.detail
+    whole = optimize(llama, OptimizeConfig.of(blocks=False, **FAST, allow_slower=True))
+    assert whole.report.blocks is None and whole.report.egraph.initial_enodes > 2 * r.egraph.initial_enodes
+
+
 def test_without_repeated_blocks_the_whole_model_is_searched_as_before():
     model = ob.attention()
-    plain = optimize(model, OptimizeConfig.of(**FAST, seed=3))
-    blocks = optimize(model, OptimizeConfig.of(blocks=True, **FAST, seed=3))
+    plain = optimize(model, OptimizeConfig.of(blocks=False, **FAST, seed=3))
+    blocks = optimize(model, OptimizeConfig.of(**FAST, seed=3))
+    assert plain.report.blocks is None
     assert blocks.report.blocks == {"found": None,
-                                    "treatment": "no repeated blocks found: the whole model was searched"}
+                                    "treatment": "no block with weights of its own repeated 3 or more times over 50% "
+                                                 "of the model: the whole model was searched"}
     assert blocks.optimized.SerializeToString() == plain.optimized.SerializeToString()
     assert blocks.report.extracted_cost == plain.report.extracted_cost
+
+
+def _chain(ops: list[str], weights: dict) -> ir.Graph:
+    x = ir.input_("x", (4, 4))
+    h = x
+    for k, op in enumerate(ops):
+        if op == "matmul":
+            weights[f"w{k}"] = np.eye(4, dtype="float32") * (1 + k / 100)
+            h = ir.make("matmul", [h, ir.weight(f"w{k}", (4, 4))], (0,))
+        else:
+            h = ir.make(op, [h])
+    return ir.Graph((x,), (h,), ("y",), weights)
+
+
+def test_the_search_for_blocks_is_bounded_and_finds_many_copies():
+    from eqsat.blocks import WORK_LIMIT, _Finder
+
+    rng = np.random.default_rng(0)
+    # a long chain of same-shaped operators that never repeats: the search gives up within its work limit
+    g = _chain([["relu", "tanh", "sigmoid"][k] for k in rng.integers(0, 3, 3000)], {})
+    finder = _Finder(g)
+    assert finder.best(3) is None and finder.work <= WORK_LIMIT + len(g.nodes())
+    # forty layers of (matmul, relu, tanh) with their own weights: all forty found, cheaply
+    g = _chain(["matmul", "relu", "tanh"] * 40, {})
+    finder = _Finder(g)
+    found = finder.best(3)
+    assert found is not None and len(found) == 39 and finder.work < WORK_LIMIT / 20  # 39 cut to cut
+    blocks = find_blocks(g, 3, 0.5)
+    check = verify(export_model(g), export_model(blocks.replay(blocks.representative)), seed=0)
+    assert check.passed, check.detail

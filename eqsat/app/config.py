@@ -79,11 +79,12 @@ class OptimizeConfig:
                                 "cost model, greedy-tree), each verified and measured end to end; the fastest that "
                                 "is faster than the original with confidence ships (1: the final extractor's only)",
                              "--candidates", least=1)
-    blocks: bool = option(False, "find repeated blocks (layers of one structure and shapes, different weights), "
-                                 "search and extract one copy and replay its program on every copy (the "
-                                 "operators outside the blocks are kept as imported; the default node limit's "
-                                 "floor is shared among the copies); without it the whole model is searched",
-                          "--blocks")
+    blocks: bool = option(True, "find repeated blocks (layers of one structure and shapes, different weights, at "
+                                "least 3 copies with weights of their own over half the model), search and extract one copy and replay its program on every copy, "
+                                "and search the operators outside the blocks as a program of their own (the default "
+                                "node limit's floor is shared among the copies); --no-blocks (or none found): the "
+                                "whole model is searched, rewrites across the layers' boundaries included",
+                          "--no-blocks")
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
         "doc": "input name -> the shape to tune and measure at (--input-shape NAME=D1,D2,...); the written model "
                "keeps the original's dynamic dimensions. Inputs not given: a batch-like dynamic dimension 1, any "

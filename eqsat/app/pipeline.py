@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import onnx
 
 from eqsat import extract as extractors
 from eqsat import memory, runtimes
-from eqsat.blocks import Blocks, find_blocks
+from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
@@ -36,9 +38,10 @@ from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
 from eqsat.timing import Protocol
 from eqsat.torch_run import check_runnable
-from eqsat.verify import ShapesCheck, verify
+from eqsat.verify import ShapesCheck, Verifier
 
 from .api_guard import api_arguments
+from .blockwise import blocks_entry, blocks_seconds, rest_share
 from .config import OptimizeConfig, ilp_seconds, search_seconds
 from .report import (
     Candidate,
@@ -54,6 +57,7 @@ from .selection import OTHER_ILP_SECONDS, Extracted, choose, other_cost_name
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
+
 
 
 @dataclass
@@ -112,8 +116,9 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
 
 def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1) -> tuple[EGraph, SearchConfig]:
     """The e-graph of ``graph`` and the search config with its node limit resolved against it. ``graph``
-    standing for ``copies`` repeated blocks (``--blocks``), the default limit's floor is shared among them:
-    max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in the whole model."""
+    standing for ``copies`` repeated blocks (by default; not with ``--no-blocks``), the default limit's floor is
+    shared among them: max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in
+    the whole model."""
     egraph = EGraph.from_graph(graph)
     initial = egraph.size().enodes
     limit = config.search.node_limit
@@ -134,6 +139,30 @@ def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, c
     return run_scheduler(config.scheduler, egraph, search, cost_model, say, extra_rules, keep_states=keep)
 
 
+def rest_phase(rest: Rest, config: OptimizeConfig, copies: int, cost_model: CostModel, say: Progress,
+               extra_rules: Sequence[Rule] = ()) -> tuple[Graph, dict[str, object]]:
+    """The operators outside the repeated blocks (:attr:`Blocks.rest`: the embeddings, a mask computed once,
+    the head) searched and extracted as a program of their own, under ``config``'s time limit (the caller gives
+    it its share) and the node limit's floor shared as a copy's is (:func:`encode_phase`): its final
+    extractor's program, and what the report says of it."""
+    start = time.perf_counter()
+    config = replace(config, candidates=1)
+    egraph, search_config = encode_phase(rest.program, config, copies)
+    initial = egraph.size().enodes
+    search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
+    snap, ext = extract_phase(egraph, config, cost_model, time.perf_counter() - start)
+    program = build_program(snap, ext.choice, rest.program)
+    before, after = graph_cost(rest.program, cost_model), graph_cost(program, cost_model)
+    assert math.isclose(after, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
+        f"the decoded rest costs {after!r}, the extractor said {ext.dag_cost!r}"
+    if after >= before:  # nothing cheaper outside the blocks: keep it as imported (its ONNX nodes written back)
+        program = rest.program
+    return program, {"operators": rest.operators, "initial_enodes": initial, "enodes": egraph.size().enodes,
+                     "node_limit": search_config.limit, "steps": len(search.steps),
+                     "estimated_us": [round(before, 3), round(min(before, after), 3)],
+                     "seconds": round(time.perf_counter() - start, 3)}
+
+
 def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
                   elapsed: float) -> tuple[Snapshot, Extraction]:
     """The final extractor's program of the grown e-graph. What it takes (the registry's capabilities) it gets: a
@@ -147,18 +176,19 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
 
 
 def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel,
-                 shaping: Shaping | None = None, blocks: Blocks | None = None) -> tuple[Graph, onnx.ModelProto]:
+                 shaping: Shaping | None = None, blocks: Blocks | None = None,
+                 rest: Graph | None = None) -> tuple[Graph, onnx.ModelProto]:
     """The extracted program as IR and as a checked ONNX model (written shape-generic with the original's
     interface where ``shaping`` says so). Its recomputed cost must equal the extractor's DAG cost (one costing,
     two paths: a disagreement is a bug). Where a weight pool is current, the model refers to its weights
     (:meth:`eqsat.onnx.pool.WeightPool.slim`). With ``blocks`` (``graph`` is then their representative), the program
-    is replayed on every copy (:meth:`Blocks.replay`) first."""
+    is replayed on every copy (:meth:`Blocks.replay`) first, with ``rest`` (:func:`rest_phase`) outside them."""
     program = build_program(snap, ext.choice, graph)
     recomputed = graph_cost(program, cost_model)
     assert math.isclose(recomputed, ext.dag_cost, rel_tol=1e-9, abs_tol=1e-9), \
         f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
     if blocks is not None:
-        program = blocks.replay(program)
+        program = blocks.replay(program, rest)
     optimized = export_model(program)
     if shaping is not None:
         optimized = shaping.write(optimized)
@@ -168,12 +198,20 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     return program, optimized
 
 
-def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig) -> VerificationReport:
-    """Check ``optimized`` against ``original`` on seeded random inputs; raise VerificationError on a mismatch."""
-    check = verify(original, optimized, seed=config.seed, draws=config.verify_draws, input_shapes=config.input_shapes)
+def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig,
+                 verifier: Verifier | None = None) -> VerificationReport:
+    """Check ``optimized`` against ``original`` on seeded random inputs; raise VerificationError on a mismatch.
+    ``verifier``: the run's (:class:`~eqsat.verify.Verifier` of ``original``: its outputs computed once)."""
+    verifier = verifier or verifier_of(original, config)
+    check = verifier.check(optimized)
     if not check.passed:
         raise VerificationError(f"the optimized model does not match the original: {check.detail}; nothing was written")
     return VerificationReport.of(check, config.seed)
+
+
+def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
+    """The verification of candidates against ``original`` at the run's seed, draws and input shapes."""
+    return Verifier(original, seed=config.seed, draws=config.verify_draws, input_shapes=config.input_shapes)
 
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
@@ -223,27 +261,29 @@ class Built:
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
                      config: OptimizeConfig, cost_model: CostModel,
                      first: tuple[Graph, onnx.ModelProto] | None = None,
-                     shaping: Shaping | None = None, blocks: Blocks | None = None) -> list[Built]:
+                     shaping: Shaping | None = None, blocks: Blocks | None = None,
+                     rest: Graph | None = None, verifier: Verifier | None = None) -> list[Built]:
     """Export and verify the extracted candidates, keeping the first and then each program not seen before
     (:func:`same_program`), up to ``--candidates``. ``first``: the first candidate already exported and verified
     (:func:`export_phase`, :func:`verify_phase`); another that fails verification is kept in the report,
     unmeasured, with the failure. With a shape-generic ``shaping``, each candidate is also checked at the
     further shapes (:func:`shapes_phase`): one that fails there is not measured either. With ``blocks``, the
-    candidates are programs of their representative, replayed on every copy."""
+    candidates are programs of their representative, replayed on every copy (with ``rest`` outside them).
+    ``verifier``: the run's (:func:`verify_phase`)."""
     template = blocks.representative if blocks is not None else graph
+    verifier = verifier or verifier_of(original, config)
     built: list[Built] = []
     for k, c in enumerate(extracted):
         if len(built) >= config.candidates:
             break
         program, model = first if k == 0 and first is not None else \
-            export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping, blocks)
+            export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping, blocks, rest)
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source,
                           costs=costs_by_op(program, cost_model))
         if built or first is None:
-            check = verify(original, model, seed=config.seed, draws=config.verify_draws,
-                           input_shapes=config.input_shapes)
+            check = verifier.check(model)
             entry.verified, entry.max_abs_error = check.passed, check.max_abs_error
             entry.note = "" if check.passed else f"not measured: {check.detail}"
         b = Built(program, model, entry, same_program(graph, program))
@@ -265,20 +305,22 @@ def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCh
 
 
 def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: OptimizeConfig,
-                  runtime: Runtime | None = None, graph: Graph | None = None,
-                  names: Sequence[str] | None = None) -> tuple[Measurement, runtimes.Measured]:
+                  runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
+                  feeds: dict[str, np.ndarray] | None = None) -> tuple[Measurement, runtimes.Measured]:
     """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
     run (eqsat.runtimes) under the sequential gate (eqsat.gate: rounds until every candidate is resolved or the
     budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
     ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
-    Returns the measurement of the candidate reported (the shipped one, else the fastest) and every comparison."""
+    ``feeds``: the inputs timed on (:meth:`~eqsat.verify.Verifier.first_inputs`: those timing_feeds would draw
+    again); None: drawn. Returns the measurement of the candidate reported (the shipped one, else the fastest)
+    and every comparison."""
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
     protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
-                                         input_shapes=config.input_shapes)
+                                         input_shapes=config.input_shapes, feeds=feeds)
     best, decision = choose(measured.comparisons, names, config.allow_slower, gate)
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
               for side, i in (("original", 0), ("optimized", best + 1))}
@@ -333,13 +375,16 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
         say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
                                                   if shaping.static else "tuned there; the written model keeps them"))
-    blocks, searched = None, graph
+    blocks, searched, rest, rest_entry = None, graph, None, None
     if config.blocks:
         with timer("blocks"):
-            blocks = find_blocks(graph)
+            blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
             searched = blocks.representative if blocks is not None else graph
-        say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched"
-            if blocks is not None else "repeated blocks: none found; the whole model is searched")
+        say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched; "
+            f"the {blocks.rest.operators} operators outside them searched on their own" if blocks is not None
+            else "repeated blocks: none found; the whole model is searched")
+        if blocks is not None:  # the time limit meant for the whole model, in proportion to what is searched
+            config = config.updated(time_limit=blocks_seconds(blocks, config.search.time_limit))
     runtime_name = runtimes.resolve(config.runtime)
     if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
         check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
@@ -348,6 +393,13 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         cost_model = make(config.cost, runtime=runtime_name, threads=config.measure_threads)
         egraph, search_config = encode_phase(searched, config, blocks.copies if blocks is not None else 1)
     initial = egraph.size().enodes
+    if blocks is not None and blocks.rest.operators:
+        share = rest_share(blocks)
+        with timer("rest"):
+            rest, rest_entry = rest_phase(blocks.rest, config.updated(time_limit=share * config.search.time_limit),
+                                          blocks.copies, cost_model, lambda m: say(f"outside the blocks: {m}"),
+                                          extra_rules)
+        search_config = replace(search_config, time_limit=(1 - share) * search_config.time_limit)
     with timer("search"):
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
     with timer("extract"):
@@ -356,11 +408,14 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):
-        program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks)
+        program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks, rest)
     with timer("verify"):
-        verification = verify_phase(original, optimized, config)
+        verifier = verifier_of(original, config)
+        verification = verify_phase(original, optimized, config, verifier)
         built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping,
-                                 blocks)
+                                 blocks, rest, verifier)
+        feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
+        verifier.close()
     say(f"verified: max abs error {verification.max_abs_error:.2e}"
         + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
     first = built[0]
@@ -375,7 +430,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     if config.measure and timed:
         with timer("measure"):
             measured, comparisons = measure_phase(original, [Program(b.model, b.program) for b in timed], config,
-                                                  graph=graph, names=[b.entry.name for b in timed])
+                                                  graph=graph, names=[b.entry.name for b in timed], feeds=feeds)
         _record(timed, comparisons)
     returned = decide_phase(unchanged, measured, config, failed[0] if failed and not timed else "")
     if returned.fallback:
@@ -394,7 +449,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
                     *(b.entry for b in built)],
         returned=returned, measured=measured, times=timer.seconds,
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
-        memory_mb=timer.memory_mb, blocks=_blocks_entry(config, blocks, graph))
+        memory_mb=timer.memory_mb, blocks=blocks_entry(config, blocks, rest_entry))
     memory.release()  # the measurement's sessions are gone: their freed memory is not kept for the models returned
     if weights is not None:  # the models returned hold their data again, self-contained
         if owned:
@@ -404,21 +459,6 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)
-
-
-def _blocks_entry(config: OptimizeConfig, blocks: Blocks | None, graph: Graph) -> dict[str, object] | None:
-    """The report's ``blocks``: which repeated blocks were found and how they were treated (None without
-    ``--blocks``)."""
-    if not config.blocks:
-        return None
-    if blocks is None:
-        return {"found": None, "treatment": "no repeated blocks found: the whole model was searched"}
-    inside = sum(len(b.body) for b in blocks.blocks)
-    return {"found": blocks.describe(),
-            "treatment": f"the first of {blocks.copies} copies searched and extracted alone (its cut and external "
-                         f"inputs as inputs, its weights as leaves); each candidate program replayed on every "
-                         f"copy with the copy's own weights and the whole program verified; the "
-                         f"{len(graph.nodes()) - inside} operators outside the blocks kept as imported"}
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
@@ -473,6 +513,6 @@ def report_bytes(report: Report) -> bytes:
 
 
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
-           "decide_phase", "encode_phase", "export_phase",
+           "decide_phase", "encode_phase", "export_phase", "rest_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verify_phase"]
+           "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]

@@ -244,7 +244,7 @@ class Report:
     memory_mb: dict[str, float] = field(default_factory=dict)
     """each phase's peak resident memory in MiB (:class:`PhaseTimer`)"""
     blocks: dict[str, Any] | None = None
-    """the repeated blocks found and how they were treated (``--blocks``; None without it)"""
+    """the repeated blocks found and how they were treated (None with ``--no-blocks``)"""
     input: str | None = None
     output: str | None = None
     external_data: str | None = None
