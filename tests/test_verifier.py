@@ -30,7 +30,7 @@ def test_one_verifier_gives_each_candidate_what_verify_gives_it(monkeypatch):
     alone = [verify(original, c, seed=4, draws=2) for c in candidates]
     assert [v.passed for v in alone] == [True, False, True, False]  # the oracle can fail
     built = []
-    monkeypatch.setattr(eqsat.verify, "session", lambda m: built.append(m) or session(m))
+    monkeypatch.setattr(eqsat.verify, "session", lambda m, **kw: built.append(m) or session(m, **kw))
     verifier = Verifier(original, seed=4, draws=2)
     shared = [verifier.check(c) for c in candidates]
     assert [(v.passed, v.max_abs_error, v.max_rel_error, v.draws, v.detail) for v in shared] == \
