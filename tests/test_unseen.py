@@ -83,3 +83,53 @@ def test_t5_encoder_attention_is_recognized_and_the_round_trip_verifies(exporter
     result = optimize(model, OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True))
     check = verify(model, result.optimized, seed=1)
     assert check.passed, check.detail
+
+
+# -- operations with a neutral constant (the zero biases of freshly initialized layers) --------------------------
+def _neutral_model(op: str, value: float, shape: tuple[int, ...], first: bool = False) -> onnx.ModelProto:
+    nodes = [N(op, ["c", "r"] if first else ["r", "c"], ["s"]), N("Relu", ["s"], ["y"])]
+    model = _model([N("Relu", ["q"], ["r"]), *nodes], {"c": np.full(shape, value, np.float32)},
+                   inputs=(("q", Q),), outputs=(("y", Q),))
+    return model
+
+
+@pytest.mark.parametrize("op,value,shape,first", [("Add", 0.0, (3,), False), ("Add", 0.0, (1, 1, 1, 3), True),
+                                                  ("Sub", 0.0, (3,), False), ("Mul", 1.0, (4, 3), True),
+                                                  ("Div", 1.0, (), False)])
+def test_an_operation_with_a_neutral_constant_is_dropped(op, value, shape, first):
+    model = _neutral_model(op, value, shape, first)
+    graph = import_model(model)
+    assert dict(graph.op_counts()) == {"input": 1, "relu": 2}
+    check = verify(model, export_model(graph), seed=0)
+    assert check.passed and check.max_abs_error == 0.0, check.detail
+
+
+@pytest.mark.parametrize("op,value,shape,first", [("Add", 0.5, (3,), False),  # not neutral
+                                                  ("Add", 0.0, (2, 1, 2, 4, 3), False),  # broadcasts x up
+                                                  ("Sub", 0.0, (3,), True),  # 0 - x
+                                                  ("Div", 1.0, (3,), True),  # 1 / x
+                                                  ("Mul", 0.0, (3,), False)])  # x * 0
+def test_an_operation_whose_constant_is_not_neutral_is_kept(op, value, shape, first):
+    out = Q if len(shape) <= len(Q) else (2, *Q)
+    nodes = [N("Relu", ["q"], ["r"]), N(op, ["c", "r"] if first else ["r", "c"], ["s"]), N("Relu", ["s"], ["y"])]
+    model = _model(nodes, {"c": np.full(shape, value, np.float32)}, inputs=(("q", Q),), outputs=(("y", out),))
+    graph = import_model(model)
+    assert graph.op_counts().total() - len(graph.weights) > 3, graph.op_counts()
+    check = verify(model, export_model(graph), seed=0)
+    assert check.passed, check.detail
+
+
+def test_a_matmul_with_a_zero_bias_is_a_matmul_and_the_program_is_measured_not_returned_as_is():
+    """``MatMul(x, W) + 0``: no linear (its Add would be written back), the Add dropped; with nothing for the
+    search to change, the written model still differs from the original (one Add fewer), so it is verified and
+    measured rather than returned unchanged as "no other program"."""
+    rng = np.random.default_rng(0)
+    nodes = [N("MatMul", ["q", "w"], ["h"]), N("Add", ["h", "b"], ["y"])]
+    model = _model(nodes, {"w": rng.standard_normal((3, 3)).astype(np.float32), "b": np.zeros(3, np.float32)},
+                   inputs=(("q", Q),), outputs=(("y", Q),))
+    assert "linear" not in [m.op for m in find_composites(model.graph, {"b": np.zeros(3, np.float32)})]
+    graph = import_model(model)
+    assert "ewadd" not in graph.op_counts() and "linear" not in graph.op_counts()
+    result = optimize(model, OptimizeConfig(scheduler="none", cost="analytic", measure=False))
+    assert "Add" not in [n.op_type for n in result.optimized.graph.node]
+    assert verify(model, result.optimized, seed=2).passed

@@ -4,10 +4,10 @@ Every static-shaped ONNX model (opset >= 13) imports: operators the rules know b
 (Conv bias, broadcasting MatMul and a Gemm that is not exactly a ``linear`` are decomposed into them), constant
 subgraphs (weight-only subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with
 onnxruntime (onnx's reference evaluator where onnxruntime cannot; never Quantize/DequantizeLinear), Identity,
-inference Dropout and a Cast to its input's own type are dropped, and every other operator (a custom domain,
-If/Loop/Scan, a node that cannot be folded, a training Dropout) is carried as an opaque node with its
-attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
-read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
+inference Dropout, a Cast to its input's own type and an operation with a neutral constant (``x + 0``, ``x * 1``)
+are dropped, and every other operator (a custom domain, If/Loop/Scan, a node that cannot be folded, a training
+Dropout) is carried as an opaque node with its attributes, subgraphs, omitted optional inputs and implicit
+inputs (the outer-scope values its subgraphs read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
 (:mod:`eqsat.onnx.folding`).
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
 """
@@ -239,6 +239,10 @@ class _Importer:
                 and removable_pass_through(node, self.consts) or self._same_type_cast(node):
             self.values[node.output[0]] = self.value(ins[0])
             return
+        kept = self._neutral_operand(node)
+        if kept is not None:
+            self.values[node.output[0]] = self.value(kept)
+            return
         mapped = None
         if node.domain in ("", "ai.onnx") and not implicit:
             mapper = ops.IMPORTS.get(node.op_type)
@@ -262,6 +266,24 @@ class _Importer:
             return False
         to = next((a.i for a in node.attribute if a.name == "to"), None)
         return to is not None and dtype_name(to) == self.values[node.input[0]].dtype
+
+    def _neutral_operand(self, node: onnx.NodeProto) -> str | None:
+        """The operand that ``node`` passes on unchanged when its other operand is a constant of the operation's
+        neutral element throughout (``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1``; e.g. the
+        zero biases of freshly initialized layers) that does not broadcast ``x`` up, of ``x``'s own type; else
+        None. The importer drops such a node: ``x`` is its value."""
+        neutral = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}.get(node.op_type)
+        if neutral is None or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            return None
+        for k in ((0, 1) if node.op_type in ("Add", "Mul") else (1,)):
+            const, kept = self.consts.get(node.input[k]), node.input[1 - k]
+            if const is None or kept not in self.values:
+                continue
+            x = self.values[kept]
+            if const.dtype.name == x.dtype and np.all(const == neutral) \
+                    and np.broadcast_shapes(const.shape, x.shape) == tuple(x.shape):
+                return kept
+        return None
 
     def _composite(self, node: onnx.NodeProto) -> bool:
         """Whether ``node`` is part of a composite (:mod:`eqsat.onnx.patterns`): its inner nodes are skipped, and
