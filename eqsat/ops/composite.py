@@ -346,8 +346,7 @@ def _silu(v: View, sig: onnx.NodeProto) -> Found | None:
 
 
 def _linear(v: View, mm: onnx.NodeProto) -> Found | None:
-    """``MatMul(x, W) + b`` (either order) with a constant 2-D ``W`` [k, n] and a constant ``b`` [n], not all zero
-    (an Add of zeros is no bias: the importer drops it, :mod:`eqsat.onnx.importer`)."""
+    """``MatMul(x, W) + b`` (either order) with a constant 2-D ``W`` [k, n] and a constant ``b`` [n]."""
     if not binary_matmul(mm):
         return None
     w = v.consts.get(mm.input[1])
@@ -356,7 +355,7 @@ def _linear(v: View, mm: onnx.NodeProto) -> Found | None:
         return None
     bias = v.other(add, mm.output[0])
     b = v.consts.get(bias) if bias else None
-    if bias is None or b is None or w.ndim != 2 or b.shape != (w.shape[1],) or not b.any():
+    if bias is None or b is None or w.ndim != 2 or b.shape != (w.shape[1],):
         return None
     return "linear", (), (mm.input[0], mm.input[1], bias), [mm, add], add.output[0]
 
