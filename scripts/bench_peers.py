@@ -19,6 +19,7 @@ not verify is reported as such with the reason, never timed. The peers are optio
 (``pip install -e '.[peers]'``), never runtime dependencies of eqsat.
 
     python scripts/bench_peers.py --models bert,vit --exporters torchscript --json results/peers.json
+    python scripts/bench_peers.py --models unseen --threads 1 --json results/unseen.json
     python scripts/bench_peers.py --onnx my.onnx --threads 1,2 --json results/mine.json --figure results/mine.png
 
 One JSON document per run (``--json``): per model, per tool, the wall seconds the tool took, whether it
@@ -53,7 +54,8 @@ from eqsat.app.pipeline import optimize  # noqa: E402
 from eqsat.verify import verify  # noqa: E402
 
 Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto]
-ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2"}
+ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2", "distilbert": "bert",
+                   "t5_encoder": "t5"}
 """the transformers optimizer's model type per zoo family (others: ``bert``, its default)"""
 
 
@@ -175,7 +177,8 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
     if args.models:
         import zoo  # tests/zoo: small random-weight transformers models exported by torch
 
-        for name in args.models:
+        groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN}
+        for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
                 out.append((f"{name}/{exporter}", functools.partial(zoo.build, name, exporter, args.opset,
                                                                      seed=args.seed)))
@@ -216,7 +219,9 @@ def figure(rows: list[dict[str, Any]], path: str, threads: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="bert,gpt2,vit,llama,resnet",
-                   help="comma-separated zoo models (tests/zoo.NAMES); '' for none")
+                   help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN) or groups 'zoo', 'extra', "
+                        "'unseen' (issue 26's families beyond the zoo: DistilBERT, T5 and Whisper encoders, ConvNeXt, "
+                        "ResNet-50); '' for none")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")
     p.add_argument("--opset", type=int, default=18, help="the zoo export's opset")
     p.add_argument("--onnx", action="append", default=[], metavar="FILE", help="an ONNX model to add (repeatable)")

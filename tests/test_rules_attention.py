@@ -160,6 +160,42 @@ def test_both_forms_export_alike_and_onnxruntime_fuses_the_scale():
     assert [fused(ort_graph(m))["FusedMatMul"] for m in models] == [1, 1]
 
 
+@pytest.mark.parametrize("lead,bias,mask,mask_first", [((1, 2), (1, 2, 4, 5), (1, 1, 1, 5), False),
+                                                        ((1, 2), (1, 2, 4, 5), (1, 1, 1, 5), True),
+                                                        ((2,), (1, 4, 5), (2, 1, 5), False)])
+def test_unscaled_scores_with_two_masks_recombine(lead, bias, mask, mask_first):
+    """T5's spelling: the scores not scaled, its position bias then the padding mask added in turn
+    (``(q @ kt + bias) + mask``): one attention of scale 1 whose mask is the sum of the two."""
+    leaves = _leaves(lead)
+    q, kt, v = leaves
+    b, m = ir.input_("bias", bias), ir.input_("mask", mask)
+    inner = ir.make("ewadd", [ir.make("matmul", [q, kt], (0,)), b])
+    scores = ir.make("ewadd", [m, inner] if mask_first else [inner, m])
+    parts = ir.make("matmul", [ir.make("softmax", [scores], (len(lead) + 1,)), v], (0,))
+    eg, (report,) = apply(parts, RULE)
+    assert report.changed
+    whole = choose(eg, parts, "attention")
+    (node,) = [n for n in whole.nodes() if n.op == "attention"]
+    assert node.attrs == (float_bits(1.0),) and node.inputs[3].op == "ewadd"
+    assert {i.name for i in node.inputs[3].inputs} == {"bias", "mask"}
+    feeds = _values([*leaves, b, m], seed=3)
+    expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 1.0, feeds["bias"] + feeds["mask"])
+    np.testing.assert_allclose(ort_run(whole, feeds), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_unscaled_scores_without_a_mask_recombine():
+    leaves = _leaves((2, 3))
+    q, kt, v = leaves
+    parts = ir.make("matmul", [ir.make("softmax", [ir.make("matmul", [q, kt], (0,))], (3,)), v], (0,))
+    eg, (report,) = apply(parts, RULE)
+    whole = choose(eg, parts, "attention")
+    (node,) = [n for n in whole.nodes() if n.op == "attention"]
+    assert report.changed and node.attrs == (float_bits(1.0),) and len(node.inputs) == 3
+    feeds = _values(leaves, seed=4)
+    expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 1.0)
+    np.testing.assert_allclose(ort_run(whole, feeds), expected, rtol=1e-4, atol=1e-5)
+
+
 NEAR_MISSES = {  # name: a builder of a parts form that is no attention
     "softmax_axis_rank3": lambda: _parts(_leaves((2,)), axis=1),
     "softmax_axis_rank4": lambda: _parts(_leaves((2, 3)), axis=2),
@@ -228,6 +264,15 @@ def test_each_direction_alone_passes_the_verifier_on_many_instances(direction):
     if direction == "recombine":
         assert check.fired < check.instances  # the near misses stay apart
         assert any("ewadd" in s for s in check.shapes) and any("ewadd" not in s for s in check.shapes)
+
+
+def test_the_unscaled_and_two_mask_bodies_alone_pass_the_verifier():
+    rule = by_name()[RULE]
+    bodies = tuple(b for b in rule.bodies if str(float_bits(1.0)) in b[1] or "m1" in b[0])
+    assert 0 < len(bodies) < len(rule.bodies)
+    check = check_rule(dataclasses.replace(rule, name=f"{RULE}_t5", bodies=bodies), seed=5)
+    assert check.passed and check.fired >= 5, check.detail
+    assert any("bias2" in s for s in check.shapes), check.shapes
 
 
 def _variant(name: str, edit) -> object:

@@ -13,6 +13,7 @@ import math
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -88,6 +89,16 @@ def same_program(a: Graph, b: Graph) -> bool:
         return tuple(memo[id(o)] for o in g.outputs)
 
     return canon(a) == canon(b)
+
+
+def same_operators(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Whether ONNX models ``a`` and ``b`` run the same operators, as many of each (Constant and Identity
+    nodes aside: the runtime drops them). A program equal to the imported graph is no other program, but its
+    model can still differ from the original where the import simplified it (constants folded, ``x + 0``
+    dropped): then it is measured like any candidate."""
+    def counts(m: onnx.ModelProto) -> Counter[tuple[str, str]]:
+        return Counter((n.domain, n.op_type) for n in m.graph.node if n.op_type not in ("Constant", "Identity"))
+    return counts(a) == counts(b)
 
 
 # -- the phases ----------------------------------------------------------------------------------------------
@@ -286,7 +297,7 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             check = verifier.check(model)
             entry.verified, entry.max_abs_error = check.passed, check.max_abs_error
             entry.note = "" if check.passed else f"not measured: {check.detail}"
-        b = Built(program, model, entry, same_program(graph, program))
+        b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model))
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
         built.append(b)

@@ -3,11 +3,11 @@
 Every static-shaped ONNX model (opset >= 13) imports: operators the rules know become IR operators
 (Conv bias, broadcasting MatMul and a Gemm that is not exactly a ``linear`` are decomposed into them), constant
 subgraphs (weight-only subgraphs, the Shape/Gather/Unsqueeze/Concat chains torch exports) are folded with
-onnxruntime (onnx's reference evaluator where onnxruntime cannot; never Quantize/DequantizeLinear), Identity and
-inference Dropout are dropped, and every other operator (a custom domain, If/Loop/Scan, a node that cannot be
-folded, a training Dropout) is carried as an opaque node with its
-attributes, subgraphs, omitted optional inputs and implicit inputs (the outer-scope values its subgraphs
-read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
+onnxruntime (onnx's reference evaluator where onnxruntime cannot; never Quantize/DequantizeLinear), Identity,
+inference Dropout, a Cast to its input's own type and an operation with a neutral constant (``x + 0``, ``x * 1``)
+are dropped, and every other operator (a custom domain, If/Loop/Scan, a node that cannot be folded, a training
+Dropout) is carried as an opaque node with its attributes, subgraphs, omitted optional inputs and implicit
+inputs (the outer-scope values its subgraphs read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
 (:mod:`eqsat.onnx.folding`).
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
 """
@@ -25,6 +25,7 @@ from .. import ir, ops
 from ..dims import holds, is_symbolic
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
+from ..ops.elementwise import binary
 from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import halves_repeat
 from . import origins, pool
@@ -251,8 +252,12 @@ class _Importer:
                 self.consts.update(folded)
                 return
         if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0] \
-                and removable_pass_through(node, self.consts):
+                and removable_pass_through(node, self.consts) or self._same_type_cast(node):
             self.values[node.output[0]] = self.value(ins[0])
+            return
+        kept = self._neutral_operand(node)
+        if kept is not None:
+            self.values[node.output[0]] = self.value(kept)
             return
         mapped = None
         if node.domain in ("", "ai.onnx") and not implicit:
@@ -269,6 +274,33 @@ class _Importer:
             self.values[node.output[0]] = mapped
             self.record_origin([node], [node.output[0]])
 
+    def _same_type_cast(self, node: onnx.NodeProto) -> bool:
+        """Whether ``node`` is a Cast to its input's own element type (torch writes them, e.g. T5's LayerNorm
+        casting float32 to float32): it passes its input on, and kept opaque it would hide the value's
+        producer from the rules."""
+        if node.op_type != "Cast" or node.domain not in ("", "ai.onnx") or node.input[0] not in self.values:
+            return False
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        return to is not None and dtype_name(to) == self.values[node.input[0]].dtype
+
+    def _neutral_operand(self, node: onnx.NodeProto) -> str | None:
+        """The operand that ``node`` passes on unchanged when its other operand is a constant of the operation's
+        neutral element throughout (``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1``; e.g. the
+        zero biases of freshly initialized layers) that does not broadcast ``x`` up, of ``x``'s own type; else
+        None. The importer drops such a node: ``x`` is its value."""
+        neutral = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}.get(node.op_type)
+        if neutral is None or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+            return None
+        for k in ((0, 1) if node.op_type in ("Add", "Mul") else (1,)):
+            const, kept = self.consts.get(node.input[k]), node.input[1 - k]
+            if const is None or kept not in self.values:
+                continue
+            x = self.values[kept]
+            if const.dtype.name == x.dtype and np.all(const == neutral) \
+                    and np.broadcast_shapes(const.shape, x.shape) == tuple(x.shape):
+                return kept
+        return None
+
     def _composite(self, node: onnx.NodeProto) -> bool:
         """Whether ``node`` is part of a composite (:mod:`eqsat.onnx.patterns`): its inner nodes are skipped, and
         at its last one the composite IR node is made; where it cannot be (not float32, a shape the operator
@@ -284,10 +316,13 @@ class _Importer:
         mapped = None
         if not all(i in self.consts for i in match.inputs):
             ins = [self.value(i) for i in match.inputs]
+            if match.op == "attention" and len(ins) == 5:  # two masks added in turn: one, their sum
+                both = binary(self, "ewadd", ins[3], ins[4])
+                ins = [*ins[:3], both] if both is not None else ins
             if match.op == "attention" and len(ins) == 4 and ins[3].op == "weight" and len(ins[3].shape) < len(ins[0].shape):
                 # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
                 ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
-            attrs = match.ir_attrs([i.shape for i in ins])
+            attrs = match.ir_attrs([i.shape for i in ins]) if len(ins) < 5 else None
             if match.op == "rotary" and not all(halves_repeat(self.consts.get(i)) for i in match.inputs[1:]):
                 attrs = None  # cos and sin, now folded, are not rotary caches: the nodes one by one
             if floats(ins) is not None and attrs is not None:

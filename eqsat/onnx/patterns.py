@@ -20,8 +20,9 @@ constants, from initializers or Constant nodes):
 * ``rmsnorm``: ``x * Reciprocal(Sqrt(ReduceMean(Pow(x, 2)) + eps))`` (or ``1 / Sqrt(..)``, or ``x / Sqrt(..)``),
   optional ``Cast``s to float, times ``gamma``.
 * ``attention``: ``MatMul(q, kt)``, times a scalar (``Mul``, or ``Div`` by it; or ``q`` and ``kt`` each times one,
-  as torch's SDPA export writes it; or none), plus an optional mask (``Add``), ``Softmax`` over the last axis
-  (``-1``, or its positive index as some exporters and older opsets write it), optional ``Cast`` s to float,
+  as torch's SDPA export writes it; or none), plus an optional mask (``Add``; or two in turn, T5's position bias
+  and padding mask, which the importer adds into one), optional ``Cast`` s to float, ``Softmax`` over the last
+  axis (``-1``, or its positive index as some exporters and older opsets write it), optional ``Cast`` s to float,
   ``MatMul`` by ``v``.
 * ``linear``: ``MatMul(x, W) + b`` with constant ``W`` [k, n] and ``b`` [n] (the importer makes a ``Gemm`` one too).
 * ``rotary``: ``x * cos + Concat(Neg(Slice(x, h:)), Slice(x, :h), axis=-1) * sin`` (:mod:`eqsat.ops.rotary`), cos

@@ -181,8 +181,9 @@ def _scale_factor(v: View, name: str) -> tuple[onnx.NodeProto, str, float] | Non
 
 
 def _attention(v: View, mm: onnx.NodeProto) -> Found | None:
-    """``MatMul(q, kt) [* c | / c] [+ mask] -> Softmax(-1) [-> Cast(float)...] -> MatMul(., v)``; a scale may
-    also sit on q and kt (torch's ``scaled_dot_product_attention`` export: ``q * sqrt(c)``, ``kt * sqrt(c)``). A
+    """``MatMul(q, kt) [* c | / c] [+ mask [+ mask2]] [-> Cast(float)...] -> Softmax(-1) [-> Cast(float)...] ->
+    MatMul(., v)``; a scale may also sit on q and kt (torch's ``scaled_dot_product_attention`` export: ``q *
+    sqrt(c)``, ``kt * sqrt(c)``). Two masks (operands q, kt, v, mask, mask2) are one mask, their sum, in the IR. A
     Softmax axis other than -1 is the last one at a single rank: a negative one never at the ranks the operator
     takes (3 and 4), a non-negative one is checked with the shapes (:attr:`Match.last_axis`)."""
     if not binary_matmul(mm):
@@ -201,14 +202,17 @@ def _attention(v: View, mm: onnx.NodeProto) -> Found | None:
     if post is not None and found is not None and found[1] == cur:
         nodes.append(post)
         cur, scale = post.output[0], scale * found[2]
-    mask = None
+    masks: list[str] = []
     add = v.sole_reader(cur, "Add")
-    if add is not None:
+    while add is not None and len(masks) < 2:  # T5 adds its position bias, then the padding mask
         mask = v.other(add, cur)
         if not mask:
             return None
+        masks.append(mask)
         nodes.append(add)
         cur = add.output[0]
+        add = v.sole_reader(cur, "Add")
+    cur = v.through_float_casts(cur, nodes)  # T5's softmax(scores.float())
     soft = v.sole_reader(cur, "Softmax")
     if soft is None or v.softmax_axis(soft) < -1:
         return None
@@ -218,7 +222,7 @@ def _attention(v: View, mm: onnx.NodeProto) -> Found | None:
     pv = v.sole_reader(cur, "MatMul")
     if pv is None or pv.input[0] != cur or pv.input[1] == cur or not math.isfinite(scale) or not scale > 0:
         return None
-    inputs = (q, kt, pv.input[1]) + ((mask,) if mask is not None else ())
+    inputs = (q, kt, pv.input[1], *masks)
     return "attention", (float_bits(scale),), inputs, nodes + [pv], pv.output[0]
 
 

@@ -21,6 +21,13 @@ are built only by the tests and benchmarks that name them; the tests that run ov
 
     >>> EXTRA
     ('qwen2', 'bert_s128', 'llama_s128')
+
+:data:`UNSEEN` models are the families issue 26 names beyond the zoo's (DistilBERT, a T5 encoder, a Whisper
+encoder, ConvNeXt, a ResNet-50-like bottleneck network) at their natural input sizes (sequence 128, 224x224
+images, 256 audio frames); only ``scripts/bench_peers.py`` and the tests that name one build them.
+
+    >>> UNSEEN
+    ('distilbert', 't5_encoder', 'whisper_encoder', 'convnext', 'resnet50')
 """
 
 from __future__ import annotations
@@ -39,12 +46,15 @@ import torch
 
 NAMES = ("bert", "gpt2", "vit", "resnet", "mobilenetv2", "efficientnet", "llama")
 EXTRA = ("qwen2", "bert_s128", "llama_s128")
+UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
 LONG_SEQ = 128
 VOCAB = 128
 IMAGE = 32
+FULL_IMAGE = 224
+MEL_BINS = 80
 
 UNSUPPORTED: dict[tuple[str, str, int], str] = {}
 """(name, exporter, opset) -> why this torch cannot export it; filled in as found (see the module docstring)."""
@@ -171,10 +181,53 @@ def _bert_long() -> torch.nn.Module:
     return _Outputs(BertModel(cfg), ("input_ids", "attention_mask"), ("last_hidden_state", "pooler_output"))
 
 
+def _distilbert() -> torch.nn.Module:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    cfg = _eager(DistilBertConfig(vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                                  max_position_embeddings=256))
+    return _Outputs(DistilBertModel(cfg), ("input_ids", "attention_mask"), ("last_hidden_state",))
+
+
+def _t5_encoder() -> torch.nn.Module:
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = _eager(T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                          relative_attention_num_buckets=32, feed_forward_proj="relu"))
+    return _Outputs(T5EncoderModel(cfg), ("input_ids", "attention_mask"), ("last_hidden_state",))
+
+
+def _whisper_encoder() -> torch.nn.Module:
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    cfg = _eager(WhisperConfig(num_mel_bins=MEL_BINS, d_model=64, encoder_layers=2, encoder_attention_heads=4,
+                               encoder_ffn_dim=128, max_source_positions=LONG_SEQ))
+    return _Outputs(WhisperEncoder(cfg), ("input_features",), ("last_hidden_state",))
+
+
+def _convnext() -> torch.nn.Module:
+    from transformers import ConvNextConfig, ConvNextModel
+
+    cfg = ConvNextConfig(num_channels=3, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 2, 1],
+                         image_size=FULL_IMAGE)
+    return _Outputs(ConvNextModel(cfg), ("pixel_values",), ("pooler_output",))
+
+
+def _resnet50() -> torch.nn.Module:
+    from transformers import ResNetConfig, ResNetModel
+
+    cfg = ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[64, 128, 256, 512], depths=[1, 2, 2, 1],
+                       layer_type="bottleneck")
+    return _Outputs(ResNetModel(cfg), ("pixel_values",), ("pooler_output",))
+
+
 _IDS = ("input_ids", "ids", (1, SEQ))
 _LONG_IDS = ("input_ids", "ids", (1, LONG_SEQ))
 _MASK = ("attention_mask", "mask", (1, SEQ))
 _PIXELS = ("pixel_values", "float", (1, 3, IMAGE, IMAGE))
+_FULL_PIXELS = ("pixel_values", "float", (1, 3, FULL_IMAGE, FULL_IMAGE))
+_LONG_MASK = ("attention_mask", "mask", (1, LONG_SEQ))
 SPECS: dict[str, Spec] = {
     "bert": Spec(_bert, (_IDS, _MASK), ("last_hidden_state", "pooler_output"),
                  "BERT encoder: 2 layers, hidden 32, 4 heads, GELU (erf), LayerNorm, token types from a buffer"),
@@ -192,18 +245,32 @@ SPECS: dict[str, Spec] = {
                   "LLaMA block: 1 layer, hidden 32, 4 heads / 2 KV heads, RMSNorm, gated SiLU MLP, rotary embedding"),
     "qwen2": Spec(_qwen2, (_IDS,), ("last_hidden_state",),
                   "Qwen2 block: 1 layer, hidden 32, 4 heads / 2 KV heads, Q/K/V biases, RMSNorm, rotary embedding"),
-    "bert_s128": Spec(_bert_long, (_LONG_IDS, ("attention_mask", "mask", (1, LONG_SEQ))),
+    "bert_s128": Spec(_bert_long, (_LONG_IDS, _LONG_MASK),
                       ("last_hidden_state", "pooler_output"), "BERT encoder at sequence 128: 2 layers, hidden 64"),
     "llama_s128": Spec(_llama_long, (_LONG_IDS,), ("last_hidden_state",),
                        "LLaMA block at sequence 128: 1 layer, hidden 64, 4 heads / 2 KV heads (grouped), causal"),
+    "distilbert": Spec(_distilbert, (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                       "DistilBERT at sequence 128: 2 layers, hidden 64, 4 heads, no token types, GELU (erf)"),
+    "t5_encoder": Spec(_t5_encoder, (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                       "T5 encoder at sequence 128: 2 layers, d_model 64, 4 heads, relative position bias, "
+                       "RMSNorm (T5LayerNorm, pre-norm), ReLU MLP, unscaled attention"),
+    "whisper_encoder": Spec(_whisper_encoder, (("input_features", "float", (1, MEL_BINS, 2 * LONG_SEQ)),),
+                            ("last_hidden_state",),
+                            "Whisper encoder: 80 mel bins x 256 frames, two Conv1d (stride 2) -> sequence 128, "
+                            "2 pre-norm layers, hidden 64, 4 heads, GELU (erf)"),
+    "convnext": Spec(_convnext, (_FULL_PIXELS,), ("pooler_output",),
+                     "ConvNeXt: 224x224 image, 4x4 patchify, 4 stages (1, 1, 2, 1 blocks) of 16-128 channels, "
+                     "7x7 depthwise convs, channels-last LayerNorm, GELU, layer scale"),
+    "resnet50": Spec(_resnet50, (_FULL_PIXELS,), ("pooler_output",),
+                     "ResNet-50-like: 224x224 image, bottleneck blocks (1, 2, 2, 1), 64-512 channels, batch norm"),
 }
-assert tuple(SPECS) == NAMES + EXTRA
+assert tuple(SPECS) == NAMES + EXTRA + UNSEEN
 
 
 def module(name: str, seed: int = 0) -> torch.nn.Module:
     """The torch module of zoo model ``name``, with seeded random weights, in eval mode."""
     if name not in SPECS:
-        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA)}")
+        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA + UNSEEN)}")
     torch.manual_seed(seed)
     m = SPECS[name].make().eval()
     with torch.no_grad():
@@ -313,5 +380,5 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.M
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSUPPORTED", "Unsupported", "build", "export",
-           "export_dynamic", "feeds", "module"]
+__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSEEN", "UNSUPPORTED", "Unsupported", "build",
+           "export", "export_dynamic", "feeds", "module"]
