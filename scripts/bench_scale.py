@@ -100,7 +100,12 @@ def _export(module: object, path: str, vocab: int, seq: int) -> int:
     import onnx
     import torch
     from onnx import numpy_helper
-    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    from onnx.external_data_helper import (
+        ExternalDataInfo,
+        _get_attribute_tensors,
+        load_external_data_for_tensor,
+        uses_external_data,
+    )
 
     assert isinstance(module, torch.nn.Module)
     size = sum(p.numel() * p.element_size() for p in module.parameters())
@@ -111,9 +116,17 @@ def _export(module: object, path: str, vocab: int, seq: int) -> int:
         torch.onnx.export(module, (ids,), staged, input_names=["input_ids"], output_names=["y"],
                           opset_version=17, dynamo=False)
         model = onnx.load(staged, load_external_data=False)
+        inlined = 0
+        for t in _get_attribute_tensors(model):  # a Constant node's value the exporter wrote beside the model
+            if uses_external_data(t):  # (LLaMA's rotary table at 1B): inlined, as its file goes with ``tmp``
+                load_external_data_for_tensor(t, tmp)
+                inlined += 1
         tensors = [t for t in model.graph.initializer if uses_external_data(t) or size > EXTERNAL_BYTES]
         if not tensors:
-            os.replace(staged, path)
+            if inlined:
+                onnx.save(model, path)
+            else:
+                os.replace(staged, path)
             return size
         data = os.path.basename(path) + ".data"
         with open(os.path.join(folder, data), "wb") as out:
