@@ -27,7 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .fitting import fit_runs, run_values
+from .dataflow import prune, shape_only
+from .fitting import fit_runs, fit_vectors, run_values
 from .interface import interface
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 
@@ -160,6 +161,13 @@ class _Rewriter:
         self.nodes: list[onnx.NodeProto] = []
         self._probed: dict[str, list[Mono | None]] | None = None
         self._tried: set[str] = set()
+        self.shape_only: set[str] = set()
+        self.vectors: dict[str, list[Mono] | None] = {}
+        """small integer values computed from the shapes alone -> their entries as monomials (None: not fitted)"""
+        self.pending: list[str] = []
+        self.alias: dict[str, str] = {}
+        """the output of an Expand that expands nothing -> its input"""
+        self.ports: list[str] = []
 
     def fresh(self, base: str) -> str:
         while True:
@@ -178,9 +186,12 @@ class _Rewriter:
         self.shapes[name] = constant_shape(tensor)
         return name
 
-    def emit(self, op: str, inputs: list[str], base: str, **attrs: Any) -> str:
+    def emit(self, op: str, inputs: list[str], base: str, size: int | None = 1, **attrs: Any) -> str:
+        """A node computing an int64 vector of ``size`` entries (None: a scalar) from ``inputs``."""
         out = self.fresh(base)
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        self.types[out] = onnx.TensorProto.INT64
+        self.shapes[out] = [] if size is None else [Mono.const(size)]
         return out
 
     def run(self) -> Generic:
@@ -212,6 +223,8 @@ class _Rewriter:
         for t in g.initializer:
             self.types[t.name] = t.data_type
             self.shapes[t.name] = constant_shape(t)
+        self.ports = [p.name for p in ins if self.shapes.get(p.name) is not None]
+        self.shape_only = shape_only(self.model)
         for node in list(g.node):
             self._node(node)
         del g.node[:]
@@ -224,18 +237,25 @@ class _Rewriter:
                 if isinstance(want, str) and have is not None and have.is_const:
                     self.notes.append(f"output {port.name!r} axis {k} is {have.key()} where the original's is "
                                       f"{want or 'dynamic'}")
-        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-        keep = [t for t in g.initializer if t.name in used or t.name in {vi.name for vi in g.input}]
-        del g.initializer[:]
-        g.initializer.extend(keep)
+        prune(self.model)
         return Generic(self.model, self.notes)
 
     def _node(self, node: onnx.NodeProto) -> None:
-        if node.domain in ("", "ai.onnx") and node.op_type == "Reshape" and len(node.input) > 1 \
-                and node.input[1] in self.constants:
-            self._reshape(node)
-        elif node.domain in ("", "ai.onnx") and node.op_type == "Slice" and len(node.input) > 3:
+        for k, name in enumerate(node.input):
+            node.input[k] = self.alias.get(name, name)
+        standard = node.domain in ("", "ai.onnx")
+        vectors = self._vectors_read(node)
+        if standard and node.op_type == "Reshape" and len(node.input) > 1 \
+                and (node.input[1] in self.constants or 1 in vectors):
+            self._reshape(node, vectors.get(1))
+        elif standard and node.op_type == "Expand" and 1 in vectors:
+            if self._expand(node, vectors[1]):
+                return
+        elif standard and node.op_type == "Slice" and len(node.input) > 3:
             self._slice(node)
+        for k, monos in vectors.items():
+            if node.input[k] in self.vectors:  # not rewritten above: written from the symbols
+                node.input[k] = self._vector(monos, self.shapes.get(node.input[k]) == [])
         self.nodes.append(node)
         inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
         for out in node.output:
@@ -243,60 +263,122 @@ class _Rewriter:
                 elem, shape = inferred[out]
                 self.types.setdefault(out, elem)
                 self.shapes.setdefault(out, shape)
+            if self._small_vector(out):
+                self.vectors[out] = None
+                self.pending.append(out)
 
-    def _reshape(self, node: onnx.NodeProto) -> None:
+    def _small_vector(self, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
+        """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at
+        most 8 entries computed from the shapes alone."""
+        elem = self.types.get(name) if elem is None else elem
+        shape = self.shapes.get(name) if shape is None else shape
+        return name in self.shape_only and elem == onnx.TensorProto.INT64 and shape is not None \
+            and (shape == [] or (len(shape) == 1 and shape[0] is not None and shape[0].is_const
+                                 and 0 < shape[0].coef <= 8))
+
+    def _vectors_read(self, node: onnx.NodeProto) -> dict[int, list[Mono]]:
+        """The fitted entries of the shape vectors ``node`` reads (input index -> entries), unless ``node`` only
+        computes another such vector (then the vector it computes is read where it is used)."""
+        read = [k for k, name in enumerate(node.input) if name in self.vectors]
+        if not read:
+            return {}
+        inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
+        outs = [o for o in node.output if o]
+        if all(o in inferred and self._small_vector(o, *inferred[o]) for o in outs) \
+                and not any(o in {vi.name for vi in self.model.graph.output} for o in outs):
+            return {}
+        self._fit_vectors()
+        return {k: monos for k in read if (monos := self.vectors.get(node.input[k])) is not None}
+
+    def _fit_vectors(self) -> None:
+        """The entries of the pending shape vectors as monomials, read off runs of the program so far at several
+        sizes (:func:`eqsat.onnx.fitting.fit_vectors`)."""
+        names, self.pending = self.pending, []
+        if not names:
+            return
+        probe = onnx.ModelProto()
+        probe.CopyFrom(self.model)
+        del probe.graph.node[:]
+        probe.graph.node.extend(self.nodes)
+        del probe.graph.output[:]
+        probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+        fitted = fit_vectors(run_values(prune(probe), names, shapes=False), self.values) or []
+        for name, entries in zip(names, fitted):
+            whole = [m for m in entries if m is not None]
+            self.vectors[name] = whole if len(whole) == len(entries) else None
+
+    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> None:
+        """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
+        computes it; else guessed from the constant target and its input's shape) with 0 and -1."""
         dims_in = self.shapes.get(node.input[0])
         if dims_in is None or any(d is None for d in dims_in):
             self._fit()
             dims_in = self.shapes.get(node.input[0])
-        target = int_values(self.constants[node.input[1]])
         allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
-        if dims_in is None or any(d is None for d in dims_in):
-            self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
-            return
-        known = [d for d in dims_in if d is not None]
-        sym = self._original_target(node.input[1], target, known)
-        if sym is None:
-            sym = reshape_target(known, target, self.values, allowzero)
-        if sym is None:
-            self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
-            return
+        known = None if dims_in is None or any(d is None for d in dims_in) else [d for d in dims_in if d is not None]
+        if fitted is not None:
+            sym = _resolve(fitted, known, allowzero)
+            if sym is None:  # its input's shape is not known: the target as computed, from the symbols
+                node.input[1] = self._vector(fitted)
+                return
+        else:
+            target = int_values(self.constants[node.input[1]])
+            if known is None:
+                self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
+                return
+            sym = self._original_target(node.input[1], target, known)
+            if sym is None:
+                sym = reshape_target(known, target, self.values, allowzero)
+            if sym is None:
+                self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
+                return
         self.shapes[node.output[0]] = list(sym)
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
-        if all(m.is_const for m in sym):
+        if all(m.is_const for m in sym) and fitted is None:
             return
-        written = [0 if not allowzero and k < len(known) and m == known[k] and not m.is_const else None
-                   for k, m in enumerate(sym)]
+        known = known or []
+        written: list[Mono | None] = [Mono.const(0) if not allowzero and k < len(known) and m == known[k]
+                                      and not m.is_const else None for k, m in enumerate(sym)]
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
         if loose:
-            written[loose[-1]] = -1
-        computed = loose[:-1]
-        for k, m in enumerate(sym):
-            if written[k] is None and m.is_const:
-                written[k] = int(m.coef)
-        if not computed:
-            node.input[1] = self.const(np.array(written, np.int64), "shape")
-            return
-        pieces: list[str] = []
-        run: list[int] = []
-        for k, m in enumerate(sym):
-            if k in computed:
-                if run:
-                    pieces.append(self.const(np.array(run, np.int64), "dims"))
-                    run = []
-                dim = self._dim(m)
-                if dim is None:
-                    self.notes.append(f"Reshape {node.name!r}: dimension {m.key()} cannot be computed from the inputs")
-                    return
-                pieces.append(dim)
-            else:
-                value = written[k]
-                assert value is not None
-                run.append(value)
-        if run:
-            pieces.append(self.const(np.array(run, np.int64), "dims"))
-        node.input[1] = self.emit("Concat", pieces, "shape", axis=0)
+            written[loose[-1]] = Mono.const(-1)
+        node.input[1] = self._vector([w if w is not None else m for w, m in zip(written, sym)])
+
+    def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
+        """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
+        already has is written 1, and an Expand to its input's own shape is dropped (its output read as its input;
+        True)."""
+        dims = self.shapes.get(node.input[0])
+        if dims is None or any(d is None for d in dims):
+            self._fit()
+            dims = self.shapes.get(node.input[0])
+        if dims is None or any(d is None for d in dims):
+            node.input[1] = self._vector(fitted)
+            return False
+        have = [Mono.const(1)] * (len(fitted) - len(dims)) + [d for d in dims if d is not None]
+        want = [Mono.const(1)] * (len(have) - len(fitted)) + fitted
+        out: list[Mono] = []
+        for a, b in zip(have, want):
+            if a != b and Mono.const(1) not in (a, b):
+                node.input[1] = self._vector(fitted)
+                return False
+            out.append(b if a == Mono.const(1) else a)
+        self.shapes[node.output[0]] = out
+        if node.input[0] in self.types:
+            self.types[node.output[0]] = self.types[node.input[0]]
+        if out == dims and node.output[0] not in {o.name for o in self.model.graph.output}:
+            self.alias[node.output[0]] = node.input[0]
+            return True
+        whole = out[len(out) - len(fitted):]
+        fewest = [Mono.const(1) if a == b else b for a, b in zip(have[len(have) - len(fitted):], whole)]
+        node.input[1] = self._vector(whole if self._ready(whole) and not self._ready(fewest) else fewest)
+        return False
+
+    def _ready(self, monos: list[Mono]) -> bool:
+        """Whether :meth:`_vector` writes ``monos`` without a new node."""
+        return "vector:" + ",".join(m.key() for m in monos) in self.cache or all(m.is_const for m in monos) \
+            or any(self.shapes.get(p) == monos for p in self.ports)
 
     def _original_target(self, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
         """The symbolic target of a Reshape written back from the user's model whose target the original computes
@@ -329,7 +411,7 @@ class _Rewriter:
         prefix.CopyFrom(self.model)
         del prefix.graph.node[:]
         prefix.graph.node.extend(self.nodes)
-        fitted = fit_runs(run_values(prefix, unknown, shapes=True), self.values)
+        fitted = fit_vectors(run_values(prefix, unknown, shapes=True), self.values)
         for name, dims in zip(unknown, fitted or []):
             old = self.shapes.get(name)
             if old is None or len(old) != len(dims):
@@ -337,32 +419,101 @@ class _Rewriter:
             else:
                 self.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
 
-    def _dim(self, m: Mono) -> str | None:
-        """A one-element int64 tensor holding ``m`` at run time, computed from the inputs' shapes."""
-        key = m.key()
+    def _vector(self, monos: list[Mono], scalar: bool = False) -> str:
+        """An int64 tensor holding ``monos`` at run time (``scalar``: the one entry as a scalar): a constant, an
+        input's ``Shape`` where they are its sizes, else the entries computed from the inputs' shapes (one
+        ``Gather`` of consecutive sizes of an input, constants between, joined by a ``Concat``)."""
+        key = ("scalar:" if scalar else "vector:") + ",".join(m.key() for m in monos)
         if key in self.cache:
             return self.cache[key]
+        if all(m.is_const for m in monos):
+            values = [int(m.coef) for m in monos]
+            self.cache[key] = self.const(np.array(values[0] if scalar else values, np.int64), "shape")
+            return self.cache[key]
+        if scalar:
+            got = self._dim(monos[0], scalar=True)
+            assert got is not None
+            self.cache[key] = got
+            return got
+        port = next((p for p in self.ports if self.shapes.get(p) == monos), None)
+        if port is not None:
+            self.cache[key] = self._shape_of(port)
+            return self.cache[key]
+        pieces: list[str] = []
+        run: list[int] = []
+        axes: tuple[str, list[int]] | None = None
+
+        def flush() -> None:
+            nonlocal run, axes
+            if run:
+                pieces.append(self.const(np.array(run, np.int64), "dims"))
+            if axes:
+                gathered = f"sizes:{axes[0]}:{axes[1]}"
+                if gathered not in self.cache:
+                    self.cache[gathered] = self.emit("Gather", [self._shape_of(axes[0]), self.const(
+                        np.array(axes[1], np.int64), "axes")], "dims", len(axes[1]), axis=0)
+                pieces.append(self.cache[gathered])
+            run, axes = [], None
+
+        for m in monos:
+            place = self.places.get(m.powers[0][0]) if m.coef == 1 and len(m.powers) == 1 \
+                and m.powers[0][1] == 1 else None
+            if m.is_const:
+                if axes:
+                    flush()
+                run.append(int(m.coef))
+            elif place is not None and (axes is None or axes[0] == place[0] and axes[1][-1] + 1 == place[1]):
+                if run:
+                    flush()
+                axes = axes or (place[0], [])
+                axes[1].append(place[1])
+            else:
+                flush()
+                dim = self._dim(m)
+                assert dim is not None
+                pieces.append(dim)
+        flush()
+        self.cache[key] = pieces[0] if len(pieces) == 1 else self.emit("Concat", pieces, "shape", len(monos), axis=0)
+        return self.cache[key]
+
+    def _shape_of(self, port: str) -> str:
+        key = f"shape_of:{port}"
+        if key not in self.cache:
+            self.cache[key] = self.emit("Shape", [port], "shape_of", len(self.shapes[port] or []))
+        return self.cache[key]
+
+    def _dim(self, m: Mono, scalar: bool = False) -> str | None:
+        """A one-element int64 tensor (``scalar``: a scalar) holding ``m`` at run time, computed from the inputs'
+        shapes."""
+        key = ("scalar:" if scalar else "") + m.key()
+        if key in self.cache:
+            return self.cache[key]
+
+        size = None if scalar else 1
+
+        def const(n: int) -> str:
+            return self.const(np.array(n if scalar else [n], np.int64), "coef")
+
         value: str | None = None
         for s, p in m.powers:
             if s not in self.places:
                 return None
             name, axis = self.places[s]
-            if s not in self.cache:
-                shape = self.emit("Shape", [name], "shape_of")
-                self.cache[s] = self.emit("Gather", [shape, self.const(np.array([axis], np.int64), "axis")], "dim",
-                                          axis=0)
+            skey = ("scalar:" if scalar else "") + s
+            if skey not in self.cache:
+                self.cache[skey] = self.emit("Gather", [self._shape_of(name), const(axis)], "dim", size, axis=0)
             for _ in range(abs(p)):
                 if value is None and p > 0:
-                    value = self.cache[s]
+                    value = self.cache[skey]
                 elif value is None:
-                    value = self.emit("Div", [self.const(np.array([1], np.int64), "one"), self.cache[s]], "dim")
+                    value = self.emit("Div", [const(1), self.cache[skey]], "dim", size)
                 else:
-                    value = self.emit("Mul" if p > 0 else "Div", [value, self.cache[s]], "dim")
+                    value = self.emit("Mul" if p > 0 else "Div", [value, self.cache[skey]], "dim", size)
         assert value is not None
         if m.coef.numerator != 1:
-            value = self.emit("Mul", [value, self.const(np.array([m.coef.numerator], np.int64), "coef")], "dim")
+            value = self.emit("Mul", [value, const(m.coef.numerator)], "dim", size)
         if m.coef.denominator != 1:
-            value = self.emit("Div", [value, self.const(np.array([m.coef.denominator], np.int64), "coef")], "dim")
+            value = self.emit("Div", [value, const(m.coef.denominator)], "dim", size)
         self.cache[key] = value
         return value
 
@@ -385,6 +536,27 @@ class _Rewriter:
                 self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
+
+
+def _resolve(target: list[Mono], dims_in: list[Mono] | None, allowzero: bool) -> list[Mono] | None:
+    """A Reshape target's entries (0: the input's size, unless ``allowzero``; -1: the rest) as the output's sizes,
+    for an input of sizes ``dims_in``; None where they need the input's sizes and those are not known, or do not
+    line up."""
+    out: list[Mono | None] = []
+    for k, m in enumerate(target):
+        if m == Mono.const(0) and not allowzero:
+            out.append(dims_in[k] if dims_in is not None and k < len(dims_in) else None)
+        else:
+            out.append(None if m == Mono.const(-1) else m)
+    if sum(m == Mono.const(-1) for m in target) > 1 or dims_in is None and None in out:
+        return None
+    if None in out:
+        assert dims_in is not None
+        out[out.index(None)] = product(dims_in) / product([m for m in out if m is not None])
+    sizes = [m for m in out if m is not None]
+    if dims_in is not None and product(sizes) != product(dims_in):
+        return None
+    return sizes
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
