@@ -238,7 +238,23 @@ class _Rewriter:
                     self.notes.append(f"output {port.name!r} axis {k} is {have.key()} where the original's is "
                                       f"{want or 'dynamic'}")
         prune(self.model)
+        self._annotate()
         return Generic(self.model, self.notes)
+
+    def _annotate(self) -> None:
+        """The symbolic shapes of the program's inner values as its ``value_info`` (a product of symbols as one
+        ``dim_param``, ``batch*seq``): onnxruntime's fusions (SkipLayerNormalization, Attention) compare their
+        inputs' shapes, which its own inference loses behind a Reshape to a computed or ``-1`` target."""
+        g = self.model.graph
+        ports = {vi.name for vi in [*g.input, *g.output]} | {t.name for t in g.initializer}
+        for node in g.node:
+            for out in node.output:
+                shape, elem = self.shapes.get(out), self.types.get(out)
+                if not out or out in ports or shape is None or not elem or any(
+                        d is None or d.coef.denominator != 1 or d.coef <= 0 for d in shape):
+                    continue
+                dims: list[int | str | None] = [int(d.coef) if d.is_const else d.key() for d in shape if d is not None]
+                g.value_info.append(helper.make_tensor_value_info(out, elem, dims))
 
     def _node(self, node: onnx.NodeProto) -> None:
         for k, name in enumerate(node.input):
@@ -338,8 +354,14 @@ class _Rewriter:
         if all(m.is_const for m in sym) and fitted is None:
             return
         known = known or []
-        written: list[Mono | None] = [Mono.const(0) if not allowzero and k < len(known) and m == known[k]
-                                      and not m.is_const else None for k, m in enumerate(sym)]
+        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
+                                      else None for k, m in enumerate(sym)]
+        if allowzero and any(w is not None for w in written):
+            # a 0 written copies the input's size, the very size the target asks for (allowzero: a 0 in the
+            # target is the size 0, which no written entry is)
+            keep = [a for a in node.attribute if a.name != "allowzero"]
+            del node.attribute[:]
+            node.attribute.extend(keep)
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
         if loose:
             written[loose[-1]] = Mono.const(-1)
