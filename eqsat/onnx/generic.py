@@ -386,7 +386,7 @@ class _Rewriter:
                 node.input[1] = self._vector(fitted)
                 return False
             out.append(b if a == Mono.const(1) else a)
-        self.shapes[node.output[0]] = out
+        self.shapes[node.output[0]] = list[Mono | None](out)
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
         if out == dims and node.output[0] not in {o.name for o in self.model.graph.output}:
