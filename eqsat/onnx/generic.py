@@ -260,6 +260,8 @@ class _Rewriter:
         for k, name in enumerate(node.input):
             node.input[k] = self.alias.get(name, name)
         standard = node.domain in ("", "ai.onnx")
+        if standard and node.op_type == "Shape" and self._shape(node):
+            return
         vectors = self._vectors_read(node)
         if standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
@@ -282,6 +284,20 @@ class _Rewriter:
             if self._small_vector(out):
                 self.vectors[out] = None
                 self.pending.append(out)
+
+    def _shape(self, node: onnx.NodeProto) -> bool:
+        """A ``Shape`` of a value whose symbolic shape is known, read as those sizes written from the inputs'
+        (True): the sizes computed from it no longer wait on the data, and the runs that fit them
+        (:meth:`_fit_vectors`) compute no data either."""
+        dims = self.shapes.get(node.input[0])
+        if dims is None or any(d is None or any(s not in self.places for s, _ in d.powers) for d in dims) \
+                or node.output[0] in {o.name for o in self.model.graph.output}:
+            return False
+        attrs = {a.name: a.i for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end")
+        monos = [d for d in dims if d is not None][start:end]
+        self.alias[node.output[0]] = self._vector(monos)
+        return True
 
     def _small_vector(self, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
         """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at
