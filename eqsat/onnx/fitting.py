@@ -84,6 +84,18 @@ def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
     return fit_sizes(base, grown, values)
 
 
+def further_sizes(value: int) -> tuple[tuple[int, int], list[int]]:
+    """The two sizes a symbol at ``value`` is fitted from (below it, unless it is 1 or 2), and the sizes the fit
+    is checked at (1 and half of it; or four above it).
+
+    >>> further_sizes(64), further_sizes(1)
+    (((63, 62), [1, 32]), ((2, 3), [5]))
+    """
+    if value > 2:
+        return (value - 1, value - 2), sorted({1, max(1, value // 2)} - {value, value - 1, value - 2})
+    return (value + 1, value + 2), [value + 4]
+
+
 def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
                 values: Mapping[str, int]) -> list[list[Mono | None]] | None:
     """Integer vectors' entries (``run``: their entries, or sizes, at given sizes) as monomials, None where no
@@ -105,11 +117,10 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
     seen: list[tuple[dict[str, int], Sizes]] = [(dict(values), base)]
     grown: dict[str, Probes | None] = {}
     for sym, value in values.items():
-        steps = (-1, -2) if value > 2 else (1, 2)
-        one, two = ((value + d, run({**values, sym: value + d})) for d in steps)
+        steps, checks = further_sizes(value)
+        one, two = ((size, run({**values, sym: size})) for size in steps)
         grown[sym] = None if one[1] is None or two[1] is None else ((one[0], one[1]), (two[0], two[1]))
-        checks = {1, max(1, value // 2)} - {value, *(value + d for d in steps)} if value > 2 else {value + 4}
-        for size, got in [one, two, *((size, run({**values, sym: size})) for size in sorted(checks))]:
+        for size, got in [one, two, *((size, run({**values, sym: size})) for size in checks)]:
             if got is not None:
                 seen.append(({**values, sym: size}, got))
     fitted = fit_sizes(base, grown, values)
@@ -150,4 +161,4 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
     return run
 
 
-__all__ = ["POWERS", "Probes", "fit_runs", "fit_sizes", "fit_vectors", "run_values"]
+__all__ = ["POWERS", "Probes", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_values"]
