@@ -20,17 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from .dataflow import prune, shape_only
 from .fitting import fit_runs, fit_vectors, run_values
 from .interface import interface
+from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
+from .targets import reshape_target, resolve_target
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -43,122 +43,12 @@ class Generic:
     notes: list[str] = field(default_factory=list)
 
 
-def _groups(sizes_in: list[int], sizes_out: list[int]) -> list[tuple[list[int], list[int]]] | None:
-    """Index groups (input axes, output axes) whose size products are equal, in order; None if they never meet.
-    Trailing axes of size 1 join the last group."""
-    groups: list[tuple[list[int], list[int]]] = []
-    i = k = 0
-    while i < len(sizes_in) and k < len(sizes_out):
-        gi, gk = [i], [k]
-        pi, pk = sizes_in[i], sizes_out[k]
-        while pi != pk:
-            if pi < pk and i + 1 < len(sizes_in):
-                i += 1
-                gi.append(i)
-                pi *= sizes_in[i]
-            elif pk < pi and k + 1 < len(sizes_out):
-                k += 1
-                gk.append(k)
-                pk *= sizes_out[k]
-            else:
-                return None
-        groups.append((gi, gk))
-        i, k = i + 1, k + 1
-    rest_in, rest_out = list(range(i, len(sizes_in))), list(range(k, len(sizes_out)))
-    if any(sizes_in[j] != 1 for j in rest_in) or any(sizes_out[j] != 1 for j in rest_out):
-        return None
-    if not groups:
-        return [(rest_in, rest_out)] if rest_in or rest_out else []
-    groups[-1][0].extend(rest_in)
-    groups[-1][1].extend(rest_out)
-    return groups
-
-
-def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]) -> list[Mono] | None:
-    """The monomials of a group's output axes (concrete ``sizes_out``) whose product is that of ``dims_in``."""
-    total = product(dims_in)
-    if len(sizes_out) == 1:
-        return [total]
-    factors: list[str] = []
-    for s, p in total.powers:
-        if p < 0:
-            return None  # a quotient split over several axes: not guessed
-        factors += [s] * p
-    factors.sort(key=lambda s: -values[s])  # the informative (large) symbols first, a symbol at 1 last
-    rest = [Fraction(n) for n in sizes_out]
-    given: list[list[str]] = [[] for _ in sizes_out]
-    for s in factors:
-        v = values[s]
-        tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
-                 [j for j in range(len(rest)) if rest[j] == v],
-                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
-                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1]]
-        j = next((t[0] for t in tiers if t), None)
-        if j is None:
-            return None
-        rest[j] /= v
-        given[j].append(s)
-    out = []
-    for r, syms in zip(rest, given):
-        if r.denominator != 1:
-            return None
-        out.append(product([Mono.const(r), *(Mono.symbol(s) for s in syms)]))
-    return out if product(out) == total else None
-
-
-def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, int],
-                   allowzero: bool = False) -> list[Mono] | None:
-    """The symbolic target of a Reshape of a value of symbolic shape ``dims_in`` to ``target`` (as written: 0 and
-    -1 resolved at the concrete ``values``), or None when the sizes do not line up.
-
-    >>> b, s = Mono.symbol("b"), Mono.symbol("s")
-    >>> [d.key() for d in reshape_target([b, s, Mono.const(64)], [1, 128, 4, 16], {"b": 1, "s": 128})]
-    ['b', 's', '4', '16']
-    >>> [d.key() for d in reshape_target([b * s, Mono.const(64)], [1, 128, 64], {"b": 1, "s": 128})]
-    ['b', 's', '64']
-    """
-    sizes_in = [m.value(values) for m in dims_in]
-    if any(v.denominator != 1 or v <= 0 for v in sizes_in):
-        return None
-    ints_in = [int(v) for v in sizes_in]
-    resolved = [ints_in[k] if t == 0 and not allowzero and k < len(ints_in) else t for k, t in enumerate(target)]
-    if resolved.count(-1) == 1:
-        known = int(np.prod([t for t in resolved if t != -1]))
-        whole = int(np.prod(ints_in))
-        if known <= 0 or whole % known:
-            return None
-        resolved[resolved.index(-1)] = whole // known
-    if any(t <= 0 for t in resolved) or int(np.prod(resolved)) != int(np.prod(ints_in)):
-        return None
-    groups = _groups(ints_in, resolved)
-    if groups is None:
-        return None
-    out: list[Mono | None] = [None] * len(resolved)
-    for gi, gk in groups:
-        part = _assign([dims_in[j] for j in gi], [resolved[j] for j in gk], values)
-        if part is None:
-            return None
-        for j, m in zip(gk, part):
-            out[j] = m
-    return [m if m is not None else Mono.const(1) for m in out]
-
-
-class _Rewriter:
+class _Rewriter(SizeWriter):
     def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]):
-        self.model = model
+        super().__init__(model)
         self.original = original
         self.values = dict(values)
         self.notes: list[str] = []
-        g = model.graph
-        self.constants = {t.name: t for t in g.initializer}
-        self.shapes: dict[str, SymShape | None] = {}
-        self.types: dict[str, int] = {}
-        self.places: dict[str, tuple[str, int]] = {}
-        self.names = {n for node in g.node for n in [*node.input, *node.output]} | set(self.constants) \
-            | {vi.name for vi in g.input}
-        self.counter = 0
-        self.cache: dict[str, str] = {}
-        self.nodes: list[onnx.NodeProto] = []
         self._probed: dict[str, list[Mono | None]] | None = None
         self._tried: set[str] = set()
         self.shape_only: set[str] = set()
@@ -167,32 +57,6 @@ class _Rewriter:
         self.pending: list[str] = []
         self.alias: dict[str, str] = {}
         """the output of an Expand that expands nothing -> its input"""
-        self.ports: list[str] = []
-
-    def fresh(self, base: str) -> str:
-        while True:
-            self.counter += 1
-            name = f"{base}_g{self.counter}"
-            if name not in self.names:
-                self.names.add(name)
-                return name
-
-    def const(self, array: np.ndarray, base: str) -> str:
-        name = self.fresh(base)
-        tensor = numpy_helper.from_array(np.asarray(array), name)
-        self.model.graph.initializer.append(tensor)
-        self.constants[name] = tensor
-        self.types[name] = tensor.data_type
-        self.shapes[name] = constant_shape(tensor)
-        return name
-
-    def emit(self, op: str, inputs: list[str], base: str, size: int | None = 1, **attrs: Any) -> str:
-        """A node computing an int64 vector of ``size`` entries (None: a scalar) from ``inputs``."""
-        out = self.fresh(base)
-        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-        self.types[out] = onnx.TensorProto.INT64
-        self.shapes[out] = [] if size is None else [Mono.const(size)]
-        return out
 
     def run(self) -> Generic:
         g = self.model.graph
@@ -349,7 +213,7 @@ class _Rewriter:
         allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
         known = None if dims_in is None or any(d is None for d in dims_in) else [d for d in dims_in if d is not None]
         if fitted is not None:
-            sym = _resolve(fitted, known, allowzero)
+            sym = resolve_target(fitted, known, allowzero)
             if sym is None:  # its input's shape is not known: the target as computed, from the symbols
                 node.input[1] = self._vector(fitted)
                 return
@@ -413,11 +277,6 @@ class _Rewriter:
         node.input[1] = self._vector(whole if self._ready(whole) and not self._ready(fewest) else fewest)
         return False
 
-    def _ready(self, monos: list[Mono]) -> bool:
-        """Whether :meth:`_vector` writes ``monos`` without a new node."""
-        return "vector:" + ",".join(m.key() for m in monos) in self.cache or all(m.is_const for m in monos) \
-            or any(self.shapes.get(p) == monos for p in self.ports)
-
     def _original_target(self, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
         """The symbolic target of a Reshape written back from the user's model whose target the original computes
         (a folded Shape computation, kept under its name): read off runs of the original at further sizes, where
@@ -457,104 +316,6 @@ class _Rewriter:
             else:
                 self.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
 
-    def _vector(self, monos: list[Mono], scalar: bool = False) -> str:
-        """An int64 tensor holding ``monos`` at run time (``scalar``: the one entry as a scalar): a constant, an
-        input's ``Shape`` where they are its sizes, else the entries computed from the inputs' shapes (one
-        ``Gather`` of consecutive sizes of an input, constants between, joined by a ``Concat``)."""
-        key = ("scalar:" if scalar else "vector:") + ",".join(m.key() for m in monos)
-        if key in self.cache:
-            return self.cache[key]
-        if all(m.is_const for m in monos):
-            values = [int(m.coef) for m in monos]
-            self.cache[key] = self.const(np.array(values[0] if scalar else values, np.int64), "shape")
-            return self.cache[key]
-        if scalar:
-            got = self._dim(monos[0], scalar=True)
-            assert got is not None
-            self.cache[key] = got
-            return got
-        port = next((p for p in self.ports if self.shapes.get(p) == monos), None)
-        if port is not None:
-            self.cache[key] = self._shape_of(port)
-            return self.cache[key]
-        pieces: list[str] = []
-        run: list[int] = []
-        axes: tuple[str, list[int]] | None = None
-
-        def flush() -> None:
-            nonlocal run, axes
-            if run:
-                pieces.append(self.const(np.array(run, np.int64), "dims"))
-            if axes:
-                gathered = f"sizes:{axes[0]}:{axes[1]}"
-                if gathered not in self.cache:
-                    self.cache[gathered] = self.emit("Gather", [self._shape_of(axes[0]), self.const(
-                        np.array(axes[1], np.int64), "axes")], "dims", len(axes[1]), axis=0)
-                pieces.append(self.cache[gathered])
-            run, axes = [], None
-
-        for m in monos:
-            place = self.places.get(m.powers[0][0]) if m.coef == 1 and len(m.powers) == 1 \
-                and m.powers[0][1] == 1 else None
-            if m.is_const:
-                if axes:
-                    flush()
-                run.append(int(m.coef))
-            elif place is not None and (axes is None or axes[0] == place[0] and axes[1][-1] + 1 == place[1]):
-                if run:
-                    flush()
-                axes = axes or (place[0], [])
-                axes[1].append(place[1])
-            else:
-                flush()
-                dim = self._dim(m)
-                assert dim is not None
-                pieces.append(dim)
-        flush()
-        self.cache[key] = pieces[0] if len(pieces) == 1 else self.emit("Concat", pieces, "shape", len(monos), axis=0)
-        return self.cache[key]
-
-    def _shape_of(self, port: str) -> str:
-        key = f"shape_of:{port}"
-        if key not in self.cache:
-            self.cache[key] = self.emit("Shape", [port], "shape_of", len(self.shapes[port] or []))
-        return self.cache[key]
-
-    def _dim(self, m: Mono, scalar: bool = False) -> str | None:
-        """A one-element int64 tensor (``scalar``: a scalar) holding ``m`` at run time, computed from the inputs'
-        shapes."""
-        key = ("scalar:" if scalar else "") + m.key()
-        if key in self.cache:
-            return self.cache[key]
-
-        size = None if scalar else 1
-
-        def const(n: int) -> str:
-            return self.const(np.array(n if scalar else [n], np.int64), "coef")
-
-        value: str | None = None
-        for s, p in m.powers:
-            if s not in self.places:
-                return None
-            name, axis = self.places[s]
-            skey = ("scalar:" if scalar else "") + s
-            if skey not in self.cache:
-                self.cache[skey] = self.emit("Gather", [self._shape_of(name), const(axis)], "dim", size, axis=0)
-            for _ in range(abs(p)):
-                if value is None and p > 0:
-                    value = self.cache[skey]
-                elif value is None:
-                    value = self.emit("Div", [const(1), self.cache[skey]], "dim", size)
-                else:
-                    value = self.emit("Mul" if p > 0 else "Div", [value, self.cache[skey]], "dim", size)
-        assert value is not None
-        if m.coef.numerator != 1:
-            value = self.emit("Mul", [value, const(m.coef.numerator)], "dim", size)
-        if m.coef.denominator != 1:
-            value = self.emit("Div", [value, const(m.coef.denominator)], "dim", size)
-        self.cache[key] = value
-        return value
-
     def _slice(self, node: onnx.NodeProto) -> None:
         """A Slice that ran to the end of a symbolic axis (its end at the axis' size) now runs to its end."""
         dims = self.shapes.get(node.input[0])
@@ -576,27 +337,6 @@ class _Rewriter:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
 
 
-def _resolve(target: list[Mono], dims_in: list[Mono] | None, allowzero: bool) -> list[Mono] | None:
-    """A Reshape target's entries (0: the input's size, unless ``allowzero``; -1: the rest) as the output's sizes,
-    for an input of sizes ``dims_in``; None where they need the input's sizes and those are not known, or do not
-    line up."""
-    out: list[Mono | None] = []
-    for k, m in enumerate(target):
-        if m == Mono.const(0) and not allowzero:
-            out.append(dims_in[k] if dims_in is not None and k < len(dims_in) else None)
-        else:
-            out.append(None if m == Mono.const(-1) else m)
-    if sum(m == Mono.const(-1) for m in target) > 1 or dims_in is None and None in out:
-        return None
-    if None in out:
-        assert dims_in is not None
-        out[out.index(None)] = product(dims_in) / product([m for m in out if m is not None])
-    sizes = [m for m in out if m is not None]
-    if dims_in is not None and product(sizes) != product(dims_in):
-        return None
-    return sizes
-
-
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
     """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface;
     ``model`` itself is left as it was."""
@@ -605,4 +345,4 @@ def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapp
     return _Rewriter(copy, original, values).run()
 
 
-__all__ = ["Generic", "make_generic", "reshape_target"]
+__all__ = ["Generic", "make_generic"]
