@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What keeping the interface costs (issue 27): for each zoo model exported with dynamic batch and sequence axes
-(tests/zoo: ``export_dynamic``, both exporters), two runs at one representative shape (batch 1, sequence 16:
-the tiny models' position tables stop below the default 128):
+(tests/zoo: ``export_dynamic``, both exporters), two runs at one representative shape (batch 1, sequence 16 or
+``--seq``: the tiny models' position tables stop below the default 128; bert_s128 and llama_s128 take 128):
 
 - generic: ``--input-shape`` (the written model keeps the dynamic axes),
 - static: ``--static-shape`` at the same shape (the written model takes only that shape),
@@ -14,6 +14,7 @@ generic one is slower; the issue's target is within 1%). One JSON document per r
 
     python scripts/bench_interface.py --models bert --exporters torchscript --budget 4 --measure-budget 2  # ~1 min
     python scripts/bench_interface.py --json results/interface.json  # bert, gpt2, llama; both exporters
+    python scripts/bench_interface.py --models bert_s128,llama_s128 --exporters torchscript --seq 128
 """
 
 from __future__ import annotations
@@ -36,13 +37,11 @@ from eqsat.app.pipeline import OptimizeConfig, optimize  # noqa: E402
 from eqsat.runtimes import Program, compare_programs, make  # noqa: E402
 from eqsat.timing import Protocol  # noqa: E402
 
-SHAPE = {"ids": (1, 16), "mask": (1, 16)}
 
-
-def run_one(name: str, exporter: str, budget: int, measure_budget: float) -> dict[str, Any]:
+def run_one(name: str, exporter: str, budget: int, measure_budget: float, seq: int = 16) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         original = zoo.export_dynamic(name, exporter, os.path.join(tmp, f"{name}.onnx"))
-    shapes = {n: SHAPE.get(kind, tuple(shape)) for n, kind, shape in zoo.SPECS[name].inputs}
+    shapes = {n: (1, seq) if kind in ("ids", "mask") else tuple(shape) for n, kind, shape in zoo.SPECS[name].inputs}
     base = OptimizeConfig.of(budget=budget, measure_budget=measure_budget, allow_slower=True)
     out: dict[str, Any] = {"model": name, "exporter": exporter, "shapes": {k: list(v) for k, v in shapes.items()}}
     written = {}
@@ -71,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exporters", default="torchscript,dynamo")
     p.add_argument("--budget", type=int, default=16)
     p.add_argument("--measure-budget", type=float, default=5.0)
+    p.add_argument("--seq", type=int, default=16, help="the sequence length tuned and timed at (batch 1)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     results = []
     for name in args.models.split(","):
         for exporter in args.exporters.split(","):
-            row = run_one(name, exporter, args.budget, args.measure_budget)
+            row = run_one(name, exporter, args.budget, args.measure_budget, args.seq)
             results.append(row)
             g, s, c, one = row["generic"], row["static"], row["static_over_generic"], row["one_run"]
             print(f"{name:6} {exporter:11} generic {g['returned']:9} x{g['speedup'] or 0:.3f} "

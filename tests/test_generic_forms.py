@@ -204,3 +204,68 @@ def test_prune_keeps_what_the_outputs_read_and_shape_only_stops_at_the_data():
     x0 = np.array([1.0, -2.0, 3.0], np.float32)
     (got,) = session(pruned).run(None, {"x": x0})
     np.testing.assert_allclose(got, x0 + 3)
+
+
+def _embedding_and_mask_model() -> onnx.ModelProto:
+    """ids[batch, seq] and mask[batch, seq] the way torch exports BERT's embeddings and mask: token types from a
+    zero buffer sliced to the sequence and expanded to the batch (one row of a table, repeated), and the mask
+    indexed at ``b * seq + s`` from two Ranges (the flat index of each element) into [batch, 1, 1, seq]."""
+    rng = np.random.default_rng(2)
+
+    def ints(name: str, *values: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    inits = [numpy_helper.from_array(rng.standard_normal((50, 8)).astype(np.float32), "words"),
+             numpy_helper.from_array(rng.standard_normal((2, 8)).astype(np.float32), "types"),
+             numpy_helper.from_array(np.zeros((1, 64), np.int64), "buffer"),
+             numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array(1, np.int64), "i1"),
+             ints("zero", 0), ints("one", 1), ints("bcast", 1, 2, 3), ints("flat", -1)]
+    nodes = [helper.make_node("Shape", ["ids"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["b1"]),
+             helper.make_node("Unsqueeze", ["s", "zero"], ["s1"]),
+             helper.make_node("Slice", ["buffer", "zero", "s1", "one"], ["type_ids"]),
+             helper.make_node("Concat", ["b1", "s1"], ["bs"], axis=0),
+             helper.make_node("Expand", ["type_ids", "bs"], ["type_ids_b"]),
+             helper.make_node("Gather", ["types", "type_ids_b"], ["type_rows"]),
+             helper.make_node("Gather", ["words", "ids"], ["word_rows"]),
+             helper.make_node("Add", ["word_rows", "type_rows"], ["emb"]),
+             helper.make_node("Range", ["i0", "b", "i1"], ["rb"]),
+             helper.make_node("Unsqueeze", ["rb", "bcast"], ["rb4"]),
+             helper.make_node("Range", ["i0", "s", "i1"], ["rs"]),
+             helper.make_node("Mul", ["rb4", "s"], ["rows"]),
+             helper.make_node("Add", ["rows", "rs"], ["index"]),
+             helper.make_node("Reshape", ["mask", "flat"], ["mask_flat"]),
+             helper.make_node("Gather", ["mask_flat", "index"], ["mask4"], axis=0),
+             helper.make_node("Cast", ["mask4"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["emb", "one"], ["emb4"]),
+             helper.make_node("Transpose", ["maskf"], ["maskt"], perm=[0, 1, 3, 2]),
+             helper.make_node("Mul", ["emb4", "maskt"], ["y"])]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, "seq", 8])
+    return helper.make_model(helper.make_graph(nodes, "embeddings", [ids, mask], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_row_repeated_along_the_symbols_is_a_constant_and_a_gather_at_flat_indices_a_reshape():
+    model = _embedding_and_mask_model()
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    # the token types' row is a constant the Add broadcasts; the mask's indexing is a Reshape
+    assert ops["Range"] == ops["Expand"] == ops["Slice"] == 0, ops
+    assert ops["Shape"] == 1 and ops["Gather"] == 3  # the words' lookup, and the two sizes the Reshape needs
+    assert [n.op_type for n in written.model.graph.node if "mask_flat" in n.input] == ["Reshape"]
+    add = next(n for n in written.model.graph.node if n.op_type == "Add")
+    row = next(t for t in written.model.graph.initializer if t.name in add.input)
+    types = next(t for t in model.graph.initializer if t.name == "types")
+    np.testing.assert_array_equal(numpy_helper.to_array(row).reshape(-1), numpy_helper.to_array(types)[0])
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(3)
+    for b, s in [(1, 16), (2, 16), (3, 16), (2, 1), (2, 5), (4, 64)]:
+        feeds = {"ids": rng.integers(0, 50, (b, s)).astype(np.int64),
+                 "mask": rng.integers(0, 2, (b, s)).astype(np.int64)}
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 1, s, 8)
+        np.testing.assert_allclose(have, want, rtol=1e-6)

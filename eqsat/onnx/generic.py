@@ -31,8 +31,13 @@ from .interface import interface
 from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 from .targets import reshape_target, resolve_target
+from .uniform import Patterns, shape_patterns
 
 INT64_MAX = np.iinfo(np.int64).max
+
+BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
+                          "LessOrEqual", "GreaterOrEqual", "Where", "Sum", "Max", "Min", "Mean", "BitShift"})
+"""elementwise operators that broadcast their inputs (numpy's rules): an input's axis of size 1 takes the others'"""
 
 
 @dataclass
@@ -57,6 +62,10 @@ class _Rewriter(SizeWriter):
         self.pending: list[str] = []
         self.alias: dict[str, str] = {}
         """the output of an Expand that expands nothing -> its input"""
+        self.boundary: set[str] = set()
+        self.patterns = Patterns()
+        """what runs showed of the values computed from the shapes alone that the data reads"""
+        self.pending_uniform: list[str] = []
 
     def run(self) -> Generic:
         g = self.model.graph
@@ -89,6 +98,7 @@ class _Rewriter(SizeWriter):
             self.shapes[t.name] = constant_shape(t)
         self.ports = [p.name for p in ins if self.shapes.get(p.name) is not None]
         self.shape_only = shape_only(self.model)
+        self.boundary = self._boundary()
         for node in list(g.node):
             self._node(node)
         del g.node[:]
@@ -127,6 +137,12 @@ class _Rewriter(SizeWriter):
         if standard and node.op_type == "Shape" and self._shape(node):
             return
         vectors = self._vectors_read(node)
+        if standard and not all(o in self.shape_only for o in node.output if o):
+            for k, name in enumerate(node.input):
+                if name in self.boundary:
+                    node.input[k] = self._uniform(node, k)
+            if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
+                self._flat_gather(node)
         if standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
             self._reshape(node, vectors.get(1))
@@ -148,6 +164,8 @@ class _Rewriter(SizeWriter):
             if self._small_vector(out):
                 self.vectors[out] = None
                 self.pending.append(out)
+            elif out in self.boundary:
+                self.pending_uniform.append(out)
 
     def _shape(self, node: onnx.NodeProto) -> bool:
         """A ``Shape`` of a value whose symbolic shape is known, read as those sizes written from the inputs'
@@ -162,6 +180,70 @@ class _Rewriter(SizeWriter):
         monos = [d for d in dims if d is not None][start:end]
         self.alias[node.output[0]] = self._vector(monos)
         return True
+
+    def _boundary(self) -> set[str]:
+        """The values computed from the shapes alone (not small integer vectors) that a node computing the data
+        reads."""
+        out: set[str] = set()
+        for node in self.model.graph.node:
+            if not all(o in self.shape_only for o in node.output if o):
+                out.update(i for i in node.input if i in self.shape_only)
+        return out
+
+    def _uniform(self, node: onnx.NodeProto, k: int) -> str:
+        """Input ``k`` of ``node``, written as its slice (:mod:`eqsat.onnx.uniform`) where it is one slice repeated
+        along its symbolic axes: the slice itself where ``node`` broadcasts it against inputs of those sizes,
+        else the slice expanded to its shape."""
+        name = node.input[k]
+        if self.pending_uniform:
+            names, self.pending_uniform = self.pending_uniform, []
+            if any(self.shapes.get(n) is None or None in (self.shapes.get(n) or []) for n in names):
+                self._fit()
+            shapes = {n: [d for d in self.shapes.get(n) or [] if d is not None] for n in names}
+            shapes = {n: dims for n, dims in shapes.items() if len(dims) == len(self.shapes.get(n) or [])
+                      and any(not d.is_const for d in dims)}
+            if shapes:
+                probe = onnx.ModelProto()
+                probe.CopyFrom(self.model)
+                del probe.graph.node[:]
+                probe.graph.node.extend(self.nodes)
+                del probe.graph.output[:]
+                probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in shapes)
+                found = shape_patterns(prune(probe), shapes, self.values)
+                self.patterns.slices.update(found.slices)
+                self.patterns.iota.update(found.iota)
+        part = self.patterns.slices.get(name)
+        dims = self.shapes.get(name)
+        if part is None or dims is None:
+            return name
+        sizes = [d for d in dims if d is not None]
+        const = self.cache.get(f"uniform:{name}") or self.const(part, "uniform")
+        self.cache[f"uniform:{name}"] = const
+        others = [self.shapes.get(i) for j, i in enumerate(node.input) if j != k and i]
+        covered = all(any(o is not None and len(o) >= len(sizes) - a and o[len(o) - len(sizes) + a] == d
+                          for o in others) for a, d in enumerate(sizes) if not d.is_const)
+        if node.op_type in BROADCASTING and covered:
+            return const
+        key = f"expanded:{name}"
+        if key not in self.cache:
+            self.cache[key] = self.emit("Expand", [const, self._vector(sizes)], "uniform")
+            self.types[self.cache[key]] = self.types.get(name, 0)
+            self.shapes[self.cache[key]] = list(dims)
+        return self.cache[key]
+
+    def _flat_gather(self, node: onnx.NodeProto) -> None:
+        """A Gather along axis 0 at the flat index of each element of its indices (:mod:`eqsat.onnx.uniform`),
+        from data whose first axis has exactly that many rows, written as the Reshape it is."""
+        data, index = self.shapes.get(node.input[0]), self.shapes.get(node.input[1])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if axis != 0 or not data or index is None or None in data or None in index:
+            return
+        rows, sizes = [d for d in data if d is not None], [d for d in index if d is not None]
+        if rows[0] != product(sizes):
+            return
+        node.op_type = "Reshape"
+        del node.attribute[:]
+        node.input[1] = self._vector(sizes + rows[1:])
 
     def _small_vector(self, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
         """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at

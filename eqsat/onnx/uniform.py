@@ -1,0 +1,87 @@
+"""Patterns in values computed from the inputs' shapes alone, which a shape-generic program
+(:mod:`eqsat.onnx.generic`) writes more cheaply than their run-time computation (the static program folds them):
+
+- the same along their symbolic axes (a token-type embedding of all-zero ids, an all-true mask): one slice
+  repeated, written as that slice, a constant, broadcast where it is used;
+- the flat index of each element (``b * seq + s`` built from two Ranges: torch's advanced indexing of a mask):
+  a Gather of a flat value at those indices is a Reshape.
+
+Read off runs of the program at the representative sizes and, for each symbol, at the further sizes
+:func:`eqsat.onnx.fitting.further_sizes` names: a value whose shape is not its symbolic shape at some size, or
+that breaks the pattern at any, does not have it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from .fitting import further_sizes
+from .interface import QUIET, zero_feeds
+from .io import session
+from .symbolic import Mono
+
+LARGEST = 1 << 20
+"""values of more elements (at the representative sizes) are not checked"""
+
+
+def _slice(value: np.ndarray, axes: list[int]) -> np.ndarray:
+    return value[tuple(slice(0, 1) if k in axes else slice(None) for k in range(value.ndim))]
+
+
+@dataclass
+class Patterns:
+    """What runs at several sizes showed of values computed from the shapes alone."""
+
+    slices: dict[str, np.ndarray] = field(default_factory=dict)
+    """value -> its slice (size 1 on its symbolic axes), where it is that slice repeated at every size"""
+    iota: set[str] = field(default_factory=set)
+    """integer values that are 0, 1, 2, ... in row-major order at every size (the flat index of each element)"""
+
+
+def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], values: Mapping[str, int]) -> Patterns:
+    """The :class:`Patterns` of the values of ``shapes`` (name -> its symbolic shape) computed by ``model`` (whose
+    outputs are ignored), read off runs at ``values`` and further sizes of each symbol."""
+    names = list(shapes)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    sizes = [dict(values)]
+    for sym, value in values.items():
+        steps, checks = further_sizes(value)
+        sizes += [{**values, sym: size} for size in [*steps, *checks]]
+    out = Patterns()
+    try:
+        sess = session(probe)
+    except Exception:  # noqa: BLE001 - a program onnxruntime cannot load: nothing learnt
+        return out
+    runs: list[tuple[dict[str, int], list[np.ndarray]]] = []
+    for at in sizes:
+        try:
+            runs.append((at, sess.run(names, zero_feeds(model, at), QUIET)))
+        except Exception:  # noqa: BLE001 - sizes it refuses
+            if at == sizes[0]:
+                return out
+    if len(runs) < 3:
+        return out
+    for k, name in enumerate(names):
+        dims = shapes[name]
+        axes = [j for j, m in enumerate(dims) if not m.is_const]
+        got = [(at, np.asarray(r[k])) for at, r in runs]
+        if any(list(v.shape) != [int(m.value(at)) for m in dims] or v.size > LARGEST for at, v in got):
+            continue
+        if all(v.dtype.kind in "iu" and np.array_equal(v.reshape(-1), np.arange(v.size)) for _, v in got):
+            out.iota.add(name)
+        nan = got[0][1].dtype.kind in "fc"
+        parts = [_slice(v, axes) for _, v in got]
+        if all(np.array_equal(v, np.broadcast_to(p, v.shape), equal_nan=nan)
+               and np.array_equal(p, parts[0], equal_nan=nan) for (_, v), p in zip(got, parts)):
+            out.slices[name] = parts[0]
+    return out
+
+
+__all__ = ["LARGEST", "Patterns", "shape_patterns"]
