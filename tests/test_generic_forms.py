@@ -206,10 +206,11 @@ def test_prune_keeps_what_the_outputs_read_and_shape_only_stops_at_the_data():
     np.testing.assert_allclose(got, x0 + 3)
 
 
-def _embedding_and_mask_model() -> onnx.ModelProto:
+def _embedding_and_mask_model(spelling: str) -> onnx.ModelProto:
     """ids[batch, seq] and mask[batch, seq] the way torch exports BERT's embeddings and mask: token types from a
     zero buffer sliced to the sequence and expanded to the batch (one row of a table, repeated), and the mask
-    indexed at ``b * seq + s`` from two Ranges (the flat index of each element) into [batch, 1, 1, seq]."""
+    indexed into [batch, 1, 1, seq] from two Ranges: at ``b * seq + s`` (``flat``: the flat index of each
+    element, TorchScript) or at the pairs ``(b, s)`` (``nd``: a GatherND, dynamo)."""
     rng = np.random.default_rng(2)
 
     def ints(name: str, *values: int) -> onnx.TensorProto:
@@ -233,12 +234,21 @@ def _embedding_and_mask_model() -> onnx.ModelProto:
              helper.make_node("Add", ["word_rows", "type_rows"], ["emb"]),
              helper.make_node("Range", ["i0", "b", "i1"], ["rb"]),
              helper.make_node("Unsqueeze", ["rb", "bcast"], ["rb4"]),
-             helper.make_node("Range", ["i0", "s", "i1"], ["rs"]),
-             helper.make_node("Mul", ["rb4", "s"], ["rows"]),
-             helper.make_node("Add", ["rows", "rs"], ["index"]),
-             helper.make_node("Reshape", ["mask", "flat"], ["mask_flat"]),
-             helper.make_node("Gather", ["mask_flat", "index"], ["mask4"], axis=0),
-             helper.make_node("Cast", ["mask4"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Range", ["i0", "s", "i1"], ["rs"])]
+    if spelling == "flat":
+        nodes += [helper.make_node("Mul", ["rb4", "s"], ["rows"]),
+                  helper.make_node("Add", ["rows", "rs"], ["index"]),
+                  helper.make_node("Reshape", ["mask", "flat"], ["mask_flat"]),
+                  helper.make_node("Gather", ["mask_flat", "index"], ["mask4"], axis=0)]
+    else:
+        nodes += [helper.make_node("Concat", ["b1", "one", "one", "s1"], ["grid"], axis=0),
+                  helper.make_node("Expand", ["rb4", "grid"], ["rb_all"]),
+                  helper.make_node("Expand", ["rs", "grid"], ["rs_all"]),
+                  helper.make_node("Unsqueeze", ["rb_all", "flat"], ["rb_last"]),
+                  helper.make_node("Unsqueeze", ["rs_all", "flat"], ["rs_last"]),
+                  helper.make_node("Concat", ["rb_last", "rs_last"], ["pairs"], axis=-1),
+                  helper.make_node("GatherND", ["mask", "pairs"], ["mask4"])]
+    nodes += [helper.make_node("Cast", ["mask4"], ["maskf"], to=TensorProto.FLOAT),
              helper.make_node("Unsqueeze", ["emb", "one"], ["emb4"]),
              helper.make_node("Transpose", ["maskf"], ["maskt"], perm=[0, 1, 3, 2]),
              helper.make_node("Mul", ["emb4", "maskt"], ["y"])]
@@ -249,14 +259,16 @@ def _embedding_and_mask_model() -> onnx.ModelProto:
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_a_row_repeated_along_the_symbols_is_a_constant_and_a_gather_at_flat_indices_a_reshape():
-    model = _embedding_and_mask_model()
+@pytest.mark.parametrize("spelling", ["flat", "nd"])
+def test_a_row_repeated_along_the_symbols_is_a_constant_and_a_gather_at_each_elements_index_a_reshape(spelling):
+    model = _embedding_and_mask_model(spelling)
     written = make_generic(model, model, {"batch": 1, "seq": 16})
     ops = collections.Counter(n.op_type for n in written.model.graph.node)
     # the token types' row is a constant the Add broadcasts; the mask's indexing is a Reshape
     assert ops["Range"] == ops["Expand"] == ops["Slice"] == 0, ops
     assert ops["Shape"] == 1 and ops["Gather"] == 3  # the words' lookup, and the two sizes the Reshape needs
-    assert [n.op_type for n in written.model.graph.node if "mask_flat" in n.input] == ["Reshape"]
+    assert ops["GatherND"] == ops["Concat"] - 1 == 0  # (the Concat: the Reshape's target)
+    assert [n.op_type for n in written.model.graph.node if "mask4" in n.output] == ["Reshape"]
     add = next(n for n in written.model.graph.node if n.op_type == "Add")
     row = next(t for t in written.model.graph.initializer if t.name in add.input)
     types = next(t for t in model.graph.initializer if t.name == "types")
@@ -269,3 +281,31 @@ def test_a_row_repeated_along_the_symbols_is_a_constant_and_a_gather_at_flat_ind
         (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
         assert have.shape == want.shape == (b, 1, s, 8)
         np.testing.assert_allclose(have, want, rtol=1e-6)
+
+
+def test_an_and_with_all_true_is_dropped_and_a_mul_by_ones_kept():
+    """The all-true constant a torch mask is combined with goes (the static program folds it); a Mul by a scale
+    of ones stays (onnxruntime's RMSNorm fusion matches it)."""
+    nodes = [helper.make_node("Cast", ["mask"], ["m0"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["m0", "last"], ["m"]),
+             helper.make_node("And", ["true", "m"], ["both"]),
+             helper.make_node("Where", ["both", "x", "zero"], ["picked"]),
+             helper.make_node("Mul", ["ones", "picked"], ["y"])]
+    inits = [numpy_helper.from_array(np.ones((1, 1), bool), "true"),
+             numpy_helper.from_array(np.zeros((), np.float32), "zero"),
+             numpy_helper.from_array(np.ones(4, np.float32), "ones"),
+             numpy_helper.from_array(np.array([-1], np.int64), "last")]
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])
+    model = helper.make_model(helper.make_graph(nodes, "mask", [mask, x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    written = make_generic(model, model, {"batch": 2, "seq": 8})
+    ops = [n.op_type for n in written.model.graph.node]
+    assert "And" not in ops and "Mul" in ops, ops
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(4)
+    for b, s in [(2, 8), (1, 8), (3, 8), (2, 1), (2, 5)]:
+        feeds = {"mask": rng.integers(0, 2, (b, s)).astype(np.int64),
+                 "x": rng.standard_normal((b, s, 4)).astype(np.float32)}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from .dataflow import prune, shape_only
 from .fitting import fit_runs, fit_vectors, run_values
@@ -34,6 +34,10 @@ from .targets import reshape_target, resolve_target
 from .uniform import Patterns, shape_patterns
 
 INT64_MAX = np.iinfo(np.int64).max
+
+IDENTITIES: dict[str, bool] = {"And": True, "Or": False}
+"""the boolean operators the masks torch exports combine, and their identity element (a Mul by ones or an Add of
+zeros stays: onnxruntime's normalization fusions match the scale and the bias even where they are 1 and 0)"""
 
 BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
                           "LessOrEqual", "GreaterOrEqual", "Where", "Sum", "Max", "Min", "Mean", "BitShift"})
@@ -143,6 +147,10 @@ class _Rewriter(SizeWriter):
                     node.input[k] = self._uniform(node, k)
             if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
                 self._flat_gather(node)
+            elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
+                self._grid_gather(node)
+        if standard and node.op_type in IDENTITIES and self._identity(node):
+            return
         if standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
             self._reshape(node, vectors.get(1))
@@ -212,6 +220,7 @@ class _Rewriter(SizeWriter):
                 found = shape_patterns(prune(probe), shapes, self.values)
                 self.patterns.slices.update(found.slices)
                 self.patterns.iota.update(found.iota)
+                self.patterns.grids.update(found.grids)
         part = self.patterns.slices.get(name)
         dims = self.shapes.get(name)
         if part is None or dims is None:
@@ -244,6 +253,50 @@ class _Rewriter(SizeWriter):
         node.op_type = "Reshape"
         del node.attribute[:]
         node.input[1] = self._vector(sizes + rows[1:])
+
+    def _grid_gather(self, node: onnx.NodeProto) -> None:
+        """A GatherND at each element's multi-index of a grid that is its data's leading axes, in row-major order
+        (:mod:`eqsat.onnx.uniform`), written as the Reshape it is."""
+        data, index = self.shapes.get(node.input[0]), self.shapes.get(node.input[1])
+        if any(a.name == "batch_dims" and a.i for a in node.attribute) or not data or not index \
+                or None in data or None in index:
+            return
+        lead, sizes = [d for d in data if d is not None], [d for d in index if d is not None]
+        depth = len(self.patterns.grids[node.input[1]][0][1])
+        if not sizes[-1].is_const or int(sizes[-1].coef) != depth or depth > len(lead) \
+                or product(sizes[:-1]) != product(lead[:depth]) or any(
+                    list(grid) != [int(d.value(at)) for d in lead[:depth]]
+                    for at, grid in self.patterns.grids[node.input[1]]):
+            return
+        node.op_type = "Reshape"
+        del node.attribute[:]
+        node.input[1] = self._vector(sizes[:-1] + lead[depth:])
+
+    def _identity(self, node: onnx.NodeProto) -> bool:
+        """An ``And`` with an all-true constant (an ``Or`` with all false) that broadcasts into the other input's
+        shape, dropped: its output read as the other input (True). The user's mask computations are written back
+        verbatim, where the static program folds them."""
+        if len(node.input) != 2 or node.output[0] in {o.name for o in self.model.graph.output}:
+            return False
+        for k in (0, 1):
+            const, other = self.constants.get(node.input[k]), node.input[1 - k]
+            if const is None or self.types.get(other) != const.data_type:
+                continue
+            value = numpy_helper.to_array(const)
+            if value.size == 0 or not np.all(value == IDENTITIES[node.op_type]):
+                continue
+            if self.shapes.get(other) is None or None in (self.shapes.get(other) or []):
+                self._fit()
+            dims = self.shapes.get(other)
+            if dims is None or None in dims or value.ndim > len(dims) or any(
+                    n != 1 and (d is None or not d.is_const or int(d.coef) != n)
+                    for n, d in zip(value.shape[::-1], dims[::-1])):
+                continue
+            self.alias[node.output[0]] = other
+            self.shapes[node.output[0]] = list(dims)
+            self.types[node.output[0]] = self.types[other]
+            return True
+        return False
 
     def _small_vector(self, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
         """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at

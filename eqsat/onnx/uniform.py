@@ -3,8 +3,9 @@
 
 - the same along their symbolic axes (a token-type embedding of all-zero ids, an all-true mask): one slice
   repeated, written as that slice, a constant, broadcast where it is used;
-- the flat index of each element (``b * seq + s`` built from two Ranges: torch's advanced indexing of a mask):
-  a Gather of a flat value at those indices is a Reshape.
+- the flat index of each element (``b * seq + s`` built from two Ranges: torch's advanced indexing of a mask),
+  or each element's multi-index (a GatherND's indices, the dynamo exporter's spelling): a Gather of a flat
+  value, or a GatherND of a value of that grid, at those indices is a Reshape.
 
 Read off runs of the program at the representative sizes and, for each symbol, at the further sizes
 :func:`eqsat.onnx.fitting.further_sizes` names: a value whose shape is not its symbolic shape at some size, or
@@ -28,6 +29,19 @@ LARGEST = 1 << 20
 """values of more elements (at the representative sizes) are not checked"""
 
 
+def _grid(value: np.ndarray) -> tuple[int, ...] | None:
+    """The grid whose multi-indices ``value``'s last axis runs over in row-major order, if it does."""
+    if value.dtype.kind not in "iu" or value.ndim < 2 or value.size == 0 or value.shape[-1] > 8:
+        return None
+    rows = value.reshape(-1, value.shape[-1])
+    if rows.min() < 0:
+        return None
+    grid = tuple(int(n) + 1 for n in rows.max(axis=0))
+    if int(np.prod(grid)) != len(rows):
+        return None
+    return grid if np.array_equal(rows, np.indices(grid).reshape(len(grid), -1).T) else None
+
+
 def _slice(value: np.ndarray, axes: list[int]) -> np.ndarray:
     return value[tuple(slice(0, 1) if k in axes else slice(None) for k in range(value.ndim))]
 
@@ -40,6 +54,9 @@ class Patterns:
     """value -> its slice (size 1 on its symbolic axes), where it is that slice repeated at every size"""
     iota: set[str] = field(default_factory=set)
     """integer values that are 0, 1, 2, ... in row-major order at every size (the flat index of each element)"""
+    grids: dict[str, list[tuple[dict[str, int], tuple[int, ...]]]] = field(default_factory=dict)
+    """integer values whose last axis holds multi-indices that run over a grid in row-major order at every size
+    (a GatherND's indices of each element): (sizes, the grid's shape) per run"""
 
 
 def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], values: Mapping[str, int]) -> Patterns:
@@ -76,6 +93,9 @@ def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], val
             continue
         if all(v.dtype.kind in "iu" and np.array_equal(v.reshape(-1), np.arange(v.size)) for _, v in got):
             out.iota.add(name)
+        grids = [(at, _grid(v)) for at, v in got]
+        if all(g is not None for _, g in grids):
+            out.grids[name] = [(at, g) for at, g in grids if g is not None]
         nan = got[0][1].dtype.kind in "fc"
         parts = [_slice(v, axes) for _, v in got]
         if all(np.array_equal(v, np.broadcast_to(p, v.shape), equal_nan=nan)
