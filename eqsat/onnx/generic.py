@@ -9,6 +9,21 @@ constant into its shape-polymorphic form: a Reshape target with ``0`` (copy the 
 (Shape, Gather, Mul/Div, Concat); a Slice that ran to the end of a symbolic axis runs to its end at any size. The
 inputs and outputs get the original's declared types (names, element types, ``dim_param`` names).
 
+The user's shape computations written back verbatim (:mod:`eqsat.onnx.live`) are written the way the static
+program's folded constants run (onnxruntime cannot fold what depends on a symbol, and each node it runs costs):
+
+- a ``Shape`` of a value of known symbolic shape is read from the inputs' shapes; a small integer vector computed
+  from the shapes alone (Shape, Gather, Unsqueeze, Concat, torch's Equal/Where of ``expand(-1)``) is read off runs
+  at several sizes as monomials (:func:`eqsat.onnx.fitting.fit_vectors`) and written once from the symbols
+  (:mod:`eqsat.onnx.sizes`: a constant, an input's ``Shape``, Gathers of its sizes and a Concat), as a Reshape
+  target with 0 and -1, or as an Expand target of 1 where the input has the size (an Expand to its input's own
+  shape is dropped);
+- a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
+  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); an
+  ``And`` with all true is dropped;
+- the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
+  written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
+
 Which symbols a Reshape's target dimensions are is read off its input's symbolic shape and the concrete target:
 dimensions are grouped where their sizes' products meet, and a group's symbols go to the target dimensions whose
 sizes they are. A symbol at 1 (a batch of 1) is ambiguous where several target dimensions are 1: the first free
