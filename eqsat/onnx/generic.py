@@ -42,6 +42,7 @@ from onnx import helper, numpy_helper
 
 from .dataflow import prune, shape_only
 from .fitting import fit_runs, fit_vectors, run_values
+from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
 from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
@@ -118,6 +119,9 @@ class _Rewriter(SizeWriter):
         self.ports = [p.name for p in ins if self.shapes.get(p.name) is not None]
         self.shape_only = shape_only(self.model)
         self.boundary = self._boundary()
+        self.readers = consumers(self.model)
+        self.absorbed: set[int] = set()
+        """the Adds written with their MatMul as a Gemm (:mod:`eqsat.onnx.gemm`), by id"""
         for node in list(g.node):
             self._node(node)
         del g.node[:]
@@ -150,9 +154,18 @@ class _Rewriter(SizeWriter):
                 g.value_info.append(helper.make_tensor_value_info(out, elem, dims))
 
     def _node(self, node: onnx.NodeProto) -> None:
+        if id(node) in self.absorbed:
+            return
         for k, name in enumerate(node.input):
             node.input[k] = self.alias.get(name, name)
         standard = node.domain in ("", "ai.onnx")
+        if standard and node.op_type == "MatMul":
+            linear = bias_add(self, node, self.readers.get(node.output[0], []),
+                              {o.name for o in self.model.graph.output})
+            if linear is not None:
+                self.absorbed.add(id(linear[0]))
+                write_gemm(self, node, *linear)
+                return
         if standard and node.op_type == "Shape" and self._shape(node):
             return
         vectors = self._vectors_read(node)
@@ -287,6 +300,14 @@ class _Rewriter(SizeWriter):
         del node.attribute[:]
         node.input[1] = self._vector(sizes[:-1] + lead[depth:])
 
+    def _alias(self, name: str, to: str) -> None:
+        """``name`` read as ``to`` from now on; where the data read ``name``, it reads ``to``."""
+        self.alias[name] = to
+        if name in self.boundary and to in self.shape_only and to not in self.boundary:
+            self.boundary.add(to)
+            if to not in self.vectors:
+                self.pending_uniform.append(to)
+
     def _identity(self, node: onnx.NodeProto) -> bool:
         """An ``And`` with an all-true constant (an ``Or`` with all false) that broadcasts into the other input's
         shape, dropped: its output read as the other input (True). The user's mask computations are written back
@@ -307,7 +328,7 @@ class _Rewriter(SizeWriter):
                     n != 1 and (d is None or not d.is_const or int(d.coef) != n)
                     for n, d in zip(value.shape[::-1], dims[::-1])):
                 continue
-            self.alias[node.output[0]] = other
+            self._alias(node.output[0], other)
             self.shapes[node.output[0]] = list(dims)
             self.types[node.output[0]] = self.types[other]
             return True
@@ -420,7 +441,7 @@ class _Rewriter(SizeWriter):
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
         if out == dims and node.output[0] not in {o.name for o in self.model.graph.output}:
-            self.alias[node.output[0]] = node.input[0]
+            self._alias(node.output[0], node.input[0])
             return True
         whole = out[len(out) - len(fitted):]
         fewest = [Mono.const(1) if a == b else b for a, b in zip(have[len(have) - len(fitted):], whole)]
