@@ -47,7 +47,7 @@ from .interface import interface
 from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 from .targets import reshape_target, resolve_target
-from .uniform import Patterns, shape_patterns
+from .uniform import Patterns, flat_gather, grid_gather, shape_patterns
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -174,9 +174,9 @@ class _Rewriter(SizeWriter):
                 if name in self.boundary:
                     node.input[k] = self._uniform(node, k)
             if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
-                self._flat_gather(node)
+                flat_gather(self, node)
             elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
-                self._grid_gather(node)
+                grid_gather(self, node, self.patterns.grids[node.input[1]])
         if standard and node.op_type in IDENTITIES and self._identity(node):
             return
         if standard and node.op_type == "Reshape" and len(node.input) > 1 \
@@ -267,38 +267,6 @@ class _Rewriter(SizeWriter):
             self.types[self.cache[key]] = self.types.get(name, 0)
             self.shapes[self.cache[key]] = list(dims)
         return self.cache[key]
-
-    def _flat_gather(self, node: onnx.NodeProto) -> None:
-        """A Gather along axis 0 at the flat index of each element of its indices (:mod:`eqsat.onnx.uniform`),
-        from data whose first axis has exactly that many rows, written as the Reshape it is."""
-        data, index = self.shapes.get(node.input[0]), self.shapes.get(node.input[1])
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        if axis != 0 or not data or index is None or None in data or None in index:
-            return
-        rows, sizes = [d for d in data if d is not None], [d for d in index if d is not None]
-        if rows[0] != product(sizes):
-            return
-        node.op_type = "Reshape"
-        del node.attribute[:]
-        node.input[1] = self._vector(sizes + rows[1:])
-
-    def _grid_gather(self, node: onnx.NodeProto) -> None:
-        """A GatherND at each element's multi-index of a grid that is its data's leading axes, in row-major order
-        (:mod:`eqsat.onnx.uniform`), written as the Reshape it is."""
-        data, index = self.shapes.get(node.input[0]), self.shapes.get(node.input[1])
-        if any(a.name == "batch_dims" and a.i for a in node.attribute) or not data or not index \
-                or None in data or None in index:
-            return
-        lead, sizes = [d for d in data if d is not None], [d for d in index if d is not None]
-        depth = len(self.patterns.grids[node.input[1]][0][1])
-        if not sizes[-1].is_const or int(sizes[-1].coef) != depth or depth > len(lead) \
-                or product(sizes[:-1]) != product(lead[:depth]) or any(
-                    list(grid) != [int(d.value(at)) for d in lead[:depth]]
-                    for at, grid in self.patterns.grids[node.input[1]]):
-            return
-        node.op_type = "Reshape"
-        del node.attribute[:]
-        node.input[1] = self._vector(sizes[:-1] + lead[depth:])
 
     def _alias(self, name: str, to: str) -> None:
         """``name`` read as ``to`` from now on; where the data read ``name``, it reads ``to``."""
