@@ -69,7 +69,7 @@ def write_gemm(writer: SizeWriter, matmul: onnx.NodeProto, add: onnx.NodeProto, 
                                          name=rows))
     product_ = writer.fresh("gemm")
     writer.nodes.append(helper.make_node("Gemm", [rows, matmul.input[1], bias], [product_], name=product_))
-    target = writer._vector([*lead, Mono.const(n)])
+    target = writer.vector([*lead, Mono.const(n)])
     out = add.output[0]
     writer.nodes.append(helper.make_node("Reshape", [product_, target], [out], name=writer.fresh("unrows")))
     count = product(lead)

@@ -189,7 +189,7 @@ class _Rewriter(SizeWriter):
             self._slice(node)
         for k, monos in vectors.items():
             if node.input[k] in self.vectors:  # not rewritten above: written from the symbols
-                node.input[k] = self._vector(monos, self.shapes.get(node.input[k]) == [])
+                node.input[k] = self.vector(monos, self.shapes.get(node.input[k]) == [])
         self.nodes.append(node)
         inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
         for out in node.output:
@@ -214,7 +214,7 @@ class _Rewriter(SizeWriter):
         attrs = {a.name: a.i for a in node.attribute}
         start, end = attrs.get("start", 0), attrs.get("end")
         monos = [d for d in dims if d is not None][start:end]
-        self.alias[node.output[0]] = self._vector(monos)
+        self.alias[node.output[0]] = self.vector(monos)
         return True
 
     def _boundary(self) -> set[str]:
@@ -263,7 +263,7 @@ class _Rewriter(SizeWriter):
             return const
         key = f"expanded:{name}"
         if key not in self.cache:
-            self.cache[key] = self.emit("Expand", [const, self._vector(sizes)], "uniform")
+            self.cache[key] = self.emit("Expand", [const, self.vector(sizes)], "uniform")
             self.types[self.cache[key]] = self.types.get(name, 0)
             self.shapes[self.cache[key]] = list(dims)
         return self.cache[key]
@@ -354,7 +354,7 @@ class _Rewriter(SizeWriter):
         if fitted is not None:
             sym = resolve_target(fitted, known, allowzero)
             if sym is None:  # its input's shape is not known: the target as computed, from the symbols
-                node.input[1] = self._vector(fitted)
+                node.input[1] = self.vector(fitted)
                 return
         else:
             target = int_values(self.constants[node.input[1]])
@@ -384,7 +384,7 @@ class _Rewriter(SizeWriter):
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
         if loose:
             written[loose[-1]] = Mono.const(-1)
-        node.input[1] = self._vector([w if w is not None else m for w, m in zip(written, sym)])
+        node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
 
     def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
         """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
@@ -395,14 +395,14 @@ class _Rewriter(SizeWriter):
             self._fit()
             dims = self.shapes.get(node.input[0])
         if dims is None or any(d is None for d in dims):
-            node.input[1] = self._vector(fitted)
+            node.input[1] = self.vector(fitted)
             return False
         have = [Mono.const(1)] * (len(fitted) - len(dims)) + [d for d in dims if d is not None]
         want = [Mono.const(1)] * (len(have) - len(fitted)) + fitted
         out: list[Mono] = []
         for a, b in zip(have, want):
             if a != b and Mono.const(1) not in (a, b):
-                node.input[1] = self._vector(fitted)
+                node.input[1] = self.vector(fitted)
                 return False
             out.append(b if a == Mono.const(1) else a)
         self.shapes[node.output[0]] = list[Mono | None](out)
@@ -413,7 +413,7 @@ class _Rewriter(SizeWriter):
             return True
         whole = out[len(out) - len(fitted):]
         fewest = [Mono.const(1) if a == b else b for a, b in zip(have[len(have) - len(fitted):], whole)]
-        node.input[1] = self._vector(whole if self._ready(whole) and not self._ready(fewest) else fewest)
+        node.input[1] = self.vector(whole if self.ready(whole) and not self.ready(fewest) else fewest)
         return False
 
     def _original_target(self, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:

@@ -56,7 +56,7 @@ class SizeWriter:
         self.shapes[out] = [] if size is None else [Mono.const(size)]
         return out
 
-    def _vector(self, monos: list[Mono], scalar: bool = False) -> str:
+    def vector(self, monos: list[Mono], scalar: bool = False) -> str:
         """An int64 tensor holding ``monos`` at run time (``scalar``: the one entry as a scalar): a constant, an
         input's ``Shape`` where they are its sizes, else the entries computed from the inputs' shapes (one
         ``Gather`` of consecutive sizes of an input, constants between, joined by a ``Concat``)."""
@@ -154,8 +154,8 @@ class SizeWriter:
         self.cache[key] = value
         return value
 
-    def _ready(self, monos: list[Mono]) -> bool:
-        """Whether :meth:`_vector` writes ``monos`` without a new node."""
+    def ready(self, monos: list[Mono]) -> bool:
+        """Whether :meth:`vector` writes ``monos`` without a new node."""
         return "vector:" + ",".join(m.key() for m in monos) in self.cache or all(m.is_const for m in monos) \
             or any(self.shapes.get(p) == monos for p in self.ports)
 

@@ -117,7 +117,7 @@ def flat_gather(writer: SizeWriter, node: onnx.NodeProto) -> None:
         return
     node.op_type = "Reshape"
     del node.attribute[:]
-    node.input[1] = writer._vector(sizes + rows[1:])
+    node.input[1] = writer.vector(sizes + rows[1:])
 
 
 def grid_gather(writer: SizeWriter, node: onnx.NodeProto,
@@ -137,7 +137,7 @@ def grid_gather(writer: SizeWriter, node: onnx.NodeProto,
         return
     node.op_type = "Reshape"
     del node.attribute[:]
-    node.input[1] = writer._vector(sizes[:-1] + lead[depth:])
+    node.input[1] = writer.vector(sizes[:-1] + lead[depth:])
 
 
 __all__ = ["LARGEST", "Patterns", "flat_gather", "grid_gather", "shape_patterns"]
