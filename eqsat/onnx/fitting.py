@@ -84,6 +84,60 @@ def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
     return fit_sizes(base, grown, values)
 
 
+def further_sizes(value: int) -> tuple[tuple[int, int], list[int]]:
+    """The two sizes a symbol at ``value`` is fitted from (below it, unless it is 1 or 2), and the sizes the fit
+    is checked at (1 and half of it; or four above it).
+
+    >>> further_sizes(64), further_sizes(1)
+    (((63, 62), [1, 32]), ((2, 3), [5]))
+    """
+    if value > 2:
+        return (value - 1, value - 2), sorted({1, max(1, value // 2)} - {value, value - 1, value - 2})
+    return (value + 1, value + 2), [value + 4]
+
+
+def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
+                values: Mapping[str, int]) -> list[list[Mono | None]] | None:
+    """Integer vectors' entries (``run``: their entries, or sizes, at given sizes) as monomials, None where no
+    monomial fits every run (every entry of a vector whose length changes); None when the run at ``values`` fails.
+
+    Each symbol is fitted from two sizes below its value (above it where it is 1 or 2: a model often refuses
+    sizes above the one it was tuned at, while its shape computations, clamped, still run there), and every
+    fitted entry is checked at further sizes (1 and half the value; or four above). An entry of 0 or below
+    (``0`` and ``-1`` in a Reshape target) is a constant where every run agrees.
+
+    >>> b, s, minus = Mono.symbol("b"), Mono.symbol("s"), Mono.const(-1)
+    >>> fit_vectors(lambda at: [[at["b"], at["s"], -1], [at["s"] if at["s"] > 40 else 0]], {"b": 1, "s": 64}) \\
+    ...     == [[b, s, minus], [None]]
+    True
+    """
+    base = run(values)
+    if base is None:
+        return None
+    seen: list[tuple[dict[str, int], Sizes]] = [(dict(values), base)]
+    grown: dict[str, Probes | None] = {}
+    for sym, value in values.items():
+        steps, checks = further_sizes(value)
+        one, two = ((size, run({**values, sym: size})) for size in steps)
+        grown[sym] = None if one[1] is None or two[1] is None else ((one[0], one[1]), (two[0], two[1]))
+        for size, got in [one, two, *((size, run({**values, sym: size})) for size in checks)]:
+            if got is not None:
+                seen.append(({**values, sym: size}, got))
+    fitted = fit_sizes(base, grown, values)
+    out: list[list[Mono | None]] = []
+    for k, entries in enumerate(fitted):
+        if any(len(r[k]) != len(base[k]) for _, r in seen):
+            out.append([None] * len(base[k]))
+            continue
+        vector: list[Mono | None] = []
+        for j, m in enumerate(entries):
+            if m is None and len({r[k][j] for _, r in seen}) == 1 and len(seen) > 1 + len(values):
+                m = Mono.const(base[k][j])
+            vector.append(None if m is None or any(m.value(at) != r[k][j] for at, r in seen) else m)
+        out.append(vector)
+    return out
+
+
 def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
     """A run of ``model`` (one session, built once) giving ``names``: their shapes (``shapes``) or their integer
     entries; None at sizes onnxruntime cannot run it at."""
@@ -107,4 +161,4 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
     return run
 
 
-__all__ = ["POWERS", "Probes", "fit_runs", "fit_sizes", "run_values"]
+__all__ = ["POWERS", "Probes", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_values"]

@@ -9,6 +9,21 @@ constant into its shape-polymorphic form: a Reshape target with ``0`` (copy the 
 (Shape, Gather, Mul/Div, Concat); a Slice that ran to the end of a symbolic axis runs to its end at any size. The
 inputs and outputs get the original's declared types (names, element types, ``dim_param`` names).
 
+The user's shape computations written back verbatim (:mod:`eqsat.onnx.live`) are written the way the static
+program's folded constants run (onnxruntime cannot fold what depends on a symbol, and each node it runs costs):
+
+- a ``Shape`` of a value of known symbolic shape is read from the inputs' shapes; a small integer vector computed
+  from the shapes alone (Shape, Gather, Unsqueeze, Concat, torch's Equal/Where of ``expand(-1)``) is read off runs
+  at several sizes as monomials (:func:`eqsat.onnx.fitting.fit_vectors`) and written once from the symbols
+  (:mod:`eqsat.onnx.sizes`: a constant, an input's ``Shape``, Gathers of its sizes and a Concat), as a Reshape
+  target with 0 and -1, or as an Expand target of 1 where the input has the size (an Expand to its input's own
+  shape is dropped);
+- a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
+  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); an
+  ``And`` with all true is dropped;
+- the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
+  written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
+
 Which symbols a Reshape's target dimensions are is read off its input's symbolic shape and the concrete target:
 dimensions are grouped where their sizes' products meet, and a group's symbols go to the target dimensions whose
 sizes they are. A symbol at 1 (a batch of 1) is ambiguous where several target dimensions are 1: the first free
@@ -20,18 +35,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .fitting import fit_runs, run_values
+from .dataflow import prune, shape_only
+from .fitting import fit_runs, fit_vectors, run_values
+from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
+from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
+from .targets import reshape_target, resolve_target
+from .uniform import Patterns, flat_gather, grid_gather, shape_patterns
 
 INT64_MAX = np.iinfo(np.int64).max
+
+IDENTITIES: dict[str, bool] = {"And": True, "Or": False}
+"""the boolean operators the masks torch exports combine, and their identity element (a Mul by ones or an Add of
+zeros stays: onnxruntime's normalization fusions match the scale and the bias even where they are 1 and 0)"""
+
+BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
+                          "LessOrEqual", "GreaterOrEqual", "Where", "Sum", "Max", "Min", "Mean", "BitShift"})
+"""elementwise operators that broadcast their inputs (numpy's rules): an input's axis of size 1 takes the others'"""
 
 
 @dataclass
@@ -42,146 +68,24 @@ class Generic:
     notes: list[str] = field(default_factory=list)
 
 
-def _groups(sizes_in: list[int], sizes_out: list[int]) -> list[tuple[list[int], list[int]]] | None:
-    """Index groups (input axes, output axes) whose size products are equal, in order; None if they never meet.
-    Trailing axes of size 1 join the last group."""
-    groups: list[tuple[list[int], list[int]]] = []
-    i = k = 0
-    while i < len(sizes_in) and k < len(sizes_out):
-        gi, gk = [i], [k]
-        pi, pk = sizes_in[i], sizes_out[k]
-        while pi != pk:
-            if pi < pk and i + 1 < len(sizes_in):
-                i += 1
-                gi.append(i)
-                pi *= sizes_in[i]
-            elif pk < pi and k + 1 < len(sizes_out):
-                k += 1
-                gk.append(k)
-                pk *= sizes_out[k]
-            else:
-                return None
-        groups.append((gi, gk))
-        i, k = i + 1, k + 1
-    rest_in, rest_out = list(range(i, len(sizes_in))), list(range(k, len(sizes_out)))
-    if any(sizes_in[j] != 1 for j in rest_in) or any(sizes_out[j] != 1 for j in rest_out):
-        return None
-    if not groups:
-        return [(rest_in, rest_out)] if rest_in or rest_out else []
-    groups[-1][0].extend(rest_in)
-    groups[-1][1].extend(rest_out)
-    return groups
-
-
-def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]) -> list[Mono] | None:
-    """The monomials of a group's output axes (concrete ``sizes_out``) whose product is that of ``dims_in``."""
-    total = product(dims_in)
-    if len(sizes_out) == 1:
-        return [total]
-    factors: list[str] = []
-    for s, p in total.powers:
-        if p < 0:
-            return None  # a quotient split over several axes: not guessed
-        factors += [s] * p
-    factors.sort(key=lambda s: -values[s])  # the informative (large) symbols first, a symbol at 1 last
-    rest = [Fraction(n) for n in sizes_out]
-    given: list[list[str]] = [[] for _ in sizes_out]
-    for s in factors:
-        v = values[s]
-        tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
-                 [j for j in range(len(rest)) if rest[j] == v],
-                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
-                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1]]
-        j = next((t[0] for t in tiers if t), None)
-        if j is None:
-            return None
-        rest[j] /= v
-        given[j].append(s)
-    out = []
-    for r, syms in zip(rest, given):
-        if r.denominator != 1:
-            return None
-        out.append(product([Mono.const(r), *(Mono.symbol(s) for s in syms)]))
-    return out if product(out) == total else None
-
-
-def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, int],
-                   allowzero: bool = False) -> list[Mono] | None:
-    """The symbolic target of a Reshape of a value of symbolic shape ``dims_in`` to ``target`` (as written: 0 and
-    -1 resolved at the concrete ``values``), or None when the sizes do not line up.
-
-    >>> b, s = Mono.symbol("b"), Mono.symbol("s")
-    >>> [d.key() for d in reshape_target([b, s, Mono.const(64)], [1, 128, 4, 16], {"b": 1, "s": 128})]
-    ['b', 's', '4', '16']
-    >>> [d.key() for d in reshape_target([b * s, Mono.const(64)], [1, 128, 64], {"b": 1, "s": 128})]
-    ['b', 's', '64']
-    """
-    sizes_in = [m.value(values) for m in dims_in]
-    if any(v.denominator != 1 or v <= 0 for v in sizes_in):
-        return None
-    ints_in = [int(v) for v in sizes_in]
-    resolved = [ints_in[k] if t == 0 and not allowzero and k < len(ints_in) else t for k, t in enumerate(target)]
-    if resolved.count(-1) == 1:
-        known = int(np.prod([t for t in resolved if t != -1]))
-        whole = int(np.prod(ints_in))
-        if known <= 0 or whole % known:
-            return None
-        resolved[resolved.index(-1)] = whole // known
-    if any(t <= 0 for t in resolved) or int(np.prod(resolved)) != int(np.prod(ints_in)):
-        return None
-    groups = _groups(ints_in, resolved)
-    if groups is None:
-        return None
-    out: list[Mono | None] = [None] * len(resolved)
-    for gi, gk in groups:
-        part = _assign([dims_in[j] for j in gi], [resolved[j] for j in gk], values)
-        if part is None:
-            return None
-        for j, m in zip(gk, part):
-            out[j] = m
-    return [m if m is not None else Mono.const(1) for m in out]
-
-
-class _Rewriter:
+class _Rewriter(SizeWriter):
     def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]):
-        self.model = model
+        super().__init__(model)
         self.original = original
         self.values = dict(values)
         self.notes: list[str] = []
-        g = model.graph
-        self.constants = {t.name: t for t in g.initializer}
-        self.shapes: dict[str, SymShape | None] = {}
-        self.types: dict[str, int] = {}
-        self.places: dict[str, tuple[str, int]] = {}
-        self.names = {n for node in g.node for n in [*node.input, *node.output]} | set(self.constants) \
-            | {vi.name for vi in g.input}
-        self.counter = 0
-        self.cache: dict[str, str] = {}
-        self.nodes: list[onnx.NodeProto] = []
         self._probed: dict[str, list[Mono | None]] | None = None
         self._tried: set[str] = set()
-
-    def fresh(self, base: str) -> str:
-        while True:
-            self.counter += 1
-            name = f"{base}_g{self.counter}"
-            if name not in self.names:
-                self.names.add(name)
-                return name
-
-    def const(self, array: np.ndarray, base: str) -> str:
-        name = self.fresh(base)
-        tensor = numpy_helper.from_array(np.asarray(array), name)
-        self.model.graph.initializer.append(tensor)
-        self.constants[name] = tensor
-        self.types[name] = tensor.data_type
-        self.shapes[name] = constant_shape(tensor)
-        return name
-
-    def emit(self, op: str, inputs: list[str], base: str, **attrs: Any) -> str:
-        out = self.fresh(base)
-        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
-        return out
+        self.shape_only: set[str] = set()
+        self.vectors: dict[str, list[Mono] | None] = {}
+        """small integer values computed from the shapes alone -> their entries as monomials (None: not fitted)"""
+        self.pending: list[str] = []
+        self.alias: dict[str, str] = {}
+        """the output of an Expand that expands nothing -> its input"""
+        self.boundary: set[str] = set()
+        self.patterns = Patterns()
+        """what runs showed of the values computed from the shapes alone that the data reads"""
+        self.pending_uniform: list[str] = []
 
     def run(self) -> Generic:
         g = self.model.graph
@@ -212,6 +116,12 @@ class _Rewriter:
         for t in g.initializer:
             self.types[t.name] = t.data_type
             self.shapes[t.name] = constant_shape(t)
+        self.ports = [p.name for p in ins if self.shapes.get(p.name) is not None]
+        self.shape_only = shape_only(self.model)
+        self.boundary = self._boundary()
+        self.readers = consumers(self.model)
+        self.absorbed: set[int] = set()
+        """the Adds written with their MatMul as a Gemm (:mod:`eqsat.onnx.gemm`), by id"""
         for node in list(g.node):
             self._node(node)
         del g.node[:]
@@ -224,18 +134,62 @@ class _Rewriter:
                 if isinstance(want, str) and have is not None and have.is_const:
                     self.notes.append(f"output {port.name!r} axis {k} is {have.key()} where the original's is "
                                       f"{want or 'dynamic'}")
-        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-        keep = [t for t in g.initializer if t.name in used or t.name in {vi.name for vi in g.input}]
-        del g.initializer[:]
-        g.initializer.extend(keep)
+        prune(self.model)
+        self._annotate()
         return Generic(self.model, self.notes)
 
+    def _annotate(self) -> None:
+        """The symbolic shapes of the program's inner values as its ``value_info`` (a product of symbols as one
+        ``dim_param``, ``batch*seq``): onnxruntime's fusions (SkipLayerNormalization, Attention) compare their
+        inputs' shapes, which its own inference loses behind a Reshape to a computed or ``-1`` target."""
+        g = self.model.graph
+        ports = {vi.name for vi in [*g.input, *g.output]} | {t.name for t in g.initializer}
+        for node in g.node:
+            for out in node.output:
+                shape, elem = self.shapes.get(out), self.types.get(out)
+                if not out or out in ports or shape is None or not elem or any(
+                        d is None or d.coef.denominator != 1 or d.coef <= 0 for d in shape):
+                    continue
+                dims: list[int | str | None] = [int(d.coef) if d.is_const else d.key() for d in shape if d is not None]
+                g.value_info.append(helper.make_tensor_value_info(out, elem, dims))
+
     def _node(self, node: onnx.NodeProto) -> None:
-        if node.domain in ("", "ai.onnx") and node.op_type == "Reshape" and len(node.input) > 1 \
-                and node.input[1] in self.constants:
-            self._reshape(node)
-        elif node.domain in ("", "ai.onnx") and node.op_type == "Slice" and len(node.input) > 3:
+        if id(node) in self.absorbed:
+            return
+        for k, name in enumerate(node.input):
+            node.input[k] = self.alias.get(name, name)
+        standard = node.domain in ("", "ai.onnx")
+        if standard and node.op_type == "MatMul":
+            linear = bias_add(self, node, self.readers.get(node.output[0], []),
+                              {o.name for o in self.model.graph.output})
+            if linear is not None:
+                self.absorbed.add(id(linear[0]))
+                write_gemm(self, node, *linear)
+                return
+        if standard and node.op_type == "Shape" and self._shape(node):
+            return
+        vectors = self._vectors_read(node)
+        if standard and not all(o in self.shape_only for o in node.output if o):
+            for k, name in enumerate(node.input):
+                if name in self.boundary:
+                    node.input[k] = self._uniform(node, k)
+            if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
+                flat_gather(self, node)
+            elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
+                grid_gather(self, node, self.patterns.grids[node.input[1]])
+        if standard and node.op_type in IDENTITIES and self._identity(node):
+            return
+        if standard and node.op_type == "Reshape" and len(node.input) > 1 \
+                and (node.input[1] in self.constants or 1 in vectors):
+            self._reshape(node, vectors.get(1))
+        elif standard and node.op_type == "Expand" and 1 in vectors:
+            if self._expand(node, vectors[1]):
+                return
+        elif standard and node.op_type == "Slice" and len(node.input) > 3:
             self._slice(node)
+        for k, monos in vectors.items():
+            if node.input[k] in self.vectors:  # not rewritten above: written from the symbols
+                node.input[k] = self.vector(monos, self.shapes.get(node.input[k]) == [])
         self.nodes.append(node)
         inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
         for out in node.output:
@@ -243,60 +197,224 @@ class _Rewriter:
                 elem, shape = inferred[out]
                 self.types.setdefault(out, elem)
                 self.shapes.setdefault(out, shape)
+            if self._small_vector(out):
+                self.vectors[out] = None
+                self.pending.append(out)
+            elif out in self.boundary:
+                self.pending_uniform.append(out)
 
-    def _reshape(self, node: onnx.NodeProto) -> None:
+    def _shape(self, node: onnx.NodeProto) -> bool:
+        """A ``Shape`` of a value whose symbolic shape is known, read as those sizes written from the inputs'
+        (True): the sizes computed from it no longer wait on the data, and the runs that fit them
+        (:meth:`_fit_vectors`) compute no data either."""
+        dims = self.shapes.get(node.input[0])
+        if dims is None or any(d is None or any(s not in self.places for s, _ in d.powers) for d in dims) \
+                or node.output[0] in {o.name for o in self.model.graph.output}:
+            return False
+        attrs = {a.name: a.i for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end")
+        monos = [d for d in dims if d is not None][start:end]
+        self.alias[node.output[0]] = self.vector(monos)
+        return True
+
+    def _boundary(self) -> set[str]:
+        """The values computed from the shapes alone (not small integer vectors) that a node computing the data
+        reads."""
+        out: set[str] = set()
+        for node in self.model.graph.node:
+            if not all(o in self.shape_only for o in node.output if o):
+                out.update(i for i in node.input if i in self.shape_only)
+        return out
+
+    def _uniform(self, node: onnx.NodeProto, k: int) -> str:
+        """Input ``k`` of ``node``, written as its slice (:mod:`eqsat.onnx.uniform`) where it is one slice repeated
+        along its symbolic axes: the slice itself where ``node`` broadcasts it against inputs of those sizes,
+        else the slice expanded to its shape."""
+        name = node.input[k]
+        if self.pending_uniform:
+            names, self.pending_uniform = self.pending_uniform, []
+            if any(self.shapes.get(n) is None or None in (self.shapes.get(n) or []) for n in names):
+                self._fit()
+            shapes = {n: [d for d in self.shapes.get(n) or [] if d is not None] for n in names}
+            shapes = {n: dims for n, dims in shapes.items() if len(dims) == len(self.shapes.get(n) or [])
+                      and any(not d.is_const for d in dims)}
+            if shapes:
+                probe = onnx.ModelProto()
+                probe.CopyFrom(self.model)
+                del probe.graph.node[:]
+                probe.graph.node.extend(self.nodes)
+                del probe.graph.output[:]
+                probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in shapes)
+                found = shape_patterns(prune(probe), shapes, self.values)
+                self.patterns.slices.update(found.slices)
+                self.patterns.iota.update(found.iota)
+                self.patterns.grids.update(found.grids)
+        part = self.patterns.slices.get(name)
+        dims = self.shapes.get(name)
+        if part is None or dims is None:
+            return name
+        sizes = [d for d in dims if d is not None]
+        const = self.cache.get(f"uniform:{name}") or self.const(part, "uniform")
+        self.cache[f"uniform:{name}"] = const
+        others = [self.shapes.get(i) for j, i in enumerate(node.input) if j != k and i]
+        covered = all(any(o is not None and len(o) >= len(sizes) - a and o[len(o) - len(sizes) + a] == d
+                          for o in others) for a, d in enumerate(sizes) if not d.is_const)
+        if node.op_type in BROADCASTING and covered:
+            return const
+        key = f"expanded:{name}"
+        if key not in self.cache:
+            self.cache[key] = self.emit("Expand", [const, self.vector(sizes)], "uniform")
+            self.types[self.cache[key]] = self.types.get(name, 0)
+            self.shapes[self.cache[key]] = list(dims)
+        return self.cache[key]
+
+    def _alias(self, name: str, to: str) -> None:
+        """``name`` read as ``to`` from now on; where the data read ``name``, it reads ``to``."""
+        self.alias[name] = to
+        if name in self.boundary and to in self.shape_only and to not in self.boundary:
+            self.boundary.add(to)
+            if to not in self.vectors:
+                self.pending_uniform.append(to)
+
+    def _identity(self, node: onnx.NodeProto) -> bool:
+        """An ``And`` with an all-true constant (an ``Or`` with all false) that broadcasts into the other input's
+        shape, dropped: its output read as the other input (True). The user's mask computations are written back
+        verbatim, where the static program folds them."""
+        if len(node.input) != 2 or node.output[0] in {o.name for o in self.model.graph.output}:
+            return False
+        for k in (0, 1):
+            const, other = self.constants.get(node.input[k]), node.input[1 - k]
+            if const is None or self.types.get(other) != const.data_type:
+                continue
+            value = numpy_helper.to_array(const)
+            if value.size == 0 or not np.all(value == IDENTITIES[node.op_type]):
+                continue
+            if self.shapes.get(other) is None or None in (self.shapes.get(other) or []):
+                self._fit()
+            dims = self.shapes.get(other)
+            if dims is None or None in dims or value.ndim > len(dims) or any(
+                    n != 1 and (d is None or not d.is_const or int(d.coef) != n)
+                    for n, d in zip(value.shape[::-1], dims[::-1])):
+                continue
+            self._alias(node.output[0], other)
+            self.shapes[node.output[0]] = list(dims)
+            self.types[node.output[0]] = self.types[other]
+            return True
+        return False
+
+    def _small_vector(self, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
+        """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at
+        most 8 entries computed from the shapes alone."""
+        elem = self.types.get(name) if elem is None else elem
+        shape = self.shapes.get(name) if shape is None else shape
+        return name in self.shape_only and elem == onnx.TensorProto.INT64 and shape is not None \
+            and (shape == [] or (len(shape) == 1 and shape[0] is not None and shape[0].is_const
+                                 and 0 < shape[0].coef <= 8))
+
+    def _vectors_read(self, node: onnx.NodeProto) -> dict[int, list[Mono]]:
+        """The fitted entries of the shape vectors ``node`` reads (input index -> entries), unless ``node`` only
+        computes another such vector (then the vector it computes is read where it is used)."""
+        read = [k for k, name in enumerate(node.input) if name in self.vectors]
+        if not read:
+            return {}
+        inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
+        outs = [o for o in node.output if o]
+        if all(o in inferred and self._small_vector(o, *inferred[o]) for o in outs) \
+                and not any(o in {vi.name for vi in self.model.graph.output} for o in outs):
+            return {}
+        self._fit_vectors()
+        return {k: monos for k in read if (monos := self.vectors.get(node.input[k])) is not None}
+
+    def _fit_vectors(self) -> None:
+        """The entries of the pending shape vectors as monomials, read off runs of the program so far at several
+        sizes (:func:`eqsat.onnx.fitting.fit_vectors`)."""
+        names, self.pending = self.pending, []
+        if not names:
+            return
+        probe = onnx.ModelProto()
+        probe.CopyFrom(self.model)
+        del probe.graph.node[:]
+        probe.graph.node.extend(self.nodes)
+        del probe.graph.output[:]
+        probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+        fitted = fit_vectors(run_values(prune(probe), names, shapes=False), self.values) or []
+        for name, entries in zip(names, fitted):
+            whole = [m for m in entries if m is not None]
+            self.vectors[name] = whole if len(whole) == len(entries) else None
+
+    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> None:
+        """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
+        computes it; else guessed from the constant target and its input's shape) with 0 and -1."""
         dims_in = self.shapes.get(node.input[0])
         if dims_in is None or any(d is None for d in dims_in):
             self._fit()
             dims_in = self.shapes.get(node.input[0])
-        target = int_values(self.constants[node.input[1]])
         allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
-        if dims_in is None or any(d is None for d in dims_in):
-            self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
-            return
-        known = [d for d in dims_in if d is not None]
-        sym = self._original_target(node.input[1], target, known)
-        if sym is None:
-            sym = reshape_target(known, target, self.values, allowzero)
-        if sym is None:
-            self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
-            return
+        known = None if dims_in is None or any(d is None for d in dims_in) else [d for d in dims_in if d is not None]
+        if fitted is not None:
+            sym = resolve_target(fitted, known, allowzero)
+            if sym is None:  # its input's shape is not known: the target as computed, from the symbols
+                node.input[1] = self.vector(fitted)
+                return
+        else:
+            target = int_values(self.constants[node.input[1]])
+            if known is None:
+                self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
+                return
+            sym = self._original_target(node.input[1], target, known)
+            if sym is None:
+                sym = reshape_target(known, target, self.values, allowzero)
+            if sym is None:
+                self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
+                return
         self.shapes[node.output[0]] = list(sym)
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
-        if all(m.is_const for m in sym):
+        if all(m.is_const for m in sym) and fitted is None:
             return
-        written = [0 if not allowzero and k < len(known) and m == known[k] and not m.is_const else None
-                   for k, m in enumerate(sym)]
+        known = known or []
+        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
+                                      else None for k, m in enumerate(sym)]
+        if allowzero and any(w is not None for w in written):
+            # a 0 written copies the input's size, the very size the target asks for (allowzero: a 0 in the
+            # target is the size 0, which no written entry is)
+            keep = [a for a in node.attribute if a.name != "allowzero"]
+            del node.attribute[:]
+            node.attribute.extend(keep)
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
         if loose:
-            written[loose[-1]] = -1
-        computed = loose[:-1]
-        for k, m in enumerate(sym):
-            if written[k] is None and m.is_const:
-                written[k] = int(m.coef)
-        if not computed:
-            node.input[1] = self.const(np.array(written, np.int64), "shape")
-            return
-        pieces: list[str] = []
-        run: list[int] = []
-        for k, m in enumerate(sym):
-            if k in computed:
-                if run:
-                    pieces.append(self.const(np.array(run, np.int64), "dims"))
-                    run = []
-                dim = self._dim(m)
-                if dim is None:
-                    self.notes.append(f"Reshape {node.name!r}: dimension {m.key()} cannot be computed from the inputs")
-                    return
-                pieces.append(dim)
-            else:
-                value = written[k]
-                assert value is not None
-                run.append(value)
-        if run:
-            pieces.append(self.const(np.array(run, np.int64), "dims"))
-        node.input[1] = self.emit("Concat", pieces, "shape", axis=0)
+            written[loose[-1]] = Mono.const(-1)
+        node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
+
+    def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
+        """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
+        already has is written 1, and an Expand to its input's own shape is dropped (its output read as its input;
+        True)."""
+        dims = self.shapes.get(node.input[0])
+        if dims is None or any(d is None for d in dims):
+            self._fit()
+            dims = self.shapes.get(node.input[0])
+        if dims is None or any(d is None for d in dims):
+            node.input[1] = self.vector(fitted)
+            return False
+        have = [Mono.const(1)] * (len(fitted) - len(dims)) + [d for d in dims if d is not None]
+        want = [Mono.const(1)] * (len(have) - len(fitted)) + fitted
+        out: list[Mono] = []
+        for a, b in zip(have, want):
+            if a != b and Mono.const(1) not in (a, b):
+                node.input[1] = self.vector(fitted)
+                return False
+            out.append(b if a == Mono.const(1) else a)
+        self.shapes[node.output[0]] = list[Mono | None](out)
+        if node.input[0] in self.types:
+            self.types[node.output[0]] = self.types[node.input[0]]
+        if out == dims and node.output[0] not in {o.name for o in self.model.graph.output}:
+            self._alias(node.output[0], node.input[0])
+            return True
+        whole = out[len(out) - len(fitted):]
+        fewest = [Mono.const(1) if a == b else b for a, b in zip(have[len(have) - len(fitted):], whole)]
+        node.input[1] = self.vector(whole if self.ready(whole) and not self.ready(fewest) else fewest)
+        return False
 
     def _original_target(self, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
         """The symbolic target of a Reshape written back from the user's model whose target the original computes
@@ -329,42 +447,13 @@ class _Rewriter:
         prefix.CopyFrom(self.model)
         del prefix.graph.node[:]
         prefix.graph.node.extend(self.nodes)
-        fitted = fit_runs(run_values(prefix, unknown, shapes=True), self.values)
+        fitted = fit_vectors(run_values(prefix, unknown, shapes=True), self.values)
         for name, dims in zip(unknown, fitted or []):
             old = self.shapes.get(name)
             if old is None or len(old) != len(dims):
                 self.shapes[name] = dims
             else:
                 self.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
-
-    def _dim(self, m: Mono) -> str | None:
-        """A one-element int64 tensor holding ``m`` at run time, computed from the inputs' shapes."""
-        key = m.key()
-        if key in self.cache:
-            return self.cache[key]
-        value: str | None = None
-        for s, p in m.powers:
-            if s not in self.places:
-                return None
-            name, axis = self.places[s]
-            if s not in self.cache:
-                shape = self.emit("Shape", [name], "shape_of")
-                self.cache[s] = self.emit("Gather", [shape, self.const(np.array([axis], np.int64), "axis")], "dim",
-                                          axis=0)
-            for _ in range(abs(p)):
-                if value is None and p > 0:
-                    value = self.cache[s]
-                elif value is None:
-                    value = self.emit("Div", [self.const(np.array([1], np.int64), "one"), self.cache[s]], "dim")
-                else:
-                    value = self.emit("Mul" if p > 0 else "Div", [value, self.cache[s]], "dim")
-        assert value is not None
-        if m.coef.numerator != 1:
-            value = self.emit("Mul", [value, self.const(np.array([m.coef.numerator], np.int64), "coef")], "dim")
-        if m.coef.denominator != 1:
-            value = self.emit("Div", [value, self.const(np.array([m.coef.denominator], np.int64), "coef")], "dim")
-        self.cache[key] = value
-        return value
 
     def _slice(self, node: onnx.NodeProto) -> None:
         """A Slice that ran to the end of a symbolic axis (its end at the axis' size) now runs to its end."""
@@ -395,4 +484,4 @@ def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapp
     return _Rewriter(copy, original, values).run()
 
 
-__all__ = ["Generic", "make_generic", "reshape_target"]
+__all__ = ["Generic", "make_generic"]

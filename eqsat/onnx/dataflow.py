@@ -1,0 +1,78 @@
+"""Two analyses of a model's main graph that the shape-generic rewrite (:mod:`eqsat.onnx.generic`) needs: which
+values are computed from the inputs' shapes alone (:func:`shape_only`), and the nodes no output reads
+(:func:`prune`).
+
+>>> from onnx import helper
+>>> g = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Neg", ["s"], ["n"]),
+...                        helper.make_node("Relu", ["x"], ["y"])], "g",
+...                       [helper.make_tensor_value_info("x", 1, ["b"])], [helper.make_tensor_value_info("y", 1, ["b"])])
+>>> sorted(shape_only(helper.make_model(g)))
+['n', 's']
+>>> [n.op_type for n in prune(helper.make_model(g)).graph.node]
+['Relu']
+"""
+
+from __future__ import annotations
+
+import onnx
+
+SHAPE_READERS = frozenset({"Shape", "Size"})
+"""operators that read only their input's shape"""
+
+UNFOLDABLE = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "RandomNormal",
+                        "RandomUniform"})
+"""operators whose output is not a function of their inputs"""
+
+
+def shape_only(model: onnx.ModelProto) -> set[str]:
+    """The main graph's values computed from the shapes of other values (``Shape``, ``Size``) and constants only,
+    never from the data: their values at every size are functions of the sizes. Only the standard domain's
+    operators without subgraphs count."""
+    g = model.graph
+    constant = {t.name for t in g.initializer} - {vi.name for vi in g.input}
+    out: set[str] = set()
+    for node in g.node:
+        standard = node.domain in ("", "ai.onnx") and node.op_type not in UNFOLDABLE \
+            and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+        inputs = [i for i in node.input if i]
+        if standard and node.op_type in SHAPE_READERS:
+            out.update(o for o in node.output if o)
+        elif standard and inputs and all(i in out or i in constant for i in inputs) and any(i in out for i in inputs):
+            out.update(o for o in node.output if o)
+        elif standard and not inputs and node.op_type == "Constant":
+            constant.update(o for o in node.output if o)
+    return out
+
+
+def prune(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` without the main graph's nodes that no graph output depends on, and without the initializers
+    nothing reads (in place; returned)."""
+    g = model.graph
+    used = {o.name for o in g.output}
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(g.node):
+        if any(o in used for o in node.output if o):
+            kept.append(node)
+            used.update(i for i in node.input if i)
+            used.update(_captured(node))
+    inputs = {vi.name for vi in g.input}
+    initializers = [t for t in g.initializer if t.name in used or t.name in inputs]
+    del g.node[:]
+    g.node.extend(reversed(kept))
+    del g.initializer[:]
+    g.initializer.extend(initializers)
+    return model
+
+
+def _captured(node: onnx.NodeProto) -> set[str]:
+    """The outer values a node's subgraphs read (any name its subgraphs' nodes read: a superset is harmless)."""
+    out: set[str] = set()
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for n in sub.node:
+                out.update(n.input)
+                out.update(_captured(n))
+    return out
+
+
+__all__ = ["SHAPE_READERS", "UNFOLDABLE", "prune", "shape_only"]

@@ -1,0 +1,82 @@
+"""The linear layers of a shape-generic program (:mod:`eqsat.onnx.generic`) in the form onnxruntime gives them on
+static shapes: a ``MatMul`` of a batch of rows ``x[..., K]`` by a constant ``W[K, N]`` followed by an ``Add`` of a
+constant bias ``[N]`` is a ``Gemm`` (the bias added as the product is written) between two Reshapes, to
+``[-1, K]`` and back to ``x``'s leading sizes and ``N``.
+
+onnxruntime's MatMulAddFusion writes that form itself only where ``x``'s shape is constant; on a program with
+dynamic axes the bias stays a separate pass over the output, which costs as much as a small product at a sequence
+of 128.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .sizes import SizeWriter
+from .symbolic import Mono, product
+
+FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                    onnx.TensorProto.BFLOAT16})
+
+
+def consumers(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    """value -> the main graph's nodes that read it."""
+    out: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in dict.fromkeys(node.input):
+            out.setdefault(name, []).append(node)
+    return out
+
+
+def bias_add(writer: SizeWriter, matmul: onnx.NodeProto, readers: list[onnx.NodeProto],
+             outputs: set[str]) -> tuple[onnx.NodeProto, str] | None:
+    """(the Add, its bias) where ``matmul`` (its ``readers``) is a linear layer of :func:`write_gemm`'s form."""
+    if matmul.domain not in ("", "ai.onnx") or matmul.op_type != "MatMul" or len(readers) != 1 \
+            or matmul.output[0] in outputs:
+        return None
+    add = readers[0]
+    weight = writer.constants.get(matmul.input[1])
+    if add.op_type != "Add" or add.domain not in ("", "ai.onnx") or weight is None or len(weight.dims) != 2 \
+            or weight.data_type not in FLOATS:
+        return None
+    bias = next((i for i in add.input if i != matmul.output[0]), None)
+    tensor = writer.constants.get(bias or "")
+    dims = writer.shapes.get(matmul.input[0])
+    if bias is None or tensor is None or tensor.data_type != weight.data_type or dims is None or None in dims \
+            or len(dims) < 3 or add.input[0] == add.input[1]:
+        return None
+    if [d for d in tensor.dims if d != 1] not in ([weight.dims[1]], []) or len(tensor.dims) > 1 and any(
+            d != 1 for d in tensor.dims[:-1]):
+        return None
+    return add, bias
+
+
+def write_gemm(writer: SizeWriter, matmul: onnx.NodeProto, add: onnx.NodeProto, bias: str) -> None:
+    """``matmul`` and its ``add`` of ``bias`` written as Reshape, Gemm, Reshape (into :attr:`SizeWriter.nodes`),
+    the last one computing ``add``'s output."""
+    x, weight = matmul.input[0], writer.constants[matmul.input[1]]
+    k, n = (int(d) for d in weight.dims)
+    lead = [d for d in writer.shapes[x] or [] if d is not None][:-1]
+    elem = writer.types.get(x, weight.data_type)
+    tensor = writer.constants[bias]
+    if len(tensor.dims) != 1:  # a bias of [1, ..., N] (or one number): Gemm takes it as [N]
+        values = numpy_helper.to_array(tensor).reshape(-1)
+        bias = writer.const(np.broadcast_to(values, (n,)).copy(), "bias")
+    rows = writer.fresh("rows")
+    writer.nodes.append(helper.make_node("Reshape", [x, writer.const(np.array([-1, k], np.int64), "shape")], [rows],
+                                         name=rows))
+    product_ = writer.fresh("gemm")
+    writer.nodes.append(helper.make_node("Gemm", [rows, matmul.input[1], bias], [product_], name=product_))
+    target = writer.vector([*lead, Mono.const(n)])
+    out = add.output[0]
+    writer.nodes.append(helper.make_node("Reshape", [product_, target], [out], name=writer.fresh("unrows")))
+    count = product(lead)
+    for name, shape in ((rows, [count, Mono.const(k)]), (product_, [count, Mono.const(n)]),
+                        (out, [*lead, Mono.const(n)])):
+        writer.types[name] = elem
+        writer.shapes[name] = list[Mono | None](shape)
+
+
+__all__ = ["bias_add", "consumers", "write_gemm"]

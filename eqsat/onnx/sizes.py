@@ -1,0 +1,163 @@
+"""The int64 tensors of sizes a shape-generic program computes at run time from its inputs' shapes
+(:mod:`eqsat.onnx.generic`): a vector of monomials of the interface's symbols written as a constant, an input's
+``Shape``, or Gathers of an input's sizes joined by a Concat, each written once and shared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .symbolic import Mono, SymShape, constant_shape
+
+
+class SizeWriter:
+    """Writes new nodes and constants into ``model`` (its nodes collected in :attr:`nodes`), knowing where each
+    symbol is read (:attr:`places`: symbol -> (input, axis)) and the symbolic shape of each value."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        g = model.graph
+        self.constants = {t.name: t for t in g.initializer}
+        self.shapes: dict[str, SymShape | None] = {}
+        self.types: dict[str, int] = {}
+        self.places: dict[str, tuple[str, int]] = {}
+        self.names = {n for node in g.node for n in [*node.input, *node.output]} | set(self.constants) \
+            | {vi.name for vi in g.input}
+        self.counter = 0
+        self.cache: dict[str, str] = {}
+        self.nodes: list[onnx.NodeProto] = []
+        self.ports: list[str] = []
+
+    def fresh(self, base: str) -> str:
+        while True:
+            self.counter += 1
+            name = f"{base}_g{self.counter}"
+            if name not in self.names:
+                self.names.add(name)
+                return name
+
+    def const(self, array: np.ndarray, base: str) -> str:
+        name = self.fresh(base)
+        tensor = numpy_helper.from_array(np.asarray(array), name)
+        self.model.graph.initializer.append(tensor)
+        self.constants[name] = tensor
+        self.types[name] = tensor.data_type
+        self.shapes[name] = constant_shape(tensor)
+        return name
+
+    def emit(self, op: str, inputs: list[str], base: str, size: int | None = 1, **attrs: Any) -> str:
+        """A node computing an int64 vector of ``size`` entries (None: a scalar) from ``inputs``."""
+        out = self.fresh(base)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        self.types[out] = onnx.TensorProto.INT64
+        self.shapes[out] = [] if size is None else [Mono.const(size)]
+        return out
+
+    def vector(self, monos: list[Mono], scalar: bool = False) -> str:
+        """An int64 tensor holding ``monos`` at run time (``scalar``: the one entry as a scalar): a constant, an
+        input's ``Shape`` where they are its sizes, else the entries computed from the inputs' shapes (one
+        ``Gather`` of consecutive sizes of an input, constants between, joined by a ``Concat``)."""
+        key = ("scalar:" if scalar else "vector:") + ",".join(m.key() for m in monos)
+        if key in self.cache:
+            return self.cache[key]
+        if all(m.is_const for m in monos):
+            values = [int(m.coef) for m in monos]
+            self.cache[key] = self.const(np.array(values[0] if scalar else values, np.int64), "shape")
+            return self.cache[key]
+        if scalar:
+            got = self._dim(monos[0], scalar=True)
+            assert got is not None
+            self.cache[key] = got
+            return got
+        port = next((p for p in self.ports if self.shapes.get(p) == monos), None)
+        if port is not None:
+            self.cache[key] = self._shape_of(port)
+            return self.cache[key]
+        pieces: list[str] = []
+        run: list[int] = []
+        axes: tuple[str, list[int]] | None = None
+
+        def flush() -> None:
+            nonlocal run, axes
+            if run:
+                pieces.append(self.const(np.array(run, np.int64), "dims"))
+            if axes:
+                gathered = f"sizes:{axes[0]}:{axes[1]}"
+                if gathered not in self.cache:
+                    self.cache[gathered] = self.emit("Gather", [self._shape_of(axes[0]), self.const(
+                        np.array(axes[1], np.int64), "axes")], "dims", len(axes[1]), axis=0)
+                pieces.append(self.cache[gathered])
+            run, axes = [], None
+
+        for m in monos:
+            place = self.places.get(m.powers[0][0]) if m.coef == 1 and len(m.powers) == 1 \
+                and m.powers[0][1] == 1 else None
+            if m.is_const:
+                if axes:
+                    flush()
+                run.append(int(m.coef))
+            elif place is not None and (axes is None or axes[0] == place[0] and axes[1][-1] + 1 == place[1]):
+                if run:
+                    flush()
+                axes = axes or (place[0], [])
+                axes[1].append(place[1])
+            else:
+                flush()
+                dim = self._dim(m)
+                assert dim is not None
+                pieces.append(dim)
+        flush()
+        self.cache[key] = pieces[0] if len(pieces) == 1 else self.emit("Concat", pieces, "shape", len(monos), axis=0)
+        return self.cache[key]
+
+    def _shape_of(self, port: str) -> str:
+        key = f"shape_of:{port}"
+        if key not in self.cache:
+            self.cache[key] = self.emit("Shape", [port], "shape_of", len(self.shapes[port] or []))
+        return self.cache[key]
+
+    def _dim(self, m: Mono, scalar: bool = False) -> str | None:
+        """A one-element int64 tensor (``scalar``: a scalar) holding ``m`` at run time, computed from the inputs'
+        shapes."""
+        key = ("scalar:" if scalar else "") + m.key()
+        if key in self.cache:
+            return self.cache[key]
+
+        size = None if scalar else 1
+
+        def const(n: int) -> str:
+            return self.const(np.array(n if scalar else [n], np.int64), "coef")
+
+        value: str | None = None
+        for s, p in m.powers:
+            if s not in self.places:
+                return None
+            name, axis = self.places[s]
+            skey = ("scalar:" if scalar else "") + s
+            if skey not in self.cache:
+                self.cache[skey] = self.emit("Gather", [self._shape_of(name), const(axis)], "dim", size, axis=0)
+            for _ in range(abs(p)):
+                if value is None and p > 0:
+                    value = self.cache[skey]
+                elif value is None:
+                    value = self.emit("Div", [const(1), self.cache[skey]], "dim", size)
+                else:
+                    value = self.emit("Mul" if p > 0 else "Div", [value, self.cache[skey]], "dim", size)
+        assert value is not None
+        if m.coef.numerator != 1:
+            value = self.emit("Mul", [value, const(m.coef.numerator)], "dim", size)
+        if m.coef.denominator != 1:
+            value = self.emit("Div", [value, const(m.coef.denominator)], "dim", size)
+        self.cache[key] = value
+        return value
+
+    def ready(self, monos: list[Mono]) -> bool:
+        """Whether :meth:`vector` writes ``monos`` without a new node."""
+        return "vector:" + ",".join(m.key() for m in monos) in self.cache or all(m.is_const for m in monos) \
+            or any(self.shapes.get(p) == monos for p in self.ports)
+
+
+__all__ = ["SizeWriter"]

@@ -1,0 +1,136 @@
+"""The symbolic target of a Reshape: which symbols a target written at concrete sizes stands for
+(:func:`reshape_target`), and a target's 0 and -1 resolved against its input's symbolic shape
+(:func:`resolve_target`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+import numpy as np
+
+from .symbolic import Mono, product
+
+
+def _groups(sizes_in: list[int], sizes_out: list[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Index groups (input axes, output axes) whose size products are equal, in order; None if they never meet.
+    Trailing axes of size 1 join the last group."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = k = 0
+    while i < len(sizes_in) and k < len(sizes_out):
+        gi, gk = [i], [k]
+        pi, pk = sizes_in[i], sizes_out[k]
+        while pi != pk:
+            if pi < pk and i + 1 < len(sizes_in):
+                i += 1
+                gi.append(i)
+                pi *= sizes_in[i]
+            elif pk < pi and k + 1 < len(sizes_out):
+                k += 1
+                gk.append(k)
+                pk *= sizes_out[k]
+            else:
+                return None
+        groups.append((gi, gk))
+        i, k = i + 1, k + 1
+    rest_in, rest_out = list(range(i, len(sizes_in))), list(range(k, len(sizes_out)))
+    if any(sizes_in[j] != 1 for j in rest_in) or any(sizes_out[j] != 1 for j in rest_out):
+        return None
+    if not groups:
+        return [(rest_in, rest_out)] if rest_in or rest_out else []
+    groups[-1][0].extend(rest_in)
+    groups[-1][1].extend(rest_out)
+    return groups
+
+
+def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]) -> list[Mono] | None:
+    """The monomials of a group's output axes (concrete ``sizes_out``) whose product is that of ``dims_in``."""
+    total = product(dims_in)
+    if len(sizes_out) == 1:
+        return [total]
+    factors: list[str] = []
+    for s, p in total.powers:
+        if p < 0:
+            return None  # a quotient split over several axes: not guessed
+        factors += [s] * p
+    factors.sort(key=lambda s: -values[s])  # the informative (large) symbols first, a symbol at 1 last
+    rest = [Fraction(n) for n in sizes_out]
+    given: list[list[str]] = [[] for _ in sizes_out]
+    for s in factors:
+        v = values[s]
+        tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
+                 [j for j in range(len(rest)) if rest[j] == v],
+                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
+                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1]]
+        j = next((t[0] for t in tiers if t), None)
+        if j is None:
+            return None
+        rest[j] /= v
+        given[j].append(s)
+    out = []
+    for r, syms in zip(rest, given):
+        if r.denominator != 1:
+            return None
+        out.append(product([Mono.const(r), *(Mono.symbol(s) for s in syms)]))
+    return out if product(out) == total else None
+
+
+def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, int],
+                   allowzero: bool = False) -> list[Mono] | None:
+    """The symbolic target of a Reshape of a value of symbolic shape ``dims_in`` to ``target`` (as written: 0 and
+    -1 resolved at the concrete ``values``), or None when the sizes do not line up.
+
+    >>> b, s = Mono.symbol("b"), Mono.symbol("s")
+    >>> [d.key() for d in reshape_target([b, s, Mono.const(64)], [1, 128, 4, 16], {"b": 1, "s": 128})]
+    ['b', 's', '4', '16']
+    >>> [d.key() for d in reshape_target([b * s, Mono.const(64)], [1, 128, 64], {"b": 1, "s": 128})]
+    ['b', 's', '64']
+    """
+    sizes_in = [m.value(values) for m in dims_in]
+    if any(v.denominator != 1 or v <= 0 for v in sizes_in):
+        return None
+    ints_in = [int(v) for v in sizes_in]
+    resolved = [ints_in[k] if t == 0 and not allowzero and k < len(ints_in) else t for k, t in enumerate(target)]
+    if resolved.count(-1) == 1:
+        known = int(np.prod([t for t in resolved if t != -1]))
+        whole = int(np.prod(ints_in))
+        if known <= 0 or whole % known:
+            return None
+        resolved[resolved.index(-1)] = whole // known
+    if any(t <= 0 for t in resolved) or int(np.prod(resolved)) != int(np.prod(ints_in)):
+        return None
+    groups = _groups(ints_in, resolved)
+    if groups is None:
+        return None
+    out: list[Mono | None] = [None] * len(resolved)
+    for gi, gk in groups:
+        part = _assign([dims_in[j] for j in gi], [resolved[j] for j in gk], values)
+        if part is None:
+            return None
+        for j, m in zip(gk, part):
+            out[j] = m
+    return [m if m is not None else Mono.const(1) for m in out]
+
+
+def resolve_target(target: list[Mono], dims_in: list[Mono] | None, allowzero: bool) -> list[Mono] | None:
+    """A Reshape target's entries (0: the input's size, unless ``allowzero``; -1: the rest) as the output's sizes,
+    for an input of sizes ``dims_in``; None where they need the input's sizes and those are not known, or do not
+    line up."""
+    out: list[Mono | None] = []
+    for k, m in enumerate(target):
+        if m == Mono.const(0) and not allowzero:
+            out.append(dims_in[k] if dims_in is not None and k < len(dims_in) else None)
+        else:
+            out.append(None if m == Mono.const(-1) else m)
+    if sum(m == Mono.const(-1) for m in target) > 1 or dims_in is None and None in out:
+        return None
+    if None in out:
+        assert dims_in is not None
+        out[out.index(None)] = product(dims_in) / product([m for m in out if m is not None])
+    sizes = [m for m in out if m is not None]
+    if dims_in is not None and product(sizes) != product(dims_in):
+        return None
+    return sizes
+
+
+__all__ = ["reshape_target", "resolve_target"]

@@ -1,0 +1,311 @@
+"""The shape-generic program runs as fast as the static one (issue 27): the forms :mod:`eqsat.onnx.generic` writes
+are the ones onnxruntime optimizes as well as constant shapes. Shape vectors computed from the inputs' shapes
+(Shape, Gather, Unsqueeze, Concat, the Where/Equal of torch's ``expand(-1)``) are read off runs and written once
+from the symbols (constants where they are, Reshape targets with 0 and -1, an Expand to its input's own shape
+dropped); the inner symbolic shapes are written as value_info so that onnxruntime's fusions that compare shapes
+still fire. Oracles: onnxruntime's own optimized graph of the static program (its kernel multiset), and the
+original model run in onnxruntime at several sizes of each axis."""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import zoo
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx.dataflow import prune, shape_only
+from eqsat.onnx.fitting import fit_vectors, run_values
+from eqsat.onnx.generic import make_generic
+from eqsat.onnx.symbolic import Mono
+
+SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
+"""(batch, seq): the representative shape and 2+ further sizes of each axis"""
+
+MATRIX = {"MatMul", "Gemm", "FusedMatMul", "FusedGemm"}
+NORMS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+         "SkipSimplifiedLayerNormalization"}
+
+
+def _kernels(model: onnx.ModelProto) -> collections.Counter[str]:
+    """The operators onnxruntime runs for ``model`` after its own optimizations (ORT_ENABLE_ALL, one thread)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 3
+        opts.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return collections.Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node)
+
+
+def _feeds(name: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    feeds = {}
+    for input_name, kind, _ in zoo.SPECS[name].inputs:
+        if kind == "ids":
+            feeds[input_name] = rng.integers(0, zoo.VOCAB, (b, s)).astype(np.int64)
+        else:
+            mask = rng.integers(0, 2, (b, s)).astype(np.int64)
+            mask[:, 0] = 1
+            feeds[input_name] = mask
+    return feeds
+
+
+def _shape_chain_depth(model: onnx.ModelProto) -> int:
+    """The longest chain of nodes computing a small integer value from the inputs' shapes alone (Shape,
+    Gather, Concat: 3; Shape, Gather, Unsqueeze, Concat, Equal, Where: 6)."""
+    g = model.graph
+    only = shape_only(model)
+    small: set[str] = set()
+    for vi in g.value_info:
+        tt = vi.type.tensor_type
+        if vi.name in only and tt.elem_type == TensorProto.INT64 and len(tt.shape.dim) <= 1:
+            small.add(vi.name)
+    depth: dict[str, int] = {}
+    for node in g.node:
+        if node.op_type == "Shape":
+            depth.update({o: 1 for o in node.output})
+        elif any(o in small for o in node.output):
+            d = 1 + max((depth.get(i, 0) for i in node.input), default=0)
+            depth.update({o: d for o in node.output})
+    return max(depth.values(), default=0)
+
+
+@pytest.mark.parametrize("name,exporter", [("bert", "torchscript"), ("bert", "dynamo"), ("gpt2", "torchscript")])
+def test_generic_and_static_programs_run_the_same_kernels_after_onnxruntime(name, exporter, tmp_path):
+    model = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
+    shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
+    static = export_model(import_model(model, shapes))
+    written = make_generic(export_model(import_model(model, shapes, generic=True)), model, {"batch": 1, "seq": 16})
+    assert not [n for n in written.notes if not n.startswith("output")]  # (an output axis the exporter left named)
+    generic = written.model
+    ks, kg = _kernels(static), _kernels(generic)
+    # onnxruntime's fusions fire on both: the same matrix products, attention, softmax, normalizations
+    assert sum(kg[op] for op in MATRIX) == sum(ks[op] for op in MATRIX)
+    for op in ("Gemm", "FusedGemm", "Attention", "Softmax", "Transpose", "Split", "Gelu", "BiasGelu", "FastGelu"):
+        assert kg[op] == ks[op], op  # Gemm: the bias added in the product (eqsat.onnx.gemm), as on static shapes
+    assert sum(kg[op] for op in NORMS) == sum(ks[op] for op in NORMS)
+    # a residual Add fused into its LayerNormalization needs its inputs' shapes: all but the embeddings' sum,
+    # whose position term is computed at run time
+    assert kg["SkipLayerNormalization"] >= ks["SkipLayerNormalization"] - 1
+    # the shape computations: one Shape of an input, each size at most a Gather and a Concat away from it
+    assert kg["Shape"] <= 1 and kg["Unsqueeze"] <= ks["Unsqueeze"] + 7 and kg["Equal"] == ks["Equal"]
+    assert _shape_chain_depth(generic) <= 3
+    # both match the original (the generic one at every size, the static one at its own)
+    ref, got_g, got_s = session(model), session(generic), session(static)
+    rng = np.random.default_rng(0)
+    for b, s in SIZES:
+        feeds = _feeds(name, b, s, rng)
+        expected = ref.run(None, feeds)
+        for want, have in zip(expected, got_g.run(None, feeds)):
+            assert have.shape == want.shape and have.shape[0] == b
+            np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+        if (b, s) == (1, 16):
+            for want, have in zip(expected, got_s.run(None, feeds)):
+                np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+
+
+def _torch_style_model() -> onnx.ModelProto:
+    """x[batch, seq, 32] split into heads the way torch exports it: the target computed from Shape (Gather,
+    Unsqueeze, Concat) with allowzero; an Expand to the value's own shape (torch's ``expand(-1, ...)``: Equal
+    against -1, Where); a Reshape back to [batch, seq, 32] from the same computation."""
+    def const(name: str, *values: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    scalar0, scalar1 = (numpy_helper.from_array(np.array(v, np.int64), f"i{v}") for v in (0, 1))
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["b1"]),
+             helper.make_node("Unsqueeze", ["s", "zero"], ["s1"]),
+             helper.make_node("Concat", ["b1", "s1", "heads"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["split"], allowzero=1),
+             helper.make_node("Concat", ["b1", "minus", "s1", "minus"], ["wanted"], axis=0),
+             helper.make_node("Equal", ["wanted", "minus4"], ["unset"]),
+             helper.make_node("Where", ["unset", "ones4", "wanted"], ["size"]),
+             helper.make_node("Transpose", ["split"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Expand", ["t", "size"], ["e"]),
+             helper.make_node("Softmax", ["e"], ["p"], axis=-1),
+             helper.make_node("Transpose", ["p"], ["q"], perm=[0, 2, 1, 3]),
+             helper.make_node("Concat", ["b1", "s1", "width"], ["back"], axis=0),
+             helper.make_node("Reshape", ["q", "back"], ["y"])]
+    inits = [scalar0, scalar1, const("zero", 0), const("heads", 4, 8), const("minus", -1),
+             const("minus4", -1, -1, -1, -1), const("ones4", 1, 1, 1, 1), const("width", 32)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 32])
+    return helper.make_model(helper.make_graph(nodes, "heads", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_vectors_are_written_from_the_symbols_and_the_chains_that_computed_them_go():
+    model = _torch_style_model()
+    written = make_generic(model, model, {"batch": 1, "seq": 8})
+    g = written.model.graph
+    ops = collections.Counter(n.op_type for n in g.node)
+    assert ops["Unsqueeze"] == ops["Equal"] == ops["Where"] == ops["Expand"] == ops["Concat"] == 0, ops
+    assert ops["Shape"] == ops["Gather"] == 0  # both targets need no size at run time
+    consts = {t.name: numpy_helper.to_array(t).tolist() for t in g.initializer}
+    targets = [consts[n.input[1]] for n in g.node if n.op_type == "Reshape"]
+    assert targets == [[0, 0, 4, 8], [0, 0, 32]]
+    assert all(a.name != "allowzero" or a.i == 0 for n in g.node for a in n.attribute)
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(1)
+    for b, s in [(1, 8), (2, 8), (3, 8), (2, 1), (2, 5), (4, 33)]:
+        x = rng.standard_normal((b, s, 32)).astype(np.float32)
+        (want,), (have,) = ref.run(None, {"x": x}), got.run(None, {"x": x})
+        assert have.shape == want.shape == (b, s, 32)
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_size_clamped_above_the_tuned_one_is_fitted_from_sizes_below():
+    """A position table of 64 rows sliced to the sequence length: above 64 the Slice clamps (its shape stays
+    64) while the model refuses those sizes further on; the fit reads the sizes below and checks at 1 and 32."""
+    table = numpy_helper.from_array(np.arange(64, dtype=np.int64).reshape(1, 64), "table")
+    nodes = [helper.make_node("Shape", ["ids"], ["shape"]),
+             helper.make_node("Slice", ["shape", "one", "two"], ["seq"]),
+             helper.make_node("Slice", ["table", "zero", "seq", "one"], ["positions"]),
+             helper.make_node("Shape", ["positions"], ["sizes"]),
+             helper.make_node("Concat", ["sizes", "minus"], ["target"], axis=0)]
+    inits = [table, *(numpy_helper.from_array(np.array([v], np.int64), n)
+                      for n, v in [("zero", 0), ("one", 1), ("two", 2), ("minus", -1)])]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])
+    out = helper.make_tensor_value_info("target", TensorProto.INT64, [3])
+    model = helper.make_model(helper.make_graph(nodes, "clamp", [ids], [out], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert {"shape", "seq", "positions", "sizes", "target"} <= shape_only(model)
+    run = run_values(model, ["sizes", "target", "positions"], shapes=False)
+    assert run({"batch": 1, "seq": 66})[0] == [1, 64]  # clamped: read from above, 64 would look constant
+    fitted = fit_vectors(run, {"batch": 1, "seq": 64})
+    assert fitted is not None
+    seq = Mono.symbol("seq")
+    assert fitted[0] == [Mono.const(1), seq]
+    assert fitted[1] == [Mono.const(1), seq, Mono.const(-1)]  # -1 agrees in every run: a constant
+    assert fitted[2] == [None] * 64  # its length changes with seq: not a vector of fixed entries
+
+
+def test_prune_keeps_what_the_outputs_read_and_shape_only_stops_at_the_data():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "f"], ["y"]),
+             helper.make_node("Neg", ["x"], ["dead"]),
+             helper.make_node("Abs", ["dead"], ["dead2"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    assert shape_only(model) == {"s", "f"}
+    pruned = prune(model)
+    assert [n.op_type for n in pruned.graph.node] == ["Shape", "Cast", "Add"]
+    x0 = np.array([1.0, -2.0, 3.0], np.float32)
+    (got,) = session(pruned).run(None, {"x": x0})
+    np.testing.assert_allclose(got, x0 + 3)
+
+
+def _embedding_and_mask_model(spelling: str) -> onnx.ModelProto:
+    """ids[batch, seq] and mask[batch, seq] the way torch exports BERT's embeddings and mask: token types from a
+    zero buffer sliced to the sequence and expanded to the batch (one row of a table, repeated), and the mask
+    indexed into [batch, 1, 1, seq] from two Ranges: at ``b * seq + s`` (``flat``: the flat index of each
+    element, TorchScript) or at the pairs ``(b, s)`` (``nd``: a GatherND, dynamo)."""
+    rng = np.random.default_rng(2)
+
+    def ints(name: str, *values: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    inits = [numpy_helper.from_array(rng.standard_normal((50, 8)).astype(np.float32), "words"),
+             numpy_helper.from_array(rng.standard_normal((2, 8)).astype(np.float32), "types"),
+             numpy_helper.from_array(np.zeros((1, 64), np.int64), "buffer"),
+             numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array(1, np.int64), "i1"),
+             ints("zero", 0), ints("one", 1), ints("bcast", 1, 2, 3), ints("flat", -1)]
+    nodes = [helper.make_node("Shape", ["ids"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["b1"]),
+             helper.make_node("Unsqueeze", ["s", "zero"], ["s1"]),
+             helper.make_node("Slice", ["buffer", "zero", "s1", "one"], ["type_ids"]),
+             helper.make_node("Concat", ["b1", "s1"], ["bs"], axis=0),
+             helper.make_node("Expand", ["type_ids", "bs"], ["type_ids_b"]),
+             helper.make_node("Gather", ["types", "type_ids_b"], ["type_rows"]),
+             helper.make_node("Gather", ["words", "ids"], ["word_rows"]),
+             helper.make_node("Add", ["word_rows", "type_rows"], ["emb"]),
+             helper.make_node("Range", ["i0", "b", "i1"], ["rb"]),
+             helper.make_node("Unsqueeze", ["rb", "bcast"], ["rb4"]),
+             helper.make_node("Range", ["i0", "s", "i1"], ["rs"])]
+    if spelling == "flat":
+        nodes += [helper.make_node("Mul", ["rb4", "s"], ["rows"]),
+                  helper.make_node("Add", ["rows", "rs"], ["index"]),
+                  helper.make_node("Reshape", ["mask", "flat"], ["mask_flat"]),
+                  helper.make_node("Gather", ["mask_flat", "index"], ["mask4"], axis=0)]
+    else:
+        nodes += [helper.make_node("Concat", ["b1", "one", "one", "s1"], ["grid"], axis=0),
+                  helper.make_node("Expand", ["rb4", "grid"], ["rb_all"]),
+                  helper.make_node("Expand", ["rs", "grid"], ["rs_all"]),
+                  helper.make_node("Unsqueeze", ["rb_all", "flat"], ["rb_last"]),
+                  helper.make_node("Unsqueeze", ["rs_all", "flat"], ["rs_last"]),
+                  helper.make_node("Concat", ["rb_last", "rs_last"], ["pairs"], axis=-1),
+                  helper.make_node("GatherND", ["mask", "pairs"], ["mask4"])]
+    nodes += [helper.make_node("Cast", ["mask4"], ["maskf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["emb", "one"], ["emb4"]),
+             helper.make_node("Transpose", ["maskf"], ["maskt"], perm=[0, 1, 3, 2]),
+             helper.make_node("Mul", ["emb4", "maskt"], ["y"])]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, "seq", 8])
+    return helper.make_model(helper.make_graph(nodes, "embeddings", [ids, mask], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("spelling", ["flat", "nd"])
+def test_a_row_repeated_along_the_symbols_is_a_constant_and_a_gather_at_each_elements_index_a_reshape(spelling):
+    model = _embedding_and_mask_model(spelling)
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    # the token types' row is a constant the Add broadcasts; the mask's indexing is a Reshape
+    assert ops["Range"] == ops["Expand"] == ops["Slice"] == 0, ops
+    assert ops["Shape"] == 1 and ops["Gather"] == 3  # the words' lookup, and the two sizes the Reshape needs
+    assert ops["GatherND"] == ops["Concat"] - 1 == 0  # (the Concat: the Reshape's target)
+    assert [n.op_type for n in written.model.graph.node if "mask4" in n.output] == ["Reshape"]
+    add = next(n for n in written.model.graph.node if n.op_type == "Add")
+    row = next(t for t in written.model.graph.initializer if t.name in add.input)
+    types = next(t for t in model.graph.initializer if t.name == "types")
+    np.testing.assert_array_equal(numpy_helper.to_array(row).reshape(-1), numpy_helper.to_array(types)[0])
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(3)
+    for b, s in [(1, 16), (2, 16), (3, 16), (2, 1), (2, 5), (4, 64)]:
+        feeds = {"ids": rng.integers(0, 50, (b, s)).astype(np.int64),
+                 "mask": rng.integers(0, 2, (b, s)).astype(np.int64)}
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 1, s, 8)
+        np.testing.assert_allclose(have, want, rtol=1e-6)
+
+
+def test_an_and_with_all_true_is_dropped_and_a_mul_by_ones_kept():
+    """The all-true constant a torch mask is combined with goes (the static program folds it); a Mul by a scale
+    of ones stays (onnxruntime's RMSNorm fusion matches it)."""
+    nodes = [helper.make_node("Cast", ["mask"], ["m0"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["m0", "last"], ["m"]),
+             helper.make_node("And", ["true", "m"], ["both"]),
+             helper.make_node("Where", ["both", "x", "zero"], ["picked"]),
+             helper.make_node("Mul", ["ones", "picked"], ["y"])]
+    inits = [numpy_helper.from_array(np.ones((1, 1), bool), "true"),
+             numpy_helper.from_array(np.zeros((), np.float32), "zero"),
+             numpy_helper.from_array(np.ones(4, np.float32), "ones"),
+             numpy_helper.from_array(np.array([-1], np.int64), "last")]
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])
+    model = helper.make_model(helper.make_graph(nodes, "mask", [mask, x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    written = make_generic(model, model, {"batch": 2, "seq": 8})
+    ops = [n.op_type for n in written.model.graph.node]
+    assert "And" not in ops and "Mul" in ops, ops
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(4)
+    for b, s in [(2, 8), (1, 8), (3, 8), (2, 1), (2, 5)]:
+        feeds = {"mask": rng.integers(0, 2, (b, s)).astype(np.int64),
+                 "x": rng.standard_normal((b, s, 4)).astype(np.float32)}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])
