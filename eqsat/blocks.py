@@ -347,6 +347,27 @@ class _Finder:
                 runs.append(run)
         return runs
 
+    def _extend_back(self, run: list[Block], cuts: list[bool]) -> list[Block]:
+        """``run`` with the copy before its first, where that copy's cut is an operator of another kind (a first
+        layer reading an embedding's Gather, not the previous layer's residual Add; not a graph input): the nearest
+        separator before the first cut, within twice a block's length, from which a block of the same structure,
+        with weights of its own, ends at it."""
+        first = run[0]
+        got = self.block(first.cut, first.output)
+        if got is None:
+            return run
+        hi = self.index[id(first.cut)]
+        for k in range(hi - 1, max(-1, hi - 2 * len(first.body) - 1), -1):
+            n = self.order[k]
+            if self.work > WORK_LIMIT:
+                break
+            if not cuts[k] or self.weight_only[id(n)] or n.op in ("input", first.cut.op):
+                continue
+            before = self.block(n, first.cut)
+            if before is not None and before[1] == got[1] and before[0].weights:  # a layer: weights of its own
+                return [before[0], *run]
+        return run
+
     def separators(self, min_copies: int) -> list[bool]:
         """Per position of the order: whether the node there may be a cut. A cut is read by every later layer
         only through it: no edge passes over it (from a node before it to one after it) except from weight-only
@@ -373,8 +394,10 @@ class _Finder:
         best: list[Block] | None = None
         score: tuple[int, int, int] = (0, 0, 0)
         for members in groups.values():
-            for period in range(1, min((len(members) - 1) // min_copies, MAX_PERIOD) + 1):
-                runs = [r for r in self._chains(members, period) if len(r) >= min_copies
+            # one copy fewer than asked may be cut at this kind: the first can be cut at another (_extend_back)
+            for period in range(1, min((len(members) - 1) // max(1, min_copies - 1), MAX_PERIOD) + 1):
+                runs = [self._extend_back(r, cuts) for r in self._chains(members, period)]
+                runs = [r for r in runs if len(r) >= min_copies
                         and len(r[0].body) >= MIN_BLOCK_NODES and len(r[0].weights) >= min_weights]
                 for run in runs:
                     s = (len(run) * len(run[0].body), len(run), -self.index[id(run[0].cut)])
