@@ -46,15 +46,7 @@ def _kernels(model: onnx.ModelProto) -> collections.Counter[str]:
 
 
 def _feeds(name: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    feeds = {}
-    for input_name, kind, _ in zoo.SPECS[name].inputs:
-        if kind == "ids":
-            feeds[input_name] = rng.integers(0, zoo.VOCAB, (b, s)).astype(np.int64)
-        else:
-            mask = rng.integers(0, 2, (b, s)).astype(np.int64)
-            mask[:, 0] = 1
-            feeds[input_name] = mask
-    return feeds
+    return zoo.sized_feeds(name, rng, b, s)
 
 
 def _shape_chain_depth(model: onnx.ModelProto) -> int:

@@ -350,14 +350,7 @@ def test_zoo_transformer_with_dynamic_axes_keeps_the_interface_without_input_sha
     s1, s2 = session(model), session(result.optimized)
     rng = np.random.default_rng(3)
     for b, s in [(1, 16), (2, 16), (3, 16), (2, 3), (2, 37), (3, 40)]:  # 3+ sizes per axis, masks differing by row
-        feeds = {}
-        for input_name, kind, _ in zoo.SPECS[name].inputs:
-            if kind == "ids":
-                feeds[input_name] = rng.integers(0, zoo.VOCAB, (b, s)).astype(np.int64)
-            else:
-                mask = rng.integers(0, 2, (b, s)).astype(np.int64)
-                mask[:, 0] = 1
-                feeds[input_name] = mask
+        feeds = zoo.sized_feeds(name, rng, b, s)
         for ref, got in zip(s1.run(None, feeds), s2.run(None, feeds)):
             assert got.shape == ref.shape and ref.shape[0] == b
             np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-4)

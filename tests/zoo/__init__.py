@@ -289,9 +289,17 @@ def module(name: str, seed: int = 0) -> torch.nn.Module:
 def feeds(name: str, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs in range for zoo model ``name``: token ids in [0, VOCAB), masks of 0/1 with position 0
     kept (a row with every position masked is undefined), images from a standard normal."""
-    rng = np.random.default_rng(seed)
+    return sized_feeds(name, np.random.default_rng(seed))
+
+
+def sized_feeds(name: str, rng: np.random.Generator, batch: int | None = None,
+                seq: int | None = None) -> dict[str, np.ndarray]:
+    """:func:`feeds` drawn from ``rng``; the token inputs (ids, masks) of ``batch`` x ``seq`` where given (a model
+    exported with dynamic axes), else of the zoo's shapes."""
     out = {}
     for input_name, kind, shape in SPECS[name].inputs:
+        if batch is not None and seq is not None and kind in ("ids", "mask"):
+            shape = (batch, seq)
         if kind == "ids":
             out[input_name] = rng.integers(0, VOCAB, shape).astype(np.int64)
         elif kind == "mask":
