@@ -33,7 +33,7 @@ symbol, and a program that fails at any is not written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,13 +239,7 @@ class _Rewriter(SizeWriter):
             shapes = {n: dims for n, dims in shapes.items() if len(dims) == len(self.shapes.get(n) or [])
                       and any(not d.is_const for d in dims)}
             if shapes:
-                probe = onnx.ModelProto()
-                probe.CopyFrom(self.model)
-                del probe.graph.node[:]
-                probe.graph.node.extend(self.nodes)
-                del probe.graph.output[:]
-                probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in shapes)
-                found = shape_patterns(prune(probe), shapes, self.values)
+                found = shape_patterns(self._probe(shapes), shapes, self.values)
                 self.patterns.slices.update(found.slices)
                 self.patterns.iota.update(found.iota)
                 self.patterns.grids.update(found.grids)
@@ -267,6 +261,16 @@ class _Rewriter(SizeWriter):
             self.types[self.cache[key]] = self.types.get(name, 0)
             self.shapes[self.cache[key]] = list(dims)
         return self.cache[key]
+
+    def _probe(self, outputs: Iterable[str]) -> onnx.ModelProto:
+        """The program written so far with ``outputs`` (value names) as its outputs, pruned to what they read."""
+        probe = onnx.ModelProto()
+        probe.CopyFrom(self.model)
+        del probe.graph.node[:]
+        probe.graph.node.extend(self.nodes)
+        del probe.graph.output[:]
+        probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in outputs)
+        return prune(probe)
 
     def _alias(self, name: str, to: str) -> None:
         """``name`` read as ``to`` from now on; where the data read ``name``, it reads ``to``."""
@@ -331,13 +335,7 @@ class _Rewriter(SizeWriter):
         names, self.pending = self.pending, []
         if not names:
             return
-        probe = onnx.ModelProto()
-        probe.CopyFrom(self.model)
-        del probe.graph.node[:]
-        probe.graph.node.extend(self.nodes)
-        del probe.graph.output[:]
-        probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
-        fitted = fit_vectors(run_values(prune(probe), names, shapes=False), self.values) or []
+        fitted = fit_vectors(run_values(self._probe(names), names, shapes=False), self.values) or []
         for name, entries in zip(names, fitted):
             whole = [m for m in entries if m is not None]
             self.vectors[name] = whole if len(whole) == len(entries) else None
