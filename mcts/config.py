@@ -71,9 +71,10 @@ class SearchConfig:
     max_iterations: int = option(200, "at most this many real steps (TENSAT: iterations)", least=1)
     reuse_subtree: bool = option(False, "MCTS keeps the chosen child's subtree for the next decision")
     prelude: bool = option(True, "MCTS starts by saturating our rules (eqsat.rules.ours: canonicalizing, fusing, the "
-                                 "known-good merges, the runtime's spellings), deterministic and cheap, in at most "
-                                 "a quarter of --time-limit, so that a short time limit already returns their "
-                                 "program; the tree search then adds what only search finds", "--no-prelude")
+                                 "known-good merges, the runtime's spellings), deterministic and cheap, first and "
+                                 "within the whole --time-limit if it needs it, so that a short time limit already "
+                                 "returns their program; the tree search then adds what only search finds in the "
+                                 "time left", "--no-prelude")
     finish: bool = option(True, "MCTS ends with TENSAT's iterations of the single-pattern rules (no multi-pattern "
                                 "rule) until they saturate, in what is left of --time-limit (at least a tenth)",
                           "--no-finish")

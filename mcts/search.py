@@ -36,8 +36,6 @@ from .stats import ChildStats, RootStats
 
 FINISH_SHARE = 0.1
 """the share of the time limit the tree search leaves to the finishing phase (``SearchConfig.finish``)"""
-PRELUDE_SHARE = 0.25
-"""the share of the time limit the prelude may take at most (``SearchConfig.prelude``)"""
 PRELUDE_SOURCE = "ours"
 """the prelude saturates the rules of this source (eqsat.rules.ours: fusions, cancellations, merges, spellings)"""
 
@@ -305,7 +303,8 @@ class MCTS:
         idle = 0
         try:
             if cfg.prelude:
-                cost = self._prelude(report, cost, forest, min(deadline, start + PRELUDE_SHARE * cfg.time_limit))
+                # the whole time limit if it needs it: its program is what a short time limit returns
+                cost = self._prelude(report, cost, forest, end)
             while len(report.steps) < cfg.max_iterations:
                 if cfg.budget <= 0:
                     report.stop_reason = StopReason.BUDGET

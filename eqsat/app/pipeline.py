@@ -414,8 +414,10 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     with timer("search"):
         search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
     with timer("extract"):
-        snap, ext = extract_phase(egraph, config, cost_model, timer.total("search"))
-        extracted = candidates_phase(snap, ext, config, cost_model, timer.total("search", "extract"), search.states)
+        # --time-limit bounds the rest's search, this search and the extraction together
+        snap, ext = extract_phase(egraph, config, cost_model, timer.total("rest", "search"))
+        extracted = candidates_phase(snap, ext, config, cost_model, timer.total("rest", "search", "extract"),
+                                     search.states)
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):

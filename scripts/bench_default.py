@@ -1,0 +1,111 @@
+"""Default runs of the zoo's families at a chosen depth (issue 26, point 6): each model of ``tests/zoo`` rebuilt
+with ``--layers`` layers (the zoo's own config otherwise; ResNet keeps its stages), exported by each exporter,
+and optimized by ``eqsat optimize-model`` in its own process under ``/usr/bin/time -v``: wall time, the report's
+time per phase, the measured speedup and what was shipped. One JSON per run (``--json``).
+
+    python scripts/bench_default.py --models bert,gpt2,vit,llama,resnet,qwen2 --json results/default.json
+    python scripts/bench_default.py --models bert --exporters torchscript --layers 4 -- --time-limit 10
+
+Arguments after ``--`` go to ``eqsat optimize-model``. Run it alone on the machine (``flock``): a default run
+is meant to finish, measurement included, within a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import onnx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for path in (os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from bench_scale import optimize_one  # noqa: E402
+
+PHASES = ("import", "blocks", "encode", "rest", "search", "extract", "export", "verify", "measure")
+"""the report's phases, in run order (``times``; a phase a run does not have is left out)"""
+
+
+@contextlib.contextmanager
+def layers(n: int) -> Iterator[None]:
+    """While open, the zoo's transformer configs have ``n`` layers (its ``_eager`` sees every one of them)."""
+    import zoo
+
+    eager = zoo._eager
+
+    def deeper(config: Any) -> Any:
+        config.num_hidden_layers = n
+        if getattr(config, "layer_types", None):  # Qwen2's per-layer attention kinds, sized at construction
+            config.layer_types = [config.layer_types[0]] * n
+        return eager(config)
+
+    zoo._eager = deeper
+    try:
+        yield
+    finally:
+        zoo._eager = eager
+
+
+def export(name: str, exporter: str, opset: int, depth: int, seed: int) -> onnx.ModelProto:
+    """Zoo model ``name`` at ``depth`` layers, exported by ``exporter`` at ``opset``."""
+    import zoo
+
+    with layers(depth):
+        return zoo.export(name, exporter, opset, seed)
+
+
+def bench(name: str, exporter: str, args: argparse.Namespace, extra: list[str], out: str) -> dict[str, Any]:
+    """One model's default run: its record (wall seconds, per phase, speedup, what was returned)."""
+    model = export(name, exporter, args.opset, args.layers, args.seed)
+    stem = os.path.join(out, f"{name}-{exporter}")
+    onnx.save(model, stem + ".onnx")
+    record = optimize_one(stem, stem + ".onnx", args, extra)
+    record.update(model=name, exporter=exporter, layers=args.layers, opset=args.opset, nodes=len(model.graph.node))
+    return record
+
+
+def line(r: dict[str, Any]) -> str:
+    times = r.get("times", {})
+    phases = " ".join(f"{p} {times[p]:.1f}" for p in PHASES if p in times)
+    ci = r.get("ci") or [None, None]
+    speed = f"{r['speedup']:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]" if r.get("speedup") else "-"
+    shipped = r.get("returned") or f"exit {r['exit_code']}"
+    return f"{r['model']}/{r['exporter']:11} {r['wall_s']:5.1f} s  {speed:26} {shipped:9} | {phases}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="bert,gpt2,vit,llama,resnet,qwen2", help="zoo names, comma-separated")
+    p.add_argument("--exporters", default="torchscript,dynamo")
+    p.add_argument("--layers", type=int, default=4, help="transformer layers (the zoo's configs otherwise)")
+    p.add_argument("--opset", type=int, default=18)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the records to this JSON file")
+    args = p.parse_args(own)
+    records = []
+    with tempfile.TemporaryDirectory(prefix="bench-default-") as out:
+        for name in args.models.split(","):
+            for exporter in args.exporters.split(","):
+                records.append(bench(name, exporter, args, extra, out))
+                print(line(records[-1]), flush=True)
+                if args.json:  # after each run: a long sweep cut short keeps what it measured
+                    with open(args.json, "w") as f:
+                        json.dump({"machine": platform.node(), "load": os.getloadavg(), "extra": extra,
+                                   "records": records}, f, indent=2)
+    return 0 if all(r["exit_code"] == 0 for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
