@@ -203,14 +203,18 @@ def _weights_of(graph: Graph, outputs: Sequence[Node]) -> dict[str, np.ndarray]:
 
 def _remap(found: Sequence[Origin], new: Mapping[int, Node], outputs: Sequence[Node]) -> tuple[Origin, ...]:
     """The origins ``found`` with their IR nodes replaced through ``new`` (by id; others kept), those whose
-    outputs the program rooted at ``outputs`` computes."""
+    outputs the program rooted at ``outputs`` computes from inputs it also holds. An origin whose output became a
+    leaf (a copy's output, an input of the rest) but whose inputs are the original copy's nodes is dropped: the
+    exporter would write its ONNX nodes reading those, the whole copy as imported, in place of the program."""
     def m(n: Node) -> Node:
         return new.get(id(n), n)
 
     moved = (dataclasses.replace(o, inputs=tuple((k, None if n is None else m(n)) for k, n in o.inputs),
                                  outputs=tuple((k, m(n)) for k, n in o.outputs),
                                  expansion=tuple(m(n) for n in o.expansion)) for o in found)
-    return origins.live(moved, outputs)
+    held = {id(n) for n in ir.topo_order(outputs)}
+    return origins.live((o for o in moved if all(n is None or k in o.constants or id(n) in held
+                                                 for k, n in o.inputs)), outputs)
 
 
 def _rebuild(outputs: Sequence[Node], new: dict[int, Node], stop: frozenset[int] | None = None) -> list[Node]:
