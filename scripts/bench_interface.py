@@ -264,8 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_only:
         for name in models:
             for exporter in args.exporters.split(","):
-                row = check_one(name, exporter, ["--time-limit", str(args.time_limit)], args.measure,
-                                args.measure_budget, args.lock or None)
+                flags = ["--time-limit", str(args.time_limit), "--measure-budget", str(args.measure_budget)]
+                row = check_one(name, exporter, flags, args.measure, args.measure_budget, args.lock or None)
                 results.append(row)
                 _print_check(row)
                 if args.json:  # after each row: a long survey cut short keeps what it did
