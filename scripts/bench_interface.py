@@ -18,16 +18,16 @@ generic one is slower; the issue's target is within 1%). One JSON document per r
 
 ``--check-only`` (with ``--all``: every zoo model, tests/zoo ``NAMES + EXTRA + UNSEEN``) is the survey of the
 issue's target instead: each model exported with dynamic axes by each exporter goes through ``eqsat
-optimize-model`` without ``--input-shape`` (default flags, ``--time-limit``; each run under ``flock --lock``, the
-machine's lock of big runs), and the row says the exit code, the program shipped (optimized or the original, and
-why), whether the written model's interface is exactly the original's (input and output names, element types,
-``dim_value``/``dim_param``), whether its outputs match the original's in onnxruntime at 3+ sizes of each dynamic
-axis (checked here, independently of eqsat's own check: batch 1, 2, 3 at the representative sequence, and
-sequence 1, 37 and the representative one at batch 2; the representative sequence is the longest of 128, 64, 32,
-16 the original runs at), and the outcome of eqsat's shape-generic check (the candidates it refused as not
-shape-generic). ``--measure`` adds a ``--static-shape`` run at the representative shape and times the original and
-both written models in one interleaved run (``speedup``, and ``static_over_generic``: the issue's target is within
-1%).
+optimize-model`` without ``--input-shape`` (default flags but ``--time-limit`` and ``--measure-budget``; each run
+under ``flock --lock``, the machine's lock of big runs: the script itself is not run under it), and the row says
+the exit code, the program shipped (optimized or the original, and why), whether the written model's interface is
+exactly the original's (input and output names, element types, ``dim_value``/``dim_param``), whether its outputs
+match the original's in onnxruntime at 3+ sizes of each dynamic axis (checked here, independently of eqsat's own
+check: batch 1, 2, 3 at the representative sequence, and sequence 1, 37 and the representative one at batch 2; the
+representative sequence is the longest of 128, 64, 32, 16 the original runs at), and the outcome of eqsat's
+shape-generic check (the candidates it refused as not shape-generic). ``--measure`` adds a ``--static-shape`` run
+at the representative shape and times the original and both written models in one interleaved run (``speedup``,
+and ``static_over_generic``: the issue's target is within 1%).
 
     python scripts/bench_interface.py --all --check-only --time-limit 10 --json results/interface-survey.json
     python scripts/bench_interface.py --models t5_encoder --exporters torchscript --check-only --measure

@@ -149,3 +149,53 @@ def test_an_attention_whose_bias_and_mask_sum_only_at_batch_one_imports_and_keep
         for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
             assert have.shape == want.shape == (b, 2, s, 8)
             np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+
+
+# -- scripts/bench_interface.py --check-only: the survey's own checks -----------------------------------------------
+def _bench_interface():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_interface.py")
+    spec = importlib.util.spec_from_file_location("bench_interface", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_survey_checks_sizes_and_the_interface_against_onnxruntime(tmp_path):
+    import zoo
+
+    bench = _bench_interface()
+    original = zoo.export_dynamic("bert", "torchscript", str(tmp_path / "bert.onnx"))
+    rep, rows = bench.check_sizes("bert", original, original)
+    assert rep == 64  # the tiny BERT's position table stops at 64: the original refuses 128
+    assert sorted((r["batch"], r["seq"]) for r in rows) == [(1, 64), (2, 1), (2, 37), (2, 64), (3, 64)]
+    assert all(r["match"] for r in rows)
+    # specialized to [1, 64]: onnxruntime refuses the other sizes, and the interface differs
+    static = onnx.ModelProto()
+    static.CopyFrom(original)
+    for vi in static.graph.input:
+        for d, n in zip(vi.type.tensor_type.shape.dim, (1, 64)):
+            d.dim_value = n
+    _, rows = bench.check_sizes("bert", original, static)
+    assert {(r["batch"], r["seq"]) for r in rows if not r["match"]} == {(2, 1), (2, 37), (2, 64), (3, 64)}
+    assert bench.ports(static) != bench.ports(original) and bench.ports(original) == bench.ports(original)
+    # a program that computes something else fails at every size
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(original)
+    big = max(wrong.graph.initializer, key=lambda t: int(np.prod(t.dims)) if t.data_type == TensorProto.FLOAT else 0)
+    big.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(big) * 1.5, big.name))
+    _, rows = bench.check_sizes("bert", original, wrong)
+    assert not any(r["match"] for r in rows)
+
+
+def test_the_survey_row_of_a_run_without_search(tmp_path):
+    bench = _bench_interface()
+    row = bench.check_one("gpt2", "dynamo", ["--scheduler", "none", "--no-measure", "--cost", "analytic"],
+                          measure=False, measure_budget=1.0, lock=None)
+    assert row["export"] == "ok" and row["exit"] == 0, row
+    assert row["interface_kept"] and row["matched"], row
+    assert row["symbols"] == {"batch": 1, "seq": 64}
+    assert row["generic_check"]["passed"] and {"batch=2", "batch=3"} <= set(row["generic_check"]["verified_at"])
