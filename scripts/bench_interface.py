@@ -184,6 +184,9 @@ def check_one(name: str, exporter: str, flags: list[str], measure: bool, measure
             report = json.load(f)
         written = onnx.load(out)
         row["returned"], row["reason"] = report.get("returned"), report.get("returned_reason", "")
+        row["run_seconds"] = sum((report.get("times") or {}).values())  # the run's phases (not the lock's wait)
+        measured = report.get("measured") or {}
+        row["speedup"] = measured.get("speedup")
         row["symbols"] = (report.get("interface") or {}).get("symbols", {})
         row["interface_kept"] = ports(written) == ports(original)
         if not row["interface_kept"]:
@@ -233,7 +236,7 @@ def _print_check(row: dict[str, Any]) -> None:
         return
     g = row["generic_check"]
     bad = [f"{r['batch']}x{r['seq']}" for r in row["sizes"] if not r["match"]]
-    line = (f"{head} exit 0 ({row['seconds']:.0f} s) {row['returned']:9} interface kept {row['interface_kept']!s:5} "
+    line = (f"{head} exit 0 ({row['run_seconds']:.0f} s) {row['returned']:9} interface kept {row['interface_kept']!s:5} "
             f"matched {row['matched']!s:5}{' (fails at ' + ', '.join(bad) + ')' if bad else ''} | generic check "
             f"{'passed' if g['passed'] else 'REFUSED ' + ', '.join(g['refused']) if g['refused'] else 'none'}"
             f"{' | ' + row['reason'][:90] if row['returned'] == 'original' else ''}")
