@@ -31,6 +31,9 @@ and ``static_over_generic``: the issue's target is within 1%).
 
     python scripts/bench_interface.py --all --check-only --time-limit 10 --json results/interface-survey.json
     python scripts/bench_interface.py --models t5_encoder --exporters torchscript --check-only --measure
+    python scripts/bench_interface.py --all --check-only --time-limit 3 --lock '' -- --no-measure  # light, ~10 min
+
+Flags after ``--`` go to every ``optimize-model`` run of ``--check-only``.
 """
 
 from __future__ import annotations
@@ -261,13 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--measure", action="store_true", help="--check-only: also the --static-shape run, both timed")
     p.add_argument("--time-limit", type=float, default=10.0, help="--check-only: optimize-model's --time-limit")
     p.add_argument("--lock", default=LOCK, help="--check-only: each run under flock of this file ('' : none)")
-    args = p.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # --check-only: more optimize-model flags
+    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     models = list(zoo.NAMES + zoo.EXTRA + zoo.UNSEEN) if args.all else args.models.split(",")
     results: list[dict[str, Any]] = []
     if args.check_only:
         for name in models:
             for exporter in args.exporters.split(","):
-                flags = ["--time-limit", str(args.time_limit), "--measure-budget", str(args.measure_budget)]
+                flags = ["--time-limit", str(args.time_limit), "--measure-budget", str(args.measure_budget), *extra]
                 row = check_one(name, exporter, flags, args.measure, args.measure_budget, args.lock or None)
                 results.append(row)
                 _print_check(row)
