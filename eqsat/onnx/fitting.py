@@ -124,6 +124,9 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
             if got is not None:
                 seen.append(({**values, sym: size}, got))
     fitted = fit_sizes(base, grown, values)
+    # an entry the same in every run is a constant only where every symbol was varied in some run that ran (a
+    # symbol whose every further run failed says nothing of the entries it sizes)
+    varied = {sym for at, _ in seen[1:] for sym in values if at[sym] != values[sym]} == set(values)
     out: list[list[Mono | None]] = []
     for k, entries in enumerate(fitted):
         if any(len(r[k]) != len(base[k]) for _, r in seen):
@@ -131,7 +134,7 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
             continue
         vector: list[Mono | None] = []
         for j, m in enumerate(entries):
-            if m is None and len({r[k][j] for _, r in seen}) == 1 and len(seen) > 1 + len(values):
+            if m is None and varied and len({r[k][j] for _, r in seen}) == 1 and len(seen) > 1 + len(values):
                 m = Mono.const(base[k][j])
             vector.append(None if m is None or any(m.value(at) != r[k][j] for at, r in seen) else m)
         out.append(vector)

@@ -122,6 +122,8 @@ class _Rewriter(SizeWriter):
         self.readers = consumers(self.model)
         self.absorbed: set[int] = set()
         """the Adds written with their MatMul as a Gemm (:mod:`eqsat.onnx.gemm`), by id"""
+        self.folded = self._folded_sizes()
+        self.vectors.update(self.folded)
         for node in list(g.node):
             self._node(node)
         del g.node[:]
@@ -169,6 +171,9 @@ class _Rewriter(SizeWriter):
         if standard and node.op_type == "Shape" and self._shape(node):
             return
         vectors = self._vectors_read(node)
+        for k, name in enumerate(node.input):
+            if name in self.folded and k not in vectors:  # read by a shape computation: computed from the symbols
+                node.input[k] = self.vector(self.folded[name], self.shapes.get(name) == [])
         if standard and not all(o in self.shape_only for o in node.output if o):
             for k, name in enumerate(node.input):
                 if name in self.boundary:
@@ -216,6 +221,25 @@ class _Rewriter(SizeWriter):
         monos = [d for d in dims if d is not None][start:end]
         self.alias[node.output[0]] = self.vector(monos)
         return True
+
+    def _folded_sizes(self) -> dict[str, list[Mono]]:
+        """The small int64 constants of the program that the original computes from its inputs' shapes (the
+        importer folded them at the representative sizes: torch's ``x.shape[0]`` of a batch of 1, beside a
+        sequence length kept live), as monomials of the symbols read off runs of the original at further sizes;
+        only those that depend on a symbol."""
+        computed = {o for n in self.original.graph.node for o in n.output if o}
+        names = [t.name for t in self.model.graph.initializer if t.name in computed
+                 and t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1 and int(np.prod(t.dims)) <= 8]
+        if not names:
+            return {}
+        fitted = fit_vectors(run_values(self.original, names, shapes=False), self.values) or []
+        out: dict[str, list[Mono]] = {}
+        for name, entries in zip(names, fitted):
+            whole = [m for m in entries if m is not None]
+            if len(whole) == len(entries) and any(not m.is_const for m in whole) \
+                    and all(s in self.places for m in whole for s, _ in m.powers):
+                out[name] = whole
+        return out
 
     def _boundary(self) -> set[str]:
         """The values computed from the shapes alone (not small integer vectors) that a node computing the data

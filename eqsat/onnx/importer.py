@@ -317,7 +317,10 @@ class _Importer:
         if not all(i in self.consts for i in match.inputs):
             ins = [self.value(i) for i in match.inputs]
             if match.op == "attention" and len(ins) == 5:  # two masks added in turn: one, their sum
-                both = binary(self, "ewadd", ins[3], ins[4])
+                try:
+                    both = binary(self, "ewadd", ins[3], ins[4])
+                except ShapeError:  # a sum that broadcasts otherwise at other sizes (T5's bias [1, H, S, S]
+                    both = None     # plus the mask [B, 1, S, S] at batch 1): the nodes one by one
                 ins = [*ins[:3], both] if both is not None else ins
             if match.op == "attention" and len(ins) == 4 and ins[3].op == "weight" and len(ins[3].shape) < len(ins[0].shape):
                 # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank

@@ -294,12 +294,14 @@ def feeds(name: str, seed: int = 0) -> dict[str, np.ndarray]:
 
 def sized_feeds(name: str, rng: np.random.Generator, batch: int | None = None,
                 seq: int | None = None) -> dict[str, np.ndarray]:
-    """:func:`feeds` drawn from ``rng``; the token inputs (ids, masks) of ``batch`` x ``seq`` where given (a model
-    exported with dynamic axes), else of the zoo's shapes."""
+    """:func:`feeds` drawn from ``rng``; every input of batch ``batch`` and the token inputs (ids, masks) of
+    sequence ``seq`` where given (a model exported with dynamic axes), else of the zoo's shapes."""
     out = {}
     for input_name, kind, shape in SPECS[name].inputs:
-        if batch is not None and seq is not None and kind in ("ids", "mask"):
-            shape = (batch, seq)
+        if batch is not None:
+            shape = (batch, *shape[1:])
+        if seq is not None and kind in ("ids", "mask"):
+            shape = (shape[0], seq)
         if kind == "ids":
             out[input_name] = rng.integers(0, VOCAB, shape).astype(np.int64)
         elif kind == "mask":
@@ -366,23 +368,29 @@ def build(name: str, exporter: str = "torchscript", opset: int = 17, seed: int =
 
 def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.ModelProto:
     """Zoo model ``name`` exported with dynamic axes, the way serving code exports it (issue 27): a batch axis
-    ``batch`` on every input and output, and a sequence axis ``seq`` on token inputs. TorchScript at opset 17
-    (``dynamic_axes``), dynamo at opset 18 (``dynamic_shapes``); written to ``path``."""
+    ``batch`` on every input and output, and a sequence axis ``seq`` on token inputs and on the token models'
+    ``last_hidden_state``. TorchScript at opset 17 (``dynamic_axes``), dynamo at opset 18 (``dynamic_shapes``:
+    no upper bound, so that the sequence-128 models export; traced at batch 2, since a batch of 1 lets
+    ``torch.export`` specialize, e.g. ConvNeXt's guard ``batch <= 2``); written to ``path``."""
     spec = SPECS[name]
     m, args = module(name, seed), example_args(name, seed)
     names = [i[0] for i in spec.inputs]
     axes = [{0: "batch", 1: "seq"} if kind != "float" else {0: "batch"} for _, kind, _ in spec.inputs]
+    tokens = any(kind == "ids" for _, kind, _ in spec.inputs)
+    out_axes = {o: {0: "batch", 1: "seq"} if tokens and o == "last_hidden_state" else {0: "batch"}
+                for o in spec.outputs}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         if exporter == "dynamo":
-            dims = {"batch": torch.export.Dim("batch", max=64), "seq": torch.export.Dim("seq", max=64)}
+            dims = {"batch": torch.export.Dim("batch"), "seq": torch.export.Dim("seq")}
             shapes = {"args": tuple({k: dims[v] for k, v in a.items()} for a in axes)}
-            prog = torch.onnx.export(m, args, input_names=names, output_names=list(spec.outputs), opset_version=18,
-                                     dynamo=True, dynamic_shapes=shapes, verbose=False)
+            doubled = tuple(torch.cat([a, a]) for a in args)
+            prog = torch.onnx.export(m, doubled, input_names=names, output_names=list(spec.outputs),
+                                     opset_version=18, dynamo=True, dynamic_shapes=shapes, verbose=False)
             prog.save(path, external_data=False)
         else:
-            dynamic = dict(zip(names, axes)) | {o: {0: "batch"} for o in spec.outputs}
+            dynamic = dict(zip(names, axes)) | out_axes
             torch.onnx.export(m, args, path, input_names=names, output_names=list(spec.outputs), opset_version=17,
                               dynamo=False, dynamic_axes=dynamic)
     return onnx.load(path)
