@@ -46,6 +46,7 @@ from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
 from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
+from .tables import write_prefix, write_triangle
 from .targets import reshape_target, resolve_target
 from .uniform import Patterns, flat_gather, grid_gather, shape_patterns
 
@@ -240,19 +241,18 @@ class _Rewriter(SizeWriter):
                       and any(not d.is_const for d in dims)}
             if shapes:
                 found = shape_patterns(self._probe(shapes), shapes, self.values)
-                self.patterns.slices.update(found.slices)
-                self.patterns.iota.update(found.iota)
-                self.patterns.grids.update(found.grids)
-        part = self.patterns.slices.get(name)
+                self.patterns.merge(found)
         dims = self.shapes.get(name)
-        if part is None or dims is None:
+        const = self.cache.get(f"uniform:{name}") or (self._pattern(name) if dims is not None else None)
+        if const is None or dims is None:
             return name
-        sizes = [d for d in dims if d is not None]
-        const = self.cache.get(f"uniform:{name}") or self.const(part, "uniform")
         self.cache[f"uniform:{name}"] = const
+        sizes = [d for d in dims if d is not None]
+        written = self.shapes.get(const) or []
         others = [self.shapes.get(i) for j, i in enumerate(node.input) if j != k and i]
         covered = all(any(o is not None and len(o) >= len(sizes) - a and o[len(o) - len(sizes) + a] == d
-                          for o in others) for a, d in enumerate(sizes) if not d.is_const)
+                          for o in others) for a, d in enumerate(sizes)
+                      if not d.is_const and (a >= len(written) or written[a] != d))
         if node.op_type in BROADCASTING and covered:
             return const
         key = f"expanded:{name}"
@@ -261,6 +261,18 @@ class _Rewriter(SizeWriter):
             self.types[self.cache[key]] = self.types.get(name, 0)
             self.shapes[self.cache[key]] = list(dims)
         return self.cache[key]
+
+    def _pattern(self, name: str) -> str | None:
+        """``name`` (a value computed from the shapes alone) written as the pattern runs showed it has: its slice,
+        a constant; a triangle (Trilu); a prefix of a table (Slice); None where it has none."""
+        elem = self.types.get(name, 0)
+        if name in self.patterns.slices:
+            return self.const(self.patterns.slices[name], "uniform")
+        if name in self.patterns.triangles:
+            return write_triangle(self, self.patterns.triangles[name], elem)
+        if name in self.patterns.prefixes:
+            return write_prefix(self, self.patterns.prefixes[name], elem)
+        return None
 
     def _probe(self, outputs: Iterable[str]) -> onnx.ModelProto:
         """The program written so far with ``outputs`` (value names) as its outputs, pruned to what they read."""
