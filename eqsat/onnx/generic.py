@@ -19,8 +19,9 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
   target with 0 and -1, or as an Expand target of 1 where the input has the size (an Expand to its input's own
   shape is dropped);
 - a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
-  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); an
-  ``And`` with all true is dropped;
+  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
+  causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
+  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
@@ -70,8 +71,10 @@ class Generic:
 
 
 class _Rewriter(SizeWriter):
-    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]):
+    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
+                 full: bool = True):
         super().__init__(model)
+        self.full = full
         self.original = original
         self.values = dict(values)
         self.notes: list[str] = []
@@ -160,27 +163,31 @@ class _Rewriter(SizeWriter):
         for k, name in enumerate(node.input):
             node.input[k] = self.alias.get(name, name)
         standard = node.domain in ("", "ai.onnx")
-        if standard and node.op_type == "MatMul":
+        if standard and node.op_type == "MatMul" and self.full:
             linear = bias_add(self, node, self.readers.get(node.output[0], []),
                               {o.name for o in self.model.graph.output})
             if linear is not None:
                 self.absorbed.add(id(linear[0]))
                 write_gemm(self, node, *linear)
                 return
-        if standard and node.op_type == "Shape" and self._shape(node):
+        if standard and node.op_type == "Shape" and self.full and self._shape(node):
             return
-        vectors = self._vectors_read(node)
+        vectors = self._vectors_read(node) if self.full else {}
         if standard and not all(o in self.shape_only for o in node.output if o):
             for k, name in enumerate(node.input):
                 if name in self.boundary:
                     node.input[k] = self._uniform(node, k)
-            if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
+            if not self.full:
+                pass
+            elif node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
                 flat_gather(self, node)
             elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
                 grid_gather(self, node, self.patterns.grids[node.input[1]])
         if standard and node.op_type in IDENTITIES and self._identity(node):
             return
-        if standard and node.op_type == "Reshape" and len(node.input) > 1 \
+        if not self.full:
+            pass
+        elif standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
             self._reshape(node, vectors.get(1))
         elif standard and node.op_type == "Expand" and 1 in vectors:
@@ -266,7 +273,7 @@ class _Rewriter(SizeWriter):
         """``name`` (a value computed from the shapes alone) written as the pattern runs showed it has: its slice,
         a constant; a triangle (Trilu); a prefix of a table (Slice); None where it has none."""
         elem = self.types.get(name, 0)
-        if name in self.patterns.slices:
+        if name in self.patterns.slices and self.full:
             return self.const(self.patterns.slices[name], "uniform")
         if name in self.patterns.triangles:
             return write_triangle(self, self.patterns.triangles[name], elem)
@@ -486,12 +493,16 @@ class _Rewriter(SizeWriter):
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
 
 
-def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
+def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
+                 full: bool = True) -> Generic:
     """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface;
-    ``model`` itself is left as it was."""
+    ``model`` itself is left as it was. Not ``full``: only the triangles and prefix tables among the values computed
+    from the shapes alone that the data reads are written in their forms (a Trilu, a Slice of a table:
+    :mod:`eqsat.onnx.tables`); the rest is left as it is (for a model the importer reads again, at the
+    representative sizes)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return _Rewriter(copy, original, values).run()
+    return _Rewriter(copy, original, values, full).run()
 
 
 __all__ = ["Generic", "make_generic"]

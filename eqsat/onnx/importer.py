@@ -31,6 +31,7 @@ from ..ops.rotary import halves_repeat
 from . import origins, pool
 from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
+from .generic import make_generic
 from .interface import symbol_values
 from .io import check_bfloat16, is_large
 from .live import live_shapes
@@ -370,6 +371,21 @@ class _Importer:
                                           slots=slots, implicit=implicit)
 
 
+def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """A dynamic-axes ``model`` with its computations from the shapes alone written as the static program holds
+    them, or nearly (:func:`eqsat.onnx.generic.make_generic`: a causal mask a Trilu, position and rotary tables
+    Slices of constants, a row repeated along the symbols a constant, sizes read from the inputs' shapes), so
+    that the import carries a few opaque nodes where the user's chains would be dozens; ``model`` where the
+    rewrite leaves notes or the model is large."""
+    if is_large(model) or not live_shapes(model):
+        return model
+    try:
+        written = make_generic(model, model, symbol_values(model, input_shapes), full=False)
+    except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
+        return model
+    return model if written.notes else written.model
+
+
 def import_model(model: onnx.ModelProto | str | os.PathLike,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False) -> Graph:
     """Import an ONNX model (a ModelProto or a path) into the IR, its dynamic dimensions at ``input_shapes``.
@@ -378,6 +394,8 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
     prepared = prepare(model, input_shapes or {})
+    if generic:
+        prepared = simplified(prepared, input_shapes or {})
     importer = _Importer(prepared, input_shapes or {}, generic)
     graph = importer.run()
     if importer.unfitted and not is_large(prepared):  # shapes that follow the data: read off runs, imported again
