@@ -14,6 +14,7 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 
+from eqsat import ir
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.generic import make_generic
 from eqsat.onnx.symbolic import Mono
@@ -164,3 +165,27 @@ def test_a_dynamic_decoders_generic_and_static_programs_match_the_original(name,
             if (b, s) == (1, 16):
                 for want, have in zip(expected, got_s.run(None, feeds)):
                     np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+
+
+def test_the_qkv_merge_fires_on_the_generic_import_as_on_the_static_one(tmp_path):
+    """The zoo's LLaMA exported with dynamic axes: its live shape computations (mask, rotary tables, now a Trilu
+    and Slices) block no rule around them: TASO's merge of MatMuls sharing an input (Q/K/V, gate/up) matches as
+    often on the generic import as on the static one, grows the e-graph as much, and its merged product (one
+    MatMul reading the concatenated weights) is in both e-graphs."""
+    from eqsat.egglog.egraph import EGraph
+    from eqsat.rules import RuleEngine, rule_set
+
+    model = zoo.export_dynamic("llama", "torchscript", str(tmp_path / "llama.onnx"))
+    shapes = {"input_ids": (1, 128)}
+    found = {}
+    for generic in (False, True):
+        graph = import_model(model, shapes, generic=generic)
+        assert not any(n.op == "opaque" and n.attrs and n.attrs[0] in ("Cos", "Sin", "Range", "LessOrEqual")
+                       for n in ir.topo_order(list(graph.outputs)))
+        eg = EGraph.from_graph(graph)
+        engine = RuleEngine(eg, rule_set("default"))
+        before = eg.size().enodes
+        step = engine.apply("taso_m04")
+        concats = [n for n in eg.snapshot().nodes if n.op.lower() == "concat"]
+        found[generic] = (step.matches, eg.size().enodes - before, len(concats))
+    assert found[True] == found[False] and found[False][0] >= 2 and found[False][2] >= 1, found
