@@ -7,6 +7,7 @@ the original."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 import onnx
@@ -189,3 +190,38 @@ def test_the_qkv_merge_fires_on_the_generic_import_as_on_the_static_one(tmp_path
         concats = [n for n in eg.snapshot().nodes if n.op.lower() == "concat"]
         found[generic] = (step.matches, eg.size().enodes - before, len(concats))
     assert found[True] == found[False] and found[False][0] >= 2 and found[False][2] >= 1, found
+
+
+def _with_rope(graph: ir.Graph) -> ir.Graph:
+    """``graph`` with each ``rotary`` node written as the runtime kernel ``rope`` (what rule rotary_kernel
+    rewrites it to)."""
+    built: dict[int, ir.Node] = {}
+    for node in ir.topo_order(list(graph.outputs)):
+        ins = tuple(built[id(i)] for i in node.inputs)
+        op = "rope" if node.op == "rotary" else node.op
+        built[id(node)] = node if op == node.op and ins == node.inputs else \
+            ir.Node(op, ins, node.attrs, node.shape, node.dtype, node.name)
+    return dataclasses.replace(graph, outputs=tuple(built[id(o)] for o in graph.outputs), origins=())
+
+
+def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs_at_every_size(tmp_path):
+    """The dynamo LLaMA's rotary embeddings are imported as ``rotary`` on the generic import as on the static one
+    (their cos and sin: Slices of constant tables whose halves repeat); written as opset 23's RotaryEmbedding,
+    the generic program expands the caches to the batch read at run time and matches the original at batch 1-3."""
+    model = zoo.export_dynamic("llama", "dynamo", str(tmp_path / "llama.onnx"))
+    shapes = {"input_ids": (1, 16)}
+    counts = [collections.Counter(n.op for n in ir.topo_order(list(import_model(model, shapes, generic=g).outputs)))
+              for g in (False, True)]
+    assert counts[0]["rotary"] == counts[1]["rotary"] == 2
+    graph = _with_rope(import_model(model, shapes, generic=True))
+    generic = make_generic(export_model(graph), model, {"batch": 1, "seq": 16}).model
+    ops = collections.Counter(n.op_type for n in generic.graph.node)
+    assert ops["RotaryEmbedding"] == 2 and ops["Cos"] == ops["Sin"] == 0, ops
+    assert ops["Slice"] == 2, ops  # one table each for cos and sin, shared by the two kernels
+    ref, got = session(model), session(generic)
+    rng = np.random.default_rng(9)
+    for b, s in [(1, 16), (2, 16), (3, 16), (2, 1), (3, 37), (1, 64)]:
+        feeds = zoo.sized_feeds("llama", rng, b, s)
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape
+        np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)

@@ -47,7 +47,7 @@ from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
 from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
-from .tables import write_prefix, write_triangle
+from .tables import Prefix, Triangle, pattern_key, write_prefix, write_triangle
 from .targets import reshape_target, resolve_target
 from .uniform import Patterns, flat_gather, grid_gather, shape_patterns
 
@@ -60,6 +60,10 @@ zeros stays: onnxruntime's normalization fusions match the scale and the bias ev
 BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
                           "LessOrEqual", "GreaterOrEqual", "Where", "Sum", "Max", "Min", "Mean", "BitShift"})
 """elementwise operators that broadcast their inputs (numpy's rules): an input's axis of size 1 takes the others'"""
+
+
+BROADCAST_SLOTS = frozenset({("Attention", 3)})
+"""(operator, input) that broadcasts the input against the others: opset 23 Attention's mask"""
 
 
 @dataclass
@@ -260,9 +264,9 @@ class _Rewriter(SizeWriter):
         covered = all(any(o is not None and len(o) >= len(sizes) - a and o[len(o) - len(sizes) + a] == d
                           for o in others) for a, d in enumerate(sizes)
                       if not d.is_const and (a >= len(written) or written[a] != d))
-        if node.op_type in BROADCASTING and covered:
+        if (node.op_type in BROADCASTING or (node.op_type, k) in BROADCAST_SLOTS) and covered:
             return const
-        key = f"expanded:{name}"
+        key = f"expanded:{const}:{','.join(d.key() for d in sizes)}"
         if key not in self.cache:
             self.cache[key] = self.emit("Expand", [const, self.vector(sizes)], "uniform")
             self.types[self.cache[key]] = self.types.get(name, 0)
@@ -275,11 +279,17 @@ class _Rewriter(SizeWriter):
         elem = self.types.get(name, 0)
         if name in self.patterns.slices and self.full:
             return self.const(self.patterns.slices[name], "uniform")
-        if name in self.patterns.triangles:
-            return write_triangle(self, self.patterns.triangles[name], elem)
-        if name in self.patterns.prefixes:
-            return write_prefix(self, self.patterns.prefixes[name], elem)
-        return None
+        found: Triangle | Prefix | None = self.patterns.triangles.get(name) or self.patterns.prefixes.get(name)
+        if found is None:
+            return None
+        key = f"pattern:{elem}:{pattern_key(found)}"  # one table or mask read twice (a rotary cache): written once
+        if key not in self.cache:
+            written = write_triangle(self, found, elem) if isinstance(found, Triangle) else \
+                write_prefix(self, found, elem)
+            if written is None:
+                return None
+            self.cache[key] = written
+        return self.cache[key]
 
     def _probe(self, outputs: Iterable[str]) -> onnx.ModelProto:
         """The program written so far with ``outputs`` (value names) as its outputs, pruned to what they read."""

@@ -25,6 +25,7 @@ at any size does not have it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -176,6 +177,15 @@ def _largest(model: onnx.ModelProto, name: str, syms: Sequence[str], values: Map
     return best
 
 
+def pattern_key(pattern: Triangle | Prefix) -> str:
+    """A key equal for two patterns of the same values (two uses of one rotary cache, of one mask)."""
+    if isinstance(pattern, Triangle):
+        return f"triangle:{[d.key() for d in pattern.shape]}:{pattern.k}:{pattern.below.tobytes().hex()}:" \
+               f"{pattern.above.tobytes().hex()}:{pattern.below.dtype}"
+    digest = hashlib.sha256(np.ascontiguousarray(pattern.table).tobytes()).hexdigest()
+    return f"prefix:{pattern.table.dtype}:{pattern.table.shape}:{digest}:{pattern.axes}:{[d.key() for d in pattern.ends]}"
+
+
 def write_triangle(writer: SizeWriter, tri: Triangle, elem: int) -> str | None:
     """The value of ``tri`` (of element type ``elem``) as ``Trilu(ConstantOfShape(shape))``: its name, or None
     where neither of its two values is zero (Trilu fills with zeros)."""
@@ -213,5 +223,5 @@ def write_prefix(writer: SizeWriter, prefix: Prefix, elem: int) -> str:
     return out
 
 
-__all__ = ["TABLE_ELEMENTS", "TABLE_SIZE", "Prefix", "Triangle", "prefixes", "repeated_axes", "triangle",
-           "write_prefix", "write_triangle"]
+__all__ = ["TABLE_ELEMENTS", "TABLE_SIZE", "Prefix", "Triangle", "pattern_key", "prefixes", "repeated_axes",
+           "triangle", "write_prefix", "write_triangle"]
