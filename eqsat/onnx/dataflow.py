@@ -25,9 +25,9 @@ UNFOLDABLE = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", 
 
 
 def shape_only(model: onnx.ModelProto) -> set[str]:
-    """The main graph's values computed from the shapes of other values (``Shape``, ``Size``) and constants only,
-    never from the data: their values at every size are functions of the sizes. Only the standard domain's
-    operators without subgraphs count."""
+    """The main graph's values computed from the shapes of other values (``Shape``, ``Size``) and constants (or values
+    computed from constants alone) only, never from the data: their values at every size are functions of the
+    sizes. Only the standard domain's operators without subgraphs count."""
     g = model.graph
     constant = {t.name for t in g.initializer} - {vi.name for vi in g.input}
     out: set[str] = set()
@@ -39,8 +39,8 @@ def shape_only(model: onnx.ModelProto) -> set[str]:
             out.update(o for o in node.output if o)
         elif standard and inputs and all(i in out or i in constant for i in inputs) and any(i in out for i in inputs):
             out.update(o for o in node.output if o)
-        elif standard and not inputs and node.op_type == "Constant":
-            constant.update(o for o in node.output if o)
+        elif standard and ((not inputs and node.op_type == "Constant") or (inputs and all(i in constant for i in inputs))):
+            constant.update(o for o in node.output if o)  # a constant, or computed from constants alone
     return out
 
 

@@ -19,8 +19,9 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
   target with 0 and -1, or as an Expand target of 1 where the input has the size (an Expand to its input's own
   shape is dropped);
 - a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
-  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); an
-  ``And`` with all true is dropped;
+  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
+  causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
+  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
@@ -46,6 +47,7 @@ from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
 from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
+from .tables import Prefix, Triangle, pattern_key, write_prefix, write_triangle
 from .targets import reshape_target, resolve_target
 from .uniform import Patterns, flat_gather, grid_gather, shape_patterns
 
@@ -60,6 +62,10 @@ BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or",
 """elementwise operators that broadcast their inputs (numpy's rules): an input's axis of size 1 takes the others'"""
 
 
+BROADCAST_SLOTS = frozenset({("Attention", 3)})
+"""(operator, input) that broadcasts the input against the others: opset 23 Attention's mask"""
+
+
 @dataclass
 class Generic:
     """The rewritten model and what could not be made generic (empty when every constant was)."""
@@ -69,8 +75,10 @@ class Generic:
 
 
 class _Rewriter(SizeWriter):
-    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]):
+    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
+                 full: bool = True):
         super().__init__(model)
+        self.full = full
         self.original = original
         self.values = dict(values)
         self.notes: list[str] = []
@@ -122,7 +130,7 @@ class _Rewriter(SizeWriter):
         self.readers = consumers(self.model)
         self.absorbed: set[int] = set()
         """the Adds written with their MatMul as a Gemm (:mod:`eqsat.onnx.gemm`), by id"""
-        self.folded = self._folded_sizes()
+        self.folded = self._folded_sizes() if self.full else {}
         self.vectors.update(self.folded)
         for node in list(g.node):
             self._node(node)
@@ -161,30 +169,35 @@ class _Rewriter(SizeWriter):
         for k, name in enumerate(node.input):
             node.input[k] = self.alias.get(name, name)
         standard = node.domain in ("", "ai.onnx")
-        if standard and node.op_type == "MatMul":
+        if standard and node.op_type == "MatMul" and self.full:
             linear = bias_add(self, node, self.readers.get(node.output[0], []),
                               {o.name for o in self.model.graph.output})
             if linear is not None:
                 self.absorbed.add(id(linear[0]))
                 write_gemm(self, node, *linear)
                 return
-        if standard and node.op_type == "Shape" and self._shape(node):
+        if standard and node.op_type == "Shape" and self.full and self._shape(node):
             return
-        vectors = self._vectors_read(node)
-        for k, name in enumerate(node.input):
-            if name in self.folded and k not in vectors:  # read by a shape computation: computed from the symbols
-                node.input[k] = self.vector(self.folded[name], self.shapes.get(name) == [])
+        vectors = self._vectors_read(node) if self.full else {}
+        if self.full:
+            for k, name in enumerate(node.input):
+                if name in self.folded and k not in vectors:  # read by a shape computation: computed from the symbols
+                    node.input[k] = self.vector(self.folded[name], self.shapes.get(name) == [])
         if standard and not all(o in self.shape_only for o in node.output if o):
             for k, name in enumerate(node.input):
                 if name in self.boundary:
                     node.input[k] = self._uniform(node, k)
-            if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
+            if not self.full:
+                pass
+            elif node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
                 flat_gather(self, node)
             elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
                 grid_gather(self, node, self.patterns.grids[node.input[1]])
         if standard and node.op_type in IDENTITIES and self._identity(node):
             return
-        if standard and node.op_type == "Reshape" and len(node.input) > 1 \
+        if not self.full:
+            pass
+        elif standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
             self._reshape(node, vectors.get(1))
         elif standard and node.op_type == "Expand" and 1 in vectors:
@@ -264,26 +277,43 @@ class _Rewriter(SizeWriter):
                       and any(not d.is_const for d in dims)}
             if shapes:
                 found = shape_patterns(self._probe(shapes), shapes, self.values)
-                self.patterns.slices.update(found.slices)
-                self.patterns.iota.update(found.iota)
-                self.patterns.grids.update(found.grids)
-        part = self.patterns.slices.get(name)
+                self.patterns.merge(found)
         dims = self.shapes.get(name)
-        if part is None or dims is None:
+        const = self.cache.get(f"uniform:{name}") or (self._pattern(name) if dims is not None else None)
+        if const is None or dims is None:
             return name
-        sizes = [d for d in dims if d is not None]
-        const = self.cache.get(f"uniform:{name}") or self.const(part, "uniform")
         self.cache[f"uniform:{name}"] = const
+        sizes = [d for d in dims if d is not None]
+        written = self.shapes.get(const) or []
         others = [self.shapes.get(i) for j, i in enumerate(node.input) if j != k and i]
         covered = all(any(o is not None and len(o) >= len(sizes) - a and o[len(o) - len(sizes) + a] == d
-                          for o in others) for a, d in enumerate(sizes) if not d.is_const)
-        if node.op_type in BROADCASTING and covered:
+                          for o in others) for a, d in enumerate(sizes)
+                      if not d.is_const and (a >= len(written) or written[a] != d))
+        if (node.op_type in BROADCASTING or (node.op_type, k) in BROADCAST_SLOTS) and covered:
             return const
-        key = f"expanded:{name}"
+        key = f"expanded:{const}:{','.join(d.key() for d in sizes)}"
         if key not in self.cache:
             self.cache[key] = self.emit("Expand", [const, self.vector(sizes)], "uniform")
             self.types[self.cache[key]] = self.types.get(name, 0)
             self.shapes[self.cache[key]] = list(dims)
+        return self.cache[key]
+
+    def _pattern(self, name: str) -> str | None:
+        """``name`` (a value computed from the shapes alone) written as the pattern runs showed it has: its slice,
+        a constant; a triangle (Trilu); a prefix of a table (Slice); None where it has none."""
+        elem = self.types.get(name, 0)
+        if name in self.patterns.slices and self.full:
+            return self.const(self.patterns.slices[name], "uniform")
+        found: Triangle | Prefix | None = self.patterns.triangles.get(name) or self.patterns.prefixes.get(name)
+        if found is None:
+            return None
+        key = f"pattern:{elem}:{pattern_key(found)}"  # one table or mask read twice (a rotary cache): written once
+        if key not in self.cache:
+            written = write_triangle(self, found, elem) if isinstance(found, Triangle) else \
+                write_prefix(self, found, elem)
+            if written is None:
+                return None
+            self.cache[key] = written
         return self.cache[key]
 
     def _probe(self, outputs: Iterable[str]) -> onnx.ModelProto:
@@ -498,12 +528,16 @@ class _Rewriter(SizeWriter):
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
 
 
-def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
+def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
+                 full: bool = True) -> Generic:
     """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface;
-    ``model`` itself is left as it was."""
+    ``model`` itself is left as it was. Not ``full``: only the triangles and prefix tables among the values computed
+    from the shapes alone that the data reads are written in their forms (a Trilu, a Slice of a table:
+    :mod:`eqsat.onnx.tables`); the rest is left as it is (for a model the importer reads again, at the
+    representative sizes)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return _Rewriter(copy, original, values).run()
+    return _Rewriter(copy, original, values, full).run()
 
 
 __all__ = ["Generic", "make_generic"]

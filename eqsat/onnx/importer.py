@@ -10,6 +10,9 @@ Dropout) is carried as an opaque node with its attributes, subgraphs, omitted op
 inputs (the outer-scope values its subgraphs read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
 (:mod:`eqsat.onnx.folding`).
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
+A generic import (dynamic axes kept symbolic) first writes a causal mask as a Trilu and a position or rotary
+table as a Slice of a constant (:func:`simplified`), then keeps the Shape computations that meet the data
+(:mod:`eqsat.onnx.live`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import halves_repeat
 from . import origins, pool
 from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
+from .external import tensor_size
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
+from .generic import make_generic
 from .interface import symbol_values
 from .io import check_bfloat16, is_large
 from .live import live_shapes
@@ -40,6 +45,9 @@ from .reading import load_model
 from .subgraphs import implicit_inputs
 
 MIN_OPSET = 13
+
+SIMPLIFIED_WEIGHTS = 256 << 20
+"""bytes of weights up to which a generic import first rewrites the shape computations (:func:`simplified`)"""
 
 
 def parse_input_shapes(specs: list[str] | None, flag: str = "--input-shape") -> dict[str, tuple[int, ...]]:
@@ -154,6 +162,7 @@ class _Importer:
                   for vi in self.g.input]
         self._covered: dict[str, Match] = {n.output[0]: m for m in find_composites(self.g, self.consts, self.opset)
                                              for n in m.nodes}
+        self._producers = {o: n for n in self.g.node for o in n.output if o}
         for node in self.g.node:
             if not self._composite(node):
                 self._node(node)
@@ -326,7 +335,7 @@ class _Importer:
                 # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
                 ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
             attrs = match.ir_attrs([i.shape for i in ins]) if len(ins) < 5 else None
-            if match.op == "rotary" and not all(halves_repeat(self.consts.get(i)) for i in match.inputs[1:]):
+            if match.op == "rotary" and not all(halves_repeat(self._table(i)) for i in match.inputs[1:]):
                 attrs = None  # cos and sin, now folded, are not rotary caches: the nodes one by one
             if floats(ins) is not None and attrs is not None:
                 try:
@@ -347,6 +356,21 @@ class _Importer:
             if len(match.nodes) == 1 or match.op in ("linear", "addnorm"):  # written back as they were
                 self.record_origin(list(match.nodes), [match.output])
         return True
+
+    def _table(self, name: str) -> np.ndarray | None:
+        """The constant ``name`` is, or the constant table it is a Slice of along its other axes than the last (a
+        generic import's rotary cos and sin: :func:`simplified` writes them so), with the value's rank."""
+        if name in self.consts:
+            return self.consts[name]
+        node = self._producers.get(name)
+        if node is None or node.op_type != "Slice" or len(node.input) < 4 or node.input[0] not in self.consts \
+                or node.input[1] not in self.consts or node.input[3] not in self.consts:
+            return None
+        table = self.consts[node.input[0]]
+        axes = [int(a) % max(table.ndim, 1) for a in np.asarray(self.consts[node.input[3]]).reshape(-1)]
+        if table.ndim == 0 or table.ndim - 1 in axes or np.any(np.asarray(self.consts[node.input[1]]) != 0):
+            return None
+        return table
 
     def _opaque(self, node: onnx.NodeProto, implicit: list[str]) -> None:
         present = [i for i in node.input if i]
@@ -373,6 +397,21 @@ class _Importer:
                                           slots=slots, implicit=implicit)
 
 
+def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """A dynamic-axes ``model`` with its computations from the shapes alone written as the static program holds
+    them, or nearly (:func:`eqsat.onnx.generic.make_generic`: a causal mask a Trilu, position and rotary tables
+    Slices of constants, a row repeated along the symbols a constant, sizes read from the inputs' shapes), so
+    that the import carries a few opaque nodes where the user's chains would be dozens; ``model`` where the
+    rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite works on a copy)."""
+    if sum(tensor_size(t) for t in model.graph.initializer) > SIMPLIFIED_WEIGHTS or not live_shapes(model):
+        return model
+    try:
+        written = make_generic(model, model, symbol_values(model, input_shapes), full=False)
+    except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
+        return model
+    return model if written.notes else written.model
+
+
 def import_model(model: onnx.ModelProto | str | os.PathLike,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False) -> Graph:
     """Import an ONNX model (a ModelProto or a path) into the IR, its dynamic dimensions at ``input_shapes``.
@@ -381,6 +420,8 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
     prepared = prepare(model, input_shapes or {})
+    if generic:
+        prepared = simplified(prepared, input_shapes or {})
     importer = _Importer(prepared, input_shapes or {}, generic)
     graph = importer.run()
     if importer.unfitted and not is_large(prepared):  # shapes that follow the data: read off runs, imported again

@@ -85,11 +85,7 @@ class SizeWriter:
             if run:
                 pieces.append(self.const(np.array(run, np.int64), "dims"))
             if axes:
-                gathered = f"sizes:{axes[0]}:{axes[1]}"
-                if gathered not in self.cache:
-                    self.cache[gathered] = self.emit("Gather", [self._shape_of(axes[0]), self.const(
-                        np.array(axes[1], np.int64), "axes")], "dims", len(axes[1]), axis=0)
-                pieces.append(self.cache[gathered])
+                pieces.append(self._sizes(axes[0], axes[1]))
             run, axes = [], None
 
         for m in monos:
@@ -119,6 +115,20 @@ class SizeWriter:
             self.cache[key] = self.emit("Shape", [port], "shape_of", len(self.shapes[port] or []))
         return self.cache[key]
 
+    def _sizes(self, port: str, axes: list[int]) -> str:
+        """The sizes of ``port``'s consecutive ``axes``: one ``Shape`` with ``start`` and ``end`` (opset 15), else a
+        Gather of its whole shape; each written once."""
+        key = f"sizes:{port}:{axes}"
+        if key in self.cache:
+            return self.cache[key]
+        opset = max((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+        if opset >= 15:
+            self.cache[key] = self.emit("Shape", [port], "dims", len(axes), start=axes[0], end=axes[-1] + 1)
+        else:
+            self.cache[key] = self.emit("Gather", [self._shape_of(port), self.const(np.array(axes, np.int64), "axes")],
+                                        "dims", len(axes), axis=0)
+        return self.cache[key]
+
     def _dim(self, m: Mono, scalar: bool = False) -> str | None:
         """A one-element int64 tensor (``scalar``: a scalar) holding ``m`` at run time, computed from the inputs'
         shapes."""
@@ -138,7 +148,8 @@ class SizeWriter:
             name, axis = self.places[s]
             skey = ("scalar:" if scalar else "") + s
             if skey not in self.cache:
-                self.cache[skey] = self.emit("Gather", [self._shape_of(name), const(axis)], "dim", size, axis=0)
+                self.cache[skey] = self._sizes(name, [axis]) if size else \
+                    self.emit("Gather", [self._shape_of(name), const(axis)], "dim", size, axis=0)
             for _ in range(abs(p)):
                 if value is None and p > 0:
                     value = self.cache[skey]

@@ -54,10 +54,20 @@ def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]
             return None  # a quotient split over several axes: not guessed
         factors += [s] * p
     factors.sort(key=lambda s: -values[s])  # the informative (large) symbols first, a symbol at 1 last
+    order = {s: min(k for k, d in enumerate(dims_in) if any(t == s for t, _ in d.powers)) for s in factors}
     rest = [Fraction(n) for n in sizes_out]
     given: list[list[str]] = [[] for _ in sizes_out]
     for s in factors:
         v = values[s]
+        if v == 1:  # ambiguous: an axis of 1 between the axes of the symbols around it in the input, else theirs
+            later = [j for j, g in enumerate(given) for t in g if values[t] != 1 and order[t] > order[s]]
+            earlier = [j for j, g in enumerate(given) for t in g if values[t] != 1 and order[t] < order[s]]
+            low, high = max(earlier, default=-1), min(later, default=len(rest))
+            free = [j for j in range(len(rest)) if rest[j] == 1 and not given[j] and low < j < high]
+            j = free[0] if free else high if later else low if earlier else None
+            if j is not None:
+                given[j].append(s)
+                continue
         tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
                  [j for j in range(len(rest)) if rest[j] == v],
                  [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
@@ -85,6 +95,8 @@ def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, 
     ['b', 's', '4', '16']
     >>> [d.key() for d in reshape_target([b * s, Mono.const(64)], [1, 128, 64], {"b": 1, "s": 128})]
     ['b', 's', '64']
+    >>> [d.key() for d in reshape_target([b, s], [16, 1], {"b": 1, "s": 16})]  # a Flatten: b stays before s
+    ['b*s', '1']
     """
     sizes_in = [m.value(values) for m in dims_in]
     if any(v.denominator != 1 or v <= 0 for v in sizes_in):

@@ -25,6 +25,7 @@ from .interface import QUIET, zero_feeds
 from .io import session
 from .sizes import SizeWriter
 from .symbolic import Mono, product
+from .tables import Prefix, Triangle, prefixes, triangle
 
 LARGEST = 1 << 20
 """values of more elements (at the representative sizes) are not checked"""
@@ -58,6 +59,19 @@ class Patterns:
     grids: dict[str, list[tuple[dict[str, int], tuple[int, ...]]]] = field(default_factory=dict)
     """integer values whose last axis holds multi-indices that run over a grid in row-major order at every size
     (a GatherND's indices of each element): (sizes, the grid's shape) per run"""
+    triangles: dict[str, Triangle] = field(default_factory=dict)
+    """values that are one value on and below a diagonal of their last two axes, another above it (a causal
+    mask; :mod:`eqsat.onnx.tables`)"""
+    prefixes: dict[str, Prefix] = field(default_factory=dict)
+    """values that are the first entries of a table along their symbolic axes (position ids, rotary tables)"""
+
+    def merge(self, other: Patterns) -> None:
+        """``other``'s findings added to these."""
+        self.slices.update(other.slices)
+        self.iota.update(other.iota)
+        self.grids.update(other.grids)
+        self.triangles.update(other.triangles)
+        self.prefixes.update(other.prefixes)
 
 
 def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], values: Mapping[str, int]) -> Patterns:
@@ -86,6 +100,7 @@ def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], val
                 return out
     if len(runs) < 3:
         return out
+    rest: dict[str, list[tuple[dict[str, int], np.ndarray]]] = {}
     for k, name in enumerate(names):
         dims = shapes[name]
         axes = [j for j, m in enumerate(dims) if not m.is_const]
@@ -102,6 +117,13 @@ def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], val
         if all(np.array_equal(v, np.broadcast_to(p, v.shape), equal_nan=nan)
                and np.array_equal(p, parts[0], equal_nan=nan) for (_, v), p in zip(got, parts)):
             out.slices[name] = parts[0]
+        elif name not in out.iota and name not in out.grids:
+            tri = triangle(got, dims)
+            if tri is not None:
+                out.triangles[name] = tri
+            else:
+                rest[name] = got
+    out.prefixes.update(prefixes(probe, rest, shapes, values))
     return out
 
 

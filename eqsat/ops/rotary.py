@@ -119,6 +119,22 @@ ROTARY = OpDef("rotary", "x * cos + rotate_half(x) * sin, the first halves of co
                _torch, _flops, _bytes)
 
 
+def _key(dims: Sequence[int]) -> tuple[int, ...]:
+    """``dims`` as compared for every value of the symbols: a symbolic dimension (:class:`eqsat.dims.Dim`) by its
+    fingerprint, so that a batch of 1 in the cache is not taken for a symbolic batch at 1."""
+    return tuple(int(getattr(d, "fp", d)) for d in dims)
+
+
+def _sizes(em: Emitter, x: str, b: int, s: int, h: int) -> str:
+    """The caches' shape [b, s, h]: a constant, or, where b or s is symbolic, x's own sizes read at run time
+    (``Shape`` of x's axes 0 and 2, and h), which a shape-generic program keeps."""
+    if not any(hasattr(d, "fp") for d in (b, s)):
+        return em.const(np.array([b, s, h], dtype=np.int64), "shape")
+    batch = em.emit("Shape", [x], "rope", start=0, end=1)
+    seq = em.emit("Shape", [x], "rope", start=2, end=3)
+    return em.emit("Concat", [batch, seq, em.const(np.array([h], dtype=np.int64), "half")], "rope", axis=0)
+
+
 def _rope_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
     if not newer_allowed(em):
         return _onnx(em, attrs, ins, shapes)
@@ -128,8 +144,8 @@ def _rope_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
     for t in (cos, sin):  # [cb, 1, cs, D] -> [B, S, D / 2]
         t = em.emit("Reshape", [t, em.const(np.array([cb, cs, d], dtype=np.int64), "shape")], "rope")
         t = _halves(em, t, 3, d // 2, False)
-        if (cb, cs) != (b, s):
-            t = em.emit("Expand", [t, em.const(np.array([b, s, d // 2], dtype=np.int64), "shape")], "rope")
+        if _key((cb, cs)) != _key((b, s)):
+            t = em.emit("Expand", [t, _sizes(em, x, b, s, d // 2)], "rope")
         caches.append(t)
     return emit_newer(em, "RotaryEmbedding", [x, *caches], "rope")
 

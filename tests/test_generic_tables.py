@@ -1,0 +1,231 @@
+"""The values a decoder computes from its inputs' shapes alone (a causal mask, position ids, rotary cos and sin,
+a position embedding's rows), written by the shape-generic rewrite (:mod:`eqsat.onnx.tables`) as a Trilu or a
+Slice of a constant table instead of their run-time computation; checked in onnxruntime against the original
+at several sizes, and on zoo decoders exported with dynamic axes, whose generic and static programs both match
+the original."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+import zoo
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat import ir
+from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx.generic import make_generic
+from eqsat.onnx.symbolic import Mono
+from eqsat.onnx.tables import TABLE_SIZE, triangle
+
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def _decoder(mask: str, positions: str) -> onnx.ModelProto:
+    """ids[batch, seq] and x[batch, seq, 8] the way torch exports a decoder's shape computations: positions
+    ``Range(seq)``; the rotary angles ``positions x inv_freq`` (``positions="rotary"``: x cos + x sin) or a position
+    embedding's rows (``"table"``: Gather of a 64-row table, which refuses longer sequences); a causal mask
+    ``LessOrEqual`` of two Ranges, additive through a Where (``mask="additive"``) or boolean one position wider
+    (``"boolean"``: keys up to one past the query, consumed by a Where)."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array(1, np.int64), "i1"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax0"), numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+             numpy_helper.from_array((1.0 / 10000 ** (np.arange(4) / 4)).astype(np.float32), "inv_freq"),
+             numpy_helper.from_array(rng.standard_normal((64, 8)).astype(np.float32), "pe"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(LOWEST, np.float32), "lowest")]
+    nodes = [helper.make_node("Shape", ["ids"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+             helper.make_node("Range", ["i0", "s", "i1"], ["pos"])]
+    if positions == "rotary":
+        nodes += [helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+                  helper.make_node("Unsqueeze", ["posf", "ax1"], ["posc"]),
+                  helper.make_node("Mul", ["posc", "inv_freq"], ["angles"]),
+                  helper.make_node("Concat", ["angles", "angles"], ["emb"], axis=-1),
+                  helper.make_node("Cos", ["emb"], ["cos"]), helper.make_node("Sin", ["emb"], ["sin"]),
+                  helper.make_node("Mul", ["x", "cos"], ["xc"]), helper.make_node("Mul", ["x", "sin"], ["xs"]),
+                  helper.make_node("Add", ["xc", "xs"], ["h"])]
+    else:
+        nodes += [helper.make_node("Gather", ["pe", "pos"], ["rows"], axis=0),
+                  helper.make_node("Add", ["x", "rows"], ["h"])]
+    nodes += [helper.make_node("Unsqueeze", ["pos", "ax0"], ["keys"]),
+              helper.make_node("Unsqueeze", ["pos", "ax1"], ["queries"]),
+              helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["h", "ht"], ["scores"])]
+    if mask == "additive":
+        nodes += [helper.make_node("LessOrEqual", ["keys", "queries"], ["allowed"]),
+                  helper.make_node("Where", ["allowed", "zero", "lowest"], ["bias"]),
+                  helper.make_node("Add", ["scores", "bias"], ["masked"])]
+    else:
+        nodes += [helper.make_node("Add", ["queries", "i1"], ["reach"]),
+                  helper.make_node("LessOrEqual", ["keys", "reach"], ["allowed"]),
+                  helper.make_node("Where", ["allowed", "scores", "lowest"], ["masked"])]
+    nodes += [helper.make_node("Softmax", ["masked"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "h"], ["y"])]
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])
+    return helper.make_model(helper.make_graph(nodes, "decoder", [ids, x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _feeds(b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"ids": rng.integers(0, 50, (b, s)).astype(np.int64), "x": rng.standard_normal((b, s, 8)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("mask", ["additive", "boolean"])
+def test_a_causal_mask_is_a_trilu_and_rotary_angles_a_slice_of_a_table(mask):
+    model = _decoder(mask, "rotary")
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    # the static program folds them; the generic one writes each in one or two nodes
+    assert ops["Range"] == ops["Cos"] == ops["Sin"] == ops["LessOrEqual"] == ops["Cast"] == 0, ops
+    assert ops["Trilu"] == ops["ConstantOfShape"] == 1 and ops["Slice"] == 2, ops
+    assert ops["Where"] == (1 if mask == "boolean" else 0), ops  # the boolean mask's Where reads the data
+    tables = {t.name: numpy_helper.to_array(t) for t in written.model.graph.initializer}
+    sliced = [tables[n.input[0]] for n in written.model.graph.node if n.op_type == "Slice"]
+    assert all(t.shape == (TABLE_SIZE, 8) for t in sliced)
+    assert "inv_freq" not in tables  # its chain is gone
+    inv = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "inv_freq")
+    angles = np.arange(TABLE_SIZE, dtype=np.float32)[:, None] * np.concatenate([inv, inv])
+    sin, cos = sorted(sliced, key=lambda t: float(t[0, 0]))  # (cos 0 = 1, sin 0 = 0)
+    np.testing.assert_allclose(cos, np.cos(angles), atol=1e-5)
+    np.testing.assert_allclose(sin, np.sin(angles), atol=1e-5)
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(6)
+    for b, s in [(1, 16), (2, 16), (3, 16), (2, 1), (1, 2), (3, 37), (1, 128), (1, 300)]:
+        feeds = _feeds(b, s, rng)
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, s, 8)
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_table_the_model_bounds_is_cut_where_the_model_stops():
+    """A position embedding's rows: the table is the 64 rows the original accepts; at 65 both programs fail."""
+    model = _decoder("additive", "table")
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["Range"] == 0 and ops["Slice"] == 1, ops
+    assert all(n.input[0].startswith("shape_of") for n in written.model.graph.node if n.op_type == "Gather")  # sizes
+    table = next(numpy_helper.to_array(t) for t in written.model.graph.initializer
+                 if t.name == next(n.input[0] for n in written.model.graph.node if n.op_type == "Slice"))
+    pe = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "pe")
+    np.testing.assert_array_equal(table, pe)
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(7)
+    for b, s in [(1, 16), (2, 1), (3, 37), (2, 64)]:
+        feeds = _feeds(b, s, rng)
+        np.testing.assert_allclose(got.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+    for program in (ref, got):
+        with pytest.raises(Exception):  # noqa: B017 - onnxruntime's error types vary by operator
+            program.run(None, _feeds(1, 65, rng))
+
+
+def test_triangle_reads_the_diagonal_and_refuses_what_is_not_one():
+    s = Mono.symbol("s")
+    dims = [Mono.symbol("b"), Mono.const(1), s, s]
+
+    def runs(make):
+        return [({"b": b, "s": n}, np.broadcast_to(make(n), (b, 1, n, n))) for b, n in [(1, 16), (2, 16), (1, 1), (1, 7)]]
+
+    tri = triangle(runs(lambda n: ~np.triu(np.ones((n, n), bool), 3)), dims)
+    assert tri is not None and tri.k == 2 and bool(tri.below) and not bool(tri.above)
+    assert tri.shape == [Mono.const(1), Mono.const(1), s, s]  # one slice along the batch: broadcast where used
+    assert triangle(runs(lambda n: np.tril(np.arange(n * n).reshape(n, n))), dims) is None  # not two values
+    assert triangle(runs(lambda n: np.eye(n)), dims) is None  # two values, not a triangle
+    per_batch = [({"b": b, "s": n}, np.arange(b).reshape(b, 1, 1, 1) + np.triu(np.ones((1, 1, n, n)), 1))
+                 for b, n in [(1, 16), (2, 16), (3, 5)]]
+    assert triangle(per_batch, dims) is None  # not the same along the batch
+
+
+@pytest.mark.parametrize("name,exporter,seqs", [("llama", "torchscript", (1, 37, 128)),
+                                                ("llama", "dynamo", (1, 37, 64)),
+                                                ("gpt2", "torchscript", (1, 37, 64))])
+def test_a_dynamic_decoders_generic_and_static_programs_match_the_original(name, exporter, seqs, tmp_path):
+    """The zoo's LLaMA (its rotary table computed: any length) and GPT-2 (a 64-row position table) exported with
+    dynamic axes: the generic program computes no mask or rotary chain (a Trilu, Slices of tables) and matches
+    the original at batch 1, 2, 3 and each sequence length; the static one at its own shape."""
+    model = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
+    shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
+    graphs = [import_model(model, shapes, generic=g) for g in (False, True)]
+    # the attention composites are imported as on static shapes (GPT-2's padding mask, flattened from [batch, seq],
+    # keeps its batch axis first: eqsat.onnx.targets)
+    counts = [collections.Counter(n.op for n in ir.topo_order(list(g.outputs))) for g in graphs]
+    assert counts[1]["attention"] == counts[0]["attention"] >= 1, counts
+    static = export_model(graphs[0])
+    generic = make_generic(export_model(graphs[1]), model, {"batch": 1, "seq": 16}).model
+    ops = collections.Counter(n.op_type for n in generic.graph.node)
+    assert ops["Trilu"] == 1 and ops["Range"] == ops["Cos"] == ops["Sin"] == ops["LessOrEqual"] == 0, ops
+    ref, got_g, got_s = session(model), session(generic), session(static)
+    rng = np.random.default_rng(8)
+    for b in (1, 2, 3):
+        for s in (16, *seqs):
+            feeds = zoo.sized_feeds(name, rng, b, s)
+            expected = ref.run(None, feeds)
+            for want, have in zip(expected, got_g.run(None, feeds)):
+                assert have.shape == want.shape
+                np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+            if (b, s) == (1, 16):
+                for want, have in zip(expected, got_s.run(None, feeds)):
+                    np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+
+
+def test_the_qkv_merge_fires_on_the_generic_import_as_on_the_static_one(tmp_path):
+    """The zoo's LLaMA exported with dynamic axes: its live shape computations (mask, rotary tables, now a Trilu
+    and Slices) block no rule around them: TASO's merge of MatMuls sharing an input (Q/K/V, gate/up) matches as
+    often on the generic import as on the static one, grows the e-graph as much, and its merged product (one
+    MatMul reading the concatenated weights) is in both e-graphs."""
+    from eqsat.egglog.egraph import EGraph
+    from eqsat.rules import RuleEngine, rule_set
+
+    model = zoo.export_dynamic("llama", "torchscript", str(tmp_path / "llama.onnx"))
+    shapes = {"input_ids": (1, 128)}
+    found = {}
+    for generic in (False, True):
+        graph = import_model(model, shapes, generic=generic)
+        assert not any(n.op == "opaque" and n.attrs and n.attrs[0] in ("Cos", "Sin", "Range", "LessOrEqual")
+                       for n in ir.topo_order(list(graph.outputs)))
+        eg = EGraph.from_graph(graph)
+        engine = RuleEngine(eg, rule_set("default"))
+        before = eg.size().enodes
+        step = engine.apply("taso_m04")
+        concats = [n for n in eg.snapshot().nodes if n.op.lower() == "concat"]
+        found[generic] = (step.matches, eg.size().enodes - before, len(concats))
+    assert found[True] == found[False] and found[False][0] >= 2 and found[False][2] >= 1, found
+
+
+def _with_rope(graph: ir.Graph) -> ir.Graph:
+    """``graph`` with each ``rotary`` node written as the runtime kernel ``rope`` (what rule rotary_kernel
+    rewrites it to)."""
+    built: dict[int, ir.Node] = {}
+    for node in ir.topo_order(list(graph.outputs)):
+        ins = tuple(built[id(i)] for i in node.inputs)
+        op = "rope" if node.op == "rotary" else node.op
+        built[id(node)] = node if op == node.op and ins == node.inputs else \
+            ir.Node(op, ins, node.attrs, node.shape, node.dtype, node.name)
+    return dataclasses.replace(graph, outputs=tuple(built[id(o)] for o in graph.outputs), origins=())
+
+
+def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs_at_every_size(tmp_path):
+    """The dynamo LLaMA's rotary embeddings are imported as ``rotary`` on the generic import as on the static one
+    (their cos and sin: Slices of constant tables whose halves repeat); written as opset 23's RotaryEmbedding,
+    the generic program expands the caches to the batch read at run time and matches the original at batch 1-3."""
+    model = zoo.export_dynamic("llama", "dynamo", str(tmp_path / "llama.onnx"))
+    shapes = {"input_ids": (1, 16)}
+    counts = [collections.Counter(n.op for n in ir.topo_order(list(import_model(model, shapes, generic=g).outputs)))
+              for g in (False, True)]
+    assert counts[0]["rotary"] == counts[1]["rotary"] == 2
+    graph = _with_rope(import_model(model, shapes, generic=True))
+    generic = make_generic(export_model(graph), model, {"batch": 1, "seq": 16}).model
+    ops = collections.Counter(n.op_type for n in generic.graph.node)
+    assert ops["RotaryEmbedding"] == 2 and ops["Cos"] == ops["Sin"] == 0, ops
+    assert ops["Slice"] == 2, ops  # one table each for cos and sin, shared by the two kernels
+    ref, got = session(model), session(generic)
+    rng = np.random.default_rng(9)
+    for b, s in [(1, 16), (2, 16), (3, 16), (2, 1), (3, 37), (1, 64)]:
+        feeds = zoo.sized_feeds("llama", rng, b, s)
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape
+        np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
