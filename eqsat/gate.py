@@ -196,11 +196,12 @@ def state_of(interval: Interval, gate: Gate) -> State:
 
 
 def assess(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]],
-           clusters: Sequence[Sequence[int]] | None, gate: Gate) -> list[tuple[Interval, State]]:
+           clusters: Sequence[Sequence[int]] | None, gate: Gate, family: int | None = None) -> list[tuple[Interval, State]]:
     """Each candidate's interval and state at a look over the paired rounds so far (``clusters``: per candidate,
-    the session pair of each round, or None)."""
+    the session pair of each round, or None). ``family``: the candidates the Bonferroni correction counts (those
+    timed in other runs too, when the measurement is split into groups: :mod:`eqsat.grouping`); None: these."""
     a = np.asarray(original_ms, float)
-    confidence = gate.confidence(len(candidates_ms))
+    confidence = gate.confidence(family or len(candidates_ms))
     out = []
     for j, b in enumerate(candidates_ms):
         x = np.log(a / np.asarray(b, float))

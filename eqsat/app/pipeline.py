@@ -29,6 +29,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
+from eqsat.grouping import MIB, auto_budget
 from eqsat.ir import Graph, Node
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model, pool
@@ -37,7 +38,7 @@ from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
-from eqsat.timing import Protocol
+from eqsat.timing import Comparison, Protocol
 from eqsat.torch_run import check_runnable
 from eqsat.verify import ShapesCheck, Verifier
 
@@ -329,10 +330,18 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
-    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate)
+    budget = auto_budget(onnx_io.weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
+                        memory_bytes=budget)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
                                          input_shapes=config.input_shapes, feeds=feeds)
-    best, decision = choose(measured.comparisons, names, config.allow_slower, gate)
+    if feeds is None:
+        feeds = measured.feeds
+    duel_protocol = replace(protocol, budget_s=protocol.budget_s * 2 / (1 + len(candidates)), family=None)
+
+    def duel(first: int, second: int) -> Comparison:  # candidates of two groups, timed against each other
+        return runtimes.duel(candidates[first], candidates[second], runtime, duel_protocol, feeds)
+    best, decision = choose(measured.comparisons, names, config.allow_slower, gate, measured.group_of(), duel)
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
               for side, i in (("original", 0), ("optimized", best + 1))}
     return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
