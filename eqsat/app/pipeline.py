@@ -476,6 +476,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
             weights.restore(original)  # a reference into the pool only where slimmed above
         if returned.program == "optimized":
             weights.restore(shipped.model)
+        weights.drop_pages()  # read to restore them: the models returned hold their own copy
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)

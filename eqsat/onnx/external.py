@@ -92,6 +92,37 @@ def save_external(model: onnx.ModelProto, path: str) -> None:
     onnx.save_model(skeleton, path)
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+GRAPH_TAG = bytes([7 << 3 | 2])
+"""ModelProto.graph (field 7, length-delimited)"""
+INITIALIZER_TAG = bytes([5 << 3 | 2])
+"""GraphProto.initializer (field 5, length-delimited)"""
+
+
+def save_streamed(model: onnx.ModelProto, path: str) -> None:
+    """Write ``model`` to ``path`` as one message (its weights inside), without serializing it whole: the model
+    without its initializers, then each initializer as a fragment ``graph { initializer { ... } }``, which protobuf's
+    parsers merge into the graph (repeated fields append, in order), so the file loads as ``model``. A model of a few
+    hundred MB of weights then takes no second copy of them while it is written (its largest tensor's, at most)."""
+    with open(path, "wb") as f:
+        f.write(_without_initializers(model).SerializeToString())
+        for t in model.graph.initializer:
+            body = t.SerializeToString()
+            inner = INITIALIZER_TAG + _varint(len(body))
+            f.write(GRAPH_TAG + _varint(len(inner) + len(body)))
+            f.write(inner)
+            f.write(body)
+            del body
+
+
 ASIDE = "eqsat-weights-set-aside"
 """the location a weight set aside names (:func:`set_weights_aside`): no file"""
 
@@ -164,4 +195,4 @@ def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
 
 
 __all__ = ["ALIGNMENT", "ALIGN_THRESHOLD", "ASIDE", "DATA_SUFFIX", "EXTERNAL_THRESHOLD", "check_aside", "data_file",
-           "goes_out", "put_weights_back", "save_external", "set_weights_aside", "tensor_bytes", "tensor_size"]
+           "goes_out", "put_weights_back", "save_external", "save_streamed", "set_weights_aside", "tensor_bytes", "tensor_size"]
