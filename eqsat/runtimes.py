@@ -355,11 +355,11 @@ def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str
     session each (large models) renewed every few rounds, so that the gate's units are session pairs."""
 
     def build() -> list[list[Callable[[], Any]]]:
-        calls = runtime.instances(programs, feeds, protocol)
         weights = pool.current()
-        if weights is not None:  # the sessions have read (and prepacked) what they keep: the mapped pages may go
-            weights.drop_pages()
-        return calls
+        if weights is None:
+            return runtime.instances(programs, feeds, protocol)
+        with weights.dropping():  # the sessions read (and prepack) what they keep: the mapped pages may go
+            return runtime.instances(programs, feeds, protocol)
 
     first = [build()]
     renew = None

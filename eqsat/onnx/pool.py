@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,8 @@ the next pool made there once no process has that PID"""
 STALE = re.compile(r"^eqsat-weights-(\d+)-")
 FILE = "eqsat-pool.bin"
 """the pool's file: a candidate's reference into it names it so (:meth:`WeightPool.slim`)"""
+DROP_EVERY_S = 0.02
+"""how often :meth:`WeightPool.dropping` drops the mapped pages"""
 CHUNK = 1 << 22
 PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.UINT8,
                    TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64,
@@ -194,11 +197,10 @@ class WeightPool:
         bytes dropped (0 where the platform has no madvise)."""
         advice = getattr(mmap, "MADV_DONTNEED", None)
         dropped = 0
-        for es in self.entries.values():
-            for e in es:
-                if advice is not None and e.mapping is not None:
-                    e.mapping.madvise(advice)
-                    dropped += e.length
+        for e in list(self.at.values()):  # a copy taken at once: another thread may add entries meanwhile
+            if advice is not None and e.mapping is not None:
+                e.mapping.madvise(advice)
+                dropped += e.length
         return dropped
 
     def _referenced(self, t: TensorProto) -> Entry | None:
@@ -282,6 +284,25 @@ class WeightPool:
             os.unlink(path)
         self.sessions += 1
         return sess
+
+    @contextlib.contextmanager
+    def dropping(self, every_s: float = DROP_EVERY_S) -> Iterator[None]:
+        """The mapped pages dropped every ``every_s`` seconds while the block runs (a thread; onnxruntime builds a
+        session without holding the GIL): a session prepacking its MatMul weights reads each once, so the pages
+        read so far need not stay while it reads the next. For building timed sessions, not for running them."""
+        stop = threading.Event()
+
+        def drop() -> None:
+            while not stop.wait(every_s):
+                self.drop_pages()
+        thread = threading.Thread(target=drop, name="eqsat-drop-pages", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.drop_pages()
 
     def close(self) -> None:
         """Remove the pool's folder (sessions built on it must be gone: they read the mapped arrays)."""
