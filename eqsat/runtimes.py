@@ -28,7 +28,9 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.util
+import os
 import platform
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -77,8 +79,15 @@ class Program:
     graph: Graph | None = None
 
 
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+"""the device files of a GPU torch could use on Linux (NVIDIA's driver, ROCm's, WSL's): with none of them, no GPU is
+there, and torch (about 180 MiB resident once imported) need not be imported to say so"""
+
+
 def _torch_gpu() -> bool:
     if importlib.util.find_spec("torch") is None:
+        return False
+    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_DEVICES):
         return False
     import torch
 

@@ -60,3 +60,19 @@ def test_reading_checks_as_the_checker_does_without_a_second_copy(tmp_path):
     onnx.save(wrong, path)
     with pytest.raises(InputError, match="invalid ONNX model: .*NoSuchOp"):
         load_model(str(path))
+
+
+def test_the_runtime_auto_resolves_without_importing_torch_where_no_gpu_device_exists():
+    import os
+    import subprocess
+    import sys
+
+    from eqsat.runtimes import GPU_DEVICES
+
+    code = ("import sys; from eqsat import runtimes; print(runtimes.resolve('auto'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    import torch  # the oracle: torch's own answer
+
+    assert out[0] == ("torch-cuda" if torch.cuda.is_available() else "ort-cpu")
+    if not any(os.path.exists(p) for p in GPU_DEVICES):
+        assert out[1] == "False"  # torch (180 MiB resident) was never imported to find no GPU

@@ -89,6 +89,14 @@ class Entry:
             self.values[dims] = ort.OrtValue.ortvalue_from_numpy(self.array.reshape(dims))
         return self.values[dims]
 
+    def drop(self) -> int:
+        """Let the kernel take back the array's mapped pages (:meth:`WeightPool.drop_pages`); the bytes dropped."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None or self.mapping is None:
+            return 0
+        self.mapping.madvise(advice)
+        return self.length
+
     def reference(self, name: str) -> TensorProto:
         """A TensorProto named ``name`` whose data is this entry's bytes in the pool's file."""
         t = TensorProto()
@@ -195,13 +203,7 @@ class WeightPool:
         their next read, with the same bytes. Timed sessions read their MatMul weights once, to prepack them, so
         dropping the pages once they are built keeps the weights out of the run's resident memory. Returns the
         bytes dropped (0 where the platform has no madvise)."""
-        advice = getattr(mmap, "MADV_DONTNEED", None)
-        dropped = 0
-        for e in list(self.at.values()):  # a copy taken at once: another thread may add entries meanwhile
-            if advice is not None and e.mapping is not None:
-                e.mapping.madvise(advice)
-                dropped += e.length
-        return dropped
+        return sum(e.drop() for e in list(self.at.values()))  # a copy taken at once: another thread may add entries
 
     def _referenced(self, t: TensorProto) -> Entry | None:
         """The entry a reference into the pool's file points to (:meth:`slim`), or None for other external data."""
@@ -227,6 +229,7 @@ class WeightPool:
             if e is None:
                 sg.initializer.append(t)
                 continue
+            e.drop()  # read to compare or written: not needed resident for a reference
             ref = sg.initializer.add()
             _copy_fields(t, ref, skip={"raw_data"})
             ref.data_location = TensorProto.EXTERNAL
