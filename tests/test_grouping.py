@@ -86,10 +86,16 @@ def test_plan_partitions_the_candidates_in_order_into_groups_that_fit():
     assert auto_budget(10) == 512 * MIB and auto_budget(400 * MIB) == 800 * MIB
 
 
-def test_memory_budget_is_checked():
+def test_memory_budget_is_checked_and_given_on_the_command_line():
+    from eqsat.app.cli import build_parser, config_from_args
+
     with pytest.raises(InputError, match="--memory-budget"):
         OptimizeConfig.of(memory_budget=0).validate()
     OptimizeConfig.of(memory_budget=1).validate()
+    args = build_parser().parse_args(["optimize-model", "m.onnx", "-o", "o.onnx", "--memory-budget", "64"])
+    assert config_from_args(args).memory_budget == 64
+    assert config_from_args(build_parser().parse_args(["optimize-model", "m.onnx", "-o", "o.onnx"])).memory_budget \
+        is None
 
 
 # -- the measurement in groups ----------------------------------------------------------------------------------
