@@ -31,6 +31,7 @@ import importlib.util
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,6 +47,7 @@ from .ir import Graph
 from .onnx import pool
 from .onnx.io import session
 from .timing import (
+    EPOCHS,
     Comparison,
     Protocol,
     check_same_inputs,
@@ -61,6 +63,9 @@ from .torch_run import TorchProgram, check_runnable
 RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
 """``--runtime`` values besides ``auto``"""
 TORCH_RUNTIMES = frozenset({"torch-cuda", "torch-compile", "torch-cpu"})
+RENEW_SECONDS = 10.0
+"""the most seconds renewing one-session programs may add to a run in builds (or the run's budget, if more); models
+slower to build (a 1B-parameter one) keep their one session pair, and the rounds are the gate's units"""
 EAGER_REPEATS = 20
 TORCH_INSTANCES = 3
 """instances per program in the eager and CUDA-graph modes, each with its own weights (as sessions are for onnxruntime)"""
@@ -370,13 +375,16 @@ def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str
         with weights.dropping():  # the sessions read (and prepack) what they keep: the mapped pages may go
             return runtime.instances(programs, feeds, protocol)
 
+    start = time.perf_counter()
     first = [build()]
+    build_s = time.perf_counter() - start
     renew = None
     if isinstance(runtime, OrtRuntime):
         info["sessions_per_program"] = runtime.sessions_per_program
-        if runtime.sessions_per_program == 1 and protocol.gate is not None:
+        affordable = build_s * (EPOCHS - 1) <= max(RENEW_SECONDS, protocol.budget_s)
+        if runtime.sessions_per_program == 1 and protocol.gate is not None and affordable:
             renew = build
-            info["sessions_renewed"] = True
+        info["sessions_renewed"] = renew is not None
     return compare_many(first.pop(), protocol, info, runtime.clock, renew)  # compare_many holds the only reference
 
 
