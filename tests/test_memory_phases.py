@@ -30,10 +30,12 @@ def _model(big: np.ndarray, doc: str = "") -> onnx.ModelProto:
 BIG = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
 
 
-def test_a_streamed_model_loads_as_the_message_it_was(tmp_path):
+def test_a_streamed_model_is_the_message_byte_for_byte(tmp_path):
     m = _model(BIG, doc="a weight")
     path = str(tmp_path / "m.onnx")
     save_streamed(m, path)
+    with open(path, "rb") as f:
+        assert f.read() == m.SerializeToString()  # the bytes protobuf writes for the whole message
     back = onnx.load(path)
     assert back == m and back.SerializeToString() == m.SerializeToString()
     onnx.checker.check_model(path)

@@ -108,19 +108,30 @@ INITIALIZER_TAG = bytes([5 << 3 | 2])
 
 
 def save_streamed(model: onnx.ModelProto, path: str) -> None:
-    """Write ``model`` to ``path`` as one message (its weights inside), without serializing it whole: the model
-    without its initializers, then each initializer as a fragment ``graph { initializer { ... } }``, which protobuf's
-    parsers merge into the graph (repeated fields append, in order), so the file loads as ``model``. A model of a few
-    hundred MB of weights then takes no second copy of them while it is written (its largest tensor's, at most)."""
+    """Write ``model`` to ``path`` as one message (its weights inside), the bytes ``model.SerializeToString()``
+    gives, without serializing it whole: its fields in number order, the graph's too, each initializer serialized
+    on its own (a model of a few hundred MB of weights then takes no second copy of them while it is written: its
+    largest tensor's, at most)."""
+    g = model.graph
     with open(path, "wb") as f:
-        f.write(_without_initializers(model).SerializeToString())
-        for t in model.graph.initializer:
-            body = t.SerializeToString()
-            inner = INITIALIZER_TAG + _varint(len(body))
-            f.write(GRAPH_TAG + _varint(len(inner) + len(body)))
-            f.write(inner)
-            f.write(body)
-            del body
+        for field, _value in model.ListFields():  # in field number order, as protobuf serializes them
+            if field.name != "graph":
+                part = onnx.ModelProto()
+                _copy_field(model, part, field.name)
+                f.write(part.SerializeToString())
+                continue
+            f.write(GRAPH_TAG + _varint(g.ByteSize()))
+            for inner, _ in g.ListFields():
+                if inner.name != "initializer":
+                    piece = onnx.GraphProto()
+                    _copy_field(g, piece, inner.name)
+                    f.write(piece.SerializeToString())
+                    continue
+                for t in g.initializer:
+                    body = t.SerializeToString()
+                    f.write(INITIALIZER_TAG + _varint(len(body)))
+                    f.write(body)
+                    del body
 
 
 ASIDE = "eqsat-weights-set-aside"
