@@ -120,18 +120,22 @@ def save_streamed(model: onnx.ModelProto, path: str) -> None:
                 _copy_field(model, part, field.name)
                 f.write(part.SerializeToString())
                 continue
-            f.write(GRAPH_TAG + _varint(g.ByteSize()))
+            pieces: list[bytes | None] = []  # each graph field's bytes, None for the initializers (written one by one)
             for inner, _ in g.ListFields():
+                piece = onnx.GraphProto()
                 if inner.name != "initializer":
-                    piece = onnx.GraphProto()
                     _copy_field(g, piece, inner.name)
-                    f.write(piece.SerializeToString())
+                pieces.append(piece.SerializeToString() if inner.name != "initializer" else None)
+            sizes = [t.ByteSize() for t in g.initializer]  # each on its own: the graph's ByteSize would encode it whole
+            weights = sum(len(INITIALIZER_TAG) + len(_varint(n)) + n for n in sizes)
+            f.write(GRAPH_TAG + _varint(sum(len(p) for p in pieces if p is not None) + weights))
+            for piece in pieces:
+                if piece is not None:
+                    f.write(piece)
                     continue
-                for t in g.initializer:
-                    body = t.SerializeToString()
-                    f.write(INITIALIZER_TAG + _varint(len(body)))
-                    f.write(body)
-                    del body
+                for t, n in zip(g.initializer, sizes):
+                    f.write(INITIALIZER_TAG + _varint(n))
+                    f.write(t.SerializeToString())
 
 
 ASIDE = "eqsat-weights-set-aside"
