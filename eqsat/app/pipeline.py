@@ -298,6 +298,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             check = verifier.check(model)
             entry.verified, entry.max_abs_error = check.passed, check.max_abs_error
             entry.note = "" if check.passed else f"not measured: {check.detail}"
+            if (weights := pool.current()) is not None:  # the pages its check read: the next reads its own
+                weights.drop_pages()
         b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model))
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
