@@ -311,7 +311,7 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
 
     t0 = time.perf_counter()
     if p.gate is not None:  # renewing: the epochs are the units however few (a wide interval, never a narrow one)
-        gate = replace(p.gate, min_clusters=2) if every else p.gate
+        gate = replace(p.gate, min_clusters=2, clustered=True) if every else p.gate
         return _sequential(p, gate, planned, run_round, series, pair, repeats, start, t0, runtime)
     rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
     for r in range(rounds):
@@ -341,7 +341,8 @@ def _renew(inst: list[list[Callable[[], Any]]], renew: Callable[[], Sequence[Cal
     memory.release()
     inst.extend(_instances(c) for c in renew())
     for side in inst:
-        [clock(call, 1) for call in side]
+        for call in side:
+            clock(call, 1)
 
 
 def _sequential(p: Protocol, gate: Gate, planned: int, run_round: Callable[[int], None], series: list[list[float]],

@@ -217,3 +217,16 @@ def test_stale_weight_folders_are_removed_only_for_dead_processes(tmp_path):
         assert os.path.basename(pool.folder).startswith(f"eqsat-weights-{os.getpid()}-")
         assert not stale.exists() and live.is_dir() and other.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_renewed_sessions_never_fall_back_to_the_rounds_as_units():
+    """One epoch (one session pair) says nothing of what differs between sessions: the interval is unbounded, not
+    the narrow one over its rounds (which an A/A on one pair passes about half the time)."""
+    from eqsat.gate import trimmed_interval
+
+    x = np.random.default_rng(0).normal(0.005, 0.001, 12)  # one pair 0.5% apart, rounds that agree on it
+    assert trimmed_interval(x, [0] * 12, 0.99, 2).ci_low > 1  # rounds as units: "faster"
+    one = trimmed_interval(x, [0] * 12, 0.99, 2, clustered=True)
+    assert one.ci_low == 0 and one.ci_high == float("inf")
+    two = trimmed_interval(x, [0] * 6 + [1] * 6, 0.99, 2, clustered=True)
+    assert 0 < two.ci_low and two.units == 2
