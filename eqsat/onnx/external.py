@@ -122,10 +122,10 @@ def save_streamed(model: onnx.ModelProto, path: str) -> None:
                 continue
             pieces: list[bytes | None] = []  # each graph field's bytes, None for the initializers (written one by one)
             for inner, _ in g.ListFields():
-                piece = onnx.GraphProto()
+                one = onnx.GraphProto()
                 if inner.name != "initializer":
-                    _copy_field(g, piece, inner.name)
-                pieces.append(piece.SerializeToString() if inner.name != "initializer" else None)
+                    _copy_field(g, one, inner.name)
+                pieces.append(one.SerializeToString() if inner.name != "initializer" else None)
             sizes = [t.ByteSize() for t in g.initializer]  # each on its own: the graph's ByteSize would encode it whole
             weights = sum(len(INITIALIZER_TAG) + len(_varint(n)) + n for n in sizes)
             f.write(GRAPH_TAG + _varint(sum(len(p) for p in pieces if p is not None) + weights))
