@@ -71,6 +71,9 @@ class Gate:
     """session pairs needed to use them as the units of the standard error (else the rounds are)"""
     max_rounds: int = 600
     """rounds at most, however fast the programs"""
+    clustered: bool = False
+    """the clusters are the only units (programs renewed every few rounds: :func:`eqsat.timing.compare_many`): with
+    fewer than :attr:`min_clusters` of them the interval is unbounded, never one over the rounds"""
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 0.5:
@@ -158,9 +161,10 @@ class Interval:
 
 
 def trimmed_interval(log_ratios: Series, clusters: Sequence[int] | None, confidence: float,
-                     min_clusters: int = Gate.min_clusters) -> Interval:
+                     min_clusters: int = Gate.min_clusters, clustered: bool = False) -> Interval:
     """The trimmed-mean speedup of paired log ratios and its two-sided interval at ``confidence`` (Yuen's
-    standard error, cluster-robust over ``clusters`` when there are at least ``min_clusters`` of them)."""
+    standard error, cluster-robust over ``clusters`` when there are at least ``min_clusters`` of them; else over
+    the rounds, or, ``clustered``, unbounded)."""
     x = np.asarray(log_ratios, float)
     if x.ndim != 1 or x.size < 2:
         raise ValueError(f"need at least 2 paired rounds, got {x.shape}")
@@ -179,6 +183,8 @@ def trimmed_interval(log_ratios: Series, clusters: Sequence[int] | None, confide
         sums = np.array([w[labels == g].sum() for g in groups])
         var = groups.size / (groups.size - 1) * float((sums ** 2).sum()) / (h * h)
         df, units = groups.size - 1, int(groups.size)
+    elif clustered:
+        return Interval(math.exp(center), 0.0, math.inf, int(groups.size))
     else:
         var = float((w ** 2).sum()) / (h * (h - 1))
         df, units = h - 1, n
@@ -196,15 +202,17 @@ def state_of(interval: Interval, gate: Gate) -> State:
 
 
 def assess(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]],
-           clusters: Sequence[Sequence[int]] | None, gate: Gate) -> list[tuple[Interval, State]]:
+           clusters: Sequence[Sequence[int]] | None, gate: Gate, family: int | None = None) -> list[tuple[Interval, State]]:
     """Each candidate's interval and state at a look over the paired rounds so far (``clusters``: per candidate,
-    the session pair of each round, or None)."""
+    the session pair of each round, or None). ``family``: the candidates the Bonferroni correction counts (those
+    timed in other runs too, when the measurement is split into groups: :mod:`eqsat.grouping`); None: these."""
     a = np.asarray(original_ms, float)
-    confidence = gate.confidence(len(candidates_ms))
+    confidence = gate.confidence(family or len(candidates_ms))
     out = []
     for j, b in enumerate(candidates_ms):
         x = np.log(a / np.asarray(b, float))
-        iv = trimmed_interval(x, None if clusters is None else clusters[j], confidence, gate.min_clusters)
+        iv = trimmed_interval(x, None if clusters is None else clusters[j], confidence, gate.min_clusters,
+                              gate.clustered)
         out.append((iv, state_of(iv, gate)))
     return out
 

@@ -26,20 +26,28 @@ every candidate with the protocol of :mod:`eqsat.timing` (interleaved seeded rou
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.util
+import os
 import platform
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
+from . import memory
 from .errors import InputError
+from .grouping import plan, session_bytes
 from .ir import Graph
+from .onnx import pool
 from .onnx.io import session
 from .timing import (
+    EPOCHS,
     Comparison,
     Protocol,
     check_same_inputs,
@@ -55,6 +63,9 @@ from .torch_run import TorchProgram, check_runnable
 RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
 """``--runtime`` values besides ``auto``"""
 TORCH_RUNTIMES = frozenset({"torch-cuda", "torch-compile", "torch-cpu"})
+RENEW_SECONDS = 10.0
+"""the most seconds renewing one-session programs may add to a run in builds (or the run's budget, if more); models
+slower to build (a 1B-parameter one) keep their one session pair, and the rounds are the gate's units"""
 EAGER_REPEATS = 20
 TORCH_INSTANCES = 3
 """instances per program in the eager and CUDA-graph modes, each with its own weights (as sessions are for onnxruntime)"""
@@ -73,8 +84,15 @@ class Program:
     graph: Graph | None = None
 
 
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+"""the device files of a GPU torch could use on Linux (NVIDIA's driver, ROCm's, WSL's): with none of them, no GPU is
+there, and torch (about 180 MiB resident once imported) need not be imported to say so"""
+
+
 def _torch_gpu() -> bool:
     if importlib.util.find_spec("torch") is None:
+        return False
+    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_DEVICES):
         return False
     import torch
 
@@ -282,17 +300,34 @@ def make(name: str, threads: int = 1) -> Runtime:
 
 @dataclass
 class Measured:
-    """The comparisons of the original against each candidate (in order), and the runtime's side timings."""
+    """The comparisons of the original against each candidate (in order), the runtime's side timings, and the
+    groups the candidates were timed in (:mod:`eqsat.grouping`: candidate indices, 0-based; one group unless the
+    memory budget split the measurement)."""
 
     comparisons: list[Comparison]
     beside: dict[str, list[float]]
+    groups: list[list[int]] = field(default_factory=list)
+    feeds: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """the inputs timed on"""
+
+    def group_of(self) -> list[int]:
+        """Each candidate's group (candidates of one group were timed in the same rounds)."""
+        label = [0] * len(self.comparisons)
+        for g, members in enumerate(self.groups):
+            for k in members:
+                label[k] = g
+        return label
 
 
 def compare_programs(original: Program, candidates: Sequence[Program], runtime: Runtime,
                      protocol: Protocol | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                      feeds: dict[str, np.ndarray] | None = None) -> Measured:
-    """Time ``original`` against every candidate in one interleaved run in ``runtime`` (eqsat.timing's
-    protocol) on the same inputs: ``feeds``, or seeded random ones (:func:`eqsat.timing.timing_feeds`)."""
+    """Time ``original`` against every candidate in ``runtime`` (eqsat.timing's protocol) on the same inputs:
+    ``feeds``, or seeded random ones (:func:`eqsat.timing.timing_feeds`). In one interleaved run, or, where
+    ``protocol.memory_bytes`` cannot hold one session of each program (:func:`eqsat.grouping.plan`), in groups
+    timed one after another: the original and the candidates that fit, each group's share of the budget in
+    proportion to its programs (so each candidate gets the rounds one run would give it), the gate's correction
+    over all the candidates, and each group's sessions freed before the next group's are built."""
     protocol = protocol or Protocol()
     programs = [original, *candidates]
     if feeds is None:
@@ -300,13 +335,58 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
         check_same_inputs(probe)
         feeds = timing_feeds(original.model, probe, protocol.seed, input_shapes)
         del probe  # none alive beside the timed ones
-    calls = runtime.instances(programs, feeds, protocol)
+    groups = [list(range(1, len(programs)))] if protocol.memory_bytes is None \
+        else plan([session_bytes(p.model) for p in programs], protocol.memory_bytes).groups
+    comparisons: list[Comparison] = []
     info = runtime.info()
+    for members in groups:
+        group = [original, *(programs[k] for k in members)]
+        p = protocol if len(groups) == 1 else replace(
+            protocol, family=len(candidates), budget_s=protocol.budget_s * len(group) / len(programs))
+        comparisons.extend(_timed_run(runtime, group, feeds, p, info))
+        gc.collect()  # this group's sessions are gone before the next group's are built
+        memory.release()
+    if len(groups) > 1:
+        info["groups"] = [[k - 1 for k in members] for members in groups]  # every comparison's runtime is info
+    return Measured(comparisons, runtime.beside(programs, feeds), [[k - 1 for k in members] for members in groups],
+                    feeds)
+
+
+def duel(first: Program, second: Program, runtime: Runtime, protocol: Protocol,
+         feeds: dict[str, np.ndarray]) -> Comparison:
+    """``first`` timed against ``second`` in a paired, interleaved run of their own (``first`` in the original's
+    place: a speedup above 1 means ``second`` is faster): two candidates measured in different groups compared."""
+    try:
+        return _timed_run(runtime, [first, second], feeds, protocol, runtime.info())[0]
+    finally:
+        gc.collect()
+        memory.release()
+
+
+def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str, np.ndarray], protocol: Protocol,
+               info: dict[str, Any]) -> list[Comparison]:
+    """One interleaved run of ``programs`` (:func:`eqsat.timing.compare_many`); onnxruntime programs of one
+    session each (large models) renewed every few rounds, so that the gate's units are session pairs."""
+
+    def build() -> list[list[Callable[[], Any]]]:
+        weights = pool.current()
+        if weights is None:
+            return runtime.instances(programs, feeds, protocol)
+        with weights.dropping():  # the sessions read (and prepack) what they keep: the mapped pages may go
+            return runtime.instances(programs, feeds, protocol)
+
+    start = time.perf_counter()
+    first = [build()]
+    build_s = time.perf_counter() - start
+    renew = None
     if isinstance(runtime, OrtRuntime):
         info["sessions_per_program"] = runtime.sessions_per_program
-    comparisons = compare_many(calls, protocol, info, runtime.clock)
-    return Measured(comparisons, runtime.beside(programs, feeds))
+        affordable = build_s * (EPOCHS - 1) <= max(RENEW_SECONDS, protocol.budget_s)
+        if runtime.sessions_per_program == 1 and protocol.gate is not None and affordable:
+            renew = build
+        info["sessions_renewed"] = renew is not None
+    return compare_many(first.pop(), protocol, info, runtime.clock, renew)  # compare_many holds the only reference
 
 
 __all__ = ["RUNTIMES", "TORCH_RUNTIMES", "BoundRun", "Measured", "OrtRuntime", "Program", "Runtime", "TorchRuntime",
-           "check_available", "compare_programs", "make", "resolve", "runtime_names"]
+           "check_available", "compare_programs", "duel", "make", "resolve", "runtime_names"]

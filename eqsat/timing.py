@@ -23,18 +23,21 @@ gate's (trimmed mean of the paired log ratios, cluster-robust t), whose false-sh
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
+from . import memory
 from .gate import Gate, assess, look_schedule
+from .grouping import session_bytes
 from .inputs import index_bounds, random_inputs
 from .onnx.io import inference_session, is_large, weight_bytes
 from .verify import feed_shapes
@@ -45,6 +48,8 @@ SESSIONS_WEIGHT_LIMIT = 2**30
 """bytes of weights that the timed sessions of all programs may hold together: each session keeps its own prepacked
 copy of its MatMul weights, even where the weights themselves are shared (:mod:`eqsat.onnx.pool`)"""
 MIN_SESSIONS = 3
+EPOCHS = 5
+"""with programs of one session each renewed (:func:`compare_many`'s ``renew``): the epochs planned over the rounds"""
 
 
 def median_ms(call: Callable[[], Any], warmup: int = 5, repeats: int = 20) -> float:
@@ -121,6 +126,12 @@ class Protocol:
     gate: Gate | None = None
     """the sequential shipping rule (eqsat.gate): rounds until resolved, up to the budget, and the gate's interval;
     None: a fixed number of rounds and the bootstrap interval at ``confidence``"""
+    family: int | None = None
+    """the candidates the gate's Bonferroni correction counts: all the measurement's, when it is split into groups
+    timed one after another (:mod:`eqsat.grouping`); None: the candidates of this run"""
+    memory_bytes: int | None = None
+    """what the timed sessions may hold together (their prepacked weights, :func:`eqsat.grouping.session_bytes`):
+    fewer sessions per program where more would not fit (at least one); None: only SESSIONS_WEIGHT_LIMIT bounds them"""
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.confidence < 1:
@@ -254,23 +265,30 @@ def compare_calls(calls_a: Calls, calls_b: Calls, protocol: Protocol = Protocol(
 
 
 def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), runtime: dict[str, Any] | None = None,
-                 clock: BlockClock = wall_block_ms) -> list[Comparison]:
+                 clock: BlockClock = wall_block_ms, renew: Callable[[], Sequence[Calls]] | None = None) -> list[Comparison]:
     """Time the original (``programs[0]``) against each other program in one interleaved run: every round
     times a block of each program in a seeded random order, and each comparison pairs the original's block
     with the other program's in the same round. ``clock`` times a block (wall clock by default; CUDA events
-    for the GPU runtimes). One :class:`Comparison` per program after the first, in order."""
+    for the GPU runtimes). One :class:`Comparison` per program after the first, in order.
+
+    ``renew`` (with a gate): new instances of every program, to replace the current ones every few rounds (the
+    old ones dropped first), for programs of one session each (what memory allows for large models): what
+    differs between two sessions of one program (memory placement) is then drawn again each epoch, and the
+    gate's standard error counts the epochs as its units (:data:`EPOCHS` of them planned; with few, the interval
+    is wide), where one session pair for the whole run would show its difference as a gain. The caller keeps no
+    reference to ``programs`` then, so that the dropped sessions are freed."""
     p = protocol
     if len(programs) < 2:
         raise ValueError(f"need the original and at least one other program, got {len(programs)}")
     inst = [_instances(c) for c in programs]
+    programs = ()  # the instances are inst's alone (renew drops them)
     k = len(inst)
     start = time.perf_counter()
     rng = np.random.default_rng(p.seed)
     warm: list[list[float]] = [[] for _ in inst]
     for i in range(p.warmup):  # alternated; stop early (after two each) when a call is a large part of the budget
-        for which in rng.permutation(k):
-            for call in inst[which]:
-                warm[which].append(clock(call, 1) / 1e3)
+        for which in rng.permutation(k):  # (no loop variable left holding an instance that renew would drop)
+            warm[which].extend([clock(call, 1) / 1e3 for call in inst[which]])
         if i >= 1 and time.perf_counter() - start > 0.2 * p.budget_s:
             break
     skip = max(len(x) for x in inst)  # the first call of each instance allocates
@@ -279,17 +297,22 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     repeats = min(max(math.ceil(p.block_s / per_call), 1), p.max_repeats, max(int(pairs // p.min_rounds), 1))
     series: list[list[float]] = [[] for _ in inst]
 
+    planned = int(min(max(pairs // repeats, p.min_rounds), p.gate.max_rounds)) if p.gate is not None else 0
+    every = max(1, math.ceil(planned / EPOCHS)) if renew is not None and p.gate is not None else 0
+
     def run_round(r: int) -> None:
+        if every and r and r % every == 0:
+            _renew(inst, renew, clock)
         for which in rng.permutation(k):
             series[which].append(clock(inst[which][r % len(inst[which])], repeats))
 
     def pair(r: int, j: int) -> int:  # the session pair round r ran on, original against program j
-        return (r % len(inst[0])) * len(inst[j]) + r % len(inst[j])
+        return (r // every if every else 0) * k * k + (r % len(inst[0])) * len(inst[j]) + r % len(inst[j])
 
     t0 = time.perf_counter()
-    if p.gate is not None:
-        return _sequential(p, p.gate, int(min(max(pairs // repeats, p.min_rounds), p.gate.max_rounds)), run_round,
-                           series, pair, repeats, start, t0, runtime)
+    if p.gate is not None:  # renewing: the epochs are the units however few (a wide interval, never a narrow one)
+        gate = replace(p.gate, min_clusters=2, clustered=True) if every else p.gate
+        return _sequential(p, gate, planned, run_round, series, pair, repeats, start, t0, runtime)
     rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
     for r in range(rounds):
         run_round(r)
@@ -308,6 +331,20 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     return out
 
 
+def _renew(inst: list[list[Callable[[], Any]]], renew: Callable[[], Sequence[Calls]] | None,
+           clock: BlockClock) -> None:
+    """Replace every program's instances by new ones from ``renew`` (the old freed first), each called once
+    untimed (its first call allocates)."""
+    assert renew is not None
+    inst.clear()
+    gc.collect()
+    memory.release()
+    inst.extend(_instances(c) for c in renew())
+    for side in inst:
+        for call in side:
+            clock(call, 1)
+
+
 def _sequential(p: Protocol, gate: Gate, planned: int, run_round: Callable[[int], None], series: list[list[float]],
                 pair: Callable[[int, int], int], repeats: int, start: float, t0: float,
                 runtime: dict[str, Any] | None) -> list[Comparison]:
@@ -323,26 +360,29 @@ def _sequential(p: Protocol, gate: Gate, planned: int, run_round: Callable[[int]
             over = r >= p.min_rounds and time.perf_counter() - t0 > p.budget_s
         looks += 1
         clusters = [[pair(i, j) for i in range(r)] for j in range(1, len(series))]
-        verdicts = assess(series[0], series[1:], clusters, gate)
+        verdicts = assess(series[0], series[1:], clusters, gate, p.family)
         if over or all(state != "open" for _, state in verdicts):
             break
     seconds = time.perf_counter() - start
-    confidence = gate.confidence(len(series) - 1)
+    confidence = gate.confidence(p.family or len(series) - 1)
     ra = series[0]
     return [Comparison(statistics.median(ra), statistics.median(rb), iv.speedup, iv.ci_low, iv.ci_high, confidence,
                        len(ra), repeats, seconds, runtime or {"name": "python-callables"}, ra, rb, looks)
             for rb, (iv, _) in zip(series[1:], verdicts)]
 
 
-def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float) -> int:
+def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float,
+                  memory_bytes: int | None = None) -> int:
     """Sessions per program: ``wanted``; fewer where building them would take more than 30% of the budget,
     but at least 3 (what differs between sessions must show in the interval); fewer where the weights of all
-    the programs' sessions together would pass SESSIONS_WEIGHT_LIMIT; one for models too large for one protobuf
-    message."""
+    the programs' sessions together would pass SESSIONS_WEIGHT_LIMIT, or their own bytes
+    (:func:`eqsat.grouping.session_bytes`) ``memory_bytes``; one for models too large for one protobuf message."""
     if any(is_large(m) for m in models):
         return 1
     held = max(weight_bytes(m) for m in models)  # a pooled model's references count as its weights
     by_memory = SESSIONS_WEIGHT_LIMIT // max(held * len(models), 1)
+    if memory_bytes is not None:
+        by_memory = min(by_memory, memory_bytes // max(sum(session_bytes(m) for m in models), 1))
     by_time = max(MIN_SESSIONS, int(0.3 * budget_s / max(build_s, 1e-6)))
     return int(max(1, min(wanted, by_memory, by_time)))
 
@@ -357,7 +397,7 @@ def timing_sessions(models: Sequence[onnx.ModelProto], protocol: Protocol,
     for which in rng.permutation(len(models)):  # build order: seeded, so that no side is always first
         sessions[which].append(timing_session(models[which], protocol.threads, providers))
     n = session_count(models, protocol.sessions, (time.perf_counter() - t) / max(len(models) / 2, 1),
-                      protocol.budget_s)
+                      protocol.budget_s, protocol.memory_bytes)
     for which in rng.permutation(np.repeat(np.arange(len(models)), n - 1)):
         sessions[which].append(timing_session(models[which], protocol.threads, providers))
     check_same_inputs([side[0] for side in sessions])

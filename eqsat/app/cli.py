@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from eqsat import memory
 from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
 from eqsat.onnx.external import data_file
@@ -119,8 +120,11 @@ def _cmd_optimize(args) -> int:
     path = args.model_path if args.model_path and args.model_path != "-" and not args.builtin else None
     # a file goes by its path: eqsat.optimize reads it, and the run then holds the only copy of its weights
     model, label = (path, path) if path is not None else source(args)
+    # the input's layout is kept; asked before the run: reading the file again beside the result would hold its
+    # weights twice more
+    external = bool(args.model_path and external_data_files(args.model_path))
+    memory.release()
     result = optimize(model, config, progress=progress_printer(args.quiet))
-    external = bool(args.model_path and external_data_files(args.model_path))  # the input's layout is kept
     data = _output_data(args.output) if writes_data_file(result.optimized, external) else None
     report = replace(result.report, input=label, output=args.output, external_data=data)
     if not args.quiet:

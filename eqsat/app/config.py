@@ -70,6 +70,13 @@ class OptimizeConfig:
                                          "minimum rounds always run)", "--measure-budget", seconds=True)
     measure_threads: int = option(1, "intra-op threads of the end-to-end comparison (onnxruntime, torch on the CPU)",
                                   least=1)
+    memory_budget: int | None = option(None, "MiB the timed sessions of the end-to-end comparison may hold together "
+                                             "(each keeps its own prepacked copy of its MatMul, Gemm and Conv "
+                                             "weights); where the original and every candidate do not fit, they are "
+                                             "timed in groups, the original with as many candidates as fit "
+                                             "(eqsat.grouping). None: twice the model's weights, at least 512 MiB, "
+                                             "which keeps a run's peak near 3x the weights", "--memory-budget",
+                                        least=1)
     runtime: str = option("auto", "where the end-to-end measurement runs: ort-cpu (onnxruntime, CPU), torch-cuda "
                                   "(torch on the GPU, replayed as a CUDA graph), torch-compile (torch.compile: "
                                   "reduce-overhead on a GPU, default on the CPU), ort-cuda (onnxruntime-gpu), "

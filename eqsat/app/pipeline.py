@@ -29,6 +29,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
+from eqsat.grouping import MIB, auto_budget
 from eqsat.ir import Graph, Node
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model, pool
@@ -37,7 +38,7 @@ from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
-from eqsat.timing import Protocol
+from eqsat.timing import Comparison, Protocol
 from eqsat.torch_run import check_runnable
 from eqsat.verify import ShapesCheck, Verifier
 
@@ -297,6 +298,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             check = verifier.check(model)
             entry.verified, entry.max_abs_error = check.passed, check.max_abs_error
             entry.note = "" if check.passed else f"not measured: {check.detail}"
+            if (weights := pool.current()) is not None:  # the pages its check read: the next reads its own
+                weights.drop_pages()
         b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model))
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
@@ -329,10 +332,18 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
-    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate)
+    budget = auto_budget(onnx_io.weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
+                        memory_bytes=budget)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
                                          input_shapes=config.input_shapes, feeds=feeds)
-    best, decision = choose(measured.comparisons, names, config.allow_slower, gate)
+    if feeds is None:
+        feeds = measured.feeds
+    duel_protocol = replace(protocol, budget_s=protocol.budget_s * 2 / (1 + len(candidates)), family=None)
+
+    def duel(first: int, second: int) -> Comparison:  # candidates of two groups, timed against each other
+        return runtimes.duel(candidates[first], candidates[second], runtime, duel_protocol, feeds)
+    best, decision = choose(measured.comparisons, names, config.allow_slower, gate, measured.group_of(), duel)
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
               for side, i in (("original", 0), ("optimized", best + 1))}
     return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
@@ -469,6 +480,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
             weights.restore(original)  # a reference into the pool only where slimmed above
         if returned.program == "optimized":
             weights.restore(shipped.model)
+        weights.drop_pages()  # read to restore them: the models returned hold their own copy
     if returned.program == "original":
         return Result(original, original, graph, report)  # the user's model, untouched
     return Result(original, with_metadata(shipped.model, original), shipped.program, report)

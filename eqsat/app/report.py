@@ -28,6 +28,7 @@ from typing import Any, Literal
 from eqsat import memory
 from eqsat.extract import Extraction
 from eqsat.mcts import SearchReport
+from eqsat.onnx import pool
 from eqsat.ops import OPS
 from eqsat.timing import Comparison, Decision
 from eqsat.verify import Verification
@@ -55,7 +56,8 @@ class PhaseTimer:
     """Wall time and peak resident memory per phase, from one clock: ``with timer("search"): ...`` adds to
     ``timer.seconds["search"]`` and raises ``timer.memory_mb["search"]`` to the phase's peak resident memory in
     MiB (:mod:`eqsat.memory`: the peak is reset as the phase starts where the system allows it, ``resettable``;
-    else a phase's figure is the run's peak so far)."""
+    else a phase's figure is the run's peak so far). As each phase starts, the run's weight pool drops its mapped
+    pages (:meth:`eqsat.onnx.pool.WeightPool.drop_pages`): a phase holds those it reads itself."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -65,6 +67,9 @@ class PhaseTimer:
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
         memory.release()  # what earlier phases freed is not this phase's
+        weights = pool.current()
+        if weights is not None:  # the weights' mapped pages an earlier phase read: read again only where needed
+            weights.drop_pages()
         self.resettable = memory.reset_peak() and self.resettable
         start = time.perf_counter()
         try:

@@ -92,6 +92,52 @@ def save_external(model: onnx.ModelProto, path: str) -> None:
     onnx.save_model(skeleton, path)
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+GRAPH_TAG = bytes([7 << 3 | 2])
+"""ModelProto.graph (field 7, length-delimited)"""
+INITIALIZER_TAG = bytes([5 << 3 | 2])
+"""GraphProto.initializer (field 5, length-delimited)"""
+
+
+def save_streamed(model: onnx.ModelProto, path: str) -> None:
+    """Write ``model`` to ``path`` as one message (its weights inside), the bytes ``model.SerializeToString()``
+    gives, without serializing it whole: its fields in number order, the graph's too, each initializer serialized
+    on its own (a model of a few hundred MB of weights then takes no second copy of them while it is written: its
+    largest tensor's, at most)."""
+    g = model.graph
+    with open(path, "wb") as f:
+        for field, _value in model.ListFields():  # in field number order, as protobuf serializes them
+            if field.name != "graph":
+                part = onnx.ModelProto()
+                _copy_field(model, part, field.name)
+                f.write(part.SerializeToString())
+                continue
+            pieces: list[bytes | None] = []  # each graph field's bytes, None for the initializers (written one by one)
+            for inner, _ in g.ListFields():
+                one = onnx.GraphProto()
+                if inner.name != "initializer":
+                    _copy_field(g, one, inner.name)
+                pieces.append(one.SerializeToString() if inner.name != "initializer" else None)
+            sizes = [t.ByteSize() for t in g.initializer]  # each on its own: the graph's ByteSize would encode it whole
+            weights = sum(len(INITIALIZER_TAG) + len(_varint(n)) + n for n in sizes)
+            f.write(GRAPH_TAG + _varint(sum(len(p) for p in pieces if p is not None) + weights))
+            for piece in pieces:
+                if piece is not None:
+                    f.write(piece)
+                    continue
+                for t, n in zip(g.initializer, sizes):
+                    f.write(INITIALIZER_TAG + _varint(n))
+                    f.write(t.SerializeToString())
+
+
 ASIDE = "eqsat-weights-set-aside"
 """the location a weight set aside names (:func:`set_weights_aside`): no file"""
 
@@ -164,4 +210,4 @@ def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
 
 
 __all__ = ["ALIGNMENT", "ALIGN_THRESHOLD", "ASIDE", "DATA_SUFFIX", "EXTERNAL_THRESHOLD", "check_aside", "data_file",
-           "goes_out", "put_weights_back", "save_external", "set_weights_aside", "tensor_bytes", "tensor_size"]
+           "goes_out", "put_weights_back", "save_external", "save_streamed", "set_weights_aside", "tensor_bytes", "tensor_size"]

@@ -18,7 +18,7 @@ from onnx import TensorProto
 
 from ..errors import InputError
 from . import pool, staging
-from .external import check_aside, data_file, goes_out, save_external, set_weights_aside, tensor_size
+from .external import check_aside, data_file, goes_out, save_external, save_streamed, set_weights_aside, tensor_size
 
 LIMIT = 1_800_000_000
 """a model whose weights or serialized size pass this many bytes is written with its weights in external data"""
@@ -62,11 +62,11 @@ def as_path(model: onnx.ModelProto) -> Iterator[str]:
 def save(model: onnx.ModelProto, path: str, external: bool = False) -> None:
     """Write ``model`` to ``path``; its weights (tensors of at least :data:`EXTERNAL_THRESHOLD` bytes) go to
     :func:`data_file` beside it where ``external`` is asked or the model is too large for one message
-    (:func:`is_large`). The model is never copied nor serialized whole in that case."""
+    (:func:`is_large`). The model is never copied nor serialized whole (:func:`save_streamed` otherwise)."""
     if external or is_large(model):
         save_external(model, path)
     else:
-        onnx.save_model(model, path)
+        save_streamed(model, path)
 
 
 def writes_data_file(model: onnx.ModelProto, external: bool = False) -> bool:

@@ -31,9 +31,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import mmap
 import os
+import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,12 +46,20 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from .staging import remove_stale
+
 MIN_BYTES = 64 * 1024
 """initializers smaller than this stay in the model (not worth a reference)"""
 ALIGN = 64 * 1024
 """the offset alignment of each tensor in the file (onnxruntime maps external data at allocation granularity)"""
+PREFIX = "eqsat-weights-"
+"""the name prefix of a pool's folder (in $TMPDIR), before its process's PID: one left by a killed run is removed by
+the next pool made there once no process has that PID"""
+STALE = re.compile(r"^eqsat-weights-(\d+)-")
 FILE = "eqsat-pool.bin"
 """the pool's file: a candidate's reference into it names it so (:meth:`WeightPool.slim`)"""
+DROP_EVERY_S = 0.02
+"""how often :meth:`WeightPool.dropping` drops the mapped pages"""
 CHUNK = 1 << 22
 PLAIN = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.UINT8,
                    TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32, TensorProto.UINT32, TensorProto.INT64,
@@ -69,12 +80,22 @@ class Entry:
     length: int
     array: np.ndarray
     values: dict[tuple[int, ...], ort.OrtValue] = field(default_factory=dict)
+    mapping: mmap.mmap | None = field(default=None, repr=False)
+    """the file's pages the array is (:meth:`WeightPool.drop_pages`)"""
 
     def value(self, dims: tuple[int, ...]) -> ort.OrtValue:
         """The entry's array as an onnxruntime value of shape ``dims`` (its own, or a reshape: the same bytes)."""
         if dims not in self.values:
             self.values[dims] = ort.OrtValue.ortvalue_from_numpy(self.array.reshape(dims))
         return self.values[dims]
+
+    def drop(self) -> int:
+        """Let the kernel take back the array's mapped pages (:meth:`WeightPool.drop_pages`); the bytes dropped."""
+        advice = getattr(mmap, "MADV_DONTNEED", None)
+        if advice is None or self.mapping is None:
+            return 0
+        self.mapping.madvise(advice)
+        return self.length
 
     def reference(self, name: str) -> TensorProto:
         """A TensorProto named ``name`` whose data is this entry's bytes in the pool's file."""
@@ -112,7 +133,8 @@ class WeightPool:
     """The weights of a run, each stored once in a staged file and memory-mapped (see the module's docstring)."""
 
     def __init__(self, folder: str | None = None):
-        self.folder = tempfile.mkdtemp(prefix="eqsat-weights-", dir=folder)
+        remove_stale(folder or tempfile.gettempdir(), STALE)  # those of runs killed before their cleanup
+        self.folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=folder)
         self.path = os.path.join(self.folder, FILE)
         self.size = 0
         self.entries: dict[tuple[str, int, tuple[int, ...]], list[Entry]] = {}
@@ -120,7 +142,6 @@ class WeightPool:
         """(offset, length) -> the entry there: what a reference into the file points to"""
         self.addresses: dict[int, Entry] = {}
         """the address of each entry's mapped array -> the entry: an array of the pool, seen again (the IR's)"""
-        """(offset, length) -> the entry there: what a reference into the file points to"""
         self.sessions = 0
         """sessions built on the pool"""
         open(self.path, "wb").close()
@@ -171,8 +192,18 @@ class WeightPool:
             f.write(raw)
         self.size = offset + len(raw)
         dtype = helper.tensor_dtype_to_np_dtype(data_type)
-        array = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=dims)
-        return Entry(name, data_type, dims, offset, len(raw), array)
+        with open(self.path, "rb") as f:
+            mapping = mmap.mmap(f.fileno(), len(raw), offset=offset, access=mmap.ACCESS_READ)
+        array = np.frombuffer(mapping, dtype=dtype).reshape(dims)  # read-only, as the mapping
+        return Entry(name, data_type, dims, offset, len(raw), array, mapping=mapping)
+
+    def drop_pages(self) -> int:
+        """Let the kernel take back the mapped pages of the weights (``madvise(MADV_DONTNEED)``; the file's pages
+        stay in the page cache): those read again (by a session's kernels that did not prepack them) come back on
+        their next read, with the same bytes. Timed sessions read their MatMul weights once, to prepack them, so
+        dropping the pages once they are built keeps the weights out of the run's resident memory. Returns the
+        bytes dropped (0 where the platform has no madvise)."""
+        return sum(e.drop() for e in list(self.at.values()))  # a copy taken at once: another thread may add entries
 
     def _referenced(self, t: TensorProto) -> Entry | None:
         """The entry a reference into the pool's file points to (:meth:`slim`), or None for other external data."""
@@ -198,6 +229,7 @@ class WeightPool:
             if e is None:
                 sg.initializer.append(t)
                 continue
+            e.drop()  # read to compare or written: not needed resident for a reference
             ref = sg.initializer.add()
             _copy_fields(t, ref, skip={"raw_data"})
             ref.data_location = TensorProto.EXTERNAL
@@ -256,6 +288,25 @@ class WeightPool:
         self.sessions += 1
         return sess
 
+    @contextlib.contextmanager
+    def dropping(self, every_s: float = DROP_EVERY_S) -> Iterator[None]:
+        """The mapped pages dropped every ``every_s`` seconds while the block runs (a thread; onnxruntime builds a
+        session without holding the GIL): a session prepacking its MatMul weights reads each once, so the pages
+        read so far need not stay while it reads the next. For building timed sessions, not for running them."""
+        stop = threading.Event()
+
+        def drop() -> None:
+            while not stop.wait(every_s):
+                self.drop_pages()
+        thread = threading.Thread(target=drop, name="eqsat-drop-pages", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.drop_pages()
+
     def close(self) -> None:
         """Remove the pool's folder (sessions built on it must be gone: they read the mapped arrays)."""
         self.entries.clear()
@@ -284,4 +335,4 @@ def pooled(folder: str | None = None) -> Iterator[WeightPool]:
         pool.close()
 
 
-__all__ = ["ALIGN", "MIN_BYTES", "Entry", "WeightPool", "current", "pooled"]
+__all__ = ["ALIGN", "MIN_BYTES", "PREFIX", "Entry", "WeightPool", "current", "pooled"]

@@ -12,7 +12,7 @@ import onnx
 from onnx import external_data_helper, helper
 
 from ..errors import InputError
-from .external import tensor_bytes
+from .external import check_aside, set_weights_aside, tensor_bytes
 from .io import not_regular
 
 MAX_MODEL_BYTES = 2**31 - 1
@@ -68,10 +68,23 @@ def model_from_bytes(data: bytes, label: str = "the model bytes") -> onnx.ModelP
         raise InputError(f"{label}: the model keeps weights in external data files, which cannot be found from "
                          "bytes; give the model's path")
     try:
-        onnx.checker.check_model(model)
+        check_loaded(model)
     except Exception as exc:
         raise InputError(f"{label}: invalid ONNX model: {checker_reason(exc)}") from None
     return model
+
+
+def check_loaded(model: onnx.ModelProto) -> None:
+    """onnx.checker on a model in memory without serializing it whole (which would hold a second copy of its
+    weights): on its skeleton, the large weights set aside (:func:`eqsat.onnx.external.check_aside`), each of
+    those checked here as the checker would (its raw data at least as long as its shape and type need)."""
+    skeleton, aside = set_weights_aside(model)
+    for _stub, t in aside:
+        need = tensor_bytes(t)
+        if need is not None and len(t.raw_data) < need:
+            raise ValueError(f"TensorProto (tensor name: {t.name}) raw_data size ({len(t.raw_data)} bytes) is too "
+                             f"small for the declared shape and type ({need} bytes required).")
+    check_aside(skeleton, full_check=False)  # as onnx.checker.check_model by default
 
 
 def checker_reason(exc: BaseException) -> str:
@@ -93,7 +106,10 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise InputError(f"{p}: not an ONNX model (no graph found); is the file of another format?")
     tensors = check_external_data(model, p)
     try:
-        onnx.checker.check_model(p)  # from the file: the weights are not loaded yet, the message stays small
+        if tensors:
+            onnx.checker.check_model(p)  # from the file: the weights are not loaded yet, the message stays small
+        else:  # from the file it would load the weights a second time, beside those just read
+            check_loaded(model)
     except Exception as exc:
         raise InputError(f"{p}: invalid ONNX model: {checker_reason(exc)}") from exc
     base = os.path.dirname(os.path.abspath(p))
@@ -190,5 +206,5 @@ def _data_file_size(location: str, base: str, refuse) -> int:
         raise refuse(f"cannot be read ({exc.strerror})", "check its permissions") from None
 
 
-__all__ = ["MAX_MODEL_BYTES", "check_external_data", "check_model_file", "checker_reason", "external_tensors", "gib",
+__all__ = ["MAX_MODEL_BYTES", "check_external_data", "check_loaded", "check_model_file", "checker_reason", "external_tensors", "gib",
            "load_model", "model_from_bytes", "read_stream"]
