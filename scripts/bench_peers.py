@@ -30,13 +30,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import os
 import platform
 import sys
-import tempfile
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -44,113 +41,15 @@ from typing import Any
 import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for path in (ROOT, os.path.join(ROOT, "tests")):
+for path in (ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+from peers_report import figure  # noqa: E402
+from peers_timing import time_all  # noqa: E402
+from peers_tools import TOOLS, run_tool  # noqa: E402
+
 from eqsat import timing  # noqa: E402
-from eqsat.app.config import OptimizeConfig  # noqa: E402
-from eqsat.app.pipeline import optimize  # noqa: E402
-from eqsat.verify import verify  # noqa: E402
-
-Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto]
-ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2", "distilbert": "bert",
-                   "t5_encoder": "t5"}
-"""the transformers optimizer's model type per zoo family (others: ``bert``, its default)"""
-
-
-def _eqsat(model: onnx.ModelProto, _name: str, args: argparse.Namespace) -> onnx.ModelProto:
-    config = OptimizeConfig()
-    if args.eqsat_time_limit is not None:
-        config = config.updated(time_limit=args.eqsat_time_limit)
-    return optimize(model, config).optimized
-
-
-def _onnxsim(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    import onnxsim
-
-    simplified, ok = onnxsim.simplify(model)
-    if not ok:
-        raise RuntimeError("onnxsim's own check failed")
-    return simplified
-
-
-def _onnxslim(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    import onnxslim
-
-    return onnxslim.slim(model)
-
-
-def _ort_transformers(model: onnx.ModelProto, name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    family = name.split("/")[0]
-    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:  # it takes a path for models it re-runs
-        path = os.path.join(tmp, "in.onnx")
-        onnx.save(model, path)
-        return optimize_model(path, model_type=ORT_MODEL_TYPES.get(family, "bert")).model
-
-
-def _onnxscript(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    import onnx_ir
-    import onnxscript.optimizer
-    from onnxscript.rewriter.ort_fusions import optimize_for_ort
-
-    ir_model = onnx_ir.from_proto(model)
-    ir_model = onnxscript.optimizer.optimize(ir_model)
-    ir_model, _counts = optimize_for_ort(ir_model)
-    return onnx_ir.to_proto(ir_model)
-
-
-TOOLS: dict[str, tuple[Tool, str]] = {
-    "eqsat": (_eqsat, "eqsat"),
-    "onnxsim": (_onnxsim, "onnxsim"),
-    "onnxslim": (_onnxslim, "onnxslim"),
-    "ort-transformers": (_ort_transformers, "onnxruntime"),
-    "onnxscript": (_onnxscript, "onnxscript"),
-}
-"""name -> (the tool, the module that must be importable for it)"""
-
-
-def run_tool(name: str, model: onnx.ModelProto, label: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One tool on one model: its program (or why there is none), wall seconds, verification."""
-    fn, module = TOOLS[name]
-    if importlib.util.find_spec(module) is None:
-        return {"status": "unavailable", "reason": f"{module} is not installed (pip install -e '.[peers]')"}
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)  # tools may change their input in place
-    start = time.perf_counter()
-    try:
-        program = fn(copy, label, args)
-    except Exception as exc:  # a peer crashing is a result to report, not a reason to stop
-        return {"status": "failed", "seconds": time.perf_counter() - start,
-                "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-    seconds = time.perf_counter() - start
-    try:
-        check = verify(model, program, seed=args.seed)
-    except Exception as exc:  # onnxruntime cannot load or run what the tool wrote
-        return {"status": "invalid", "seconds": seconds, "program": program,
-                "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-    entry: dict[str, Any] = {"seconds": seconds, "max_abs_error": check.max_abs_error,
-                             "max_rel_error": check.max_rel_error, "program": program}
-    if not check.passed:
-        return {**entry, "status": "wrong", "reason": check.detail}
-    return {**entry, "status": "verified", "operators": len(program.graph.node)}
-
-
-def time_all(original: onnx.ModelProto, programs: dict[str, onnx.ModelProto], threads: int,
-             args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """The original against an unchanged copy of it (``original-copy``, the A/A control) and every program, in
-    one interleaved run: speedup original / program with its interval, per name."""
-    names = ["original-copy", *programs]
-    models = [original, original, *programs.values()]
-    protocol = timing.Protocol(threads=threads, budget_s=args.time_budget * len(names), seed=args.seed)
-    sessions = timing.timing_sessions(models, protocol)
-    feeds = timing.timing_feeds(original, [sessions[0][0], sessions[1][0]], args.seed)
-    runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
-    comparisons = timing.compare_many(runs, protocol, timing.runtime_info(threads))
-    return {n: {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "original_ms": c.original_ms,
-                "program_ms": c.optimized_ms, "rounds": c.rounds} for n, c in zip(names, comparisons)}
 
 
 def bench_model(label: str, model: onnx.ModelProto, args: argparse.Namespace) -> dict[str, Any]:
@@ -185,35 +84,6 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
     for path in args.onnx:
         out.append((os.path.basename(path), functools.partial(onnx.load, path)))
     return out
-
-
-def figure(rows: list[dict[str, Any]], path: str, threads: int) -> None:
-    """Speedup (original / program) per model and tool with its interval, at ``threads``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = sorted({n for r in rows for n, t in r["tools"].items() if str(threads) in t.get("timed", {})})
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows) * len(names) / 2), 4))
-    width = 0.8 / max(len(names), 1)
-    for k, name in enumerate(names):
-        xs, ys, lo, hi = [], [], [], []
-        for i, r in enumerate(rows):
-            t = r["tools"].get(name, {}).get("timed", {}).get(str(threads))
-            if t:
-                xs.append(i + k * width)
-                ys.append(t["speedup"])
-                lo.append(t["speedup"] - t["ci_low"])
-                hi.append(t["ci_high"] - t["speedup"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], label=name, capsize=2)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["model"] for r in rows], rotation=30,
-                  ha="right")
-    ax.set_ylabel(f"speedup over the original ({threads} thread{'s' if threads > 1 else ''})")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:
