@@ -51,6 +51,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -176,6 +177,7 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
     if missing:
         print(f"not in {args.workdir}'s manifest (left out): {', '.join(missing)}", file=sys.stderr)
     rows = []
+    start = time.perf_counter()
     for label in [label for label in labels if label in manifest["models"]]:
         entry = manifest["models"][label]
         if "error" in entry:
@@ -186,13 +188,16 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
         except Exception as exc:  # a model onnxruntime cannot time
             traceback.print_exc()
             rows.append({"model": label, "error": f"{type(exc).__name__}: {exc}"})
+    seconds = time.perf_counter() - start
     timed = [r for r in rows if "tools" in r]
     summary = summarize(timed, args.threads)
+    print(f"timed {len(timed)} models in {seconds:.0f} s", flush=True)
     print(summary_table(summary, args.threads), flush=True)
     doc = {"script": "bench_peers", "argv": args.argv, "seed": args.seed, "threads": args.threads,
            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                        "load_average": os.getloadavg()},
            "runtime": timing.runtime_info(args.threads[0]), "workdir": os.path.abspath(args.workdir),
+           "seconds": seconds,
            "budget": dataclasses.asdict(Budget(resolution=args.resolution, budget_s=args.time_budget,
                                                seed=args.seed)),
            "optimized": {k: v for k, v in manifest.items() if k != "models"}, "summary": summary, "rows": rows}

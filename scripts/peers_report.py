@@ -72,14 +72,21 @@ def model_summary(row: dict[str, Any], threads: int) -> dict[str, Any]:
     return out
 
 
+def eqsat_facts(entry: dict[str, Any]) -> dict[str, Any]:
+    """What eqsat said of its own run (the optimize phase's entry): whether its program verified, which program it
+    returned, its own measured speedup (its gate's, at the run's thread count), the runtime kernels it used."""
+    measured = entry.get("measured") or {}
+    return {"verified": entry.get("status") == "verified", "returned": entry.get("returned"),
+            "own_speedup": measured.get("speedup"), "kernels": entry.get("kernels") or {}}
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
 def summarize(rows: list[dict[str, Any]], threads: list[int]) -> dict[str, Any]:
     """Issue 26's targets on the timed rows, per model and over the models, at each thread count."""
-    models = [{"model": r["model"], "family": family(r["model"]),
-               "verified": r.get("tools", {}).get(EQSAT, {}).get("status") == "verified",
+    models = [{"model": r["model"], "family": family(r["model"]), **eqsat_facts(r.get("tools", {}).get(EQSAT, {})),
                "at": {str(t): model_summary(r, t) for t in threads}} for r in rows]
     at: dict[str, Any] = {}
     for t in threads:
@@ -111,7 +118,7 @@ def summary_table(summary: dict[str, Any], threads: list[int]) -> str:
     head = "model".ljust(28)
     for t in threads:
         head += f" | {t}t: A/A width  eqsat   best peer            met"
-    lines.append(head)
+    lines.append(head + " | eqsat's own  kernels")
     for m in summary["models"]:
         line = m["model"].ljust(28)
         for t in threads:
@@ -119,8 +126,9 @@ def summary_table(summary: dict[str, Any], threads: list[int]) -> str:
             peer = f"{s['best_peer']} {_x(s['best_peer_speedup'])}" if s["best_peer"] else "-"
             met = ("yes" if s["met"] else "NO") + ("" if s["resolved"] else " (unresolved)")
             width = "-" if s["aa_width"] is None else f"{100 * s['aa_width']:.1f}%"
-            line += f" | {width:>12}  {_x(s['eqsat']):>6}  {peer:20} {met}"
-        lines.append(line)
+            line += f" | {width:>12}  {_x(s['eqsat']):>6}  {peer:20} {met:16}"
+        kernels = ", ".join(f"{k} x{n}" for k, n in m["kernels"].items()) or "-"
+        lines.append(f"{line} | {_x(m['own_speedup']):>11}  {kernels}")
     for t in threads:
         a = summary["at"][str(t)]
         lines.append(f"{t} thread{'s' if t > 1 else ''}: transformer median {_x(a['transformer_median'])} over "

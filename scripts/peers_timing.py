@@ -39,7 +39,7 @@ class Budget:
     """the most seconds of timed rounds, the sessions' building aside"""
     pilot_rounds: int = 10
     max_rounds: int = 400
-    max_stages: int = 4
+    max_stages: int = 6
     seed: int = 0
 
     def __post_init__(self) -> None:

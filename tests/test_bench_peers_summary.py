@@ -88,10 +88,16 @@ def test_all_met_and_all_verified(scripts):
     report, _ = scripts
     rows = [_row("bert/dynamo", 1.12, {"onnxsim": ("verified", 1.05)}),
             _row("llama/dynamo", 1.06, {"onnxsim": ("verified", 1.0)})]
+    rows[0]["tools"]["eqsat"].update(measured={"speedup": 1.11}, kernels={"Attention (opset 23)": 2},
+                                     returned="optimized")
     s = report.summarize(rows, [1])
     a = s["at"]["1"]
     assert s["all_verified"] and a["models_met"] == 2 and a["bert_met"] and a["transformer_met"]
     assert a["transformer_median"] == pytest.approx(1.09) and not a["unresolved"]
+    bert = s["models"][0]
+    assert bert["own_speedup"] == 1.11 and bert["returned"] == "optimized" and s["models"][1]["own_speedup"] is None
+    text = report.summary_table(s, [1])
+    assert "Attention (opset 23) x2" in text and "1.110" in text and "every eqsat output verified: yes" in text
 
 
 def test_the_scripts_doctests(scripts):
