@@ -262,8 +262,6 @@ def main(argv: list[str] | None = None) -> int:
             done = [m for m in manifest["models"].values() if "error" not in m]
             print(f"optimized {len(done)} of {len(manifest['models'])} models into {args.workdir}")
             return 0 if len(done) == len(manifest["models"]) else 1
-        if args.time_only or not args.tools:
-            args.tools = None
         doc, rc = time_phase(args, manifest)
     if args.json:
         wd.write_json(args.json, doc)

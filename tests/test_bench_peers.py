@@ -157,6 +157,10 @@ def test_optimize_only_then_time_only_through_a_workdir(tmp_path, monkeypatch):
     assert summary["at"]["1"]["transformer_models"] == 0  # a file of no zoo family counts in no median
     assert doc["budget"]["resolution"] == 0.01 and doc["optimized"]["seed"] == 0
     assert (work / "peers.png").stat().st_size > 1000  # the figure, both thread counts
+    rc = mod.main(["--time-only", "--workdir", str(work), "--threads", "1", "--time-budget", "0.3", "--tools",
+                   "onnxsim", "--json", str(out)])
+    (row,) = json.loads(out.read_text())["rows"]
+    assert rc == 0 and {n for n, t in row["tools"].items() if "timed" in t} == {"original-copy", "onnxsim"}
 
     # the lead's refresh: eqsat alone re-optimized into the workdir, the peers' programs kept as they were
     before = {p: p.read_bytes() for p in work.rglob("onnxsim.onnx")}
