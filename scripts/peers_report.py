@@ -152,6 +152,7 @@ def figure(rows: list[dict[str, Any]], path: str, threads: list[int]) -> None:
     fig, axes = plt.subplots(len(threads), 1, squeeze=False,
                              figsize=(max(6, 1.2 * len(rows) * len(names) / 2), 4 * len(threads)))
     for ax, t in zip(axes[:, 0], threads):
+        low, high = 0.98, 1.02
         for k, name in enumerate(names):
             xs, ys, lo, hi = [], [], [], []
             for i, r in enumerate(rows):
@@ -161,8 +162,13 @@ def figure(rows: list[dict[str, Any]], path: str, threads: list[int]) -> None:
                     ys.append(timed["speedup"])
                     lo.append(timed["speedup"] - timed["ci_low"])
                     hi.append(timed["ci_high"] - timed["speedup"])
-            ax.bar(xs, ys, width, yerr=[lo, hi], label=name, capsize=2)
+            # bars from 1.0 (no change), so that a 1% difference shows
+            ax.bar(xs, [y - 1 for y in ys], width, bottom=1.0, yerr=[lo, hi], label=name, capsize=2)
+            low = min([low, *(y - d for y, d in zip(ys, lo))])
+            high = max([high, *(y + d for y, d in zip(ys, hi))])
         ax.axhline(1.0, color="black", linewidth=0.8)
+        pad = 0.1 * (high - low)
+        ax.set_ylim(low - pad, high + pad)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["model"] for r in rows], rotation=30,
                       ha="right")
         ax.set_ylabel(f"speedup over the original ({t} thread{'s' if t > 1 else ''})")
