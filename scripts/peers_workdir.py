@@ -16,6 +16,7 @@ into the same DIR starts from the stored originals and replaces only the entries
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -65,12 +66,28 @@ def save_manifest(workdir: str, manifest: dict[str, Any]) -> None:
     write_json(os.path.join(workdir, MANIFEST), manifest)
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float written as its name (``"inf"``, ``"nan"``: a program whose output has
+    another shape verifies with an infinite error), so that the JSON stays strict.
+
+    >>> finite({"e": [float("inf"), 1.5], "n": None})
+    {'e': ['inf', 1.5], 'n': None}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def write_json(path: str, doc: dict[str, Any]) -> None:
-    """Strict JSON (no NaN), written atomically."""
+    """Strict JSON (no NaN or Infinity: :func:`finite`), written atomically."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2, allow_nan=False, default=str)
+        json.dump(finite(doc), f, indent=2, allow_nan=False, default=str)
     os.replace(tmp, path)
 
 

@@ -49,6 +49,14 @@ def _negate(model, _name, _args):
     return out
 
 
+def _misshapen(model, _name, _args):
+    """A 'tool' whose output has another shape: the verification's error is infinite."""
+    out = _negate(model, _name, _args)
+    out.graph.node[-1].CopyFrom(helper.make_node("Flatten", ["y_pre"], [out.graph.output[0].name], axis=0))
+    del out.graph.output[0].type.tensor_type.shape.dim[:]
+    return out
+
+
 def _crash(_model, _name, _args):
     raise ValueError("this peer cannot handle the model")
 
@@ -112,14 +120,17 @@ def test_optimize_only_then_time_only_through_a_workdir(tmp_path, monkeypatch):
     _need_peers("onnxsim")
     mod = _script()
     monkeypatch.setitem(mod.TOOLS, "wrong", (_negate, "onnx"))
+    monkeypatch.setitem(mod.TOOLS, "misshapen", (_misshapen, "onnx"))
     work, onnx_file = tmp_path / "work", _mlp(tmp_path / "mlp.onnx")
     rc = mod.main(["--optimize-only", "--workdir", str(work), "--models", "", "--onnx", onnx_file,
-                   "--tools", "eqsat,onnxsim,wrong"])
+                   "--tools", "eqsat,onnxsim,wrong,misshapen"])
     assert rc == 0
     assert not (work / "peers.json").exists()  # nothing timed in the optimize phase
     manifest = json.loads((work / "manifest.json").read_text())
     entry = manifest["models"]["mlp"]
-    assert set(entry["tools"]) == {"eqsat", "onnxsim", "wrong"}
+    assert set(entry["tools"]) == {"eqsat", "onnxsim", "wrong", "misshapen"}
+    assert entry["tools"]["misshapen"]["status"] == "wrong"
+    assert entry["tools"]["misshapen"]["max_abs_error"] == "inf"  # strict JSON: the infinite error by its name
     assert _runs_like_the_oracle(work / entry["original"])
     for name in ("eqsat", "onnxsim"):
         tool = entry["tools"][name]

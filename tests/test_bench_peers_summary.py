@@ -20,7 +20,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture
 def scripts(monkeypatch):
     monkeypatch.syspath_prepend(SCRIPTS)
-    for name in ("peers_report", "peers_timing"):
+    for name in ("peers_report", "peers_timing", "peers_workdir"):
         sys.modules.pop(name, None)
     return importlib.import_module("peers_report"), importlib.import_module("peers_timing")
 
@@ -101,7 +101,7 @@ def test_all_met_and_all_verified(scripts):
 
 
 def test_the_scripts_doctests(scripts):
-    for module in scripts:
+    for module in (*scripts, importlib.import_module("peers_workdir")):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0
 
