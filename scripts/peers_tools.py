@@ -23,8 +23,8 @@ from eqsat.app.pipeline import optimize
 from eqsat.verify import verify
 
 Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto | tuple[onnx.ModelProto, dict[str, Any]]]
-ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2", "distilbert": "bert",
-                   "t5_encoder": "t5"}
+ORT_MODEL_TYPES = {"bert": "bert", "bert_s128": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2",
+                   "llama_s128": "gpt2", "qwen2": "gpt2", "distilbert": "bert", "t5_encoder": "t5"}
 """the transformers optimizer's model type per zoo family (others: ``bert``, its default)"""
 
 
