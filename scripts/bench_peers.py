@@ -155,7 +155,7 @@ def optimize_phase(args: argparse.Namespace) -> dict[str, Any]:
 def time_model(label: str, entry: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """One model's verified programs timed beside the A/A control at each thread count: its row."""
     original = wd.load_model(args.workdir, entry["original"])
-    tools = {n: {k: v for k, v in t.items()} for n, t in entry["tools"].items()
+    tools = {n: dict(t) for n, t in entry["tools"].items()
              if args.tools is None or n in args.tools}
     programs = {n: wd.load_model(args.workdir, t["program"]) for n, t in tools.items() if t["status"] == "verified"}
     print(f"== {label}: {len(original.graph.node)} nodes, timing {', '.join(programs) or 'no program'}", flush=True)
@@ -190,7 +190,7 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
             rows.append({"model": label, "error": f"{type(exc).__name__}: {exc}"})
     seconds = time.perf_counter() - start
     timed = [r for r in rows if "tools" in r]
-    summary = summarize(timed, args.threads)
+    summary = summarize(rows, args.threads)  # a model that failed counts, as missing
     print(f"timed {len(timed)} models in {seconds:.0f} s", flush=True)
     print(summary_table(summary, args.threads), flush=True)
     doc = {"script": "bench_peers", "argv": args.argv, "seed": args.seed, "threads": args.threads,
