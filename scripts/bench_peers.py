@@ -14,24 +14,39 @@ Each program is verified against the original in onnxruntime (``eqsat.verify``: 
 output; the peers' outputs too: they break). The verified ones are then timed together with an unchanged copy
 of the original (the A/A control, which shows the noise) in one process, interleaved, with eqsat.timing's
 protocol (paired rounds, ORT_ENABLE_ALL on every side, the median ratio original / program with a bootstrap
-95% interval), at each ``--threads`` count. A tool that is not installed, fails, or writes a program that does
-not verify is reported as such with the reason, never timed. The peers are optional extras
-(``pip install -e '.[peers]'``), never runtime dependencies of eqsat.
+95% interval), at each ``--threads`` count, the rounds sized to the variance seen until every interval is at most
+``--resolution`` wide (1%) or ``--time-budget`` seconds (20) per model and thread count are spent (peers_timing).
+A tool that is not installed, fails, or writes a program that does not verify is reported as such with the reason,
+never timed. The peers are optional extras (``pip install -e '.[peers]'``), never runtime dependencies of eqsat.
 
+Two phases, so that the timing can run alone on a quiet machine:
+
+- ``--optimize-only --workdir DIR``: export each model, run every tool (``--tools``), verify, and store the
+  programs with a manifest in DIR (peers_workdir: per tool its wall seconds, verification, ONNX operators added;
+  eqsat's measured ratio, decision, kernels and whole report). Into an existing DIR it starts from the stored
+  originals and replaces only the tools it runs (``--tools eqsat`` re-optimizes eqsat alone, keeping the peers');
+  ``--skip-done`` keeps the tools a model already has (resuming an interrupted run).
+- ``--time-only --workdir DIR``: time every verified program of DIR (or the ``--models``/``--tools`` named) at
+  each thread count, write the JSON (default DIR/peers.json) and the figure (DIR/peers.png).
+- neither: both, into ``--workdir`` or a temporary directory.
+
+    python scripts/bench_peers.py --optimize-only --models all --workdir runs/peers
+    python scripts/bench_peers.py --optimize-only --models all --tools eqsat --workdir runs/peers
+    python scripts/bench_peers.py --time-only --workdir runs/peers
     python scripts/bench_peers.py --models bert,vit --exporters torchscript --json results/peers.json
-    python scripts/bench_peers.py --models unseen --threads 1 --json results/unseen.json
     python scripts/bench_peers.py --onnx my.onnx --threads 1,2 --json results/mine.json --figure results/mine.png
 
-One JSON document per run (``--json``): per model, per tool, the wall seconds the tool took, whether it
-verified (and the worst errors), and per thread count the speedup with its interval.
+One JSON document per run: per model, per tool, the wall seconds the tool took, whether it verified (and the worst
+errors), and per thread count the speedup with its interval; and the summary of issue 26's targets (peers_report:
+per model eqsat against the best peer and the 0.99 floor, whether the A/A control resolves it; the medians over
+the transformer models and the BERT family), printed as a table too.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
-import importlib.util
-import json
 import os
 import platform
 import sys
@@ -44,223 +59,217 @@ from typing import Any
 import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for path in (ROOT, os.path.join(ROOT, "tests")):
+for path in (ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
+import peers_workdir as wd  # noqa: E402
+from peers_report import figure, summarize, summary_table  # noqa: E402
+from peers_timing import CONTROL, Budget, time_all  # noqa: E402
+from peers_tools import TOOLS, run_tool, tool_version  # noqa: E402
+
 from eqsat import timing  # noqa: E402
-from eqsat.app.config import OptimizeConfig  # noqa: E402
-from eqsat.app.pipeline import optimize  # noqa: E402
-from eqsat.verify import verify  # noqa: E402
 
-Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto]
-ORT_MODEL_TYPES = {"bert": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2", "distilbert": "bert",
-                   "t5_encoder": "t5"}
-"""the transformers optimizer's model type per zoo family (others: ``bert``, its default)"""
-
-
-def _eqsat(model: onnx.ModelProto, _name: str, args: argparse.Namespace) -> onnx.ModelProto:
-    config = OptimizeConfig()
-    if args.eqsat_time_limit is not None:
-        config = config.updated(time_limit=args.eqsat_time_limit)
-    return optimize(model, config).optimized
-
-
-def _onnxsim(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    import onnxsim
-
-    simplified, ok = onnxsim.simplify(model)
-    if not ok:
-        raise RuntimeError("onnxsim's own check failed")
-    return simplified
-
-
-def _onnxslim(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    import onnxslim
-
-    return onnxslim.slim(model)
-
-
-def _ort_transformers(model: onnx.ModelProto, name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    from onnxruntime.transformers.optimizer import optimize_model
-
-    family = name.split("/")[0]
-    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:  # it takes a path for models it re-runs
-        path = os.path.join(tmp, "in.onnx")
-        onnx.save(model, path)
-        return optimize_model(path, model_type=ORT_MODEL_TYPES.get(family, "bert")).model
-
-
-def _onnxscript(model: onnx.ModelProto, _name: str, _args: argparse.Namespace) -> onnx.ModelProto:
-    import onnx_ir
-    import onnxscript.optimizer
-    from onnxscript.rewriter.ort_fusions import optimize_for_ort
-
-    ir_model = onnx_ir.from_proto(model)
-    ir_model = onnxscript.optimizer.optimize(ir_model)
-    ir_model, _counts = optimize_for_ort(ir_model)
-    return onnx_ir.to_proto(ir_model)
-
-
-TOOLS: dict[str, tuple[Tool, str]] = {
-    "eqsat": (_eqsat, "eqsat"),
-    "onnxsim": (_onnxsim, "onnxsim"),
-    "onnxslim": (_onnxslim, "onnxslim"),
-    "ort-transformers": (_ort_transformers, "onnxruntime"),
-    "onnxscript": (_onnxscript, "onnxscript"),
-}
-"""name -> (the tool, the module that must be importable for it)"""
-
-
-def run_tool(name: str, model: onnx.ModelProto, label: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One tool on one model: its program (or why there is none), wall seconds, verification."""
-    fn, module = TOOLS[name]
-    if importlib.util.find_spec(module) is None:
-        return {"status": "unavailable", "reason": f"{module} is not installed (pip install -e '.[peers]')"}
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)  # tools may change their input in place
-    start = time.perf_counter()
-    try:
-        program = fn(copy, label, args)
-    except Exception as exc:  # a peer crashing is a result to report, not a reason to stop
-        return {"status": "failed", "seconds": time.perf_counter() - start,
-                "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-    seconds = time.perf_counter() - start
-    try:
-        check = verify(model, program, seed=args.seed)
-    except Exception as exc:  # onnxruntime cannot load or run what the tool wrote
-        return {"status": "invalid", "seconds": seconds, "program": program,
-                "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-    entry: dict[str, Any] = {"seconds": seconds, "max_abs_error": check.max_abs_error,
-                             "max_rel_error": check.max_rel_error, "program": program}
-    if not check.passed:
-        return {**entry, "status": "wrong", "reason": check.detail}
-    return {**entry, "status": "verified", "operators": len(program.graph.node)}
-
-
-def time_all(original: onnx.ModelProto, programs: dict[str, onnx.ModelProto], threads: int,
-             args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """The original against an unchanged copy of it (``original-copy``, the A/A control) and every program, in
-    one interleaved run: speedup original / program with its interval, per name."""
-    names = ["original-copy", *programs]
-    models = [original, original, *programs.values()]
-    protocol = timing.Protocol(threads=threads, budget_s=args.time_budget * len(names), seed=args.seed)
-    sessions = timing.timing_sessions(models, protocol)
-    feeds = timing.timing_feeds(original, [sessions[0][0], sessions[1][0]], args.seed)
-    runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
-    comparisons = timing.compare_many(runs, protocol, timing.runtime_info(threads))
-    return {n: {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "original_ms": c.original_ms,
-                "program_ms": c.optimized_ms, "rounds": c.rounds} for n, c in zip(names, comparisons)}
-
-
-def bench_model(label: str, model: onnx.ModelProto, args: argparse.Namespace) -> dict[str, Any]:
-    print(f"== {label}: {len(model.graph.node)} nodes", flush=True)
-    tools: dict[str, dict[str, Any]] = {}
-    for name in args.tools:
-        tools[name] = run_tool(name, model, label, args)
-        t = tools[name]
-        print(f"   {name:17} {t['status']:11} {t.get('seconds', 0.0):7.1f} s  {t.get('reason', '')}", flush=True)
-    verified = {n: t.pop("program") for n, t in tools.items() if t["status"] == "verified"}
-    for t in tools.values():
-        t.pop("program", None)
-    timed = {}
-    for threads in args.threads:
-        timed[threads] = time_all(model, verified, threads, args)
-        for name, r in timed[threads].items():
-            print(f"   {threads}t {name:17} {r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}]", flush=True)
-            (tools.setdefault(name, {"status": "control"})).setdefault("timed", {})[str(threads)] = r
-    return {"model": label, "nodes": len(model.graph.node), "tools": tools}
+ALL = ("bert", "bert_s128", "distilbert", "gpt2", "llama", "llama_s128", "qwen2", "t5_encoder", "vit",
+       "whisper_encoder", "convnext", "resnet50")
+"""``--models all``: issue 26's families from the zoo (BERT at sequence 16 and 128, DistilBERT, GPT-2, LLaMA with
+grouped KV heads at sequence 16 and 128, Qwen2, T5 encoder, ViT, Whisper encoder, ConvNeXt, ResNet-50)"""
+DEFAULT_MODELS = "bert,gpt2,vit,llama,resnet"
 
 
 def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.ModelProto]]]:
+    """(label, loader) of each model asked for: the zoo's (name/exporter), then the ``--onnx`` files."""
     out: list[tuple[str, Callable[[], onnx.ModelProto]]] = []
     if args.models:
         import zoo  # tests/zoo: small random-weight transformers models exported by torch
 
-        groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN}
+        groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN, "all": ALL}
         for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
                 out.append((f"{name}/{exporter}", functools.partial(zoo.build, name, exporter, args.opset,
                                                                      seed=args.seed)))
     for path in args.onnx:
-        out.append((os.path.basename(path), functools.partial(onnx.load, path)))
+        out.append((os.path.basename(path).removesuffix(".onnx"), functools.partial(onnx.load, path)))
     return out
 
 
-def figure(rows: list[dict[str, Any]], path: str, threads: int) -> None:
-    """Speedup (original / program) per model and tool with its interval, at ``threads``."""
-    import matplotlib
+def _line(name: str, t: dict[str, Any]) -> str:
+    return f"   {name:17} {t['status']:11} {t.get('seconds', 0.0):7.1f} s  {t.get('reason', '')}"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    names = sorted({n for r in rows for n, t in r["tools"].items() if str(threads) in t.get("timed", {})})
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(rows) * len(names) / 2), 4))
-    width = 0.8 / max(len(names), 1)
-    for k, name in enumerate(names):
-        xs, ys, lo, hi = [], [], [], []
-        for i, r in enumerate(rows):
-            t = r["tools"].get(name, {}).get("timed", {}).get(str(threads))
-            if t:
-                xs.append(i + k * width)
-                ys.append(t["speedup"])
-                lo.append(t["speedup"] - t["ci_low"])
-                hi.append(t["ci_high"] - t["speedup"])
-        ax.bar(xs, ys, width, yerr=[lo, hi], label=name, capsize=2)
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(rows))], [r["model"] for r in rows], rotation=30,
-                  ha="right")
-    ax.set_ylabel(f"speedup over the original ({threads} thread{'s' if threads > 1 else ''})")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+def optimize_model(label: str, load: Callable[[], onnx.ModelProto], manifest: dict[str, Any],
+                   args: argparse.Namespace) -> None:
+    """Every tool of ``args.tools`` on one model, each program verified and stored in the workdir, the manifest
+    rewritten after each; the model is the stored original where the workdir has one (else exported now)."""
+    workdir = args.workdir
+    entry = manifest["models"].get(label)
+    folder = os.path.relpath(wd.model_dir(workdir, label), workdir)
+    original = os.path.join(folder, "original.onnx")
+    if entry and "original" in entry and os.path.exists(os.path.join(workdir, entry["original"])):
+        model = wd.load_model(workdir, entry["original"])
+    else:
+        try:
+            model = load()
+        except Exception as exc:  # an export this torch cannot write
+            traceback.print_exc()
+            manifest["models"][label] = {"error": f"{type(exc).__name__}: {exc}"}
+            wd.save_manifest(workdir, manifest)
+            return
+        entry = manifest["models"][label] = {"original": wd.store_model(workdir, original, model),
+                                             "nodes": len(model.graph.node), "tools": {}}
+    assert entry is not None
+    print(f"== {label}: {len(model.graph.node)} nodes", flush=True)
+    for name in args.tools:
+        if args.skip_done and name in entry["tools"]:
+            print(_line(name, entry["tools"][name]) + " (kept)", flush=True)
+            continue
+        result = run_tool(name, model, label, args)
+        for stale in (f"{name}.onnx", f"{name}.report.json"):
+            if os.path.exists(os.path.join(workdir, folder, stale)):
+                os.remove(os.path.join(workdir, folder, stale))
+        program = result.pop("program", None)
+        if program is not None:
+            result["program"] = wd.store_model(workdir, os.path.join(folder, f"{name}.onnx"), program)
+        if isinstance(result.get("report"), dict):  # eqsat's whole report: a file of its own
+            relative = os.path.join(folder, f"{name}.report.json")
+            wd.write_json(os.path.join(workdir, relative), result["report"])
+            result["report"] = relative
+        result["version"] = tool_version(name)
+        entry["tools"][name] = result
+        wd.save_manifest(workdir, manifest)
+        print(_line(name, result), flush=True)
+
+
+def optimize_phase(args: argparse.Namespace) -> dict[str, Any]:
+    """The optimize phase into ``args.workdir``: the manifest (see peers_workdir)."""
+    os.makedirs(args.workdir, exist_ok=True)
+    manifest = wd.load_manifest(args.workdir)
+    manifest.update(seed=args.seed, opset=args.opset, eqsat_commit=wd.source_commit(ROOT),
+                    eqsat_time_limit=args.eqsat_time_limit)
+    for label, load in models_from(args):
+        optimize_model(label, load, manifest, args)
+    wd.save_manifest(args.workdir, manifest)
+    return manifest
+
+
+def time_model(label: str, entry: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """One model's verified programs timed beside the A/A control at each thread count: its row."""
+    original = wd.load_model(args.workdir, entry["original"])
+    tools = {n: dict(t) for n, t in entry["tools"].items()
+             if args.tools is None or n in args.tools}
+    programs = {n: wd.load_model(args.workdir, t["program"]) for n, t in tools.items() if t["status"] == "verified"}
+    print(f"== {label}: {len(original.graph.node)} nodes, timing {', '.join(programs) or 'no program'}", flush=True)
+    tools[CONTROL] = {"status": "control"}
+    budget = Budget(resolution=args.resolution, budget_s=args.time_budget, seed=args.seed)
+    for threads in args.threads:
+        for name, r in time_all(original, programs, threads, budget).items():
+            print(f"   {threads}t {name:17} {r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
+                  f"{r['rounds']} rounds", flush=True)
+            tools[name].setdefault("timed", {})[str(threads)] = r
+    return {"model": label, "nodes": len(original.graph.node), "tools": tools}
+
+
+def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """The timing phase on the workdir's programs: the run's document and its exit code."""
+    labels = list(manifest["models"]) if args.models is None and not args.onnx else \
+        [label for label, _ in models_from(args)]
+    missing = [label for label in labels if label not in manifest["models"]]
+    if missing:
+        print(f"not in {args.workdir}'s manifest (left out): {', '.join(missing)}", file=sys.stderr)
+    rows = []
+    start = time.perf_counter()
+    for label in [label for label in labels if label in manifest["models"]]:
+        entry = manifest["models"][label]
+        if "error" in entry:
+            rows.append({"model": label, "error": entry["error"]})
+            continue
+        try:
+            rows.append(time_model(label, entry, args))
+        except Exception as exc:  # a model onnxruntime cannot time
+            traceback.print_exc()
+            rows.append({"model": label, "error": f"{type(exc).__name__}: {exc}"})
+    seconds = time.perf_counter() - start
+    timed = [r for r in rows if "tools" in r]
+    summary = summarize(rows, args.threads)  # a model that failed counts, as missing
+    print(f"timed {len(timed)} models in {seconds:.0f} s", flush=True)
+    print(summary_table(summary, args.threads), flush=True)
+    doc = {"script": "bench_peers", "argv": args.argv, "seed": args.seed, "threads": args.threads,
+           "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                       "load_average": os.getloadavg()},
+           "runtime": timing.runtime_info(args.threads[0]), "workdir": os.path.abspath(args.workdir),
+           "seconds": seconds,
+           "budget": dataclasses.asdict(Budget(resolution=args.resolution, budget_s=args.time_budget,
+                                               seed=args.seed)),
+           "optimized": {k: v for k, v in manifest.items() if k != "models"}, "summary": summary, "rows": rows}
+    return doc, 0 if rows and all("tools" in r for r in rows) and not missing else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="bert,gpt2,vit,llama,resnet",
+    p.add_argument("--models", default=None,
                    help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN) or groups 'zoo', 'extra', "
-                        "'unseen' (issue 26's families beyond the zoo: DistilBERT, T5 and Whisper encoders, ConvNeXt, "
-                        "ResNet-50); '' for none")
+                        "'unseen' (issue 26's families beyond the zoo), 'all' (every family issue 26 names); '' for "
+                        f"none (default: {DEFAULT_MODELS}; --time-only: every model of the workdir)")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")
     p.add_argument("--opset", type=int, default=18, help="the zoo export's opset")
     p.add_argument("--onnx", action="append", default=[], metavar="FILE", help="an ONNX model to add (repeatable)")
-    p.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {','.join(TOOLS)}")
+    p.add_argument("--tools", default=None,
+                   help=f"comma-separated, of {','.join(TOOLS)} (default: all; --time-only: all in the workdir)")
+    phase = p.add_mutually_exclusive_group()
+    phase.add_argument("--optimize-only", action="store_true",
+                       help="export, optimize with each tool, verify, and store the programs in --workdir")
+    phase.add_argument("--time-only", action="store_true", help="time the programs stored in --workdir")
+    p.add_argument("--workdir", help="the programs and their manifest (default without a phase flag: a temporary one)")
+    p.add_argument("--skip-done", action="store_true",
+                   help="--optimize-only: keep the tools the workdir's manifest already has for a model")
     p.add_argument("--threads", default="1,2", help="onnxruntime intra-op thread counts to time at")
-    p.add_argument("--time-budget", type=float, default=4.0, help="seconds of timed rounds per program and count")
+    p.add_argument("--resolution", type=float, default=0.01,
+                   help="the widest 95%% interval wanted on every speedup, the A/A control's included")
+    p.add_argument("--time-budget", type=float, default=20.0,
+                   help="the most seconds of timed rounds per model and thread count")
     p.add_argument("--eqsat-time-limit", type=float, help="eqsat's --time-limit (default: eqsat's own)")
     p.add_argument("--seed", type=int, default=0, help="weights, inputs and timing order")
-    p.add_argument("--json", help="write the run's results to this JSON file")
-    p.add_argument("--figure", help="write a bar chart (PNG) of the first thread count's speedups")
+    p.add_argument("--json", help="write the run's results to this JSON file (default with --workdir: "
+                                  "WORKDIR/peers.json)")
+    p.add_argument("--figure", help="write a bar chart (PNG) of the speedups at each thread count (default with "
+                                    "--workdir: WORKDIR/peers.png)")
     args = p.parse_args(argv)
-    args.models = [m for m in args.models.split(",") if m]
+    args.argv = sys.argv[1:] if argv is None else argv
+    if args.models is None and not args.time_only:
+        args.models = DEFAULT_MODELS
+    args.models = None if args.models is None else [m for m in args.models.split(",") if m]
     args.exporters = [e for e in args.exporters.split(",") if e]
-    args.tools = [t for t in args.tools.split(",") if t]
+    args.tools = None if args.tools is None else [t for t in args.tools.split(",") if t]
     args.threads = [int(t) for t in args.threads.split(",") if t]
-    unknown = [t for t in args.tools if t not in TOOLS]
+    unknown = [t for t in args.tools or () if t not in TOOLS]
     if unknown or not args.threads or min(args.threads) < 1:
         p.error(f"unknown tool {', '.join(unknown)} (tools: {', '.join(TOOLS)})" if unknown
                 else "--threads takes positive counts, e.g. 1,2")
-    rows = []
-    for label, load in models_from(args):
-        try:
-            rows.append(bench_model(label, load(), args))
-        except Exception as exc:  # an export this torch cannot write, or a model onnxruntime cannot time
-            traceback.print_exc()
-            rows.append({"model": label, "error": f"{type(exc).__name__}: {exc}"})
-    doc = {"script": "bench_peers", "argv": sys.argv[1:] if argv is None else argv, "seed": args.seed,
-           "threads": args.threads, "machine": {"cpu": platform.processor() or platform.machine(),
-                                                 "cores": os.cpu_count()},
-           "runtime": timing.runtime_info(args.threads[0]), "rows": rows}
+    if (args.optimize_only or args.time_only) and not args.workdir:
+        p.error("--optimize-only and --time-only need --workdir DIR")
+    if args.time_only and not os.path.exists(os.path.join(args.workdir, wd.MANIFEST)):
+        p.error(f"{args.workdir} holds no {wd.MANIFEST}: run --optimize-only into it first")
+    if not args.time_only and args.tools is None:
+        args.tools = list(TOOLS)
+    with tempfile.TemporaryDirectory(prefix="peers-") as scratch:
+        if args.workdir is None:
+            args.workdir = scratch
+        elif not args.optimize_only:
+            args.json = args.json or os.path.join(args.workdir, "peers.json")
+            args.figure = args.figure or os.path.join(args.workdir, "peers.png")
+        manifest = wd.load_manifest(args.workdir) if args.time_only else optimize_phase(args)
+        if args.optimize_only:
+            done = [m for m in manifest["models"].values() if "error" not in m]
+            print(f"optimized {len(done)} of {len(manifest['models'])} models into {args.workdir}")
+            return 0 if len(done) == len(manifest["models"]) else 1
+        doc, rc = time_phase(args, manifest)
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2, allow_nan=False, default=str)
+        wd.write_json(args.json, doc)
         print(f"wrote {args.json}")
     if args.figure:
-        figure([r for r in rows if "tools" in r], args.figure, args.threads[0])
+        figure([r for r in doc["rows"] if "tools" in r], args.figure, args.threads)
         print(f"wrote {args.figure}")
-    return 0 if all("tools" in r for r in rows) else 1
+    return rc
 
 
 if __name__ == "__main__":
