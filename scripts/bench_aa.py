@@ -7,7 +7,9 @@ and an A/B ship rate of at least 90% at 2%. Each rate is printed with its 95% Wi
 gate planned (the budget's, or the pilot's spread's, up to ``--max-budget``) against those it used, the mean
 seconds per comparison, and why each comparison that did not ship ended: "not faster" (the futility bound: the
 whole interval below 1.005), "open at the time limit" (the budget ran out before the plan's last look) or "open
-at the plan's end" (the planned rounds ran and the interval still straddles 1). ``--max-budget`` equal to
+at the plan's end" (the planned rounds ran and the interval still straddles 1); and the width of the 95% interval
+with the session pairs as the units over its width with the rounds as the units (above 1: the pairs' few degrees
+of freedom, or their offsets, cost width; what clustering costs in power). ``--max-budget`` equal to
 ``--budget`` never extends the budget (the gate before its rounds were sized to the variance); ``--fixed`` runs
 the fixed-rounds bootstrap protocol (the pre-gate rule) instead, for comparison.
 
@@ -34,7 +36,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from eqsat.gate import Gate, spread  # noqa: E402
+from eqsat.gate import Gate, spread, trimmed_interval  # noqa: E402
 from eqsat.models import build  # noqa: E402
 from eqsat.onnx import export_model  # noqa: E402
 from eqsat.timing import EXTENSION, Comparison, Protocol, compare, decide  # noqa: E402
@@ -127,10 +129,13 @@ def trial(original: onnx.ModelProto, candidate: onnx.ModelProto, args: argparse.
                         max_budget_s=args.max_budget)
     cmp = compare(original, candidate, protocol)
     x = np.log(np.divide(cmp.round_original_ms, cmp.round_optimized_ms))
+    pairs = np.arange(x.size) % int(cmp.runtime.get("sessions_per_program", 1))  # round r: session r mod n of each
+    by_pair, by_round = (trimmed_interval(x, labels, 0.95) for labels in (pairs, None))
     return {"seed": seed, "speedup": cmp.speedup, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high,
             "original_ms": cmp.original_ms, "rounds": cmp.rounds, "planned": cmp.planned, "looks": cmp.looks,
             "repeats": cmp.repeats, "seconds": cmp.seconds, "spread": float(np.std(x)),
-            "gate_spread": spread(x), "ship": decide(cmp).ship, "ended": ended(cmp, gate)}
+            "gate_spread": spread(x), "ship": decide(cmp).ship, "ended": ended(cmp, gate),
+            "pairs_over_rounds": math.log(by_pair.ci_high / by_pair.ci_low) / math.log(by_round.ci_high / by_round.ci_low)}
 
 
 def progress(label: str, row: dict) -> dict:
@@ -152,6 +157,7 @@ def rate(rows: list[dict]) -> dict:
             "spread_median": statistics.median(r["spread"] for r in rows),
             "gate_spread_median": statistics.median(r["gate_spread"] for r in rows),
             "ended": {k: sum(r["ended"] == k for r in rows) for k in END_REASONS},
+            "pairs_over_rounds_median": statistics.median(r["pairs_over_rounds"] for r in rows),
             "speedup_median": statistics.median(r["speedup"] for r in rows)}
 
 
@@ -169,7 +175,8 @@ def line(label: str, r: dict) -> str:
     return (f"{label} ships {r['ships']:3}/{r['trials']:<4} {r['rate']:6.1%} [{r['wilson_low']:.1%}, "
             f"{r['wilson_high']:.1%}]  rounds used/planned {r['rounds_median']:.0f}/{r['planned_median']:.0f}  "
             f"spread {r['spread_median']:.3f} (gate's {r['gate_spread_median']:.3f})  "
-            f"speedup {r['speedup_median']:.3f}  {r['seconds_mean']:.1f} s mean"
+            f"speedup {r['speedup_median']:.3f}  {r['seconds_mean']:.1f} s mean  95% interval by session pairs / "
+            f"by rounds {r['pairs_over_rounds_median']:.2f}"
             + (f"; not shipped: {others}" if others else ""))
 
 
