@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx_builders as ob
 import pytest
 from test_gate import SESSIONS, paired_rounds
 
+from eqsat import runtimes
+from eqsat.app import pipeline
+from eqsat.app.config import OptimizeConfig
 from eqsat.gate import Gate, Sequential, replay, replay_plan, rounds_for_power, spread, spread_bound
 from eqsat.timing import EXTENSION, Protocol, compare_many
 
@@ -138,3 +142,25 @@ def test_max_budget_below_the_budget_is_refused():
     assert Protocol(budget_s=4.0).extended_budget_s == EXTENSION * 4.0
     with pytest.raises(ValueError, match="power"):
         Gate(power=0.3)
+
+
+class Captured(Exception):
+    """Raised by a stand-in for the timing: the protocol the pipeline asked for, nothing timed."""
+
+
+def test_the_pipeline_extends_the_measurement_only_into_what_the_search_left(monkeypatch):
+    """measure_phase's protocol: the budget is --measure-budget; its extension is what the search and extraction
+    left of --time-limit (none when they used it all), at most EXTENSION x the budget in all."""
+    seen: list[Protocol] = []
+
+    def capture(original, candidates, runtime, protocol, **kw):
+        seen.append(protocol)
+        raise Captured
+
+    monkeypatch.setattr(pipeline.runtimes, "compare_programs", capture)
+    model, config = ob.mlp(), OptimizeConfig.of(measure_budget=4.0)
+    for spare in (0.0, 2.0, 100.0, -5.0):
+        with pytest.raises(Captured):
+            pipeline.measure_phase(model, model, config, runtime=runtimes.make("ort-cpu"), spare_s=spare)
+    assert [p.extended_budget_s for p in seen] == [4.0, 6.0, EXTENSION * 4.0, 4.0]
+    assert all(p.budget_s == 4.0 and p.gate is not None for p in seen)
