@@ -3,7 +3,8 @@ RNG whose true ratio and noise are known (the oracle), no timing: the pilot's sp
 blind to the ratio, the planner asks for more rounds as the noise grows and never more than the cap, an A/A
 comparison ships no more often than the design allows (a binomial bound over many draws), a program truly 2%
 faster ships in at least 90% of draws with the planned rounds; and the timing protocol follows the plan
-(a synthetic block clock: the rounds cost no time)."""
+(a synthetic block clock: the rounds cost no time), and the pipeline extends it only into the time the search
+left."""
 
 from __future__ import annotations
 
