@@ -10,20 +10,40 @@ of freedom. With fewer than :attr:`Gate.min_clusters` pairs the rounds are the u
 
 The design (:class:`Gate`): the false-ship probability of a comparison family (the original against ``m``
 candidates, looked at ``looks`` times) is at most ``alpha``: each one-sided test runs at
-``alpha / (m * looks)`` (Bonferroni over candidates and looks, valid for any stopping rule because the looks sit
-at round counts fixed by the budget, :func:`look_schedule`, never by the data). At a look a candidate is
-*faster* when the interval's lower bound is above 1, *not faster* when its upper bound is below
-:attr:`Gate.futility`, else *open*; the run stops at the first look where none is open, else at the last.
+``alpha / (m * looks)`` (Bonferroni over candidates and looks: valid for any stopping rule, since at most
+``looks`` looks are taken, each a test at its own level). At a look a candidate is *faster* when the interval's
+lower bound is above 1, *not faster* when its upper bound is below :attr:`Gate.futility`, else *open*; the run
+stops at the first look where none is open, else at the last.
+
+Rounds sized to the variance seen (:class:`Sequential`): the budget plans the rounds before any data, and their
+first look is a *pilot*. If a candidate is still open there, the rounds are planned again from the pilot's
+spread of the paired log ratios (:func:`spread`): :func:`rounds_for_power` gives the rounds that resolve a
+program :attr:`Gate.gain` faster with probability :attr:`Gate.power`, at least the budget's, at most the cap the
+caller affords (an extended budget); the remaining looks are then spread evenly over the new plan and never move
+again. The plan is *blinded*: the spread is computed from each round's deviation from the centre, never from the
+centre itself (a series shifted by a constant, i.e. any true speedup, gives the same plan). For normal rounds the
+sample variance is independent of the sample mean, so the round counts at which the later tests are made carry
+no information about their outcome: each is still a test at ``alpha / (m * looks)`` given its round count, and
+Bonferroni over at most ``looks`` of them keeps the family at ``alpha`` (for heavy-tailed rounds the trimmed
+mean keeps this approximately; the seeded simulations of ``tests/test_gate_plan.py`` check it). Planning from the
+observed *difference* instead would let a lucky pilot buy more rounds and inflate the false-ship rate.
 
 Sized for the 1% gate: on paired rounds whose log ratios have a standard deviation ``s``, a program truly ``g``
 faster ships with probability ~ ``Phi(log(g) sqrt(n_eff) / s - t)``; :func:`rounds_for_power` gives the rounds
-that reaches a power, so the budget can be set from the spread seen on a machine.
+that reaches a power. With ``G`` session pairs as the units the bound ``t`` has ``G - 1`` degrees of freedom:
+with the timing's 10 pairs, t(0.9975, 9) = 3.69 against the normal 2.81, and the noncentral t's width, about 1.7x
+the rounds for the same power. The pairs stay the units all the same: a session's offset (memory placement) is
+shared by all its rounds and no round count averages it away, so rounds as the units understate the interval
+(on ``tests/test_gate.py``'s synthetic rounds with 0.3% session offsets, without spikes, the one-sided test at
+0.25% false-ships 0.37-0.40% of 6,000 A/A draws with rounds as the units, 0.23% with the pairs).
 
 >>> round(t_quantile(0.975, 9), 3), round(t_quantile(0.995, 30), 3)
 (2.262, 2.75)
 >>> g = Gate()
 >>> look_schedule(100, g)
 [25, 50, 75, 100]
+>>> look_schedule(300, g, pilot=25)
+[25, 117, 209, 300]
 >>> round(g.one_sided(candidates=1), 5)
 0.0025
 """
@@ -32,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Literal
 
@@ -42,6 +62,8 @@ TRIM = 0.1
 """the share of rounds trimmed from each end of the paired log ratios"""
 TRIM_EFFICIENCY = 0.94
 """the trimmed mean's efficiency against the mean on normal rounds (what trimming costs in rounds)"""
+PLAN_CONFIDENCE = 0.8
+"""the rounds after the pilot are planned from this upper confidence bound of its spread (:func:`spread_bound`)"""
 
 State = Literal["faster", "not faster", "open"]
 Series = Sequence[float] | np.ndarray
@@ -74,10 +96,16 @@ class Gate:
     clustered: bool = False
     """the clusters are the only units (programs renewed every few rounds: :func:`eqsat.timing.compare_many`): with
     fewer than :attr:`min_clusters` of them the interval is unbounded, never one over the rounds"""
+    gain: float = 1.02
+    """the true speedup the rounds are planned to resolve (:class:`Sequential`)"""
+    power: float = 0.90
+    """the probability that a program :attr:`gain` times faster ships, by the plan's last look"""
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 0.5:
             raise ValueError(f"alpha {self.alpha} must lie in (0, 0.5), e.g. 0.01")
+        if self.gain <= 1 or not 0.5 <= self.power < 1:
+            raise ValueError(f"gain {self.gain} must be above 1 and power {self.power} in [0.5, 1), e.g. 1.02, 0.9")
         if self.looks < 1 or self.max_rounds < 2 or self.min_clusters < 2 or self.futility < 1:
             raise ValueError("looks must be at least 1, max_rounds and min_clusters at least 2, futility at least 1")
 
@@ -90,11 +118,17 @@ class Gate:
         return family_confidence(1 - 2 * self.alpha, max(candidates, 1) * self.looks)
 
 
-def look_schedule(planned_rounds: int, gate: Gate) -> list[int]:
+def look_schedule(planned_rounds: int, gate: Gate, pilot: int | None = None) -> list[int]:
     """The round counts at which to look: ``gate.looks`` evenly spread over ``planned_rounds`` (at least 2 each,
-    increasing; fewer looks when there are too few rounds)."""
+    increasing; fewer looks when there are too few rounds). With a ``pilot`` (the first look, already taken), the
+    other ``gate.looks - 1`` are evenly spread over the rounds after it."""
     n = max(2, planned_rounds)
-    return sorted({max(2, math.ceil(n * (j + 1) / gate.looks)) for j in range(gate.looks)})
+    if pilot is None:
+        return sorted({max(2, math.ceil(n * (j + 1) / gate.looks)) for j in range(gate.looks)})
+    if pilot >= n or gate.looks < 2:
+        return [pilot]
+    rest = gate.looks - 1
+    return [pilot, *sorted({pilot + max(1, math.ceil((n - pilot) * (j + 1) / rest)) for j in range(rest)})]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -160,11 +194,19 @@ class Interval:
     """the independent units the standard error counted (session pairs, or rounds)"""
 
 
-def trimmed_interval(log_ratios: Series, clusters: Sequence[int] | None, confidence: float,
-                     min_clusters: int = Gate.min_clusters, clustered: bool = False) -> Interval:
-    """The trimmed-mean speedup of paired log ratios and its two-sided interval at ``confidence`` (Yuen's
-    standard error, cluster-robust over ``clusters`` when there are at least ``min_clusters`` of them; else over
-    the rounds, or, ``clustered``, unbounded)."""
+@dataclass(frozen=True)
+class _Trimmed:
+    center: float
+    """the trimmed mean of the log ratios"""
+    var: float
+    """its variance (Yuen's)"""
+    df: int
+    units: int
+
+
+def _trimmed(log_ratios: Series, clusters: Sequence[int] | None, min_clusters: int) -> _Trimmed:
+    """The trimmed mean of paired log ratios and Yuen's variance of it, cluster-robust over ``clusters`` when
+    there are at least ``min_clusters`` of them (else over the rounds)."""
     x = np.asarray(log_ratios, float)
     if x.ndim != 1 or x.size < 2:
         raise ValueError(f"need at least 2 paired rounds, got {x.shape}")
@@ -183,13 +225,37 @@ def trimmed_interval(log_ratios: Series, clusters: Sequence[int] | None, confide
         sums = np.array([w[labels == g].sum() for g in groups])
         var = groups.size / (groups.size - 1) * float((sums ** 2).sum()) / (h * h)
         df, units = groups.size - 1, int(groups.size)
-    elif clustered:
-        return Interval(math.exp(center), 0.0, math.inf, int(groups.size))
     else:
         var = float((w ** 2).sum()) / (h * (h - 1))
         df, units = h - 1, n
-    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(var)
-    return Interval(math.exp(center), math.exp(center - half), math.exp(center + half), units)
+    return _Trimmed(center, var, df, units)
+
+
+def trimmed_interval(log_ratios: Series, clusters: Sequence[int] | None, confidence: float,
+                     min_clusters: int = Gate.min_clusters, clustered: bool = False) -> Interval:
+    """The trimmed-mean speedup of paired log ratios and its two-sided interval at ``confidence`` (Yuen's
+    standard error, cluster-robust over ``clusters`` when there are at least ``min_clusters`` of them; else over
+    the rounds, or, ``clustered``, unbounded)."""
+    t = _trimmed(log_ratios, clusters, min_clusters)
+    groups = 1 if clusters is None else int(np.unique(np.asarray(clusters)).size)
+    if clustered and groups < min_clusters:  # too few clusters, and the rounds are not units here
+        return Interval(math.exp(t.center), 0.0, math.inf, groups)
+    half = t_quantile(1 - (1 - confidence) / 2, t.df) * math.sqrt(t.var)
+    return Interval(math.exp(t.center), math.exp(t.center - half), math.exp(t.center + half), t.units)
+
+
+def spread(log_ratios: Series) -> float:
+    """The spread of paired log ratios as the gate's test sees it: the standard deviation of normal rounds that
+    would give the trimmed mean the standard error it has here (Yuen's, over the rounds), so a load spike counts
+    as much as it costs the test, not as its square. Blinded (:class:`Sequential`): computed from the rounds'
+    deviations from their centre, it is the same for the series shifted by any constant.
+
+    >>> x = np.random.default_rng(0).normal(0.5, 0.03, 2000)
+    >>> round(spread(x), 2), math.isclose(spread(x), spread(x - 0.5))
+    (0.03, True)
+    """
+    x = np.asarray(log_ratios, float)
+    return math.sqrt(_trimmed(x, None, 2).var * x.size * TRIM_EFFICIENCY)
 
 
 def state_of(interval: Interval, gate: Gate) -> State:
@@ -201,7 +267,7 @@ def state_of(interval: Interval, gate: Gate) -> State:
     return "open"
 
 
-def assess(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]],
+def assess(original_ms: Series, candidates_ms: Sequence[Series],
            clusters: Sequence[Sequence[int]] | None, gate: Gate, family: int | None = None) -> list[tuple[Interval, State]]:
     """Each candidate's interval and state at a look over the paired rounds so far (``clusters``: per candidate,
     the session pair of each round, or None). ``family``: the candidates the Bonferroni correction counts (those
@@ -217,30 +283,127 @@ def assess(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]
     return out
 
 
+@dataclass
+class Sequential:
+    """One sequential comparison's plan (see the module's docstring): the looks, planned from the budget's rounds
+    (``base``), then once, at the pilot (the first look), from the spread seen, up to ``cap`` rounds. Used by
+    :func:`eqsat.timing.compare_many` while timing and by :func:`replay` on series given in advance."""
+
+    gate: Gate
+    candidates: int
+    base: int
+    """the rounds the budget plans before any data"""
+    cap: int
+    """the rounds at most (the extended budget's)"""
+    looks: list[int] = field(default_factory=list)
+    """the round counts of the looks: the budget's until the pilot, then the plan's"""
+    taken: int = 0
+    """the looks taken so far"""
+    spread: float | None = None
+    """the pilot's spread (:func:`spread`, the largest over the candidates); None before it"""
+    wanted: int | None = None
+    """the rounds :func:`rounds_for_power` asked for at the pilot, before the floor and the cap"""
+
+    def __post_init__(self) -> None:
+        self.base = max(2, min(self.base, self.gate.max_rounds))
+        self.cap = max(self.base, min(self.cap, self.gate.max_rounds))
+        self.looks = self.looks or look_schedule(self.base, self.gate)
+
+    @property
+    def planned(self) -> int:
+        """The rounds of the plan's last look."""
+        return self.looks[-1]
+
+    @property
+    def next_look(self) -> int | None:
+        """The round count of the next look, None when the plan's looks are all taken."""
+        return self.looks[self.taken] if self.taken < len(self.looks) else None
+
+    def look(self, original_ms: Series, candidates_ms: Sequence[Series], clusters: Sequence[Sequence[int]] | None,
+             cap: int | None = None) -> list[tuple[Interval, State]]:
+        """Each candidate's interval and state over the rounds so far (:func:`assess`); at the pilot, with a
+        candidate still open, the rounds are planned again from the spread (never above ``cap``, where the
+        caller affords fewer rounds than :attr:`cap` by now, nor below the budget's)."""
+        verdicts = assess(original_ms, candidates_ms, clusters, self.gate, self.candidates)
+        self.taken += 1
+        if self.taken == 1 and len(self.looks) > 1 and any(s == "open" for _, s in verdicts):
+            self.plan(original_ms, candidates_ms, clusters, self.cap if cap is None else min(cap, self.cap))
+        return verdicts
+
+    def plan(self, original_ms: Series, candidates_ms: Sequence[Series], clusters: Sequence[Sequence[int]] | None,
+             cap: int) -> None:
+        """The rounds and looks after the pilot, from the pilot's blinded spread."""
+        a = np.asarray(original_ms, float)
+        xs = [np.log(a / np.asarray(b, float)) for b in candidates_ms]
+        self.spread = max(spread(x) for x in xs)
+        bound = spread_bound(self.spread, len(xs[0]))
+        groups = None if clusters is None else min(len(set(c)) for c in clusters)
+        units = groups if groups is not None and groups >= self.gate.min_clusters else None
+        self.wanted = rounds_for_power(bound, self.gate.gain, self.gate.power, self.gate, self.candidates,
+                                       units)
+        planned = min(max(self.wanted, self.base), max(cap, self.base))
+        if planned != self.base:
+            self.looks = look_schedule(planned, self.gate, pilot=self.looks[0])
+
+
 def replay(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]], gate: Gate,
-           clusters: Sequence[Sequence[int]] | None = None) -> tuple[int, list[tuple[Interval, State]]]:
-    """The gate run on rounds already drawn (all of them the budget's plan): (the rounds used when it stopped,
-    the verdicts there). What :func:`eqsat.timing.compare_many` does while timing, for series given in advance."""
+           clusters: Sequence[Sequence[int]] | None = None, base: int | None = None) -> tuple[int, list[tuple[Interval, State]]]:
+    """The gate run on rounds already drawn: (the rounds used when it stopped, the verdicts there). What
+    :func:`eqsat.timing.compare_many` does while timing, for series given in advance. ``base``: the rounds the
+    budget plans (the pilot is its first look), planned again from the spread up to all the rounds given; None:
+    all of them, no planning. :func:`replay_plan` returns the plan too."""
+    used, verdicts, _ = replay_plan(original_ms, candidates_ms, gate, clusters, base)
+    return used, verdicts
+
+
+def replay_plan(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]], gate: Gate,
+                clusters: Sequence[Sequence[int]] | None = None,
+                base: int | None = None) -> tuple[int, list[tuple[Interval, State]], Sequential]:
+    """:func:`replay`, and the :class:`Sequential` plan it followed."""
     n = len(original_ms)
+    seq = Sequential(gate, len(candidates_ms), n if base is None else base, n)
     verdicts: list[tuple[Interval, State]] = []
-    for stop in look_schedule(n, gate):
+    used = 0
+    while (stop := seq.next_look) is not None and stop <= n:
         cut = None if clusters is None else [c[:stop] for c in clusters]
-        verdicts = assess(original_ms[:stop], [b[:stop] for b in candidates_ms], cut, gate)
+        verdicts = seq.look(original_ms[:stop], [b[:stop] for b in candidates_ms], cut)
+        used = stop
         if all(s != "open" for _, s in verdicts):
-            return stop, verdicts
-    return min(n, look_schedule(n, gate)[-1]), verdicts
+            break
+    return used, verdicts, seq
 
 
 def rounds_for_power(spread: float, gain: float, power: float, gate: Gate, candidates: int = 1,
                      units: int | None = None) -> int:
     """Rounds whose paired log ratios spread ``spread`` (standard deviation) resolve a program ``gain`` times
     faster (e.g. 1.02) with probability ``power`` at the last look (normal approximation, trimming's efficiency
-    included; ``units``: the session pairs the standard error counts, whose few degrees of freedom cost rounds)."""
+    included; ``units``: the session pairs the standard error counts, whose few degrees of freedom cost rounds:
+    the t bound, and the noncentral t's wider spread, ``sqrt(1 + t^2 / (2 df))``)."""
     one_sided = 1 - gate.one_sided(candidates)
-    bound = NormalDist().inv_cdf(one_sided) if units is None else t_quantile(one_sided, max(units - 1, 1))
-    z = bound + NormalDist().inv_cdf(power)
+    z_power = NormalDist().inv_cdf(power)
+    if units is None:
+        z = NormalDist().inv_cdf(one_sided) + z_power
+    else:
+        df = max(units - 1, 1)
+        bound = t_quantile(one_sided, df)
+        z = bound + z_power * math.sqrt(1 + bound * bound / (2 * df))
     return math.ceil((z * spread / math.log(gain)) ** 2 / TRIM_EFFICIENCY)
 
 
-__all__ = ["TRIM", "TRIM_EFFICIENCY", "Gate", "Interval", "Series", "State", "assess", "family_confidence", "look_schedule", "replay",
-           "rounds_for_power", "state_of", "t_cdf", "t_quantile", "trimmed_interval"]
+def spread_bound(spread: float, rounds: int, confidence: float = PLAN_CONFIDENCE) -> float:
+    """An upper ``confidence`` bound of the true spread, from the ``spread`` of ``rounds`` rounds (chi-square with
+    ``rounds - 1`` degrees of freedom, Wilson-Hilferty): planning from the estimate itself would fall short of
+    the power whenever a short pilot happens to underestimate it.
+
+    >>> round(spread_bound(0.05, 50) / 0.05, 3)
+    1.099
+    """
+    k = max(rounds - 1, 1)
+    z = NormalDist().inv_cdf(1 - confidence)
+    chi2 = k * max(1 - 2 / (9 * k) + z * math.sqrt(2 / (9 * k)), 1e-3) ** 3
+    return spread * math.sqrt(k / chi2)
+
+
+__all__ = ["PLAN_CONFIDENCE", "TRIM", "TRIM_EFFICIENCY", "Gate", "Interval", "Sequential", "Series", "State", "assess",
+           "family_confidence", "look_schedule", "replay", "replay_plan", "rounds_for_power", "spread", "spread_bound", "state_of",
+           "t_cdf", "t_quantile", "trimmed_interval"]

@@ -341,8 +341,10 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
     info = runtime.info()
     for members in groups:
         group = [original, *(programs[k] for k in members)]
+        share = len(group) / len(programs)  # of the budget, and of the gate's extended budget
         p = protocol if len(groups) == 1 else replace(
-            protocol, family=len(candidates), budget_s=protocol.budget_s * len(group) / len(programs))
+            protocol, family=len(candidates), budget_s=protocol.budget_s * share,
+            max_budget_s=protocol.extended_budget_s * share)
         comparisons.extend(_timed_run(runtime, group, feeds, p, info))
         gc.collect()  # this group's sessions are gone before the next group's are built
         memory.release()

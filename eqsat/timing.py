@@ -13,7 +13,10 @@ A program ships (:func:`decide`) only if it is faster with confidence: the inter
 With a :class:`~eqsat.gate.Gate` in the protocol (the pipeline's measurement), the rounds are sequential instead:
 the budget plans the rounds, the gate looks at them a few times (:func:`eqsat.gate.look_schedule`) and the run
 stops at the first look where every candidate is resolved (faster, or surely not a gain); the interval is the
-gate's (trimmed mean of the paired log ratios, cluster-robust t), whose false-ship rate is designed.
+gate's (trimmed mean of the paired log ratios, cluster-robust t), whose false-ship rate is designed. At the first
+look (the pilot) the rounds are planned again from the spread seen (:class:`eqsat.gate.Sequential`), so that a
+2% gain resolves on a loaded machine too: the budget is extended up to ``Protocol.max_budget_s`` where the
+spread asks for more rounds than ``budget_s`` affords (a quiet machine's does not).
 
 >>> lo = speedup_ci([2.0, 2.1, 1.9, 2.0, 2.2], [1.0, 1.05, 0.95, 1.0, 1.1])
 >>> round(lo.speedup, 3), lo.ci_low > 1.5
@@ -36,7 +39,7 @@ import onnx
 import onnxruntime as ort
 
 from . import memory
-from .gate import Gate, assess, look_schedule
+from .gate import Gate, Sequential
 from .grouping import session_bytes
 from .inputs import index_bounds, random_inputs
 from .onnx.io import inference_session, is_large, weight_bytes
@@ -50,6 +53,9 @@ copy of its MatMul weights, even where the weights themselves are shared (:mod:`
 MIN_SESSIONS = 3
 EPOCHS = 5
 """with programs of one session each renewed (:func:`compare_many`'s ``renew``): the epochs planned over the rounds"""
+EXTENSION = 3.0
+"""the gate's budget may grow to this many times ``Protocol.budget_s`` when the pilot's spread asks for it
+(``Protocol.max_budget_s`` unset)"""
 
 
 def median_ms(call: Callable[[], Any], warmup: int = 5, repeats: int = 20) -> float:
@@ -132,6 +138,14 @@ class Protocol:
     memory_bytes: int | None = None
     """what the timed sessions may hold together (their prepacked weights, :func:`eqsat.grouping.session_bytes`):
     fewer sessions per program where more would not fit (at least one); None: only SESSIONS_WEIGHT_LIMIT bounds them"""
+    max_budget_s: float | None = None
+    """with a gate: the seconds of timed rounds at most when the pilot's spread asks for more rounds than
+    ``budget_s`` affords (None: EXTENSION x ``budget_s``; ``budget_s``: never extended)"""
+
+    @property
+    def extended_budget_s(self) -> float:
+        """The seconds of timed rounds a gated comparison may extend to."""
+        return EXTENSION * self.budget_s if self.max_budget_s is None else self.max_budget_s
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.confidence < 1:
@@ -140,6 +154,8 @@ class Protocol:
             raise ValueError(f"rounds: need 2 <= min_rounds ({self.min_rounds}) <= max_rounds ({self.max_rounds})")
         if self.budget_s <= 0 or self.warmup < 1 or self.max_repeats < 1 or self.threads < 1 or self.sessions < 1:
             raise ValueError("budget_s must be positive and warmup, max_repeats, threads and sessions at least 1")
+        if self.max_budget_s is not None and self.max_budget_s < self.budget_s:
+            raise ValueError(f"max_budget_s ({self.max_budget_s}) must be at least budget_s ({self.budget_s})")
 
 
 @dataclass(frozen=True)
@@ -197,6 +213,9 @@ class Comparison:
     round_optimized_ms: list[float] = field(repr=False, default_factory=list)
     looks: int = 1
     """the gate's looks at the rounds before it stopped (1 without a gate)"""
+    planned: int = 0
+    """the rounds the gate's plan asked for (the budget's, or the pilot's spread's up to the extended budget; 0
+    without a gate): fewer ``rounds`` resolved earlier, or ran out of time"""
 
     @property
     def faster(self) -> bool:
@@ -312,7 +331,10 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     t0 = time.perf_counter()
     if p.gate is not None:  # renewing: the epochs are the units however few (a wide interval, never a narrow one)
         gate = replace(p.gate, min_clusters=2, clustered=True) if every else p.gate
-        return _sequential(p, gate, planned, run_round, series, pair, repeats, start, t0, runtime)
+        extended = p.extended_budget_s / (k * per_call)
+        seq = Sequential(gate, p.family or k - 1, int(max(pairs // repeats, p.min_rounds)),
+                         int(max(extended // repeats, p.min_rounds)))
+        return _sequential(p, seq, run_round, series, pair, repeats, start, t0, runtime)
     rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
     for r in range(rounds):
         run_round(r)
@@ -345,29 +367,36 @@ def _renew(inst: list[list[Callable[[], Any]]], renew: Callable[[], Sequence[Cal
             clock(call, 1)
 
 
-def _sequential(p: Protocol, gate: Gate, planned: int, run_round: Callable[[int], None], series: list[list[float]],
+def _sequential(p: Protocol, seq: Sequential, run_round: Callable[[int], None], series: list[list[float]],
                 pair: Callable[[int, int], int], repeats: int, start: float, t0: float,
                 runtime: dict[str, Any] | None) -> list[Comparison]:
-    """The gated rounds: run up to each look of the plan, assess, stop when every candidate is resolved; a budget
-    spent before the plan's end makes the next look the last (the looks never exceed the gate's)."""
-    r = looks = 0
+    """The gated rounds: run up to each look of the plan, assess, stop when every candidate is resolved. At the
+    pilot the plan may grow to the rounds the extended budget still affords at the pace seen; the time limit is
+    ``budget_s``, or the extended budget once the plan has grown. A limit reached before the plan's end makes the
+    next look the last (the looks never exceed the gate's)."""
+    r = 0
     verdicts = []
-    for stop in look_schedule(planned, gate):
+    limit = p.budget_s
+    while (stop := seq.next_look) is not None:
         over = False
         while r < stop and not over:
             run_round(r)
             r += 1
-            over = r >= p.min_rounds and time.perf_counter() - t0 > p.budget_s
-        looks += 1
+            over = r >= p.min_rounds and time.perf_counter() - t0 > limit
         clusters = [[pair(i, j) for i in range(r)] for j in range(1, len(series))]
-        verdicts = assess(series[0], series[1:], clusters, gate, p.family)
+        spent = time.perf_counter() - t0
+        affords = r + int(max(p.extended_budget_s - spent, 0.0) * r / max(spent, 1e-9))
+        verdicts = seq.look(series[0], series[1:], clusters, cap=affords)
+        if seq.planned > seq.base:
+            limit = p.extended_budget_s
         if over or all(state != "open" for _, state in verdicts):
             break
     seconds = time.perf_counter() - start
-    confidence = gate.confidence(p.family or len(series) - 1)
+    confidence = seq.gate.confidence(seq.candidates)
     ra = series[0]
     return [Comparison(statistics.median(ra), statistics.median(rb), iv.speedup, iv.ci_low, iv.ci_high, confidence,
-                       len(ra), repeats, seconds, runtime or {"name": "python-callables"}, ra, rb, looks)
+                       len(ra), repeats, seconds, runtime or {"name": "python-callables"}, ra, rb, seq.taken,
+                       seq.planned)
             for rb, (iv, _) in zip(series[1:], verdicts)]
 
 

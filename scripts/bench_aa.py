@@ -3,7 +3,14 @@ model timed against itself) and how often a program truly ~2% faster ships (A/B:
 without a cheap side branch sized to ~2% of its time, the ratio checked by timing it).
 
 The gate is the pipeline's (eqsat.gate, sequential, alpha 1%): the design asks for an A/A ship rate of at most 1%
-and an A/B ship rate of at least 90% at 2%. Each rate is printed with its 95% Wilson interval; ``--fixed`` runs
+and an A/B ship rate of at least 90% at 2%. Each rate is printed with its 95% Wilson interval, the rounds the
+gate planned (the budget's, or the pilot's spread's, up to ``--max-budget``) against those it used, the mean
+seconds per comparison, and why each comparison that did not ship ended: "not faster" (the futility bound: the
+whole interval below 1.005), "open at the time limit" (the budget ran out before the plan's last look) or "open
+at the plan's end" (the planned rounds ran and the interval still straddles 1); and the width of the 95% interval
+with the session pairs as the units over its width with the rounds as the units (above 1: the pairs' few degrees
+of freedom, or their offsets, cost width; what clustering costs in power). ``--max-budget`` equal to
+``--budget`` never extends the budget (the gate before its rounds were sized to the variance); ``--fixed`` runs
 the fixed-rounds bootstrap protocol (the pre-gate rule) instead, for comparison.
 
     python scripts/bench_aa.py --small --trials 20 --json results/aa.json
@@ -29,10 +36,10 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from eqsat.gate import Gate  # noqa: E402
+from eqsat.gate import Gate, spread, trimmed_interval  # noqa: E402
 from eqsat.models import build  # noqa: E402
 from eqsat.onnx import export_model  # noqa: E402
-from eqsat.timing import Protocol, compare, decide  # noqa: E402
+from eqsat.timing import EXTENSION, Comparison, Protocol, compare, decide  # noqa: E402
 
 DEFAULT_MODELS = "squeezenet,bert"
 SIDE_OUTPUT = "aa_side_branch"
@@ -103,15 +110,40 @@ def two_percent_case(model: onnx.ModelProto, gain: float, threads: int, seed: in
                     "base_ms": compare(model, model, Protocol(threads=threads, budget_s=budget / 4)).original_ms}
 
 
+END_REASONS = ("shipped", "not faster", "open at the time limit", "open at the plan's end")
+
+
+def ended(cmp: Comparison, gate: Gate | None) -> str:
+    """Why a comparison ended (END_REASONS): shipped, stopped by the futility bound, or still open when the
+    time or the plan ran out (without a gate: open at the plan's end)."""
+    if decide(cmp).ship:
+        return "shipped"
+    if gate is not None and cmp.ci_high < gate.futility:
+        return "not faster"
+    return "open at the time limit" if gate is not None and cmp.rounds < cmp.planned else "open at the plan's end"
+
+
 def trial(original: onnx.ModelProto, candidate: onnx.ModelProto, args: argparse.Namespace, seed: int) -> dict:
-    protocol = Protocol(threads=args.threads, budget_s=args.budget, seed=seed,
-                        gate=None if args.fixed else Gate(alpha=args.alpha))
+    gate = None if args.fixed else Gate(alpha=args.alpha)
+    protocol = Protocol(threads=args.threads, budget_s=args.budget, seed=seed, gate=gate,
+                        max_budget_s=args.max_budget)
     cmp = compare(original, candidate, protocol)
+    x = np.log(np.divide(cmp.round_original_ms, cmp.round_optimized_ms))
+    pairs = np.arange(x.size) % int(cmp.runtime.get("sessions_per_program", 1))  # round r: session r mod n of each
+    by_pair, by_round = (trimmed_interval(x, labels, 0.95) for labels in (pairs, None))
     return {"seed": seed, "speedup": cmp.speedup, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high,
-            "original_ms": cmp.original_ms, "rounds": cmp.rounds, "looks": cmp.looks, "repeats": cmp.repeats,
-            "seconds": cmp.seconds, "spread": float(np.std(np.log(np.divide(cmp.round_original_ms,
-                                                                            cmp.round_optimized_ms)))),
-            "ship": decide(cmp).ship}
+            "original_ms": cmp.original_ms, "rounds": cmp.rounds, "planned": cmp.planned, "looks": cmp.looks,
+            "repeats": cmp.repeats, "seconds": cmp.seconds, "spread": float(np.std(x)),
+            "gate_spread": spread(x), "ship": decide(cmp).ship, "ended": ended(cmp, gate),
+            "pairs_over_rounds": math.log(by_pair.ci_high / by_pair.ci_low) / math.log(by_round.ci_high / by_round.ci_low)}
+
+
+def progress(label: str, row: dict) -> dict:
+    """One trial on stderr as it ends (a long run's partial figures survive an interruption)."""
+    print(f"    {label} seed {row['seed']}: {row['speedup']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}] "
+          f"{row['ended']}, rounds {row['rounds']}/{row['planned']}, {row['seconds']:.1f} s", file=sys.stderr,
+          flush=True)
+    return row
 
 
 def rate(rows: list[dict]) -> dict:
@@ -119,23 +151,33 @@ def rate(rows: list[dict]) -> dict:
     low, high = wilson(ships, len(rows))
     return {"trials": len(rows), "ships": ships, "rate": ships / max(len(rows), 1), "wilson_low": low,
             "wilson_high": high, "rounds_median": statistics.median(r["rounds"] for r in rows),
+            "planned_median": statistics.median(r["planned"] for r in rows),
             "seconds_median": statistics.median(r["seconds"] for r in rows),
+            "seconds_mean": statistics.fmean(r["seconds"] for r in rows),
             "spread_median": statistics.median(r["spread"] for r in rows),
+            "gate_spread_median": statistics.median(r["gate_spread"] for r in rows),
+            "ended": {k: sum(r["ended"] == k for r in rows) for k in END_REASONS},
+            "pairs_over_rounds_median": statistics.median(r["pairs_over_rounds"] for r in rows),
             "speedup_median": statistics.median(r["speedup"] for r in rows)}
 
 
 def check_model(name: str, model: onnx.ModelProto, args: argparse.Namespace) -> dict:
     slower, calibration = two_percent_case(model, args.gain, args.threads, args.seed, args.budget)
-    aa = [trial(model, model, args, args.seed + t) for t in range(args.trials)]
-    ab = [trial(slower, model, args, args.seed + t) for t in range(args.trials)]  # original: the slower one
+    aa = [progress("A/A", trial(model, model, args, args.seed + t)) for t in range(args.trials)]
+    ab = [progress("A/B", trial(slower, model, args, args.seed + t))  # original: the slower one
+          for t in range(args.trials)]
     return {"model": name, "calibration": calibration, "aa": rate(aa), "ab": rate(ab),
             "aa_rows": aa, "ab_rows": ab}
 
 
 def line(label: str, r: dict) -> str:
+    others = ", ".join(f"{k} {n}" for k, n in r["ended"].items() if k != "shipped" and n)
     return (f"{label} ships {r['ships']:3}/{r['trials']:<4} {r['rate']:6.1%} [{r['wilson_low']:.1%}, "
-            f"{r['wilson_high']:.1%}]  rounds {r['rounds_median']:5.0f}  spread {r['spread_median']:.3f}  "
-            f"speedup {r['speedup_median']:.3f}  {r['seconds_median']:.1f} s")
+            f"{r['wilson_high']:.1%}]  rounds used/planned {r['rounds_median']:.0f}/{r['planned_median']:.0f}  "
+            f"spread {r['spread_median']:.3f} (gate's {r['gate_spread_median']:.3f})  "
+            f"speedup {r['speedup_median']:.3f}  {r['seconds_mean']:.1f} s mean  95% interval by session pairs / "
+            f"by rounds {r['pairs_over_rounds_median']:.2f}"
+            + (f"; not shipped: {others}" if others else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true", help="the reduced sizes of the built-in models (fast)")
     ap.add_argument("--trials", type=int, default=100, help="A/A and A/B comparisons per model, each")
     ap.add_argument("--budget", type=float, default=10.0, help="timing budget of one comparison, seconds (the pipeline's)")
+    ap.add_argument("--max-budget", type=float, default=None,
+                    help=f"seconds the gate may extend the budget to when the pilot's spread asks for more rounds "
+                         f"(default: {EXTENSION:g} x --budget; --budget: never extended, the gate before sizing)")
     ap.add_argument("--gain", type=float, default=1.02, help="the A/B case's true speedup (the side branch's share)")
     ap.add_argument("--alpha", type=float, default=Gate.alpha, help="the gate's designed false-ship rate")
     ap.add_argument("--fixed", action="store_true", help="the fixed-rounds bootstrap protocol instead of the gate")
@@ -153,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.trials < 1 or args.budget <= 0 or args.threads < 1 or args.gain <= 1:
         ap.error("--trials and --threads must be at least 1, --budget positive and --gain above 1")
+    if args.max_budget is not None and args.max_budget < args.budget:
+        ap.error("--max-budget must be at least --budget")
 
     load_before = os.getloadavg()
     results = []

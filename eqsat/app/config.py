@@ -67,7 +67,9 @@ class OptimizeConfig:
     allow_slower: bool = option(False, "keep the optimized program even when it is not measured faster with "
                                        "confidence than the original", "--allow-slower")
     measure_budget: float = option(10.0, "seconds of timed rounds in the end-to-end comparison (eqsat.timing; the "
-                                         "minimum rounds always run)", "--measure-budget", seconds=True)
+                                         "minimum rounds always run; where the gate's pilot finds the rounds too "
+                                         "noisy for a 2% gain, it may extend them, up to 3x, into what the search "
+                                         "and extraction left of --time-limit)", "--measure-budget", seconds=True)
     measure_threads: int = option(1, "intra-op threads of the end-to-end comparison (onnxruntime, torch on the CPU)",
                                   least=1)
     memory_budget: int | None = option(None, "MiB the timed sessions of the end-to-end comparison may hold together "

@@ -38,7 +38,7 @@ from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
 from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
-from eqsat.timing import Comparison, Protocol
+from eqsat.timing import EXTENSION, Comparison, Protocol
 from eqsat.torch_run import check_runnable
 from eqsat.verify import ShapesCheck, Verifier
 
@@ -320,21 +320,26 @@ def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCh
 
 def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: OptimizeConfig,
                   runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
-                  feeds: dict[str, np.ndarray] | None = None) -> tuple[Measurement, runtimes.Measured]:
+                  feeds: dict[str, np.ndarray] | None = None,
+                  spare_s: float = 0.0) -> tuple[Measurement, runtimes.Measured]:
     """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
     run (eqsat.runtimes) under the sequential gate (eqsat.gate: rounds until every candidate is resolved or the
     budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
     ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
     ``feeds``: the inputs timed on (:meth:`~eqsat.verify.Verifier.first_inputs`: those timing_feeds would draw
-    again); None: drawn. Returns the measurement of the candidate reported (the shipped one, else the fastest)
+    again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
+    pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
+    EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
+    timed rounds. Returns the measurement of the candidate reported (the shipped one, else the fastest)
     and every comparison."""
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
     budget = auto_budget(onnx_io.weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+    extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
     protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
-                        memory_bytes=budget)
+                        memory_bytes=budget, max_budget_s=config.measure_budget + extension)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
                                          input_shapes=config.input_shapes, feeds=feeds)
     if feeds is None:
@@ -454,7 +459,9 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     if config.measure and timed:
         with timer("measure"):
             measured, comparisons = measure_phase(original, [Program(b.model, b.program) for b in timed], config,
-                                                  graph=graph, names=[b.entry.name for b in timed], feeds=feeds)
+                                                  graph=graph, names=[b.entry.name for b in timed], feeds=feeds,
+                                                  spare_s=config.search.time_limit
+                                                  - timer.total("rest", "search", "extract"))
         _record(timed, comparisons)
     returned = decide_phase(unchanged, measured, config, failed[0] if failed and not timed else "")
     if returned.fallback:

@@ -1,0 +1,167 @@
+"""The gate's rounds sized to the variance seen (eqsat.gate.Sequential), on synthetic paired rounds from a seeded
+RNG whose true ratio and noise are known (the oracle), no timing: the pilot's spread estimates the noise and is
+blind to the ratio, the planner asks for more rounds as the noise grows and never more than the cap, an A/A
+comparison ships no more often than the design allows (a binomial bound over many draws), a program truly 2%
+faster ships in at least 90% of draws with the planned rounds; and the timing protocol follows the plan
+(a synthetic block clock: the rounds cost no time), and the pipeline extends it only into the time the search
+left."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_builders as ob
+import pytest
+from test_gate import SESSIONS, paired_rounds
+
+from eqsat import runtimes
+from eqsat.app import pipeline
+from eqsat.app.config import OptimizeConfig
+from eqsat.gate import Gate, Sequential, replay, replay_plan, rounds_for_power, spread, spread_bound
+from eqsat.timing import EXTENSION, Protocol, compare_many
+
+BASE = 100
+"""the rounds a budget plans before any data (the pilot is its first look)"""
+CAP = 600
+"""the rounds the extended budget affords"""
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed exactly."""
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+def plan_of(noise: float, ratio: float = 1.0, seed: int = 0) -> Sequential:
+    a, b, pairs = paired_rounds(np.random.default_rng(seed), ratio, CAP, noise=noise)
+    _, _, seq = replay_plan(a, [b], Gate(), [pairs], base=BASE)
+    return seq
+
+
+def test_spread_estimates_the_noise_and_ignores_the_ratio():
+    """Normal rounds of known standard deviation: the spread finds it; shifting every round (any true speedup)
+    leaves it unchanged; rare spikes count for what they cost the trimmed mean, far less than in the raw
+    standard deviation."""
+    rng = np.random.default_rng(0)
+    for sigma in (0.01, 0.05, 0.2):
+        x = rng.normal(0.0, sigma, 4000)
+        assert spread(x) == pytest.approx(sigma, rel=0.08)
+        assert spread(x + math.log(1.02)) == pytest.approx(spread(x), rel=1e-9)
+    x = rng.normal(0.0, 0.03, 4000)
+    x[rng.random(4000) < 0.03] += 1.0  # a load spike hits one side of 3% of the rounds
+    assert spread(x) < 0.5 * float(np.std(x)) and spread(x) < 0.06
+    assert spread_bound(0.05, 30) > spread_bound(0.05, 300) > 0.05
+
+
+def test_the_planner_asks_for_more_rounds_as_the_spread_grows_never_past_the_cap():
+    """Same seed, noisier rounds: a plan of at least as many rounds each time, from the budget's (a quiet machine
+    needs no extension) to the cap (a loaded one), with the looks fixed after the pilot."""
+    plans = [plan_of(noise) for noise in (0.005, 0.01, 0.02, 0.03, 0.05, 0.2)]
+    planned = [s.planned for s in plans]
+    assert planned == sorted(planned) and planned[0] == BASE and planned[-1] == CAP
+    assert all(BASE <= n <= CAP for n in planned) and BASE < planned[3] < CAP
+    spreads = [s.spread for s in plans]
+    assert spreads == sorted(spreads)
+    for s in plans:
+        assert s.looks[0] == BASE // Gate().looks and len(s.looks) <= Gate().looks
+        assert s.looks == sorted(s.looks) and s.looks[-1] == s.planned
+    assert plans[-1].wanted is not None and plans[-1].wanted > CAP  # what the spread asked for, before the cap
+
+
+def test_the_plan_is_blind_to_the_true_ratio():
+    """The same noise draws with the candidate 0%, 2% and 10% faster: the pilot's spread and the plan are the
+    same (the ratio scales one side of every round; the plan reads only the rounds' deviations)."""
+    plans = [plan_of(0.03, ratio, seed=3) for ratio in (1.0, 1.02)]
+    assert plans[0].spread == pytest.approx(plans[1].spread, rel=1e-9)
+    assert plans[0].looks == plans[1].looks
+
+
+def test_an_aa_comparison_with_planned_rounds_ships_at_most_at_the_designed_rate():
+    """1,000 seeded A/A comparisons whose rounds are planned from the pilot (noise from quiet to loaded): the
+    ships are not more than Binomial(1000, alpha) makes likely (tail probability above 0.1%)."""
+    gate, draws, ships = Gate(), 1000, 0
+    for seed in range(draws):
+        noise = (0.01, 0.03, 0.06)[seed % 3]
+        a, b, pairs = paired_rounds(np.random.default_rng(seed), 1.0, CAP, noise=noise)
+        _, [(_, state)] = replay(a, [b], gate, [pairs], base=BASE)
+        ships += state == "faster"
+    assert binomial_tail(ships, draws, gate.alpha) > 1e-3, f"{ships} A/A ships in {draws}"
+
+
+@pytest.mark.parametrize("noise", [0.02, 0.035])
+def test_a_program_two_percent_faster_ships_with_the_planned_rounds(noise):
+    """On rounds noisy enough that the budget's rounds fall short (a loaded machine), the plan from the pilot's
+    spread ships a true 2% gain in at least 90% of 300 seeded draws; the budget's rounds alone ship it less
+    often. The oracle is the known ratio of the series."""
+    gate, draws = Gate(), 300
+    planned, unplanned, rounds = 0, 0, []
+    for seed in range(draws):
+        a, b, pairs = paired_rounds(np.random.default_rng(seed), gate.gain, CAP, noise=noise)
+        used, [(_, state)], seq = replay_plan(a, [b], gate, [pairs], base=BASE)
+        planned += state == "faster"
+        rounds.append(seq.planned)
+        _, [(_, fixed)] = replay(a[:BASE], [b[:BASE]], gate, [pairs[:BASE]])
+        unplanned += fixed == "faster"
+    assert planned / draws >= gate.power
+    assert unplanned < planned and np.median(rounds) > BASE
+    assert max(rounds) <= rounds_for_power(0.2, gate.gain, gate.power, gate, units=SESSIONS)  # bounded by the cap
+
+
+def synthetic_clock(ratio: float, noise: float, seed: int):
+    """A block clock for callables that do nothing: program 0 (the original) takes ``ratio`` ms a call and
+    program 1 takes 1 ms, each block's median lognormally noisy; the rounds cost no wall time."""
+    rng = np.random.default_rng(seed)
+
+    def clock(call, repeats: int) -> float:
+        return float(call() * math.exp(rng.normal(0.0, noise)))
+
+    return clock, [lambda: ratio, lambda: 1.0]
+
+
+def test_compare_many_follows_the_plan_up_to_the_extended_budget():
+    """A noisy 5% gain timed on a synthetic clock, four seeds: every comparison still open at the pilot extends
+    its plan past the budget's rounds (at most EXTENSION times them) and ships; with max_budget_s = budget_s the
+    plan stays the budget's."""
+    gate, extended = Gate(), 0
+    for seed in range(4):
+        clock, programs = synthetic_clock(1.05, 0.08, seed)
+        [fixed] = compare_many(programs, Protocol(budget_s=2.0, max_budget_s=2.0, gate=gate, seed=seed), clock=clock)
+        clock, programs = synthetic_clock(1.05, 0.08, seed)
+        [c] = compare_many(programs, Protocol(budget_s=2.0, gate=gate, seed=seed), clock=clock)
+        base = fixed.planned
+        assert fixed.rounds <= base and fixed.looks <= gate.looks
+        assert c.rounds <= c.planned <= EXTENSION * (base + 1) and c.looks <= gate.looks
+        if c.looks > 1:  # open at the pilot
+            extended += 1
+            assert c.planned > base and c.ci_low > 1
+    assert extended >= 2
+
+
+def test_max_budget_below_the_budget_is_refused():
+    with pytest.raises(ValueError, match="max_budget_s"):
+        Protocol(budget_s=10.0, max_budget_s=5.0)
+    assert Protocol(budget_s=4.0).extended_budget_s == EXTENSION * 4.0
+    with pytest.raises(ValueError, match="power"):
+        Gate(power=0.3)
+
+
+class Captured(Exception):
+    """Raised by a stand-in for the timing: the protocol the pipeline asked for, nothing timed."""
+
+
+def test_the_pipeline_extends_the_measurement_only_into_what_the_search_left(monkeypatch):
+    """measure_phase's protocol: the budget is --measure-budget; its extension is what the search and extraction
+    left of --time-limit (none when they used it all), at most EXTENSION x the budget in all."""
+    seen: list[Protocol] = []
+
+    def capture(original, candidates, runtime, protocol, **kw):
+        seen.append(protocol)
+        raise Captured
+
+    monkeypatch.setattr(pipeline.runtimes, "compare_programs", capture)
+    model, config = ob.mlp(), OptimizeConfig.of(measure_budget=4.0)
+    for spare in (0.0, 2.0, 100.0, -5.0):
+        with pytest.raises(Captured):
+            pipeline.measure_phase(model, model, config, runtime=runtimes.make("ort-cpu"), spare_s=spare)
+    assert [p.extended_budget_s for p in seen] == [4.0, 6.0, EXTENSION * 4.0, 4.0]
+    assert all(p.budget_s == 4.0 and p.gate is not None for p in seen)
