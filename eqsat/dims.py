@@ -183,7 +183,8 @@ def _at_fingerprints(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[in
 def reshape_sym(target: Sequence[int], shape: Sequence[int]) -> tuple[int, ...] | None:
     """The fingerprints of a reshape to the numbers ``target`` of a value of ``shape`` (the twin of
     :mod:`eqsat.egglog.reshape_sym`'s rules on shapes): its leading dimensions kept and the rest constant, or its
-    leading dimensions flattened into one and the rest kept and constant; None otherwise."""
+    leading dimensions flattened into one and the rest kept and constant, or its leading dimensions merged into one
+    and the constant rest reshaped (``[batch, seq, 4, 8]`` to ``[batch*seq, 32]``); None otherwise."""
     t, a, s = [int(d) for d in target], [int(d) for d in shape], list(fingerprint(shape))
     if _volume(t) != _volume(a):
         return None
@@ -193,6 +194,9 @@ def reshape_sym(target: Sequence[int], shape: Sequence[int]) -> tuple[int, ...] 
     q = len(t)
     if len(a) > q and t[1:] == a[len(a) - q + 1:] == s[len(a) - q + 1:]:
         return (_volume(s[:len(a) - q + 1]), *t[1:])
+    for lead in range(2, len(a)):  # leading dimensions merged into one, the constant rest reshaped
+        if q >= 2 and s[lead:] == a[lead:] and t[0] == _volume(a[:lead]):
+            return (_volume(s[:lead]), *t[1:])
     return None
 
 

@@ -123,6 +123,9 @@ def test_reshape_targets_of_numbers_read_symbolically_where_they_can_be():
     assert keys(infer("reshape", (6, 4), [x])) == ["3*b", 4]  # flattened
     assert keys(infer("reshape", (2, 12), [x])) == ["b", 12]  # kept, the rest merged
     assert keys(infer("reshape", (2, 3, 2, 2), [x])) == ["b", 3, 2, 2]  # kept, the rest split
+    heads = (b, 3, 2, 2)
+    assert keys(infer("reshape", (6, 4), [heads])) == ["3*b", 4]  # merged, the constant rest reshaped (heads to rows)
+    assert sym_shape("reshape", (4, 6), [heads]) is None  # a merge whose boundary moves
     assert sym_shape("reshape", (3, 8), [x]) is None  # the boundary moves: 3 rows of 8 only at b = 2
     assert infer("reshape", (3, 8), [x]) == (3, 8) and not any(isinstance(d, Dim) for d in infer("reshape", (3, 8), [x]))
     merged = Dim(24, b.fp * 12)  # a target the importer wrote symbolically: the IR's own meaning

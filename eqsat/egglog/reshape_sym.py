@@ -8,11 +8,18 @@ rules, in its place, read the target's symbols off the operand's, for the reshap
   both sides (splitting or merging the heads of ``[batch, seq, 768]``, reshaping a weight);
 * ``flatten``: the leading dimensions merged into one, the others kept and constant (``[batch, seq, 768]`` to
   ``[batch*seq, 768]``);
+* ``merge``: the leading dimensions merged into one, the constant rest reshaped (``[batch, seq, 12, 64]`` to
+  ``[batch*seq, 768]``: a reshape back to rows and the flattening after it, cancelled);
 * ``unflatten``: a product of such a flattened operand with a weight, reshaped back to the operand's leading
   dimensions (``x W`` on ``[batch*seq, 768]`` back to ``[batch, seq, N]``): the leading dimensions are the
   flattened operand's.
 
-:func:`eqsat.dims.reshape_sym` is the Python twin of the first two (the third reads a term, not only shapes).
+* ``same``: a reshape to the target of another reshape whose operand has the same shape and symbols takes its
+  symbols (``reshape_sink`` writes the reshape back to ``[batch, seq, N]`` below an element-wise operator, a
+  bias or a norm of the flattened operand: the symbols are those of the reshape it moved).
+
+:func:`eqsat.dims.reshape_sym` is the Python twin of ``keep``, ``flatten`` and ``merge`` (the last two read terms,
+not only shapes).
 """
 
 from __future__ import annotations
@@ -59,6 +66,23 @@ def _unflatten(r: int) -> str:
                 [f"(set (sym e) {shape_of(s + ['n'])})"])
 
 
+def _merge(r: int, q: int, lead: int) -> str:
+    a, s = [f"a{i}" for i in range(lead)], [f"s{i}" for i in range(lead)]
+    b, c = [f"b{i}" for i in range(lead, r)], [f"c{i}" for i in range(1, q)]
+    return rule(f"sym_Reshape{r}_{q}_merge{lead}",
+                [f"(= e (Reshape {shape_of(['t0'] + c)} x))", "(= h (shape e))",
+                 f"(= {shape_of(a + b)} (shape x))", f"(= {shape_of(s + b)} (sym x))",
+                 f"(= t0 {_product(a)})", f"(= {_product(b)} {_product(c)})"],
+                [f"(set (sym e) {shape_of([_product(s)] + c)})"])
+
+
+def _same() -> str:
+    return rule("sym_Reshape_same",
+                ["(= e (Reshape s y))", "(= f (Reshape s x))", "(= h (sym f))", "(= z (sym x))", "(= z (sym y))",
+                 "(= a (shape x))", "(= a (shape y))"],
+                ["(set (sym e) h)"])
+
+
 def reshape_sym_rules() -> list[str]:
     """The ``sym`` rules of ``Reshape`` beside its shape rule's twin, in one fixed order."""
     out = []
@@ -67,5 +91,8 @@ def reshape_sym_rules() -> list[str]:
             out += [_keep(r, q, lead) for lead in range(min(r, q) + 1)]
             if r > q:
                 out.append(_flatten(r, q))
+            if q >= 2:
+                out += [_merge(r, q, lead) for lead in range(2, r)]
     out += [_unflatten(r) for r in range(3, MAX_RANK + 1)]
+    out.append(_same())
     return out
