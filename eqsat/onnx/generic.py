@@ -199,6 +199,7 @@ class _Rewriter(SizeWriter):
             pass
         elif standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
+            self._reshaped_input(node)
             self._reshape(node, vectors.get(1))
         elif standard and node.op_type == "Expand" and 1 in vectors:
             if self._expand(node, vectors[1]):
@@ -437,6 +438,21 @@ class _Rewriter(SizeWriter):
         if loose:
             written[loose[-1]] = Mono.const(-1)
         node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
+
+    def _reshaped_input(self, node: onnx.NodeProto) -> None:
+        """A Reshape to a constant target without 0 that reads a Reshape or a Flatten reads that one's input
+        instead (the same elements in the same order: only the last target counts), so that the chain the user's
+        mask indexing leaves (Flatten, a flat Gather written as a Reshape, Reshapes) is one Reshape, whose target
+        can copy its input's sizes (0) where the chain's needed them computed."""
+        target = self.constants.get(node.input[1])
+        if target is None or 0 in int_values(target):
+            return
+        while True:
+            source = next((n for n in reversed(self.nodes) if node.input[0] in n.output), None)
+            if source is None or source.domain not in ("", "ai.onnx") or source.op_type not in ("Reshape", "Flatten") \
+                    or not source.input or not source.input[0]:
+                return
+            node.input[0] = source.input[0]
 
     def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
         """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
