@@ -365,3 +365,26 @@ def test_a_chain_of_reshapes_is_one_reshape_whose_target_copies_the_input_sizes(
         assert have.shape == want.shape == (b, 2, s, s)
         np.testing.assert_array_equal(have, want)
 
+
+def test_a_linear_over_one_symbolic_size_is_reshaped_back_to_a_constant_target():
+    """A MatMul by a constant plus its bias over x[batch, 3, 8] (one symbolic size) is a Gemm between two Reshapes
+    whose targets are constants ([-1, 8], [-1, 3, 4]): no size computed from the inputs' shapes."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "bias"], ["h"]),
+             helper.make_node("Relu", ["h"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 4])
+    model = helper.make_model(helper.make_graph(nodes, "linear", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    written = make_generic(model, model, {"batch": 1})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["Gemm"] == 1 and ops["Reshape"] == 2 and ops["Shape"] == ops["Concat"] == 0, ops
+    ref, got = session(model), session(written.model)
+    for b in (1, 2, 5):
+        feeds = {"x": rng.standard_normal((b, 3, 8)).astype(np.float32)}
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 3, 4)
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
