@@ -388,3 +388,47 @@ def test_a_linear_over_one_symbolic_size_is_reshaped_back_to_a_constant_target()
         assert have.shape == want.shape == (b, 3, 4)
         np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
 
+
+def _broadcast_mask_model(covered: bool) -> onnx.ModelProto:
+    """mask[batch, seq] as [batch, 1, 1, seq] combined by an And with an all-true [1, 1, seq, 1] computed from the
+    shapes (T5's mask: [batch, 1, seq, seq]), made additive by a Where; ``covered``: added to x[batch, 2, seq, seq]
+    (which broadcasts it along the queries anyway), else the Where's output is the model's."""
+    inits = [numpy_helper.from_array(np.array([1, 1], np.int64), "ones2"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array([1, 2], np.int64), "mid"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "keep"),
+             numpy_helper.from_array(np.array(-1e9, np.float32), "drop")]
+    nodes = [helper.make_node("Shape", ["mask"], ["s1"], start=1, end=2),
+             helper.make_node("Concat", ["ones2", "s1", "one"], ["rows"], axis=0),
+             helper.make_node("ConstantOfShape", ["rows"], ["all"], value=helper.make_tensor("t", TensorProto.BOOL,
+                                                                                             [1], [True])),
+             helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["m", "mid"], ["m4"]),
+             helper.make_node("And", ["all", "m4"], ["both"]),
+             helper.make_node("Where", ["both", "keep", "drop"], ["bias" if covered else "y"])]
+    if covered:
+        nodes.append(helper.make_node("Add", ["x", "bias"], ["y"]))
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2 if covered else 1, "seq", "seq"])
+    return helper.make_model(helper.make_graph(nodes, "mask", [mask, x] if covered else [mask], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("covered", [True, False])
+def test_an_and_that_only_broadcasts_a_mask_goes_where_its_readers_broadcast_it(covered):
+    """The And with an all-true [1, 1, seq, 1] goes (with its Expand) where the Add after the Where broadcasts the
+    mask along the queries anyway; it stays where the Where's output is the model's output, whose shape it gives."""
+    model = _broadcast_mask_model(covered)
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["ConstantOfShape"] == 0 and ops["And"] == ops["Expand"] == (0 if covered else 1), ops
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(7)
+    for b, s in [(1, 16), (2, 16), (3, 1), (2, 37), (1, 300)]:
+        feeds = {"mask": rng.integers(0, 2, (b, s)).astype(np.int64)}
+        if covered:
+            feeds["x"] = rng.standard_normal((b, 2, s, s)).astype(np.float32)
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 2 if covered else 1, s, s)
+        np.testing.assert_array_equal(have, want)
