@@ -21,7 +21,8 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
 - a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
   and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
   causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
-  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
+  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped (one expanded along symbolic
+  axes too, where the elementwise operators reading it broadcast it there anyway);
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
