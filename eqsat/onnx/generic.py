@@ -47,6 +47,7 @@ from .fitting import fit_runs, fit_vectors, run_values
 from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
 from .sizes import SizeWriter
+from .subgraphs import implicit_inputs, rename_outer, subgraphs
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 from .tables import Prefix, Triangle, pattern_key, write_prefix, write_triangle
 from .targets import reshape_target, resolve_target
@@ -95,6 +96,10 @@ class _Rewriter(SizeWriter):
         self.patterns = Patterns()
         """what runs showed of the values computed from the shapes alone that the data reads"""
         self.pending_uniform: list[str] = []
+        self._original_tables: dict[str, str] | None = None
+        self.guarded: list[tuple[str, str, Prefix]] = []
+        """(the Slice of a table written, the user's value it stands for, its table) where the user's program
+        computes the value beyond the table (:meth:`_guard_tables`)"""
 
     def run(self) -> Generic:
         g = self.model.graph
@@ -137,6 +142,7 @@ class _Rewriter(SizeWriter):
             self._node(node)
         if self.full:
             self._drop_broadcasts()
+            self._guard_tables()
         del g.node[:]
         g.node.extend(self.nodes)
         for port in outs:
@@ -318,7 +324,145 @@ class _Rewriter(SizeWriter):
             if written is None:
                 return None
             self.cache[key] = written
+            if isinstance(found, Prefix) and found.beyond:
+                self.guarded.append((written, name, found))
         return self.cache[key]
+
+    def _guard_tables(self) -> None:
+        """Each Slice of a table that stops below the sizes the user's program accepts (:attr:`guarded`) becomes an
+        ``If`` on every size it reads being within the table: its then-branch is the Slice, its else-branch the
+        user's nodes that computed the value (moved into it where nothing else reads them: they read the outer
+        values, the inputs' Shape among them), so that the written program runs at every size and onnxruntime runs
+        only the taken branch. The Slices on the same sizes and bounds share one If (a rotary cos and sin, whose
+        chains share their angles)."""
+        if not self.guarded:
+            return
+        groups: dict[tuple[tuple[str, int], ...], list[tuple[str, str, Prefix]]] = {}
+        for sliced, user, prefix in self.guarded:
+            bounds: dict[str, int] = {}
+            for a, d in zip(prefix.axes, prefix.ends):
+                sym = d.powers[0][0]
+                bounds[sym] = min(bounds.get(sym, int(prefix.table.shape[a])), int(prefix.table.shape[a]))
+            groups.setdefault(tuple(sorted(bounds.items())), []).append((sliced, user, prefix))
+        outputs = {o.name for o in self.model.graph.output}
+        used, kept = outputs | {user for _, user, _ in self.guarded}, []
+        for node in reversed(self.nodes):  # what no output reads does not keep a chain outside the If
+            if any(o in used for o in node.output if o):
+                kept.append(node)
+                used.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+        self.nodes = kept[::-1]
+        for bounds, members in groups.items():
+            members = list({m[0]: m for m in members}.values())
+            readers: dict[str, set[int]] = {}
+            for node in self.nodes:
+                for name in [*node.input, *implicit_inputs(node)]:
+                    readers.setdefault(name, set()).add(id(node))
+            slices = {m[0] for m in members}
+            then_nodes, then_outs = [], []
+            for node in self.nodes:
+                if node.output and node.output[0] in slices:
+                    inner = self.fresh(f"{node.output[0]}_then")
+                    then_nodes.append((node.output[0], node))
+                    node.output[0] = inner
+            order = {m[0]: k for k, m in enumerate(members)}
+            then_nodes.sort(key=lambda t: order[t[0]])
+            made = {o: n for n in self.nodes for o in n.output if o}
+            copied: dict[str, tuple[list[onnx.NodeProto], str]] = {}
+            for _, user, prefix in members:
+                source = made.get(user)
+                if source is not None and source.op_type == "Slice" and source.input[0] in self.constants:
+                    # a table the import already wrote: the user's chain is the original's
+                    chain = self._original_chain(prefix)
+                    if chain is not None:
+                        copied[user] = chain
+            moved: set[int] = set()
+            needed = {m[1] for m in members if m[1] not in copied}
+            for node in reversed(self.nodes):
+                outs = [o for o in node.output if o]
+                if id(node) in {id(n) for _, n in then_nodes} or not any(o in needed for o in outs):
+                    continue
+                if any(o in outputs or not readers.get(o, set()) <= moved for o in outs):
+                    continue
+                moved.add(id(node))
+                needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+            else_nodes = [n for n in self.nodes if id(n) in moved]
+            else_outs = []
+            for sliced, user, _ in members:
+                if user in copied:
+                    else_nodes += copied[user][0]
+                out = self.fresh(f"{sliced}_else")
+                else_nodes.append(helper.make_node("Identity", [copied[user][1] if user in copied else user], [out],
+                                                   name=out))
+                else_outs.append(out)
+            then_outs = [n.output[0] for _, n in then_nodes]
+            gone = moved | {id(n) for _, n in then_nodes}
+            self.nodes = [n for n in self.nodes if id(n) not in gone]
+
+            def branch(nodes: list[onnx.NodeProto], outs: list[str], label: str,
+                       members: list[tuple[str, str, Prefix]] = members) -> onnx.GraphProto:
+                infos = [helper.make_tensor_value_info(o, self.types.get(m[0], 0), None)
+                         for o, m in zip(outs, members)]
+                return helper.make_graph(nodes, self.fresh(label), [], infos)
+
+            syms = [Mono.symbol(s) for s, _ in bounds]
+            limit = self.const(np.array([b + 1 for _, b in bounds], np.int64), "bound")
+            within = self.fresh("within_table")
+            self.nodes.append(helper.make_node("Less", [self.vector(syms), limit], [within], name=within))
+            if len(bounds) > 1:
+                every = self.fresh("within_table")
+                self.nodes.append(helper.make_node("Cast", [within], [every + "_i"], name=every + "_i",
+                                                   to=onnx.TensorProto.INT64))
+                self.nodes.append(helper.make_node("ReduceMin", [every + "_i"], [every + "_m"], name=every + "_m",
+                                                   keepdims=0))
+                self.nodes.append(helper.make_node("Cast", [every + "_m"], [every], name=every,
+                                                   to=onnx.TensorProto.BOOL))
+                within = every
+            node = helper.make_node("If", [within], [m[0] for m in members], name=self.fresh("table_if"),
+                                    then_branch=branch([n for _, n in then_nodes], then_outs, "within"),
+                                    else_branch=branch(else_nodes, else_outs, "beyond"))
+            self.nodes.append(node)
+        self.nodes = _topological(self.nodes)
+
+    def _original_chain(self, prefix: Prefix) -> tuple[list[onnx.NodeProto], str] | None:
+        """The original's nodes computing the value ``prefix`` is a table of (found as the import found it), copied
+        under fresh names (the constants they read copied too), and the name of the value; None where not found."""
+        if self._original_tables is None:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(self.original)
+            found = _Rewriter(copy, self.original, self.values, full=False)
+            found.run()
+            self._original_tables = {pattern_key(p): user for _, user, p in found.guarded}
+        user = self._original_tables.get(pattern_key(prefix))
+        if user is None:
+            return None
+        g = self.original.graph
+        inits = {t.name: t for t in g.initializer}
+        needed, chain = {user}, []
+        for node in reversed(g.node):
+            if any(o in needed for o in node.output if o):
+                chain.append(node)
+                needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+        rename: dict[str, str] = {}
+        for name in sorted(needed & set(inits)):
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(inits[name])
+            tensor.name = rename[name] = self.fresh(name)
+            self.model.graph.initializer.append(tensor)
+        out = []
+        for node in reversed(chain):
+            copy_node = onnx.NodeProto()
+            copy_node.CopyFrom(node)
+            copy_node.name = self.fresh(node.name or node.op_type)
+            for k, o in enumerate(copy_node.output):
+                if o:
+                    copy_node.output[k] = rename[o] = self.fresh(o)
+            out.append(copy_node)
+        for node in out:
+            for k, i in enumerate(node.input):
+                node.input[k] = rename.get(i, i)
+            for sub in subgraphs(node):
+                rename_outer(sub, rename)
+        return out, rename[user]
 
     def _probe(self, outputs: Iterable[str]) -> onnx.ModelProto:
         """The program written so far with ``outputs`` (value names) as its outputs, pruned to what they read."""
@@ -604,6 +748,32 @@ class _Rewriter(SizeWriter):
                 self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
+
+
+def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``nodes`` in an order where each comes after what it reads (its subgraphs' outer reads included), as close
+    to the given order as that allows."""
+    import heapq
+
+    made = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    waits: list[set[int]] = []
+    readers: dict[int, list[int]] = {}
+    for k, node in enumerate(nodes):
+        deps = {made[i] for i in [*node.input, *implicit_inputs(node)] if i in made and made[i] != k}
+        waits.append(deps)
+        for d in deps:
+            readers.setdefault(d, []).append(k)
+    ready = [k for k, w in enumerate(waits) if not w]
+    heapq.heapify(ready)
+    out: list[onnx.NodeProto] = []
+    while ready:
+        k = heapq.heappop(ready)
+        out.append(nodes[k])
+        for r in readers.get(k, []):
+            waits[r].discard(k)
+            if not waits[r]:
+                heapq.heappush(ready, r)
+    return out if len(out) == len(nodes) else nodes
 
 
 def _broadcast(shapes: list[list[Mono]]) -> list[Mono] | None:

@@ -9,8 +9,8 @@ decoder's causal mask and rotary tables: the static program folds them into cons
   ``size`` entries of its value at a larger size (position ids, a rotary embedding's cos and sin, a position
   embedding's rows), written as a ``Slice`` of that larger value, a constant. The table covers the sizes up to
   :data:`TABLE_SIZE` (or the largest the user's program accepts, where it accepts fewer: a position embedding of
-  so many rows); beyond it the written program fails (a Slice shorter than the data it meets) rather than compute
-  a wrong value. Two axes may be one symbol (``seq x seq``: T5's relative position bias, the top-left block of
+  so many rows); beyond it the written program fails as the user's does, or, where the user's program computes the
+  value at any size, computes it as the user's does (an ``If``: :mod:`eqsat.onnx.generic`). Two axes may be one symbol (``seq x seq``: T5's relative position bias, the top-left block of
   its value at a larger size); the table, of at most :data:`TABLE_ELEMENTS` entries, then covers fewer sizes
   (512 for 4 heads) and is taken only where it covers the sizes a generic result is verified at
   (:data:`eqsat.onnx.interface.OTHER_PROBES`).
@@ -70,6 +70,10 @@ class Prefix:
     table: np.ndarray
     axes: list[int]
     ends: list[Mono]
+    beyond: bool = False
+    """the table stops at its own bound (:data:`TABLE_SIZE`, :data:`TABLE_ELEMENTS`), not at the user's program's:
+    the program accepts longer sizes, at which the written program computes the value as the user's does
+    (:mod:`eqsat.onnx.generic` writes an ``If``)"""
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
@@ -134,21 +138,22 @@ def prefixes(model: onnx.ModelProto, runs: Mapping[str, Sequence[Run]], shapes: 
         cap = max(1, int((TABLE_ELEMENTS // max(other, 1)) ** (1 / len(axes))))
         if len(set(syms)) != len(syms) and cap < max(OTHER_PROBES):
             continue  # a block table (seq x seq) too small for the sizes a generic result is verified at
-        table = _largest(model, name, list(dict.fromkeys(syms)), values, min(TABLE_SIZE, cap))
-        if table is None:
+        found = _largest(model, name, list(dict.fromkeys(syms)), values, min(TABLE_SIZE, cap))
+        if found is None:
             continue
+        table, beyond = found
         table = _cut(table, repeated)
         if table.ndim == len(dims) and all(table.shape[a] >= v.shape[a] for _, v in got for a in axes) and all(
                 _equal(_cut(v, repeated), table[tuple(slice(0, v.shape[a]) if a in axes else slice(None)
                                                       for a in range(v.ndim))]) for _, v in got):
-            out[name] = Prefix(table, axes, [dims[a] for a in axes])
+            out[name] = Prefix(table, axes, [dims[a] for a in axes], beyond)
     return out
 
 
 def _largest(model: onnx.ModelProto, name: str, syms: Sequence[str], values: Mapping[str, int],
-             size: int) -> np.ndarray | None:
+             size: int) -> tuple[np.ndarray, bool] | None:
     """``name``'s value with each of ``syms`` at ``size``, or at the largest size below it that ``model`` runs at
-    (None: none at or above the representative sizes)."""
+    (None: none at or above the representative sizes); True where it runs at ``size`` (it may run beyond)."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.output[:]
@@ -167,7 +172,7 @@ def _largest(model: onnx.ModelProto, name: str, syms: Sequence[str], values: Map
     low = max(int(values[s]) for s in syms)
     got = at(size)
     if got is not None:
-        return got
+        return got, True
     best = at(low)
     if best is None:
         return None
@@ -179,7 +184,7 @@ def _largest(model: onnx.ModelProto, name: str, syms: Sequence[str], values: Map
             high = mid
         else:
             low, best = mid, value
-    return best
+    return best, False
 
 
 def pattern_key(pattern: Triangle | Prefix) -> str:
