@@ -33,6 +33,12 @@ from .report import Report
 from .source import add_model_source, check_source_flags, source, source_shaped
 
 
+def _escaped(text: str) -> str:
+    """A help text as argparse reads it: its ``%`` doubled (argparse formats help with ``%``: a "2% gain" would
+    make ``--help`` fail)."""
+    return text.replace("%", "%%")
+
+
 def add_config_arguments(p: argparse.ArgumentParser, base: OptimizeConfig | None = None) -> None:
     """One argument per flagged field of OptimizeConfig and SearchConfig: its type, documentation, the names its
     registry accepts and its default in ``base`` (the documented config if None) come from the field. Every
@@ -47,13 +53,13 @@ def add_config_arguments(p: argparse.ArgumentParser, base: OptimizeConfig | None
             dashed = f.name.replace("_", "-")
             p.add_argument(f"--{dashed}" if not default else f"--no-{dashed}", dest=f.name, action="store_const",
                            const=not default, default=None,
-                           help=f"leave out: {f.metadata['doc']}" if default else f.metadata["doc"])
+                           help=_escaped(f"leave out: {f.metadata['doc']}" if default else f.metadata["doc"]))
             continue
         kind = value_type(type(base.search) if owner else type(base), f)
         shown = "by the input" if default is None else default
         p.add_argument(f.metadata["flag"], dest=f.name, type=kind, default=None,
                        metavar="{" + ",".join(names) + "}" if names else kind.__name__.upper(),
-                       help=f"{f.metadata['doc']} (default: {shown})")
+                       help=_escaped(f"{f.metadata['doc']} (default: {shown})"))
 
 
 def config_from_args(args: argparse.Namespace, base: OptimizeConfig | None = None,
