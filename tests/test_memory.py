@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 import onnx_builders as ob
-import pytest
 
 from eqsat import memory
 from eqsat.app.config import OptimizeConfig
@@ -48,7 +47,7 @@ timer = PhaseTimer()
 with timer("big"):
     block = np.ones(400 * MB // 8); del block  # 400 MiB touched, freed: the run's peak
 with timer("small"):
-    block = np.ones(100 * MB // 8); time.sleep(0.1); del block  # 100 MiB held 0.1 s, below the peak
+    block = np.ones(100 * MB // 8); time.sleep(0.3); del block  # 100 MiB held 0.3 s, below the peak
 with timer("after"):
     time.sleep(0.05)
 print(json.dumps(timer.memory_mb))
@@ -59,16 +58,17 @@ def test_phase_peaks_agree_with_the_kernels_peak_of_the_whole_process():
     """Issue 28 (c): the phases' figures and the process's peak as its parent sees it (``getrusage`` of the
     children: what ``/usr/bin/time -v`` reports) agree; resetting the kernel's high-water mark per phase made the
     parent see only the peak since the last phase began."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    out = subprocess.run([sys.executable, "-c", PHASES], capture_output=True, text=True, check=True).stdout
+    child = subprocess.Popen([sys.executable, "-c", PHASES], stdout=subprocess.PIPE, text=True)
+    out = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, as time -v reads it
+    child.returncode = os.waitstatus_to_exitcode(status)
+    assert child.returncode == 0
     phases = json.loads(out)
-    oracle = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child's peak
-    if oracle <= before:  # an earlier child of this process (another test) peaked higher: nothing to read
-        pytest.skip("an earlier child process peaked higher")
+    oracle = usage.ru_maxrss / 1024
     assert abs(phases["big"] - oracle) <= 2, (phases, oracle)  # the run's peak, exactly
-    assert 390 <= phases["big"] - phases["after"] <= 440
-    assert 95 <= phases["small"] - phases["after"] <= 130  # sampled below the peak
-    assert phases["small"] < phases["big"] - 250
+    assert 390 <= phases["big"] - phases["after"] <= 440, (phases, oracle)
+    assert 95 <= phases["small"] - phases["after"] <= 140, (phases, oracle)  # sampled below the peak
+    assert phases["small"] < phases["big"] - 250, (phases, oracle)
 
 
 def test_the_report_gives_every_timed_phase_its_peak():

@@ -300,6 +300,7 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             entry.note = "" if check.passed else f"not measured: {check.detail}"
             if (weights := pool.current()) is not None:  # the pages its check read: the next reads its own
                 weights.drop_pages()
+            memory.release()  # its export's and session's transients: not kept while the next is exported
         b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model))
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
