@@ -268,6 +268,21 @@ class WeightPool:
             ref.external_data.extend(e.reference(t.name).external_data)
         return slim
 
+    def data(self, t: TensorProto) -> np.ndarray | None:
+        """The array a reference into the pool refers to, under the reference's shape (the bytes :meth:`restore`
+        would give ``t``); None for any other tensor. The writers read it a tensor at a time
+        (:func:`eqsat.onnx.io.save` with ``weights``): a model is written without being restored."""
+        if t.data_location != TensorProto.EXTERNAL:
+            return None
+        e = self._referenced(t)
+        return e.array.reshape(tuple(t.dims)) if e is not None else None
+
+    def done(self, t: TensorProto) -> None:
+        """``t``'s data written (:meth:`data`): its mapped pages dropped, not kept resident."""
+        e = self._referenced(t) if t.data_location == TensorProto.EXTERNAL else None
+        if e is not None:
+            e.drop()
+
     def restore(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """``model`` (changed in place, and returned) with every reference into the pool replaced by the data:
         a self-contained model again, to write or return (a model without references is left as it is)."""
