@@ -437,6 +437,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     weights = pool.current()
     owned = not isinstance(model, onnx.ModelProto)  # read here: no one else holds it
     if owned and weights is not None:  # its weights are the pool's from here on (the IR's are its mapped arrays); its data back where asked (Result)
+        weights.drop_pages()  # the import read them: not kept while slim compares the model's bytes with them
         original = weights.slim(original)
         if shaping.original is not None:
             shaping.original = original
