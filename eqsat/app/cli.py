@@ -22,7 +22,7 @@ from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
 from eqsat.onnx.external import data_file
 from eqsat.onnx.importer import parse_input_shapes
-from eqsat.onnx.io import external_data_files, write_together, writes_data_file
+from eqsat.onnx.io import external_data_files
 from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
@@ -131,13 +131,13 @@ def _cmd_optimize(args) -> int:
     external = bool(args.model_path and external_data_files(args.model_path))
     memory.release()
     result = optimize(model, config, progress=progress_printer(args.quiet))
-    data = _output_data(args.output) if writes_data_file(result.optimized, external) else None
+    data = _output_data(args.output) if result.writes_data_file(external) else None
     report = replace(result.report, input=label, output=args.output, external_data=data)
     if not args.quiet:
         _summary(report)
     others = {args.report: report_bytes(report)} if args.report is not None else {}
     with late_write_errors(args.output, args.report):
-        write_together(result.optimized, args.output, others, external)
+        result.write(args.output, others, external)  # the weights read from the run's pool: no copy restored
     if not args.quiet:
         written = [args.output] + ([data] if data else []) + ([args.report] if args.report is not None else [])
         print(f"eqsat: wrote {', '.join(written[:-1])} and {written[-1]}" if len(written) > 1
