@@ -106,3 +106,32 @@ def test_folded_weights_are_pooled_once_and_shared() -> None:
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
     plain = export_model(graph)  # without a pool: the value in the model, as before
     np.testing.assert_allclose(plain_run(plain), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_a_result_pickles_and_copies_self_contained(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A Result crosses a pickle (a worker process's return value) and copy.deepcopy as it did when it was a
+    dataclass of self-contained models: the pool's mapped arrays and onnxruntime values stay behind, the models
+    go with their data."""
+    import copy
+    import pickle
+
+    model = mlp()
+    path = str(tmp_path / "in.onnx")
+    onnx.save_model(model, path)
+    result = eqsat.optimize(path, _config(allow_slower=True))
+    assert result.weights is not None and result.weights.refers(result._optimized)
+    expected = str(tmp_path / "expected.onnx")
+    result.write(expected)
+    for other in (pickle.loads(pickle.dumps(result)), copy.deepcopy(result)):
+        assert other.weights is None
+        assert other.original.SerializeToString() == model.SerializeToString()
+        assert other.optimized.SerializeToString() == result.optimized.SerializeToString()
+        assert other.report == result.report and other.graph.name == result.graph.name
+        out = str(tmp_path / "out.onnx")
+        other.write(out)
+        with open(out, "rb") as f, open(expected, "rb") as g:
+            assert f.read() == g.read()
+    same = eqsat.optimize(path, _config(allow_slower=False, scheduler="none"))
+    if same.report.returned.program == "original":  # one model returned twice stays one after a pickle
+        again = pickle.loads(pickle.dumps(same))
+        assert again.optimized is again.original

@@ -110,6 +110,14 @@ class Result:
         writing :attr:`optimized`, without restoring it."""
         onnx_io.write_together(self._optimized, path, others or {}, external, self.weights)
 
+    def __getstate__(self) -> dict[str, object]:
+        """A pickle or deep copy takes the models with their data (restored), not the pool: its mapped arrays and
+        onnxruntime values do not cross a process, and its file is gone once the run ends."""
+        return {"original": self.original, "optimized": self.optimized, "graph": self.graph, "report": self.report}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["original"], state["optimized"], state["graph"], state["report"])  # type: ignore[misc, arg-type]
+
     def __repr__(self) -> str:
         return f"Result(graph={self.graph.name!r}, returned={self.report.returned.program!r})"
 
