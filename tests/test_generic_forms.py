@@ -259,8 +259,10 @@ def test_a_row_repeated_along_the_symbols_is_a_constant_and_a_gather_at_each_ele
     ops = collections.Counter(n.op_type for n in written.model.graph.node)
     # the token types' row is a constant the Add broadcasts; the mask's indexing is a Reshape
     assert ops["Range"] == ops["Expand"] == ops["Slice"] == 0, ops
-    assert ops["Shape"] == 2 and ops["Gather"] == 1  # the two sizes the Reshape needs; the words' lookup
-    assert ops["GatherND"] == ops["Concat"] - 1 == 0  # (the Concat: the Reshape's target)
+    # the Reshape's target: [batch, 1, 1, -1] from the flat mask (a Shape and a Concat), [0, 1, 1, -1] from the
+    # [batch, seq] mask (a constant); the Gather left: the words' lookup
+    assert ops["Shape"] == ops["Concat"] == (1 if spelling == "flat" else 0) and ops["Gather"] == 1, ops
+    assert ops["GatherND"] == 0
     assert [n.op_type for n in written.model.graph.node if "mask4" in n.output] == ["Reshape"]
     add = next(n for n in written.model.graph.node if n.op_type == "Add")
     row = next(t for t in written.model.graph.initializer if t.name in add.input)
@@ -302,3 +304,131 @@ def test_an_and_with_all_true_is_dropped_and_a_mul_by_ones_kept():
         feeds = {"mask": rng.integers(0, 2, (b, s)).astype(np.int64),
                  "x": rng.standard_normal((b, s, 4)).astype(np.float32)}
         np.testing.assert_array_equal(got.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+def _mask_chain_model(folded: bool) -> onnx.ModelProto:
+    """mask[batch, seq] indexed into [batch, 1, 1, seq] the way TorchScript exports T5's mask: Flatten, a Gather at
+    each element's flat index, a Reshape to [-1] and one to [batch, 1, 1, seq] (``folded``: that target a constant
+    at batch 1, sequence 16, as the importer folds it), consumed by a Where."""
+    def ints(name: str, *values: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array(1, np.int64), "i1"),
+             ints("zero", 0), ints("one", 1), ints("bcast", 1, 2, 3), ints("flat", -1),
+             numpy_helper.from_array(np.array(0.0, np.float32), "keep"),
+             numpy_helper.from_array(np.array(-1e9, np.float32), "drop")]
+    nodes = [helper.make_node("Shape", ["mask"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["b1"]),
+             helper.make_node("Unsqueeze", ["s", "zero"], ["s1"]),
+             helper.make_node("Range", ["i0", "b", "i1"], ["rb"]),
+             helper.make_node("Unsqueeze", ["rb", "bcast"], ["rb4"]),
+             helper.make_node("Range", ["i0", "s", "i1"], ["rs"]),
+             helper.make_node("Mul", ["rb4", "s"], ["rows"]),
+             helper.make_node("Add", ["rows", "rs"], ["index"]),
+             helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.BOOL),
+             helper.make_node("Flatten", ["m"], ["m_flat"], axis=2),
+             helper.make_node("Gather", ["m_flat", "index"], ["m5"], axis=0),
+             helper.make_node("Reshape", ["m5", "flat"], ["m_line"])]
+    if not folded:
+        nodes.append(helper.make_node("Concat", ["b1", "one", "one", "s1"], ["target"], axis=0))
+    nodes += [helper.make_node("Reshape", ["m_line", "target"], ["m4"]),
+              helper.make_node("Where", ["m4", "keep", "drop"], ["bias"]),
+              helper.make_node("Add", ["x", "bias"], ["y"])]
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])
+    if folded:
+        inits.append(ints("target", 1, 1, 1, 16))
+    return helper.make_model(helper.make_graph(nodes, "mask", [mask, x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_chain_of_reshapes_is_one_reshape_whose_target_copies_the_input_sizes():
+    """The Flatten, the flat Gather (a Reshape) and the Reshape to [-1] before a Reshape to a constant target go:
+    one Reshape of the [batch, seq] mask to [0, 1, 1, -1], no size computed, where the chain's targets needed the
+    batch and the sequence computed from the inputs' shapes."""
+    original, program = _mask_chain_model(folded=False), _mask_chain_model(folded=True)
+    written = make_generic(program, original, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["Reshape"] == 1 and ops["Flatten"] == ops["Gather"] == ops["Shape"] == ops["Concat"] == 0, ops
+    reshape = next(n for n in written.model.graph.node if n.op_type == "Reshape")
+    target = next(t for t in written.model.graph.initializer if t.name == reshape.input[1])
+    assert numpy_helper.to_array(target).tolist() == [0, 1, 1, -1]
+    ref, got = session(original), session(written.model)
+    rng = np.random.default_rng(5)
+    for b, s in [(1, 16), (2, 16), (3, 1), (2, 37), (1, 300)]:
+        feeds = {"mask": rng.integers(0, 2, (b, s)).astype(np.int64),
+                 "x": rng.standard_normal((b, 2, s, s)).astype(np.float32)}
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 2, s, s)
+        np.testing.assert_array_equal(have, want)
+
+
+def test_a_linear_over_one_symbolic_size_is_reshaped_back_to_a_constant_target():
+    """A MatMul by a constant plus its bias over x[batch, 3, 8] (one symbolic size) is a Gemm between two Reshapes
+    whose targets are constants ([-1, 8], [-1, 3, 4]): no size computed from the inputs' shapes."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "bias"], ["h"]),
+             helper.make_node("Relu", ["h"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 4])
+    model = helper.make_model(helper.make_graph(nodes, "linear", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    written = make_generic(model, model, {"batch": 1})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["Gemm"] == 1 and ops["Reshape"] == 2 and ops["Shape"] == ops["Concat"] == 0, ops
+    ref, got = session(model), session(written.model)
+    for b in (1, 2, 5):
+        feeds = {"x": rng.standard_normal((b, 3, 8)).astype(np.float32)}
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 3, 4)
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
+
+def _broadcast_mask_model(covered: bool) -> onnx.ModelProto:
+    """mask[batch, seq] as [batch, 1, 1, seq] combined by an And with an all-true [1, 1, seq, 1] computed from the
+    shapes (T5's mask: [batch, 1, seq, seq]), made additive by a Where; ``covered``: added to x[batch, 2, seq, seq]
+    (which broadcasts it along the queries anyway), else the Where's output is the model's."""
+    inits = [numpy_helper.from_array(np.array([1, 1], np.int64), "ones2"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array([1, 2], np.int64), "mid"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "keep"),
+             numpy_helper.from_array(np.array(-1e9, np.float32), "drop")]
+    nodes = [helper.make_node("Shape", ["mask"], ["s1"], start=1, end=2),
+             helper.make_node("Concat", ["ones2", "s1", "one"], ["rows"], axis=0),
+             helper.make_node("ConstantOfShape", ["rows"], ["all"], value=helper.make_tensor("t", TensorProto.BOOL,
+                                                                                             [1], [True])),
+             helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["m", "mid"], ["m4"]),
+             helper.make_node("And", ["all", "m4"], ["both"]),
+             helper.make_node("Where", ["both", "keep", "drop"], ["bias" if covered else "y"])]
+    if covered:
+        nodes.append(helper.make_node("Add", ["x", "bias"], ["y"]))
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2 if covered else 1, "seq", "seq"])
+    return helper.make_model(helper.make_graph(nodes, "mask", [mask, x] if covered else [mask], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("covered", [True, False])
+def test_an_and_that_only_broadcasts_a_mask_goes_where_its_readers_broadcast_it(covered):
+    """The And with an all-true [1, 1, seq, 1] goes (with its Expand) where the Add after the Where broadcasts the
+    mask along the queries anyway; it stays where the Where's output is the model's output, whose shape it gives."""
+    model = _broadcast_mask_model(covered)
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["ConstantOfShape"] == 0 and ops["And"] == ops["Expand"] == (0 if covered else 1), ops
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(7)
+    for b, s in [(1, 16), (2, 16), (3, 1), (2, 37), (1, 300)]:
+        feeds = {"mask": rng.integers(0, 2, (b, s)).astype(np.int64)}
+        if covered:
+            feeds["x"] = rng.standard_normal((b, 2, s, s)).astype(np.float32)
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 2 if covered else 1, s, s)
+        np.testing.assert_array_equal(have, want)

@@ -229,3 +229,109 @@ def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs
         (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
         assert have.shape == want.shape
         np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+
+
+def _relative_bias(heads: int) -> onnx.ModelProto:
+    """x[batch, seq, 8] attended with T5's bidirectional relative position bias the way torch exports it:
+    ``Range(seq)`` differences log-bucketed (32 buckets, max distance 128), an embedding Gather of [32, heads], a
+    permute to [1, heads, seq, seq] added to the scores (any length: the buckets stop at the max distance)."""
+    rng = np.random.default_rng(9)
+    consts = {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64), "ax0": np.array([0], np.int64),
+              "ax1": np.array([1], np.int64), "half": np.array(16, np.int64), "exact": np.array(8, np.int64),
+              "exactf": np.array(8.0, np.float32), "logspan": np.array(np.log(128 / 8), np.float32),
+              "last": np.array(15, np.int64), "emb": rng.standard_normal((32, heads)).astype(np.float32)}
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i1"], ["s"], axis=0),
+             helper.make_node("Range", ["i0", "s", "i1"], ["pos"]),
+             helper.make_node("Unsqueeze", ["pos", "ax0"], ["keys"]),
+             helper.make_node("Unsqueeze", ["pos", "ax1"], ["queries"]),
+             helper.make_node("Sub", ["keys", "queries"], ["rel"]),
+             helper.make_node("Greater", ["rel", "i0"], ["ahead"]),
+             helper.make_node("Cast", ["ahead"], ["aheadi"], to=TensorProto.INT64),
+             helper.make_node("Mul", ["aheadi", "half"], ["side"]),
+             helper.make_node("Abs", ["rel"], ["n"]),
+             helper.make_node("Less", ["n", "exact"], ["small"]),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["nf", "exactf"], ["ratio"]),
+             helper.make_node("Log", ["ratio"], ["logn"]),
+             helper.make_node("Div", ["logn", "logspan"], ["frac"]),
+             helper.make_node("Mul", ["frac", "exactf"], ["scaled"]),
+             helper.make_node("Cast", ["scaled"], ["scaledi"], to=TensorProto.INT64),
+             helper.make_node("Add", ["scaledi", "exact"], ["large"]),
+             helper.make_node("Min", ["large", "last"], ["capped"]),
+             helper.make_node("Where", ["small", "n", "capped"], ["inner"]),
+             helper.make_node("Add", ["side", "inner"], ["bucket"]),
+             helper.make_node("Gather", ["emb", "bucket"], ["values"], axis=0),
+             helper.make_node("Transpose", ["values"], ["heads"], perm=[2, 0, 1]),
+             helper.make_node("Unsqueeze", ["heads", "ax0"], ["bias"]),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["x", "xt"], ["raw"]),
+             helper.make_node("Unsqueeze", ["raw", "ax1"], ["scores"]),
+             helper.make_node("Add", ["scores", "bias"], ["biased"]),
+             helper.make_node("Softmax", ["biased"], ["p"], axis=-1),
+             helper.make_node("Unsqueeze", ["x", "ax1"], ["v"]),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", heads, "seq", 8])
+    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
+    return helper.make_model(helper.make_graph(nodes, "relative", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_relative_position_bias_is_the_top_left_block_of_a_table():
+    """T5's bucketed relative position bias (seq x seq, one symbol on two axes): the generic program slices it
+    out of a constant table (its value at the largest size whose table holds TABLE_ELEMENTS: 512 for 4 heads)
+    instead of computing it, and matches the original at every size up to the table's, one longer than the
+    representative included; past it the written program fails rather than compute a wrong value."""
+    model = _relative_bias(4)
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["Range"] == ops["Log"] == ops["Gather"] == 0 and ops["Slice"] == 1, ops
+    table = next(numpy_helper.to_array(t) for t in written.model.graph.initializer
+                 if t.name == next(n.input[0] for n in written.model.graph.node if n.op_type == "Slice"))
+    assert table.shape == (1, 4, 512, 512)
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(10)
+    for b, s in [(1, 16), (2, 16), (3, 1), (2, 37), (1, 128), (2, 300), (1, 512)]:
+        feeds = {"x": rng.standard_normal((b, s, 8)).astype(np.float32)}
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape == (b, 4, s, 8)
+        np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+    feeds = {"x": rng.standard_normal((1, 513, 8)).astype(np.float32)}
+    ref.run(None, feeds)  # the original runs at any length
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime's error types vary by operator
+        got.run(None, feeds)
+
+
+def test_a_block_table_too_small_for_the_verified_sizes_is_not_taken():
+    """With 32 heads the table would stop at 181 positions, below the 256 a generic result is verified at: the
+    bias is computed as the user's program computes it, at every size."""
+    model = _relative_bias(32)
+    written = make_generic(model, model, {"batch": 1, "seq": 16})
+    ops = collections.Counter(n.op_type for n in written.model.graph.node)
+    assert ops["Log"] == 1 and ops["Slice"] == 0, ops
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(11)
+    for b, s in [(2, 3), (1, 600)]:
+        feeds = {"x": rng.standard_normal((b, s, 8)).astype(np.float32)}
+        np.testing.assert_allclose(got.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_the_dynamic_t5_encoders_generic_program_slices_its_bias_and_matches_the_original(exporter, tmp_path):
+    """The zoo's T5 encoder exported with dynamic axes: its generic program computes no relative position bucket
+    (no Log: a Slice of the bias table) and matches the original at batch 1, 2 and sequences 1, 37, 128 and 300
+    (longer than the representative 128)."""
+    model = zoo.export_dynamic("t5_encoder", exporter, str(tmp_path / "t5.onnx"))
+    shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
+    generic = make_generic(export_model(import_model(model, shapes, generic=True)), model,
+                           {"batch": 1, "seq": 128}).model
+    ops = collections.Counter(n.op_type for n in generic.graph.node)
+    assert ops["Log"] == ops["Range"] == 0 and ops["Slice"] >= 1, ops
+    ref, got = session(model), session(generic)
+    rng = np.random.default_rng(12)
+    for b, s in [(1, 128), (2, 1), (2, 37), (1, 300)]:
+        feeds = zoo.sized_feeds("t5_encoder", rng, b, s)
+        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            assert have.shape == want.shape
+            np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)

@@ -69,7 +69,9 @@ def write_gemm(writer: SizeWriter, matmul: onnx.NodeProto, add: onnx.NodeProto, 
                                          name=rows))
     product_ = writer.fresh("gemm")
     writer.nodes.append(helper.make_node("Gemm", [rows, matmul.input[1], bias], [product_], name=product_))
-    target = writer.vector([*lead, Mono.const(n)])
+    sizes = [*lead, Mono.const(n)]
+    loose = [j for j, d in enumerate(sizes) if not d.is_const]  # one symbolic size: -1, a constant target
+    target = writer.vector([Mono.const(-1) if loose == [j] else d for j, d in enumerate(sizes)])
     out = add.output[0]
     writer.nodes.append(helper.make_node("Reshape", [product_, target], [out], name=writer.fresh("unrows")))
     count = product(lead)

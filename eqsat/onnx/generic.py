@@ -21,7 +21,8 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
 - a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
   and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
   causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
-  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
+  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped (one expanded along symbolic
+  axes too, where the elementwise operators reading it broadcast it there anyway);
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
@@ -134,6 +135,8 @@ class _Rewriter(SizeWriter):
         self.vectors.update(self.folded)
         for node in list(g.node):
             self._node(node)
+        if self.full:
+            self._drop_broadcasts()
         del g.node[:]
         g.node.extend(self.nodes)
         for port in outs:
@@ -199,6 +202,7 @@ class _Rewriter(SizeWriter):
             pass
         elif standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
+            self._reshaped_input(node)
             self._reshape(node, vectors.get(1))
         elif standard and node.op_type == "Expand" and 1 in vectors:
             if self._expand(node, vectors[1]):
@@ -360,6 +364,65 @@ class _Rewriter(SizeWriter):
             return True
         return False
 
+    def _drop_broadcasts(self) -> None:
+        """An ``And`` of a value with an all-true constant expanded along symbolic axes (an ``Or`` with all false:
+        :meth:`_uniform` wrote the Expand) only broadcasts the value along them: where the elementwise operators
+        that read it broadcast it there anyway (T5's mask, [batch, 1, 1, seq] against the [1, heads, seq, seq]
+        bias), they read the value itself, and the Expand and the And go."""
+        readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.nodes:
+            for name in node.input:
+                readers.setdefault(name, []).append(node)
+        made = {o: n for n in self.nodes for o in n.output}
+        outputs = {o.name for o in self.model.graph.output}
+        for node in list(self.nodes):
+            if node.domain not in ("", "ai.onnx") or node.op_type not in IDENTITIES or len(node.input) != 2:
+                continue
+            for k in (0, 1):
+                expand, other = made.get(node.input[k]), node.input[1 - k]
+                const = self.constants.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" \
+                    else None
+                if const is None or self.types.get(other) != const.data_type \
+                        or not np.all(numpy_helper.to_array(const) == IDENTITIES[node.op_type]):
+                    continue
+                changed: dict[str, list[Mono]] = {}
+                have = self.shapes.get(other)
+                if have is None or None in have or len(have) < len(numpy_helper.to_array(const).shape) \
+                        or not self._absorbed(node.output[0], [d for d in have if d is not None], readers, outputs,
+                                              changed, 3):
+                    continue
+                for reader in readers.get(node.output[0], []):
+                    for j, name in enumerate(reader.input):
+                        if name == node.output[0]:
+                            reader.input[j] = other
+                for name, shape in changed.items():
+                    self.shapes[name] = list[Mono | None](shape)
+                break
+
+    def _absorbed(self, name: str, have: list[Mono], readers: Mapping[str, list[onnx.NodeProto]],
+                  outputs: set[str], changed: dict[str, list[Mono]], depth: int) -> bool:
+        """Whether ``name``, read with the sizes ``have`` instead of its own, leaves the values its readers compute
+        further on as they are: each reader an elementwise operator that broadcasts, whose other inputs give its
+        output its sizes, or (up to ``depth`` operators on) whose output is read so in turn; ``changed``: the
+        sizes of the values between, as they become."""
+        if name in outputs or not readers.get(name) or depth == 0:
+            return False
+        for reader in readers[name]:
+            out = reader.output[0] if len(reader.output) == 1 else ""
+            if reader.domain not in ("", "ai.onnx") or reader.op_type not in BROADCASTING or not out:
+                return False
+            shapes = [have if i == name else self.shapes.get(i) for i in reader.input]
+            if any(d is None or None in d for d in shapes):
+                return False
+            got = _broadcast([[m for m in d if m is not None] for d in shapes if d is not None])
+            if got is None:
+                return False
+            if got != self.shapes.get(out):
+                if out in changed or not self._absorbed(out, got, readers, outputs, changed, depth - 1):
+                    return False
+                changed[out] = got
+        return True
+
     def _small_vector(self, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
         """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at
         most 8 entries computed from the shapes alone."""
@@ -437,6 +500,21 @@ class _Rewriter(SizeWriter):
         if loose:
             written[loose[-1]] = Mono.const(-1)
         node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
+
+    def _reshaped_input(self, node: onnx.NodeProto) -> None:
+        """A Reshape to a constant target without 0 that reads a Reshape or a Flatten reads that one's input
+        instead (the same elements in the same order: only the last target counts), so that the chain the user's
+        mask indexing leaves (Flatten, a flat Gather written as a Reshape, Reshapes) is one Reshape, whose target
+        can copy its input's sizes (0) where the chain's needed them computed."""
+        target = self.constants.get(node.input[1])
+        if target is None or 0 in int_values(target):
+            return
+        while True:
+            source = next((n for n in reversed(self.nodes) if node.input[0] in n.output), None)
+            if source is None or source.domain not in ("", "ai.onnx") or source.op_type not in ("Reshape", "Flatten") \
+                    or not source.input or not source.input[0]:
+                return
+            node.input[0] = source.input[0]
 
     def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
         """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
@@ -526,6 +604,17 @@ class _Rewriter(SizeWriter):
                 self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
+
+
+def _broadcast(shapes: list[list[Mono]]) -> list[Mono] | None:
+    """The symbolic sizes numpy's broadcasting gives ``shapes`` (None: two different sizes but 1 meet)."""
+    out: list[Mono] = []
+    for k in range(max(len(d) for d in shapes)):
+        sizes = {d[len(d) - 1 - k] for d in shapes if k < len(d)} - {Mono.const(1)}
+        if len(sizes) > 1:
+            return None
+        out.insert(0, sizes.pop() if sizes else Mono.const(1))
+    return out
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],

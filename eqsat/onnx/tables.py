@@ -10,7 +10,10 @@ decoder's causal mask and rotary tables: the static program folds them into cons
   embedding's rows), written as a ``Slice`` of that larger value, a constant. The table covers the sizes up to
   :data:`TABLE_SIZE` (or the largest the user's program accepts, where it accepts fewer: a position embedding of
   so many rows); beyond it the written program fails (a Slice shorter than the data it meets) rather than compute
-  a wrong value.
+  a wrong value. Two axes may be one symbol (``seq x seq``: T5's relative position bias, the top-left block of
+  its value at a larger size); the table, of at most :data:`TABLE_ELEMENTS` entries, then covers fewer sizes
+  (512 for 4 heads) and is taken only where it covers the sizes a generic result is verified at
+  (:data:`eqsat.onnx.interface.OTHER_PROBES`).
 
 Both are read off the runs :func:`eqsat.onnx.uniform.shape_patterns` makes (the representative sizes and further
 sizes of each symbol), and a prefix table off one more run at the table's size: a value that breaks the pattern
@@ -34,7 +37,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .dataflow import prune
-from .interface import QUIET, zero_feeds
+from .interface import OTHER_PROBES, QUIET, zero_feeds
 from .io import session
 from .sizes import SizeWriter
 from .symbolic import Mono
@@ -124,12 +127,14 @@ def prefixes(model: onnx.ModelProto, runs: Mapping[str, Sequence[Run]], shapes: 
         axes = [a for a, d in enumerate(dims) if not d.is_const and a not in repeated]
         syms = [d.powers[0][0] for a, d in enumerate(dims) if a in axes
                 and d.coef == 1 and len(d.powers) == 1 and d.powers[0][1] == 1]
-        if not axes or len(syms) != len(axes) or len(set(syms)) != len(syms):
+        if not axes or len(syms) != len(axes):
             continue
         other = int(np.prod([1 if a in repeated else int(d.value(values)) for a, d in enumerate(dims)
                              if a not in axes]))
         cap = max(1, int((TABLE_ELEMENTS // max(other, 1)) ** (1 / len(axes))))
-        table = _largest(model, name, syms, values, min(TABLE_SIZE, cap))
+        if len(set(syms)) != len(syms) and cap < max(OTHER_PROBES):
+            continue  # a block table (seq x seq) too small for the sizes a generic result is verified at
+        table = _largest(model, name, list(dict.fromkeys(syms)), values, min(TABLE_SIZE, cap))
         if table is None:
             continue
         table = _cut(table, repeated)

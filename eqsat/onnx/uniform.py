@@ -127,6 +127,16 @@ def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], val
     return out
 
 
+def _target(sizes: list[Mono], data: list[Mono]) -> list[Mono]:
+    """A Reshape target of ``sizes`` for data of sizes ``data`` with the fewest computed sizes: 0 (copy) where the
+    data has the size at that axis, -1 for the last other symbolic size."""
+    out = [Mono.const(0) if k < len(data) and d == data[k] and not d.is_const else d for k, d in enumerate(sizes)]
+    loose = [k for k, d in enumerate(out) if not d.is_const]
+    if loose:
+        out[loose[-1]] = Mono.const(-1)
+    return out
+
+
 def flat_gather(writer: SizeWriter, node: onnx.NodeProto) -> None:
     """A Gather along axis 0 at the flat index of each element of its indices (:attr:`Patterns.iota`),
     from data whose first axis has exactly that many rows, written as the Reshape it is."""
@@ -139,7 +149,7 @@ def flat_gather(writer: SizeWriter, node: onnx.NodeProto) -> None:
         return
     node.op_type = "Reshape"
     del node.attribute[:]
-    node.input[1] = writer.vector(sizes + rows[1:])
+    node.input[1] = writer.vector(_target(sizes + rows[1:], rows))
 
 
 def grid_gather(writer: SizeWriter, node: onnx.NodeProto,
@@ -159,7 +169,7 @@ def grid_gather(writer: SizeWriter, node: onnx.NodeProto,
         return
     node.op_type = "Reshape"
     del node.attribute[:]
-    node.input[1] = writer.vector(sizes[:-1] + lead[depth:])
+    node.input[1] = writer.vector(_target(sizes[:-1] + lead[depth:], lead))
 
 
 __all__ = ["LARGEST", "Patterns", "flat_gather", "grid_gather", "shape_patterns"]
