@@ -94,6 +94,15 @@ class _Rewriter(SizeWriter):
         self.patterns = Patterns()
         """what runs showed of the values computed from the shapes alone that the data reads"""
         self.pending_uniform: list[str] = []
+        self.made: dict[str, onnx.NodeProto] = {}
+        """value -> the node written that computes it"""
+        self.expanded: dict[str, tuple[str, str]] = {}
+        """a constant slice expanded to its value's shape (:meth:`_uniform`) -> (the slice, the shape)"""
+        self.targeted: set[int] = set()
+        """the Reshapes (by id) whose target is written (a Gather written as a Reshape)"""
+        self.rows: dict[str, SymShape] = {}
+        """a Split's output split on rows (:meth:`_split`) -> the shape it had (its Reshape readers' targets are read
+        off that shape)"""
 
     def run(self) -> Generic:
         g = self.model.graph
@@ -174,7 +183,9 @@ class _Rewriter(SizeWriter):
                               {o.name for o in self.model.graph.output})
             if linear is not None:
                 self.absorbed.add(id(linear[0]))
+                start = len(self.nodes)
                 write_gemm(self, node, *linear)
+                self.made.update((o, n) for n in self.nodes[start:] for o in n.output)
                 return
         if standard and node.op_type == "Shape" and self.full and self._shape(node):
             return
@@ -190,14 +201,14 @@ class _Rewriter(SizeWriter):
             if not self.full:
                 pass
             elif node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
-                flat_gather(self, node)
+                self._gathered(node, flat_gather(self, node))
             elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
-                grid_gather(self, node, self.patterns.grids[node.input[1]])
-        if standard and node.op_type in IDENTITIES and self._identity(node):
+                self._gathered(node, grid_gather(self, node, self.patterns.grids[node.input[1]]))
+        if standard and node.op_type in IDENTITIES and not self._spread(node) and self._identity(node):
             return
         if not self.full:
             pass
-        elif standard and node.op_type == "Reshape" and len(node.input) > 1 \
+        elif standard and node.op_type == "Reshape" and len(node.input) > 1 and id(node) not in self.targeted \
                 and (node.input[1] in self.constants or 1 in vectors):
             self._reshape(node, vectors.get(1))
         elif standard and node.op_type == "Expand" and 1 in vectors:
@@ -205,10 +216,13 @@ class _Rewriter(SizeWriter):
                 return
         elif standard and node.op_type == "Slice" and len(node.input) > 3:
             self._slice(node)
+        elif standard and node.op_type == "Split":
+            self._split(node)
         for k, monos in vectors.items():
             if node.input[k] in self.vectors:  # not rewritten above: written from the symbols
                 node.input[k] = self.vector(monos, self.shapes.get(node.input[k]) == [])
         self.nodes.append(node)
+        self.made.update((o, node) for o in node.output if o)
         inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
         for out in node.output:
             if out in inferred:
@@ -294,6 +308,7 @@ class _Rewriter(SizeWriter):
         key = f"expanded:{const}:{','.join(d.key() for d in sizes)}"
         if key not in self.cache:
             self.cache[key] = self.emit("Expand", [const, self.vector(sizes)], "uniform")
+            self.expanded[self.cache[key]] = (const, self.vector(sizes))
             self.types[self.cache[key]] = self.types.get(name, 0)
             self.shapes[self.cache[key]] = list(dims)
         return self.cache[key]
@@ -333,6 +348,35 @@ class _Rewriter(SizeWriter):
             self.boundary.add(to)
             if to not in self.vectors:
                 self.pending_uniform.append(to)
+
+    def _spread(self, node: onnx.NodeProto) -> bool:
+        """An ``And`` of an all-true slice expanded to a shape (:meth:`_uniform`: torch's mask of ones, expanded
+        to ``[1, 1, seq, 1]``) and another boolean written as the other expanded to that shape (an ``Or`` of all
+        false likewise): one kernel less (True: rewritten, its output's shape known)."""
+        if len(node.input) != 2 or node.output[0] in {o.name for o in self.model.graph.output}:
+            return False
+        for k in (0, 1):
+            got, other = self.expanded.get(node.input[k]), node.input[1 - k]
+            if got is None or self.types.get(other) != self.types.get(node.input[k]):
+                continue
+            value = numpy_helper.to_array(self.constants[got[0]])
+            if value.size == 0 or not np.all(value == IDENTITIES[node.op_type]) or any(n != 1 for n in value.shape):
+                continue
+            a, b = self.shapes.get(node.input[k]), self.shapes.get(other)
+            if a is None or b is None or None in a or None in b:
+                continue
+            width = max(len(a), len(b))
+            one = Mono.const(1)
+            a, b = [one] * (width - len(a)) + list(a), [one] * (width - len(b)) + list(b)
+            if any(x != y and one not in (x, y) for x, y in zip(a, b)):
+                continue
+            node.op_type = "Expand"
+            del node.input[:]
+            node.input.extend([other, got[1]])
+            self.shapes[node.output[0]] = [y if x == one else x for x, y in zip(a, b)]
+            self.types[node.output[0]] = self.types[other]
+            return True
+        return False
 
     def _identity(self, node: onnx.NodeProto) -> bool:
         """An ``And`` with an all-true constant (an ``Or`` with all false) that broadcasts into the other input's
@@ -397,7 +441,7 @@ class _Rewriter(SizeWriter):
     def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> None:
         """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
         computes it; else guessed from the constant target and its input's shape) with 0 and -1."""
-        dims_in = self.shapes.get(node.input[0])
+        dims_in = self.rows.get(node.input[0]) or self.shapes.get(node.input[0])
         if dims_in is None or any(d is None for d in dims_in):
             self._fit()
             dims_in = self.shapes.get(node.input[0])
@@ -422,9 +466,18 @@ class _Rewriter(SizeWriter):
         self.shapes[node.output[0]] = list(sym)
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
+        collapsed = self._collapse(node)
+        if collapsed is not None:
+            known = collapsed
         if all(m.is_const for m in sym) and fitted is None:
+            if collapsed is not None:  # the constant target may copy (0) the sizes of the input it no longer reads
+                node.input[1] = self.vector(sym)
             return
-        known = known or []
+        self._write_target(node, sym, known or [], allowzero)
+
+    def _write_target(self, node: onnx.NodeProto, sym: list[Mono], known: list[Mono], allowzero: bool) -> None:
+        """A Reshape's target ``sym`` (its output's symbolic shape) written with 0 where it copies its input's
+        (``known``) size and -1 for the last other symbolic size: a constant where no other is left."""
         written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
                                       else None for k, m in enumerate(sym)]
         if allowzero and any(w is not None for w in written):
@@ -437,6 +490,79 @@ class _Rewriter(SizeWriter):
         if loose:
             written[loose[-1]] = Mono.const(-1)
         node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
+
+    def _gathered(self, node: onnx.NodeProto, target: list[Mono] | None) -> None:
+        """A Gather written as the Reshape it is (``target``: its output's symbolic shape; None: not rewritten),
+        its target written relative to its input (0 and -1) and the Reshapes before it folded in."""
+        if target is None:
+            return
+        self.targeted.add(id(node))
+        self.shapes[node.output[0]] = list[Mono | None](target)
+        known = self._collapse(node) or [d for d in self.shapes.get(node.input[0]) or [] if d is not None]
+        if len(known) == len(self.shapes.get(node.input[0]) or []):
+            self._write_target(node, target, known, False)
+
+    def _collapse(self, node: onnx.NodeProto) -> list[Mono] | None:
+        """A Reshape of a Reshape or Flatten written (a chain of them) made to read the first one's input: one
+        Reshape where the user's mask chain or a layer's rows wrote several (onnxruntime runs each). Its input's
+        symbolic shape where it changed (the target is then written relative to it), else None."""
+        name = node.input[0]
+        changed = name in self.rows
+        while True:
+            inner = self.made.get(name)
+            if inner is None or inner.domain not in ("", "ai.onnx") or inner.op_type not in ("Reshape", "Flatten") \
+                    or not inner.input or not inner.input[0]:
+                break
+            dims = self.shapes.get(inner.input[0])
+            if dims is None or any(d is None for d in dims):
+                break
+            name, changed = inner.input[0], True
+        if not changed:
+            return None
+        dims = self.shapes.get(name)
+        if dims is None or any(d is None for d in dims):
+            return None
+        node.input[0] = name
+        return [d for d in dims if d is not None]
+
+    def _split(self, node: onnx.NodeProto) -> None:
+        """A Split along the last axis of a Reshape that kept that axis (rows ``[batch*seq, 3*768]`` to ``[batch,
+        seq, 3*768]``, split in three), where each part is only reshaped again, made to split the rows themselves:
+        the Reshape before it is dropped, and the Reshapes after it write their targets from the rows."""
+        inner = self.made.get(node.input[0]) if node.input else None
+        if inner is None or inner.domain not in ("", "ai.onnx") or inner.op_type != "Reshape":
+            return
+        x = inner.input[0]
+        dims_x, dims_y = self.shapes.get(x), self.shapes.get(node.input[0])
+        if not dims_x or not dims_y or None in dims_x or None in dims_y or dims_x[-1] != dims_y[-1]:
+            return
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if axis not in (-1, len(dims_y) - 1) or any(a.name == "num_outputs" for a in node.attribute):
+            return
+        outputs = {o.name for o in self.model.graph.output}
+        sizes = self.constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        split = int_values(sizes) if sizes is not None else \
+            next((list(a.ints) for a in node.attribute if a.name == "split"), None)
+        if split is None or len(split) != len(node.output):
+            return
+        for out in node.output:
+            readers = self.readers.get(out, [])
+            if not out or out in outputs or not readers or any(
+                    r.domain not in ("", "ai.onnx") or r.op_type != "Reshape" or list(r.input).count(out) != 1
+                    or r.input[0] != out or len(r.input) < 2
+                    or not (r.input[1] in self.constants or r.input[1] in self.shape_only) for r in readers):
+                return
+        node.input[0] = x
+        for a in node.attribute:
+            if a.name == "axis":
+                a.i = len(dims_x) - 1
+        if not any(a.name == "axis" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("axis", len(dims_x) - 1))
+        for out, n in zip(node.output, split):
+            self.rows[out] = [*dims_y[:-1], Mono.const(n)]
+            self.shapes[out] = [*dims_x[:-1], Mono.const(n)]
+            if x in self.types:
+                self.types[out] = self.types[x]
 
     def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
         """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
