@@ -134,3 +134,46 @@ def test_an_and_of_an_all_true_slice_expanded_is_the_other_operand_expanded():
         (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
         assert have.shape == want.shape == (b, 1, s, s)
         np.testing.assert_array_equal(have, want)
+
+
+def test_an_expand_that_its_readers_broadcast_anyway_goes():
+    """The padding mask expanded to [batch, 1, seq, seq], made a bias by a Where and added to the scores
+    [batch, 2, seq, seq] of two layers: the Add broadcasts the mask's [batch, 1, 1, seq] to the same values, so the
+    Expand (and its target's Concat) go; an Expand whose result a reader needs at its size stays."""
+    nodes = [helper.make_node("Shape", ["mask"], ["s1"], start=1, end=2),
+             helper.make_node("Concat", ["c11", "s1", "c1"], ["ones_t"], axis=0),
+             helper.make_node("Cast", ["mask"], ["mb"], to=TensorProto.BOOL),
+             helper.make_node("Unsqueeze", ["mb", "axes"], ["m4"]),
+             helper.make_node("Expand", ["m4", "ones_t"], ["square"]),
+             helper.make_node("Where", ["square", "zero", "low"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["a1"]),
+             helper.make_node("Softmax", ["a1"], ["p1"], axis=-1),
+             helper.make_node("Add", ["p1", "bias"], ["a2"]),
+             helper.make_node("Softmax", ["a2"], ["y"], axis=-1),
+             helper.make_node("Not", ["m4"], ["unmasked"]),
+             helper.make_node("Expand", ["unmasked", "ones_t"], ["kept"]),
+             helper.make_node("Cast", ["kept"], ["z"], to=TensorProto.FLOAT)]
+    inits = [_ints("c11", 1, 1), _ints("c1", 1), _ints("axes", 1, 2),
+             numpy_helper.from_array(np.zeros((), np.float32), "zero"),
+             numpy_helper.from_array(np.full((), -1e4, np.float32), "low")]
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "seq", "seq"])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 1, "seq", "seq"])
+    model = helper.make_model(helper.make_graph(nodes, "bias", [mask, scores], [y, z], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    written = make_generic(model, model, VALUES)
+    g = written.model.graph
+    expands = [n for n in g.node if n.op_type == "Expand"]
+    assert len(expands) == 1 and [n.op_type for n in g.node if expands[0].output[0] in n.input] == ["Cast"]
+    (where,) = [n for n in g.node if n.op_type == "Where"]
+    assert where.input[0] == "m4"
+    assert sum(_kernels(written.model).values()) < sum(_kernels(model).values())
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(10)
+    for b, s in SIZES:
+        feeds = {"mask": rng.integers(0, 2, (b, s)).astype(np.int64),
+                 "scores": rng.standard_normal((b, 2, s, s)).astype(np.float32)}
+        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            assert have.shape == want.shape
+            np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6)

@@ -22,6 +22,11 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
   and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
   causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
   constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
+- a Reshape of a Reshape or Flatten reads the first one's input (one Reshape, its target with 0 and -1 against
+  that input: a mask's chain, a layer's rows); a Split along the kept last axis of rows reshaped to ``[batch, seq,
+  3*hidden]`` splits the rows (the Reshape before it goes); an ``And`` of an all-true slice expanded to a shape is
+  the other operand expanded, and an Expand whose readers broadcast its input to the same values anyway (a padding
+  mask added to the scores) is dropped: as many kernels as the static program, size computations included;
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
@@ -143,6 +148,8 @@ class _Rewriter(SizeWriter):
         self.vectors.update(self.folded)
         for node in list(g.node):
             self._node(node)
+        if self.full:
+            self._unexpand()
         del g.node[:]
         g.node.extend(self.nodes)
         for port in outs:
@@ -348,6 +355,60 @@ class _Rewriter(SizeWriter):
             self.boundary.add(to)
             if to not in self.vectors:
                 self.pending_uniform.append(to)
+
+    def _unexpand(self) -> None:
+        """An Expand whose readers broadcast its input to the same result anyway (a padding mask ``[batch, 1, 1,
+        seq]`` expanded to ``[batch, 1, seq, seq]``, turned into a bias by a Where and added to each layer's scores
+        ``[batch, heads, seq, seq]``) dropped: its readers read its input, the values between them keep their
+        smaller shapes."""
+        outputs = {o.name for o in self.model.graph.output}
+        readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.nodes:
+            for name in dict.fromkeys(node.input):
+                readers.setdefault(name, []).append(node)
+        for node in self.nodes:
+            if node.op_type != "Expand" or node.domain not in ("", "ai.onnx") or node.output[0] in outputs:
+                continue
+            small = self.shapes.get(node.input[0])
+            if small is None or None in small:
+                continue
+            shrunk: dict[str, SymShape] = {}
+            if not self._broadcast_anyway(node.output[0], list(small), readers, outputs, shrunk, 2):
+                continue
+            for reader in readers.get(node.output[0], []):
+                for k, name in enumerate(reader.input):
+                    if name == node.output[0]:
+                        reader.input[k] = node.input[0]
+            readers.setdefault(node.input[0], []).extend(readers.pop(node.output[0], []))
+            self.shapes.update(shrunk)
+
+    def _broadcast_anyway(self, name: str, shape: SymShape, readers: Mapping[str, list[onnx.NodeProto]],
+                          outputs: set[str], shrunk: dict[str, SymShape], depth: int) -> bool:
+        """Whether every reader of ``name`` gives the same result where ``name`` has the smaller ``shape``
+        (broadcast by the reader's other inputs, or by the readers of its output, ``depth`` readers on); the
+        outputs that would then be smaller go to ``shrunk``."""
+        got = readers.get(name, [])
+        if not got or name in outputs:
+            return False
+        for reader in got:
+            if reader.op_type not in BROADCASTING or reader.domain not in ("", "ai.onnx") or len(reader.output) != 1:
+                return False
+            shapes = [shape if i == name else shrunk.get(i, self.shapes.get(i)) for i in reader.input]
+            if any(s is None or None in s for s in shapes):
+                return False
+            out = _broadcast([[d for d in s if d is not None] for s in shapes if s is not None])
+            want = self.shapes.get(reader.output[0])
+            if out is None or want is None:
+                return False
+            if out == want:
+                continue
+            if depth == 0 or reader.output[0] in outputs:
+                return False
+            shrunk[reader.output[0]] = list[Mono | None](out)
+            if not self._broadcast_anyway(reader.output[0], list[Mono | None](out), readers, outputs, shrunk,
+                                          depth - 1):
+                return False
+        return True
 
     def _spread(self, node: onnx.NodeProto) -> bool:
         """An ``And`` of an all-true slice expanded to a shape (:meth:`_uniform`: torch's mask of ones, expanded
@@ -652,6 +713,19 @@ class _Rewriter(SizeWriter):
                 self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
+
+
+def _broadcast(shapes: list[list[Mono]]) -> list[Mono] | None:
+    """The shape numpy's broadcasting gives ``shapes`` (None where two sizes differ and neither is 1)."""
+    width = max((len(s) for s in shapes), default=0)
+    one = Mono.const(1)
+    out = []
+    for axis in range(width):
+        sizes = {s[len(s) - width + axis] for s in shapes if len(s) - width + axis >= 0} - {one}
+        if len(sizes) > 1:
+            return None
+        out.append(next(iter(sizes), one))
+    return out
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
