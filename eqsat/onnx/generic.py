@@ -81,9 +81,10 @@ class Generic:
 
 class _Rewriter(SizeWriter):
     def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
-                 full: bool = True):
+                 full: bool = True, final: bool = True):
         super().__init__(model)
         self.full = full
+        self.final = final
         self.original = original
         self.values = dict(values)
         self.notes: list[str] = []
@@ -148,7 +149,7 @@ class _Rewriter(SizeWriter):
         self.vectors.update(self.folded)
         for node in list(g.node):
             self._node(node)
-        if self.full:
+        if self.full and self.final:
             self._unexpand()
         del g.node[:]
         g.node.extend(self.nodes)
@@ -185,7 +186,7 @@ class _Rewriter(SizeWriter):
         for k, name in enumerate(node.input):
             node.input[k] = self.alias.get(name, name)
         standard = node.domain in ("", "ai.onnx")
-        if standard and node.op_type == "MatMul" and self.full:
+        if standard and node.op_type == "MatMul" and self.full and self.final:
             linear = bias_add(self, node, self.readers.get(node.output[0], []),
                               {o.name for o in self.model.graph.output})
             if linear is not None:
@@ -193,6 +194,7 @@ class _Rewriter(SizeWriter):
                 start = len(self.nodes)
                 write_gemm(self, node, *linear)
                 self.made.update((o, n) for n in self.nodes[start:] for o in n.output)
+                self._collapse(self.nodes[start])  # its rows' Reshape ([-1, K]: no 0) of a Reshape: one
                 return
         if standard and node.op_type == "Shape" and self.full and self._shape(node):
             return
@@ -729,15 +731,17 @@ def _broadcast(shapes: list[list[Mono]]) -> list[Mono] | None:
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
-                 full: bool = True) -> Generic:
+                 full: bool = True, final: bool = True) -> Generic:
     """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface;
     ``model`` itself is left as it was. Not ``full``: only the triangles and prefix tables among the values computed
     from the shapes alone that the data reads are written in their forms (a Trilu, a Slice of a table:
     :mod:`eqsat.onnx.tables`); the rest is left as it is (for a model the importer reads again, at the
-    representative sizes)."""
+    representative sizes). Not ``final`` (the importer's simplification): the forms only a written program takes are
+    left out (a MatMul and its bias stay as they are, as the static program's e-graph starts from them, and no
+    Expand is dropped: the e-graph's attention rules read the mask's full shape)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return _Rewriter(copy, original, values, full).run()
+    return _Rewriter(copy, original, values, full, final).run()
 
 
 __all__ = ["Generic", "make_generic"]

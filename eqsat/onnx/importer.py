@@ -409,7 +409,7 @@ def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...
         return model
     for full in (True, False):  # every form (the e-graph starts near the static program's size); else the tables
         try:
-            written = make_generic(model, model, symbol_values(model, input_shapes), full=full)
+            written = make_generic(model, model, symbol_values(model, input_shapes), full=full, final=False)
         except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
             continue
         if not written.notes:
