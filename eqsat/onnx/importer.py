@@ -402,14 +402,19 @@ def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...
     them, or nearly (:func:`eqsat.onnx.generic.make_generic`: a causal mask a Trilu, position and rotary tables
     Slices of constants, a row repeated along the symbols a constant, sizes read from the inputs' shapes), so
     that the import carries a few opaque nodes where the user's chains would be dozens; ``model`` where the
-    rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite works on a copy)."""
+    rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite works on a copy).
+    Every form is written where it leaves no notes (the e-graph of a BERT layer then starts at the static
+    program's size, not twice it: the sym analysis pays for each e-node); else only the tables."""
     if sum(tensor_size(t) for t in model.graph.initializer) > SIMPLIFIED_WEIGHTS or not live_shapes(model):
         return model
-    try:
-        written = make_generic(model, model, symbol_values(model, input_shapes), full=False)
-    except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
-        return model
-    return model if written.notes else written.model
+    for full in (True, False):  # every form (the e-graph starts near the static program's size); else the tables
+        try:
+            written = make_generic(model, model, symbol_values(model, input_shapes), full=full, final=False)
+        except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
+            continue
+        if not written.notes:
+            return written.model
+    return model
 
 
 def import_model(model: onnx.ModelProto | str | os.PathLike,
