@@ -259,9 +259,14 @@ def test_a_row_repeated_along_the_symbols_is_a_constant_and_a_gather_at_each_ele
     ops = collections.Counter(n.op_type for n in written.model.graph.node)
     # the token types' row is a constant the Add broadcasts; the mask's indexing is a Reshape
     assert ops["Range"] == ops["Expand"] == ops["Slice"] == 0, ops
-    assert ops["Shape"] == 2 and ops["Gather"] == 1  # the two sizes the Reshape needs; the words' lookup
-    assert ops["GatherND"] == ops["Concat"] - 1 == 0  # (the Concat: the Reshape's target)
-    assert [n.op_type for n in written.model.graph.node if "mask4" in n.output] == ["Reshape"]
+    assert ops["Gather"] == 1  # the words' lookup
+    # the mask's indexing (after the flattening, for ``flat``) is one Reshape of the mask to [0, 1, 1, -1]: no size
+    # computed from the shapes
+    assert ops["GatherND"] == ops["Concat"] == ops["Shape"] == 0, ops
+    reshape = [n for n in written.model.graph.node if "mask4" in n.output]
+    assert [n.op_type for n in reshape] == ["Reshape"] and reshape[0].input[0] == "mask"
+    target = next(t for t in written.model.graph.initializer if t.name == reshape[0].input[1])
+    assert numpy_helper.to_array(target).tolist() == [0, 1, 1, -1]
     add = next(n for n in written.model.graph.node if n.op_type == "Add")
     row = next(t for t in written.model.graph.initializer if t.name in add.input)
     types = next(t for t in model.graph.initializer if t.name == "types")

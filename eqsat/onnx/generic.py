@@ -94,6 +94,8 @@ class _Rewriter(SizeWriter):
         self.patterns = Patterns()
         """what runs showed of the values computed from the shapes alone that the data reads"""
         self.pending_uniform: list[str] = []
+        self.reshapes: dict[str, onnx.NodeProto] = {}
+        """the output of a Reshape or Flatten written -> its node (a Reshape of it reads its input: :meth:`_collapse`)"""
 
     def run(self) -> Generic:
         g = self.model.graph
@@ -169,12 +171,14 @@ class _Rewriter(SizeWriter):
         for k, name in enumerate(node.input):
             node.input[k] = self.alias.get(name, name)
         standard = node.domain in ("", "ai.onnx")
+        retarget = False
         if standard and node.op_type == "MatMul" and self.full:
             linear = bias_add(self, node, self.readers.get(node.output[0], []),
                               {o.name for o in self.model.graph.output})
             if linear is not None:
                 self.absorbed.add(id(linear[0]))
                 write_gemm(self, node, *linear)
+                self._unrows()
                 return
         if standard and node.op_type == "Shape" and self.full and self._shape(node):
             return
@@ -190,16 +194,27 @@ class _Rewriter(SizeWriter):
             if not self.full:
                 pass
             elif node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
+                gathered = self._gathered(node, 1)
                 flat_gather(self, node)
+                if node.op_type == "Reshape" and gathered is not None:
+                    self.shapes[node.output[0]] = gathered
+                    retarget = True
             elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
+                gathered = self._gathered(node, None)
                 grid_gather(self, node, self.patterns.grids[node.input[1]])
+                if node.op_type == "Reshape" and gathered is not None:
+                    self.shapes[node.output[0]] = gathered
+                    retarget = True
         if standard and node.op_type in IDENTITIES and self._identity(node):
             return
+        if standard and self.full and node.op_type == "RotaryEmbedding" and len(node.input) == 3:
+            self._rotary_positions(node)
         if not self.full:
             pass
         elif standard and node.op_type == "Reshape" and len(node.input) > 1 \
                 and (node.input[1] in self.constants or 1 in vectors):
-            self._reshape(node, vectors.get(1))
+            if self._reshape(node, vectors.get(1)):
+                return
         elif standard and node.op_type == "Expand" and 1 in vectors:
             if self._expand(node, vectors[1]):
                 return
@@ -208,6 +223,8 @@ class _Rewriter(SizeWriter):
         for k, monos in vectors.items():
             if node.input[k] in self.vectors:  # not rewritten above: written from the symbols
                 node.input[k] = self.vector(monos, self.shapes.get(node.input[k]) == [])
+        if standard and self.full and node.op_type in ("Reshape", "Flatten") and self._collapse(node, retarget):
+            return
         self.nodes.append(node)
         inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
         for out in node.output:
@@ -394,9 +411,10 @@ class _Rewriter(SizeWriter):
             whole = [m for m in entries if m is not None]
             self.vectors[name] = whole if len(whole) == len(entries) else None
 
-    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> None:
+    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool:
         """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
-        computes it; else guessed from the constant target and its input's shape) with 0 and -1."""
+        computes it; else guessed from the constant target and its input's shape) with 0 and -1. One to its input's
+        own shape is dropped (its output read as its input: True)."""
         dims_in = self.shapes.get(node.input[0])
         if dims_in is None or any(d is None for d in dims_in):
             self._fit()
@@ -407,36 +425,175 @@ class _Rewriter(SizeWriter):
             sym = resolve_target(fitted, known, allowzero)
             if sym is None:  # its input's shape is not known: the target as computed, from the symbols
                 node.input[1] = self.vector(fitted)
-                return
+                return False
         else:
             target = int_values(self.constants[node.input[1]])
             if known is None:
                 self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
-                return
+                return False
             sym = self._original_target(node.input[1], target, known)
             if sym is None:
                 sym = reshape_target(known, target, self.values, allowzero)
             if sym is None:
                 self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
-                return
+                return False
         self.shapes[node.output[0]] = list(sym)
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
+        if known is not None and list(sym) == known and self._identity_reshape(node):
+            return True
         if all(m.is_const for m in sym) and fitted is None:
-            return
-        known = known or []
-        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
-                                      else None for k, m in enumerate(sym)]
-        if allowzero and any(w is not None for w in written):
+            return False
+        target = self._target(list(sym), known or [])
+        if allowzero and any(w == Mono.const(0) for w in target):
             # a 0 written copies the input's size, the very size the target asks for (allowzero: a 0 in the
             # target is the size 0, which no written entry is)
             keep = [a for a in node.attribute if a.name != "allowzero"]
             del node.attribute[:]
             node.attribute.extend(keep)
+        node.input[1] = self.vector(target)
+
+    def _rotary_positions(self, node: onnx.NodeProto) -> None:
+        """A ``RotaryEmbedding`` (opset 23) whose cos and sin are the first rows of tables (:mod:`eqsat.onnx.tables`)
+        expanded to the batch (its kernel wants them ``[batch, seq, d]``) reads the tables themselves at position
+        ids, the first rows of a table of positions expanded to ``[batch, seq]``: one Slice and one Expand where
+        the prefixes take two of each and the target of their Expand its own size computation."""
+        made = {o: n for n in self.nodes for o in n.output}
+        tables, ends, sizes = [], None, None
+        for name in node.input[1:3]:
+            expand = made.get(name)
+            sliced = made.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" else None
+            if sliced is None or sliced.op_type != "Slice" or len(sliced.input) != 4 \
+                    or any(i not in self.constants for i in (sliced.input[0], sliced.input[1], sliced.input[3])):
+                return
+            table = numpy_helper.to_array(self.constants[sliced.input[0]])
+            axes = int_values(self.constants[sliced.input[3]])
+            shape = self.shapes.get(name)
+            if table.ndim != 3 or table.shape[0] != 1 or int_values(self.constants[sliced.input[1]]) != [0] \
+                    or axes not in ([1], [-2]) or shape is None or len(shape) != 3 or None in shape \
+                    or ends not in (None, sliced.input[2]) or sizes not in (None, shape[:2]):
+                return
+            tables.append(table[0])
+            ends, sizes = sliced.input[2], shape[:2]
+        assert ends is not None and sizes is not None
+        positions = self.cache.get(f"rotary_positions:{ends}:{len(tables[0])}")
+        if positions is None:
+            rows = self.const(np.arange(len(tables[0]), dtype=np.int64)[None], "positions")
+            first = self.emit("Slice", [rows, self.const(np.array([0], np.int64), "starts"), ends,
+                                        self.const(np.array([1], np.int64), "axes")], "positions")
+            positions = self.emit("Expand", [first, self.vector([d for d in sizes if d is not None])], "positions")
+            self.shapes[first] = [Mono.const(1), sizes[1]]
+            self.shapes[positions] = list(sizes)
+            self.cache[f"rotary_positions:{ends}:{len(tables[0])}"] = positions
+        for k, table in zip((1, 2), tables):
+            node.input[k] = self.const(table, "rotary")
+        node.input.append(positions)
+
+    def _unrows(self) -> None:
+        """The Reshape back from rows that :func:`eqsat.onnx.gemm.write_gemm` just wrote (the last node) with its
+        target written as :meth:`_target` writes one (``[batch, seq, -1]``: one vector for every width), recorded
+        so that a Reshape of its output (a split into heads) reads the rows instead (:meth:`_collapse`)."""
+        last = self.nodes[-1]
+        sym, known = self.shapes.get(last.output[0]), self.shapes.get(last.input[0])
+        if last.op_type != "Reshape" or sym is None or known is None or None in sym or None in known:
+            return
+        self.nodes.pop()  # the sizes it reads are written before it
+        last.input[1] = self.vector(self._target([d for d in sym if d is not None],
+                                                 [d for d in known if d is not None]))
+        self.nodes.append(last)
+        self.reshapes[last.output[0]] = last
+
+    def _identity_reshape(self, node: onnx.NodeProto) -> bool:
+        """A Reshape to its input's own shape (``[0, 0]``: onnxruntime keeps it) dropped (True): its output read as its
+        input; where it is an output of the graph, the node that computes its input writes the output instead
+        (the values read before under the input's name read it under the output's)."""
+        out, source = node.output[0], node.input[0]
+        g = self.model.graph
+        if out not in {o.name for o in g.output}:
+            self._alias(out, source)
+            return True
+        producer = next((n for n in self.nodes if source in n.output), None)
+        if producer is None or source in {o.name for o in g.output} or source in self.boundary \
+                or source in self.shape_only:
+            return False
+        producer.output[list(producer.output).index(source)] = out
+        for n in self.nodes:
+            for k, name in enumerate(n.input):
+                if name == source:
+                    n.input[k] = out
+        self.alias[source] = out
+        self.types.setdefault(out, self.types.get(source, 0))
+        return True
+
+    def _target(self, sym: list[Mono], known: list[Mono]) -> list[Mono]:
+        """A Reshape target (``sym``) of an input of shape ``known`` as written: ``0`` where it keeps the input's
+        symbolic size, ``-1`` for one of the other symbolic sizes (the first whose symbols are not computed yet:
+        the sequence length of ``[batch, seq, N]``, which a decoder's mask and position tables read too, rather
+        than the batch), the rest computed from the inputs' shapes. Where those are sizes of the inputs and one
+        constant size is left, the ``-1`` is that constant instead: ``[batch, seq, -1]``, one vector for every
+        width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it)."""
+        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
+                                      else None for k, m in enumerate(sym)]
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
-        if loose:
-            written[loose[-1]] = Mono.const(-1)
-        node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
+        rest = [k for k, m in enumerate(sym) if written[k] is None and m.is_const]
+        if len(loose) > 1 and len(rest) == 1 and sym[rest[0]].coef > 0 and all(
+                sym[k].coef == 1 and len(sym[k].powers) == 1 and sym[k].powers[0][1] == 1
+                and sym[k].powers[0][0] in self.places for k in loose):
+            written[rest[0]] = Mono.const(-1)
+        elif loose:
+            missing = [k for k in loose if not all(s in self.cache for s, _ in sym[k].powers)]
+            written[(missing or loose)[0]] = Mono.const(-1)
+        return [w if w is not None else m for w, m in zip(written, sym)]
+
+    def _gathered(self, node: onnx.NodeProto, depth: int | None) -> list[Mono | None] | None:
+        """The symbolic shape of a Gather along axis 0 (``depth`` 1) or a GatherND (``depth`` None: its indices'
+        last size) where its inputs' are known: its indices' shape (less the last axis: GatherND), then its data's
+        axes past ``depth``."""
+        data, index = self.shapes.get(node.input[0]), self.shapes.get(node.input[1])
+        if not data or not index or None in data or None in index \
+                or any(a.name in ("axis", "batch_dims") and a.i != 0 for a in node.attribute):
+            return None
+        if depth is None:
+            last = index[-1]
+            if last is None or not last.is_const:
+                return None
+            depth, index = int(last.coef), index[:-1]
+        return [*index, *data[depth:]]
+
+    def _collapse(self, node: onnx.NodeProto, retarget: bool = False) -> bool:
+        """A Reshape of a Reshape (or a Flatten) written reads the inner one's input, and its target (or that of a
+        Reshape ``retarget``: a Gather at flat indices, written as a Reshape to its computed shape) is written with
+        0 and -1 against its input's symbolic shape: onnxruntime cancels such chains only where their targets are
+        constants (a user's chain of Reshapes, torch's flattened mask gathered back, would stay a kernel each in a
+        shape-generic program). One to the shape its input has is dropped (its output read as its input: True);
+        the inner one is pruned where nothing else reads it. Records the node (a Reshape or Flatten) for the ones
+        after it."""
+        out = node.output[0]
+        sym = self.shapes.get(out)
+        inner = self.reshapes.get(node.input[0])
+        if node.op_type == "Reshape" and (inner is not None or retarget) and sym is not None and None not in sym \
+                and not any(a.name == "allowzero" and a.i for a in node.attribute):
+            source = inner.input[0] if inner is not None else node.input[0]
+            have = self.shapes.get(source)
+            want = [d for d in sym if d is not None]
+            if have is not None and None not in have and all(d.coef > 0 for d in want) \
+                    and product([d for d in have if d is not None]) == product(want):
+                known = [d for d in have if d is not None]
+                if want == known and out not in {o.name for o in self.model.graph.output}:
+                    self._alias(out, source)
+                    return True
+                node.input[0] = source
+                node.input[1] = self.vector(self._target(want, known))
+        if node.op_type == "Flatten":
+            dims = self.shapes.get(node.input[0])
+            if dims is None or None in dims:
+                return False
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+            axis = axis + len(dims) if axis < 0 else axis
+            known = [d for d in dims if d is not None]
+            self.shapes[out] = [product(known[:axis]), product(known[axis:])]
+        self.reshapes[out] = node
+        return False
 
     def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
         """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
