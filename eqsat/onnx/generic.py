@@ -22,6 +22,10 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
   and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
   causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
   constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
+- a Reshape of a Reshape (a Flatten, the rows of a Gemm) reads the inner one's input, one to its input's own shape
+  is dropped, and the targets back to ``[batch, seq, N]`` are one vector ``[batch, seq, -1]`` (onnxruntime cancels
+  chains of Reshapes only where their targets are constants); opset 23's RotaryEmbedding reads its cos and sin
+  tables whole at position ids (its kernel wants the caches ``[batch, seq, d]``: no Expand of each);
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
