@@ -211,7 +211,8 @@ def _with_rope(graph: ir.Graph) -> ir.Graph:
 def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs_at_every_size(tmp_path):
     """The dynamo LLaMA's rotary embeddings are imported as ``rotary`` on the generic import as on the static one
     (their cos and sin: Slices of constant tables whose halves repeat); written as opset 23's RotaryEmbedding,
-    the generic program expands the caches to the batch read at run time and matches the original at batch 1-3."""
+    the generic program reads the tables at position ids expanded to the batch read at run time and matches the
+    original at batch 1-3."""
     model = zoo.export_dynamic("llama", "dynamo", str(tmp_path / "llama.onnx"))
     shapes = {"input_ids": (1, 16)}
     counts = [collections.Counter(n.op for n in ir.topo_order(list(import_model(model, shapes, generic=g).outputs)))
@@ -221,7 +222,12 @@ def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs
     generic = make_generic(export_model(graph), model, {"batch": 1, "seq": 16}).model
     ops = collections.Counter(n.op_type for n in generic.graph.node)
     assert ops["RotaryEmbedding"] == 2 and ops["Cos"] == ops["Sin"] == 0, ops
-    assert ops["Slice"] == 2, ops  # one table each for cos and sin, shared by the two kernels
+    # the kernels read the cos and sin tables whole at position ids (the first rows of a table of positions,
+    # expanded to the batch): one Slice and one Expand, shared by the two kernels
+    ropes = [n for n in generic.graph.node if n.op_type == "RotaryEmbedding"]
+    inits = {t.name for t in generic.graph.initializer}
+    assert all(len(n.input) == 4 and n.input[1] in inits and n.input[2] in inits for n in ropes)
+    assert len({n.input[3] for n in ropes}) == 1 and ops["Slice"] == 1, ops
     ref, got = session(model), session(generic)
     rng = np.random.default_rng(9)
     for b, s in [(1, 16), (2, 16), (3, 16), (2, 1), (3, 37), (1, 64)]:

@@ -27,6 +27,9 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
   3*hidden]`` splits the rows (the Reshape before it goes); an ``And`` of an all-true slice expanded to a shape is
   the other operand expanded, and an Expand whose readers broadcast its input to the same values anyway (a padding
   mask added to the scores) is dropped: as many kernels as the static program, size computations included;
+- a Reshape to its input's own shape is dropped, and the targets back to ``[batch, seq, N]`` are one vector
+  ``[batch, seq, -1]``; opset 23's RotaryEmbedding reads its cos and sin tables whole at position ids (its kernel
+  wants the caches ``[batch, seq, d]``: no Expand of each);
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
@@ -215,11 +218,14 @@ class _Rewriter(SizeWriter):
                 self._gathered(node, grid_gather(self, node, self.patterns.grids[node.input[1]]))
         if standard and node.op_type in IDENTITIES and not self._spread(node) and self._identity(node):
             return
+        if standard and self.full and node.op_type == "RotaryEmbedding" and len(node.input) == 3:
+            self._rotary_positions(node)
         if not self.full:
             pass
         elif standard and node.op_type == "Reshape" and len(node.input) > 1 and id(node) not in self.targeted \
                 and (node.input[1] in self.constants or 1 in vectors):
-            self._reshape(node, vectors.get(1))
+            if self._reshape(node, vectors.get(1)):
+                return
         elif standard and node.op_type == "Expand" and 1 in vectors:
             if self._expand(node, vectors[1]):
                 return
@@ -501,9 +507,10 @@ class _Rewriter(SizeWriter):
             whole = [m for m in entries if m is not None]
             self.vectors[name] = whole if len(whole) == len(entries) else None
 
-    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> None:
+    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool:
         """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
-        computes it; else guessed from the constant target and its input's shape) with 0 and -1."""
+        computes it; else guessed from the constant target and its input's shape) with 0 and -1. One to its input's
+        own shape is dropped (its output read as its input: True)."""
         dims_in = self.rows.get(node.input[0]) or self.shapes.get(node.input[0])
         if dims_in is None or any(d is None for d in dims_in):
             self._fit()
@@ -514,45 +521,122 @@ class _Rewriter(SizeWriter):
             sym = resolve_target(fitted, known, allowzero)
             if sym is None:  # its input's shape is not known: the target as computed, from the symbols
                 node.input[1] = self.vector(fitted)
-                return
+                return False
         else:
             target = int_values(self.constants[node.input[1]])
             if known is None:
                 self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
-                return
+                return False
             sym = self._original_target(node.input[1], target, known)
             if sym is None:
                 sym = reshape_target(known, target, self.values, allowzero)
             if sym is None:
                 self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
-                return
+                return False
         self.shapes[node.output[0]] = list(sym)
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
         collapsed = self._collapse(node)
         if collapsed is not None:
             known = collapsed
+        if known is not None and list(sym) == known and self._identity_reshape(node):
+            return True
         if all(m.is_const for m in sym) and fitted is None:
             if collapsed is not None:  # the constant target may copy (0) the sizes of the input it no longer reads
                 node.input[1] = self.vector(sym)
-            return
+            return False
         self._write_target(node, sym, known or [], allowzero)
+        return False
 
     def _write_target(self, node: onnx.NodeProto, sym: list[Mono], known: list[Mono], allowzero: bool) -> None:
-        """A Reshape's target ``sym`` (its output's symbolic shape) written with 0 where it copies its input's
-        (``known``) size and -1 for the last other symbolic size: a constant where no other is left."""
-        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
-                                      else None for k, m in enumerate(sym)]
-        if allowzero and any(w is not None for w in written):
+        """A Reshape's target ``sym`` (its output's symbolic shape) written as :meth:`_target` writes it: 0 where it
+        copies its input's (``known``) size, one -1, a constant where no other is left."""
+        target = self._target(sym, known)
+        if allowzero and any(w == Mono.const(0) for w in target):
             # a 0 written copies the input's size, the very size the target asks for (allowzero: a 0 in the
             # target is the size 0, which no written entry is)
             keep = [a for a in node.attribute if a.name != "allowzero"]
             del node.attribute[:]
             node.attribute.extend(keep)
+        node.input[1] = self.vector(target)
+
+    def _rotary_positions(self, node: onnx.NodeProto) -> None:
+        """A ``RotaryEmbedding`` (opset 23) whose cos and sin are the first rows of tables (:mod:`eqsat.onnx.tables`)
+        expanded to the batch (its kernel wants them ``[batch, seq, d]``) reads the tables themselves at position
+        ids, the first rows of a table of positions expanded to ``[batch, seq]``: one Slice and one Expand where
+        the prefixes take two of each and the target of their Expand its own size computation."""
+        made = {o: n for n in self.nodes for o in n.output}
+        tables, ends, sizes = [], None, None
+        for name in node.input[1:3]:
+            expand = made.get(name)
+            sliced = made.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" else None
+            if sliced is None or sliced.op_type != "Slice" or len(sliced.input) != 4 \
+                    or any(i not in self.constants for i in (sliced.input[0], sliced.input[1], sliced.input[3])):
+                return
+            table = numpy_helper.to_array(self.constants[sliced.input[0]])
+            axes = int_values(self.constants[sliced.input[3]])
+            shape = self.shapes.get(name)
+            if table.ndim != 3 or table.shape[0] != 1 or int_values(self.constants[sliced.input[1]]) != [0] \
+                    or axes not in ([1], [-2]) or shape is None or len(shape) != 3 or None in shape \
+                    or ends not in (None, sliced.input[2]) or sizes not in (None, shape[:2]):
+                return
+            tables.append(table[0])
+            ends, sizes = sliced.input[2], shape[:2]
+        assert ends is not None and sizes is not None
+        positions = self.cache.get(f"rotary_positions:{ends}:{len(tables[0])}")
+        if positions is None:
+            rows = self.const(np.arange(len(tables[0]), dtype=np.int64)[None], "positions")
+            first = self.emit("Slice", [rows, self.const(np.array([0], np.int64), "starts"), ends,
+                                        self.const(np.array([1], np.int64), "axes")], "positions")
+            positions = self.emit("Expand", [first, self.vector([d for d in sizes if d is not None])], "positions")
+            self.shapes[first] = [Mono.const(1), sizes[1]]
+            self.shapes[positions] = list(sizes)
+            self.cache[f"rotary_positions:{ends}:{len(tables[0])}"] = positions
+        for k, table in zip((1, 2), tables):
+            node.input[k] = self.const(table, "rotary")
+        node.input.append(positions)
+
+    def _identity_reshape(self, node: onnx.NodeProto) -> bool:
+        """A Reshape to its input's own shape (``[0, 0]``: onnxruntime keeps it) dropped (True): its output read as its
+        input; where it is an output of the graph, the node that computes its input writes the output instead
+        (the values read before under the input's name read it under the output's)."""
+        out, source = node.output[0], node.input[0]
+        g = self.model.graph
+        if out not in {o.name for o in g.output}:
+            self._alias(out, source)
+            return True
+        producer = next((n for n in self.nodes if source in n.output), None)
+        if producer is None or source in {o.name for o in g.output} or source in self.boundary \
+                or source in self.shape_only:
+            return False
+        producer.output[list(producer.output).index(source)] = out
+        for n in self.nodes:
+            for k, name in enumerate(n.input):
+                if name == source:
+                    n.input[k] = out
+        self.alias[source] = out
+        self.types.setdefault(out, self.types.get(source, 0))
+        return True
+
+    def _target(self, sym: list[Mono], known: list[Mono]) -> list[Mono]:
+        """A Reshape target (``sym``) of an input of shape ``known`` as written: ``0`` where it keeps the input's
+        symbolic size, ``-1`` for one of the other symbolic sizes (the first whose symbols are not computed yet:
+        the sequence length of ``[batch, seq, N]``, which a decoder's mask and position tables read too, rather
+        than the batch), the rest computed from the inputs' shapes. Where those are sizes of the inputs and one
+        constant size is left, the ``-1`` is that constant instead: ``[batch, seq, -1]``, one vector for every
+        width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it)."""
+        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
+                                      else None for k, m in enumerate(sym)]
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
-        if loose:
-            written[loose[-1]] = Mono.const(-1)
-        node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
+        rest = [k for k, m in enumerate(sym) if written[k] is None and m.is_const]
+        if len(loose) > 1 and len(rest) == 1 and sym[rest[0]].coef > 0 and all(
+                sym[k].coef == 1 and len(sym[k].powers) == 1 and sym[k].powers[0][1] == 1
+                and sym[k].powers[0][0] in self.places for k in loose):
+            written[rest[0]] = Mono.const(-1)
+        elif loose:
+            missing = [k for k in loose if not all(s in self.cache for s, _ in sym[k].powers)]
+            written[(missing or loose)[0]] = Mono.const(-1)
+        return [w if w is not None else m for w, m in zip(written, sym)]
 
     def _gathered(self, node: onnx.NodeProto, target: list[Mono] | None) -> None:
         """A Gather written as the Reshape it is (``target``: its output's symbolic shape; None: not rewritten),
