@@ -47,12 +47,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from .dataflow import prune, shape_only
 from .fitting import fit_runs, fit_vectors, run_values
 from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
+from .pool import array_of
 from .sizes import SizeWriter
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 from .tables import Prefix, Triangle, pattern_key, write_prefix, write_triangle
@@ -428,7 +429,7 @@ class _Rewriter(SizeWriter):
             got, other = self.expanded.get(node.input[k]), node.input[1 - k]
             if got is None or self.types.get(other) != self.types.get(node.input[k]):
                 continue
-            value = numpy_helper.to_array(self.constants[got[0]])
+            value = array_of(self.constants[got[0]])
             if value.size == 0 or not np.all(value == IDENTITIES[node.op_type]) or any(n != 1 for n in value.shape):
                 continue
             a, b = self.shapes.get(node.input[k]), self.shapes.get(other)
@@ -457,7 +458,7 @@ class _Rewriter(SizeWriter):
             const, other = self.constants.get(node.input[k]), node.input[1 - k]
             if const is None or self.types.get(other) != const.data_type:
                 continue
-            value = numpy_helper.to_array(const)
+            value = array_of(const)
             if value.size == 0 or not np.all(value == IDENTITIES[node.op_type]):
                 continue
             if self.shapes.get(other) is None or None in (self.shapes.get(other) or []):
@@ -573,7 +574,7 @@ class _Rewriter(SizeWriter):
             if sliced is None or sliced.op_type != "Slice" or len(sliced.input) != 4 \
                     or any(i not in self.constants for i in (sliced.input[0], sliced.input[1], sliced.input[3])):
                 return
-            table = numpy_helper.to_array(self.constants[sliced.input[0]])
+            table = array_of(self.constants[sliced.input[0]])
             axes = int_values(self.constants[sliced.input[3]])
             shape = self.shapes.get(name)
             if table.ndim != 3 or table.shape[0] != 1 or int_values(self.constants[sliced.input[1]]) != [0] \

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .staging import remove_stale
 
@@ -360,6 +360,14 @@ class WeightPool:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def array_of(t: TensorProto) -> np.ndarray:
+    """``t``'s values, read from the current pool where ``t`` refers into it (an exported candidate's large
+    folded weights do), else from ``t`` itself."""
+    shared = current()
+    data = shared.data(t) if shared is not None else None
+    return np.asarray(data) if data is not None else numpy_helper.to_array(t)
+
+
 def current() -> WeightPool | None:
     """The pool made current by :func:`pooled`, or None."""
     return _CURRENT.get()
@@ -382,4 +390,4 @@ def pooled(folder: str | None = None) -> Iterator[WeightPool]:
         pool.close()
 
 
-__all__ = ["ALIGN", "MIN_BYTES", "PREFIX", "Entry", "WeightPool", "current", "pooled"]
+__all__ = ["ALIGN", "MIN_BYTES", "PREFIX", "Entry", "WeightPool", "array_of", "current", "pooled"]
