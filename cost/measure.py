@@ -36,6 +36,7 @@ from onnx import AttributeProto, helper
 from eqsat.errors import InputError
 from eqsat.ops import OPS
 from eqsat.timing import cuda_event_ms, median_ms
+from eqsat.torch_run import exact_float32
 
 from .analytic import AnalyticCost
 from .base import OpKey
@@ -254,6 +255,7 @@ class TorchCost(CachedTimings):
             if not torch.cuda.is_available():
                 raise InputError("--cost cuda: torch sees no GPU; use --cost cpu or --cost analytic")
             torch.backends.cudnn.benchmark = True
+            exact_float32(torch)  # each operator timed as the program runs it: float32, not TensorFloat-32
             self.device_name = torch.cuda.get_device_name(0)
             self.warmup, self.repeats = warmup or 8, repeats or 32
         else:

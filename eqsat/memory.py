@@ -1,69 +1,120 @@
-"""Resident memory of this process, per phase: the peak (``VmHWM``) and the current size (``VmRSS``) read from
-``/proc/self/status``, and the peak reset between phases (``/proc/self/clear_refs``, Linux 4.0 and later) so that
-each phase's figure is its own peak, not the run's so far.
+"""Resident memory of this process, per phase, without touching the kernel's record of the run's peak.
 
-Where ``/proc`` is missing (not Linux) the figures fall back to ``resource.getrusage``'s lifetime peak, which
-never resets; :func:`reset_peak` says which one a caller gets.
+The kernel keeps one high-water mark of a process's resident memory (``VmHWM`` in ``/proc/self/status``); it is
+what ``getrusage`` and ``/usr/bin/time -v`` report as the maximum resident set size. It can be reset
+(``/proc/self/clear_refs``), and an earlier version did so as each phase started: the phase's own peak was then
+exact, but the run's peak before the last reset was lost, for the process itself and for whoever waits for it
+(``time -v`` then reported the peak since the last reset: a 1B LLaMA's verify read 16 GB, ``time -v`` 8.2 GB).
+So the mark is never reset here. A phase's peak (:func:`watch`) is read two ways:
+
+- where the high-water mark rose during the phase, the phase reached the run's peak so far: its peak is the mark,
+  exactly;
+- otherwise the phase stayed below an earlier peak: its peak is the largest resident size a thread sampled every
+  :data:`SAMPLE_EVERY_S` seconds while it ran (a spike shorter than that may be missed; never over the truth).
+
+Where ``/proc`` is missing (not Linux) the figures fall back to ``resource.getrusage``'s lifetime peak.
 
 >>> now = current_rss_mb()
 >>> peak_rss_mb() >= now > 0
+True
+>>> with watch() as phase:
+...     block = bytearray(64 * 2**20)
+>>> phase.mb >= now + 60
 True
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
-import os
 import resource
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 STATUS = "/proc/self/status"
-CLEAR_REFS = "/proc/self/clear_refs"
+SAMPLE_EVERY_S = 0.005
+"""how often :func:`watch` samples the resident size of a phase that stays below the run's peak so far"""
 
 
-def _status_kb(field: str) -> int | None:
-    """The ``field`` line of /proc/self/status in kB, or None without /proc."""
+def _status_kb(*fields: str) -> tuple[int, ...] | None:
+    """The ``fields`` lines of /proc/self/status in kB, or None without /proc."""
+    found: dict[str, int] = {}
     try:
         with open(STATUS, encoding="ascii") as f:
             for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
+                key = line.split(":", 1)[0]
+                if key in fields:
+                    found[key] = int(line.split()[1])
     except OSError:
         return None
-    return None
+    return tuple(found[k] for k in fields) if len(found) == len(fields) else None
 
 
 def _lifetime_peak_kb() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # kB on Linux
 
 
+def _peak_kb() -> int:
+    got = _status_kb("VmHWM")
+    return got[0] if got is not None else _lifetime_peak_kb()
+
+
+def _rss_kb() -> int:
+    got = _status_kb("VmRSS")
+    return got[0] if got is not None else _lifetime_peak_kb()
+
+
 def peak_rss_mb() -> float:
-    """The peak resident memory in MiB since the last :func:`reset_peak` (the process's lifetime without one)."""
-    kb = _status_kb("VmHWM")
-    return (kb if kb is not None else _lifetime_peak_kb()) / 1024.0
+    """The peak resident memory of the process so far, in MiB (what ``getrusage`` and ``time -v`` report)."""
+    return _peak_kb() / 1024.0
 
 
 def current_rss_mb() -> float:
     """The resident memory in MiB now."""
-    kb = _status_kb("VmRSS")
-    return (kb if kb is not None else _lifetime_peak_kb()) / 1024.0
+    return _rss_kb() / 1024.0
 
 
-def reset_peak() -> bool:
-    """Reset the peak to the current size; False where the kernel does not allow it (the peak then keeps
-    growing over the run, and a phase's figure is the run's peak so far)."""
+@dataclass
+class Peak:
+    """The peak resident memory of a stretch of the run (:func:`watch`), known once it ends."""
+
+    kb: int = 0
+    exact: bool = False
+    """whether the stretch reached the run's peak so far (its figure is then the kernel's mark, exactly), rather
+    than sampled"""
+
+    @property
+    def mb(self) -> float:
+        return self.kb / 1024.0
+
+
+@contextlib.contextmanager
+def watch(every_s: float = SAMPLE_EVERY_S) -> Iterator[Peak]:
+    """The peak resident memory while the block runs (see the module's docstring), filled in on exit; the kernel's
+    high-water mark is left as it is."""
+    peak = Peak()
+    before = _peak_kb()
+    highest = [_rss_kb()]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            kb = _rss_kb()
+            if kb > highest[0]:
+                highest[0] = kb
+    thread = threading.Thread(target=sample, name="eqsat-memory-watch", daemon=True)
+    thread.start()
     try:
-        fd = os.open(CLEAR_REFS, os.O_WRONLY)
-    except OSError:
-        return False
-    try:
-        os.write(fd, b"5")
-        return True
-    except OSError:
-        return False
+        yield peak
     finally:
-        os.close(fd)
+        stop.set()
+        thread.join()
+        after, now = _peak_kb(), _rss_kb()
+        peak.exact = after > before
+        peak.kb = after if peak.exact else max(highest[0], now)
 
 
 @functools.cache
@@ -84,4 +135,4 @@ def release() -> bool:
     return bool(libc is not None and libc.malloc_trim(0))
 
 
-__all__ = ["current_rss_mb", "peak_rss_mb", "release", "reset_peak"]
+__all__ = ["SAMPLE_EVERY_S", "Peak", "current_rss_mb", "peak_rss_mb", "release", "watch"]

@@ -67,6 +67,13 @@ def check_runnable(graph: Graph, runtime: str) -> None:
                                  "ort-cuda for this model")
 
 
+def exact_float32(torch: Any) -> None:
+    """float32 as ONNX computes it on a GPU: no TensorFloat-32 in cuDNN's convolutions (on by default in torch)
+    nor in matmuls, whose 10-bit mantissas put a SqueezeNet 3e-3 away from onnxruntime's outputs."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 class TorchProgram:
     """An IR program as a callable of torch tensors on ``device``: ``program(feeds) -> list of outputs``.
 
@@ -80,6 +87,8 @@ class TorchProgram:
         check_runnable(graph, "torch")
         self.torch = torch
         self.device = device
+        if device.startswith("cuda"):
+            exact_float32(torch)
         self.graph = graph
         self.input_names = tuple(i.name or "" for i in graph.inputs)
         order, consts = fold_weights(graph)

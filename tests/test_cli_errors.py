@@ -135,3 +135,27 @@ def test_unsound_rule_exits_3_and_writes_nothing(tmp_path, good, monkeypatch, ca
     err = capsys.readouterr().err
     assert rc == 3 and "does not match the original" in _one_error_line(err)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output, no report, no .eqsat-* leftovers
+
+
+def _subcommands(parser, prefix=()):
+    """Every command path of the CLI (``optimize-model``, ``rules verify``, ...), read off the parser."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name), sub
+                yield from _subcommands(sub, (*prefix, name))
+
+
+def test_every_help_prints_every_flag():
+    """``--help`` of every (sub)command exits 0 and lists each of its options (a help text with a bare ``%``
+    once made ``eqsat optimize-model --help`` crash in argparse)."""
+    paths = list(_subcommands(cli.build_parser()))
+    assert ("optimize-model",) in [p for p, _ in paths]
+    for path, sub in paths:
+        code, out, err = run(*path, "--help")
+        assert code == 0, (path, err[-500:])
+        flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+        missing = [f for f in flags if f not in out]
+        assert not missing, (path, missing)

@@ -339,7 +339,7 @@ def test_a_staging_path_over_path_max_is_found_up_front(capsys, tmp_path):
 def test_a_disk_full_at_the_write_is_exit_2_with_the_cause(capsys, tmp_path, monkeypatch):
     from eqsat.onnx import io as onnx_io
 
-    def full(model, path, external=False):
+    def full(model, path, external=False, weights=None):
         with open(path, "wb") as f:
             f.write(b"partial")
         raise OSError(28, os.strerror(28), path)

@@ -177,3 +177,39 @@ def test_the_exporter_writes_the_pools_weights_as_references() -> None:
     plain = export_model(import_model(model))  # no pool: a self-contained model, as before
     assert all(t.data_location != TensorProto.EXTERNAL for t in plain.graph.initializer)
     np.testing.assert_allclose(plain_run(plain, X), y, rtol=1e-6, atol=1e-6)
+
+
+def test_a_shape_generic_rewrite_reads_pooled_constants() -> None:
+    """An exported candidate's large folded constants are references into the pool: the shape-generic rewrite
+    reads them through the pool (an And with an all-true [1, 1, s, s] mask of 64 KiB and more is dropped as it is
+    inline), and the written model computes what the original does in onnxruntime at other sizes."""
+    from eqsat.onnx.generic import make_generic
+
+    s = 256  # a [1, 1, 256, 256] bool mask: 64 KiB, pooled
+    nodes = [helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.BOOL),
+             helper.make_node("And", ["true", "m"], ["both"]),
+             helper.make_node("Where", ["both", "x", "zero"], ["y"])]
+    inits = [numpy_helper.from_array(np.ones((1, 1, s, s), bool), "true"),
+             numpy_helper.from_array(np.zeros((), np.float32), "zero")]
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", 1, s, s])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, s, s])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, s, s])
+    model = helper.make_model(helper.make_graph(nodes, "g", [mask, x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with weight_pool.pooled() as shared:
+        slim = shared.slim(model)
+        ref = next(t for t in slim.graph.initializer if t.name == "true")
+        assert ref.data_location == TensorProto.EXTERNAL  # the case: a reference, not the data
+        with pytest.raises(onnx.checker.ValidationError):  # onnx reads external data from a file beside it
+            numpy_helper.to_array(ref)
+        assert weight_pool.array_of(ref).shape == (1, 1, s, s) and weight_pool.array_of(ref).all()
+        written = make_generic(slim, model, {"batch": 1}).model
+        assert "And" not in [n.op_type for n in written.graph.node]
+        shared.restore(written)
+    got = ort.InferenceSession(written.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for b in (1, 3):
+        feeds = {"mask": rng.integers(0, 2, (b, 1, s, s)).astype(np.int64),
+                 "x": rng.standard_normal((b, 1, s, s)).astype(np.float32)}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], want.run(None, feeds)[0])

@@ -22,7 +22,7 @@ from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
 from eqsat.onnx.external import data_file
 from eqsat.onnx.importer import parse_input_shapes
-from eqsat.onnx.io import external_data_files, write_together, writes_data_file
+from eqsat.onnx.io import external_data_files
 from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
@@ -31,6 +31,12 @@ from .guards import check_not_a_stream, check_replaceable, late_write_errors, to
 from .pipeline import check_output_path, optimize, report_bytes
 from .report import Report
 from .source import add_model_source, check_source_flags, source, source_shaped
+
+
+def _escaped(text: str) -> str:
+    """A help text as argparse reads it: its ``%`` doubled (argparse formats help with ``%``: a "2% gain" would
+    make ``--help`` fail)."""
+    return text.replace("%", "%%")
 
 
 def add_config_arguments(p: argparse.ArgumentParser, base: OptimizeConfig | None = None) -> None:
@@ -47,13 +53,13 @@ def add_config_arguments(p: argparse.ArgumentParser, base: OptimizeConfig | None
             dashed = f.name.replace("_", "-")
             p.add_argument(f"--{dashed}" if not default else f"--no-{dashed}", dest=f.name, action="store_const",
                            const=not default, default=None,
-                           help=f"leave out: {f.metadata['doc']}" if default else f.metadata["doc"])
+                           help=_escaped(f"leave out: {f.metadata['doc']}" if default else f.metadata["doc"]))
             continue
         kind = value_type(type(base.search) if owner else type(base), f)
         shown = "by the input" if default is None else default
         p.add_argument(f.metadata["flag"], dest=f.name, type=kind, default=None,
                        metavar="{" + ",".join(names) + "}" if names else kind.__name__.upper(),
-                       help=f"{f.metadata['doc']} (default: {shown})")
+                       help=_escaped(f"{f.metadata['doc']} (default: {shown})"))
 
 
 def config_from_args(args: argparse.Namespace, base: OptimizeConfig | None = None,
@@ -125,13 +131,13 @@ def _cmd_optimize(args) -> int:
     external = bool(args.model_path and external_data_files(args.model_path))
     memory.release()
     result = optimize(model, config, progress=progress_printer(args.quiet))
-    data = _output_data(args.output) if writes_data_file(result.optimized, external) else None
+    data = _output_data(args.output) if result.writes_data_file(external) else None
     report = replace(result.report, input=label, output=args.output, external_data=data)
     if not args.quiet:
         _summary(report)
     others = {args.report: report_bytes(report)} if args.report is not None else {}
     with late_write_errors(args.output, args.report):
-        write_together(result.optimized, args.output, others, external)
+        result.write(args.output, others, external)  # the weights read from the run's pool: no copy restored
     if not args.quiet:
         written = [args.output] + ([data] if data else []) + ([args.report] if args.report is not None else [])
         print(f"eqsat: wrote {', '.join(written[:-1])} and {written[-1]}" if len(written) > 1

@@ -62,14 +62,64 @@ Progress = Callable[[str], None]
 
 
 
-@dataclass
 class Result:
-    """What an optimization produced: the input and returned models, the returned program, the typed report."""
+    """What an optimization produced: the input and returned models, the returned program, the typed report.
 
-    original: onnx.ModelProto
-    optimized: onnx.ModelProto
-    graph: Graph
-    report: Report
+    ``original`` and ``optimized`` are self-contained ModelProtos. Where the run kept them as references into its
+    weight pool (a model read from a path; every candidate), each gets its data back on first access only, so that
+    a caller that writes the result (:meth:`write`, the CLI) never holds a copy of the weights in protobuf: the
+    writer reads them from the pool a tensor at a time."""
+
+    def __init__(self, original: onnx.ModelProto, optimized: onnx.ModelProto, graph: Graph, report: Report,
+                 weights: pool.WeightPool | None = None):
+        self._original, self._optimized = original, optimized
+        self.graph, self.report = graph, report
+        self.weights = weights
+        """the run's weight pool where the models may refer to it (its file removed: the mapped arrays stay)"""
+
+    def _restored(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        if self.weights is not None and self.weights.refers(model):
+            self.weights.restore(model)
+        return model
+
+    @property
+    def original(self) -> onnx.ModelProto:
+        """The input model, self-contained (its data restored from the run's pool on first access)."""
+        return self._restored(self._original)
+
+    @original.setter
+    def original(self, model: onnx.ModelProto) -> None:
+        self._original = model
+
+    @property
+    def optimized(self) -> onnx.ModelProto:
+        """The returned model (the original where no candidate shipped), self-contained (restored on first access)."""
+        return self._restored(self._optimized)
+
+    @optimized.setter
+    def optimized(self, model: onnx.ModelProto) -> None:
+        self._optimized = model
+
+    def writes_data_file(self, external: bool = False) -> bool:
+        """Whether :meth:`write` (``external`` asked or not) writes the weights to a data file beside the model."""
+        return onnx_io.writes_data_file(self._optimized, external, self.weights)
+
+    def write(self, path: str, others: dict[str, bytes] | None = None, external: bool = False) -> None:
+        """Write the returned model to ``path`` (with ``others``, all or none: :func:`eqsat.onnx.io.write_together`),
+        its weights read from the run's pool a tensor at a time where it refers to them: the same bytes as
+        writing :attr:`optimized`, without restoring it."""
+        onnx_io.write_together(self._optimized, path, others or {}, external, self.weights)
+
+    def __getstate__(self) -> dict[str, object]:
+        """A pickle or deep copy takes the models with their data (restored), not the pool: its mapped arrays and
+        onnxruntime values do not cross a process, and its file is gone once the run ends."""
+        return {"original": self.original, "optimized": self.optimized, "graph": self.graph, "report": self.report}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["original"], state["optimized"], state["graph"], state["report"])  # type: ignore[misc, arg-type]
+
+    def __repr__(self) -> str:
+        return f"Result(graph={self.graph.name!r}, returned={self.report.returned.program!r})"
 
 
 def same_program(a: Graph, b: Graph) -> bool:
@@ -300,6 +350,7 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             entry.note = "" if check.passed else f"not measured: {check.detail}"
             if (weights := pool.current()) is not None:  # the pages its check read: the next reads its own
                 weights.drop_pages()
+            memory.release()  # its export's and session's transients: not kept while the next is exported
         b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model))
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
@@ -393,7 +444,8 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     config = replace(config, input_shapes={**shaping.shapes, **config.input_shapes})  # verified, measured there
     weights = pool.current()
     owned = not isinstance(model, onnx.ModelProto)  # read here: no one else holds it
-    if owned and weights is not None:  # its weights are the pool's from here on (the IR's are its mapped arrays); its data back at the end
+    if owned and weights is not None:  # its weights are the pool's from here on (the IR's are its mapped arrays); its data back where asked (Result)
+        weights.drop_pages()  # the import read them: not kept while slim compares the model's bytes with them
         original = weights.slim(original)
         if shaping.original is not None:
             shaping.original = original
@@ -482,15 +534,13 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
         memory_mb=timer.memory_mb, blocks=blocks_entry(config, blocks, rest_entry))
     memory.release()  # the measurement's sessions are gone: their freed memory is not kept for the models returned
-    if weights is not None:  # the models returned hold their data again, self-contained
-        if owned:
-            weights.restore(original)  # a reference into the pool only where slimmed above
-        if returned.program == "optimized":
-            weights.restore(shipped.model)
-        weights.drop_pages()  # read to restore them: the models returned hold their own copy
+    if weights is not None:
+        weights.drop_pages()
+    # the models returned refer to the pool where they were slimmed (the original where read here, every candidate):
+    # their data back only when asked (Result.original, Result.optimized), written from the pool otherwise
     if returned.program == "original":
-        return Result(original, original, graph, report)  # the user's model, untouched
-    return Result(original, with_metadata(shipped.model, original), shipped.program, report)
+        return Result(original, original, graph, report, weights)  # the user's model, untouched where given
+    return Result(original, with_metadata(shipped.model, original), shipped.program, report, weights)
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:

@@ -55,14 +55,14 @@ def jsonable(value: Any) -> Any:
 class PhaseTimer:
     """Wall time and peak resident memory per phase, from one clock: ``with timer("search"): ...`` adds to
     ``timer.seconds["search"]`` and raises ``timer.memory_mb["search"]`` to the phase's peak resident memory in
-    MiB (:mod:`eqsat.memory`: the peak is reset as the phase starts where the system allows it, ``resettable``;
-    else a phase's figure is the run's peak so far). As each phase starts, the run's weight pool drops its mapped
-    pages (:meth:`eqsat.onnx.pool.WeightPool.drop_pages`): a phase holds those it reads itself."""
+    MiB (:func:`eqsat.memory.watch`: the kernel's high-water mark where the phase reached the run's peak so far,
+    else sampled; the mark itself is never reset, so ``time -v`` and ``getrusage`` still see the run's peak). As
+    each phase starts, the run's weight pool drops its mapped pages (:meth:`eqsat.onnx.pool.WeightPool.drop_pages`):
+    a phase holds those it reads itself."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.memory_mb: dict[str, float] = {}
-        self.resettable = True
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -70,13 +70,14 @@ class PhaseTimer:
         weights = pool.current()
         if weights is not None:  # the weights' mapped pages an earlier phase read: read again only where needed
             weights.drop_pages()
-        self.resettable = memory.reset_peak() and self.resettable
         start = time.perf_counter()
+        peak = memory.Peak()
         try:
-            yield
-        finally:
+            with memory.watch() as peak:
+                yield
+        finally:  # the watch filled ``peak`` in on its way out
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
-            self.memory_mb[phase] = round(max(self.memory_mb.get(phase, 0.0), memory.peak_rss_mb()), 1)
+            self.memory_mb[phase] = round(max(self.memory_mb.get(phase, 0.0), peak.mb), 1)
 
     def total(self, *phases: str) -> float:
         """Seconds spent so far in ``phases``."""

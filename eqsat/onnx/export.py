@@ -31,18 +31,23 @@ from .kernels import UpgradeError, pending, upgrade
 from .subgraphs import defined_names, rename_outer
 
 
-def fold_weights(graph: Graph) -> tuple[list[Node], dict[int, np.ndarray]]:
-    """Values of every non-leaf node computable from weights alone (numpy semantics)."""
+def fold_weights(graph: Graph, pooled: bool = False) -> tuple[list[Node], dict[int, np.ndarray]]:
+    """Values of every non-leaf node computable from weights alone (numpy semantics). ``pooled``: where a weight
+    pool is current, each large value goes to the pool as it is computed (:meth:`eqsat.onnx.pool.WeightPool.put`):
+    the values are then its mapped arrays, not a heap copy each for the whole export (issue 28: a candidate that
+    folds most of its weights held them in the heap, in its model and in the pool)."""
     order = topo_order(graph.outputs)
     consts: dict[int, np.ndarray] = {}
+    weights = pool.current() if pooled else None
     for n in order:
         if n.op == "weight":
             consts[id(n)] = graph.weights[leaf_name(n)]
         elif ops.OPS[n.op].numpy is not None and n.inputs and all(id(i) in consts for i in n.inputs):
             try:
-                consts[id(n)] = apply_op(n, [consts[id(i)] for i in n.inputs]).astype(n.dtype, copy=False)
+                value = apply_op(n, [consts[id(i)] for i in n.inputs]).astype(n.dtype, copy=False)
             except NotEvaluable:
-                pass
+                continue
+            consts[id(n)] = weights.put(value) if weights is not None else value
     return order, consts
 
 
@@ -81,7 +86,7 @@ class _Exporter:
 
     def const(self, array: np.ndarray, base: str) -> str:
         name = self.fresh(base)
-        self.inits.append(numpy_helper.from_array(np.asarray(array, order="C"), name))
+        self.inits.append(_initializer(array, name))  # a reference where the value is pooled (fold_weights)
         return name
 
     def emit(self, op_type: str, inputs: list[str], base: str, **attrs) -> str:
@@ -91,7 +96,7 @@ class _Exporter:
 
     def run(self) -> onnx.ModelProto:
         g = self.graph
-        order, consts = fold_weights(g)
+        order, consts = fold_weights(g, pooled=True)
         regions = self._regions(consts)
         forms = _claim_splits(plan(g.outputs, consts), regions)
         forms = {k: f for k, f in forms.items() if k not in regions}

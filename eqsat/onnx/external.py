@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -21,6 +22,18 @@ ALIGNMENT = 2**16
 """tensors of at least ALIGN_THRESHOLD bytes start at a multiple of ALIGNMENT in the data file (as onnx writes
 them), so that onnxruntime can map them from the file"""
 
+
+
+class Weights(Protocol):
+    """Where the data of a model's references lie (the run's weight pool, :class:`eqsat.onnx.pool.WeightPool`):
+    a model that refers to them is written with their bytes, read from there a tensor at a time, as if it held
+    them (:meth:`~eqsat.onnx.pool.WeightPool.restore`) but without a copy of them."""
+
+    def data(self, t: TensorProto) -> np.ndarray | None:
+        """The array ``t`` refers to, or None where ``t`` holds its data or refers elsewhere."""
+
+    def done(self, t: TensorProto) -> None:
+        """``t``'s data written: its pages need not stay resident."""
 
 
 def data_file(path: str) -> str:
@@ -55,18 +68,29 @@ def tensor_size(t: onnx.TensorProto) -> int:
         else n
 
 
-def goes_out(t: onnx.TensorProto) -> bool:
-    """Whether tensor ``t`` goes to the external data file (its bytes are raw data of the threshold or more)."""
+def goes_out(t: onnx.TensorProto, weights: Weights | None = None) -> bool:
+    """Whether tensor ``t`` goes to the external data file (its bytes are raw data of the threshold or more, or a
+    reference into ``weights``: written with the bytes it refers to)."""
+    if weights is not None and t.data_location == TensorProto.EXTERNAL:
+        data = weights.data(t)
+        return data is not None and data.nbytes >= EXTERNAL_THRESHOLD
     return t.HasField("raw_data") and tensor_size(t) >= EXTERNAL_THRESHOLD
 
 
-def save_external(model: onnx.ModelProto, path: str) -> None:
+def data_size(t: onnx.TensorProto, weights: Weights | None = None) -> int:
+    """:func:`tensor_size`, where a reference into ``weights`` counts as the bytes it refers to."""
+    data = weights.data(t) if weights is not None and t.data_location == TensorProto.EXTERNAL else None
+    return data.nbytes if data is not None else tensor_size(t)
+
+
+def save_external(model: onnx.ModelProto, path: str, weights: Weights | None = None) -> None:
     """Write ``model`` to ``path`` with its weights (initializers, subgraphs' too, as onnx.save_model's external
     data) in :func:`data_file` (``path`` + ``.data``, named relative to the model's folder), one tensor at a time:
     the model is neither copied whole nor serialized whole, so that a model over 2 GiB takes no second copy of its
-    weights. No data file is written when no tensor is that large."""
+    weights. No data file is written when no tensor is that large. A reference into ``weights`` is written with
+    the bytes it refers to, read from there."""
     location = os.path.basename(data_file(path))
-    skeleton, aside = set_weights_aside(model)
+    skeleton, aside = set_weights_aside(model, weights)
     with open(data_file(path), "wb") as data:
 
         def put(t: onnx.TensorProto, raw: bytes) -> None:
@@ -82,7 +106,12 @@ def save_external(model: onnx.ModelProto, path: str) -> None:
                 t.external_data.add(key=key, value=value)
 
         for stub, weight in aside:
-            put(stub, weight.raw_data)
+            pooled = weights.data(weight) if weights is not None else None
+            if pooled is None:
+                put(stub, weight.raw_data)
+                continue
+            put(stub, memoryview(np.ascontiguousarray(pooled)).cast("B"))
+            weights.done(weight)
         for t in onnx.external_data_helper._get_initializer_tensors(skeleton):  # subgraphs' (If, Loop) weights
             if goes_out(t):
                 put(t, t.raw_data)
@@ -107,11 +136,30 @@ INITIALIZER_TAG = bytes([5 << 3 | 2])
 """GraphProto.initializer (field 5, length-delimited)"""
 
 
-def save_streamed(model: onnx.ModelProto, path: str) -> None:
+RAW_DATA = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
+RAW_TAG = bytes([RAW_DATA << 3 | 2])
+REFERENCE_FIELDS = frozenset({"external_data", "data_location"})
+
+
+def _pieces(t: onnx.TensorProto, data: np.ndarray) -> list[bytes | memoryview]:
+    """The bytes of ``t`` serialized with ``data`` as its raw data and without its reference (what
+    :meth:`eqsat.onnx.pool.WeightPool.restore` makes of it), in pieces: the fields before ``raw_data``, the raw data
+    (``data``'s own buffer, no copy), the fields after it."""
+    head, tail = onnx.TensorProto(), onnx.TensorProto()
+    for field, _value in t.ListFields():
+        if field.name in REFERENCE_FIELDS or field.name == "raw_data":
+            continue
+        _copy_field(t, head if field.number < RAW_DATA else tail, field.name)
+    raw = memoryview(np.ascontiguousarray(data)).cast("B")
+    return [head.SerializeToString(), RAW_TAG + _varint(raw.nbytes), raw, tail.SerializeToString()]
+
+
+def save_streamed(model: onnx.ModelProto, path: str, weights: Weights | None = None) -> None:
     """Write ``model`` to ``path`` as one message (its weights inside), the bytes ``model.SerializeToString()``
     gives, without serializing it whole: its fields in number order, the graph's too, each initializer serialized
     on its own (a model of a few hundred MB of weights then takes no second copy of them while it is written: its
-    largest tensor's, at most)."""
+    largest tensor's, at most). A reference into ``weights`` is written as the tensor with the bytes it refers to
+    (the bytes of the model :meth:`~eqsat.onnx.pool.WeightPool.restore` gives), read from there: no copy at all."""
     g = model.graph
     with open(path, "wb") as f:
         for field, _value in model.ListFields():  # in field number order, as protobuf serializes them
@@ -126,32 +174,45 @@ def save_streamed(model: onnx.ModelProto, path: str) -> None:
                 if inner.name != "initializer":
                     _copy_field(g, one, inner.name)
                 pieces.append(one.SerializeToString() if inner.name != "initializer" else None)
-            sizes = [t.ByteSize() for t in g.initializer]  # each on its own: the graph's ByteSize would encode it whole
-            weights = sum(len(INITIALIZER_TAG) + len(_varint(n)) + n for n in sizes)
-            f.write(GRAPH_TAG + _varint(sum(len(p) for p in pieces if p is not None) + weights))
+            def parts(t: onnx.TensorProto) -> list[bytes | memoryview] | None:
+                data = weights.data(t) if weights is not None and t.data_location == TensorProto.EXTERNAL else None
+                return _pieces(t, data) if data is not None else None
+
+            # each on its own: the graph's ByteSize would encode it whole
+            sizes = [sum(len(memoryview(b).cast("B")) for b in p) if (p := parts(t)) is not None else t.ByteSize()
+                     for t in g.initializer]
+            total = sum(len(INITIALIZER_TAG) + len(_varint(n)) + n for n in sizes)
+            f.write(GRAPH_TAG + _varint(sum(len(p) for p in pieces if p is not None) + total))
             for piece in pieces:
                 if piece is not None:
                     f.write(piece)
                     continue
                 for t, n in zip(g.initializer, sizes):
                     f.write(INITIALIZER_TAG + _varint(n))
-                    f.write(t.SerializeToString())
+                    restored = parts(t)
+                    if restored is None:
+                        f.write(t.SerializeToString())
+                        continue
+                    for b in restored:
+                        f.write(b)
+                    weights.done(t)
 
 
 ASIDE = "eqsat-weights-set-aside"
 """the location a weight set aside names (:func:`set_weights_aside`): no file"""
 
 
-def set_weights_aside(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[tuple[onnx.TensorProto,
-                                                                                      onnx.TensorProto]]]:
+def set_weights_aside(model: onnx.ModelProto, weights: Weights | None = None) -> tuple[
+        onnx.ModelProto, list[tuple[onnx.TensorProto, onnx.TensorProto]]]:
     """A copy of ``model`` whose main graph's weights (the initializers that go to external data) are stubs (their
     name, shape and type, marked external at :data:`ASIDE`, no bytes), and each (stub, weight) pair: a model of any
     size that onnx's tools serializing the model (its version converter) can take, or that is written a tensor at
-    a time. :func:`put_weights_back` restores them. ``model`` is left as it was; its weights are not copied."""
+    a time. :func:`put_weights_back` restores them. ``model`` is left as it was; its weights are not copied.
+    A reference into ``weights`` is set aside too (:func:`save_external` writes the bytes it refers to)."""
     skeleton = _without_initializers(model)
     aside = []
     for t in model.graph.initializer:
-        if goes_out(t):
+        if goes_out(t, weights):
             stub = skeleton.graph.initializer.add()
             for name in ("name", "dims", "data_type", "doc_string", "metadata_props"):
                 _copy_field(t, stub, name)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+from .pool import array_of
 from .sizes import SizeWriter
 from .symbolic import Mono, product
 
@@ -62,7 +63,7 @@ def write_gemm(writer: SizeWriter, matmul: onnx.NodeProto, add: onnx.NodeProto, 
     elem = writer.types.get(x, weight.data_type)
     tensor = writer.constants[bias]
     if len(tensor.dims) != 1:  # a bias of [1, ..., N] (or one number): Gemm takes it as [N]
-        values = numpy_helper.to_array(tensor).reshape(-1)
+        values = array_of(tensor).reshape(-1)
         bias = writer.const(np.broadcast_to(values, (n,)).copy(), "bias")
     rows = writer.fresh("rows")
     writer.nodes.append(helper.make_node("Reshape", [x, writer.const(np.array([-1, k], np.int64), "shape")], [rows],

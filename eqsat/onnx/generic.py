@@ -21,8 +21,15 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
 - a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
   and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
   causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
-  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped (one expanded along symbolic
-  axes too, where the elementwise operators reading it broadcast it there anyway);
+  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
+- a Reshape of a Reshape or Flatten reads the first one's input (one Reshape, its target with 0 and -1 against
+  that input: a mask's chain, a layer's rows); a Split along the kept last axis of rows reshaped to ``[batch, seq,
+  3*hidden]`` splits the rows (the Reshape before it goes); an ``And`` of an all-true slice expanded to a shape is
+  the other operand expanded, and an Expand whose readers broadcast its input to the same values anyway (a padding
+  mask added to the scores) is dropped: as many kernels as the static program, size computations included;
+- a Reshape to its input's own shape is dropped, and the targets back to ``[batch, seq, N]`` are one vector
+  ``[batch, seq, -1]``; opset 23's RotaryEmbedding reads its cos and sin tables whole at position ids (its kernel
+  wants the caches ``[batch, seq, d]``: no Expand of each);
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
 
@@ -40,12 +47,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from .dataflow import prune, shape_only
 from .fitting import fit_runs, fit_vectors, run_values
 from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
+from .pool import array_of
 from .sizes import SizeWriter
 from .subgraphs import implicit_inputs, rename_outer, subgraphs
 from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
@@ -78,9 +86,10 @@ class Generic:
 
 class _Rewriter(SizeWriter):
     def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
-                 full: bool = True):
+                 full: bool = True, final: bool = True):
         super().__init__(model)
         self.full = full
+        self.final = final
         self.original = original
         self.values = dict(values)
         self.notes: list[str] = []
@@ -100,6 +109,15 @@ class _Rewriter(SizeWriter):
         self.guarded: list[tuple[str, str, Prefix]] = []
         """(the Slice of a table written, the user's value it stands for, its table) where the user's program
         computes the value beyond the table (:meth:`_guard_tables`)"""
+        self.made: dict[str, onnx.NodeProto] = {}
+        """value -> the node written that computes it"""
+        self.expanded: dict[str, tuple[str, str]] = {}
+        """a constant slice expanded to its value's shape (:meth:`_uniform`) -> (the slice, the shape)"""
+        self.targeted: set[int] = set()
+        """the Reshapes (by id) whose target is written (a Gather written as a Reshape)"""
+        self.rows: dict[str, SymShape] = {}
+        """a Split's output split on rows (:meth:`_split`) -> the shape it had (its Reshape readers' targets are read
+        off that shape)"""
 
     def run(self) -> Generic:
         g = self.model.graph
@@ -140,8 +158,8 @@ class _Rewriter(SizeWriter):
         self.vectors.update(self.folded)
         for node in list(g.node):
             self._node(node)
-        if self.full:
-            self._drop_broadcasts()
+        if self.full and self.final:
+            self._unexpand()
             self._guard_tables()
         del g.node[:]
         g.node.extend(self.nodes)
@@ -178,12 +196,15 @@ class _Rewriter(SizeWriter):
         for k, name in enumerate(node.input):
             node.input[k] = self.alias.get(name, name)
         standard = node.domain in ("", "ai.onnx")
-        if standard and node.op_type == "MatMul" and self.full:
+        if standard and node.op_type == "MatMul" and self.full and self.final:
             linear = bias_add(self, node, self.readers.get(node.output[0], []),
                               {o.name for o in self.model.graph.output})
             if linear is not None:
                 self.absorbed.add(id(linear[0]))
+                start = len(self.nodes)
                 write_gemm(self, node, *linear)
+                self.made.update((o, n) for n in self.nodes[start:] for o in n.output)
+                self._collapse(self.nodes[start])  # its rows' Reshape ([-1, K]: no 0) of a Reshape: one
                 return
         if standard and node.op_type == "Shape" and self.full and self._shape(node):
             return
@@ -199,26 +220,31 @@ class _Rewriter(SizeWriter):
             if not self.full:
                 pass
             elif node.op_type == "Gather" and len(node.input) == 2 and node.input[1] in self.patterns.iota:
-                flat_gather(self, node)
+                self._gathered(node, flat_gather(self, node))
             elif node.op_type == "GatherND" and len(node.input) == 2 and node.input[1] in self.patterns.grids:
-                grid_gather(self, node, self.patterns.grids[node.input[1]])
-        if standard and node.op_type in IDENTITIES and self._identity(node):
+                self._gathered(node, grid_gather(self, node, self.patterns.grids[node.input[1]]))
+        if standard and node.op_type in IDENTITIES and not self._spread(node) and self._identity(node):
             return
+        if standard and self.full and node.op_type == "RotaryEmbedding" and len(node.input) == 3:
+            self._rotary_positions(node)
         if not self.full:
             pass
-        elif standard and node.op_type == "Reshape" and len(node.input) > 1 \
+        elif standard and node.op_type == "Reshape" and len(node.input) > 1 and id(node) not in self.targeted \
                 and (node.input[1] in self.constants or 1 in vectors):
-            self._reshaped_input(node)
-            self._reshape(node, vectors.get(1))
+            if self._reshape(node, vectors.get(1)):
+                return
         elif standard and node.op_type == "Expand" and 1 in vectors:
             if self._expand(node, vectors[1]):
                 return
         elif standard and node.op_type == "Slice" and len(node.input) > 3:
             self._slice(node)
+        elif standard and node.op_type == "Split":
+            self._split(node)
         for k, monos in vectors.items():
             if node.input[k] in self.vectors:  # not rewritten above: written from the symbols
                 node.input[k] = self.vector(monos, self.shapes.get(node.input[k]) == [])
         self.nodes.append(node)
+        self.made.update((o, node) for o in node.output if o)
         inferred = infer_node(node, self.shapes, self.types, self.constants, self.model.opset_import)
         for out in node.output:
             if out in inferred:
@@ -304,6 +330,7 @@ class _Rewriter(SizeWriter):
         key = f"expanded:{const}:{','.join(d.key() for d in sizes)}"
         if key not in self.cache:
             self.cache[key] = self.emit("Expand", [const, self.vector(sizes)], "uniform")
+            self.expanded[self.cache[key]] = (const, self.vector(sizes))
             self.types[self.cache[key]] = self.types.get(name, 0)
             self.shapes[self.cache[key]] = list(dims)
         return self.cache[key]
@@ -369,8 +396,7 @@ class _Rewriter(SizeWriter):
             made = {o: n for n in self.nodes for o in n.output if o}
             copied: dict[str, tuple[list[onnx.NodeProto], str]] = {}
             for _, user, prefix in members:
-                source = made.get(user)
-                if source is not None and source.op_type == "Slice" and source.input[0] in self.constants:
+                if self._reads_table(user, made):
                     # a table the import already wrote: the user's chain is the original's
                     chain = self._original_chain(prefix)
                     if chain is not None:
@@ -422,6 +448,22 @@ class _Rewriter(SizeWriter):
                                     else_branch=branch(else_nodes, else_outs, "beyond"))
             self.nodes.append(node)
         self.nodes = _topological(self.nodes)
+
+    def _reads_table(self, user: str, made: Mapping[str, onnx.NodeProto]) -> bool:
+        """Whether the nodes computing ``user`` read a table the import wrote (a Slice of a constant up to a size
+        computed from the shapes: directly, or through the Slices and Concat of a rotary table's halves), which
+        stops at the same bound: the chain to run beyond it is then the original's."""
+        seen, todo = set(), [user]
+        while todo:
+            node = made.get(todo.pop())
+            if node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op_type == "Slice" and node.input[0] in self.constants and len(node.input) > 2 \
+                    and node.input[2] not in self.constants:
+                return True
+            todo.extend(i for i in node.input if i and i not in self.constants)
+        return False
 
     def _original_chain(self, prefix: Prefix) -> tuple[list[onnx.NodeProto], str] | None:
         """The original's nodes computing the value ``prefix`` is a table of (found as the import found it), copied
@@ -482,6 +524,89 @@ class _Rewriter(SizeWriter):
             if to not in self.vectors:
                 self.pending_uniform.append(to)
 
+    def _unexpand(self) -> None:
+        """An Expand whose readers broadcast its input to the same result anyway (a padding mask ``[batch, 1, 1,
+        seq]`` expanded to ``[batch, 1, seq, seq]``, turned into a bias by a Where and added to each layer's scores
+        ``[batch, heads, seq, seq]``) dropped: its readers read its input, the values between them keep their
+        smaller shapes."""
+        outputs = {o.name for o in self.model.graph.output}
+        readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.nodes:
+            for name in dict.fromkeys(node.input):
+                readers.setdefault(name, []).append(node)
+        for node in self.nodes:
+            if node.op_type != "Expand" or node.domain not in ("", "ai.onnx") or node.output[0] in outputs:
+                continue
+            small = self.shapes.get(node.input[0])
+            if small is None or None in small:
+                continue
+            shrunk: dict[str, SymShape] = {}
+            if not self._broadcast_anyway(node.output[0], list(small), readers, outputs, shrunk, 2):
+                continue
+            for reader in readers.get(node.output[0], []):
+                for k, name in enumerate(reader.input):
+                    if name == node.output[0]:
+                        reader.input[k] = node.input[0]
+            readers.setdefault(node.input[0], []).extend(readers.pop(node.output[0], []))
+            self.shapes.update(shrunk)
+
+    def _broadcast_anyway(self, name: str, shape: SymShape, readers: Mapping[str, list[onnx.NodeProto]],
+                          outputs: set[str], shrunk: dict[str, SymShape], depth: int) -> bool:
+        """Whether every reader of ``name`` gives the same result where ``name`` has the smaller ``shape``
+        (broadcast by the reader's other inputs, or by the readers of its output, ``depth`` readers on); the
+        outputs that would then be smaller go to ``shrunk``."""
+        got = readers.get(name, [])
+        if not got or name in outputs:
+            return False
+        for reader in got:
+            if reader.op_type not in BROADCASTING or reader.domain not in ("", "ai.onnx") or len(reader.output) != 1:
+                return False
+            shapes = [shape if i == name else shrunk.get(i, self.shapes.get(i)) for i in reader.input]
+            if any(s is None or None in s for s in shapes):
+                return False
+            out = _broadcast([[d for d in s if d is not None] for s in shapes if s is not None])
+            want = self.shapes.get(reader.output[0])
+            if out is None or want is None:
+                return False
+            if out == want:
+                continue
+            if depth == 0 or reader.output[0] in outputs:
+                return False
+            shrunk[reader.output[0]] = list[Mono | None](out)
+            if not self._broadcast_anyway(reader.output[0], list[Mono | None](out), readers, outputs, shrunk,
+                                          depth - 1):
+                return False
+        return True
+
+    def _spread(self, node: onnx.NodeProto) -> bool:
+        """An ``And`` of an all-true slice expanded to a shape (:meth:`_uniform`: torch's mask of ones, expanded
+        to ``[1, 1, seq, 1]``) and another boolean written as the other expanded to that shape (an ``Or`` of all
+        false likewise): one kernel less (True: rewritten, its output's shape known)."""
+        if len(node.input) != 2 or node.output[0] in {o.name for o in self.model.graph.output}:
+            return False
+        for k in (0, 1):
+            got, other = self.expanded.get(node.input[k]), node.input[1 - k]
+            if got is None or self.types.get(other) != self.types.get(node.input[k]):
+                continue
+            value = array_of(self.constants[got[0]])
+            if value.size == 0 or not np.all(value == IDENTITIES[node.op_type]) or any(n != 1 for n in value.shape):
+                continue
+            a, b = self.shapes.get(node.input[k]), self.shapes.get(other)
+            if a is None or b is None or None in a or None in b:
+                continue
+            width = max(len(a), len(b))
+            one = Mono.const(1)
+            a, b = [one] * (width - len(a)) + list(a), [one] * (width - len(b)) + list(b)
+            if any(x != y and one not in (x, y) for x, y in zip(a, b)):
+                continue
+            node.op_type = "Expand"
+            del node.input[:]
+            node.input.extend([other, got[1]])
+            self.shapes[node.output[0]] = [y if x == one else x for x, y in zip(a, b)]
+            self.types[node.output[0]] = self.types[other]
+            return True
+        return False
+
     def _identity(self, node: onnx.NodeProto) -> bool:
         """An ``And`` with an all-true constant (an ``Or`` with all false) that broadcasts into the other input's
         shape, dropped: its output read as the other input (True). The user's mask computations are written back
@@ -492,7 +617,7 @@ class _Rewriter(SizeWriter):
             const, other = self.constants.get(node.input[k]), node.input[1 - k]
             if const is None or self.types.get(other) != const.data_type:
                 continue
-            value = numpy_helper.to_array(const)
+            value = array_of(const)
             if value.size == 0 or not np.all(value == IDENTITIES[node.op_type]):
                 continue
             if self.shapes.get(other) is None or None in (self.shapes.get(other) or []):
@@ -507,65 +632,6 @@ class _Rewriter(SizeWriter):
             self.types[node.output[0]] = self.types[other]
             return True
         return False
-
-    def _drop_broadcasts(self) -> None:
-        """An ``And`` of a value with an all-true constant expanded along symbolic axes (an ``Or`` with all false:
-        :meth:`_uniform` wrote the Expand) only broadcasts the value along them: where the elementwise operators
-        that read it broadcast it there anyway (T5's mask, [batch, 1, 1, seq] against the [1, heads, seq, seq]
-        bias), they read the value itself, and the Expand and the And go."""
-        readers: dict[str, list[onnx.NodeProto]] = {}
-        for node in self.nodes:
-            for name in node.input:
-                readers.setdefault(name, []).append(node)
-        made = {o: n for n in self.nodes for o in n.output}
-        outputs = {o.name for o in self.model.graph.output}
-        for node in list(self.nodes):
-            if node.domain not in ("", "ai.onnx") or node.op_type not in IDENTITIES or len(node.input) != 2:
-                continue
-            for k in (0, 1):
-                expand, other = made.get(node.input[k]), node.input[1 - k]
-                const = self.constants.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" \
-                    else None
-                if const is None or self.types.get(other) != const.data_type \
-                        or not np.all(numpy_helper.to_array(const) == IDENTITIES[node.op_type]):
-                    continue
-                changed: dict[str, list[Mono]] = {}
-                have = self.shapes.get(other)
-                if have is None or None in have or len(have) < len(numpy_helper.to_array(const).shape) \
-                        or not self._absorbed(node.output[0], [d for d in have if d is not None], readers, outputs,
-                                              changed, 3):
-                    continue
-                for reader in readers.get(node.output[0], []):
-                    for j, name in enumerate(reader.input):
-                        if name == node.output[0]:
-                            reader.input[j] = other
-                for name, shape in changed.items():
-                    self.shapes[name] = list[Mono | None](shape)
-                break
-
-    def _absorbed(self, name: str, have: list[Mono], readers: Mapping[str, list[onnx.NodeProto]],
-                  outputs: set[str], changed: dict[str, list[Mono]], depth: int) -> bool:
-        """Whether ``name``, read with the sizes ``have`` instead of its own, leaves the values its readers compute
-        further on as they are: each reader an elementwise operator that broadcasts, whose other inputs give its
-        output its sizes, or (up to ``depth`` operators on) whose output is read so in turn; ``changed``: the
-        sizes of the values between, as they become."""
-        if name in outputs or not readers.get(name) or depth == 0:
-            return False
-        for reader in readers[name]:
-            out = reader.output[0] if len(reader.output) == 1 else ""
-            if reader.domain not in ("", "ai.onnx") or reader.op_type not in BROADCASTING or not out:
-                return False
-            shapes = [have if i == name else self.shapes.get(i) for i in reader.input]
-            if any(d is None or None in d for d in shapes):
-                return False
-            got = _broadcast([[m for m in d if m is not None] for d in shapes if d is not None])
-            if got is None:
-                return False
-            if got != self.shapes.get(out):
-                if out in changed or not self._absorbed(out, got, readers, outputs, changed, depth - 1):
-                    return False
-                changed[out] = got
-        return True
 
     def _small_vector(self, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
         """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at
@@ -601,10 +667,11 @@ class _Rewriter(SizeWriter):
             whole = [m for m in entries if m is not None]
             self.vectors[name] = whole if len(whole) == len(entries) else None
 
-    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> None:
+    def _reshape(self, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool:
         """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
-        computes it; else guessed from the constant target and its input's shape) with 0 and -1."""
-        dims_in = self.shapes.get(node.input[0])
+        computes it; else guessed from the constant target and its input's shape) with 0 and -1. One to its input's
+        own shape is dropped (its output read as its input: True)."""
+        dims_in = self.rows.get(node.input[0]) or self.shapes.get(node.input[0])
         if dims_in is None or any(d is None for d in dims_in):
             self._fit()
             dims_in = self.shapes.get(node.input[0])
@@ -614,51 +681,197 @@ class _Rewriter(SizeWriter):
             sym = resolve_target(fitted, known, allowzero)
             if sym is None:  # its input's shape is not known: the target as computed, from the symbols
                 node.input[1] = self.vector(fitted)
-                return
+                return False
         else:
             target = int_values(self.constants[node.input[1]])
             if known is None:
                 self.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
-                return
+                return False
             sym = self._original_target(node.input[1], target, known)
             if sym is None:
                 sym = reshape_target(known, target, self.values, allowzero)
             if sym is None:
                 self.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
-                return
+                return False
         self.shapes[node.output[0]] = list(sym)
         if node.input[0] in self.types:
             self.types[node.output[0]] = self.types[node.input[0]]
+        collapsed = self._collapse(node)
+        if collapsed is not None:
+            known = collapsed
+        if known is not None and list(sym) == known and self._identity_reshape(node):
+            return True
         if all(m.is_const for m in sym) and fitted is None:
-            return
-        known = known or []
-        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
-                                      else None for k, m in enumerate(sym)]
-        if allowzero and any(w is not None for w in written):
+            if collapsed is not None:  # the constant target may copy (0) the sizes of the input it no longer reads
+                node.input[1] = self.vector(sym)
+            return False
+        self._write_target(node, sym, known or [], allowzero)
+        return False
+
+    def _write_target(self, node: onnx.NodeProto, sym: list[Mono], known: list[Mono], allowzero: bool) -> None:
+        """A Reshape's target ``sym`` (its output's symbolic shape) written as :meth:`_target` writes it: 0 where it
+        copies its input's (``known``) size, one -1, a constant where no other is left."""
+        target = self._target(sym, known)
+        if allowzero and any(w == Mono.const(0) for w in target):
             # a 0 written copies the input's size, the very size the target asks for (allowzero: a 0 in the
             # target is the size 0, which no written entry is)
             keep = [a for a in node.attribute if a.name != "allowzero"]
             del node.attribute[:]
             node.attribute.extend(keep)
-        loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
-        if loose:
-            written[loose[-1]] = Mono.const(-1)
-        node.input[1] = self.vector([w if w is not None else m for w, m in zip(written, sym)])
+        node.input[1] = self.vector(target)
 
-    def _reshaped_input(self, node: onnx.NodeProto) -> None:
-        """A Reshape to a constant target without 0 that reads a Reshape or a Flatten reads that one's input
-        instead (the same elements in the same order: only the last target counts), so that the chain the user's
-        mask indexing leaves (Flatten, a flat Gather written as a Reshape, Reshapes) is one Reshape, whose target
-        can copy its input's sizes (0) where the chain's needed them computed."""
-        target = self.constants.get(node.input[1])
-        if target is None or 0 in int_values(target):
-            return
-        while True:
-            source = next((n for n in reversed(self.nodes) if node.input[0] in n.output), None)
-            if source is None or source.domain not in ("", "ai.onnx") or source.op_type not in ("Reshape", "Flatten") \
-                    or not source.input or not source.input[0]:
+    def _rotary_positions(self, node: onnx.NodeProto) -> None:
+        """A ``RotaryEmbedding`` (opset 23) whose cos and sin are the first rows of tables (:mod:`eqsat.onnx.tables`)
+        expanded to the batch (its kernel wants them ``[batch, seq, d]``) reads the tables themselves at position
+        ids, the first rows of a table of positions expanded to ``[batch, seq]``: one Slice and one Expand where
+        the prefixes take two of each and the target of their Expand its own size computation."""
+        made = {o: n for n in self.nodes for o in n.output}
+        tables, ends, sizes = [], None, None
+        for name in node.input[1:3]:
+            expand = made.get(name)
+            sliced = made.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" else None
+            if sliced is None or sliced.op_type != "Slice" or len(sliced.input) != 4 \
+                    or any(i not in self.constants for i in (sliced.input[0], sliced.input[1], sliced.input[3])):
                 return
-            node.input[0] = source.input[0]
+            if any(sliced.output[0] == written for written, _, _ in self.guarded):
+                return  # a table that stops below the sizes the user's program takes: read through its If
+            table = array_of(self.constants[sliced.input[0]])
+            axes = int_values(self.constants[sliced.input[3]])
+            shape = self.shapes.get(name)
+            if table.ndim != 3 or table.shape[0] != 1 or int_values(self.constants[sliced.input[1]]) != [0] \
+                    or axes not in ([1], [-2]) or shape is None or len(shape) != 3 or None in shape \
+                    or ends not in (None, sliced.input[2]) or sizes not in (None, shape[:2]):
+                return
+            tables.append(table[0])
+            ends, sizes = sliced.input[2], shape[:2]
+        assert ends is not None and sizes is not None
+        positions = self.cache.get(f"rotary_positions:{ends}:{len(tables[0])}")
+        if positions is None:
+            rows = self.const(np.arange(len(tables[0]), dtype=np.int64)[None], "positions")
+            first = self.emit("Slice", [rows, self.const(np.array([0], np.int64), "starts"), ends,
+                                        self.const(np.array([1], np.int64), "axes")], "positions")
+            positions = self.emit("Expand", [first, self.vector([d for d in sizes if d is not None])], "positions")
+            self.shapes[first] = [Mono.const(1), sizes[1]]
+            self.shapes[positions] = list(sizes)
+            self.cache[f"rotary_positions:{ends}:{len(tables[0])}"] = positions
+        for k, table in zip((1, 2), tables):
+            node.input[k] = self.const(table, "rotary")
+        node.input.append(positions)
+
+    def _identity_reshape(self, node: onnx.NodeProto) -> bool:
+        """A Reshape to its input's own shape (``[0, 0]``: onnxruntime keeps it) dropped (True): its output read as its
+        input; where it is an output of the graph, the node that computes its input writes the output instead
+        (the values read before under the input's name read it under the output's)."""
+        out, source = node.output[0], node.input[0]
+        g = self.model.graph
+        if out not in {o.name for o in g.output}:
+            self._alias(out, source)
+            return True
+        producer = next((n for n in self.nodes if source in n.output), None)
+        if producer is None or source in {o.name for o in g.output} or source in self.boundary \
+                or source in self.shape_only:
+            return False
+        producer.output[list(producer.output).index(source)] = out
+        for n in self.nodes:
+            for k, name in enumerate(n.input):
+                if name == source:
+                    n.input[k] = out
+        self.alias[source] = out
+        self.types.setdefault(out, self.types.get(source, 0))
+        return True
+
+    def _target(self, sym: list[Mono], known: list[Mono]) -> list[Mono]:
+        """A Reshape target (``sym``) of an input of shape ``known`` as written: ``0`` where it keeps the input's
+        symbolic size, ``-1`` for one of the other symbolic sizes (the first whose symbols are not computed yet:
+        the sequence length of ``[batch, seq, N]``, which a decoder's mask and position tables read too, rather
+        than the batch), the rest computed from the inputs' shapes. Where those are sizes of the inputs and one
+        constant size is left, the ``-1`` is that constant instead: ``[batch, seq, -1]``, one vector for every
+        width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it)."""
+        written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
+                                      else None for k, m in enumerate(sym)]
+        loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
+        rest = [k for k, m in enumerate(sym) if written[k] is None and m.is_const]
+        if len(loose) > 1 and len(rest) == 1 and sym[rest[0]].coef > 0 and all(
+                sym[k].coef == 1 and len(sym[k].powers) == 1 and sym[k].powers[0][1] == 1
+                and sym[k].powers[0][0] in self.places for k in loose):
+            written[rest[0]] = Mono.const(-1)
+        elif loose:
+            missing = [k for k in loose if not all(s in self.cache for s, _ in sym[k].powers)]
+            written[(missing or loose)[0]] = Mono.const(-1)
+        return [w if w is not None else m for w, m in zip(written, sym)]
+
+    def _gathered(self, node: onnx.NodeProto, target: list[Mono] | None) -> None:
+        """A Gather written as the Reshape it is (``target``: its output's symbolic shape; None: not rewritten),
+        its target written relative to its input (0 and -1) and the Reshapes before it folded in."""
+        if target is None:
+            return
+        self.targeted.add(id(node))
+        self.shapes[node.output[0]] = list[Mono | None](target)
+        known = self._collapse(node) or [d for d in self.shapes.get(node.input[0]) or [] if d is not None]
+        if len(known) == len(self.shapes.get(node.input[0]) or []):
+            self._write_target(node, target, known, False)
+
+    def _collapse(self, node: onnx.NodeProto) -> list[Mono] | None:
+        """A Reshape of a Reshape or Flatten written (a chain of them) made to read the first one's input: one
+        Reshape where the user's mask chain or a layer's rows wrote several (onnxruntime runs each). Its input's
+        symbolic shape where it changed (the target is then written relative to it), else None."""
+        name = node.input[0]
+        changed = name in self.rows
+        while True:
+            inner = self.made.get(name)
+            if inner is None or inner.domain not in ("", "ai.onnx") or inner.op_type not in ("Reshape", "Flatten") \
+                    or not inner.input or not inner.input[0]:
+                break
+            dims = self.shapes.get(inner.input[0])
+            if dims is None or any(d is None for d in dims):
+                break
+            name, changed = inner.input[0], True
+        if not changed:
+            return None
+        dims = self.shapes.get(name)
+        if dims is None or any(d is None for d in dims):
+            return None
+        node.input[0] = name
+        return [d for d in dims if d is not None]
+
+    def _split(self, node: onnx.NodeProto) -> None:
+        """A Split along the last axis of a Reshape that kept that axis (rows ``[batch*seq, 3*768]`` to ``[batch,
+        seq, 3*768]``, split in three), where each part is only reshaped again, made to split the rows themselves:
+        the Reshape before it is dropped, and the Reshapes after it write their targets from the rows."""
+        inner = self.made.get(node.input[0]) if node.input else None
+        if inner is None or inner.domain not in ("", "ai.onnx") or inner.op_type != "Reshape":
+            return
+        x = inner.input[0]
+        dims_x, dims_y = self.shapes.get(x), self.shapes.get(node.input[0])
+        if not dims_x or not dims_y or None in dims_x or None in dims_y or dims_x[-1] != dims_y[-1]:
+            return
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if axis not in (-1, len(dims_y) - 1) or any(a.name == "num_outputs" for a in node.attribute):
+            return
+        outputs = {o.name for o in self.model.graph.output}
+        sizes = self.constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        split = int_values(sizes) if sizes is not None else \
+            next((list(a.ints) for a in node.attribute if a.name == "split"), None)
+        if split is None or len(split) != len(node.output):
+            return
+        for out in node.output:
+            readers = self.readers.get(out, [])
+            if not out or out in outputs or not readers or any(
+                    r.domain not in ("", "ai.onnx") or r.op_type != "Reshape" or list(r.input).count(out) != 1
+                    or r.input[0] != out or len(r.input) < 2
+                    or not (r.input[1] in self.constants or r.input[1] in self.shape_only) for r in readers):
+                return
+        node.input[0] = x
+        for a in node.attribute:
+            if a.name == "axis":
+                a.i = len(dims_x) - 1
+        if not any(a.name == "axis" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("axis", len(dims_x) - 1))
+        for out, n in zip(node.output, split):
+            self.rows[out] = [*dims_y[:-1], Mono.const(n)]
+            self.shapes[out] = [*dims_x[:-1], Mono.const(n)]
+            if x in self.types:
+                self.types[out] = self.types[x]
 
     def _expand(self, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
         """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
@@ -777,26 +990,30 @@ def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
 
 
 def _broadcast(shapes: list[list[Mono]]) -> list[Mono] | None:
-    """The symbolic sizes numpy's broadcasting gives ``shapes`` (None: two different sizes but 1 meet)."""
-    out: list[Mono] = []
-    for k in range(max(len(d) for d in shapes)):
-        sizes = {d[len(d) - 1 - k] for d in shapes if k < len(d)} - {Mono.const(1)}
+    """The shape numpy's broadcasting gives ``shapes`` (None where two sizes differ and neither is 1)."""
+    width = max((len(s) for s in shapes), default=0)
+    one = Mono.const(1)
+    out = []
+    for axis in range(width):
+        sizes = {s[len(s) - width + axis] for s in shapes if len(s) - width + axis >= 0} - {one}
         if len(sizes) > 1:
             return None
-        out.insert(0, sizes.pop() if sizes else Mono.const(1))
+        out.append(next(iter(sizes), one))
     return out
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
-                 full: bool = True) -> Generic:
+                 full: bool = True, final: bool = True) -> Generic:
     """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface;
     ``model`` itself is left as it was. Not ``full``: only the triangles and prefix tables among the values computed
     from the shapes alone that the data reads are written in their forms (a Trilu, a Slice of a table:
     :mod:`eqsat.onnx.tables`); the rest is left as it is (for a model the importer reads again, at the
-    representative sizes)."""
+    representative sizes). Not ``final`` (the importer's simplification): the forms only a written program takes are
+    left out (a MatMul and its bias stay as they are, as the static program's e-graph starts from them, and no
+    Expand is dropped: the e-graph's attention rules read the mask's full shape)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return _Rewriter(copy, original, values, full).run()
+    return _Rewriter(copy, original, values, full, final).run()
 
 
 __all__ = ["Generic", "make_generic"]

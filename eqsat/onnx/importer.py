@@ -12,7 +12,9 @@ inputs (the outer-scope values its subgraphs read). Output shapes come from onnx
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
 A generic import (dynamic axes kept symbolic) first writes a causal mask as a Trilu and a position or rotary
 table as a Slice of a constant (:func:`simplified`), then keeps the Shape computations that meet the data
-(:mod:`eqsat.onnx.live`).
+(:mod:`eqsat.onnx.live`); a Reshape whose target such a kept Shape computes (with constants) alone is imported
+as a ``reshape`` to the target's value at the representative sizes, as a folded one is (its symbols read off its
+input's, :func:`eqsat.onnx.dimensions.symbolic_target`; the export writes it shape-generic).
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class _Importer:
         self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
         self.values: dict[str, Node] = {}
         self.consts: dict[str, np.ndarray] = {}
+        self.sized: dict[str, np.ndarray] = {}
+        """the small integer values computed from kept (live) Shapes alone, at the representative sizes: a Reshape
+        to one is imported as a reshape to that target (its symbols read as a folded target's are)"""
         self.weights: dict[str, np.ndarray] = {}
         self._names: set[str] = set()
         self.origins: list[Origin] = []
@@ -260,6 +265,8 @@ class _Importer:
             if folded is not None:
                 self.consts.update(folded)
                 return
+        if self.generic:
+            self._sized(node, ins, implicit)
         if node.op_type in ("Identity", "Dropout") and node.domain in ("", "ai.onnx") and ins[0] \
                 and removable_pass_through(node, self.consts) or self._same_type_cast(node):
             self.values[node.output[0]] = self.value(ins[0])
@@ -268,20 +275,48 @@ class _Importer:
         if kept is not None:
             self.values[node.output[0]] = self.value(kept)
             return
-        mapped = None
+        mapped, sized = None, False
         if node.domain in ("", "ai.onnx") and not implicit:
             mapper = ops.IMPORTS.get(node.op_type)
             if mapper is not None:
                 context: ImportContext[Node] = self  # the table's mappers build through this importer
+                target = ins[1] if node.op_type == "Reshape" and len(ins) > 1 and ins[1] in self.sized \
+                    and ins[1] not in self.consts else None
+                if target is not None:
+                    self.consts[target] = self.sized[target]  # (make refuses a reshape valid at these sizes only)
+                    sized = True
                 try:
                     mapped = mapper(context, node, [self.value(i) if i else None for i in ins])
                 except ShapeError:
                     mapped = None
+                finally:
+                    if target is not None:
+                        del self.consts[target]
         if mapped is None:
             self._opaque(node, implicit)
         else:
             self.values[node.output[0]] = mapped
-            self.record_origin([node], [node.output[0]])
+            if not sized:  # (a Reshape to a sized target is written from the IR: its target, a constant)
+                self.record_origin([node], [node.output[0]])
+
+    def _sized(self, node: onnx.NodeProto, ins: list[str], implicit: list[str]) -> None:
+        """Records the value at the representative sizes of a kept Shape's output, and of a small integer value
+        computed from those and constants alone (:attr:`sized`)."""
+        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC | QUANTIZATION or implicit:
+            return
+        if node.op_type == "Shape" and ins[0] in self.values and node.output[0] in self.live:
+            shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
+            a = onnx_attrs(node)
+            self.sized[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
+            return
+        if not any(i in self.sized for i in ins) or not all(i == "" or i in self.consts or i in self.sized
+                                                            for i in ins):
+            return
+        folded = self.runs.fold(node, implicit, {**self.consts, **{i: self.sized[i] for i in ins if i in self.sized}})
+        for name, value in (folded or {}).items():
+            value = np.asarray(value)
+            if value.dtype.kind in "iu" and value.size <= 8 and value.ndim <= 1:
+                self.sized[name] = value
 
     def _same_type_cast(self, node: onnx.NodeProto) -> bool:
         """Whether ``node`` is a Cast to its input's own element type (torch writes them, e.g. T5's LayerNorm
@@ -402,14 +437,19 @@ def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...
     them, or nearly (:func:`eqsat.onnx.generic.make_generic`: a causal mask a Trilu, position and rotary tables
     Slices of constants, a row repeated along the symbols a constant, sizes read from the inputs' shapes), so
     that the import carries a few opaque nodes where the user's chains would be dozens; ``model`` where the
-    rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite works on a copy)."""
+    rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite works on a copy).
+    Every form is written where it leaves no notes (the e-graph of a BERT layer then starts at the static
+    program's size, not twice it: the sym analysis pays for each e-node); else only the tables."""
     if sum(tensor_size(t) for t in model.graph.initializer) > SIMPLIFIED_WEIGHTS or not live_shapes(model):
         return model
-    try:
-        written = make_generic(model, model, symbol_values(model, input_shapes), full=False)
-    except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
-        return model
-    return model if written.notes else written.model
+    for full in (True, False):  # every form (the e-graph starts near the static program's size); else the tables
+        try:
+            written = make_generic(model, model, symbol_values(model, input_shapes), full=full, final=False)
+        except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
+            continue
+        if not written.notes:
+            return written.model
+    return model
 
 
 def import_model(model: onnx.ModelProto | str | os.PathLike,

@@ -18,21 +18,31 @@ from onnx import TensorProto
 
 from ..errors import InputError
 from . import pool, staging
-from .external import check_aside, data_file, goes_out, save_external, save_streamed, set_weights_aside, tensor_size
+from .external import (
+    Weights,
+    check_aside,
+    data_file,
+    data_size,
+    goes_out,
+    save_external,
+    save_streamed,
+    set_weights_aside,
+)
 
 LIMIT = 1_800_000_000
 """a model whose weights or serialized size pass this many bytes is written with its weights in external data"""
 
 
-def is_large(model: onnx.ModelProto) -> bool:
+def is_large(model: onnx.ModelProto, weights: Weights | None = None) -> bool:
     """Whether ``model`` is too big to serialize as one message (protobuf fails past 2 GiB, even to size it): its
-    initializers' sizes from their shapes (sizing a message costs as much as writing it) and its nodes' and
-    functions' serialized sizes (Constant values, subgraphs) pass :data:`LIMIT`."""
+    initializers' sizes from their shapes (sizing a message costs as much as writing it; a reference into
+    ``weights`` as the bytes it refers to) and its nodes' and functions' serialized sizes (Constant values,
+    subgraphs) pass :data:`LIMIT`."""
     try:
-        weights = sum(tensor_size(t) for t in model.graph.initializer)
-        if weights > LIMIT:
+        total = sum(data_size(t, weights) for t in model.graph.initializer)
+        if total > LIMIT:
             return True
-        return weights + sum(n.ByteSize() for n in model.graph.node) + \
+        return total + sum(n.ByteSize() for n in model.graph.node) + \
             sum(f.ByteSize() for f in model.functions) > LIMIT
     except Exception:  # google.protobuf.message.EncodeError: over 2 GiB
         return True
@@ -59,20 +69,22 @@ def as_path(model: onnx.ModelProto) -> Iterator[str]:
         yield path
 
 
-def save(model: onnx.ModelProto, path: str, external: bool = False) -> None:
+def save(model: onnx.ModelProto, path: str, external: bool = False, weights: Weights | None = None) -> None:
     """Write ``model`` to ``path``; its weights (tensors of at least :data:`EXTERNAL_THRESHOLD` bytes) go to
     :func:`data_file` beside it where ``external`` is asked or the model is too large for one message
-    (:func:`is_large`). The model is never copied nor serialized whole (:func:`save_streamed` otherwise)."""
-    if external or is_large(model):
-        save_external(model, path)
+    (:func:`is_large`). The model is never copied nor serialized whole (:func:`save_streamed` otherwise).
+    ``weights``: where its references into the run's weight pool lie; they are written as the data they refer
+    to, a tensor at a time (the file :meth:`~eqsat.onnx.pool.WeightPool.restore`'s model would give)."""
+    if external or is_large(model, weights):
+        save_external(model, path, weights)
     else:
-        save_streamed(model, path)
+        save_streamed(model, path, weights)
 
 
-def writes_data_file(model: onnx.ModelProto, external: bool = False) -> bool:
+def writes_data_file(model: onnx.ModelProto, external: bool = False, weights: Weights | None = None) -> bool:
     """Whether :func:`save` (``external`` asked or not) writes ``model``'s weights to a data file beside it."""
-    return (external or is_large(model)) and any(
-        goes_out(t) for t in onnx.external_data_helper._get_initializer_tensors(model))
+    return (external or is_large(model, weights)) and any(
+        goes_out(t, weights) for t in onnx.external_data_helper._get_initializer_tensors(model))
 
 
 def external_data_files(path: str) -> list[str]:
@@ -185,11 +197,12 @@ def write_atomic(model: onnx.ModelProto, path: str, external: bool = False) -> N
     write_together(model, path, {}, external)
 
 
-def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes], external: bool = False) -> None:
+def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes], external: bool = False,
+                   weights: Weights | None = None) -> None:
     """Write ``model`` to ``path`` and each ``others`` file (e.g. the JSON report): all are replaced, or none.
     The model's weights go to its external data file, :func:`data_file` (``path`` + ``.data``), where ``external``
     is asked or the model is too large for one message (:func:`save`); that file is staged and renamed with the
-    others.
+    others. ``weights``: where ``model``'s references into the run's weight pool lie (:func:`save`).
 
     Everything is first staged in ``.eqsat-*`` folders beside the targets, then renamed into place with SIGINT
     and SIGTERM held back; if a rename fails, or an interrupt arrived meanwhile, the files already replaced get
@@ -210,7 +223,7 @@ def write_together(model: onnx.ModelProto, path: str, others: dict[str, bytes], 
         model_dir = os.path.join(stage_for(target), "model")  # own folder: the name must stay (external data)
         os.mkdir(model_dir)
         staged = os.path.join(model_dir, os.path.basename(target))
-        save(model, staged, external)
+        save(model, staged, external, weights)
         pairs = [(staged, target)]
         if os.path.exists(data_file(staged)):
             pairs.insert(0, (data_file(staged), data_file(target)))

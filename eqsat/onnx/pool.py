@@ -37,6 +37,7 @@ import re
 import shutil
 import tempfile
 import threading
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from .staging import remove_stale
 
@@ -122,7 +123,7 @@ def _copy_fields(src: Any, dst: Any, skip: set[str]) -> None:
             setattr(dst, f.name, value)
 
 
-def _same(a: np.ndarray, b: bytes) -> bool:
+def _same(a: np.ndarray, b: bytes | memoryview) -> bool:
     """Whether the bytes of ``a`` equal ``b``, compared in chunks (no temporary as large as the tensor)."""
     x = a.reshape(-1).view(np.uint8)
     y = np.frombuffer(b, np.uint8)
@@ -142,6 +143,8 @@ class WeightPool:
         """(offset, length) -> the entry there: what a reference into the file points to"""
         self.addresses: dict[int, Entry] = {}
         """the address of each entry's mapped array -> the entry: an array of the pool, seen again (the IR's)"""
+        self.folded: dict[tuple[int, tuple[int, ...], int], list[Entry]] = {}
+        """(type, shape, checksum) -> the folded values added (:meth:`put`)"""
         self.sessions = 0
         """sessions built on the pool"""
         open(self.path, "wb").close()
@@ -149,7 +152,7 @@ class WeightPool:
     @property
     def held(self) -> int:
         """The bytes of weights the pool holds (each once)."""
-        return sum(e.length for es in self.entries.values() for e in es)
+        return sum(e.length for e in self.at.values())
 
     def entry(self, t: TensorProto) -> Entry | None:
         """The pooled copy of initializer ``t`` (added on first sight), or None for a small one or one whose data
@@ -171,6 +174,35 @@ class WeightPool:
         self.addresses[e.array.ctypes.data] = e
         return e
 
+    def put(self, array: np.ndarray) -> np.ndarray:
+        """``array`` (a value the exporter folded from weights: a concatenated, transposed or merged weight) as the
+        pool's mapped array of the same bytes, added where new, its pages dropped; ``array`` itself where it is
+        small, of a type not pooled, or one of the pool's arrays already (a view of a weight). An exported model
+        then refers to it (:meth:`reference_to`) instead of holding a copy, and the caller need not keep ``array``:
+        a candidate's new weights are held once, in the pool's file, not in the heap and again in its model.
+        Values are matched by content (a checksum, then the bytes), so every candidate that folds the same
+        weight shares one copy."""
+        if not isinstance(array, np.ndarray) or array.nbytes < MIN_BYTES:
+            return array
+        try:
+            data_type = helper.np_dtype_to_tensor_dtype(array.dtype)
+        except (KeyError, TypeError, ValueError):
+            return array
+        contiguous = np.ascontiguousarray(array)
+        if data_type not in PLAIN or self.reference_to(contiguous, "") is not None:
+            return array
+        raw = memoryview(contiguous).cast("B")
+        key = (data_type, tuple(array.shape), zlib.crc32(raw))
+        for e in self.folded.get(key, []):
+            if _same(e.array, raw):
+                return e.array
+        e = self._add(("", data_type, tuple(array.shape)), raw)
+        self.folded.setdefault(key, []).append(e)
+        self.at[e.offset, e.length] = e
+        self.addresses[e.array.ctypes.data] = e
+        e.drop()  # written: read again only by a session that needs it
+        return e.array
+
     def reference_to(self, array: np.ndarray, name: str) -> TensorProto | None:
         """A reference named ``name`` to ``array`` where it is one of the pool's arrays, whole (the IR's weights are:
         the exporter then writes no copy of them), else None."""
@@ -184,7 +216,7 @@ class WeightPool:
         t.dims.extend(array.shape)
         return t
 
-    def _add(self, key: tuple[str, int, tuple[int, ...]], raw: bytes) -> Entry:
+    def _add(self, key: tuple[str, int, tuple[int, ...]], raw: bytes | memoryview) -> Entry:
         name, data_type, dims = key
         offset = -(-self.size // ALIGN) * ALIGN
         with open(self.path, "r+b") as f:
@@ -235,6 +267,21 @@ class WeightPool:
             ref.data_location = TensorProto.EXTERNAL
             ref.external_data.extend(e.reference(t.name).external_data)
         return slim
+
+    def data(self, t: TensorProto) -> np.ndarray | None:
+        """The array a reference into the pool refers to, under the reference's shape (the bytes :meth:`restore`
+        would give ``t``); None for any other tensor. The writers read it a tensor at a time
+        (:func:`eqsat.onnx.io.save` with ``weights``): a model is written without being restored."""
+        if t.data_location != TensorProto.EXTERNAL:
+            return None
+        e = self._referenced(t)
+        return e.array.reshape(tuple(t.dims)) if e is not None else None
+
+    def done(self, t: TensorProto) -> None:
+        """``t``'s data written (:meth:`data`): its mapped pages dropped, not kept resident."""
+        e = self._referenced(t) if t.data_location == TensorProto.EXTERNAL else None
+        if e is not None:
+            e.drop()
 
     def restore(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """``model`` (changed in place, and returned) with every reference into the pool replaced by the data:
@@ -313,6 +360,14 @@ class WeightPool:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def array_of(t: TensorProto) -> np.ndarray:
+    """``t``'s values, read from the current pool where ``t`` refers into it (an exported candidate's large
+    folded weights do), else from ``t`` itself."""
+    shared = current()
+    data = shared.data(t) if shared is not None else None
+    return np.asarray(data) if data is not None else numpy_helper.to_array(t)
+
+
 def current() -> WeightPool | None:
     """The pool made current by :func:`pooled`, or None."""
     return _CURRENT.get()
@@ -335,4 +390,4 @@ def pooled(folder: str | None = None) -> Iterator[WeightPool]:
         pool.close()
 
 
-__all__ = ["ALIGN", "MIN_BYTES", "PREFIX", "Entry", "WeightPool", "current", "pooled"]
+__all__ = ["ALIGN", "MIN_BYTES", "PREFIX", "Entry", "WeightPool", "array_of", "current", "pooled"]

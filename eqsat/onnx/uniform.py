@@ -127,49 +127,43 @@ def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], val
     return out
 
 
-def _target(sizes: list[Mono], data: list[Mono]) -> list[Mono]:
-    """A Reshape target of ``sizes`` for data of sizes ``data`` with the fewest computed sizes: 0 (copy) where the
-    data has the size at that axis, -1 for the last other symbolic size."""
-    out = [Mono.const(0) if k < len(data) and d == data[k] and not d.is_const else d for k, d in enumerate(sizes)]
-    loose = [k for k, d in enumerate(out) if not d.is_const]
-    if loose:
-        out[loose[-1]] = Mono.const(-1)
-    return out
-
-
-def flat_gather(writer: SizeWriter, node: onnx.NodeProto) -> None:
+def flat_gather(writer: SizeWriter, node: onnx.NodeProto) -> list[Mono] | None:
     """A Gather along axis 0 at the flat index of each element of its indices (:attr:`Patterns.iota`),
-    from data whose first axis has exactly that many rows, written as the Reshape it is."""
+    from data whose first axis has exactly that many rows, written as the Reshape it is (its target returned;
+    None: not rewritten)."""
     data, index = writer.shapes.get(node.input[0]), writer.shapes.get(node.input[1])
     axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
     if axis != 0 or not data or index is None or None in data or None in index:
-        return
+        return None
     rows, sizes = [d for d in data if d is not None], [d for d in index if d is not None]
     if rows[0] != product(sizes):
-        return
+        return None
     node.op_type = "Reshape"
     del node.attribute[:]
-    node.input[1] = writer.vector(_target(sizes + rows[1:], rows))
+    node.input[1] = writer.vector(sizes + rows[1:])
+    return sizes + rows[1:]
 
 
 def grid_gather(writer: SizeWriter, node: onnx.NodeProto,
-                grids: list[tuple[dict[str, int], tuple[int, ...]]]) -> None:
+                grids: list[tuple[dict[str, int], tuple[int, ...]]]) -> list[Mono] | None:
     """A GatherND at each element's multi-index of a grid that is its data's leading axes, in row-major order
-    (``grids``: :attr:`Patterns.grids`), written as the Reshape it is."""
+    (``grids``: :attr:`Patterns.grids`), written as the Reshape it is (its target returned; None: not
+    rewritten)."""
     data, index = writer.shapes.get(node.input[0]), writer.shapes.get(node.input[1])
     if any(a.name == "batch_dims" and a.i for a in node.attribute) or not data or not index \
             or None in data or None in index:
-        return
+        return None
     lead, sizes = [d for d in data if d is not None], [d for d in index if d is not None]
     depth = len(grids[0][1])
     if not sizes[-1].is_const or int(sizes[-1].coef) != depth or depth > len(lead) \
             or product(sizes[:-1]) != product(lead[:depth]) or any(
                 list(grid) != [int(d.value(at)) for d in lead[:depth]]
                 for at, grid in grids):
-        return
+        return None
     node.op_type = "Reshape"
     del node.attribute[:]
-    node.input[1] = writer.vector(_target(sizes[:-1] + lead[depth:], lead))
+    node.input[1] = writer.vector(sizes[:-1] + lead[depth:])
+    return sizes[:-1] + lead[depth:]
 
 
 __all__ = ["LARGEST", "Patterns", "flat_gather", "grid_gather", "shape_patterns"]
