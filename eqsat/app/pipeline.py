@@ -116,7 +116,7 @@ class Result:
         return {"original": self.original, "optimized": self.optimized, "graph": self.graph, "report": self.report}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["original"], state["optimized"], state["graph"], state["report"])  # type: ignore[misc, arg-type]
+        self.__init__(state["original"], state["optimized"], state["graph"], state["report"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"Result(graph={self.graph.name!r}, returned={self.report.returned.program!r})"

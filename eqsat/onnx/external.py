@@ -93,7 +93,7 @@ def save_external(model: onnx.ModelProto, path: str, weights: Weights | None = N
     skeleton, aside = set_weights_aside(model, weights)
     with open(data_file(path), "wb") as data:
 
-        def put(t: onnx.TensorProto, raw: bytes) -> None:
+        def put(t: onnx.TensorProto, raw: bytes | memoryview) -> None:
             offset = data.tell()
             if len(raw) >= ALIGN_THRESHOLD and offset % ALIGNMENT:
                 data.write(b"\0" * (ALIGNMENT - offset % ALIGNMENT))
@@ -110,7 +110,8 @@ def save_external(model: onnx.ModelProto, path: str, weights: Weights | None = N
             if pooled is None:
                 put(stub, weight.raw_data)
                 continue
-            put(stub, memoryview(np.ascontiguousarray(pooled)).cast("B"))
+            assert weights is not None  # (pooled: read from it)
+            put(stub, np.ascontiguousarray(pooled).data.cast("B"))
             weights.done(weight)
         for t in onnx.external_data_helper._get_initializer_tensors(skeleton):  # subgraphs' (If, Loop) weights
             if goes_out(t):
@@ -150,7 +151,7 @@ def _pieces(t: onnx.TensorProto, data: np.ndarray) -> list[bytes | memoryview]:
         if field.name in REFERENCE_FIELDS or field.name == "raw_data":
             continue
         _copy_field(t, head if field.number < RAW_DATA else tail, field.name)
-    raw = memoryview(np.ascontiguousarray(data)).cast("B")
+    raw = np.ascontiguousarray(data).data.cast("B")
     return [head.SerializeToString(), RAW_TAG + _varint(raw.nbytes), raw, tail.SerializeToString()]
 
 
@@ -195,6 +196,7 @@ def save_streamed(model: onnx.ModelProto, path: str, weights: Weights | None = N
                         continue
                     for b in restored:
                         f.write(b)
+                    assert weights is not None  # (restored: read from it)
                     weights.done(t)
 
 

@@ -378,7 +378,7 @@ class _Rewriter(SizeWriter):
                 kept.append(node)
                 used.update(i for i in [*node.input, *implicit_inputs(node)] if i)
         self.nodes = kept[::-1]
-        for bounds, members in groups.items():
+        for limits, members in groups.items():
             members = list({m[0]: m for m in members}.values())
             readers: dict[str, set[int]] = {}
             for node in self.nodes:
@@ -430,11 +430,11 @@ class _Rewriter(SizeWriter):
                          for o, m in zip(outs, members)]
                 return helper.make_graph(nodes, self.fresh(label), [], infos)
 
-            syms = [Mono.symbol(s) for s, _ in bounds]
-            limit = self.const(np.array([b + 1 for _, b in bounds], np.int64), "bound")
+            syms = [Mono.symbol(s) for s, _ in limits]
+            limit = self.const(np.array([b + 1 for _, b in limits], np.int64), "bound")
             within = self.fresh("within_table")
             self.nodes.append(helper.make_node("Less", [self.vector(syms), limit], [within], name=within))
-            if len(bounds) > 1:
+            if len(limits) > 1:
                 every = self.fresh("within_table")
                 self.nodes.append(helper.make_node("Cast", [within], [every + "_i"], name=every + "_i",
                                                    to=onnx.TensorProto.INT64))
@@ -596,13 +596,14 @@ class _Rewriter(SizeWriter):
                 continue
             width = max(len(a), len(b))
             one = Mono.const(1)
-            a, b = [one] * (width - len(a)) + list(a), [one] * (width - len(b)) + list(b)
-            if any(x != y and one not in (x, y) for x, y in zip(a, b)):
+            a_, b_ = [one] * (width - len(a)) + [d for d in a if d is not None], \
+                [one] * (width - len(b)) + [d for d in b if d is not None]
+            if any(x != y and one not in (x, y) for x, y in zip(a_, b_)):
                 continue
             node.op_type = "Expand"
             del node.input[:]
             node.input.extend([other, got[1]])
-            self.shapes[node.output[0]] = [y if x == one else x for x, y in zip(a, b)]
+            self.shapes[node.output[0]] = [y if x == one else x for x, y in zip(a_, b_)]
             self.types[node.output[0]] = self.types[other]
             return True
         return False

@@ -191,7 +191,7 @@ class WeightPool:
         contiguous = np.ascontiguousarray(array)
         if data_type not in PLAIN or self.reference_to(contiguous, "") is not None:
             return array
-        raw = memoryview(contiguous).cast("B")
+        raw = contiguous.data.cast("B")
         key = (data_type, tuple(array.shape), zlib.crc32(raw))
         for e in self.folded.get(key, []):
             if _same(e.array, raw):
