@@ -143,6 +143,9 @@ def prefixes(model: onnx.ModelProto, runs: Mapping[str, Sequence[Run]], shapes: 
             continue
         table, beyond = found
         table = _cut(table, repeated)
+        # the user's program computes it beyond the table only where the value grew to the size asked for (a
+        # Slice of the user's own buffer, BERT's position ids, stops at the buffer: the table is the user's bound)
+        beyond = beyond and all(table.shape[a] >= min(TABLE_SIZE, cap) for a in axes)
         if table.ndim == len(dims) and all(table.shape[a] >= v.shape[a] for _, v in got for a in axes) and all(
                 _equal(_cut(v, repeated), table[tuple(slice(0, v.shape[a]) if a in axes else slice(None)
                                                       for a in range(v.ndim))]) for _, v in got):
