@@ -34,7 +34,7 @@ def test_a_known_allocation_shows_in_the_phase_peak_and_not_in_the_next():
         del block  # phase's peak is sampled, not the high-water mark
     with timer("idle"):
         time.sleep(0.05)  # sampled a few times
-    assert timer.memory_mb["allocate"] >= held - 2 and held >= 200
+    assert timer.memory_mb["allocate"] >= held - 0.5 and held >= 200
     assert timer.memory_mb["allocate"] <= physical_mb()
     assert timer.memory_mb["idle"] < timer.memory_mb["allocate"] - 150  # the freed 200 MiB are not idle's
 
