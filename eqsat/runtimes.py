@@ -321,13 +321,15 @@ class Measured:
 
 def compare_programs(original: Program, candidates: Sequence[Program], runtime: Runtime,
                      protocol: Protocol | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                     feeds: dict[str, np.ndarray] | None = None) -> Measured:
+                     feeds: dict[str, np.ndarray] | None = None,
+                     say: Callable[[str], None] | None = None) -> Measured:
     """Time ``original`` against every candidate in ``runtime`` (eqsat.timing's protocol) on the same inputs:
     ``feeds``, or seeded random ones (:func:`eqsat.timing.timing_feeds`). In one interleaved run, or, where
     ``protocol.memory_bytes`` cannot hold one session of each program (:func:`eqsat.grouping.plan`), in groups
     timed one after another: the original and the candidates that fit, each group's share of the budget in
     proportion to its programs (so each candidate gets the rounds one run would give it), the gate's correction
-    over all the candidates, and each group's sessions freed before the next group's are built."""
+    over all the candidates, and each group's sessions freed before the next group's are built. ``say``: told
+    as each run starts (progress)."""
     protocol = protocol or Protocol()
     programs = [original, *candidates]
     if feeds is None:
@@ -339,8 +341,12 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
         else plan([session_bytes(p.model) for p in programs], protocol.memory_bytes).groups
     comparisons: list[Comparison] = []
     info = runtime.info()
-    for members in groups:
+    for g, members in enumerate(groups):
         group = [original, *(programs[k] for k in members)]
+        if say is not None:
+            within = f"group {g + 1}/{len(groups)} (what the memory budget holds): " if len(groups) > 1 else ""
+            say(f"timing end to end in {runtime.name}: {within}the original against {len(members)} "
+                f"candidate{'s' if len(members) > 1 else ''}")
         share = len(group) / len(programs)  # of the budget, and of the gate's extended budget
         p = protocol if len(groups) == 1 else replace(
             protocol, family=len(candidates), budget_s=protocol.budget_s * share,

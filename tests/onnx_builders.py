@@ -86,3 +86,20 @@ def torch_export(module, example, path, dynamic_batch=False):
     torch.onnx.export(module.eval(), (example,), path, input_names=["x"], output_names=["y"], opset_version=17,
                       dynamo=False, **kwargs)
     return onnx.load(path)
+
+
+def ort_kernels(m: onnx.ModelProto) -> dict[str, int]:
+    """The operators onnxruntime runs for ``m`` after its own optimizations (ORT_ENABLE_ALL, one thread), by type."""
+    import collections
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+    with tempfile.TemporaryDirectory() as tmp:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 3
+        opts.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+        ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return dict(collections.Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node))

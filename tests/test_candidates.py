@@ -10,6 +10,7 @@ import onnx
 import onnx_builders as ob
 import pytest
 
+from eqsat import ir
 from eqsat.app.cli import main
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import (
@@ -30,6 +31,7 @@ from eqsat.gate import Gate
 from eqsat.inputs import random_inputs
 from eqsat.mcts import Env
 from eqsat.models import build
+from eqsat.onnx.export import export_model
 from eqsat.rules import rule_set
 from eqsat.timing import Comparison
 from eqsat.torch_run import TorchProgram
@@ -242,3 +244,56 @@ def test_choose_is_stable_among_equally_fast_candidates_and_takes_a_clearly_fast
     rng = np.random.default_rng(0)
     best, _ = choose([_rounds(rng, 1.1), _rounds(rng, 1.32)], ["a", "b"], allow_slower=False, gate=Gate())
     assert best == 1
+
+
+def _reshaped_programs() -> dict[str, ir.Graph]:
+    """x[4, 6] @ w[6, 8] -> y[4, 8], with the product's reshapes spelled several ways, and programs that differ."""
+    rng = np.random.default_rng(0)
+    x, w = ir.input_("x", (4, 6)), ir.weight("w", (6, 8))
+    weights = {"w": rng.standard_normal((6, 8)).astype(np.float32)}
+
+    def program(*outs: ir.Node) -> ir.Graph:
+        return ir.Graph((x,), outs, tuple(f"y{k}" for k in range(len(outs))), weights)
+
+    def mm(a: ir.Node) -> ir.Node:
+        return ir.make("matmul", [a, w], (0,))
+    flat = ir.make("reshape", [mm(x)], (32,))
+    return {
+        "one": program(ir.make("reshape", [flat], (2, 16))),
+        "chain": program(ir.make("reshape", [ir.make("reshape", [ir.make("reshape", [flat], (8, 4))], (32,))],
+                                 (2, 16))),
+        "identity": program(ir.make("reshape", [ir.make("reshape", [ir.make("reshape", [mm(x)], (4, 8))], (32,))],
+                                    (2, 16))),
+        "other_shape": program(ir.make("reshape", [flat], (16, 2))),
+        "other_data": program(ir.make("reshape", [mm(ir.make("transpose", [ir.make("reshape", [x], (6, 4))],
+                                                                (1, 0)))], (2, 16))),
+        "twice": program(ir.make("reshape", [flat], (2, 16)), ir.make("reshape", [mm(x)], (2, 16))),
+        "shared": program(ir.make("reshape", [flat], (2, 16)), ir.make("reshape", [flat], (2, 16))),
+        # a pointwise sum of two products, before or after their reshapes
+        "sum_after": program(ir.make("reshape", [ir.make("relu", [ir.make("ewsum", [mm(x), mm(ir.make("relu", [x]))])])],
+                                     (2, 16))),
+        "sum_before": program(ir.make("relu", [ir.make("ewsum", [ir.make("reshape", [mm(x)], (2, 16)),
+                                                                   ir.make("reshape", [mm(ir.make("relu", [x]))],
+                                                                           (2, 16))])])),
+    }
+
+
+def test_programs_that_differ_only_in_their_reshapes_are_one_program_as_onnxruntime_runs_them():
+    p = _reshaped_programs()
+    kernels = {name: ob.ort_kernels(export_model(g)) for name, g in p.items()}
+    # the oracle: onnxruntime runs the same kernels for the spellings of one program's reshapes
+    assert kernels["one"] == kernels["chain"] == kernels["identity"]
+    assert same_program(p["one"], p["chain"]) and same_program(p["chain"], p["identity"])
+    assert same_program(p["chain"], p["one"])
+    # a reshape to another shape is another program; so is one whose data went through a transpose (x's elements
+    # in another order at the matmul), and one that computes a product twice where the other computes it once
+    assert not same_program(p["one"], p["other_shape"])
+    assert not same_program(p["one"], p["other_data"])
+    # pointwise operators on reshaped operands: the same kernels on the same data, reshapes aside
+    def computing(k: dict[str, int]) -> dict[str, int]:
+        return {op: c for op, c in k.items() if op != "Reshape"}
+    assert computing(kernels["sum_after"]) == computing(kernels["sum_before"])
+    assert same_program(p["sum_after"], p["sum_before"]) and same_program(p["sum_before"], p["sum_after"])
+    assert not same_program(p["sum_after"], p["one"])
+    # (onnxruntime's common-subexpression pass would run the product once; torch runs what it is given)
+    assert not same_program(p["shared"], p["twice"]) and not same_program(p["twice"], p["shared"])

@@ -122,22 +122,55 @@ class Result:
         return f"Result(graph={self.graph.name!r}, returned={self.report.returned.program!r})"
 
 
+POINTWISE = frozenset({"ewadd", "ewsum", "ewmul", "relu", "tanh", "sigmoid", "gelu", "dropout"})
+"""operators that compute each element from the operands' elements at its place: on operands of its own shape
+(no broadcasting), one is the same whether its operands were reshaped first or its result after"""
+
+
 def same_program(a: Graph, b: Graph) -> bool:
     """Whether ``b`` computes with exactly the operators of ``a``: the same DAG up to node identity
-    (compared by structure, bottom-up), with as many nodes and the same outputs."""
-    if a.output_names != b.output_names or len(a.nodes()) != len(b.nodes()):
+    (compared by structure, bottom-up), with as many operators and the same outputs, reshapes aside: a value is
+    data in a shape, a reshape gives its input's data another shape (a chain of them is one reshape, one back to
+    the data's own shape none), and a :data:`POINTWISE` operator on operands of one shape computes the same
+    data whatever shape they were reshaped to first (their data compared as vectors). So two programs that differ only in where their reshapes
+    stand run the same kernels on the same data (measuring both would time one program twice)."""
+    if a.output_names != b.output_names:
         return False
     ids: dict[tuple, int] = {}
-    memo: dict[int, int] = {}
+    data: dict[int, tuple[int, tuple]] = {}  # node -> (id of its data in the data's own shape, that shape)
+    memo: dict[int, int] = {}  # node -> id of its value (its data in its shape)
 
-    def key(n: Node) -> tuple:
-        base = (n.op, n.attrs, tuple(n.shape), n.dtype)
-        return (*base, n.name) if n.op in ("input", "weight") else (*base, tuple(memo[id(c)] for c in n.inputs))
+    def intern(key: tuple) -> int:
+        return ids.setdefault(key, len(ids))
 
-    def canon(g: Graph) -> tuple[int, ...]:
+    def in_shape(node: Node, data_id: int, own: tuple) -> int:
+        shape = tuple(node.shape)
+        return data_id if shape == own else intern(("reshape", shape, node.dtype, data_id))
+
+    def flat_id(node: Node, flat: tuple) -> int:
+        data_id, own = data[id(node)]
+        return data_id if own == flat else intern(("reshape", flat, node.dtype, data_id))
+
+    def canon(g: Graph) -> tuple[tuple[int, ...], int]:
+        computed = 0
         for n in g.nodes():  # topological: children first
-            memo[id(n)] = ids.setdefault(key(n), len(ids))
-        return tuple(memo[id(o)] for o in g.outputs)
+            shape = tuple(n.shape)
+            if n.op == "reshape":
+                data[id(n)] = data[id(n.inputs[0])]
+            elif n.op in POINTWISE and n.inputs and all(tuple(i.shape) == shape for i in n.inputs) \
+                    and all(isinstance(d, int) for d in shape):
+                computed += 1  # on its operands' data as vectors: wherever their reshapes stood
+                flat = (math.prod(shape),)
+                operands = tuple(flat_id(i, flat) for i in n.inputs)
+                data[id(n)] = (intern((n.op, n.attrs, flat, n.dtype, operands)), flat)
+            else:
+                if n.op not in ("input", "weight"):
+                    computed += 1
+                base = (n.op, n.attrs, shape, n.dtype)
+                key = (*base, n.name) if n.op in ("input", "weight") else (*base, tuple(memo[id(c)] for c in n.inputs))
+                data[id(n)] = (intern(key), shape)
+            memo[id(n)] = in_shape(n, *data[id(n)])
+        return tuple(memo[id(o)] for o in g.outputs), computed
 
     return canon(a) == canon(b)
 
@@ -372,7 +405,7 @@ def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCh
 def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: OptimizeConfig,
                   runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
                   feeds: dict[str, np.ndarray] | None = None,
-                  spare_s: float = 0.0) -> tuple[Measurement, runtimes.Measured]:
+                  spare_s: float = 0.0, say: Progress | None = None) -> tuple[Measurement, runtimes.Measured]:
     """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
     run (eqsat.runtimes) under the sequential gate (eqsat.gate: rounds until every candidate is resolved or the
     budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
@@ -381,7 +414,7 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
     again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
     pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
     EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
-    timed rounds. Returns the measurement of the candidate reported (the shipped one, else the fastest)
+    timed rounds. ``say``: told as each timed run starts. Returns the measurement of the candidate reported (the shipped one, else the fastest)
     and every comparison."""
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
@@ -392,12 +425,16 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
     protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
                         memory_bytes=budget, max_budget_s=config.measure_budget + extension)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
-                                         input_shapes=config.input_shapes, feeds=feeds)
+                                         input_shapes=config.input_shapes, feeds=feeds, say=say)
     if feeds is None:
         feeds = measured.feeds
-    duel_protocol = replace(protocol, budget_s=protocol.budget_s * 2 / (1 + len(candidates)), family=None)
+    share = 2 / (1 + len(candidates))  # of the budget and of its extension, as a group of two would have
+    duel_protocol = replace(protocol, budget_s=protocol.budget_s * share,
+                            max_budget_s=protocol.extended_budget_s * share, family=None)
 
     def duel(first: int, second: int) -> Comparison:  # candidates of two groups, timed against each other
+        if say is not None:
+            say(f"both faster, timed in different groups: {names[first]} against {names[second]} in a run of their own")
         return runtimes.duel(candidates[first], candidates[second], runtime, duel_protocol, feeds)
     best, decision = choose(measured.comparisons, names, config.allow_slower, gate, measured.group_of(), duel)
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
@@ -455,6 +492,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
                                                   if shaping.static else "tuned there; the written model keeps them"))
     blocks, searched, rest, rest_entry = None, graph, None, None
+    whole_limit = config.search.time_limit  # --time-limit, for the whole model: what the search leaves, the gate may use
     if config.blocks:
         with timer("blocks"):
             blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
@@ -512,8 +550,8 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         with timer("measure"):
             measured, comparisons = measure_phase(original, [Program(b.model, b.program) for b in timed], config,
                                                   graph=graph, names=[b.entry.name for b in timed], feeds=feeds,
-                                                  spare_s=config.search.time_limit
-                                                  - timer.total("rest", "search", "extract"))
+                                                  spare_s=whole_limit - timer.total("rest", "search", "extract"),
+                                                  say=say)
         _record(timed, comparisons)
     returned = decide_phase(unchanged, measured, config, failed[0] if failed and not timed else "")
     if returned.fallback:
@@ -597,4 +635,4 @@ def report_bytes(report: Report) -> bytes:
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
            "decide_phase", "encode_phase", "export_phase", "rest_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
+           "POINTWISE", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]

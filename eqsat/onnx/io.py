@@ -4,6 +4,7 @@ their weights in an external data file beside the model), and onnxruntime sessio
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import shutil
 import signal
@@ -91,7 +92,7 @@ def external_data_files(path: str) -> list[str]:
     """The external data files the ONNX model at ``path`` keeps its weights in (resolved beside the model), read
     from the model without loading the weights; [] where ``path`` is not a regular file or not readable as ONNX
     (loading reports those)."""
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or not _mentions(path, b"location"):  # no external data (read in a blink)
         return []
     try:
         model = onnx.load(path, load_external_data=False)
@@ -104,6 +105,15 @@ def external_data_files(path: str) -> list[str]:
             location = {e.key: e.value for e in t.external_data}.get("location", "")
             files.append(os.path.normpath(os.path.join(base, location)))
     return list(dict.fromkeys(files))
+
+
+def _mentions(path: str, word: bytes) -> bool:
+    """Whether the file at ``path`` contains ``word`` (memory-mapped: a model of weights inline is not parsed)."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(word) >= 0
+    except (OSError, ValueError):  # unreadable, or empty (mmap refuses): the loader says what is wrong
+        return True
 
 
 def not_regular(path: str) -> str | None:
