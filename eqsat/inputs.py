@@ -13,9 +13,9 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import shape_inference
 
 from .errors import InputError
+from .onnx.external import infer_shapes_aside
 from .onnx.io import is_large
 
 SAFE_INT_HIGH = 2
@@ -104,7 +104,7 @@ class _StaticShapes:
         if is_large(self.model):
             return
         try:
-            inferred = shape_inference.infer_shapes(self.model, strict_mode=False)
+            inferred = infer_shapes_aside(self.model, strict_mode=False)
         except Exception:  # a model inference cannot type: initializers and constants only
             return
         for vi in list(inferred.graph.value_info) + list(inferred.graph.input):

@@ -82,6 +82,24 @@ def test_a_slim_candidate_refers_to_the_pool_file_and_restores_exactly() -> None
     assert all(t.data_location != TensorProto.EXTERNAL for t in cand.graph.initializer)
 
 
+def test_a_model_read_from_external_data_is_pooled_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """onnx.load reads external data into the tensors and marks them DEFAULT (the field set, so present): they are
+    the model's data like any other, and go to the pool (not copied into each session)."""
+    a = mlp(5)
+    path = str(tmp_path / "m.onnx")
+    onnx.save(mlp(5), path, save_as_external_data=True, location="m.onnx.data", size_threshold=1024)  # (in place)
+    loaded = onnx.load(path)
+    assert any(t.HasField("data_location") for t in loaded.graph.initializer)  # what the bug keyed on
+    with weight_pool.pooled() as pool:
+        slim = pool.slim(loaded)
+        refs = {t.name for t in slim.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+        assert refs == {"w1", "w2"}
+        assert slim.ByteSize() < 4096
+        y = onnx_io.session(loaded).run(None, {"x": X})[0]
+        assert pool.held == 2 * 128 * 256 * 4  # the session read them from the pool
+    np.testing.assert_array_equal(y, plain_run(a, X))
+
+
 def test_session_count_counts_a_slim_models_weights() -> None:
     """A slim candidate holds no bytes, but its sessions hold (prepacked) copies: it counts as its weights."""
     big = mlp(0)

@@ -4,6 +4,7 @@ importer at those sizes is the oracle); a static import has none, and its e-grap
 
 from __future__ import annotations
 
+import onnx
 import pytest
 import zoo
 
@@ -41,3 +42,53 @@ def test_symbolic_dimensions_are_the_sizes_at_other_sizes(exporter, tmp_path):
     static = import_model(model, shapes_at(model, at))
     assert not any(isinstance(d, Dim) for n in static.nodes() for d in n.shape)
     assert not EGraph.from_graph(static).symbolic
+
+
+def test_a_value_typed_by_onnxruntime_runs_only_the_part_of_the_model_it_depends_on(monkeypatch):
+    """A Slice of a position buffer to an end computed from the input's shape (BERT's position ids): onnx's shape
+    inference on the node alone cannot type it, onnxruntime does, on the nodes it depends on only (not the whole
+    model's values and weights: BERT-base's import held them all, 2.8 GB); the shape is the one onnxruntime
+    gives running the whole model (the oracle)."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from eqsat.onnx import folding
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Unsqueeze", ["seq", "zero_axis"], ["end"]),
+             helper.make_node("Slice", ["positions", "start", "end", "axis1"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["pos_f"], to=TensorProto.FLOAT)]
+    h = "x"
+    for k in range(6):  # layers the position ids do not depend on
+        nodes.append(helper.make_node("MatMul", [h, f"w{k}"], [f"h{k}"]))
+        h = f"h{k}"
+    nodes.append(helper.make_node("Add", [h, "pos_t"], ["y"]))
+    nodes.insert(5, helper.make_node("Unsqueeze", ["pos_f", "last_axis"], ["pos_t"]))
+    ints = {"one": [1], "zero_axis": [0], "start": [0], "axis1": [1], "last_axis": [2]}
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
+    inits[0] = numpy_helper.from_array(np.array(1, np.int64), "one")
+    inits.append(numpy_helper.from_array(np.arange(64, dtype=np.int64)[None, :], "positions"))
+    inits += [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{k}") for k in range(6)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    runs: list[onnx.ModelProto] = []
+    real = folding.session
+
+    def spy(m, *args, **kwargs):
+        runs.append(m)
+        return real(m, *args, **kwargs)
+    monkeypatch.setattr(folding, "session", spy)
+    graph_ir = import_model(model, shapes_at(model, {"b": 2, "s": 16}), generic=True)
+    whole = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y = whole.run(["y"], {"x": rng.standard_normal((2, 16, 8)).astype(np.float32)})[0]
+    assert [int(d) for d in graph_ir.outputs[0].shape] == list(y.shape)
+    whole_runs = [m for m in runs if len(m.graph.output) > 1]  # the runs that typed values (not one-node folds)
+    assert whole_runs, "the Slice was typed without onnxruntime: the test no longer covers the run"
+    for m in whole_runs:
+        assert not any(n.op_type == "MatMul" for n in m.graph.node)
+        assert not any(t.name.startswith("w") for t in m.graph.initializer)

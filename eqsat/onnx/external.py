@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, shape_inference
 
 DATA_SUFFIX = ".data"
 """the external data file of ``OUT.onnx`` is ``OUT.onnx.data``, beside it"""
@@ -261,6 +261,16 @@ def _copy_field(src, dst, name: str) -> None:
         setattr(dst, name, value)
 
 
+def infer_shapes_aside(model: onnx.ModelProto, **kwargs: bool) -> onnx.ModelProto:
+    """onnx's shape inference (``kwargs``: its flags) on ``model`` with its weights set aside
+    (:func:`set_weights_aside`): the types and shapes it gives need the weights' shapes only (the stubs keep them;
+    small integer initializers, the values a Reshape target is read from, stay whole), and the inference copies
+    its input and output through serialized messages three times over: a model's weights would be held that often
+    (a BERT-base import peaked at 2.6 GB doing so)."""
+    skeleton, _ = set_weights_aside(model)
+    return shape_inference.infer_shapes(skeleton, **kwargs)
+
+
 def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
     """onnx.checker on a model whose weights are set aside (:func:`set_weights_aside`), from a file beside an empty
     one at the stubs' location: the checker asks only that an external data file exists, and shape inference
@@ -273,4 +283,4 @@ def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
 
 
 __all__ = ["ALIGNMENT", "ALIGN_THRESHOLD", "ASIDE", "DATA_SUFFIX", "EXTERNAL_THRESHOLD", "check_aside", "data_file",
-           "goes_out", "put_weights_back", "save_external", "save_streamed", "set_weights_aside", "tensor_bytes", "tensor_size"]
+           "goes_out", "infer_shapes_aside", "put_weights_back", "save_external", "save_streamed", "set_weights_aside", "tensor_bytes", "tensor_size"]

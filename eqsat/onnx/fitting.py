@@ -19,6 +19,7 @@ import onnx
 import onnxruntime as ort
 
 from .interface import QUIET, zero_feeds
+from . import pool
 from .io import session
 from .symbolic import Mono
 
@@ -144,8 +145,12 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
 def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
     """A run of ``model`` (one session, built once) giving ``names``: their shapes (``shapes``) or their integer
     entries; None at sizes onnxruntime cannot run it at."""
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    weights = pool.current()
+    if weights is not None:  # a copy referring to the pool for its weights (the session reads them there)
+        probe = weights.slim(model)
+    else:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
     sess: list[ort.InferenceSession] = []

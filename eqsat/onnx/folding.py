@@ -1,5 +1,6 @@
 """What the importer asks onnxruntime (and onnx) for: constant nodes folded to their values, the output types of
-operators carried opaque (onnx shape inference on the node alone, else one onnxruntime run of the whole model),
+operators carried opaque (onnx shape inference on the node alone, else an onnxruntime run of the part of the
+model they depend on),
 and the values of Constant nodes and sparse initializers.
 """
 
@@ -14,6 +15,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError
 from ..ir import Node
 from .io import session
+from .subgraphs import implicit_inputs
 
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                               "Multinomial", "Bernoulli"})
@@ -64,7 +66,7 @@ class ModelRuns:
         self.input_shapes = input_shapes
         self.values = values
         self.weights = weights
-        self._runtime: dict[str, Type] | None = None
+        self._runtime: dict[str, Type] = {}
 
     def node_model(self, node: onnx.NodeProto, names: list[str], types: list[Type],
                     inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
@@ -122,30 +124,61 @@ class ModelRuns:
         return result
 
     def _runtime_type(self, node: onnx.NodeProto, value: str) -> Type:
-        """Shape and dtype of ``value`` from one onnxruntime run of the whole model (every value exposed),
-        for operators onnx's shape inference cannot type (custom domains, Loop outputs)."""
-        if self._runtime is None:
-            self._runtime = self._run_all(node)
+        """Shape and dtype of ``value`` from one onnxruntime run of the part of the model that ``node`` depends on
+        (every value of it exposed, kept for the nodes asked about next), for operators onnx's shape inference
+        cannot type (custom domains, Loop outputs, a Slice to a computed end)."""
+        if value not in self._runtime:
+            self._runtime.update(self._run_all(node))
         if value not in self._runtime:
             raise InputError(f"{node.op_type} node {node.name!r}: onnxruntime gave no value for its output {value!r}")
         return self._runtime[value]
 
-    def _run_all(self, node: onnx.NodeProto) -> dict[str, Type]:
+    def _part(self, node: onnx.NodeProto) -> onnx.ModelProto:
+        """The model's nodes that ``node`` depends on (``node`` with them), every value they compute an output,
+        with only the inputs and initializers they read: a run of it holds what those nodes compute, not the whole
+        model's values and weights."""
+        producer = {o: n for n in self.g.node for o in n.output if o}
+        wanted = [i for i in [*node.input, *implicit_inputs(node)] if i]
+        seen: set[str] = set()
+        kept: dict[int, onnx.NodeProto] = {id(node): node}
+        while wanted:
+            name = wanted.pop()
+            if name in seen or name not in producer:
+                continue
+            seen.add(name)
+            n = producer[name]
+            if id(n) not in kept:
+                kept[id(n)] = n
+                wanted.extend(i for i in [*n.input, *implicit_inputs(n)] if i)
+        order = [n for n in self.g.node if id(n) in kept]  # the model's (topological) order
+        read = {i for n in order for i in [*n.input, *implicit_inputs(n)] if i}
         model = onnx.ModelProto()
-        model.CopyFrom(self.model)
+        model.ir_version = self.model.ir_version
+        model.opset_import.extend(self.model.opset_import)
+        model.functions.extend(self.model.functions)
+        g = model.graph
+        g.name = self.g.name
+        g.node.extend(order)
+        g.input.extend(vi for vi in self.g.input if vi.name in read)
+        g.initializer.extend(t for t in self.g.initializer if t.name in read)
+        g.sparse_initializer.extend(t for t in self.g.sparse_initializer if t.values.name in read)
+        g.output.extend(onnx.ValueInfoProto(name=o) for n in order for o in n.output if o)
+        return model
+
+    def _run_all(self, node: onnx.NodeProto) -> dict[str, Type]:
+        model = self._part(node)
         g = model.graph
         for vi in g.input:
             if vi.name in self.input_shapes:
                 for d, n in zip(vi.type.tensor_type.shape.dim, self.input_shapes[vi.name]):
                     d.Clear()
                     d.dim_value = n
-        known = {o.name for o in g.output}
-        g.output.extend(onnx.ValueInfoProto(name=o) for n in g.node for o in n.output if o and o not in known)
         rng = np.random.default_rng(0)
         feeds: dict[str, np.ndarray] = {}
-        for vi in self.g.input:
+        initialized = {t.name for t in g.initializer}
+        for vi in g.input:
             leaf = self.values.get(vi.name)
-            if leaf is None or leaf.op != "input" or vi.name in {t.name for t in self.g.initializer}:
+            if leaf is None or leaf.op != "input" or vi.name in initialized:
                 continue
             dt = np.dtype(leaf.dtype)
             feeds[vi.name] = rng.standard_normal(leaf.shape).astype(dt) if dt.kind == "f" else \

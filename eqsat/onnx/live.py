@@ -11,8 +11,8 @@ verbatim), so that everything computed from them is computed at run time.
 from __future__ import annotations
 
 import onnx
-from onnx import shape_inference
 
+from .external import infer_shapes_aside
 from .io import is_large
 
 SHAPE_SLOTS = {("Reshape", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4)}
@@ -23,7 +23,7 @@ or sliced is the data (a constant sliced by the sequence length is computed from
 def _symbolic_dims(model: onnx.ModelProto) -> dict[str, list[bool]]:
     """value -> for each axis, whether its size is dynamic (a dim_param or unknown), by onnx's shape inference."""
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = infer_shapes_aside(model, strict_mode=False)
     except Exception:  # noqa: BLE001 - no inference: nothing known
         return {}
     out: dict[str, list[bool]] = {}

@@ -257,13 +257,13 @@ class WeightPool:
         sg = slim.graph
         _copy_fields(g, sg, skip={"initializer"})
         for t in g.initializer:
-            e = None if t.HasField("data_location") else self.entry(t)
+            e = None if t.data_location == TensorProto.EXTERNAL else self.entry(t)  # (DEFAULT once loaded)
             if e is None:
                 sg.initializer.append(t)
                 continue
             e.drop()  # read to compare or written: not needed resident for a reference
             ref = sg.initializer.add()
-            _copy_fields(t, ref, skip={"raw_data"})
+            _copy_fields(t, ref, skip={"raw_data", "external_data"})
             ref.data_location = TensorProto.EXTERNAL
             ref.external_data.extend(e.reference(t.name).external_data)
         return slim
