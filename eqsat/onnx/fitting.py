@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .interface import QUIET, zero_feeds
 from . import pool
+from .interface import QUIET, zero_feeds
 from .io import session
 from .symbolic import Mono
 
