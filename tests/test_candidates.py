@@ -32,6 +32,7 @@ from eqsat.inputs import random_inputs
 from eqsat.mcts import Env
 from eqsat.models import build
 from eqsat.onnx.export import export_model
+from eqsat.ops.composite import float_bits
 from eqsat.rules import rule_set
 from eqsat.timing import Comparison
 from eqsat.torch_run import TorchProgram
@@ -246,11 +247,16 @@ def test_choose_is_stable_among_equally_fast_candidates_and_takes_a_clearly_fast
     assert best == 1
 
 
+EPS = (float_bits(1e-5),)
+
+
 def _reshaped_programs() -> dict[str, ir.Graph]:
     """x[4, 6] @ w[6, 8] -> y[4, 8], with the product's reshapes spelled several ways, and programs that differ."""
     rng = np.random.default_rng(0)
     x, w = ir.input_("x", (4, 6)), ir.weight("w", (6, 8))
-    weights = {"w": rng.standard_normal((6, 8)).astype(np.float32)}
+    weights = {"w": rng.standard_normal((6, 8)).astype(np.float32), "g": rng.standard_normal(8).astype(np.float32),
+               "b": rng.standard_normal(8).astype(np.float32)}
+    g, b = ir.weight("g", (8,)), ir.weight("b", (8,))
 
     def program(*outs: ir.Node) -> ir.Graph:
         return ir.Graph((x,), outs, tuple(f"y{k}" for k in range(len(outs))), weights)
@@ -275,6 +281,10 @@ def _reshaped_programs() -> dict[str, ir.Graph]:
         "sum_before": program(ir.make("relu", [ir.make("ewsum", [ir.make("reshape", [mm(x)], (2, 16)),
                                                                    ir.make("reshape", [mm(ir.make("relu", [x]))],
                                                                            (2, 16))])])),
+        # a layer norm of the product's rows, gathered as [1, 4, 8] or as [4, 8]
+        "norm_3d": program(ir.make("reshape", [ir.make("layernorm", [ir.make("reshape", [mm(x)], (1, 4, 8)), g, b],
+                                                       EPS)], (2, 16))),
+        "norm_2d": program(ir.make("reshape", [ir.make("layernorm", [mm(x), g, b], EPS)], (2, 16))),
     }
 
 
@@ -295,5 +305,9 @@ def test_programs_that_differ_only_in_their_reshapes_are_one_program_as_onnxrunt
     assert computing(kernels["sum_after"]) == computing(kernels["sum_before"])
     assert same_program(p["sum_after"], p["sum_before"]) and same_program(p["sum_before"], p["sum_after"])
     assert not same_program(p["sum_after"], p["one"])
+    # a row-wise operator (a layer norm over the last axis) on rows however gathered: the same kernels
+    assert computing(kernels["norm_3d"]) == computing(kernels["norm_2d"])
+    assert same_program(p["norm_3d"], p["norm_2d"]) and same_program(p["norm_2d"], p["norm_3d"])
+    assert not same_program(p["norm_2d"], p["one"])
     # (onnxruntime's common-subexpression pass would run the product once; torch runs what it is given)
     assert not same_program(p["shared"], p["twice"]) and not same_program(p["twice"], p["shared"])

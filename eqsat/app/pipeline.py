@@ -125,6 +125,9 @@ class Result:
 POINTWISE = frozenset({"ewadd", "ewsum", "ewmul", "relu", "tanh", "sigmoid", "gelu", "dropout"})
 """operators that compute each element from the operands' elements at its place: on operands of its own shape
 (no broadcasting), one is the same whether its operands were reshaped first or its result after"""
+ROWWISE = frozenset({"layernorm", "rmsnorm", "addnorm"})
+"""operators that compute each row (the last axis) from the operands' rows at its place and parameters along the
+last axis: the same whether the rows were gathered in [1, 128, 768] or in [128, 768]"""
 
 
 def same_program(a: Graph, b: Graph) -> bool:
@@ -132,7 +135,8 @@ def same_program(a: Graph, b: Graph) -> bool:
     (compared by structure, bottom-up), with as many operators and the same outputs, reshapes aside: a value is
     data in a shape, a reshape gives its input's data another shape (a chain of them is one reshape, one back to
     the data's own shape none), and a :data:`POINTWISE` operator on operands of one shape computes the same
-    data whatever shape they were reshaped to first (their data compared as vectors). So two programs that differ only in where their reshapes
+    data whatever shape they were reshaped to first (their data compared as vectors), and so does a
+    :data:`ROWWISE` one on its operands' rows. So two programs that differ only in where their reshapes
     stand run the same kernels on the same data (measuring both would time one program twice)."""
     if a.output_names != b.output_names:
         return False
@@ -163,6 +167,13 @@ def same_program(a: Graph, b: Graph) -> bool:
                 flat = (math.prod(shape),)
                 operands = tuple(flat_id(i, flat) for i in n.inputs)
                 data[id(n)] = (intern((n.op, n.attrs, flat, n.dtype, operands)), flat)
+            elif n.op in ROWWISE and len(shape) >= 1 and all(isinstance(d, int) for d in shape) \
+                    and all(tuple(i.shape) in (shape, shape[-1:]) for i in n.inputs):
+                computed += 1  # on its operands' data as rows: wherever their reshapes stood
+                rows = (math.prod(shape) // max(shape[-1], 1), shape[-1])
+                operands = tuple(("rows", flat_id(i, rows)) if tuple(i.shape) == shape and len(shape) > 1
+                                 else ("param", memo[id(i)]) for i in n.inputs)
+                data[id(n)] = (intern((n.op, n.attrs, rows, n.dtype, operands)), rows)
             else:
                 if n.op not in ("input", "weight"):
                     computed += 1
@@ -635,4 +646,4 @@ def report_bytes(report: Report) -> bytes:
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
            "decide_phase", "encode_phase", "export_phase", "rest_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "POINTWISE", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
+           "POINTWISE", "ROWWISE", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
