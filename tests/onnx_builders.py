@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -88,9 +90,8 @@ def torch_export(module, example, path, dynamic_batch=False):
     return onnx.load(path)
 
 
-def ort_kernels(m: onnx.ModelProto) -> dict[str, int]:
+def ort_kernels(m: onnx.ModelProto) -> collections.Counter[str]:
     """The operators onnxruntime runs for ``m`` after its own optimizations (ORT_ENABLE_ALL, one thread), by type."""
-    import collections
     import os
     import tempfile
 
@@ -102,4 +103,4 @@ def ort_kernels(m: onnx.ModelProto) -> dict[str, int]:
         opts.log_severity_level = 3
         opts.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
         ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        return dict(collections.Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node))
+        return collections.Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node)

@@ -9,12 +9,10 @@ original model run in onnxruntime at several sizes of each axis."""
 from __future__ import annotations
 
 import collections
-import os
-import tempfile
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+import onnx_builders as ob
 import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
@@ -35,14 +33,7 @@ NORMS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormali
 
 def _kernels(model: onnx.ModelProto) -> collections.Counter[str]:
     """The operators onnxruntime runs for ``model`` after its own optimizations (ORT_ENABLE_ALL, one thread)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = 1
-        opts.log_severity_level = 3
-        opts.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
-        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        return collections.Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node)
+    return ob.ort_kernels(model)
 
 
 def _feeds(name: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
