@@ -264,6 +264,8 @@ def _reshaped_programs() -> dict[str, ir.Graph]:
     def mm(a: ir.Node) -> ir.Node:
         return ir.make("matmul", [a, w], (0,))
     flat = ir.make("reshape", [mm(x)], (32,))
+    total = ir.make("ewsum", [mm(x), mm(ir.make("relu", [x]))])
+    three, three2 = ir.make("reshape", [mm(x)], (1, 4, 8)), ir.make("reshape", [mm(ir.make("relu", [x]))], (1, 4, 8))
     return {
         "one": program(ir.make("reshape", [flat], (2, 16))),
         "chain": program(ir.make("reshape", [ir.make("reshape", [ir.make("reshape", [flat], (8, 4))], (32,))],
@@ -275,16 +277,19 @@ def _reshaped_programs() -> dict[str, ir.Graph]:
                                                                 (1, 0)))], (2, 16))),
         "twice": program(ir.make("reshape", [flat], (2, 16)), ir.make("reshape", [mm(x)], (2, 16))),
         "shared": program(ir.make("reshape", [flat], (2, 16)), ir.make("reshape", [flat], (2, 16))),
-        # a pointwise sum of two products, before or after their reshapes
-        "sum_after": program(ir.make("reshape", [ir.make("relu", [ir.make("ewsum", [mm(x), mm(ir.make("relu", [x]))])])],
-                                     (2, 16))),
-        "sum_before": program(ir.make("relu", [ir.make("ewsum", [ir.make("reshape", [mm(x)], (2, 16)),
-                                                                   ir.make("reshape", [mm(ir.make("relu", [x]))],
-                                                                           (2, 16))])])),
-        # a layer norm of the product's rows, gathered as [1, 4, 8] or as [4, 8]
-        "norm_3d": program(ir.make("reshape", [ir.make("layernorm", [ir.make("reshape", [mm(x)], (1, 4, 8)), g, b],
+        # a Sum (fused with nothing) of two products, before or after their reshapes, and a layer norm of it with its
+        # rows gathered as [1, 4, 8] or as [4, 8]
+        "sum_after": program(ir.make("reshape", [ir.make("ewsum", [mm(x), mm(ir.make("relu", [x]))])], (2, 16))),
+        "sum_before": program(ir.make("ewsum", [ir.make("reshape", [mm(x)], (2, 16)),
+                                                ir.make("reshape", [mm(ir.make("relu", [x]))], (2, 16))])),
+        "norm_3d": program(ir.make("reshape", [ir.make("layernorm", [ir.make("reshape", [total], (1, 4, 8)), g, b],
                                                        EPS)], (2, 16))),
-        "norm_2d": program(ir.make("reshape", [ir.make("layernorm", [mm(x), g, b], EPS)], (2, 16))),
+        "norm_2d": program(ir.make("reshape", [ir.make("layernorm", [total, g, b], EPS)], (2, 16))),
+        # an Add then a layer norm, adjacent (onnxruntime fuses them) or with a reshape between them (it does not)
+        "add_norm": program(ir.make("reshape", [ir.make("layernorm", [ir.make("ewadd", [three, three2]), g, b], EPS)],
+                                    (2, 16))),
+        "add_reshape_norm": program(ir.make("reshape", [ir.make("layernorm", [
+            ir.make("reshape", [ir.make("ewadd", [three, three2])], (4, 8)), g, b], EPS)], (2, 16))),
     }
 
 
@@ -299,15 +304,18 @@ def test_programs_that_differ_only_in_their_reshapes_are_one_program_as_onnxrunt
     # in another order at the matmul), and one that computes a product twice where the other computes it once
     assert not same_program(p["one"], p["other_shape"])
     assert not same_program(p["one"], p["other_data"])
-    # pointwise operators on reshaped operands: the same kernels on the same data, reshapes aside
+    # an unfused element-wise operator on reshaped operands: the same kernels on the same data, reshapes aside
     def computing(k: dict[str, int]) -> dict[str, int]:
         return {op: c for op, c in k.items() if op != "Reshape"}
     assert computing(kernels["sum_after"]) == computing(kernels["sum_before"])
     assert same_program(p["sum_after"], p["sum_before"]) and same_program(p["sum_before"], p["sum_after"])
     assert not same_program(p["sum_after"], p["one"])
-    # a row-wise operator (a layer norm over the last axis) on rows however gathered: the same kernels
+    # a row-wise operator (a layer norm over the last axis) of a Sum, its rows however gathered: the same kernels
     assert computing(kernels["norm_3d"]) == computing(kernels["norm_2d"])
     assert same_program(p["norm_3d"], p["norm_2d"]) and same_program(p["norm_2d"], p["norm_3d"])
     assert not same_program(p["norm_2d"], p["one"])
+    # where a reshape's place decides a fusion, the programs are distinct (and onnxruntime runs other kernels)
+    assert computing(kernels["add_norm"]) != computing(kernels["add_reshape_norm"])
+    assert not same_program(p["add_norm"], p["add_reshape_norm"])
     # (onnxruntime's common-subexpression pass would run the product once; torch runs what it is given)
     assert not same_program(p["shared"], p["twice"]) and not same_program(p["twice"], p["shared"])

@@ -29,7 +29,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
-from eqsat.grouping import MIB, auto_budget
+from eqsat.grouping import MIB, auto_budget, plan, session_bytes
 from eqsat.ir import Graph, Node
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model, pool
@@ -122,27 +122,35 @@ class Result:
         return f"Result(graph={self.graph.name!r}, returned={self.report.returned.program!r})"
 
 
-POINTWISE = frozenset({"ewadd", "ewsum", "ewmul", "relu", "tanh", "sigmoid", "gelu", "dropout"})
-"""operators that compute each element from the operands' elements at its place: on operands of its own shape
-(no broadcasting), one is the same whether its operands were reshaped first or its result after"""
-ROWWISE = frozenset({"layernorm", "rmsnorm", "addnorm"})
-"""operators that compute each row (the last axis) from the operands' rows at its place and parameters along the
-last axis: the same whether the rows were gathered in [1, 128, 768] or in [128, 768]"""
+SPLIT_CANDIDATES = 2
+"""candidates timed where the memory budget splits the measurement into groups (each group times the original again:
+BERT-base's four candidates took four 13-14 s runs)"""
+UNFUSED = frozenset({"ewsum"})
+"""element-wise operators that compute each element from the operands' elements at its place and that onnxruntime
+fuses with no neighbour (``ewsum`` is ONNX Sum, written so that it is not fused): on operands of its own shape, one is
+the same kernel on the same data whether its operands were reshaped first or its result after. (Add, Mul, Gelu are
+not: whether a Reshape stands between one and its producer or consumer decides onnxruntime's fusions.)"""
+ROWWISE = frozenset({"layernorm", "rmsnorm"})
+"""operators that compute each row (the last axis) from the operand's row at its place and parameters along the
+last axis: the same kernel whether the rows are gathered in [1, 128, 768] or in [128, 768], where their operand is
+an :data:`UNFUSED` one's result (a norm after an Add is fused with it, a reshape between them prevents that)"""
 
 
 def same_program(a: Graph, b: Graph) -> bool:
     """Whether ``b`` computes with exactly the operators of ``a``: the same DAG up to node identity
     (compared by structure, bottom-up), with as many operators and the same outputs, reshapes aside: a value is
     data in a shape, a reshape gives its input's data another shape (a chain of them is one reshape, one back to
-    the data's own shape none), and a :data:`POINTWISE` operator on operands of one shape computes the same
-    data whatever shape they were reshaped to first (their data compared as vectors), and so does a
-    :data:`ROWWISE` one on its operands' rows. So two programs that differ only in where their reshapes
-    stand run the same kernels on the same data (measuring both would time one program twice)."""
+    the data's own shape none), an :data:`UNFUSED` element-wise operator on operands of one shape computes the
+    same data whatever shape they were reshaped to first (their data compared as vectors), and so does a
+    :data:`ROWWISE` one on its operand's rows. So two programs that differ only there run the same kernels on the
+    same data in onnxruntime (measuring both would time one program twice); where a reshape's place can decide a
+    fusion (an Add after a MatMul, a norm after an Add), the programs stay distinct."""
     if a.output_names != b.output_names:
         return False
     ids: dict[tuple, int] = {}
     data: dict[int, tuple[int, tuple]] = {}  # node -> (id of its data in the data's own shape, that shape)
     memo: dict[int, int] = {}  # node -> id of its value (its data in its shape)
+    producer: dict[int, Node] = {}  # node -> the node that computed its data (through reshapes)
 
     def intern(key: tuple) -> int:
         return ids.setdefault(key, len(ids))
@@ -159,20 +167,21 @@ def same_program(a: Graph, b: Graph) -> bool:
         computed = 0
         for n in g.nodes():  # topological: children first
             shape = tuple(n.shape)
+            producer[id(n)] = producer[id(n.inputs[0])] if n.op == "reshape" else n
             if n.op == "reshape":
                 data[id(n)] = data[id(n.inputs[0])]
-            elif n.op in POINTWISE and n.inputs and all(tuple(i.shape) == shape for i in n.inputs) \
+            elif n.op in UNFUSED and n.inputs and all(tuple(i.shape) == shape for i in n.inputs) \
                     and all(isinstance(d, int) for d in shape):
                 computed += 1  # on its operands' data as vectors: wherever their reshapes stood
                 flat = (math.prod(shape),)
                 operands = tuple(flat_id(i, flat) for i in n.inputs)
                 data[id(n)] = (intern((n.op, n.attrs, flat, n.dtype, operands)), flat)
-            elif n.op in ROWWISE and len(shape) >= 1 and all(isinstance(d, int) for d in shape) \
-                    and all(tuple(i.shape) in (shape, shape[-1:]) for i in n.inputs):
+            elif n.op in ROWWISE and len(shape) > 1 and all(isinstance(d, int) for d in shape) \
+                    and tuple(n.inputs[0].shape) == shape and producer[id(n.inputs[0])].op in UNFUSED \
+                    and all(tuple(i.shape) == shape[-1:] for i in n.inputs[1:]):
                 computed += 1  # on its operands' data as rows: wherever their reshapes stood
                 rows = (math.prod(shape) // max(shape[-1], 1), shape[-1])
-                operands = tuple(("rows", flat_id(i, rows)) if tuple(i.shape) == shape and len(shape) > 1
-                                 else ("param", memo[id(i)]) for i in n.inputs)
+                operands = (flat_id(n.inputs[0], rows), *(memo[id(i)] for i in n.inputs[1:]))
                 data[id(n)] = (intern((n.op, n.attrs, rows, n.dtype, operands)), rows)
             else:
                 if n.op not in ("input", "weight"):
@@ -425,13 +434,21 @@ def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequen
     again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
     pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
     EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
-    timed rounds. ``say``: told as each timed run starts. Returns the measurement of the candidate reported (the shipped one, else the fastest)
-    and every comparison."""
+    timed rounds. Where the memory budget cannot hold one session of every program (the measurement then runs in
+    groups, each re-timing the original), only the first :data:`SPLIT_CANDIDATES` candidates are timed (the
+    comparisons are theirs). ``say``: told as each timed run starts. Returns the measurement of the candidate
+    reported (the shipped one, else the fastest) and every comparison."""
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
     budget = auto_budget(onnx_io.weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+    if budget is not None and len(candidates) > SPLIT_CANDIDATES \
+            and len(plan([session_bytes(p.model) for p in [Program(original), *candidates]], budget).groups) > 1:
+        if say is not None:
+            say(f"the memory budget ({budget // MIB} MiB) holds the original and few candidates at a time: timing "
+                f"the first {SPLIT_CANDIDATES} of the {len(candidates)} candidates (each group re-times the original)")
+        candidates, names = candidates[:SPLIT_CANDIDATES], names[:SPLIT_CANDIDATES]
     extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
     protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
                         memory_bytes=budget, max_budget_s=config.measure_budget + extension)
@@ -564,6 +581,9 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
                                                   spare_s=whole_limit - timer.total("rest", "search", "extract"),
                                                   say=say)
         _record(timed, comparisons)
+        for b in timed[len(comparisons.comparisons):]:
+            b.entry.note = (f"not measured: the memory budget times the original and few candidates at a time, and "
+                            f"only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more together)")
     returned = decide_phase(unchanged, measured, config, failed[0] if failed and not timed else "")
     if returned.fallback:
         say(returned.fallback)
@@ -646,4 +666,4 @@ def report_bytes(report: Report) -> bytes:
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
            "decide_phase", "encode_phase", "export_phase", "rest_phase",
            "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "POINTWISE", "ROWWISE", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
+           "ROWWISE", "SPLIT_CANDIDATES", "UNFUSED", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
