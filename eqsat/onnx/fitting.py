@@ -19,6 +19,7 @@ import onnx
 import onnxruntime as ort
 
 from . import pool
+from .dataflow import prune
 from .interface import QUIET, zero_feeds
 from .io import session
 from .symbolic import Mono
@@ -143,8 +144,8 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
 
 
 def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
-    """A run of ``model`` (one session, built once) giving ``names``: their shapes (``shapes``) or their integer
-    entries; None at sizes onnxruntime cannot run it at."""
+    """A run of ``model`` (one session, built once, of the nodes ``names`` depend on) giving ``names``: their shapes
+    (``shapes``) or their integer entries; None at sizes onnxruntime cannot run it at."""
     weights = pool.current()
     if weights is not None:  # a copy referring to the pool for its weights (the session reads them there)
         probe = weights.slim(model)
@@ -153,6 +154,7 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
         probe.CopyFrom(model)
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    prune(probe)  # only what ``names`` depend on is run (a Reshape target: the input's Shape, not the model)
     sess: list[ort.InferenceSession] = []
 
     def run(at: Mapping[str, int]) -> Sizes | None:
