@@ -543,8 +543,9 @@ class _Rewriter(SizeWriter):
         """The program's nodes computing ``user`` from the tables the import wrote (a Slice of a constant up to a
         size computed from the shapes), copied under fresh names, with each such Slice replaced by the original's
         nodes computing the value it stands for (cut to size 1 along the axes the table was cut along: a table
-        repeated along the batch); the nodes that read no such table stay outside (the copies read them). None where
-        a table is not one the original's import found, or a node holds a subgraph."""
+        repeated along the batch). The chain's other nodes (the sizes it expands to) are copied too: they run only
+        where the If takes its else-branch. None where a table is not one the original's import found, or a node
+        holds a subgraph."""
         found = self._found()
         by_table: dict[tuple[str, tuple[int, ...], str], str] = {}
         for _, name, p in found.guarded:
@@ -571,12 +572,10 @@ class _Rewriter(SizeWriter):
         if not tables:
             return None
         depends = set(tables)
-        nodes = sorted(chain.values(), key=lambda n: order[id(n)])
-        kept = []
-        for node in nodes:  # only the nodes that read a table (through others) are copied
+        kept = sorted(chain.values(), key=lambda n: order[id(n)])
+        for node in kept:
             if any(i in depends for i in node.input):
                 depends.update(o for o in node.output if o)
-                kept.append(node)
         if user not in depends:
             return None
         out: list[onnx.NodeProto] = []
