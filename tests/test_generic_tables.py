@@ -271,6 +271,16 @@ def test_the_rotary_kernels_halves_of_a_table_are_computed_beyond_it_as_the_orig
     ops = collections.Counter(n.op_type for n in beyond.node)
     assert ops["Cos"] == ops["Sin"] == 1, ops
     assert not imported & {t.name for t in generic.graph.initializer}  # the import's tables: read nowhere
+    # what only the else-branch reads runs in it: no node outside computes a value for the else-branch alone
+    from eqsat.onnx.subgraphs import implicit_inputs
+
+    outside = {i for n in generic.graph.node if n is not ifs[0] for i in n.input} | \
+        {o.name for o in generic.graph.output} | set(ifs[0].input)
+    computed = {o for n in generic.graph.node for o in n.output}
+    within = next(a.g for a in ifs[0].attribute if a.name == "then_branch")
+    only_beyond = set(implicit_inputs(helper.make_node("If", [], [], then_branch=beyond, else_branch=beyond))) \
+        - set(implicit_inputs(helper.make_node("If", [], [], then_branch=within, else_branch=within))) - outside
+    assert not only_beyond & computed, only_beyond & computed
     ref, got = session(model), session(generic)
     rng = np.random.default_rng(15)
     for b, s in [(1, 16), (2, 64), (2, 100), (3, 37)]:
