@@ -28,7 +28,8 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
   the other operand expanded, and an Expand whose readers broadcast its input to the same values anyway (a padding
   mask added to the scores) is dropped: as many kernels as the static program, size computations included;
 - a Reshape to its input's own shape is dropped, and the targets back to ``[batch, seq, N]`` are one vector
-  ``[batch, seq, -1]``; opset 23's RotaryEmbedding reads its cos and sin tables whole at position ids (its kernel
+  ``[batch, seq, -1]`` (or ``[-1, seq, N]`` where the sequence length's size is read already and the batch's is
+  not: one node fewer); opset 23's RotaryEmbedding reads its cos and sin tables whole at position ids (its kernel
   wants the caches ``[batch, seq, d]``: no Expand of each);
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
@@ -890,7 +891,9 @@ class _Rewriter(SizeWriter):
         the sequence length of ``[batch, seq, N]``, which a decoder's mask and position tables read too, rather
         than the batch), the rest computed from the inputs' shapes. Where those are sizes of the inputs and one
         constant size is left, the ``-1`` is that constant instead: ``[batch, seq, -1]``, one vector for every
-        width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it)."""
+        width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it), unless ``[-1, seq, N]``
+        writes fewer nodes (the sequence length is read already, the batch is not: a Concat, where the shared
+        vector is a Shape and a Concat)."""
         written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
                                       else None for k, m in enumerate(sym)]
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
@@ -898,7 +901,12 @@ class _Rewriter(SizeWriter):
         if len(loose) > 1 and len(rest) == 1 and sym[rest[0]].coef > 0 and all(
                 sym[k].coef == 1 and len(sym[k].powers) == 1 and sym[k].powers[0][1] == 1
                 and sym[k].powers[0][0] in self.places for k in loose):
-            written[rest[0]] = Mono.const(-1)
+            shared, alone = list(written), list(written)
+            shared[rest[0]] = alone[loose[0]] = Mono.const(-1)
+            # [batch, seq, -1] (one vector for every width), or [-1, seq, N] where that writes fewer nodes: the
+            # sequence length's size is read already (a mask's, a position table's) and the batch's is not
+            whole = [[w if w is not None else m for w, m in zip(t, sym)] for t in (shared, alone)]
+            written = alone if self.cost(whole[1]) < self.cost(whole[0]) else shared
         elif loose:
             missing = [k for k in loose if not all(s in self.cache for s, _ in sym[k].powers)]
             written[(missing or loose)[0]] = Mono.const(-1)
