@@ -247,6 +247,52 @@ def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs
         np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_the_rotary_kernels_halves_of_a_table_are_computed_beyond_it_as_the_original_computes_them(name, tmp_path,
+                                                                                                 monkeypatch):
+    """The dynamo LLaMA (and Qwen2) as the e-graph writes it (opset 23's RotaryEmbedding reads the first half of each of the
+    import's cos and sin tables, values the original does not hold) with the tables capped at 64 positions: the
+    If's else-branch computes the halves from the original's Cos and Sin (not from the import's tables, which stop
+    at 64 too), so that the program matches the original beyond the tables (at 100 it failed), and the import's
+    tables are gone from the program."""
+    from eqsat.onnx import tables
+
+    monkeypatch.setattr(tables, "TABLE_SIZE", 64)
+    model = zoo.export_dynamic(name, "dynamo", str(tmp_path / f"{name}.onnx"))
+    graph = _with_rope(import_model(model, {"input_ids": (1, 16)}, generic=True))
+    program = export_model(graph)
+    consts = {t.name for t in program.graph.initializer}
+    imported = {n.input[0] for n in program.graph.node  # the import's tables: Slices of a constant to a size
+                if n.op_type == "Slice" and n.input[0] in consts and n.input[2] not in consts}
+    assert len(imported) == 2
+    generic = make_generic(program, model, {"batch": 1, "seq": 16}).model
+    ifs = [n for n in generic.graph.node if n.op_type == "If"]
+    assert len(ifs) == 1 and [n.op_type for n in generic.graph.node].count("RotaryEmbedding") == 2
+    beyond = next(a.g for a in ifs[0].attribute if a.name == "else_branch")
+    ops = collections.Counter(n.op_type for n in beyond.node)
+    assert ops["Cos"] == ops["Sin"] == 1, ops
+    assert not imported & {t.name for t in generic.graph.initializer}  # the import's tables: read nowhere
+    # what only the else-branch reads runs in it: no node outside computes a value for the else-branch alone
+    from eqsat.onnx.subgraphs import implicit_inputs
+
+    outside = {i for n in generic.graph.node if n is not ifs[0] for i in n.input} | \
+        {o.name for o in generic.graph.output} | set(ifs[0].input)
+    computed = {o for n in generic.graph.node for o in n.output}
+    within = next(a.g for a in ifs[0].attribute if a.name == "then_branch")
+    only_beyond = set(implicit_inputs(helper.make_node("If", [], [], then_branch=beyond, else_branch=beyond))) \
+        - set(implicit_inputs(helper.make_node("If", [], [], then_branch=within, else_branch=within))) - outside
+    assert not only_beyond & computed, only_beyond & computed
+    ref, got = session(model), session(generic)
+    rng = np.random.default_rng(15)
+    for b, s in [(1, 16), (2, 64), (2, 100), (3, 37)]:
+        feeds = zoo.sized_feeds(name, rng, b, s)
+        (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
+        assert have.shape == want.shape
+        np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+        ran = _ran(generic, feeds, tmp_path)
+        assert ran["Cos"] == ran["Sin"] == (1 if s > 64 else 0), ran
+
+
 def _relative_bias(heads: int) -> onnx.ModelProto:
     """x[batch, seq, 8] attended with T5's bidirectional relative position bias the way torch exports it:
     ``Range(seq)`` differences log-bucketed (32 buckets, max distance 128), an embedding Gather of [32, heads], a

@@ -72,7 +72,12 @@ def write_gemm(writer: SizeWriter, matmul: onnx.NodeProto, add: onnx.NodeProto, 
     writer.nodes.append(helper.make_node("Gemm", [rows, matmul.input[1], bias], [product_], name=product_))
     sizes = [*lead, Mono.const(n)]
     loose = [j for j, d in enumerate(sizes) if not d.is_const]  # one symbolic size: -1, a constant target
-    target = writer.vector([Mono.const(-1) if loose == [j] else d for j, d in enumerate(sizes)])
+    if len(loose) == 1:
+        target = writer.vector([Mono.const(-1) if loose == [j] else d for j, d in enumerate(sizes)])
+    else:  # the sizes, or -1 for one of them: whichever writes fewer nodes (the sequence length a mask or a
+        # position table reads already, -1 for the batch: one Concat, where [batch, seq, N] takes a Shape more)
+        options = [[Mono.const(-1) if j == k else d for j, d in enumerate(sizes)] for k in loose] + [sizes]
+        target = writer.vector(min(options, key=writer.cost))
     out = add.output[0]
     writer.nodes.append(helper.make_node("Reshape", [product_, target], [out], name=writer.fresh("unrows")))
     count = product(lead)

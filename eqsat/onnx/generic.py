@@ -28,7 +28,8 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
   the other operand expanded, and an Expand whose readers broadcast its input to the same values anyway (a padding
   mask added to the scores) is dropped: as many kernels as the static program, size computations included;
 - a Reshape to its input's own shape is dropped, and the targets back to ``[batch, seq, N]`` are one vector
-  ``[batch, seq, -1]``; opset 23's RotaryEmbedding reads its cos and sin tables whole at position ids (its kernel
+  ``[batch, seq, -1]`` (or ``[-1, seq, N]`` where the sequence length's size is read already and the batch's is
+  not: one node fewer); opset 23's RotaryEmbedding reads its cos and sin tables whole at position ids (its kernel
   wants the caches ``[batch, seq, d]``: no Expand of each);
 - the chains no longer read are pruned (:mod:`eqsat.onnx.dataflow`), and the inner values' symbolic shapes are
   written as ``value_info`` (onnxruntime's SkipLayerNormalization fusion compares its inputs' shapes).
@@ -42,6 +43,7 @@ symbol, and a program that fails at any is not written.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -106,6 +108,11 @@ class _Rewriter(SizeWriter):
         """what runs showed of the values computed from the shapes alone that the data reads"""
         self.pending_uniform: list[str] = []
         self._original_tables: dict[str, str] | None = None
+        self._original_found: _Rewriter | None = None
+        """the original as the import read it (:meth:`_original_chain`): its tables and its values' shapes"""
+        self._copied_constants: dict[str, str] = {}
+        """an initializer of the original read by a chain copied into an If (:meth:`_copy_original`) -> its name in
+        the written program (copied once, or the program's own where it holds the same values)"""
         self.guarded: list[tuple[str, str, Prefix]] = []
         """(the Slice of a table written, the user's value it stands for, its table) where the user's program
         computes the value beyond the table (:meth:`_guard_tables`)"""
@@ -397,10 +404,15 @@ class _Rewriter(SizeWriter):
             copied: dict[str, tuple[list[onnx.NodeProto], str]] = {}
             for _, user, prefix in members:
                 if self._reads_table(user, made):
-                    # a table the import already wrote: the user's chain is the original's
-                    chain = self._original_chain(prefix)
+                    # a table the import already wrote: the user's chain is the original's, or, where the written
+                    # value is not one of the original's (a rotary table's halves the e-graph sliced off), the
+                    # user's chain copied with the import's tables it reads computed as the original computes them
+                    chain = self._original_chain(prefix) or self._substituted_chain(user, made)
                     if chain is not None:
                         copied[user] = chain
+                    else:
+                        self.notes.append(f"the value {user!r} reads a table the import wrote: beyond its bound the "
+                                          "written program stops where the original runs")
             moved: set[int] = set()
             needed = {m[1] for m in members if m[1] not in copied}
             for node in reversed(self.nodes):
@@ -465,18 +477,30 @@ class _Rewriter(SizeWriter):
             todo.extend(i for i in node.input if i and i not in self.constants)
         return False
 
-    def _original_chain(self, prefix: Prefix) -> tuple[list[onnx.NodeProto], str] | None:
-        """The original's nodes computing the value ``prefix`` is a table of (found as the import found it), copied
-        under fresh names (the constants they read copied too), and the name of the value; None where not found."""
-        if self._original_tables is None:
+    def _found(self) -> _Rewriter:
+        """The original read as the import read it (its tables found, not written): its guarded tables and its
+        values' symbolic shapes."""
+        if self._original_found is None:
             copy = onnx.ModelProto()
             copy.CopyFrom(self.original)
             found = _Rewriter(copy, self.original, self.values, full=False)
             found.run()
+            self._original_found = found
             self._original_tables = {pattern_key(p): user for _, user, p in found.guarded}
+        return self._original_found
+
+    def _original_chain(self, prefix: Prefix) -> tuple[list[onnx.NodeProto], str] | None:
+        """The original's nodes computing the value ``prefix`` is a table of (found as the import found it), copied
+        under fresh names (the constants they read copied too), and the name of the value; None where not found."""
+        self._found()
+        assert self._original_tables is not None
         user = self._original_tables.get(pattern_key(prefix))
-        if user is None:
-            return None
+        return None if user is None else self._copy_original(user)
+
+    def _copy_original(self, user: str) -> tuple[list[onnx.NodeProto], str]:
+        """The original's nodes computing its value ``user``, copied under fresh names, and the value's new name. The
+        initializers they read are the program's own where it holds one of the same name and values (an embedding
+        read for its shape), else copied, once for every chain."""
         g = self.original.graph
         inits = {t.name: t for t in g.initializer}
         needed, chain = {user}, []
@@ -486,10 +510,19 @@ class _Rewriter(SizeWriter):
                 needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
         rename: dict[str, str] = {}
         for name in sorted(needed & set(inits)):
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(inits[name])
-            tensor.name = rename[name] = self.fresh(name)
-            self.model.graph.initializer.append(tensor)
+            if name not in self._copied_constants:
+                own = self.constants.get(name)
+                if own is not None and tuple(own.dims) == tuple(inits[name].dims) \
+                        and own.data_type == inits[name].data_type \
+                        and np.array_equal(array_of(own), array_of(inits[name])):
+                    self._copied_constants[name] = name
+                else:
+                    tensor = onnx.TensorProto()
+                    tensor.CopyFrom(inits[name])
+                    tensor.name = self.fresh(name)
+                    self.model.graph.initializer.append(tensor)
+                    self._copied_constants[name] = tensor.name
+            rename[name] = self._copied_constants[name]
         out = []
         for node in reversed(chain):
             copy_node = onnx.NodeProto()
@@ -504,6 +537,77 @@ class _Rewriter(SizeWriter):
                 node.input[k] = rename.get(i, i)
             for sub in subgraphs(node):
                 rename_outer(sub, rename)
+        return out, rename[user]
+
+    def _substituted_chain(self, user: str, made: Mapping[str, onnx.NodeProto]) -> tuple[list[onnx.NodeProto], str] \
+            | None:
+        """The program's nodes computing ``user`` from the tables the import wrote (a Slice of a constant up to a
+        size computed from the shapes), copied under fresh names, with each such Slice replaced by the original's
+        nodes computing the value it stands for (cut to size 1 along the axes the table was cut along: a table
+        repeated along the batch). The chain's other nodes (the sizes it expands to) are copied too: they run only
+        where the If takes its else-branch. None where a table is not one the original's import found, or a node
+        holds a subgraph."""
+        found = self._found()
+        by_table: dict[tuple[str, tuple[int, ...], str], str] = {}
+        for _, name, p in found.guarded:
+            by_table.setdefault(_table_key(p.table), name)
+        order = {id(n): k for k, n in enumerate(self.nodes)}
+        chain: dict[int, onnx.NodeProto] = {}
+        tables: dict[str, str] = {}  # an import's Slice's output -> the original's value it stands for
+        todo = [user]
+        while todo:
+            node = made.get(todo.pop())
+            if node is None or id(node) in chain:
+                continue
+            if node.op_type == "Slice" and node.input[0] in self.constants and len(node.input) > 2 \
+                    and node.input[2] not in self.constants:
+                stands = by_table.get(_table_key(array_of(self.constants[node.input[0]])))
+                if stands is None:
+                    return None
+                tables[node.output[0]] = stands
+                continue
+            if any(True for _ in subgraphs(node)) or id(node) not in order:
+                return None
+            chain[id(node)] = node
+            todo.extend(i for i in node.input if i and i not in self.constants)
+        if not tables:
+            return None
+        depends = set(tables)
+        kept = sorted(chain.values(), key=lambda n: order[id(n)])
+        for node in kept:
+            if any(i in depends for i in node.input):
+                depends.update(o for o in node.output if o)
+        if user not in depends:
+            return None
+        out: list[onnx.NodeProto] = []
+        rename: dict[str, str] = {}
+        for sliced, name in tables.items():
+            have, want = found.shapes.get(name), self.shapes.get(sliced)
+            if have is None or want is None or len(have) != len(want) or None in have or None in want:
+                return None
+            cut = [a for a, (h, w) in enumerate(zip(have, want)) if h != w]
+            if any(want[a] != Mono.const(1) for a in cut):
+                return None
+            nodes_, value = self._copy_original(name)
+            out += nodes_
+            if cut:
+                first = self.fresh("beyond")
+                out.append(helper.make_node("Slice", [value, self.const(np.zeros(len(cut), np.int64), "starts"),
+                                                      self.const(np.ones(len(cut), np.int64), "ends"),
+                                                      self.const(np.array(cut, np.int64), "axes")], [first],
+                                            name=first))
+                value = first
+            rename[sliced] = value
+        for node in kept:
+            copy_node = onnx.NodeProto()
+            copy_node.CopyFrom(node)
+            copy_node.name = self.fresh(node.name or node.op_type)
+            for k, i in enumerate(copy_node.input):
+                copy_node.input[k] = rename.get(i, i)
+            for k, o in enumerate(copy_node.output):
+                if o:
+                    copy_node.output[k] = rename[o] = self.fresh(o)
+            out.append(copy_node)
         return out, rename[user]
 
     def _probe(self, outputs: Iterable[str]) -> onnx.ModelProto:
@@ -787,7 +891,9 @@ class _Rewriter(SizeWriter):
         the sequence length of ``[batch, seq, N]``, which a decoder's mask and position tables read too, rather
         than the batch), the rest computed from the inputs' shapes. Where those are sizes of the inputs and one
         constant size is left, the ``-1`` is that constant instead: ``[batch, seq, -1]``, one vector for every
-        width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it)."""
+        width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it), unless ``[-1, seq, N]``
+        writes fewer nodes (the sequence length is read already, the batch is not: a Concat, where the shared
+        vector is a Shape and a Concat)."""
         written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
                                       else None for k, m in enumerate(sym)]
         loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
@@ -795,7 +901,12 @@ class _Rewriter(SizeWriter):
         if len(loose) > 1 and len(rest) == 1 and sym[rest[0]].coef > 0 and all(
                 sym[k].coef == 1 and len(sym[k].powers) == 1 and sym[k].powers[0][1] == 1
                 and sym[k].powers[0][0] in self.places for k in loose):
-            written[rest[0]] = Mono.const(-1)
+            shared, alone = list(written), list(written)
+            shared[rest[0]] = alone[loose[0]] = Mono.const(-1)
+            # [batch, seq, -1] (one vector for every width), or [-1, seq, N] where that writes fewer nodes: the
+            # sequence length's size is read already (a mask's, a position table's) and the batch's is not
+            whole = [[w if w is not None else m for w, m in zip(t, sym)] for t in (shared, alone)]
+            written = alone if self.cost(whole[1]) < self.cost(whole[0]) else shared
         elif loose:
             missing = [k for k in loose if not all(s in self.cache for s, _ in sym[k].powers)]
             written[(missing or loose)[0]] = Mono.const(-1)
@@ -962,6 +1073,11 @@ class _Rewriter(SizeWriter):
                 self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
+
+
+def _table_key(table: np.ndarray) -> tuple[str, tuple[int, ...], str]:
+    """A key equal for two tables of the same values."""
+    return str(table.dtype), tuple(table.shape), hashlib.sha256(np.ascontiguousarray(table).tobytes()).hexdigest()
 
 
 def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:

@@ -77,15 +77,33 @@ class SizeWriter:
             self.cache[key] = self._shape_of(port)
             return self.cache[key]
         pieces: list[str] = []
+        for kind, payload in self._plan(monos):
+            if kind == "const":
+                pieces.append(self.const(np.array(payload, np.int64), "dims"))
+            elif kind == "sizes":
+                port_, axes_ = payload
+                pieces.append(self._sizes(port_, axes_))
+            else:
+                dim = self._dim(payload)
+                assert dim is not None
+                pieces.append(dim)
+        self.cache[key] = pieces[0] if len(pieces) == 1 else self.emit("Concat", pieces, "shape", len(monos), axis=0)
+        return self.cache[key]
+
+    def _plan(self, monos: list[Mono]) -> list[tuple[str, Any]]:
+        """The pieces :meth:`vector` joins for ``monos`` (not a constant, not an input's whole shape): runs of
+        constants (``("const", values)``), consecutive sizes of one input (``("sizes", (input, axes))``) and the
+        other entries one by one (``("dim", mono)``)."""
+        pieces: list[tuple[str, Any]] = []
         run: list[int] = []
         axes: tuple[str, list[int]] | None = None
 
         def flush() -> None:
             nonlocal run, axes
             if run:
-                pieces.append(self.const(np.array(run, np.int64), "dims"))
+                pieces.append(("const", run))
             if axes:
-                pieces.append(self._sizes(axes[0], axes[1]))
+                pieces.append(("sizes", axes))
             run, axes = [], None
 
         for m in monos:
@@ -102,12 +120,22 @@ class SizeWriter:
                 axes[1].append(place[1])
             else:
                 flush()
-                dim = self._dim(m)
-                assert dim is not None
-                pieces.append(dim)
+                pieces.append(("dim", m))
         flush()
-        self.cache[key] = pieces[0] if len(pieces) == 1 else self.emit("Concat", pieces, "shape", len(monos), axis=0)
-        return self.cache[key]
+        return pieces
+
+    def cost(self, monos: list[Mono]) -> int:
+        """How many nodes :meth:`vector` writes for ``monos`` now (0: a constant, or written before): the pieces not
+        written yet, and the Concat joining them. An entry computed from several sizes counts as one."""
+        if self.ready(monos):
+            return 0
+        port = next((p for p in self.ports if self.shapes.get(p) == monos), None)
+        if port is not None:
+            return 0 if f"shape_of:{port}" in self.cache else 1
+        pieces = self._plan(monos)
+        new = sum(1 for kind, payload in pieces if kind == "sizes" and f"sizes:{payload[0]}:{payload[1]}" not in self.cache
+                  or kind == "dim" and payload.key() not in self.cache)
+        return new + (len(pieces) > 1)
 
     def _shape_of(self, port: str) -> str:
         key = f"shape_of:{port}"
