@@ -8,12 +8,10 @@ kernels), and the original model run in onnxruntime at several sizes of each axi
 from __future__ import annotations
 
 import collections
-import os
-import tempfile
 
 import numpy as np
 import onnx
-import onnxruntime as ort
+import onnx_builders as ob
 import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
@@ -28,13 +26,18 @@ SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
 
 def _kernels(model: onnx.ModelProto) -> collections.Counter[str]:
     """The operators onnxruntime runs for ``model`` after its own optimizations (one thread)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.log_severity_level = 3
-        opts.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
-        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        return collections.Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node)
+    return ob.ort_kernels(model)
+
+
+def _matches_at_sizes(name: str, model: onnx.ModelProto, written: onnx.ModelProto, seed: int) -> None:
+    """``written`` computes what the zoo model ``model`` does in onnxruntime (the oracle) at every size of SIZES."""
+    ref, got = session(model), session(written)
+    rng = np.random.default_rng(seed)
+    for b, s in SIZES:
+        feeds = zoo.sized_feeds(name, rng, b, s)
+        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            assert have.shape == want.shape
+            np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
 
 
 def _chain_model() -> onnx.ModelProto:
@@ -91,13 +94,7 @@ def test_a_generic_decoder_runs_no_more_reshapes_than_the_static_one(name, expor
     # the sizes: at most one Shape of each span of an input's axes, and a Concat per target, the causal mask's (a
     # target [-1, seq, N] of its own where [batch, seq, -1] shared by the widths would take a Shape more)
     assert kg["Shape"] <= 2 and kg["Shape"] + kg["Concat"] - ks["Concat"] <= 5, (kg, ks)
-    ref, got = session(model), session(generic.model)
-    rng = np.random.default_rng(5)
-    for b, s in SIZES:
-        feeds = zoo.sized_feeds(name, rng, b, s)
-        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
-            assert have.shape == want.shape
-            np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+    _matches_at_sizes(name, model, generic.model, seed=5)
 
 
 @pytest.mark.parametrize("name,exporter", [("gpt2", "dynamo"), ("qwen2", "torchscript")])
@@ -114,13 +111,7 @@ def test_a_reshape_to_a_target_computed_from_kept_shapes_is_a_reshape_on_the_gen
     reshapes = [sum(n.op == "reshape" for n in ir.topo_order(list(g.outputs))) for g in graphs]
     assert reshapes[1] >= reshapes[0], reshapes
     generic = make_generic(export_model(graphs[1]), model, {"batch": 1, "seq": 16}).model
-    ref, got = session(model), session(generic)
-    rng = np.random.default_rng(6)
-    for b, s in SIZES:
-        feeds = zoo.sized_feeds(name, rng, b, s)
-        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
-            assert have.shape == want.shape
-            np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+    _matches_at_sizes(name, model, generic, seed=6)
 
 
 @pytest.mark.parametrize("name,exporter", [("gpt2", "torchscript"), ("gpt2", "dynamo"), ("bert", "torchscript")])
@@ -134,10 +125,4 @@ def test_the_rows_back_to_batch_and_seq_read_only_the_sequence_lengths_size(name
     generic = make_generic(export_model(import_model(model, shapes, generic=True)), model, {"batch": 1, "seq": 16})
     kg = _kernels(generic.model)
     assert kg["Shape"] == 1, kg
-    ref, got = session(model), session(generic.model)
-    rng = np.random.default_rng(6)
-    for b, s in SIZES:
-        feeds = zoo.sized_feeds(name, rng, b, s)
-        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
-            assert have.shape == want.shape
-            np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+    _matches_at_sizes(name, model, generic.model, seed=6)
