@@ -152,6 +152,7 @@ def test_allow_slower_keeps_the_searched_program_and_reports_the_measurement():
     r = optimize(model, cfg)
     m = r.report.to_json()["measured"]
     assert r.report.returned.program == "optimized" and r.report.returned.fallback is None and r.optimized is not model
-    assert m["ci_low"] <= m["speedup"] <= m["ci_high"] and m["rounds"] >= 10
+    # the pipeline's measurement is gated: it may stop at any look, so fewer than Protocol.min_rounds is allowed
+    assert m["ci_low"] <= m["speedup"] <= m["ci_high"] and m["rounds"] >= 2 and m["looks"] >= 1
     assert m["runtime"]["name"] == "ort-cpu" and m["decision"] == "ship"
     assert m["original_ms"] > 0 and m["optimized_ms"] > 0
