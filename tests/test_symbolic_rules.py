@@ -98,3 +98,61 @@ def _two_weights():
     x = ir.input_("x", (Dim.symbol("batch", 1), 4))
     return ir.Graph((x,), (ir.make("matmul", [x, ir.weight("w1", (4, 3))], (0,)),
                            ir.make("matmul", [x, ir.weight("w2", (4, 5))], (0,))), ("y1", "y2"))
+
+
+def _projection() -> onnx.ModelProto:
+    """y = transpose(reshape(x @ w + b, [0, 0, 4, 8])): a query projection split into heads, x ``[batch, seq, 32]``."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([0, 0, 4, 8], np.int64), "heads")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["q"]),
+             helper.make_node("Reshape", ["q", "heads"], ["r"]), helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])]
+    graph = helper.make_graph(nodes, "projection", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "seq", 8])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_projection_flattened_into_one_gemm_and_split_into_heads_commits_for_symbolic_batch_and_sequence():
+    """The flattened spelling ``reshape(linear(reshape(x, [batch*seq, 32]), w, b), [batch, seq, 4, 8])`` (one Gemm
+    and the heads' reshape: what the static program of a BERT runs) commits in a symbolic e-graph (its ``sym`` the
+    operand's leading symbols and the heads' constant sizes: ``sym_Reshape3_unflatten_4_linear``), and its program,
+    written shape-generic, is the original's in onnxruntime at every batch and sequence tried."""
+    graph = import_model(_projection(), {"x": (1, 16, 32)}, generic=True)
+    eg = EGraph.from_graph(graph)
+    assert eg.symbolic
+    names = ("linear_split", "reshape_sink", "matmul_flatten", "reshape_cancel")
+    engine = RuleEngine(eg, [r for r in registry.all_rules() if r.name in names])
+    for _ in range(4):
+        for name in names:
+            engine.apply(name)
+    snap = eg.snapshot()
+
+    def flattened(i: int) -> bool:  # reshape(linear(reshape(x, 2-D), w, b), 4-D)
+        node = snap.nodes[i]
+        if node.op != "reshape" or snap.shapes[node.eclass] is None or len(snap.shapes[node.eclass]) != 4:
+            return False
+        return any(snap.nodes[j].op == "linear" and any(snap.nodes[k].op == "reshape" and len(snap.shapes[c] or ()) == 2
+                                                        for c in snap.nodes[j].children[:1] for k in snap.classes[c])
+                   for j in snap.classes[node.children[-1]])
+
+    (root,) = snap.roots
+    (transpose,) = [i for i in snap.classes[root] if snap.nodes[i].op == "transpose"]
+    heads = snap.nodes[transpose].children[-1]
+    found = [i for i in snap.classes[heads] if flattened(i)]
+    assert found, "the heads' reshape of the flattened product is in the e-class of the original's"
+    choice = {c: next((i for i in nodes if not snap.nodes[i].children), nodes[0]) for c, nodes in enumerate(snap.classes)}
+    choice.update({root: transpose, heads: found[0]})
+    linear = next(j for j in snap.classes[snap.nodes[found[0]].children[-1]] if snap.nodes[j].op == "linear")
+    choice[snap.nodes[found[0]].children[-1]] = linear
+    operand = snap.nodes[linear].children[0]
+    choice[operand] = next(k for k in snap.classes[operand] if snap.nodes[k].op == "reshape")
+    program = export_model(build_program(snap, choice, graph))
+    written = make_generic(program, _projection(), {"batch": 1, "seq": 16}).model
+    assert {n.op_type for n in written.graph.node} >= {"Gemm"}
+    rng = np.random.default_rng(2)
+    for b, s in ((1, 16), (2, 16), (3, 5), (1, 1), (2, 37)):
+        x = rng.standard_normal((b, s, 32)).astype(np.float32)
+        (got,), (ref,) = session(written).run(None, {"x": x}), session(_projection()).run(None, {"x": x})
+        assert got.shape == ref.shape == (b, 4, s, 8)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

@@ -10,9 +10,10 @@ rules, in its place, read the target's symbols off the operand's, for the reshap
   ``[batch*seq, 768]``);
 * ``merge``: the leading dimensions merged into one, the constant rest reshaped (``[batch, seq, 12, 64]`` to
   ``[batch*seq, 768]``: a reshape back to rows and the flattening after it, cancelled);
-* ``unflatten``: a product of such a flattened operand with a weight, reshaped back to the operand's leading
-  dimensions (``x W`` on ``[batch*seq, 768]`` back to ``[batch, seq, N]``): the leading dimensions are the
-  flattened operand's.
+* ``unflatten``: a product of such a flattened operand with a weight (a ``Matmul``, or a ``Linear`` with its bias),
+  reshaped back to the operand's leading dimensions, its last one kept or split into constant ones (``x W`` on
+  ``[batch*seq, 768]`` back to ``[batch, seq, N]``, or to ``[batch, seq, heads, N / heads]``: a query projection
+  flattened into one GEMM): the leading dimensions are the flattened operand's.
 
 * ``same``: a reshape to the target of another reshape whose operand has the same shape and symbols takes its
   symbols (``reshape_sink`` writes the reshape back to ``[batch, seq, N]`` below an element-wise operator, a
@@ -56,14 +57,23 @@ def _flatten(r: int, q: int) -> str:
                 [f"(set (sym e) {shape_of([_product(s)] + kept)})"])
 
 
-def _unflatten(r: int) -> str:
+_PRODUCTS = {"matmul": "(Matmul 0 (Reshape (S2 m k) x) w)", "linear": "(Linear (Reshape (S2 m k) x) w b)"}
+"""the products of a flattened operand ``x`` with a weight ``w`` [k, n] that ``unflatten`` reads"""
+
+
+def _unflatten(r: int, q: int, product: str) -> str:
+    """``x`` of rank ``r`` flattened to ``[m, k]``, times ``w``, reshaped to ``x``'s ``r - 1`` leading sizes and
+    ``q - r + 1`` constant ones whose product is ``n``."""
     t = [f"t{i}" for i in range(r - 1)]
     s = [f"s{i}" for i in range(r - 1)]
-    return rule(f"sym_Reshape{r}_unflatten",
-                [f"(= e (Reshape {shape_of(t + ['n'])} (Matmul 0 (Reshape (S2 m k) x) w)))", "(= h (shape e))",
+    c = [f"c{i}" for i in range(r - 1, q)] if q > r else ["n"]
+    split = [f"(= n {_product(c)})"] if q > r else []
+    suffix = "" if (q, product) == (r, "matmul") else f"_{q}_{product}"
+    return rule(f"sym_Reshape{r}_unflatten{suffix}",
+                [f"(= e (Reshape {shape_of(t + c)} {_PRODUCTS[product]}))", "(= h (shape e))",
                  f"(= {shape_of(t + ['k'])} (shape x))", f"(= {shape_of(s + ['k'])} (sym x))",
-                 "(= (S2 k n) (shape w))", "(= (S2 k n) (sym w))"],
-                [f"(set (sym e) {shape_of(s + ['n'])})"])
+                 "(= (S2 k n) (shape w))", "(= (S2 k n) (sym w))", *split],
+                [f"(set (sym e) {shape_of(s + c)})"])
 
 
 def _merge(r: int, q: int, lead: int) -> str:
@@ -93,6 +103,6 @@ def reshape_sym_rules() -> list[str]:
                 out.append(_flatten(r, q))
             if q >= 2:
                 out += [_merge(r, q, lead) for lead in range(2, r)]
-    out += [_unflatten(r) for r in range(3, MAX_RANK + 1)]
+    out += [_unflatten(r, q, p) for r in range(3, MAX_RANK + 1) for q in range(r, MAX_RANK + 1) for p in _PRODUCTS]
     out.append(_same())
     return out
