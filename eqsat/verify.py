@@ -10,7 +10,8 @@ import onnx
 import onnxruntime as ort
 
 from .inputs import index_bounds, random_inputs
-from .onnx.interface import QUIET, Shapes, interface_difference
+from .onnx.branches import guard_bounds, table_guards, taken
+from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, symbols
 from .onnx.io import session
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
@@ -175,4 +176,54 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
                                        + shapes_ab)
         else:
             out.verified.append(label)
+    return out
+
+
+def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values: Mapping[str, int],
+                  seed: int = 0) -> ShapesCheck:
+    """Check the else-branches of ``optimized``'s table guards (:mod:`eqsat.onnx.branches`), which no shape within
+    the tables runs: for each guard and each symbol of the inputs (``values``: their representative sizes) whose
+    size the guard's bound stops (the first size beyond it turns the guard's condition false), the else-branch
+    computes the then-branch's values at the last size within the table, and at the first size beyond it runs and
+    grows them, their first rows the then-branch's at the last size within. Each model computes only the guard's
+    outputs: a long input costs its Shape and the values the else-branch reads. The labels say ``beyond``."""
+    out = ShapesCheck(True)
+    bounds_of_inputs = index_bounds(original)
+    for guard in table_guards(optimized):
+        bounds = guard_bounds(optimized, guard) or []
+        then_s, else_s = (session(taken(optimized, guard, b), prepacking=False) for b in ("then_branch", "else_branch"))
+        checked = False
+        for sym in symbols(optimized):
+            for first in sorted(set(bounds)):
+                beyond = shapes_at(optimized, {**values, sym: first})
+                last = shapes_at(optimized, {**values, sym: first - 1})
+                feeds = [random_inputs(else_s, np.random.default_rng(seed), s, bounds_of_inputs) for s in (last, beyond)]
+                try:
+                    *far, cond_far = else_s.run(None, feeds[1], QUIET)
+                except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type
+                    label = f"{sym}={first} (beyond the tables)"
+                    return ShapesCheck(False, out.verified, out.skipped, f"at {label} the else-branch of {guard.name!r} "
+                                       f"fails: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc}")
+                if bool(np.all(cond_far)):
+                    continue  # not the size this bound stops
+                *near, cond_near = then_s.run(None, feeds[0], QUIET)
+                *near_else, _ = else_s.run(None, feeds[0], QUIET)
+                label = f"{sym}={first} (beyond the tables)"
+                for name, t, e, f in zip(guard.output, near, near_else, far):
+                    ok, e_abs, _ = compare_outputs(np.asarray(t), np.asarray(e))
+                    grew = np.shape(f) != np.shape(t) and len(np.shape(f)) == len(np.shape(t)) \
+                        and all(a >= b for a, b in zip(np.shape(f), np.shape(t)))
+                    head = np.asarray(f)[tuple(slice(0, n) for n in np.shape(t))] if grew else None
+                    if not ok or not bool(np.all(cond_near)):
+                        return ShapesCheck(False, out.verified, out.skipped, f"at {sym}={first - 1} the else-branch of "
+                                           f"{guard.name!r} differs from its table for {name!r} (max abs error {e_abs:.3g})")
+                    if head is None or not compare_outputs(np.asarray(t), head)[0]:
+                        return ShapesCheck(False, out.verified, out.skipped, f"at {label} the else-branch of "
+                                           f"{guard.name!r} gives {name!r} of shape {np.shape(f)}: not the shape "
+                                           f"{np.shape(t)} it has at {first - 1} grown, with its values first")
+                out.verified.append(label)
+                checked = True
+        if not checked:
+            return ShapesCheck(False, out.verified, out.skipped, f"no size of an input reaches the bound of "
+                               f"{guard.name!r} ({bounds}): its else-branch cannot be checked")
     return out

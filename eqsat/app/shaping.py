@@ -27,7 +27,7 @@ from eqsat.onnx.interface import (
     symbol_values,
     symbols,
 )
-from eqsat.verify import ShapesCheck, verify_shapes
+from eqsat.verify import ShapesCheck, verify_guards, verify_shapes
 
 from .config import OptimizeConfig
 from .report import InterfaceReport
@@ -88,11 +88,17 @@ class Shaping:
         return make_generic(model, self.original, self.values).model
 
     def check(self, model: onnx.ModelProto, seed: int) -> ShapesCheck:
-        """A written candidate at the further shapes (passed at once when the run is not generic)."""
+        """A written candidate at the further shapes, then its table guards' else-branches beyond their bounds
+        (:func:`eqsat.verify.verify_guards`); passed at once when the run is not generic."""
         if not self.generic:
             return ShapesCheck(True)
         assert self.original is not None
-        return verify_shapes(self.original, model, probe_shapes(self.original, self.values), seed=seed)
+        check = verify_shapes(self.original, model, probe_shapes(self.original, self.values), seed=seed)
+        if not check.passed:
+            return check
+        guards = verify_guards(self.original, model, self.values, seed=seed)
+        return ShapesCheck(guards.passed, check.verified + guards.verified, check.skipped + guards.skipped,
+                           guards.detail)
 
     def report(self, shipped: onnx.ModelProto | None, check: ShapesCheck | None) -> InterfaceReport:
         """The report's ``interface`` section for the returned model (``shipped``: None for the original)."""

@@ -1,0 +1,64 @@
+"""The branches of a shape-generic program's table guards, each as a model of its own, to check them apart.
+
+:mod:`eqsat.onnx.generic` writes a Slice of a table that stops below the sizes the user's program accepts as an
+``If`` on the sizes it reads being within the table (``Less(sizes, bound + 1)``): its then-branch is the Slice,
+its else-branch the user's nodes that compute the value at any size. At the sizes a verification runs, every
+guard takes its then-branch, so the else-branch would never run before a user's long input does.
+:func:`taken` writes the part of a program that computes a guard's outputs with one branch in place of the
+``If`` (its condition an output too), which :func:`eqsat.verify.verify_guards` runs on either side of the bound.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper, numpy_helper
+
+from .dataflow import prune
+
+__all__ = ["guard_bounds", "table_guards", "taken"]
+
+
+def table_guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The main graph's ``If`` nodes whose condition is a ``Less`` of sizes against a constant bound (the guards
+    :mod:`eqsat.onnx.generic` writes), in graph order."""
+    return [n for n in model.graph.node if n.op_type == "If" and guard_bounds(model, n) is not None]
+
+
+def guard_bounds(model: onnx.ModelProto, guard: onnx.NodeProto) -> list[int] | None:
+    """The first sizes beyond the tables of a guard (the constant of its ``Less``: each bound + 1), or None where
+    its condition is not such a ``Less`` (through the Casts and ReduceMin of several sizes)."""
+    made = {o: n for n in model.graph.node for o in n.output if o}
+    constants = {t.name: t for t in model.graph.initializer}
+    constants.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant"
+                      for a in n.attribute if a.name == "value"})
+    node = made.get(guard.input[0])
+    while node is not None and node.op_type in ("Cast", "ReduceMin"):
+        node = made.get(node.input[0])
+    if node is None or node.op_type != "Less" or node.input[1] not in constants:
+        return None
+    return [int(v) for v in numpy_helper.to_array(constants[node.input[1]]).reshape(-1)]
+
+
+def taken(model: onnx.ModelProto, guard: onnx.NodeProto, branch: str) -> onnx.ModelProto:
+    """A copy of ``model`` computing only ``guard``'s outputs and condition (outputs named as in ``model``, the
+    condition last), with the nodes of its ``branch`` (``then_branch`` or ``else_branch``) in place of the ``If``."""
+    body = next(a.g for a in guard.attribute if a.name == branch)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    nodes = []
+    for node in g.node:
+        if node.name == guard.name and node.op_type == "If" and list(node.output) == list(guard.output):
+            nodes.extend(body.node)
+            nodes += [helper.make_node("Identity", [inner.name], [outer], name=f"{outer}_{branch}")
+                      for inner, outer in zip(body.output, guard.output)]
+        else:
+            nodes.append(node)
+    del g.node[:]
+    g.node.extend(nodes)
+    del g.output[:]
+    g.output.extend(helper.make_tensor_value_info(outer, inner.type.tensor_type.elem_type, None)
+                    for inner, outer in zip(body.output, guard.output))
+    g.output.append(helper.make_tensor_value_info(guard.input[0], onnx.TensorProto.BOOL, None))
+    del g.value_info[:]
+    return prune(out)
