@@ -144,9 +144,11 @@ def _norm(n_params: int) -> Callable[[np.random.Generator], Sample]:
 
 
 def _addnorm(rng: np.random.Generator) -> Sample:
-    """a + b of one shape, then layernorm's gamma and beta over the last axis."""
+    """a + b of one shape, or one broadcast along leading axes (either side), then layernorm's gamma and beta over
+    the last axis."""
     attrs, (x, gamma, beta) = _norm(2)(rng)
-    return attrs, [x, x, gamma, beta]
+    y = tuple(1 if k < len(x) - 1 and rng.random() < 0.3 else d for k, d in enumerate(x))
+    return attrs, [x, y, gamma, beta] if rng.random() < 0.5 else [y, x, gamma, beta]
 
 
 def _scale(rng: np.random.Generator) -> Sample:

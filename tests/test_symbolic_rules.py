@@ -156,3 +156,43 @@ def test_a_projection_flattened_into_one_gemm_and_split_into_heads_commits_for_s
         (got,), (ref,) = session(written).run(None, {"x": x}), session(_projection()).run(None, {"x": x})
         assert got.shape == ref.shape == (b, 4, s, 8)
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def _embeddings() -> onnx.ModelProto:
+    """y = LayerNormalization(x + pos): a position table ``[1, seq, 8]`` added to a batch ``[batch, seq, 8]``."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((8,)).astype(np.float32), n) for n in ("g", "beta")]
+    nodes = [helper.make_node("Add", ["x", "pos"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "beta"], ["y"], axis=-1, epsilon=1e-5)]
+    graph = helper.make_graph(nodes, "embeddings", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8]),
+                                                    helper.make_tensor_value_info("pos", TensorProto.FLOAT, [1, "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_broadcast_add_before_a_layernorm_is_an_addnorm_and_its_sum_spelling_commits_for_every_batch():
+    """The Add of a position table broadcast over the batch and the LayerNormalization after it import as one
+    ``addnorm`` (onnxruntime fuses the pair into SkipLayerNormalization, which is what its measured cost is), so that
+    ``addnorm_unfuse`` puts the Sum spelling it leaves apart beside it, in a symbolic e-graph too; that program,
+    written shape-generic, is the original's in onnxruntime at every batch and sequence tried."""
+    graph = import_model(_embeddings(), {"x": (1, 16, 8), "pos": (1, 16, 8)}, generic=True)
+    eg = EGraph.from_graph(graph)
+    snap = eg.snapshot()
+    (root,) = snap.roots
+    assert [snap.nodes[i].op for i in snap.classes[root]] == ["addnorm"]
+    step = RuleEngine(eg, [r for r in registry.all_rules() if r.name == "addnorm_unfuse"]).apply("addnorm_unfuse")
+    assert step.changed
+    snap = eg.snapshot()
+    (root,) = snap.roots
+    (norm,) = [i for i in snap.classes[root] if snap.nodes[i].op == "layernorm"]
+    total = snap.nodes[norm].children[0]
+    (summed,) = [i for i in snap.classes[total] if snap.nodes[i].op == "ewsum"]
+    choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)} | {root: norm, total: summed}
+    written = make_generic(export_model(build_program(snap, choice, graph)), _embeddings(), {"batch": 1, "seq": 16}).model
+    assert [n.op_type for n in written.graph.node].count("Sum") == 1
+    rng = np.random.default_rng(4)
+    for b, s in ((1, 16), (3, 16), (2, 5), (4, 1)):
+        feeds = {"x": rng.standard_normal((b, s, 8)).astype(np.float32), "pos": rng.standard_normal((1, s, 8)).astype(np.float32)}
+        (got,), (ref,) = session(written).run(None, feeds), session(_embeddings()).run(None, feeds)
+        assert got.shape == ref.shape == (b, s, 8)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)

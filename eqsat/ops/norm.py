@@ -4,7 +4,7 @@
 * ``layernorm`` (x, gamma, beta), attrs ``(eps_bits,)``: ``(x - mean) / sqrt(var + eps) * gamma + beta``
   (biased variance).
 * ``addnorm`` (a, b, gamma, beta), attrs ``(eps_bits,)``: ``layernorm(a + b, gamma, beta)`` with a and b of
-  one shape, the residual add and the LayerNormalization after it as the runtime runs them: written as Add +
+  one shape or broadcast (equal rank: a position table ``[1, seq, hidden]`` added to a batch), the residual add and the LayerNormalization after it as the runtime runs them: written as Add +
   LayerNormalization, which onnxruntime fuses into SkipLayerNormalization (so its measured cost is that
   kernel's). The rule ``addnorm_unfuse`` relates it to ``layernorm(ewsum(a, b))``, the spelling that stays two
   kernels; ``addnorm_fuse`` recognizes it in the e-graph.
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .base import Ctor, Emitter, OpDef, Shape, fail
+from .base import Ctor, Emitter, OpDef, Shape, broadcast, fail
 from .composite import (
     check_float_attr,
     float_attr_conds,
@@ -101,19 +101,25 @@ LAYERNORM = OpDef("layernorm", "(x - mean) / sqrt(var + eps) * gamma + beta over
 
 
 def _addnorm_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
-    if len(shapes) != 4 or tuple(shapes[0]) != tuple(shapes[1]):
-        raise fail("addnorm", f"expects a and b of one shape, then gamma and beta, got {tuple(shapes)}")
-    return _norm_shape("addnorm", 2)(attrs, [shapes[0], *shapes[2:]])
+    if len(shapes) != 4:
+        raise fail("addnorm", f"expects a and b, then gamma and beta, got {tuple(shapes)}")
+    total = broadcast(tuple(shapes[0]), tuple(shapes[1]), "addnorm")
+    return _norm_shape("addnorm", 2)(attrs, [total, *shapes[2:]])
 
 
 def _addnorm_rules() -> list[str]:
+    """a and b broadcast as ``ewadd``'s operands (equal rank; each dimension equal, or 1 on one side: a position
+    table ``[1, seq, hidden]`` added to a batch), the norm over the sum's last dimension."""
     out = []
     for r in range(1, MAX_RANK + 1):
-        d = dim_vars("d", r)
-        out.append(rule(f"shape_AddNorm{r}", ["(= e (AddNorm eps a b g bb))", f"(= {shape_of(d)} (shape a))",
-                                              f"(= {shape_of(d)} (shape b))", f"(= (S1 {d[-1]}) (shape g))",
-                                              f"(= (S1 {d[-1]}) (shape bb))", *float_attr_conds("eps")],
-                        [f"(set (shape e) {shape_of(d)})"]))
+        a, b = dim_vars("a", r), dim_vars("b", r)
+        conds = [f"(= 0 (* (* (- {x} {y}) (- {x} 1)) (- {y} 1)))" for x, y in zip(a, b)]
+        dims = [f"(max {x} {y})" for x, y in zip(a, b)]
+        out.append(rule(f"shape_AddNorm{r}", ["(= e (AddNorm eps a b g bb))", f"(= {shape_of(a)} (shape a))",
+                                              f"(= {shape_of(b)} (shape b))", *conds, f"(= n {dims[-1]})",
+                                              "(= (S1 n) (shape g))", "(= (S1 n) (shape bb))",
+                                              *float_attr_conds("eps")],
+                        [f"(set (shape e) {shape_of(dims)})"]))
     return out
 
 
@@ -125,7 +131,7 @@ def _addnorm_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) ->
 
 def _addnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
     total = em.emit("Add", ins[:2], "addnorm")
-    return _layernorm_onnx(em, attrs, [total, *ins[2:]], [shapes[0], *shapes[2:]])
+    return _layernorm_onnx(em, attrs, [total, *ins[2:]], [broadcast(tuple(shapes[0]), tuple(shapes[1])), *shapes[2:]])
 
 
 def _addnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
@@ -133,7 +139,7 @@ def _addnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callabl
     return lambda a, b, g, bb: torch.nn.functional.layer_norm(a + b, (a.shape[-1],), g, bb, eps)
 
 
-ADDNORM = OpDef("addnorm", "layernorm(a + b, gamma, beta), a and b of one shape (egglog: ranks 1-4)", "(eps_bits,)",
+ADDNORM = OpDef("addnorm", "layernorm(a + b, gamma, beta), a and b broadcast (equal rank; egglog: ranks 1-4)", "(eps_bits,)",
                 _addnorm_shape, (Ctor("AddNorm", "itttt"),), _addnorm_rules, _addnorm_numpy, _addnorm_onnx,
                 _addnorm_torch, per_element(9.0))
 

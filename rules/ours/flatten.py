@@ -73,8 +73,10 @@ def _pair_bodies(rx: int, rs: int) -> list[tuple[str, str]]:
         bodies.append((f"(= r ({op} c a)) {bias} {kept}", f"(Pend r (Reshape s ({op} {flat} x)))"))
     bodies.append((f"(= r (LayerNorm eps a g bb)) {kept}", "(Pend r (Reshape s (LayerNorm eps x g bb)))"))
     bodies.append((f"(= r (RmsNorm eps a g)) {kept}", "(Pend r (Reshape s (RmsNorm eps x g)))"))
-    bodies.append((f"(= r (AddNorm eps a b g bb)) {kept}", "(Pend r (Reshape s (AddNorm eps x (Reshape sx b) g bb)))"))
-    bodies.append((f"(= r (AddNorm eps b a g bb)) {kept}", "(Pend r (Reshape s (AddNorm eps (Reshape sx b) x g bb)))"))
+    bodies.append((f"(= r (AddNorm eps a b g bb)) (= s (shape b)) {kept}",
+                   "(Pend r (Reshape s (AddNorm eps x (Reshape sx b) g bb)))"))
+    bodies.append((f"(= r (AddNorm eps b a g bb)) (= s (shape b)) {kept}",
+                   "(Pend r (Reshape s (AddNorm eps (Reshape sx b) x g bb)))"))
     return bodies
 
 
@@ -101,7 +103,8 @@ def _raised(rng, x: ir.Node) -> tuple[int, ...]:
 def _instance(rng):
     """One operator on reshape(x, s) with x of rank 2 (or 3) and s of a higher rank: unary, binary with an operand
     of s's shape (fed or a weight, either order), a bias of shape [1, .., 1, k] (k the last dimension, or as a
-    near miss broadcast along another axis), a normalization or addnorm."""
+    near miss broadcast along another axis), a normalization or addnorm (the other operand of s's shape, or as a
+    near miss broadcast along the first axis)."""
     x = ir.input_("x", tuple(dim(rng, 1, 5) for _ in range(2 if rng.random() < 0.8 else 3)))
     s = _raised(rng, x)
     a = ir.make("reshape", [x], s)
@@ -127,7 +130,7 @@ def _instance(rng):
         if rng.random() < 0.5:
             return [ir.make("layernorm", [a, *params], eps)]
         return [ir.make("rmsnorm", [a, params[0]], eps)]
-    b = ir.input_("b", s)
+    b = ir.input_("b", s if rng.random() < 0.7 else (1, *s[1:]))  # a near miss: b broadcast along the first axis
     ops = [a, b] if rng.random() < 0.5 else [b, a]
     return [ir.make("addnorm", [*ops, *params], eps)]
 

@@ -22,10 +22,13 @@ from .sampling import dim, pick
 
 
 def _addnorm_instance(rng):
-    """An addnorm over a tensor of rank 1-4 (both operands fed, or one a weight), with layernorm's epsilons."""
+    """An addnorm over a tensor of rank 1-4 (both operands fed, or one a weight; b of a's shape, or broadcast along
+    the leading axes: a position table added to a batch), with layernorm's epsilons."""
     shape = tuple(dim(rng, 1, 5) for _ in range(int(rng.integers(1, 5))))
     a = ir.input_("a", shape)
-    b = ir.input_("b", shape) if rng.random() < 0.8 else ir.weight("b", shape)
+    b_shape = shape if rng.random() < 0.7 else tuple(1 if k < len(shape) - 1 and rng.random() < 0.5 else d
+                                                     for k, d in enumerate(shape))
+    b = ir.input_("b", b_shape) if rng.random() < 0.8 else ir.weight("b", b_shape)
     params = [ir.weight(n, (shape[-1],)) for n in ("g", "beta")]
     eps = float_bits(pick(rng, (1e-5, 1e-12, 1e-6)))
     return [ir.make("addnorm", [a, b, *params], (eps,))]
