@@ -179,6 +179,37 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
     return out
 
 
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSession, outputs: Sequence[str],
+            feeds: tuple[dict[str, np.ndarray], dict[str, np.ndarray]], sizes: tuple[str, str]) -> str | None:
+    """One guard's check at the last size within its table and the first beyond (``feeds``, ``sizes``: their
+    labels): "" when the guard's condition holds beyond too (not the symbol this bound stops), None when the
+    else-branch passes, else what failed."""
+    near_feeds, far_feeds = feeds
+    *far, cond_far = else_s.run(None, far_feeds, QUIET)
+    if bool(np.all(cond_far)):
+        return ""
+    *near, cond_near = then_s.run(None, near_feeds, QUIET)
+    *near_else, _ = else_s.run(None, near_feeds, QUIET)
+    if not bool(np.all(cond_near)):
+        return f"at {sizes[0]} the guard {name!r} does not take its table"
+    for value, t, e, f in zip(outputs, near, near_else, far):
+        t, e, f = np.asarray(t), np.asarray(e), np.asarray(f)
+        ok, e_abs, _ = compare_outputs(t, e)
+        if not ok:
+            return f"at {sizes[0]} the else-branch of {name!r} differs from its table for {value!r} " \
+                   f"(max abs error {e_abs:.3g})"
+        grew = f.shape != t.shape and f.ndim == t.ndim and all(a >= b for a, b in zip(f.shape, t.shape))
+        if not grew or not compare_outputs(t, f[tuple(slice(0, n) for n in t.shape)])[0]:
+            return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} of shape {f.shape}: not the shape " \
+                   f"{t.shape} it has at {sizes[0]} grown, with its values first"
+    return None
+
+
 def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values: Mapping[str, int],
                   seed: int = 0) -> ShapesCheck:
     """Check the else-branches of ``optimized``'s table guards (:mod:`eqsat.onnx.branches`), which no shape within
@@ -186,43 +217,32 @@ def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values:
     size the guard's bound stops (the first size beyond it turns the guard's condition false), the else-branch
     computes the then-branch's values at the last size within the table, and at the first size beyond it runs and
     grows them, their first rows the then-branch's at the last size within. Each model computes only the guard's
-    outputs: a long input costs its Shape and the values the else-branch reads. The labels say ``beyond``."""
+    outputs: a long input costs its Shape and the values the else-branch reads. A guard that cannot be checked
+    (no size reaches its bound, its branches do not load apart) fails the check: a wrong model is worse than a
+    slow one. The labels say ``beyond``."""
     out = ShapesCheck(True)
-    bounds_of_inputs = index_bounds(original)
+    index = index_bounds(original)
     for guard in table_guards(optimized):
-        bounds = guard_bounds(optimized, guard) or []
-        then_s, else_s = (session(taken(optimized, guard, b), prepacking=False) for b in ("then_branch", "else_branch"))
+        bounds = sorted(set(guard_bounds(optimized, guard) or []))
         checked = False
-        for sym in symbols(optimized):
-            for first in sorted(set(bounds)):
-                beyond = shapes_at(optimized, {**values, sym: first})
-                last = shapes_at(optimized, {**values, sym: first - 1})
-                feeds = [random_inputs(else_s, np.random.default_rng(seed), s, bounds_of_inputs) for s in (last, beyond)]
-                try:
-                    *far, cond_far = else_s.run(None, feeds[1], QUIET)
-                except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type
-                    label = f"{sym}={first} (beyond the tables)"
-                    return ShapesCheck(False, out.verified, out.skipped, f"at {label} the else-branch of {guard.name!r} "
-                                       f"fails: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else exc}")
-                if bool(np.all(cond_far)):
-                    continue  # not the size this bound stops
-                *near, cond_near = then_s.run(None, feeds[0], QUIET)
-                *near_else, _ = else_s.run(None, feeds[0], QUIET)
-                label = f"{sym}={first} (beyond the tables)"
-                for name, t, e, f in zip(guard.output, near, near_else, far):
-                    ok, e_abs, _ = compare_outputs(np.asarray(t), np.asarray(e))
-                    grew = np.shape(f) != np.shape(t) and len(np.shape(f)) == len(np.shape(t)) \
-                        and all(a >= b for a, b in zip(np.shape(f), np.shape(t)))
-                    head = np.asarray(f)[tuple(slice(0, n) for n in np.shape(t))] if grew else None
-                    if not ok or not bool(np.all(cond_near)):
-                        return ShapesCheck(False, out.verified, out.skipped, f"at {sym}={first - 1} the else-branch of "
-                                           f"{guard.name!r} differs from its table for {name!r} (max abs error {e_abs:.3g})")
-                    if head is None or not compare_outputs(np.asarray(t), head)[0]:
-                        return ShapesCheck(False, out.verified, out.skipped, f"at {label} the else-branch of "
-                                           f"{guard.name!r} gives {name!r} of shape {np.shape(f)}: not the shape "
-                                           f"{np.shape(t)} it has at {first - 1} grown, with its values first")
-                out.verified.append(label)
-                checked = True
+        try:
+            then_s, else_s = (session(taken(optimized, guard, b), prepacking=False)
+                              for b in ("then_branch", "else_branch"))
+            for sym in symbols(optimized):
+                for first in bounds:
+                    sizes = (f"{sym}={first - 1}", f"{sym}={first} (beyond the tables)")
+                    feeds = tuple(random_inputs(else_s, np.random.default_rng(seed),
+                                                shapes_at(optimized, {**values, sym: v}), index)
+                                  for v in (first - 1, first))
+                    failed = _beyond(guard.name, then_s, else_s, guard.output, feeds, sizes)  # type: ignore[arg-type]
+                    if failed:
+                        return ShapesCheck(False, out.verified, out.skipped, failed)
+                    if failed is None:
+                        out.verified.append(sizes[1])
+                        checked = True
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type
+            return ShapesCheck(False, out.verified, out.skipped,
+                               f"the else-branch of {guard.name!r} fails beyond its table: {_first_line(exc)}")
         if not checked:
             return ShapesCheck(False, out.verified, out.skipped, f"no size of an input reaches the bound of "
                                f"{guard.name!r} ({bounds}): its else-branch cannot be checked")

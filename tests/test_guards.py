@@ -80,11 +80,16 @@ def test_a_right_else_branch_passes_beyond_the_bound_and_the_branches_run_apart(
 @pytest.mark.parametrize("broken, expected", [
     ("table", "not the shape"),  # the else-branch reads the table too: it stops at the bound
     ("twice", "differs from its table"),  # the else-branch computes other values
+    ("fails", "fails beyond its table"),  # the else-branch adds nothing times the table: onnxruntime fails past it
 ])
 def test_a_wrong_else_branch_is_refused(broken, expected):
     if broken == "table":
         nodes = [helper.make_node("Slice", ["table", "starts", "len", "axes"], ["e_y"])]
         model = _guarded(nodes, "e_y")
+    elif broken == "fails":
+        nodes = [*_angles("e_", "freq"), helper.make_node("Slice", ["table", "starts", "len", "axes"], ["e_t"]),
+                 helper.make_node("Mul", ["e_t", "zero"], ["e_z"]), helper.make_node("Add", ["e_y", "e_z"], ["e_w"])]
+        model = _guarded(nodes, "e_w")
     else:
         model = _guarded(_angles("e_", "freq2"), "e_y", [_c("freq2", 2 * FREQ)])
     np.testing.assert_allclose(_run(model, 5), _run(_original(), 5), rtol=1e-6)  # within the table: no difference

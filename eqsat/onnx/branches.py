@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper
 
-from .dataflow import prune
+from .subgraphs import implicit_inputs
 
 __all__ = ["guard_bounds", "table_guards", "taken"]
 
@@ -40,13 +40,13 @@ def guard_bounds(model: onnx.ModelProto, guard: onnx.NodeProto) -> list[int] | N
 
 
 def taken(model: onnx.ModelProto, guard: onnx.NodeProto, branch: str) -> onnx.ModelProto:
-    """A copy of ``model`` computing only ``guard``'s outputs and condition (outputs named as in ``model``, the
-    condition last), with the nodes of its ``branch`` (``then_branch`` or ``else_branch``) in place of the ``If``."""
+    """A model computing only ``guard``'s outputs and condition (outputs named as in ``model``, the condition
+    last), with the nodes of its ``branch`` (``then_branch`` or ``else_branch``) in place of the ``If``: the main
+    graph's inputs, and only the nodes and initializers those values depend on (a model's weights are not copied
+    whole)."""
     body = next(a.g for a in guard.attribute if a.name == branch)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    g = out.graph
-    nodes = []
+    g = model.graph
+    nodes: list[onnx.NodeProto] = []
     for node in g.node:
         if node.name == guard.name and node.op_type == "If" and list(node.output) == list(guard.output):
             nodes.extend(body.node)
@@ -54,11 +54,19 @@ def taken(model: onnx.ModelProto, guard: onnx.NodeProto, branch: str) -> onnx.Mo
                       for inner, outer in zip(body.output, guard.output)]
         else:
             nodes.append(node)
-    del g.node[:]
-    g.node.extend(nodes)
-    del g.output[:]
-    g.output.extend(helper.make_tensor_value_info(outer, inner.type.tensor_type.elem_type, None)
-                    for inner, outer in zip(body.output, guard.output))
-    g.output.append(helper.make_tensor_value_info(guard.input[0], onnx.TensorProto.BOOL, None))
-    del g.value_info[:]
-    return prune(out)
+    outputs = [helper.make_tensor_value_info(outer, inner.type.tensor_type.elem_type, None)
+               for inner, outer in zip(body.output, guard.output)]
+    outputs.append(helper.make_tensor_value_info(guard.input[0], onnx.TensorProto.BOOL, None))
+    used = {o.name for o in outputs}
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o in used for o in node.output if o):
+            kept.append(node)
+            used.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+    constants = {t.name for t in g.initializer}
+    graph = helper.make_graph(kept[::-1], f"{g.name}_{branch}",
+                              [vi for vi in g.input if vi.name not in constants or vi.name in used], outputs,
+                              initializer=[t for t in g.initializer if t.name in used])
+    out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    out.functions.extend(model.functions)
+    return out
