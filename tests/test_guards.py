@@ -95,3 +95,70 @@ def test_a_wrong_else_branch_is_refused(broken, expected):
     np.testing.assert_allclose(_run(model, 5), _run(_original(), 5), rtol=1e-6)  # within the table: no difference
     check = verify_guards(_original(), model, {"batch": 1, "seq": 4})
     assert not check.passed and expected in check.detail and "table_if" in check.detail
+
+
+def _grid(prefix: str) -> list[onnx.NodeProto]:
+    """``10 * rows[:, None] + cols`` for ``ids``' and ``m``'s lengths, any lengths."""
+    nodes = []
+    for axis, size in (("r", "len"), ("c", "len_m")):
+        nodes += [helper.make_node("Cast", [size], [f"{prefix}{axis}f"], to=TensorProto.FLOAT),
+                  helper.make_node("Squeeze", [f"{prefix}{axis}f"], [f"{prefix}{axis}n"]),
+                  helper.make_node("Range", ["zero", f"{prefix}{axis}n", "one"], [f"{prefix}{axis}"])]
+    return [*nodes, helper.make_node("Unsqueeze", [f"{prefix}r", "axis1"], [f"{prefix}col"]),
+            helper.make_node("Mul", [f"{prefix}col", "ten"], [f"{prefix}tens"]),
+            helper.make_node("Add", [f"{prefix}tens", f"{prefix}c"], [f"{prefix}y"])]
+
+
+def _two_sizes(guarded: bool, name: str = "table_if_g1") -> onnx.ModelProto:
+    """A ``[seq, total]`` value: the Slice of a ``[8, 16]`` table under the guard over both sizes that
+    eqsat.onnx.generic writes (Less, Cast, ReduceMin, Cast), or the computation itself; a third input, ``past``, the
+    value does not read."""
+    rows, cols = 8, 16
+    shared = [_c("zero", np.float32(0)), _c("one", np.float32(1)), _c("axis1", np.array([1])), _c("ten", np.float32(10))]
+    head = [helper.make_node("Shape", ["ids"], ["len"], start=1, end=2),
+            helper.make_node("Shape", ["m"], ["len_m"], start=1, end=2)]
+    if guarded:
+        table = 10 * np.arange(rows, dtype=np.float32)[:, None] + np.arange(cols, dtype=np.float32)
+        then = helper.make_graph([helper.make_node("Slice", ["table", "starts", "ends", "axes"], ["t_y"])], "within", [],
+                                 [helper.make_tensor_value_info("t_y", TensorProto.FLOAT, None)])
+        beyond = helper.make_graph(_grid("e_"), "beyond", [], [helper.make_tensor_value_info("e_y", TensorProto.FLOAT, None)])
+        body = [helper.make_node("Concat", ["len", "len_m"], ["ends"], axis=0),
+                helper.make_node("Less", ["ends", "limit"], ["each"]),
+                helper.make_node("Cast", ["each"], ["each_i"], to=TensorProto.INT64),
+                helper.make_node("ReduceMin", ["each_i"], ["all_i"], keepdims=0),
+                helper.make_node("Cast", ["all_i"], ["within"], to=TensorProto.BOOL),
+                helper.make_node("If", ["within"], ["y"], name=name, then_branch=then, else_branch=beyond)]
+        shared += [_c("table", table), _c("starts", np.array([0, 0])), _c("axes", np.array([0, 1])),
+                   _c("limit", np.array([rows + 1, cols + 1]))]
+    else:
+        body = _grid("o_")
+        body[-1].output[0] = "y"
+    graph = helper.make_graph(
+        head + body, "grid",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("m", TensorProto.INT64, ["batch", "total"]),
+         helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", 8, "past", 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", "total"])], initializer=shared)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_guard_over_two_sizes_is_checked_beyond_each_bound_and_reads_only_its_inputs():
+    model, original = _two_sizes(True), _two_sizes(False)
+    feeds = {"past": np.zeros((1, 8, 1, 128), np.float32)}
+    for s, t in ((3, 5), (8, 16), (9, 5), (3, 17), (20, 30)):  # the program is the original's within and beyond
+        f = {**feeds, "ids": np.zeros((1, s), np.int64), "m": np.zeros((1, t), np.int64)}
+        np.testing.assert_allclose(session(model).run(None, f)[0], session(original).run(None, f)[0])
+    (guard,) = table_guards(model)
+    assert [i.name for i in taken(model, guard, "else_branch").graph.input] == ["ids", "m"]  # `past` is not fed
+    check = verify_guards(original, model, {"batch": 1, "seq": 4, "total": 4, "past": 4})
+    assert check.passed, check.detail
+    assert sorted(check.verified) == ["seq=9 (beyond the tables)", "total=17 (beyond the tables)"]
+
+
+def test_an_if_of_the_users_own_is_not_taken_for_a_table_guard():
+    """An If the user's model holds (on a Less of a size, its branches computing different things) is the user's
+    program: only the guards eqsat writes (named ``table_if...``) are checked."""
+    model = _two_sizes(True, name="long_context_switch")
+    assert table_guards(model) == []
+    check = verify_guards(model, model, {"batch": 1, "seq": 4, "total": 4, "past": 4})
+    assert check.passed and check.verified == []

@@ -144,10 +144,10 @@ def _norm(n_params: int) -> Callable[[np.random.Generator], Sample]:
 
 
 def _addnorm(rng: np.random.Generator) -> Sample:
-    """a + b of one shape, or one broadcast along leading axes (either side), then layernorm's gamma and beta over
-    the last axis."""
+    """a + b of one shape, or one broadcast along some axes (either side; the last one too), then layernorm's
+    gamma and beta over the last axis."""
     attrs, (x, gamma, beta) = _norm(2)(rng)
-    y = tuple(1 if k < len(x) - 1 and rng.random() < 0.3 else d for k, d in enumerate(x))
+    y = tuple(1 if rng.random() < 0.3 else d for d in x)
     return attrs, [x, y, gamma, beta] if rng.random() < 0.5 else [y, x, gamma, beta]
 
 
@@ -347,3 +347,15 @@ def test_unknown_operator_is_refused_everywhere():
         ops.evaluate("frobnicate", (), [np.zeros(2)])
     with pytest.raises(KeyError, match="known"):
         ops.get("frobnicate")
+
+
+def test_addnorm_with_an_operand_broadcast_along_the_last_axis_agrees_in_numpy_torch_and_onnxruntime():
+    """a [2, 3, 1] + b [2, 3, 4]: the norm is over the sum's last axis (gamma's size), not the first operand's."""
+    rng = np.random.default_rng(5)
+    attrs, shapes = (float_bits(1e-5),), [(2, 3, 1), (2, 3, 4), (4,), (4,)]
+    assert ops.infer_shape("addnorm", attrs, shapes) == (2, 3, 4)
+    values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    expected = ops.evaluate("addnorm", attrs, values)
+    got = ops.OPS["addnorm"].torch(torch, attrs, shapes)(*[torch.from_numpy(v) for v in values]).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_run_onnx("addnorm", attrs, values), expected, rtol=1e-4, atol=1e-5)

@@ -15,13 +15,18 @@ from onnx import helper, numpy_helper
 
 from .subgraphs import implicit_inputs
 
-__all__ = ["guard_bounds", "table_guards", "taken"]
+__all__ = ["GUARD", "guard_bounds", "table_guards", "taken"]
+
+
+GUARD = "table_if"
+"""the prefix of the names :mod:`eqsat.onnx.generic` gives the guards it writes"""
 
 
 def table_guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """The main graph's ``If`` nodes whose condition is a ``Less`` of sizes against a constant bound (the guards
-    :mod:`eqsat.onnx.generic` writes), in graph order."""
-    return [n for n in model.graph.node if n.op_type == "If" and guard_bounds(model, n) is not None]
+    """The guards :mod:`eqsat.onnx.generic` wrote in the main graph (an ``If`` named ``table_if...`` whose condition
+    is a ``Less`` of sizes against a constant bound; not an If of the user's own), in graph order."""
+    return [n for n in model.graph.node if n.op_type == "If" and n.name.startswith(GUARD)
+            and guard_bounds(model, n) is not None]
 
 
 def guard_bounds(model: onnx.ModelProto, guard: onnx.NodeProto) -> list[int] | None:
@@ -41,9 +46,9 @@ def guard_bounds(model: onnx.ModelProto, guard: onnx.NodeProto) -> list[int] | N
 
 def taken(model: onnx.ModelProto, guard: onnx.NodeProto, branch: str) -> onnx.ModelProto:
     """A model computing only ``guard``'s outputs and condition (outputs named as in ``model``, the condition
-    last), with the nodes of its ``branch`` (``then_branch`` or ``else_branch``) in place of the ``If``: the main
-    graph's inputs, and only the nodes and initializers those values depend on (a model's weights are not copied
-    whole)."""
+    last), with the nodes of its ``branch`` (``then_branch`` or ``else_branch``) in place of the ``If``: only the
+    inputs, nodes and initializers those values depend on (a model's weights are not copied whole, and an input the
+    guard does not read is not fed)."""
     body = next(a.g for a in guard.attribute if a.name == branch)
     g = model.graph
     nodes: list[onnx.NodeProto] = []
@@ -63,10 +68,8 @@ def taken(model: onnx.ModelProto, guard: onnx.NodeProto, branch: str) -> onnx.Mo
         if any(o in used for o in node.output if o):
             kept.append(node)
             used.update(i for i in [*node.input, *implicit_inputs(node)] if i)
-    constants = {t.name for t in g.initializer}
-    graph = helper.make_graph(kept[::-1], f"{g.name}_{branch}",
-                              [vi for vi in g.input if vi.name not in constants or vi.name in used], outputs,
-                              initializer=[t for t in g.initializer if t.name in used])
+    graph = helper.make_graph(kept[::-1], f"{g.name}_{branch}", [vi for vi in g.input if vi.name in used], outputs,
+                              initializer=[t for t in [*g.initializer, *body.initializer] if t.name in used])
     out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     out.functions.extend(model.functions)
     return out

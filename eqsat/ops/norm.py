@@ -136,7 +136,7 @@ def _addnorm_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sh
 
 def _addnorm_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
     eps = float_value(attrs[0])
-    return lambda a, b, g, bb: torch.nn.functional.layer_norm(a + b, (a.shape[-1],), g, bb, eps)
+    return lambda a, b, g, bb: torch.nn.functional.layer_norm(a + b, (g.shape[-1],), g, bb, eps)
 
 
 ADDNORM = OpDef("addnorm", "layernorm(a + b, gamma, beta), a and b broadcast (equal rank; egglog: ranks 1-4)", "(eps_bits,)",
