@@ -162,3 +162,14 @@ def test_an_if_of_the_users_own_is_not_taken_for_a_table_guard():
     assert table_guards(model) == []
     check = verify_guards(model, model, {"batch": 1, "seq": 4, "total": 4, "past": 4})
     assert check.passed and check.verified == []
+
+
+def test_a_branch_output_without_a_type_takes_the_other_branchs():
+    """The writer may not know a value's element type (0): the branch model types it from the other branch."""
+    model = _guarded(_angles("e_", "freq"), "e_y")
+    (guard,) = table_guards(model)
+    then = next(a.g for a in guard.attribute if a.name == "then_branch")
+    then.output[0].type.tensor_type.elem_type = 0
+    assert taken(model, guard, "then_branch").graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    check = verify_guards(_original(), model, {"batch": 1, "seq": 4})
+    assert check.passed, check.detail

@@ -59,8 +59,11 @@ def taken(model: onnx.ModelProto, guard: onnx.NodeProto, branch: str) -> onnx.Mo
                       for inner, outer in zip(body.output, guard.output)]
         else:
             nodes.append(node)
-    outputs = [helper.make_tensor_value_info(outer, inner.type.tensor_type.elem_type, None)
-               for inner, outer in zip(body.output, guard.output)]
+    known = {vi.name: vi.type.tensor_type.elem_type for vi in [*g.value_info, *g.output]}
+    other = next(a.g for a in guard.attribute if a.name != branch and a.type == onnx.AttributeProto.GRAPH)
+    outputs = [helper.make_tensor_value_info(outer, inner.type.tensor_type.elem_type
+                                             or twin.type.tensor_type.elem_type or known.get(outer, 0), None)
+               for inner, twin, outer in zip(body.output, other.output, guard.output)]  # a type either branch knows
     outputs.append(helper.make_tensor_value_info(guard.input[0], onnx.TensorProto.BOOL, None))
     used = {o.name for o in outputs}
     kept: list[onnx.NodeProto] = []
