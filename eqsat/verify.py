@@ -142,6 +142,11 @@ class ShapesCheck:
     detail: str = ""
 
 
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes: Sequence[tuple[str, Shapes]],
                   seed: int = 0, draws: int = 1) -> ShapesCheck:
     """Check that ``optimized`` keeps ``original``'s interface (names, element types, ``dim_param`` names) and
@@ -165,8 +170,7 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
             try:
                 got = s2.run(None, feeds, QUIET)
             except Exception as exc:  # noqa: BLE001
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                return ShapesCheck(False, out.verified, out.skipped, f"at {label} onnxruntime fails: {first[:300]}")
+                return ShapesCheck(False, out.verified, out.skipped, f"at {label} onnxruntime fails: {_first_line(exc)}")
             for name, a, b in zip((o.name for o in s1.get_outputs()), ref, got):
                 ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
                 if not ok:
@@ -177,11 +181,6 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
         else:
             out.verified.append(label)
     return out
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSession, outputs: Sequence[str],

@@ -25,16 +25,9 @@ not only shapes).
 
 from __future__ import annotations
 
-from ..ops.egglog_text import MAX_RANK, rule, shape_of
+from ..ops.egglog_text import MAX_RANK, fold, rule, shape_of
 
 __all__ = ["reshape_sym_rules"]
-
-
-def _product(vs: list[str]) -> str:
-    out = vs[0]
-    for v in vs[1:]:
-        out = f"(* {out} {v})"
-    return out
 
 
 def _keep(r: int, q: int, lead: int) -> str:
@@ -54,7 +47,7 @@ def _flatten(r: int, q: int) -> str:
     return rule(f"sym_Reshape{r}_{q}_flatten",
                 [f"(= e (Reshape {shape_of(['t0'] + kept)} x))", "(= h (shape e))",
                  f"(= {shape_of(a + kept)} (shape x))", f"(= {shape_of(s + kept)} (sym x))"],
-                [f"(set (sym e) {shape_of([_product(s)] + kept)})"])
+                [f"(set (sym e) {shape_of([fold('*', s)] + kept)})"])
 
 
 _PRODUCTS = {"matmul": "(Matmul 0 (Reshape (S2 m k) x) w)", "linear": "(Linear (Reshape (S2 m k) x) w b)"}
@@ -67,7 +60,7 @@ def _unflatten(r: int, q: int, product: str) -> str:
     t = [f"t{i}" for i in range(r - 1)]
     s = [f"s{i}" for i in range(r - 1)]
     c = [f"c{i}" for i in range(r - 1, q)] if q > r else ["n"]
-    split = [f"(= n {_product(c)})"] if q > r else []
+    split = [f"(= n {fold('*', c)})"] if q > r else []
     suffix = "" if (q, product) == (r, "matmul") else f"_{q}_{product}"
     return rule(f"sym_Reshape{r}_unflatten{suffix}",
                 [f"(= e (Reshape {shape_of(t + c)} {_PRODUCTS[product]}))", "(= h (shape e))",
@@ -82,8 +75,8 @@ def _merge(r: int, q: int, lead: int) -> str:
     return rule(f"sym_Reshape{r}_{q}_merge{lead}",
                 [f"(= e (Reshape {shape_of(['t0'] + c)} x))", "(= h (shape e))",
                  f"(= {shape_of(a + b)} (shape x))", f"(= {shape_of(s + b)} (sym x))",
-                 f"(= t0 {_product(a)})", f"(= {_product(b)} {_product(c)})"],
-                [f"(set (sym e) {shape_of([_product(s)] + c)})"])
+                 f"(= t0 {fold('*', a)})", f"(= {fold('*', b)} {fold('*', c)})"],
+                [f"(set (sym e) {shape_of([fold('*', s)] + c)})"])
 
 
 def _same() -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper
 
-from .subgraphs import implicit_inputs
+from .dataflow import needed
 
 __all__ = ["GUARD", "guard_bounds", "table_guards", "taken"]
 
@@ -65,13 +65,8 @@ def taken(model: onnx.ModelProto, guard: onnx.NodeProto, branch: str) -> onnx.Mo
                                              or twin.type.tensor_type.elem_type or known.get(outer, 0), None)
                for inner, twin, outer in zip(body.output, other.output, guard.output)]  # a type either branch knows
     outputs.append(helper.make_tensor_value_info(guard.input[0], onnx.TensorProto.BOOL, None))
-    used = {o.name for o in outputs}
-    kept: list[onnx.NodeProto] = []
-    for node in reversed(nodes):
-        if any(o in used for o in node.output if o):
-            kept.append(node)
-            used.update(i for i in [*node.input, *implicit_inputs(node)] if i)
-    graph = helper.make_graph(kept[::-1], f"{g.name}_{branch}", [vi for vi in g.input if vi.name in used], outputs,
+    kept, used = needed(nodes, [o.name for o in outputs])
+    graph = helper.make_graph(kept, f"{g.name}_{branch}", [vi for vi in g.input if vi.name in used], outputs,
                               initializer=[t for t in [*g.initializer, *body.initializer] if t.name in used])
     out = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     out.functions.extend(model.functions)

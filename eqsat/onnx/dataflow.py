@@ -14,6 +14,8 @@ values are computed from the inputs' shapes alone (:func:`shape_only`), and the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import onnx
 
 SHAPE_READERS = frozenset({"Shape", "Size"})
@@ -48,20 +50,27 @@ def prune(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` without the main graph's nodes that no graph output depends on, and without the initializers
     nothing reads (in place; returned)."""
     g = model.graph
-    used = {o.name for o in g.output}
+    kept, used = needed(g.node, [o.name for o in g.output])
+    inputs = {vi.name for vi in g.input}
+    initializers = [t for t in g.initializer if t.name in used or t.name in inputs]
+    del g.node[:]
+    g.node.extend(kept)
+    del g.initializer[:]
+    g.initializer.extend(initializers)
+    return model
+
+
+def needed(nodes: Iterable[onnx.NodeProto], outputs: Iterable[str]) -> tuple[list[onnx.NodeProto], set[str]]:
+    """The nodes (in their order) that the values ``outputs`` depend on, and every name those nodes read (their
+    subgraphs' included) with ``outputs``: the initializers and inputs to keep are among them."""
+    used = set(outputs)
     kept: list[onnx.NodeProto] = []
-    for node in reversed(g.node):
+    for node in reversed(list(nodes)):
         if any(o in used for o in node.output if o):
             kept.append(node)
             used.update(i for i in node.input if i)
             used.update(_captured(node))
-    inputs = {vi.name for vi in g.input}
-    initializers = [t for t in g.initializer if t.name in used or t.name in inputs]
-    del g.node[:]
-    g.node.extend(reversed(kept))
-    del g.initializer[:]
-    g.initializer.extend(initializers)
-    return model
+    return kept[::-1], used
 
 
 def _captured(node: onnx.NodeProto) -> set[str]:
@@ -75,4 +84,4 @@ def _captured(node: onnx.NodeProto) -> set[str]:
     return out
 
 
-__all__ = ["SHAPE_READERS", "UNFOLDABLE", "prune", "shape_only"]
+__all__ = ["SHAPE_READERS", "UNFOLDABLE", "needed", "prune", "shape_only"]

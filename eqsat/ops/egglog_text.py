@@ -29,6 +29,15 @@ def shape_of(vs: Sequence[str]) -> str:
     return f"({shape_ctor(len(vs))} {' '.join(vs)})" if vs else "(S0)"
 
 
+def fold(op: str, terms: Sequence[str]) -> str:
+    """egglog arithmetic ``op`` over ``terms``, left to right: ``fold("*", ["a", "b", "c"])`` is
+    ``(* (* a b) c)``."""
+    out = terms[0]
+    for t in terms[1:]:
+        out = f"({op} {out} {t})"
+    return out
+
+
 def rule(name: str, query: list[str], actions: list[str], ruleset: str = "analysis") -> str:
     return f"(rule ({' '.join(query)}) ({' '.join(actions)}) :ruleset {ruleset} :name \"{name}\")"
 

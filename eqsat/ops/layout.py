@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .base import Ctor, Emitter, OpDef, Shape, fail, volume
-from .egglog_text import MAX_RANK, dim_vars, rule, shape_of
+from .egglog_text import MAX_RANK, dim_vars, fold, rule, shape_of
 from .mapping import ImportContext, Mapper, V, floats, onnx_attrs
 
 if TYPE_CHECKING:
@@ -119,13 +119,6 @@ def _transpose_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     return tuple(x[p] for p in attrs)
 
 
-def _fold(op: str, terms: list[str]) -> str:
-    out = terms[0]
-    for t in terms[1:]:
-        out = f"({op} {out} {t})"
-    return out
-
-
 def _pick(p: str, dims: list[str]) -> str:
     """egglog arithmetic for ``dims[p]`` with ``p`` a variable in ``0 .. len(dims) - 1``: the sum of each dimension
     times its Lagrange indicator (1 at its own index, 0 at the others; exact integer division), so that one rule
@@ -133,9 +126,9 @@ def _pick(p: str, dims: list[str]) -> str:
     terms = []
     for j, d in enumerate(dims):
         others = [k for k in range(len(dims)) if k != j]
-        indicator = f"(/ {_fold('*', [f'(- {p} {k})' for k in others])} {math.prod(j - k for k in others)})"
+        indicator = f"(/ {fold('*', [f'(- {p} {k})' for k in others])} {math.prod(j - k for k in others)})"
         terms.append(f"(* {d} {indicator})")
-    return _fold("+", terms)
+    return fold("+", terms)
 
 
 def _transpose_rules() -> list[str]:
@@ -170,17 +163,13 @@ def _reshape_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     return tuple(attrs)
 
 
-def _product(vs: list[str]) -> str:
-    return vs[0] if len(vs) == 1 else "(* " * (len(vs) - 1) + vs[0] + "".join(f" {x})" for x in vs[1:])
-
-
 def _reshape_rules() -> list[str]:
     out = []
     for r in range(1, MAX_RANK + 1):
         for q in range(1, MAX_RANK + 1):
             a, b = dim_vars("a", r), dim_vars("b", q)
             out.append(rule(f"shape_Reshape{r}_{q}", [f"(= e (Reshape {shape_of(b)} x))", f"(= {shape_of(a)} (shape x))",
-                                                      f"(= {_product(a)} {_product(b)})"], [f"(set (shape e) {shape_of(b)})"]))
+                                                      f"(= {fold('*', a)} {fold('*', b)})"], [f"(set (shape e) {shape_of(b)})"]))
     return out
 
 
