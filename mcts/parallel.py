@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from eqsat.egglog.egraph import EGraph, has_symbols
 from eqsat.errors import EGraphError, InputError
+from eqsat.ir import topo_order
 from eqsat.rules import rule_set
 
 from .config import SearchConfig
@@ -48,10 +49,11 @@ class Tree(Protocol):
 
 def _replica(payload: tuple) -> Tree:
     """A tree on a fresh e-graph built from the same program and rules as the caller's (``Forest._payload``)."""
-    kind, outputs, names, cost_model, config, tree, size = payload
+    kind, outputs, causal, names, cost_model, config, tree, size = payload
     known = {r.name: r for r in rule_set(config.rule_set, config.portable)}
     rules = [known[n] for n in names]  # Forest._payload checked the names
-    egraph = EGraph(symbolic=has_symbols(outputs))
+    order = topo_order(outputs)
+    egraph = EGraph(symbolic=has_symbols(outputs), causal=frozenset(id(order[k]) for k in causal))
     egraph.add_program(outputs)
     if egraph.size().enodes != size:
         raise EGraphError(f"a rebuilt e-graph has {egraph.size().enodes} e-nodes, the original {size}")
@@ -112,8 +114,8 @@ class Forest:
     @staticmethod
     def _payload(main: Tree, tree: int) -> tuple:
         """What a worker needs to rebuild ``main``'s e-graph and env (egglog e-graphs cannot be pickled): the tree's
-        class (pickled by reference), the encoded program's outputs, the rules' names, the cost model and the
-        config."""
+        class (pickled by reference), the encoded program's outputs and causal masks, the rules' names, the cost
+        model and the config."""
         egraph = main.env.egraph
         by_handle = {egraph.encoding.handles[id(n)]: n for n in egraph.encoding.encoded}
         outputs = [by_handle[h] for h in egraph.output_handles]
@@ -123,7 +125,8 @@ class Forest:
         if missing:
             raise InputError(f"--workers > 1 rebuilds the rules of rule set {main.config.rule_set!r} in each worker; "
                              f"{', '.join(missing)} are not in it: use --workers 1")
-        return type(main), outputs, names, main.env.cost_model, main.config, tree, egraph.size().enodes
+        causal = [k for k, n in enumerate(topo_order(outputs)) if id(n) in egraph.encoding.causal]  # by position
+        return type(main), outputs, causal, names, main.env.cost_model, main.config, tree, egraph.size().enodes
 
     def _recv(self, conn: Connection) -> Any:
         try:

@@ -37,6 +37,9 @@ class Rule:
     """source patterns in TENSAT syntax (TASO rules), used by the verifier to build instances"""
     example: Callable | None = field(default=None, compare=False)
     """ours: fn(rng) -> the roots of one random instance, on which the rule may fire (the verifier draws many)"""
+    fixed: Callable | None = field(default=None, compare=False)
+    """ours: fn(weight leaf of an instance) -> its value, or None for a random one: the weights whose value the
+    rule reads (a causal mask) hold it in every evaluation, and the e-graph sees them as a model's weights"""
     duplicate_of: str | None = None
 
     @cached_property

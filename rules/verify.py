@@ -15,6 +15,7 @@ passes if it fired on at least one instance and every e-class's e-nodes agree; i
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -186,14 +187,20 @@ MIN_FIRED = 5
 """a rule that fires on fewer distinct instances than this is reported as thinly tested"""
 
 
-def _leaf_values(snap: Snapshot, seed: int) -> list[tuple[dict[int, np.ndarray], int | None]]:
+def _leaf_values(snap: Snapshot, seed: int, fixed: Mapping[str, np.ndarray] | None = None
+                 ) -> list[tuple[dict[int, np.ndarray], int | None]]:
     """Leaf values keyed by leaf-node id: float64 normal, float64 positive (a batch norm's variance under
-    a square root) and integers modulo PRIME."""
+    a square root) and integers modulo PRIME; a weight named in ``fixed`` holds that value in each."""
     rng = np.random.default_rng(seed)
     leaves = list(snap.leaves.values())
-    return [({id(n): rng.standard_normal(n.shape) for n in leaves}, None),
-            ({id(n): rng.uniform(0.5, 2.0, n.shape) for n in leaves}, None),
-            ({id(n): rng.integers(0, PRIME, n.shape, dtype=np.int64) for n in leaves}, PRIME)]
+    fixed = fixed or {}
+
+    def draw(n: ir.Node, values: np.ndarray) -> np.ndarray:
+        return np.asarray(fixed[n.name], dtype=np.float64) if n.op == "weight" and n.name and n.name in fixed \
+            else values
+    return [({id(n): draw(n, rng.standard_normal(n.shape)) for n in leaves}, None),
+            ({id(n): draw(n, rng.uniform(0.5, 2.0, n.shape)) for n in leaves}, None),
+            ({id(n): draw(n, rng.integers(0, PRIME, n.shape, dtype=np.int64)) for n in leaves}, PRIME)]
 
 
 def _describe(roots: list[ir.Node]) -> str:
@@ -213,6 +220,20 @@ def _renamed(roots: list[ir.Node], prefix: str) -> list[ir.Node]:
         name = prefix + n.name if n.op in ("input", "weight") and n.name else n.name
         new[id(n)] = ir.Node(n.op, tuple(new[id(i)] for i in n.inputs), n.attrs, n.shape, n.dtype, name)
     return [new[id(r)] for r in roots]
+
+
+def _fixed(rule: Rule, groups: list[list[ir.Node]]) -> dict[str, np.ndarray]:
+    """The values the rule holds fixed (:attr:`Rule.fixed`), keyed by the weights' names in the e-graph (each
+    instance's leaves renamed as :func:`_renamed` does)."""
+    out: dict[str, np.ndarray] = {}
+    if rule.fixed is None:
+        return out
+    for k, g in enumerate(groups):
+        for n in ir.topo_order(g):
+            value = rule.fixed(n) if n.op == "weight" else None
+            if value is not None:
+                out[f"k{k}_{n.name}"] = value
+    return out
 
 
 def _reach(snap: Snapshot, roots: list[int]) -> set[int]:
@@ -235,7 +256,8 @@ def check_rule(rule: Rule, seed: int = 0, instances: int = DEFAULT_INSTANCES, mi
     rng = np.random.default_rng(seed)
     groups = our_instances(rule, rng, instances) if rule.example is not None else taso_instances(rule, rng, instances)
     roots = [r for k, g in enumerate(groups) for r in _renamed(g, f"k{k}_")]
-    eg = EGraph.from_graph(ir.Graph((), tuple(roots), tuple(f"o{i}" for i in range(len(roots)))))
+    fixed = _fixed(rule, groups)
+    eg = EGraph.from_graph(ir.Graph((), tuple(roots), tuple(f"o{i}" for i in range(len(roots))), weights=fixed))
     RuleEngine(eg, [rule]).apply(rule.name)
     snap = eg.snapshot()
     owner: dict[int, int] = {}
@@ -250,7 +272,7 @@ def check_rule(rule: Rule, seed: int = 0, instances: int = DEFAULT_INSTANCES, mi
             fired_at.append(k)
     shapes = [_describe(groups[k]) for k in fired_at]
     modular_all, err, bad = True, None, None
-    for values, modulus in _leaf_values(snap, seed + 1) if fired_at else ():
+    for values, modulus in _leaf_values(snap, seed + 1, fixed) if fired_at else ():
         with np.errstate(all="ignore"):
             err, complete, bad = _evaluate_classes(snap, lambda n, values=values: values[id(n)], modulus)
         if modulus is not None:

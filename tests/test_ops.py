@@ -173,6 +173,13 @@ def _attention(rng: np.random.Generator) -> Sample:
     return (float_bits(float(rng.choice([0.125, 0.35355338, 1.0, 2.0]))),), shapes
 
 
+def _causal(rng: np.random.Generator) -> Sample:
+    """q [..., S, D], kt [..., D, S], v [..., S, Dv] of rank 3 or 4: as many keys as queries."""
+    lead = tuple(_dims(rng, int(rng.integers(1, 3)), 3))
+    s, d, dv = _dims(rng, 3)
+    return (float_bits(float(rng.choice([0.125, 0.35355338, 1.0, 2.0]))),), [lead + (s, d), lead + (d, s), lead + (s, dv)]
+
+
 def _rotary(kernel: bool) -> Callable[[np.random.Generator], Sample]:
     """x [..., S, D] with D even (rank 4 for the kernel, 3 or 4 else), cos and sin of one shape, each dimension
     1 or x's (the heads' 1 for the kernel), the last D."""
@@ -191,7 +198,7 @@ SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
     "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
     "linear": _linear, "attention": _attention, "scale": _scale, "ewsum": _broadcast, "addnorm": _addnorm,
-    "sdpa": _attention, "rotary": _rotary(False), "rope": _rotary(True),
+    "sdpa": _attention, "rotary": _rotary(False), "rope": _rotary(True), "sdpa_causal": _causal,
 }
 WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
 """leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""

@@ -110,6 +110,8 @@ class Encoding:
     """the encoded IR nodes, kept alive so that no id in :attr:`handles` is reused"""
     symbolic: bool = False
     """whether each node's ``sym`` (its shape's fingerprint, :mod:`eqsat.dims`) is set too"""
+    causal: frozenset[int] = frozenset()
+    """ids of the IR nodes that are a causal mask (:func:`eqsat.ops.attention.causal_masks`): marked ``Causal``"""
 
     def term(self, n: Node, handles: dict[int, str]) -> str:
         """The constructor term of ``n``, its operands referred to by their handles."""
@@ -144,6 +146,8 @@ class Encoding:
                 commands.append(f'(set (sym (node "{h}")) {shape_term(fingerprint(n.shape))})')
             if n.op == "weight":
                 commands.append(f'(AllW (node "{h}"))')
+            if id(n) in self.causal:
+                commands.append(f'(Causal (node "{h}"))')
         return commands, [handles[id(o)] for o in outputs]
 
 

@@ -32,6 +32,7 @@ import egglog.bindings as eb
 from ..dims import fingerprint_fits, is_symbolic
 from ..errors import EgglogError, EGraphError, EqsatError
 from ..ir import Graph, Node, topo_order
+from ..ops.attention import causal_masks
 from ..snapshot import Snapshot
 from . import codec, schema
 from .codec import Encoding
@@ -85,9 +86,10 @@ class Size:
 class EGraph:
     """An egglog e-graph holding one program and the rules registered on it."""
 
-    def __init__(self, symbolic: bool = False) -> None:
+    def __init__(self, symbolic: bool = False, causal: frozenset[int] = frozenset()) -> None:
         """``symbolic``: the programs it holds have symbolic dimensions (:mod:`eqsat.dims`): the ``sym`` analysis
-        is kept beside ``shape`` and a rewrite commits only where both agree."""
+        is kept beside ``shape`` and a rewrite commits only where both agree. ``causal``: the ids of the IR nodes
+        that are a causal mask (marked ``Causal`` when encoded)."""
         with egglog_guard("creating an e-graph"):
             self._eg = eb.EGraph()
             self._push = [eb.Push(1)]
@@ -95,7 +97,7 @@ class EGraph:
         for form in schema.program(symbolic):
             self.run_commands(self.parse(form))
         self._analysed: set[str] = set()
-        self.encoding = Encoding(symbolic=symbolic)
+        self.encoding = Encoding(symbolic=symbolic, causal=causal)
         self.output_handles: list[str] = []
         self.depth = 0
         self._ctor_names = set(schema.CONSTRUCTORS)
@@ -109,8 +111,8 @@ class EGraph:
     @classmethod
     def from_graph(cls, graph: Graph) -> EGraph:
         """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`), symbolic where the
-        program has a symbolic dimension."""
-        eg = cls(symbolic=has_symbols(graph.outputs))
+        program has a symbolic dimension; its attention masks that are causal marked ``Causal``."""
+        eg = cls(symbolic=has_symbols(graph.outputs), causal=causal_masks(graph.nodes(), graph.weights))
         eg.add_program(graph.outputs)
         return eg
 

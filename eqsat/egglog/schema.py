@@ -12,6 +12,8 @@
   side's ``sym`` equal to the left-hand side's, so a rewrite valid only at the representative sizes never commits.
   A static program declares neither.
 * ``AllW``: the all-weights flag (computable from weights alone, so precomputable before inference).
+* ``Causal``: the weights that hold a causal mask (set by the encoder, :attr:`eqsat.egglog.codec.Encoding.causal`):
+  an attention masked by one is a causal kernel (``attention_causal``, rules/ours/kernels.py).
 * ``node``: one table of named handles (``"n17"``) for the encoder; no ``let`` globals.
 
 :func:`program` declares every constructor (declarations cost nothing at run time) but none of the
@@ -110,6 +112,7 @@ def program(symbolic: bool = False) -> list[str]:
         *(["(function sym (T) Shape :merge old)"] if symbolic else []),
         "(function node (String) T :merge old)",
         "(relation AllW (T))",
+        "(relation Causal (T))",
         "(relation Pend (T T))",
         "(ruleset analysis)",
         "(ruleset commit)",

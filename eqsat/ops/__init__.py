@@ -84,6 +84,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     composite.SCALE, attention.ATTENTION,
     opaque.OPAQUE, leaf.NOOP,
     elementwise.EWSUM, norm.ADDNORM, attention.SDPA, rotary.ROTARY, rotary.ROPE,
+    attention.SDPA_CAUSAL,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""
 

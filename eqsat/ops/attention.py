@@ -26,6 +26,12 @@ may not (``Emitter.upgrade`` False) the kernel is written as ``attention``'s dec
 ``attention_kernel`` makes one (rules/ours/kernels.py), and only a measured cost prefers it: the analytic
 cost counts it as the decomposition plus the transposition of kt, so it never does.
 
+``sdpa_causal``: ``attention`` under a causal mask, operands ``(q, kt, v)`` with as many keys as queries (query i
+sees keys 0..i), written as opset 23's ``Attention`` with ``is_causal`` (no mask read or computed; where the
+model may not be upgraded, the decomposition with the mask computed from the scores' shape). Only the rule
+``attention_causal`` makes one, from an ``attention`` whose mask the encoder marked ``Causal``
+(:func:`causal_masks`).
+
 >>> from eqsat.ops.composite import float_bits
 >>> ATTENTION.shape((float_bits(0.125),), [(1, 4, 16, 8), (1, 4, 8, 16), (1, 4, 16, 8), (1, 1, 1, 16)])
 (1, 4, 16, 8)
@@ -34,7 +40,7 @@ cost counts it as the decomposition plus the transposition of kt, so it never do
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -164,6 +170,123 @@ def _sdpa_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
 SDPA = OpDef("sdpa", "attention as one runtime kernel (ONNX Attention, opset 23)", "(scale_bits,)", _shape,
              (Ctor("Sdpa", "ittt"), Ctor("SdpaMasked", "itttt")), lambda: _rules("Sdpa", "SdpaMasked"), _numpy,
              _sdpa_onnx, _torch, _flops, _sdpa_bytes, kernel="Attention (opset 23)")
+
+
+CAUSAL_FLOOR = -1e30
+"""a mask entry at or below this (float32's lowest, transformers' choice, or -inf) masks its score whatever the
+score's size: the softmax gives it exactly 0, as a causal kernel does"""
+
+
+def is_causal_mask(value: Any) -> bool:
+    """Whether ``value`` is an additive causal mask: floating point, rank 2 or more, its last two dimensions equal
+    (n x n), and every n x n matrix along its other dimensions 0 on and below the diagonal and
+    :data:`CAUSAL_FLOOR` or below above it (query i sees keys 0..i)."""
+    a = np.asarray(value)
+    if a.dtype.kind != "f" or a.ndim < 2 or a.shape[-1] != a.shape[-2] or a.size == 0:
+        return False
+    above = np.triu(np.ones(a.shape[-2:], dtype=bool), 1)
+    return bool(np.all(a[..., ~above] == 0) and np.all(a[..., above] <= CAUSAL_FLOOR))
+
+
+def _attribute(node: Any, name: str) -> Any:
+    """The value of an opaque ONNX node's attribute ``name`` (None where it has none)."""
+    for raw in node.attrs[2]:
+        attr = onnx.AttributeProto.FromString(raw)
+        if attr.name == name:
+            return onnx.helper.get_attribute_value(attr)
+    return None
+
+
+def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
+    """``Trilu(ConstantOfShape(shape, value), k=1, upper=1)`` of a value at or below :data:`CAUSAL_FLOOR`, its last
+    two dimensions equal: a shape-generic import's causal mask (:mod:`eqsat.onnx.tables`), causal at every size."""
+    if not (node.op == "opaque" and node.attrs[:2] == ("Trilu", "") and len(node.inputs) == 2
+            and node.attrs[5] == (0, 1) and _attribute(node, "upper") == 1 and len(node.shape) >= 2
+            and node.shape[-1] == node.shape[-2] and node.dtype in ("float32", "float64")):
+        return False
+    full, k = node.inputs
+    if not (full.op == "opaque" and full.attrs[:2] == ("ConstantOfShape", "") and k.op == "weight"
+            and k.name in weights and np.asarray(weights[k.name]).size == 1 and int(np.asarray(weights[k.name])) == 1):
+        return False
+    value = _attribute(full, "value")
+    return value is not None and onnx.numpy_helper.to_array(value).size == 1 \
+        and float(onnx.numpy_helper.to_array(value).reshape(())) <= CAUSAL_FLOOR
+
+
+def causal_masks(nodes: Iterable[Any], weights: Mapping[str, Any]) -> frozenset[int]:
+    """The ids of the nodes among ``nodes`` that are an ``attention``'s mask operand and a causal mask: a weight
+    that holds one (:func:`is_causal_mask`; only those weights are read: a model's weights may be generated on
+    first read) or a shape-generic import's Trilu of one (:func:`_is_causal_trilu`). The e-graph marks them
+    ``Causal``."""
+    masks = {id(n.inputs[3]): n.inputs[3] for n in nodes if n.op == "attention" and len(n.inputs) == 4}
+    return frozenset(i for i, m in masks.items()
+                     if (m.op == "weight" and m.name in weights and is_causal_mask(weights[m.name]))
+                     or _is_causal_trilu(m, weights))
+
+
+def _causal_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    if len(shapes) != 3:
+        raise fail("sdpa_causal", f"expects (q, kt, v), got {len(shapes)} operands")
+    out = _shape(attrs, shapes)
+    if shapes[0][-2] != shapes[1][-1]:
+        raise fail("sdpa_causal", f"a causal mask needs as many queries as keys, got {shapes[0][-2]} queries and "
+                                  f"{shapes[1][-1]} keys")
+    return out
+
+
+def _causal_rules() -> list[str]:
+    """Per rank: q [..., m, d], kt [..., d, m] (as many keys as queries), v [..., m, dv]."""
+    out = []
+    for r in RANKS:
+        lead = dim_vars("b", r - 2)
+        conds = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(lead + ['d', 'm'])} (shape kt))",
+                 f"(= {shape_of(lead + ['m', 'dv'])} (shape v))", *float_attr_conds("s")]
+        out.append(rule(f"shape_SdpaCausal{r}", ["(= e (SdpaCausal s q kt v))", *conds],
+                        [f"(set (shape e) {shape_of(lead + ['m', 'dv'])})"]))
+    return out
+
+
+def _causal_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    n = np.shape(args[0])[-2]
+    mask = np.where(np.triu(np.ones((n, n), dtype=bool), 1), -np.inf, 0.0)
+    return _numpy(attrs, [*args, mask], modulus)
+
+
+def _causal_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    """opset 23's ``Attention`` with ``is_causal``; where the model may not take it, the decomposition with the
+    mask computed from the scores' shape (float32's lowest above the diagonal: CumSum of ones along each of the
+    last two axes gives j + 1 and i + 1; ops of opset 13, the oldest the importer takes)."""
+    rank = len(shapes[0])
+    if not newer_allowed(em):
+        s = em.emit("MatMul", ins[:2], "attention")
+        s = em.emit("Mul", [s, em.const(np.array(float_value(attrs[0]), dtype=np.float32), "scale")], "attention")
+        ones = em.emit("ConstantOfShape", [em.emit("Shape", [s], "causal")], "causal",
+                       value=onnx.numpy_helper.from_array(np.ones(1, dtype=np.float32)))
+        col, row = (em.emit("CumSum", [ones, em.const(np.array(axis, dtype=np.int64), "axis")], "causal")
+                    for axis in (-1, -2))
+        lowest = em.const(np.array(np.finfo(np.float32).min, dtype=np.float32), "lowest")
+        mask = em.emit("Where", [em.emit("Greater", [col, row], "causal"), lowest,
+                                 em.const(np.array(0, dtype=np.float32), "zero")], "causal")
+        s = em.emit("Add", [s, mask], "attention")
+        return em.emit("MatMul", [em.emit("Softmax", [s], "attention", axis=-1), ins[2]], "attention")
+    k = em.emit("Transpose", [ins[1]], "sdpa", perm=[*range(rank - 2), rank - 1, rank - 2])
+    heads = {"q_num_heads": 1, "kv_num_heads": 1} if rank == 3 else {}
+    return emit_newer(em, "Attention", [ins[0], k, ins[2]], "sdpa", scale=float_value(attrs[0]), is_causal=1,
+                      **heads)
+
+
+def _causal_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    scale = float_value(attrs[0])
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fn(q: Any, kt: Any, v: Any) -> Any:
+        return sdpa(q, kt.transpose(-1, -2), v, is_causal=True, scale=scale)
+    return fn
+
+
+SDPA_CAUSAL = OpDef("sdpa_causal", "causal attention as one runtime kernel (ONNX Attention, opset 23, is_causal)",
+                    "(scale_bits,)", _causal_shape, (Ctor("SdpaCausal", "ittt"),), _causal_rules, _causal_numpy,
+                    _causal_onnx, _causal_torch, _flops, _sdpa_bytes, kernel="Attention (opset 23)")
 
 
 # -- attention in ONNX graphs (:mod:`eqsat.ops.matching`) --------------------------------------------------------------

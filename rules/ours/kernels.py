@@ -9,6 +9,11 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
   (MatMul, scale, mask Add, Softmax, MatMul, which onnxruntime runs as FusedMatMul + Softmax + MatMul) as opset
   23's ``Attention``. ``attention_split`` relates ``attention`` to its parts, so the kernel is reached from any
   spelling that rule recombines.
+* ``attention_causal``: attention(q, kt, v, mask) -> sdpa_causal(q, kt, v) where the mask is a weight the encoder
+  marked ``Causal`` (0 on and below the diagonal, float32's lowest or -inf above: :func:`eqsat.ops.attention.
+  is_causal_mask`) and its last two dimensions are the scores' (as many keys as queries): opset 23's ``Attention``
+  with ``is_causal``, which reads no mask. In a shape-generic program the mask is computed every call (a Trilu of
+  the sequence length squared: 5 us of the zoo LLaMA's 250 at sequence 128); the kernel computes none.
 * ``rotary_kernel``: rotary(x, cos, sin) -> rope(x, cos, sin) where cos and sin are [1 or B, 1, S, D] (one angle
   per position, shared by the heads): the rotary embedding LLaMA and Qwen exports decompose (which onnxruntime
   never fuses) as opset 23's ``RotaryEmbedding``.
@@ -16,9 +21,12 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
 
 from __future__ import annotations
 
+import numpy as np
+
 from eqsat import ir
 from eqsat.ops.attention import RANKS
 from eqsat.ops.composite import float_bits
+from eqsat.ops.egglog_text import dim_vars, shape_of
 
 from ..rule import Rule
 from .attention import SCALES
@@ -40,6 +48,50 @@ def _attention_instance(rng):
     return [ir.make("attention", operands, (scale,)), parts]
 
 
+CAUSAL = "causal"
+"""the name the instances give a causal mask (:func:`_fixed_mask` holds its value fixed)"""
+SOFT = "soft"
+"""the name of a near miss: a triangle whose masked entries are -1e4, large but not past every score"""
+
+
+def _causal_bodies() -> tuple[tuple[str, str], ...]:
+    bodies = []
+    for rank in RANKS:
+        lead = dim_vars("b", rank - 2)
+        query = (f"(= root (AttentionMasked c q kt v mk)) (Causal mk) (= {shape_of(lead + ['m', 'd'])} (shape q)) "
+                 f"(= {shape_of(lead + ['d', 'm'])} (shape kt)) "
+                 f"(= {shape_of(dim_vars('k', rank - 2) + ['m', 'm'])} (shape mk))")
+        bodies.append((query, "(Pend root (SdpaCausal c q kt v))"))
+    return tuple(bodies)
+
+
+def _causal_instance(rng):
+    """A masked ``attention`` of rank 3 or 4 with as many keys as queries: its mask a causal weight (broadcast
+    over some leading dimensions), or, as near misses, a random weight, a triangle of -1e4 (:data:`SOFT`), a
+    causal mask of one row broadcast over the queries, or fewer queries than keys."""
+    rank = pick(rng, RANKS)
+    lead = tuple(dim(rng, 1, 3) for _ in range(rank - 2))
+    n, d, dv = dim(rng, 2, 5), dim(rng, 1, 5), dim(rng, 1, 5)
+    miss = rng.random()
+    rows = n - 1 if miss < 0.1 else n
+    q, kt, v = ir.input_("q", lead + (rows, d)), ir.input_("kt", lead + (d, n)), ir.input_("v", lead + (n, dv))
+    mask_lead = tuple(x if rng.random() < 0.3 else 1 for x in lead)
+    name = CAUSAL if miss >= 0.3 else SOFT if miss >= 0.2 else "mask"
+    mask = ir.weight(name, mask_lead + ((1, n) if 0.1 <= miss < 0.2 else (rows, n)))
+    return [ir.make("attention", [q, kt, v, mask], (float_bits(pick(rng, SCALES)),))]
+
+
+def _fixed_mask(leaf: ir.Node) -> np.ndarray | None:
+    """The value of an instance's mask: causal (float32's lowest above the diagonal) for :data:`CAUSAL`, -1e4
+    there for :data:`SOFT`; None (random) for any other weight."""
+    if leaf.name not in (CAUSAL, SOFT):
+        return None
+    rows, keys = leaf.shape[-2:]
+    above = np.triu(np.ones((rows, keys), dtype=bool), 1)
+    floor = np.finfo(np.float32).min if leaf.name == CAUSAL else -1e4
+    return np.broadcast_to(np.where(above, floor, 0.0).astype(np.float32), leaf.shape).copy()
+
+
 def _rotary_instance(rng):
     """A ``rotary`` of rank 4 whose cos and sin are shared by the heads (dimension 1 of 1), or, as near misses,
     one of rank 3 or with cos and sin per head."""
@@ -56,6 +108,8 @@ rules = [
          (("(= root (Attention c q kt v))", "(Pend root (Sdpa c q kt v))"),
           ("(= root (AttentionMasked c q kt v mk))", "(Pend root (SdpaMasked c q kt v mk))")),
          example=_attention_instance),
+    Rule("attention_causal", "single", "ours", "attention(q, kt, v, causal mask) -> sdpa_causal(q, kt, v)",
+         _causal_bodies(), example=_causal_instance, fixed=_fixed_mask),
     Rule("rotary_kernel", "single", "ours", "rotary(x, cos, sin) -> rope(x, cos, sin), cos and sin [1 or B, 1, S, D]",
          (("(= root (Rotary x cos sin)) (= (S4 c0 1 s d) (shape cos))", "(Pend root (Rope x cos sin))"),),
          example=_rotary_instance),
