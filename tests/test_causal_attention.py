@@ -148,8 +148,8 @@ def test_a_dynamic_decoders_causal_mask_is_marked_and_the_kernel_keeps_the_inter
                                                                                       monkeypatch):
     """A decoder exported with dynamic batch and sequence axes (its causal mask computed from the sequence length):
     the shape-generic import's mask is marked ``Causal``; under a cost that prices the kernel at a tenth, the
-    program shipped runs one Attention with ``is_causal`` and no Trilu, keeps the dynamic axes, and onnxruntime
-    finds the original's outputs at several batch sizes and sequence lengths."""
+    program shipped runs one Attention with ``is_causal`` over the grouped key/value heads and no Trilu, keeps the
+    dynamic axes, and onnxruntime finds the original's outputs at several batch sizes and sequence lengths."""
     import zoo
 
     from eqsat.cost.analytic import AnalyticCost
@@ -168,6 +168,9 @@ def test_a_dynamic_decoders_causal_mask_is_marked_and_the_kernel_keeps_the_inter
     assert ops.count("Attention") == 1 and "Trilu" not in ops, ops
     (att,) = [n for n in out.graph.node if n.op_type == "Attention"]
     assert {a.name: helper.get_attribute_value(a) for a in att.attribute}["is_causal"] == 1
+    made = {o: n for n in out.graph.node for o in n.output}
+    for kv in att.input[1:3]:  # the grouped heads, not repeated by a Reshape of an Expand (repeat_kv)
+        assert not (made[kv].op_type == "Reshape" and made[made[kv].input[0]].op_type == "Expand"), made[kv]
     dims = [[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in out.graph.input]
     assert dims == [[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in original.graph.input]
     rng = np.random.default_rng(7)
@@ -175,3 +178,115 @@ def test_a_dynamic_decoders_causal_mask_is_marked_and_the_kernel_keeps_the_inter
         feeds = {i.name: rng.integers(0, 50, size=(b, s)).astype(np.int64) for i in original.graph.input}
         np.testing.assert_allclose(session(out).run(None, feeds)[0], session(original).run(None, feeds)[0],
                                    rtol=1e-4, atol=1e-5)
+
+
+def _attr(name: str, value) -> bytes:
+    return helper.make_attribute(name, value).SerializeToString()
+
+
+def _trilu(fill: float = float(LOWEST), k: int = 1, upper: int | None = 1, square: bool = True):
+    """A shape-generic import's mask as the IR holds it: opaque Trilu(ConstantOfShape(shape, fill), k) over
+    [1, 1, s, s] (or [1, 1, s, 4]), and the weights it reads."""
+    from eqsat import ir
+    from eqsat.dims import Dim
+
+    s = Dim.symbol("seq", 6)
+    shape = (1, 1, s, s if square else 4)
+    size = ir.input_("size", (4,), "int64")
+    full = ir.opaque("ConstantOfShape", [size], shape, attr_bytes=(
+        _attr("value", numpy_helper.from_array(np.array([fill], np.float32))),))
+    diag = ir.weight("k", ())
+    attrs = () if upper is None else (_attr("upper", upper),)
+    return ir.opaque("Trilu", [full, diag], shape, attr_bytes=attrs), {"k": np.array(k, np.int64)}
+
+
+@pytest.mark.parametrize("case,causal", [({}, True), ({"upper": None}, True), ({"upper": 0}, False),
+                                         ({"k": 0}, False), ({"fill": 1.0}, False), ({"fill": -1e4}, False),
+                                         ({"square": False}, False)])
+def test_a_generic_imports_trilu_is_marked_causal_only_when_it_is(case, causal):
+    """Only Trilu(ConstantOfShape(lowest), k=1, upper=1 or its default) over one symbol squared is causal at every
+    size; below and on the diagonal of the others there is a value, or above it too little."""
+    from eqsat import ir
+    from eqsat.ops.attention import causal_masks
+    from eqsat.ops.composite import float_bits
+
+    mask, weights = _trilu(**case)
+    s, keys = mask.shape[-2], mask.shape[-1]
+    q, kt, v = ir.input_("q", (1, 2, s, 8)), ir.input_("kt", (1, 2, 8, keys)), ir.input_("v", (1, 2, keys, 8))
+    att = ir.make("attention", [q, kt, v, mask], (float_bits(0.5),))
+    assert (causal_masks([att], weights) == {id(mask)}) is causal
+
+
+def test_a_zero_mask_of_one_entry_is_no_causal_mask_in_a_generic_program_sized_one():
+    """At a representative sequence length of 1 a [1, 1, 1] zero mask looks causal, but broadcast over more
+    queries it masks nothing: the rule must not make the attention causal."""
+    from eqsat import ir
+    from eqsat.dims import Dim
+    from eqsat.ops.composite import float_bits
+
+    s = Dim.symbol("s", 1)
+    q, kt, v = ir.input_("q", (2, s, 4)), ir.input_("kt", (2, 4, s)), ir.input_("v", (2, s, 4))
+    att = ir.make("attention", [q, kt, v, ir.weight("m", (1, 1, 1))], (float_bits(0.5),))
+    eg = EGraph.from_graph(ir.Graph((q, kt, v), (att,), ("y",), weights={"m": np.zeros((1, 1, 1), np.float32)}))
+    assert not eg.encoding.causal
+    assert not RuleEngine(eg, [by_name()[RULE]]).apply(RULE).changed
+
+
+def _repeat_kv(x, r: int, unsqueeze: bool = True, axis: int = 2):
+    """transformers' repeat_kv as the IR holds it: reshape(Expand(Unsqueeze(x) or reshape(x))) [B, H * r, S, D]."""
+    from eqsat import ir
+
+    b, h, s, d = x.shape
+    inserted = [b, h, s, d]
+    inserted.insert(axis, 1)
+    u = ir.opaque("Unsqueeze", [x, ir.weight("axes", (1,), "int64")], inserted) if unsqueeze \
+        else ir.make("reshape", [x], tuple(inserted))
+    expanded = list(inserted)
+    expanded[axis] = r
+    e = ir.opaque("Expand", [u, ir.weight("target", (5,), "int64")], expanded)
+    return ir.make("reshape", [e], (b, h * r, s, d))
+
+
+@pytest.mark.parametrize("unsqueeze", [True, False])
+def test_repeated_heads_are_read_where_and_only_where_the_shapes_say_so(unsqueeze):
+    """The grouped form's pattern (eqsat.onnx.forms): heads repeated in turn along a new axis 2, by a constant
+    factor; not a repetition along another axis, nor one by a symbolic factor."""
+    from eqsat import ir
+    from eqsat.dims import Dim
+    from eqsat.onnx.forms import _repeated
+
+    s = Dim.symbol("seq", 16)
+    x = ir.input_("x", (1, 2, s, 8))
+    assert _repeated(_repeat_kv(x, 2, unsqueeze)) is x
+    assert _repeated(_repeat_kv(x, 1, unsqueeze)) is None  # no repetition: nothing to save
+    along_seq = _repeat_kv(x, 2, unsqueeze, axis=3)  # [1, 2, s, 2, 8]: repeats positions, not heads
+    assert _repeated(along_seq) is None
+    y = ir.input_("y", (1, 2, 3, 8))
+    r = Dim.symbol("r", 2)
+    assert _repeated(_repeat_kv(y, r, unsqueeze)) is None
+
+
+@pytest.mark.parametrize("name,exporter,opset", [("llama_s128", "torchscript", 17), ("qwen2", "dynamo", 18)])
+def test_a_causal_kernel_over_repeated_heads_reads_the_grouped_heads(name, exporter, opset):
+    """LLaMA's and Qwen2's grouped key/value heads, repeated for each query head before the attention: the causal
+    kernel is written over the unrepeated ones (opset 23's Attention takes fewer key/value heads), so onnxruntime
+    runs no Expand; eqsat's verification finds the original's outputs."""
+    import zoo
+
+    from eqsat.decode import build_program
+    from eqsat.verify import verify
+
+    original = zoo.build(name, exporter, opset)
+    graph = import_model(original)
+    eg = EGraph.from_graph(graph)
+    assert RuleEngine(eg, [by_name()[RULE]]).apply(RULE).changed
+    snap = eg.snapshot().restrict()
+    choice = {c: ([n for n in nodes if snap.nodes[n].op == "sdpa_causal"] or nodes)[0]
+              for c, nodes in enumerate(snap.classes)}
+    program = export_model(build_program(snap, choice, graph))
+    ran = runtime_nodes(program)
+    assert ran.count("Attention") == 1 and "Expand" not in ran, ran
+    (att,) = [n for n in program.graph.node if n.op_type == "Attention"]
+    assert len(att.input) == 3
+    check = verify(original, program, seed=0, draws=3)
+    assert check.passed, check.detail

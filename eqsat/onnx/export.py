@@ -24,7 +24,8 @@ from .. import ops
 from ..errors import EqsatError
 from ..evaluate import NotEvaluable, apply_op
 from ..ir import Graph, Node, Origin, leaf_name, topo_order
-from ..ops.base import UPGRADE_DOMAIN, emit_activation
+from ..ops.attention import write_grouped
+from ..ops.base import UPGRADE_DOMAIN, emit_activation, newer_allowed
 from . import pool
 from .forms import Form, SplitGroup, plan
 from .kernels import UpgradeError, pending, upgrade
@@ -98,7 +99,7 @@ class _Exporter:
         g = self.graph
         order, consts = fold_weights(g, pooled=True)
         regions = self._regions(consts)
-        forms = _claim_splits(plan(g.outputs, consts), regions)
+        forms = _claim_splits(plan(g.outputs, consts, newer_allowed(self)), regions)
         forms = {k: f for k, f in forms.items() if k not in regions}
         opaque_groups: dict[tuple, list[str]] = {}
         for n in self._order(consts, regions, forms):
@@ -149,6 +150,9 @@ class _Exporter:
             assert form.group is not None
             self._split(form.group)
             return self.names[id(n)]
+        if form.kind == "grouped":
+            q_name, k_name, v_name = (self.names[id(d)] for d in form.deps)
+            return write_grouped(self, n.attrs, q_name, k_name, v_name)
         if form.kind == "gemm":
             gemm = self.emit("Gemm", [self.names[id(d)] for d in form.deps], "gemm")
             return emit_activation(self, gemm, n.attrs[0])

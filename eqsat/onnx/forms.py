@@ -20,7 +20,11 @@ time, onnxruntime would not form Gemm, FusedMatMul, SkipLayerNormalization or Co
   one axis: one ``Split`` with all the parts (a :class:`SplitGroup`); when the value is a 2-D ``matmul`` of
   ``reshape(A)`` that flattened A's leading dimensions, the N-D ``MatMul(A, W)``; and where a part is then
   (reshaped, keeping its last dimension, and) added to a constant bias along the cut axis, one ``Add`` of the
-  concatenated bias before the ``Split``, which onnxruntime fuses with the MatMul into a Gemm.
+  concatenated bias before the ``Split``, which onnxruntime fuses with the MatMul into a Gemm;
+- ``sdpa_causal`` of rank 4 whose keys and values are grouped heads repeated (transformers' ``repeat_kv``:
+  ``reshape(Expand(Unsqueeze(x)))`` from [B, H, S, D] to [B, H * r, S, D]; the keys then transposed): opset 23's
+  ``Attention`` of the unrepeated keys and values (it takes fewer key/value heads than query heads: grouped-query
+  attention), where the writer may use the kernel (``kernels``): no Expand of either each call.
 
 >>> from eqsat import ir
 >>> x = ir.input_("x", (2, 3, 4)); w = ir.weight("w", (4, 5))
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..dims import fingerprint, fp_of
 from ..ir import Node, topo_order
 
 
@@ -48,7 +53,8 @@ class Form:
     """the nodes whose values the form reads (written before it)"""
     kind: str
     """``matmul`` (MatMul of deps), ``gemm`` (a 2-D matmul with its fused activation), ``conv_bias`` (the conv2d ``of`` with a bias input, plus the last dep when
-    there is one more than the conv reads), ``elementwise``, ``split`` (one part of ``group``)"""
+    there is one more than the conv reads), ``elementwise``, ``split`` (one part of ``group``), ``grouped`` (a
+    causal attention of deps q, k, v with fewer key/value heads)"""
     of: Node | None = None
     """``conv_bias``: the conv2d node whose attributes the Conv takes"""
     constants: dict[int, np.ndarray] = field(default_factory=dict)
@@ -233,9 +239,46 @@ def _split(root: Node, consts: Mapping[int, np.ndarray], readers: Mapping[int, l
     return SplitGroup(root, operand, axis, sizes, tuple(tops), part_shapes, bias_all, tuple(inner))
 
 
-def plan(outputs: Sequence[Node], consts: Mapping[int, np.ndarray]) -> dict[int, Form]:
+def _repeated(n: Node) -> Node | None:
+    """``x`` where ``n`` is ``x`` [B, H, S, D] with each head repeated r > 1 times in turn (``reshape`` to [B, H * r,
+    S, D] of an ONNX ``Expand`` to [B, H, r, S, D] of ``x`` made [B, H, 1, S, D] by an ``Unsqueeze`` or a
+    ``reshape``), else None. The shapes decide it (compared as fingerprints: a symbolic dimension equal to itself
+    only): inserting an axis of 1 and merging two axes move no value, and an Expand from 1 to r repeats."""
+    if n.op != "reshape" or len(n.shape) != 4:
+        return None
+    e = n.inputs[0]
+    if not (e.op == "opaque" and e.attrs[:2] == ("Expand", "") and len(e.shape) == 5 and e.inputs):
+        return None
+    u = e.inputs[0]
+    if not (u.op == "reshape" or (u.op == "opaque" and u.attrs[:2] == ("Unsqueeze", "") and u.inputs)):
+        return None
+    x, r = u.inputs[0], e.shape[2]
+    if len(x.shape) != 4 or fp_of(r) != int(r) or int(r) <= 1:  # r a constant
+        return None
+    b, h, s, d = fingerprint(x.shape)
+    if fingerprint(u.shape) != (b, h, 1, s, d) or fingerprint(e.shape) != (b, h, int(r), s, d) \
+            or fingerprint(n.shape) != (b, h * int(r), s, d):
+        return None
+    return x
+
+
+def _grouped(n: Node) -> Form | None:
+    """A causal attention whose keys (transposed) and values are both :func:`_repeated`: the unrepeated ones."""
+    if n.op != "sdpa_causal" or len(n.shape) != 4:
+        return None
+    q, kt, v = n.inputs
+    if kt.op != "transpose" or tuple(kt.attrs) != (0, 1, 3, 2):
+        return None
+    k, v0 = _repeated(kt.inputs[0]), _repeated(v)
+    if k is None or v0 is None or fingerprint(k.shape)[1] != fingerprint(v0.shape)[1]:
+        return None
+    return Form((q, k, v0), "grouped")
+
+
+def plan(outputs: Sequence[Node], consts: Mapping[int, np.ndarray], kernels: bool = True) -> dict[int, Form]:
     """The node -> form of every node of the program rooted at ``outputs`` that has a better ONNX form;
-    ``consts`` are the nodes folded into constants (id -> value)."""
+    ``consts`` are the nodes folded into constants (id -> value); ``kernels``: the writer may use the runtime
+    kernels of opset 23 (the ``grouped`` form is one)."""
     order = topo_order(outputs)
     uses: Counter = Counter(id(o) for o in outputs)
     readers: dict[int, list[Node]] = {}
@@ -260,6 +303,8 @@ def plan(outputs: Sequence[Node], consts: Mapping[int, np.ndarray]) -> dict[int,
             form = Form(n.inputs, "gemm")
         elif n.op in ("ewadd", "ewmul") and len(n.inputs) == 2:
             form = _with_constant(n, consts, uses)
+        elif n.op == "sdpa_causal" and kernels:
+            form = _grouped(n)
         if form is not None and forms.get(id(n), form).kind != "split":
             forms[id(n)] = form
     return forms

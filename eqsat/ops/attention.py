@@ -197,12 +197,19 @@ def _attribute(node: Any, name: str) -> Any:
     return None
 
 
+def _fp(d: int) -> int:
+    """A dimension's fingerprint (:mod:`eqsat.dims`: a symbolic one's own, a constant's its size)."""
+    return int(getattr(d, "fp", d))
+
+
 def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
-    """``Trilu(ConstantOfShape(shape, value), k=1, upper=1)`` of a value at or below :data:`CAUSAL_FLOOR`, its last
-    two dimensions equal: a shape-generic import's causal mask (:mod:`eqsat.onnx.tables`), causal at every size."""
+    """``Trilu(ConstantOfShape(shape, value), k=1, upper=1)`` (upper 1 by default) of a value at or below
+    :data:`CAUSAL_FLOOR`, its last two dimensions one size (one symbol, or one constant): a shape-generic import's
+    causal mask (:mod:`eqsat.onnx.tables`), causal at every size."""
     if not (node.op == "opaque" and node.attrs[:2] == ("Trilu", "") and len(node.inputs) == 2
-            and node.attrs[5] == (0, 1) and _attribute(node, "upper") == 1 and len(node.shape) >= 2
-            and node.shape[-1] == node.shape[-2] and node.dtype in ("float32", "float64")):
+            and node.attrs[5] == (0, 1) and _attribute(node, "upper") in (None, 1) and len(node.shape) >= 2
+            and _fp(node.shape[-2]) == _fp(node.shape[-1])
+            and node.dtype in ("float32", "float64")):
         return False
     full, k = node.inputs
     if not (full.op == "opaque" and full.attrs[:2] == ("ConstantOfShape", "") and k.op == "weight"
@@ -215,13 +222,14 @@ def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
 
 def causal_masks(nodes: Iterable[Any], weights: Mapping[str, Any]) -> frozenset[int]:
     """The ids of the nodes among ``nodes`` that are an ``attention``'s mask operand and a causal mask: a weight
-    that holds one (:func:`is_causal_mask`; only those weights are read: a model's weights may be generated on
-    first read) or a shape-generic import's Trilu of one (:func:`_is_causal_trilu`). The e-graph marks them
-    ``Causal``."""
+    that holds one of 2 x 2 or more (:func:`is_causal_mask`; only those weights are read: a model's weights may be
+    generated on first read; a 1 x 1 one, all zero, is no causal mask once broadcast over more queries, as in a
+    shape-generic program sized 1) or a shape-generic import's Trilu of one (:func:`_is_causal_trilu`). The
+    e-graph marks them ``Causal``."""
     masks = {id(n.inputs[3]): n.inputs[3] for n in nodes if n.op == "attention" and len(n.inputs) == 4}
     return frozenset(i for i, m in masks.items()
-                     if (m.op == "weight" and m.name in weights and is_causal_mask(weights[m.name]))
-                     or _is_causal_trilu(m, weights))
+                     if (m.op == "weight" and len(m.shape) >= 2 and m.shape[-1] >= 2 and m.name in weights
+                         and is_causal_mask(weights[m.name])) or _is_causal_trilu(m, weights))
 
 
 def _causal_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
@@ -275,6 +283,13 @@ def _causal_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sha
                       **heads)
 
 
+def write_grouped(em: Emitter, attrs: tuple, q: str, k: str, v: str) -> str:
+    """A causal attention of q [B, Hq, S, D] over keys k and values v of [B, Hkv, S, .] (Hkv dividing Hq: each
+    key/value head read by Hq / Hkv query heads in turn) as opset 23's ``Attention`` (the caller checked that the
+    writer may use it): the :mod:`eqsat.onnx.forms` form of an ``sdpa_causal`` over repeated heads."""
+    return emit_newer(em, "Attention", [q, k, v], "sdpa", scale=float_value(attrs[0]), is_causal=1)
+
+
 def _causal_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
     scale = float_value(attrs[0])
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -284,9 +299,14 @@ def _causal_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable
     return fn
 
 
+def _causal_flops(attrs: tuple, ins: Sequence[Shape], out: Shape) -> float:
+    """The masked attention's (the mask applied per score): no analytic preference for the kernel."""
+    return _flops(attrs, [*ins, ins[0]], out)
+
+
 SDPA_CAUSAL = OpDef("sdpa_causal", "causal attention as one runtime kernel (ONNX Attention, opset 23, is_causal)",
                     "(scale_bits,)", _causal_shape, (Ctor("SdpaCausal", "ittt"),), _causal_rules, _causal_numpy,
-                    _causal_onnx, _causal_torch, _flops, _sdpa_bytes, kernel="Attention (opset 23)")
+                    _causal_onnx, _causal_torch, _causal_flops, _sdpa_bytes, kernel="Attention (opset 23)")
 
 
 # -- attention in ONNX graphs (:mod:`eqsat.ops.matching`) --------------------------------------------------------------

@@ -51,7 +51,7 @@ def _attention_instance(rng):
 CAUSAL = "causal"
 """the name the instances give a causal mask (:func:`_fixed_mask` holds its value fixed)"""
 SOFT = "soft"
-"""the name of a near miss: a triangle whose masked entries are -1e4, large but not past every score"""
+"""the name of a near miss: a triangle whose masked entries are -3, not past every score"""
 
 
 def _causal_bodies() -> tuple[tuple[str, str], ...]:
@@ -67,28 +67,30 @@ def _causal_bodies() -> tuple[tuple[str, str], ...]:
 
 def _causal_instance(rng):
     """A masked ``attention`` of rank 3 or 4 with as many keys as queries: its mask a causal weight (broadcast
-    over some leading dimensions), or, as near misses, a random weight, a triangle of -1e4 (:data:`SOFT`), a
-    causal mask of one row broadcast over the queries, or fewer queries than keys."""
+    over some leading dimensions), or, as near misses, a random weight, a triangle of -3 above the diagonal
+    (:data:`SOFT`), and causal-named weights the rule must not read as causal: one row broadcast over the queries,
+    a 1 x 1 zero, or a triangle over fewer queries than keys."""
     rank = pick(rng, RANKS)
     lead = tuple(dim(rng, 1, 3) for _ in range(rank - 2))
     n, d, dv = dim(rng, 2, 5), dim(rng, 1, 5), dim(rng, 1, 5)
     miss = rng.random()
-    rows = n - 1 if miss < 0.1 else n
+    rows = n - 1 if miss < 0.08 else n
     q, kt, v = ir.input_("q", lead + (rows, d)), ir.input_("kt", lead + (d, n)), ir.input_("v", lead + (n, dv))
     mask_lead = tuple(x if rng.random() < 0.3 else 1 for x in lead)
-    name = CAUSAL if miss >= 0.3 else SOFT if miss >= 0.2 else "mask"
-    mask = ir.weight(name, mask_lead + ((1, n) if 0.1 <= miss < 0.2 else (rows, n)))
-    return [ir.make("attention", [q, kt, v, mask], (float_bits(pick(rng, SCALES)),))]
+    name = SOFT if 0.24 <= miss < 0.32 else "mask" if 0.32 <= miss < 0.38 else CAUSAL
+    last = (1, n) if 0.08 <= miss < 0.16 else (1, 1) if 0.16 <= miss < 0.24 else (rows, n)
+    return [ir.make("attention", [q, kt, v, ir.weight(name, mask_lead + last)], (float_bits(pick(rng, SCALES)),))]
 
 
 def _fixed_mask(leaf: ir.Node) -> np.ndarray | None:
-    """The value of an instance's mask: causal (float32's lowest above the diagonal) for :data:`CAUSAL`, -1e4
-    there for :data:`SOFT`; None (random) for any other weight."""
+    """The value of an instance's mask: float32's lowest strictly above the diagonal for :data:`CAUSAL` (causal
+    where square), -3 there for :data:`SOFT` (a wrong rewrite shows in the values); None (random) for any other
+    weight."""
     if leaf.name not in (CAUSAL, SOFT):
         return None
     rows, keys = leaf.shape[-2:]
     above = np.triu(np.ones((rows, keys), dtype=bool), 1)
-    floor = np.finfo(np.float32).min if leaf.name == CAUSAL else -1e4
+    floor = np.finfo(np.float32).min if leaf.name == CAUSAL else -3.0
     return np.broadcast_to(np.where(above, floor, 0.0).astype(np.float32), leaf.shape).copy()
 
 
