@@ -101,11 +101,34 @@ def _next_prime(after: int) -> int:
     return n
 
 
+RELATED = 4
+"""a new symbol's prime p is none for which p + x or p - x is k times y (x, y earlier symbols' primes, 1 < k <=
+RELATED) where the symbols' representative sizes are so related too"""
+
+
+def _related(p: int, size: int) -> bool:
+    """Whether the sum or the difference of a new symbol (prime ``p``, representative ``size``) and an earlier one
+    is a small multiple of a third at both the primes and the sizes: that sum (a concatenation, a slice) would
+    fingerprint as a multiple of the third and pass :attr:`Dim.mono`'s check at the representative sizes, a
+    monomial it is not (symbols at 3 and 5 on primes around the one of a symbol at 4)."""
+    for x, (_name, x_size) in _SYMBOL_OF.items():
+        for sign in (1, -1):
+            total, total_size = p + sign * x, size + sign * x_size
+            for k in range(2, RELATED + 1):
+                y, r = divmod(abs(total), k)
+                if not r and y != x and y in _SYMBOL_OF and abs(total_size) == k * _SYMBOL_OF[y][1]:
+                    return True
+    return False
+
+
 def symbol_value(name: str, size: int) -> int:
-    """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own."""
+    """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own
+    (the next one not :func:`_related` to the earlier symbols')."""
     key = (name, int(size))
     if key not in _PRIMES:
         p = _next_prime(max(_PRIMES.values(), default=FIRST_PRIME - 1))
+        while _related(p, int(size)):
+            p = _next_prime(p)
         _PRIMES[key], _SYMBOL_OF[p] = p, key
     return SCALE * _PRIMES[key]
 

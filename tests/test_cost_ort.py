@@ -320,12 +320,14 @@ def test_a_small_operator_costs_what_it_adds_to_a_program(tmp_path, quiet):
     sessions = [ort.InferenceSession(_matmul_chain(n).SerializeToString(), session_options(1),
                                      providers=["CPUExecutionProvider"]) for n in (1, 16)]
     costs, added = [], []
-    for _ in range(3):  # interleaved, the best of each: a shared machine slows both alike for a while
+    for _ in range(5):  # interleaved: a shared machine slows both alike for a while
         costs.append(cost.timing(key).us)
         ends = [min_ms(lambda s=s: s.run(None, x), 200) * 1e3 for s in sessions]
         added.append((ends[1] - ends[0]) / 15)
-    us = min(costs)
-    assert 0.6 < us / min(added) < 1.6, (costs, added)
+    # the medians: a difference of two chains' best times is skewed by either one's luck (one round of three on
+    # CI gave 0.56 us where the others gave 0.87-0.93)
+    us = float(np.median(costs))
+    assert 0.6 < us / float(np.median(added)) < 1.6, (costs, added)
     wide = OpKey("matmul", (0,), ((16, 32), (32, 160)), (16, 160))  # the merged-projection form: 5x the work
     assert min(cost.timing(wide).us for _ in range(3)) > 1.5 * us
 

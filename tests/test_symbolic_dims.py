@@ -141,3 +141,19 @@ def test_a_program_whose_fingerprints_are_too_large_is_searched_at_its_sizes():
     huge = ir.input_("x", (Dim(2, FP_LIMIT * 2), 3))
     assert EGraph.from_graph(ir.Graph((small,), (ir.make("relu", [small]),), ("y",))).symbolic
     assert not EGraph.from_graph(ir.Graph((huge,), (ir.make("relu", [huge]),), ("y",))).symbolic
+
+
+def test_a_sum_or_difference_of_two_symbols_never_reads_as_a_monomial():
+    """Symbols at sizes in arithmetic progression (3 + 5 = 2 * 4): no sum or difference of two of them, a
+    concatenation's or a slice's size, is read as a monomial of a third (:attr:`Dim.mono`), whatever the primes
+    the symbols registered earlier in the process took (brute force over every pair)."""
+    names = [f"ap{v}" for v in range(2, 40)]
+    fps = {n: symbol_value(n, int(n[2:])) for n in names}
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            for sign in (1, -1):
+                size = int(a[2:]) + sign * int(b[2:])
+                if size > 0:
+                    assert Dim(size, fps[a] + sign * fps[b]).mono is None, (a, sign, b)
