@@ -101,23 +101,21 @@ def _next_prime(after: int) -> int:
     return n
 
 
-RELATED = 4
-"""a new symbol's prime p is none for which p + x or p - x is k times y (x, y earlier symbols' primes, 1 < k <=
-RELATED) where the symbols' representative sizes are so related too"""
-
-
 def _related(p: int, size: int) -> bool:
-    """Whether the sum or the difference of a new symbol (prime ``p``, representative ``size``) and an earlier one
-    is a small multiple of a third at both the primes and the sizes: that sum (a concatenation, a slice) would
-    fingerprint as a multiple of the third and pass :attr:`Dim.mono`'s check at the representative sizes, a
-    monomial it is not (symbols at 3 and 5 on primes around the one of a symbol at 4)."""
+    """Whether a small combination of a new symbol (prime ``p``, representative ``size``) and an earlier one, ``a *
+    p + b * x`` for a, b in +-1, +-2, is a multiple of a third (times 2 or more) at both the primes and the sizes:
+    that size (a concatenation, a slice, a piece used twice) would fingerprint as a multiple of the third and pass
+    :attr:`Dim.mono`'s check at the representative sizes, a monomial it is not (symbols at 3 and 5 on primes around
+    the one of a symbol at 4). Sums of three symbols are not covered."""
     for x, (_name, x_size) in _SYMBOL_OF.items():
-        for sign in (1, -1):
-            total, total_size = p + sign * x, size + sign * x_size
-            for k in range(2, RELATED + 1):
-                y, r = divmod(abs(total), k)
-                if not r and y != x and y in _SYMBOL_OF and abs(total_size) == k * _SYMBOL_OF[y][1]:
-                    return True
+        for a in (1, 2, -1, -2):
+            for b in (1, 2, -1, -2):
+                total, total_size = a * p + b * x, a * size + b * x_size
+                if total <= 0:
+                    continue
+                for y, (_n, y_size) in _SYMBOL_OF.items():
+                    if y != x and total % y == 0 and total // y >= 2 and total_size == (total // y) * y_size:
+                        return True
     return False
 
 

@@ -144,16 +144,18 @@ def test_a_program_whose_fingerprints_are_too_large_is_searched_at_its_sizes():
 
 
 def test_a_sum_or_difference_of_two_symbols_never_reads_as_a_monomial():
-    """Symbols at sizes in arithmetic progression (3 + 5 = 2 * 4): no sum or difference of two of them, a
-    concatenation's or a slice's size, is read as a monomial of a third (:attr:`Dim.mono`), whatever the primes
-    the symbols registered earlier in the process took (brute force over every pair)."""
+    """Symbols at sizes in arithmetic progression (3 + 5 = 2 * 4): no combination a * s + b * t of two of them (a, b
+    in +-1, +-2: a concatenation's size, a slice's, a piece used twice) is read as a monomial of a third
+    (:attr:`Dim.mono`), whatever the primes the symbols registered earlier in the process took (brute force over
+    every pair)."""
     names = [f"ap{v}" for v in range(2, 40)]
     fps = {n: symbol_value(n, int(n[2:])) for n in names}
-    for a in names:
-        for b in names:
-            if a == b:
+    for s in names:
+        for t in names:
+            if s == t:
                 continue
-            for sign in (1, -1):
-                size = int(a[2:]) + sign * int(b[2:])
-                if size > 0:
-                    assert Dim(size, fps[a] + sign * fps[b]).mono is None, (a, sign, b)
+            for a in (1, 2, -1, -2):
+                for b in (1, 2, -1, -2):
+                    size, fp = a * int(s[2:]) + b * int(t[2:]), a * fps[s] + b * fps[t]
+                    if size > 0 and fp > 0:
+                        assert Dim(size, fp).mono is None, (a, s, b, t)
