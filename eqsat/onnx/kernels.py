@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, version_converter
 
+from ..ops.attention import causal_mask
 from ..ops.base import UPGRADE_DOMAIN, UPGRADE_OPSET
 from .external import check_aside, put_weights_back, set_weights_aside
 from .io import check, is_large, session
@@ -88,9 +89,7 @@ def _attention(f: dict[str, np.ndarray]) -> np.ndarray:
 def _grouped_causal(f: dict[str, np.ndarray]) -> np.ndarray:
     """4 query heads over 2 key/value heads (query head i reads key/value head i // 2), causal, scale 0.5."""
     k, v = (np.repeat(f[t], 2, axis=1) for t in ("k", "v"))
-    n = f["q"].shape[-2]
-    mask = np.where(np.triu(np.ones((n, n), dtype=bool), 1), -np.inf, 0.0)
-    return _attention({"q": f["q"], "k": k, "v": v, "m": mask})
+    return _attention({"q": f["q"], "k": k, "v": v, "m": causal_mask(f["q"].shape[-2])})
 
 
 def _rotary(f: dict[str, np.ndarray]) -> np.ndarray:

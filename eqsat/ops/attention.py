@@ -197,18 +197,15 @@ def _attribute(node: Any, name: str) -> Any:
     return None
 
 
-def _fp(d: int) -> int:
-    """A dimension's fingerprint (:mod:`eqsat.dims`: a symbolic one's own, a constant's its size)."""
-    return int(getattr(d, "fp", d))
-
-
 def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
     """``Trilu(ConstantOfShape(shape, value), k=1, upper=1)`` (upper 1 by default) of a value at or below
     :data:`CAUSAL_FLOOR`, its last two dimensions one size (one symbol, or one constant): a shape-generic import's
     causal mask (:mod:`eqsat.onnx.tables`), causal at every size."""
+    from ..dims import fp_of  # eqsat.dims imports this package
+
     if not (node.op == "opaque" and node.attrs[:2] == ("Trilu", "") and len(node.inputs) == 2
             and node.attrs[5] == (0, 1) and _attribute(node, "upper") in (None, 1) and len(node.shape) >= 2
-            and _fp(node.shape[-2]) == _fp(node.shape[-1])
+            and fp_of(node.shape[-2]) == fp_of(node.shape[-1])
             and node.dtype in ("float32", "float64")):
         return False
     full, k = node.inputs
@@ -254,10 +251,13 @@ def _causal_rules() -> list[str]:
     return out
 
 
+def causal_mask(n: int) -> np.ndarray:
+    """The additive causal mask of n queries over n keys: -inf above the diagonal, 0 on and below it."""
+    return np.where(np.triu(np.ones((n, n), dtype=bool), 1), -np.inf, 0.0)
+
+
 def _causal_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
-    n = np.shape(args[0])[-2]
-    mask = np.where(np.triu(np.ones((n, n), dtype=bool), 1), -np.inf, 0.0)
-    return _numpy(attrs, [*args, mask], modulus)
+    return _numpy(attrs, [*args, causal_mask(np.shape(args[0])[-2])], modulus)
 
 
 def _causal_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
