@@ -197,15 +197,19 @@ def _attribute(node: Any, name: str) -> Any:
     return None
 
 
+def _fp(d: int) -> int:
+    """A dimension's fingerprint (a symbolic one's own, a constant's its size): ``eqsat.dims.fp_of``, which this
+    package may not import (the layering, tests/test_layers.py)."""
+    return int(getattr(d, "fp", d))
+
+
 def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
     """``Trilu(ConstantOfShape(shape, value), k=1, upper=1)`` (upper 1 by default) of a value at or below
     :data:`CAUSAL_FLOOR`, its last two dimensions one size (one symbol, or one constant): a shape-generic import's
     causal mask (:mod:`eqsat.onnx.tables`), causal at every size."""
-    from ..dims import fp_of  # eqsat.dims imports this package
-
     if not (node.op == "opaque" and node.attrs[:2] == ("Trilu", "") and len(node.inputs) == 2
             and node.attrs[5] == (0, 1) and _attribute(node, "upper") in (None, 1) and len(node.shape) >= 2
-            and fp_of(node.shape[-2]) == fp_of(node.shape[-1])
+            and _fp(node.shape[-2]) == _fp(node.shape[-1])
             and node.dtype in ("float32", "float64")):
         return False
     full, k = node.inputs
