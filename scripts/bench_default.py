@@ -35,20 +35,39 @@ PHASES = ("import", "blocks", "encode", "rest", "search", "extract", "export", "
 """the report's phases, in run order (``times``; a phase a run does not have is left out)"""
 
 
+WIDTHS = (("hidden_size", "intermediate_size"), ("d_model", "d_ff"), ("dim", "hidden_dim"))
+"""a transformer config's width and its feed-forward width (BERT/LLaMA, T5, DistilBERT)"""
+
+
 @contextlib.contextmanager
-def layers(n: int) -> Iterator[None]:
-    """While open, the zoo's transformer configs have ``n`` layers (its ``_eager`` sees every one of them)."""
+def resized(n: int | None = None, hidden: int | None = None) -> Iterator[None]:
+    """While open, the zoo's transformer configs have ``n`` layers and width ``hidden`` (None: the zoo's own); a
+    wider config keeps its heads (each head wider) and its feed-forward ratio (the zoo's ``_eager`` sees every
+    config)."""
     import zoo
 
     eager = zoo._eager
 
-    def deeper(config: Any) -> Any:
-        config.num_hidden_layers = n
-        if getattr(config, "layer_types", None):  # Qwen2's per-layer attention kinds, sized at construction
-            config.layer_types = [config.layer_types[0]] * n
+    def sized(config: Any) -> Any:
+        if n is not None:
+            for attr in ("num_hidden_layers", "num_layers", "n_layers"):
+                if hasattr(config, attr):
+                    setattr(config, attr, n)
+            if getattr(config, "layer_types", None):  # Qwen2's per-layer attention kinds, sized at construction
+                config.layer_types = [config.layer_types[0]] * n
+        if hidden is not None:
+            for width, ff in WIDTHS:
+                if hasattr(config, width) and hasattr(config, ff):
+                    old = getattr(config, width)
+                    setattr(config, ff, getattr(config, ff) * hidden // old)
+                    setattr(config, width, hidden)
+            if hasattr(config, "d_kv"):  # T5's head width is its own field
+                config.d_kv = hidden // config.num_heads
+            if hasattr(config, "head_dim") and hasattr(config, "num_attention_heads"):
+                config.head_dim = hidden // config.num_attention_heads
         return eager(config)
 
-    zoo._eager = deeper
+    zoo._eager = sized
     try:
         yield
     finally:
@@ -59,7 +78,7 @@ def export(name: str, exporter: str, opset: int, depth: int, seed: int) -> onnx.
     """Zoo model ``name`` at ``depth`` layers, exported by ``exporter`` at ``opset``."""
     import zoo
 
-    with layers(depth):
+    with resized(depth):
         return zoo.export(name, exporter, opset, seed)
 
 

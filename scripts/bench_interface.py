@@ -31,6 +31,7 @@ and ``static_over_generic``: the issue's target is within 1%).
 
     python scripts/bench_interface.py --all --check-only --time-limit 10 --json results/interface-survey.json
     python scripts/bench_interface.py --models t5_encoder --exporters torchscript --check-only --measure
+    python scripts/bench_interface.py --models llama,t5_encoder --check-only --measure --layers 4 --hidden 512  # wider
     python scripts/bench_interface.py --all --check-only --time-limit 3 --lock '' -- --no-measure  # light, ~10 min
 
 Flags after ``--`` go to every ``optimize-model`` run of ``--check-only``.
@@ -51,11 +52,12 @@ import numpy as np
 import onnx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for path in (ROOT, os.path.join(ROOT, "tests")):
+for path in (ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")):
     if path not in sys.path:
         sys.path.insert(0, path)
 
 import zoo  # noqa: E402
+from bench_default import resized  # noqa: E402
 
 from eqsat.app.pipeline import OptimizeConfig, optimize  # noqa: E402
 from eqsat.runtimes import Program, compare_programs, make  # noqa: E402
@@ -264,10 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--measure", action="store_true", help="--check-only: also the --static-shape run, both timed")
     p.add_argument("--time-limit", type=float, default=10.0, help="--check-only: optimize-model's --time-limit")
     p.add_argument("--lock", default=LOCK, help="--check-only: each run under flock of this file ('' : none)")
+    p.add_argument("--layers", type=int, help="the transformers rebuilt with this many layers (default: the zoo's)")
+    p.add_argument("--hidden", type=int,
+                   help="the transformers rebuilt this wide, heads and feed-forward ratio kept (default: the zoo's)")
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # --check-only: more optimize-model flags
     args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     models = list(zoo.NAMES + zoo.EXTRA + zoo.UNSEEN) if args.all else args.models.split(",")
+    with resized(args.layers, args.hidden):
+        return _run(args, models, extra)
+
+
+def _run(args: argparse.Namespace, models: list[str], extra: list[str]) -> int:
     results: list[dict[str, Any]] = []
     if args.check_only:
         for name in models:

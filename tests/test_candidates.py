@@ -141,6 +141,35 @@ def test_candidates_are_distinct_and_compute_what_the_original_does():
             assert compare_outputs(np.asarray(want), got)[0], b.entry.name
 
 
+def test_a_further_candidate_whose_export_fails_is_left_out_and_the_run_goes_on(monkeypatch):
+    """A later candidate's writer raising (a bug, e.g. a model ONNX's checker refuses) leaves that candidate out
+    with a line naming it; the other candidates are built and verified in onnxruntime as usual."""
+    from eqsat.app import pipeline
+
+    config = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=4, seed=1)
+    original, graph = import_phase(build("squeezenet", small=True), config)
+    cost_model = make("analytic")
+    egraph, search = encode_phase(graph, config)
+    search_phase(egraph, config, search, cost_model, lambda _m: None)
+    snap, ext = extract_phase(egraph, config, cost_model, 0.0)
+    extracted = candidates_phase(snap, ext, config, cost_model, 0.0)
+    first = export_phase(snap, ext, graph, cost_model)
+    real = pipeline.export_phase
+
+    def failing(snap_, ext_, *args, **kwargs):
+        if ext_ is extracted[1].extraction:
+            raise onnx.checker.ValidationError("Unrecognized attribute: axes for operator ReduceMean")
+        return real(snap_, ext_, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "export_phase", failing)
+    said: list[str] = []
+    built = build_candidates(snap, extracted, graph, original, config, cost_model, first, say=said.append)
+    names = [b.entry.name for b in built]
+    assert extracted[1].name not in names and names[0] == extracted[0].name and len(names) >= 2, names
+    assert any(extracted[1].name in line and "ReduceMean" in line for line in said), said
+    assert all(b.entry.verified for b in built[1:])
+
+
 def test_path_states_are_the_programs_the_search_stood_in():
     """Each state kept along the search path is the main extractor's program of the e-graph after its step:
     replaying the search's first N rules on a fresh e-graph and extracting again gives the same cost and program;

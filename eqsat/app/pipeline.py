@@ -377,22 +377,33 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
                      config: OptimizeConfig, cost_model: CostModel,
                      first: tuple[Graph, onnx.ModelProto] | None = None,
                      shaping: Shaping | None = None, blocks: Blocks | None = None,
-                     rest: Graph | None = None, verifier: Verifier | None = None) -> list[Built]:
+                     rest: Graph | None = None, verifier: Verifier | None = None,
+                     say: Callable[[str], None] = lambda _msg: None) -> list[Built]:
     """Export and verify the extracted candidates, keeping the first and then each program not seen before
     (:func:`same_program`), up to ``--candidates``. ``first``: the first candidate already exported and verified
     (:func:`export_phase`, :func:`verify_phase`); another that fails verification is kept in the report,
     unmeasured, with the failure. With a shape-generic ``shaping``, each candidate is also checked at the
     further shapes (:func:`shapes_phase`): one that fails there is not measured either. With ``blocks``, the
     candidates are programs of their representative, replayed on every copy (with ``rest`` outside them).
-    ``verifier``: the run's (:func:`verify_phase`)."""
+    ``verifier``: the run's (:func:`verify_phase`). A further candidate whose export fails (a bug: the first's
+    does not) is left out with a line to ``say``, so that one program's writer cannot stop the run."""
     template = blocks.representative if blocks is not None else graph
     verifier = verifier or verifier_of(original, config)
     built: list[Built] = []
     for k, c in enumerate(extracted):
         if len(built) >= config.candidates:
             break
-        program, model = first if k == 0 and first is not None else \
-            export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping, blocks, rest)
+        if k == 0 and first is not None:
+            program, model = first
+        else:
+            try:
+                program, model = export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping,
+                                              blocks, rest)
+            except Exception as e:  # noqa: BLE001 - a further candidate only: the run goes on without it
+                say(f"candidate {c.name} left out: its export failed ({type(e).__name__}: "
+                    f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}); this is a bug, please "
+                    "report it")
+                continue
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source,
@@ -560,7 +571,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         verifier = verifier_of(original, config)
         verification = verify_phase(original, optimized, config, verifier)
         built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping,
-                                 blocks, rest, verifier)
+                                 blocks, rest, verifier, say)
         feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
         verifier.close()
     say(f"verified: max abs error {verification.max_abs_error:.2e}"

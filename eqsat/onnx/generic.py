@@ -55,6 +55,7 @@ from .dataflow import prune, shape_only
 from .fitting import fit_runs, fit_vectors, run_values
 from .gemm import bias_add, consumers, write_gemm
 from .interface import interface
+from .kernels import UpgradeError, converted, opset_of
 from .pool import array_of
 from .sizes import SizeWriter
 from .subgraphs import implicit_inputs, rename_outer, subgraphs
@@ -110,6 +111,8 @@ class _Rewriter(SizeWriter):
         self._original_tables: dict[str, str] | None = None
         self._original_found: _Rewriter | None = None
         """the original as the import read it (:meth:`_original_chain`): its tables and its values' shapes"""
+        self._source: onnx.GraphProto | None | bool = False
+        """the original's graph at the written program's opset (:meth:`_source_graph`; False: not read yet)"""
         self._copied_constants: dict[str, str] = {}
         """an initializer of the original read by a chain copied into an If (:meth:`_copy_original`) -> its name in
         the written program (copied once, or the program's own where it holds the same values)"""
@@ -497,12 +500,29 @@ class _Rewriter(SizeWriter):
         user = self._original_tables.get(pattern_key(prefix))
         return None if user is None else self._copy_original(user)
 
-    def _copy_original(self, user: str) -> tuple[list[onnx.NodeProto], str]:
-        """The original's nodes computing its value ``user``, copied under fresh names, and the value's new name. The
-        initializers they read are the program's own where it holds one of the same name and values (an embedding
-        read for its shape), else copied, once for every chain."""
-        g = self.original.graph
-        inits = {t.name: t for t in g.initializer}
+    def _source_graph(self) -> onnx.GraphProto | None:
+        """The original's graph with its nodes at the written program's opset: the original's own, or converted
+        where the program is of a newer opset (a kernel's upgrade, :mod:`eqsat.onnx.kernels`: a chain copied into an
+        If must be of the program's opset, e.g. a ReduceMean's ``axes`` an input from opset 18); None where ONNX's
+        converter cannot take it there (no chain is copied then)."""
+        if self._source is False:
+            try:
+                self._source = converted(self.original, opset_of(self.model)).graph
+            except UpgradeError as e:
+                self._source = None
+                self.notes.append(f"the original's nodes are not copied into the written opset: {e}")
+        assert self._source is not True
+        return self._source
+
+    def _copy_original(self, user: str) -> tuple[list[onnx.NodeProto], str] | None:
+        """The original's nodes computing its value ``user`` (at the written program's opset), copied under fresh
+        names, and the value's new name; None where the original cannot be read at that opset. The initializers
+        they read are the program's own where it holds one of the same name and values (an embedding read for its
+        shape), else copied, once for every chain."""
+        g = self._source_graph()
+        if g is None:
+            return None
+        inits = {t.name: t for t in g.initializer} | {t.name: t for t in self.original.graph.initializer}
         needed, chain = {user}, []
         for node in reversed(g.node):
             if any(o in needed for o in node.output if o):
@@ -588,7 +608,10 @@ class _Rewriter(SizeWriter):
             cut = [a for a, (h, w) in enumerate(zip(have, want)) if h != w]
             if any(want[a] != Mono.const(1) for a in cut):
                 return None
-            nodes_, value = self._copy_original(name)
+            chain_ = self._copy_original(name)
+            if chain_ is None:
+                return None
+            nodes_, value = chain_
             out += nodes_
             if cut:
                 first = self.fresh("beyond")

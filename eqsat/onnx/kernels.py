@@ -65,6 +65,24 @@ def upgrade(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def opset_of(model: onnx.ModelProto) -> int:
+    """The model's opset of the default domain (0: none)."""
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def converted(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    """``model``'s nodes converted to opset ``version`` of the default domain by ONNX's version converter, with its
+    weights set aside (stubs: a model to read nodes from, e.g. a chain of the original's copied into a newer
+    program). Raises :class:`UpgradeError` where the converter refuses it."""
+    if opset_of(model) == version:
+        return model
+    work, _aside = set_weights_aside(model)
+    try:
+        return version_converter.convert_version(work, version)
+    except Exception as e:  # the converter raises bare RuntimeErrors and ValueErrors of its adapters
+        raise UpgradeError(f"onnx's version converter cannot take the model to opset {version}: {e}") from e
+
+
 def _runs(node: onnx.NodeProto, shapes: dict[str, list[int]], out: list[int], expected) -> bool:
     """Whether onnxruntime runs the one-node model of ``node`` (opset 23) and gives ``expected(feeds)``."""
     inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()]
