@@ -385,3 +385,22 @@ def test_info_names_the_sizes_a_dynamic_model_is_tuned_at(tmp_path, capsys):
     assert "input  x: [1, 128, 64]" in out and "dynamic: batch=1, seq=128" in out
     assert main(["info", str(path), "--input-shape", "x=2,9,64", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["dynamic"] == {"batch": 2, "seq": 9}
+
+
+def test_what_the_generic_write_notes_reaches_the_report_of_the_model_returned():
+    """A slice that ends inside a dynamic axis (``x[:, :5]``, seq at 128) is written as the original has it, and
+    the report's interface section says so; the returned model matches the original in onnxruntime at a
+    sequence shorter than the slice's end (3) and longer (200)."""
+    inits = [numpy_helper.from_array(np.array([v]), n) for n, v in (("s", 0), ("e", 5), ("a", 1))]
+    g = helper.make_graph([helper.make_node("Slice", ["x", "s", "e", "a"], ["h"], name="head"),
+                           helper.make_node("Relu", ["h"], ["r"]), helper.make_node("Add", ["r", "r"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    result = optimize(model, OptimizeConfig.of(measure=False, budget=2, cost="analytic", allow_slower=True))
+    assert result.report.returned.program == "optimized"
+    assert "ends at 5, inside the dynamic axis seq" in result.report.interface.note
+    ref, got = session(model), session(result.optimized)
+    for seq in (3, 200):
+        x = np.random.default_rng(seq).standard_normal((2, seq, 8)).astype(np.float32)
+        np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-6)

@@ -162,6 +162,8 @@ def _summary(r: Report) -> None:
     if m:
         speed += f", measured {m.speedup:.3f}x ({m.runtime.get('name')})"
     con.print(f"verified (max abs error {r.verification.max_abs_error:.2e}); {speed}")
+    if r.interface.note:
+        con.print(f"interface: {r.interface.note}", highlight=False)
     if len(r.candidates) > 2:
         for c in r.candidates:
             measured = f"{c.measured_ms:.3f} ms" if c.measured_ms is not None else "not measured"

@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -371,6 +371,8 @@ class Built:
     same_as_original: bool
     shapes: ShapesCheck | None = None
     """the check at the further shapes of a shape-generic run"""
+    notes: list[str] = field(default_factory=list)
+    """what its shape-generic write could not make generic (:attr:`Shaping.last_notes`)"""
 
 
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
@@ -416,6 +418,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
                 weights.drop_pages()
             memory.release()  # its export's and session's transients: not kept while the next is exported
         b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model))
+        if shaping is not None and not (k == 0 and first is not None):
+            b.notes = list(shaping.last_notes)
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
         built.append(b)
@@ -567,6 +571,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):
         program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks, rest)
+        first_notes = list(shaping.last_notes) if shaping is not None else []
     with timer("verify"):
         verifier = verifier_of(original, config)
         verification = verify_phase(original, optimized, config, verifier)
@@ -577,6 +582,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     say(f"verified: max abs error {verification.max_abs_error:.2e}"
         + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
     first = built[0]
+    first.notes = first_notes
     first.entry.max_abs_error = verification.max_abs_error
     first.entry.verified = verification.verified and (first.shapes is None or first.shapes.passed)
     timed = [b for b in built if b.entry.verified and not b.same_as_original]
@@ -611,7 +617,8 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
                               measured_ms=measured.original_ms if measured else None),
                     *(b.entry for b in built)],
         returned=returned, measured=measured, times=timer.seconds,
-        interface=shaping.report(*((shipped.model, shipped.shapes) if returned.program == "optimized" else (None, None))),
+        interface=shaping.report(*((shipped.model, shipped.shapes, shipped.notes) if returned.program == "optimized"
+                                   else (None, None))),
         memory_mb=timer.memory_mb, blocks=blocks_entry(config, blocks, rest_entry))
     memory.release()  # the measurement's sessions are gone: their freed memory is not kept for the models returned
     if weights is not None:

@@ -46,6 +46,8 @@ class Shaping:
     """--static-shape: the result is specialized to ``shapes``"""
     defaulted: list[str] = field(default_factory=list)
     """the symbols no given shape sizes (at their default size)"""
+    last_notes: list[str] = field(default_factory=list)
+    """what the last :meth:`write` could not write shape-generic (:attr:`eqsat.onnx.generic.Generic.notes`)"""
 
     @property
     def generic(self) -> bool:
@@ -85,7 +87,9 @@ class Shaping:
         if not self.generic:
             return model
         assert self.original is not None
-        return make_generic(model, self.original, self.values).model
+        written = make_generic(model, self.original, self.values)
+        self.last_notes = list(written.notes)
+        return written.model
 
     def check(self, model: onnx.ModelProto, seed: int) -> ShapesCheck:
         """A written candidate at the further shapes, then its table guards' else-branches beyond their bounds
@@ -100,11 +104,15 @@ class Shaping:
         return ShapesCheck(guards.passed, check.verified + guards.verified, check.skipped + guards.skipped,
                            guards.detail)
 
-    def report(self, shipped: onnx.ModelProto | None, check: ShapesCheck | None) -> InterfaceReport:
-        """The report's ``interface`` section for the returned model (``shipped``: None for the original)."""
+    def report(self, shipped: onnx.ModelProto | None, check: ShapesCheck | None,
+               notes: list[str] | None = None) -> InterfaceReport:
+        """The report's ``interface`` section for the returned model (``shipped``: None for the original; ``notes``:
+        what its write could not make shape-generic)."""
         out = InterfaceReport(symbols=dict(self.values), shapes={k: list(v) for k, v in self.shapes.items()})
         if check is not None:
             out.verified_at, out.skipped = list(check.verified), list(check.skipped)
+        if shipped is not None and notes:
+            out.note = "; ".join(notes)
         if self.static and shipped is not None and self.original is not None \
                 and interface(shipped)[0] != interface(self.original)[0]:
             out.kept = False

@@ -1093,7 +1093,8 @@ class _Rewriter(SizeWriter):
                 ends_v[j] = int(INT64_MAX)
                 changed = True
             else:
-                self.notes.append(f"Slice {node.name!r}: it ends at {e} inside the symbolic axis {d.key()}")
+                self.notes.append(f"Slice {node.name!r} ends at {e}, inside the dynamic axis {d.key()}: kept as the "
+                                  "original has it")
         if changed:
             node.input[2] = self.const(np.array(ends_v, np.int64), "ends")
 
