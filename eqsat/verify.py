@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .errors import InputError
 from .inputs import index_bounds, random_inputs
 from .onnx.branches import guard_bounds, table_guards, taken
 from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, symbols
@@ -78,6 +79,11 @@ def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0,
     return Verifier(original, seed, draws, input_shapes).check(optimized)
 
 
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 class Verifier:
     """:func:`verify` of several candidates against one original: the original's session is built once and its
     outputs on each draw computed once (per input shapes), each candidate's session only while it is checked.
@@ -94,7 +100,12 @@ class Verifier:
         """``optimized`` checked against the original (:func:`verify`)."""
         if self._session is None:
             self._session = session(self.original, prepacking=False)  # checked, not timed
-        s1, s2 = self._session, session(optimized, prepacking=False)
+        s1 = self._session
+        try:
+            s2 = session(optimized, prepacking=False)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common type: the candidate fails
+            return Verification(False, float("inf"), float("inf"), 0,
+                                f"onnxruntime cannot load it: {_first_line(e)}")
         names1 = [o.name for o in s1.get_outputs()]
         names2 = [o.name for o in s2.get_outputs()]
         if len(names1) != len(names2):
@@ -105,12 +116,21 @@ class Verifier:
             bounds = index_bounds(self.original)
             rng = np.random.default_rng(self.seed)
             draws = [random_inputs(s1, rng, shapes, bounds) for _ in range(self.draws)]
-            self.runs[key] = [(feeds, s1.run(None, feeds)) for feeds in draws]
+            try:
+                self.runs[key] = [(feeds, s1.run(None, feeds)) for feeds in draws]
+            except Exception as e:  # noqa: BLE001 - the user's model and sizes: said as such, not a traceback
+                sizes = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items()) or "its own"
+                raise InputError(f"onnxruntime cannot run the original model on random inputs at input shapes "
+                                 f"{sizes}: {_first_line(e)}; give sizes it accepts with --input-shape") from e
         worst_abs = worst_rel = 0.0
         passed = True
         detail = ""
         for feeds, outs1 in self.runs[key]:
-            outs2 = s2.run(None, feeds)
+            try:
+                outs2 = s2.run(None, feeds)
+            except Exception as e:  # noqa: BLE001 - as above: a candidate onnxruntime cannot run is no match
+                return Verification(False, float("inf"), float("inf"), self.draws,
+                                    f"onnxruntime cannot run it: {_first_line(e)}")
             for name, a, b in zip(names1, outs1, outs2):
                 ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
                 worst_abs, worst_rel = max(worst_abs, e_abs), max(worst_rel, e_rel)
@@ -140,11 +160,6 @@ class ShapesCheck:
     skipped: list[str] = field(default_factory=list)
     """the labels of the shapes the original itself refuses (onnxruntime fails on it): not a check"""
     detail: str = ""
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes: Sequence[tuple[str, Shapes]],

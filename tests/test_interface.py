@@ -283,6 +283,20 @@ def test_a_default_size_the_model_refuses_is_halved_then_asks_for_input_shape(tm
     assert code == 0, capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--input-shape", "--static-shape"])
+def test_a_given_size_the_original_refuses_is_exit_2_naming_it_before_any_search(flag, tmp_path, capsys):
+    """Positions stop at 4 and the user asks for sequence 8: onnxruntime's refusal is said with the sizes and the
+    flag to change, exit 2, and a file already at the output path is left as it was."""
+    path, out = tmp_path / "tiny.onnx", tmp_path / "o.onnx"
+    onnx.save(_positions_model(rows=4), path)
+    out.write_bytes(b"the user's file")
+    code = main(["optimize-model", str(path), "-o", str(out), flag, "x=1,8,16", "--scheduler", "none", "--cost",
+                 "analytic", "--no-measure", "--allow-slower"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot run the original model" in err and "x=1,8,16" in err and flag in err, err
+    assert "step" not in err and out.read_bytes() == b"the user's file"
+
+
 def test_input_shape_and_static_shape_for_one_input_is_refused(tmp_path, capsys):
     path = tmp_path / "m.onnx"
     onnx.save(_heads_model(), path)

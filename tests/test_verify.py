@@ -164,3 +164,22 @@ def test_embedding_model_round_trips_with_ids_across_the_vocabulary():
     feeds = {"ids": ids, "type_ids": (np.arange(64) % 3).astype(np.int32), "mask": np.ones((1, 64), np.int64)}
     np.testing.assert_allclose(session(result.optimized).run(None, feeds)[0], session(model).run(None, feeds)[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def _reshaped(target: list[int]) -> onnx.ModelProto:
+    """``y = reshape(x, target)`` for ``x`` of shape [2, 6]: onnxruntime runs it only where target has 12 entries."""
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["y"])], "r",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(target, np.int64), "t")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_candidate_onnxruntime_cannot_run_fails_verification_with_its_error():
+    """A candidate whose Reshape onnxruntime refuses at run time is a failed check naming why, not an exception;
+    the original's own refusal is the user's input (InputError)."""
+    check = verify(_reshaped([3, 4]), _reshaped([5, 4]))
+    assert not check.passed and "cannot run it" in check.detail and "Reshape" in check.detail, check.detail
+    assert verify(_reshaped([3, 4]), _reshaped([4, 3])).passed is False  # runs, other shape: a mismatch
+    with pytest.raises(InputError, match="cannot run the original"):
+        verify(_reshaped([5, 4]), _reshaped([3, 4]))

@@ -22,6 +22,7 @@ from eqsat.onnx.interface import (
     Shapes,
     interface,
     probe_shapes,
+    refusal,
     runnable_values,
     shapes_at,
     symbol_values,
@@ -65,7 +66,13 @@ class Shaping:
         given = {**config.input_shapes, **config.static_shapes}
         defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
         values = runnable_values(original, symbol_values(original, given), defaulted)
-        return cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes), defaulted)
+        shapes = {**shapes_at(original, values), **given}
+        if given and (why := refusal(original, values)) is not None:
+            flag = "--static-shape" if config.static_shapes else "--input-shape"
+            sizes = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
+            raise InputError(f"onnxruntime cannot run the original model at the given input shapes ({sizes}): {why}; give "
+                             f"{flag} sizes the model accepts (e.g. a sequence no longer than its position table)")
+        return cls(original, shapes, values, bool(config.static_shapes), defaulted)
 
     def explain(self, error: InputError) -> InputError:
         """``error`` (the import failed) with a hint when a dimension took its default size: the model may not
