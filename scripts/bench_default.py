@@ -35,8 +35,9 @@ PHASES = ("import", "blocks", "encode", "rest", "search", "extract", "export", "
 """the report's phases, in run order (``times``; a phase a run does not have is left out)"""
 
 
-WIDTHS = (("hidden_size", "intermediate_size"), ("d_model", "d_ff"), ("dim", "hidden_dim"))
-"""a transformer config's width and its feed-forward width (BERT/LLaMA, T5, DistilBERT)"""
+WIDTHS = (("n_embd", "n_inner"), ("hidden_size", "intermediate_size"), ("d_model", "d_ff"), ("dim", "hidden_dim"))
+"""a transformer config's width and its feed-forward width (GPT-2: None, 4 times the width; BERT/LLaMA, T5,
+DistilBERT)"""
 
 
 @contextlib.contextmanager
@@ -59,8 +60,10 @@ def resized(n: int | None = None, hidden: int | None = None) -> Iterator[None]:
             for width, ff in WIDTHS:
                 if hasattr(config, width) and hasattr(config, ff):
                     old = getattr(config, width)
-                    setattr(config, ff, getattr(config, ff) * hidden // old)
+                    if getattr(config, ff) is not None:
+                        setattr(config, ff, getattr(config, ff) * hidden // old)
                     setattr(config, width, hidden)
+                    break
             if hasattr(config, "d_kv"):  # T5's head width is its own field
                 config.d_kv = hidden // config.num_heads
             if hasattr(config, "head_dim") and hasattr(config, "num_attention_heads"):
