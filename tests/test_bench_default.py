@@ -30,3 +30,25 @@ def test_bench_default_rebuilds_the_family_at_the_depth_asked_and_records_each_r
     assert {"import", "search", "extract", "verify"} <= set(record["times"]) and "measure" not in record["times"]
     assert 0 < sum(record["times"].values()) <= record["wall_s"]
     assert "gpt2/torchscript" in capsys.readouterr().out
+
+
+def test_resized_widens_each_familys_config_and_keeps_its_heads():
+    """``resized(hidden=96)`` (bench_interface's ``--hidden``): GPT-2, T5, DistilBERT and LLaMA rebuilt 96 wide,
+    1 layer, their heads kept (each wider); each runs, and its hidden state is 96 wide; the zoo's own config is
+    back once the context closes."""
+    import torch
+    import zoo
+
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_default import resized
+
+    for name in ("gpt2", "t5_encoder", "distilbert", "llama"):
+        with resized(1, 96):
+            module = zoo.module(name, 0)
+        config = module.model.config
+        assert config.hidden_size == 96 and config.num_hidden_layers == 1, name
+        args = zoo.example_args(name, 0)
+        with torch.no_grad():
+            out = module(*args)[0]
+        assert out.shape[-1] == 96, (name, out.shape)
+        assert zoo.module(name, 0).model.config.hidden_size != 96

@@ -14,20 +14,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from eqsat.errors import InputError
+from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx.generic import make_generic
 from eqsat.onnx.interface import (
+    QUIET,
     Shapes,
     interface,
     probe_shapes,
-    refusal,
     runnable_values,
     shapes_at,
     symbol_values,
     symbols,
 )
+from eqsat.onnx.io import session
 from eqsat.verify import ShapesCheck, verify_guards, verify_shapes
 
 from .config import OptimizeConfig
@@ -67,7 +70,7 @@ class Shaping:
         defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
         values = runnable_values(original, symbol_values(original, given), defaulted)
         shapes = {**shapes_at(original, values), **given}
-        if given and (why := refusal(original, values)) is not None:
+        if given and (why := refusal(original, shapes, config.seed)) is not None:
             flag = "--static-shape" if config.static_shapes else "--input-shape"
             sizes = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
             raise InputError(f"onnxruntime cannot run the original model at the given input shapes ({sizes}): {why}; give "
@@ -127,6 +130,22 @@ class Shaping:
                         + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in self.shapes.items())
                         + "; the interface changed (other sizes are refused)")
         return out
+
+
+def refusal(model: onnx.ModelProto, shapes: Shapes, seed: int) -> str | None:
+    """onnxruntime's first line of error where it cannot run ``model`` on a seeded random feed at ``shapes`` (the
+    verification's kind of inputs: token ids within their table); None where it runs, or where the model does not
+    load (the importer names what is wrong with it then)."""
+    try:
+        sess = session(model)
+    except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
+        return None
+    try:
+        sess.run(None, random_inputs(sess, np.random.default_rng(seed), shapes, index_bounds(model)), QUIET)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common type: sizes it refuses
+        text = str(e).strip()
+        return text.splitlines()[0][:300] if text else type(e).__name__
+    return None
 
 
 __all__ = ["Shaping"]

@@ -160,21 +160,6 @@ def shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> Shapes:
     return out
 
 
-def refusal(model: onnx.ModelProto, values: Mapping[str, int]) -> str | None:
-    """onnxruntime's first line of error where it cannot run ``model`` with its symbols at ``values`` (zeros fed);
-    None where it runs, or where the model does not load (the importer names what is wrong with it then)."""
-    try:
-        sess = session(model)
-    except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
-        return None
-    try:
-        sess.run(None, zero_feeds(model, values), QUIET)
-    except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
-        lines = str(e).strip().splitlines()
-        return lines[0][:300] if lines else type(e).__name__
-    return None
-
-
 def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted: list[str]) -> dict[str, int]:
     """``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
     cannot run ``model`` there (zeros fed); as they were if it runs, or never does."""
