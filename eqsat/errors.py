@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message cut to its first line (its type's name where it has none): for a message of ours
+    that quotes another tool's error (onnxruntime's and ONNX's run to many lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
 class EqsatError(Exception):
     """Base class of every error eqsat raises on purpose."""
 

@@ -9,10 +9,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .errors import InputError
+from .errors import InputError, first_line
 from .inputs import index_bounds, random_inputs
 from .onnx.branches import guard_bounds, table_guards, taken
-from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, symbols
+from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, shapes_text, symbols
 from .onnx.io import session
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
@@ -79,11 +79,6 @@ def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0,
     return Verifier(original, seed, draws, input_shapes).check(optimized)
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
 class Verifier:
     """:func:`verify` of several candidates against one original: the original's session is built once and its
     outputs on each draw computed once (per input shapes), each candidate's session only while it is checked.
@@ -103,9 +98,12 @@ class Verifier:
         s1 = self._session
         try:
             s2 = session(optimized, prepacking=False)
+        except MemoryError:
+            raise
         except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common type: the candidate fails
             return Verification(False, float("inf"), float("inf"), 0,
-                                f"onnxruntime cannot load it: {_first_line(e)}")
+                                f"onnxruntime cannot load the written program (a bug in its writer: please report "
+                                f"it): {first_line(e)}")
         names1 = [o.name for o in s1.get_outputs()]
         names2 = [o.name for o in s2.get_outputs()]
         if len(names1) != len(names2):
@@ -119,18 +117,19 @@ class Verifier:
             try:
                 self.runs[key] = [(feeds, s1.run(None, feeds)) for feeds in draws]
             except Exception as e:  # noqa: BLE001 - the user's model and sizes: said as such, not a traceback
-                sizes = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items()) or "its own"
                 raise InputError(f"onnxruntime cannot run the original model on random inputs at input shapes "
-                                 f"{sizes}: {_first_line(e)}; give sizes it accepts with --input-shape") from e
+                                 f"{shapes_text(shapes) or 'its own'}: {first_line(e)}") from e
         worst_abs = worst_rel = 0.0
         passed = True
         detail = ""
         for feeds, outs1 in self.runs[key]:
             try:
                 outs2 = s2.run(None, feeds)
+            except MemoryError:
+                raise
             except Exception as e:  # noqa: BLE001 - as above: a candidate onnxruntime cannot run is no match
                 return Verification(False, float("inf"), float("inf"), self.draws,
-                                    f"onnxruntime cannot run it: {_first_line(e)}")
+                                    f"onnxruntime cannot run it: {first_line(e)}")
             for name, a, b in zip(names1, outs1, outs2):
                 ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
                 worst_abs, worst_rel = max(worst_abs, e_abs), max(worst_rel, e_rel)
@@ -185,7 +184,7 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
             try:
                 got = s2.run(None, feeds, QUIET)
             except Exception as exc:  # noqa: BLE001
-                return ShapesCheck(False, out.verified, out.skipped, f"at {label} onnxruntime fails: {_first_line(exc)}")
+                return ShapesCheck(False, out.verified, out.skipped, f"at {label} onnxruntime fails: {first_line(exc)}")
             for name, a, b in zip((o.name for o in s1.get_outputs()), ref, got):
                 ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
                 if not ok:
@@ -256,7 +255,7 @@ def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values:
                         checked = True
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type
             return ShapesCheck(False, out.verified, out.skipped,
-                               f"the else-branch of {guard.name!r} fails beyond its table: {_first_line(exc)}")
+                               f"the else-branch of {guard.name!r} fails beyond its table: {first_line(exc)}")
         if not checked:
             return ShapesCheck(False, out.verified, out.skipped, f"no size of an input reaches the bound of "
                                f"{guard.name!r} ({bounds}): its else-branch cannot be checked")

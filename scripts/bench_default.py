@@ -57,6 +57,10 @@ def resized(n: int | None = None, hidden: int | None = None) -> Iterator[None]:
             if getattr(config, "layer_types", None):  # Qwen2's per-layer attention kinds, sized at construction
                 config.layer_types = [config.layer_types[0]] * n
         if hidden is not None:
+            heads = next((getattr(config, a) for a in ("num_attention_heads", "n_head", "num_heads", "n_heads")
+                          if getattr(config, a, None)), 1)
+            if hidden % heads:
+                raise ValueError(f"--hidden {hidden} is not a multiple of the model's {heads} heads")
             for width, ff in WIDTHS:
                 if hasattr(config, width) and hasattr(config, ff):
                     old = getattr(config, width)

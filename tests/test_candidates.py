@@ -127,8 +127,10 @@ def test_candidates_are_distinct_and_compute_what_the_original_does():
     snap, ext = extract_phase(egraph, config, cost_model, 0.0)
     extracted = candidates_phase(snap, ext, config, cost_model, 0.0)
     assert [e.name for e in extracted][:2] == ["extracted", "greedy-dag"] and len(extracted) == 4
+    said: list[str] = []
     built = build_candidates(snap, extracted, graph, original, config, cost_model,
-                             export_phase(snap, ext, graph, cost_model))
+                             export_phase(snap, ext, graph, cost_model), say=said.append)
+    assert not any("left out" in line for line in said), said  # every candidate's export worked
     assert len(built) >= 2, "squeezenet's grown e-graph yields at least two distinct programs"
     for i, a in enumerate(built):
         assert not any(same_program(a.program, b.program) for b in built[i + 1:])

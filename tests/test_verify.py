@@ -180,6 +180,10 @@ def test_a_candidate_onnxruntime_cannot_run_fails_verification_with_its_error():
     the original's own refusal is the user's input (InputError)."""
     check = verify(_reshaped([3, 4]), _reshaped([5, 4]))
     assert not check.passed and "cannot run it" in check.detail and "Reshape" in check.detail, check.detail
+    unknown = _reshaped([3, 4])
+    unknown.graph.node[0].op_type = "NoSuchOperator"
+    check = verify(_reshaped([3, 4]), unknown)
+    assert not check.passed and "cannot load the written program" in check.detail, check.detail
     assert verify(_reshaped([3, 4]), _reshaped([4, 3])).passed is False  # runs, other shape: a mismatch
     with pytest.raises(InputError, match="cannot run the original"):
         verify(_reshaped([5, 4]), _reshaped([3, 4]))

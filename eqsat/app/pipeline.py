@@ -26,7 +26,7 @@ from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIG
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
-from eqsat.errors import InputError, VerificationError
+from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
 from eqsat.grouping import MIB, auto_budget, plan, session_bytes
@@ -223,6 +223,7 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
         return export_model(model), model, Shaping.of(None, config)
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
     shaping = Shaping.of(original, config)
+    shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
     try:
         return original, import_model(original, shaping.shapes, generic=shaping.generic), shaping
     except InputError as exc:
@@ -402,9 +403,10 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
                 program, model = export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping,
                                               blocks, rest)
             except Exception as e:  # noqa: BLE001 - a further candidate only: the run goes on without it
-                say(f"candidate {c.name} left out: its export failed ({type(e).__name__}: "
-                    f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}); this is a bug, please "
-                    "report it")
+                if k == 0 or isinstance(e, MemoryError):
+                    raise
+                say(f"candidate {c.name} left out: its export failed ({type(e).__name__}: {first_line(e, 200)}); "
+                    "this is a bug, please report it")
                 continue
         if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
             continue

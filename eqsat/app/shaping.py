@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from eqsat.errors import InputError
+from eqsat.errors import InputError, first_line
 from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx.generic import make_generic
 from eqsat.onnx.interface import (
@@ -27,6 +27,7 @@ from eqsat.onnx.interface import (
     probe_shapes,
     runnable_values,
     shapes_at,
+    shapes_text,
     symbol_values,
     symbols,
 )
@@ -69,13 +70,21 @@ class Shaping:
         given = {**config.input_shapes, **config.static_shapes}
         defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
         values = runnable_values(original, symbol_values(original, given), defaulted)
-        shapes = {**shapes_at(original, values), **given}
-        if given and (why := refusal(original, shapes, config.seed)) is not None:
+        return cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes),
+                   defaulted)
+
+    def probe(self, config: OptimizeConfig) -> None:
+        """Where the user gave input sizes, raise :class:`InputError` (naming them and the flag) if onnxruntime
+        cannot run the original there on the verification's kind of inputs: said before a search, where the
+        verification would say it only after it (an optimize run only: ``eqsat info`` does not run the model)."""
+        if self.original is None or not (config.input_shapes or config.static_shapes):
+            return
+        why = refusal(self.original, self.shapes, config.seed)
+        if why is not None:
             flag = "--static-shape" if config.static_shapes else "--input-shape"
-            sizes = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
-            raise InputError(f"onnxruntime cannot run the original model at the given input shapes ({sizes}): {why}; give "
-                             f"{flag} sizes the model accepts (e.g. a sequence no longer than its position table)")
-        return cls(original, shapes, values, bool(config.static_shapes), defaulted)
+            raise InputError(f"onnxruntime cannot run the original model at the given input shapes "
+                             f"({shapes_text(self.shapes)}): {why}; give {flag} sizes the model accepts (e.g. a "
+                             "sequence no longer than its position table)")
 
     def explain(self, error: InputError) -> InputError:
         """``error`` (the import failed) with a hint when a dimension took its default size: the model may not
@@ -141,10 +150,13 @@ def refusal(model: onnx.ModelProto, shapes: Shapes, seed: int) -> str | None:
     except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
         return None
     try:
-        sess.run(None, random_inputs(sess, np.random.default_rng(seed), shapes, index_bounds(model)), QUIET)
+        feeds = random_inputs(sess, np.random.default_rng(seed), shapes, index_bounds(model))
+    except InputError:  # sizes that contradict the model's, an input type eqsat cannot feed: the import says so
+        return None
+    try:
+        sess.run(None, feeds, QUIET)
     except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common type: sizes it refuses
-        text = str(e).strip()
-        return text.splitlines()[0][:300] if text else type(e).__name__
+        return first_line(e)
     return None
 
 

@@ -51,6 +51,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..errors import first_line
 from .dataflow import prune, shape_only
 from .fitting import fit_runs, fit_vectors, run_values
 from .gemm import bias_add, consumers, write_gemm
@@ -510,7 +511,7 @@ class _Rewriter(SizeWriter):
                 self._source = converted(self.original, opset_of(self.model)).graph
             except UpgradeError as e:
                 self._source = None
-                self.notes.append(f"the original's nodes are not copied into the written opset: {e}")
+                self.notes.append(f"the original's nodes are not copied into the written opset: {first_line(e)}")
         assert self._source is not True
         return self._source
 

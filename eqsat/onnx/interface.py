@@ -16,7 +16,7 @@ shape: the user's ``--input-shape`` where given, else :data:`BATCH_DEFAULT` for 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,6 +158,15 @@ def shapes_at(model: onnx.ModelProto, values: Mapping[str, int]) -> Shapes:
         if any(isinstance(d, str) for d in dims):
             out[vi.name] = tuple(values[d] if isinstance(d, str) else d for d in dims)
     return out
+
+
+def shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
+    """``NAME=D1,D2, ...`` for each input: the sizes as the flags take them.
+
+    >>> shapes_text({"input_ids": (1, 128), "attention_mask": [1, 128]})
+    'input_ids=1,128, attention_mask=1,128'
+    """
+    return ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
 
 
 def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted: list[str]) -> dict[str, int]:
