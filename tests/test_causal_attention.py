@@ -290,3 +290,33 @@ def test_a_causal_kernel_over_repeated_heads_reads_the_grouped_heads(name, expor
     assert len(att.input) == 3
     check = verify(original, program, seed=0, draws=3)
     assert check.passed, check.detail
+
+
+def test_the_kernels_candidate_takes_the_kernel_the_estimate_passed_over():
+    """Under the analytic estimate the causal kernel costs a little more than its decomposition (its flops count
+    the mask), so the extraction keeps the decomposition; the ``kernels`` candidate (eqsat.cost.favoured) takes
+    the kernel, is priced consistently by its own cost model (export_phase's check), and computes what the
+    original computes in onnxruntime."""
+    from eqsat import extract as extractors
+    from eqsat.app.pipeline import candidates_phase, export_phase
+    from eqsat.cost import make, node_costs
+    from eqsat.cost.favoured import KernelsFavoured
+
+    original = _model("causal")
+    eg, changed = _applied(original)
+    assert changed
+    snap, cost = eg.snapshot(), make("analytic")
+    first = extractors.extract("greedy-dag", snap, node_costs(snap, cost))
+    graph = import_model(original)
+    main_program, _ = export_phase(snap, first, graph, cost)
+    assert "sdpa_causal" not in main_program.op_counts()
+    found = {e.name: e for e in candidates_phase(snap, first, OptimizeConfig.of(cost="analytic", candidates=4), cost,
+                                                0.0)}
+    kernels_ = found["kernels"]
+    assert isinstance(kernels_.cost_model, KernelsFavoured)
+    program, model = export_phase(snap, kernels_.extraction, graph, kernels_.cost_model)
+    assert program.op_counts().get("sdpa_causal") == 1
+    for seed in (0, 1):
+        feeds = _feeds(original, seed)
+        np.testing.assert_allclose(session(model).run(None, feeds)[0], session(original).run(None, feeds)[0],
+                                   rtol=1e-5, atol=1e-5)

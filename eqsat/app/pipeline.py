@@ -24,6 +24,7 @@ from eqsat import extract as extractors
 from eqsat import memory, runtimes
 from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
+from eqsat.cost.favoured import KERNEL_OPS, KernelsFavoured
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
@@ -333,7 +334,9 @@ def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
                      elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
     """The candidate extractions, in :data:`~eqsat.app.selection.SOURCES` order: of the grown e-graph the final
-    extractor's (``first``, named ``extracted``), then greedy-dag's, the ILP's under the other cost model (cheap: at
+    extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's favouring the runtime's kernels
+    where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named ``kernels``), the ILP's
+    under the other cost model (cheap: at
     most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left); the programs of the states
     along the search path (``path``: ``SearchReport.states``, cheapest first, named ``step-N`` or
     ``iteration-N``); greedy-tree's of the grown e-graph. Only the first without measurement or with
@@ -345,6 +348,10 @@ def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     if first.extractor != "greedy-dag":
         out.append(Extracted("greedy-dag", f"greedy-dag under {cost_model.name}",
                              extractors.extract("greedy-dag", snap, costs), cost_model))
+    if any(e.op in KERNEL_OPS for e in snap.nodes):  # the program taking the runtime's kernels, measured too
+        favoured = KernelsFavoured(cost_model)
+        out.append(Extracted("kernels", f"greedy-dag under {favoured.name}",
+                             extractors.extract("greedy-dag", snap, node_costs(snap, favoured)), favoured))
     other = make(other_cost_name(cost_model.name))
     other_costs = node_costs(snap, other)
     # what --time-limit left after the search and the first extraction (``elapsed`` is the search's time: the

@@ -2,7 +2,8 @@
 measured candidate ships.
 
 The final stage extracts up to K distinct programs (:data:`SOURCES`, in order: the final extractor's optimum of
-the grown e-graph, greedy-dag's, the ILP's under another cost model, the main extractor's programs of the cheapest
+the grown e-graph, greedy-dag's, greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
+ILP's under another cost model, the main extractor's programs of the cheapest
 states the search stood in before its last one, greedy-tree's); each is verified
 and timed end to end against the original in one interleaved run (:func:`eqsat.runtimes.compare_programs`).
 :func:`choose` ships a candidate faster than the original with confidence under the sequential gate
@@ -29,7 +30,7 @@ from eqsat.timing import Comparison, Decision, decide
 
 OTHER_ILP_SECONDS = 10.0
 """at most this many seconds for the ILP under the other cost model (a cheap extra candidate, not the optimum)"""
-SOURCES = ("final", "greedy-dag", "ilp-other-cost", "search-path", "greedy-tree")
+SOURCES = ("final", "greedy-dag", "kernels", "ilp-other-cost", "search-path", "greedy-tree")
 """where candidates come from, in the order they are tried (duplicates of earlier ones are skipped)"""
 
 
