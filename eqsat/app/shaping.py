@@ -32,6 +32,7 @@ from eqsat.onnx.interface import (
     symbols,
 )
 from eqsat.onnx.io import session
+from eqsat.onnx.prepare import check_input_sizes
 from eqsat.verify import ShapesCheck, verify_guards, verify_shapes
 
 from .config import OptimizeConfig
@@ -79,6 +80,7 @@ class Shaping:
         verification would say it only after it (an optimize run only: ``eqsat info`` does not run the model)."""
         if self.original is None or not (config.input_shapes or config.static_shapes):
             return
+        check_input_sizes(self.original, self.shapes)  # sizes too large to feed: said as such, nothing allocated
         why = refusal(self.original, self.shapes, config.seed)
         if why is not None:
             flag = "--static-shape" if config.static_shapes else "--input-shape"
