@@ -505,3 +505,25 @@ def test_a_guards_else_branch_is_written_at_the_programs_opset_when_a_kernel_upg
         feeds = zoo.sized_feeds("t5_encoder", rng, 1, s)
         for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
             np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+
+
+def test_where_the_converter_refuses_the_original_no_older_node_is_copied_and_the_note_says_why(monkeypatch,
+                                                                                                tmp_path):
+    """The same upgraded T5 where ONNX's version converter refuses the original: no chain of opset-17 nodes is
+    copied into the opset-23 program (it passes ONNX's full check), and the notes say the original was not
+    converted; within the table the program still matches the original."""
+    from eqsat.onnx import generic, kernels
+
+    def refuse(model, version):
+        raise kernels.UpgradeError(f"onnx's version converter cannot take the model to opset {version}: no adapter")
+
+    monkeypatch.setattr(generic, "converted", refuse)
+    model = zoo.export_dynamic("t5_encoder", "torchscript", str(tmp_path / "t5.onnx"))
+    shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
+    upgraded = onnx.version_converter.convert_version(export_model(import_model(model, shapes, generic=True)), 23)
+    written = make_generic(upgraded, model, {"batch": 1, "seq": 128})
+    assert any("not copied into the written opset" in n and "no adapter" in n for n in written.notes), written.notes
+    onnx.checker.check_model(written.model, full_check=True)
+    feeds = zoo.sized_feeds("t5_encoder", np.random.default_rng(15), 1, 128)
+    for want, have in zip(session(model).run(None, feeds), session(written.model).run(None, feeds)):
+        np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
