@@ -320,3 +320,14 @@ def test_the_kernels_candidate_takes_the_kernel_the_estimate_passed_over():
         feeds = _feeds(original, seed)
         np.testing.assert_allclose(session(model).run(None, feeds)[0], session(original).run(None, feeds)[0],
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_every_operator_the_kernel_rules_write_is_one_the_kernels_candidate_favours():
+    """The ``kernels`` candidate's set (eqsat.cost.favoured.KERNEL_OPS, read off ``OpDef.kernel``) holds the
+    operator each kernel rule writes (the right-hand side of its statement), so a new kernel rule is favoured too."""
+    from eqsat.cost.favoured import KERNEL_OPS
+    from eqsat.rules import KERNEL_RULES
+
+    rules = by_name()
+    written = {rules[name].statement.split("->")[1].strip().split("(")[0] for name in KERNEL_RULES}
+    assert written and written <= KERNEL_OPS, (written, KERNEL_OPS)

@@ -84,8 +84,9 @@ class OptimizeConfig:
                                   "reduce-overhead on a GPU, default on the CPU), ort-cuda (onnxruntime-gpu), "
                                   "torch-cpu (eager torch); auto: torch-cuda if torch sees a GPU, else ort-cpu",
                           "--runtime", choices="runtimes")
-    candidates: int = option(4, "distinct programs extracted (final extractor, greedy-dag, the ILP under another "
-                                "cost model, greedy-tree), each verified and measured end to end; the fastest that "
+    candidates: int = option(4, "distinct programs extracted (final extractor, greedy-dag, greedy-dag favouring the "
+                                "runtime's kernels, the ILP under another cost model, the search path's states, "
+                                "greedy-tree), each verified and measured end to end; the fastest that "
                                 "is faster than the original with confidence ships (1: the final extractor's only)",
                              "--candidates", least=1)
     blocks: bool = option(True, "find repeated blocks (layers of one structure and shapes, different weights, at "

@@ -70,6 +70,8 @@ class Shaping:
             return cls(None, {**config.input_shapes, **config.static_shapes})
         given = {**config.input_shapes, **config.static_shapes}
         defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
+        if given:
+            check_input_sizes(original, given)  # sizes too large to feed, before anything runs the model there
         values = runnable_values(original, symbol_values(original, given), defaulted)
         return cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes),
                    defaulted)
