@@ -116,16 +116,23 @@ def test_the_other_ilp_gets_only_what_the_time_limit_left(monkeypatch):
         assert limits == [pytest.approx(want)], (elapsed, limits)
 
 
-def test_candidates_are_distinct_and_compute_what_the_original_does():
-    """The phases by hand: every candidate differs from the others (by structure) and, run by the torch executor,
-    matches the original model in onnxruntime (an evaluator independent of the verification's)."""
+def _squeezenet_candidates():
+    """The phases by hand on the small SqueezeNet (analytic cost, seed 1), up to the candidate extractions: the
+    config, the original, its IR, the cost model, the grown e-graph's snapshot, the first extraction and the
+    candidates."""
     config = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=4, seed=1)
     original, graph = import_phase(build("squeezenet", small=True), config)
     cost_model = make("analytic")
     egraph, search = encode_phase(graph, config)
     search_phase(egraph, config, search, cost_model, lambda _m: None)
     snap, ext = extract_phase(egraph, config, cost_model, 0.0)
-    extracted = candidates_phase(snap, ext, config, cost_model, 0.0)
+    return config, original, graph, cost_model, snap, ext, candidates_phase(snap, ext, config, cost_model, 0.0)
+
+
+def test_candidates_are_distinct_and_compute_what_the_original_does():
+    """The phases by hand: every candidate differs from the others (by structure) and, run by the torch executor,
+    matches the original model in onnxruntime (an evaluator independent of the verification's)."""
+    config, original, graph, cost_model, snap, ext, extracted = _squeezenet_candidates()
     assert [e.name for e in extracted][:2] == ["extracted", "greedy-dag"] and len(extracted) == 4
     said: list[str] = []
     built = build_candidates(snap, extracted, graph, original, config, cost_model,
@@ -148,13 +155,7 @@ def test_a_further_candidate_whose_export_fails_is_left_out_and_the_run_goes_on(
     with a line naming it; the other candidates are built and verified in onnxruntime as usual."""
     from eqsat.app import pipeline
 
-    config = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=4, seed=1)
-    original, graph = import_phase(build("squeezenet", small=True), config)
-    cost_model = make("analytic")
-    egraph, search = encode_phase(graph, config)
-    search_phase(egraph, config, search, cost_model, lambda _m: None)
-    snap, ext = extract_phase(egraph, config, cost_model, 0.0)
-    extracted = candidates_phase(snap, ext, config, cost_model, 0.0)
+    config, original, graph, cost_model, snap, ext, extracted = _squeezenet_candidates()
     first = export_phase(snap, ext, graph, cost_model)
     real = pipeline.export_phase
 
