@@ -82,7 +82,6 @@ class Shaping:
         verification would say it only after it (an optimize run only: ``eqsat info`` does not run the model)."""
         if self.original is None or not (config.input_shapes or config.static_shapes):
             return
-        check_input_sizes(self.original, self.shapes)  # sizes too large to feed: said as such, nothing allocated
         why = refusal(self.original, self.shapes, config.seed)
         if why is not None:
             flag = "--static-shape" if config.static_shapes else "--input-shape"
