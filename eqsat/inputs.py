@@ -8,7 +8,7 @@ inputs from a small safe range.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -136,10 +136,67 @@ def random_inputs(sess: ort.InferenceSession, rng: np.random.Generator,
     return feeds
 
 
+EDGES = ("rows of -inf", "a NaN", "near the range")
+"""the edge draws of :func:`edge_inputs`, by name"""
+NONFINITE_EDGES = ("rows of -inf", "a NaN")
+"""those that feed values that are not finite"""
+RANGE_HEADROOM = 2.0 ** -12
+"""the near-the-range draw's largest magnitude, as a fraction of the type's largest finite value: within the
+equivalence contract's stated magnitude (docs/robustness.md), each input's values spread over [1/2, 1] of it"""
+
+
+EDGE_INPUTS = 8
+"""the float inputs that get edge draws of their own, at most (:func:`edge_draws`)"""
+
+
+def edge_inputs(feeds: Mapping[str, np.ndarray], edge: str, rng: np.random.Generator,
+                only: str | None = None) -> dict[str, np.ndarray] | None:
+    """``feeds`` with every float input (``only``: that one) turned into an edge case users feed (:data:`EDGES`):
+    ``rows of -inf``, a third of its rows along the last axis -inf throughout (a padded query, fully masked), and
+    one other entry in ten -inf; ``a NaN``, one NaN at a random place; ``near the range``, random signs at
+    magnitudes in [1/2, 1] of :data:`RANGE_HEADROOM` times the type's largest value. Other inputs are unchanged;
+    None where none is float (the draw would repeat ``feeds``)."""
+    if edge not in EDGES:
+        raise ValueError(f"unknown edge draw {edge!r}; one of {EDGES}")
+    out = dict(feeds)
+    changed = False
+    for name, value in feeds.items():
+        if value.dtype.kind != "f" or value.size == 0 or only not in (None, name):
+            continue
+        changed = True
+        x = np.array(value, copy=True)
+        if edge == "rows of -inf":
+            rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+            rows[rng.random(rows.shape) < 0.1] = -np.inf
+            rows[::3] = -np.inf
+        elif edge == "a NaN":
+            x.reshape(-1)[int(rng.integers(x.size))] = np.nan
+        else:
+            top = float(np.finfo(x.dtype).max) * RANGE_HEADROOM
+            x = (rng.choice([-1.0, 1.0], x.shape) * rng.uniform(0.5, 1.0, x.shape) * top).astype(x.dtype)
+        out[name] = x
+    return out if changed else None
+
+
+def edge_draws(feeds: Mapping[str, np.ndarray], rng: np.random.Generator, edges: Sequence[str] = EDGES
+               ) -> list[tuple[dict[str, np.ndarray], str]]:
+    """The edge draws (of ``edges``) made from ``feeds``, each with what it holds: rows of -inf and a NaN in each
+    float input in turn, the others as drawn (a -inf in the queries would hide what a -inf mask does), up to
+    :data:`EDGE_INPUTS` of them; values near the range in every float input at once."""
+    floats = [n for n, v in feeds.items() if v.dtype.kind == "f" and v.size][:EDGE_INPUTS]
+    out = []
+    for edge in edges:
+        for name in floats if edge != "near the range" else [None]:
+            drawn = edge_inputs(feeds, edge, rng, name)
+            if drawn is not None:
+                out.append((drawn, edge if name is None else f"{edge} in {name!r}"))
+    return out
+
+
 def model_inputs(model: onnx.ModelProto, sess: ort.InferenceSession, rng: np.random.Generator,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
     """:func:`random_inputs` with integer inputs bounded by the Gather axes of ``model`` they index."""
     return random_inputs(sess, rng, input_shapes, index_bounds(model))
 
 
-__all__ = ["fixed_shape", "index_bounds", "model_inputs", "random_inputs"]
+__all__ = ["EDGES", "NONFINITE_EDGES", "edge_draws", "edge_inputs", "fixed_shape", "index_bounds", "model_inputs", "random_inputs"]

@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from .errors import InputError, first_line
-from .inputs import index_bounds, random_inputs
+from .inputs import EDGES, edge_draws, index_bounds, random_inputs
 from .onnx.branches import guard_bounds, table_guards, taken
 from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, shapes_text, symbols
 from .onnx.io import session
@@ -55,6 +55,28 @@ def compare_outputs(ref: np.ndarray, got: np.ndarray) -> tuple[bool, float, floa
     return ok, max_abs, max_rel
 
 
+def _on(label: str) -> str:
+    return "" if label == "random" else f" on inputs with {label}"
+
+
+def _difference(ref: np.ndarray, got: np.ndarray) -> str:
+    """How ``got`` differs from ``ref`` (:func:`compare_outputs` failed): where the NaNs or infinities differ, or
+    the largest errors."""
+    if ref.shape != got.shape:
+        return f"shape {got.shape} vs {ref.shape}"
+    if ref.dtype.kind == "f" and got.dtype.kind == "f":
+        ref_nan, got_nan = np.isnan(ref), np.isnan(got)
+        if not np.array_equal(ref_nan, got_nan):
+            return (f"the original gives NaN at {int(ref_nan.sum())} places, this program at {int(got_nan.sum())} "
+                    f"({int((ref_nan & ~got_nan).sum())} of the original's NaNs made numbers)")
+        ref_inf, got_inf = np.isinf(ref), np.isinf(got)
+        if not np.array_equal(ref_inf, got_inf) or not np.array_equal(ref[ref_inf], got[got_inf]):
+            return (f"the original gives an infinity at {int(ref_inf.sum())} places, this program at "
+                    f"{int(got_inf.sum())}")
+    _ok, e_abs, e_rel = compare_outputs(ref, got)
+    return f"max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
+
+
 def feed_shapes(original: ort.InferenceSession, optimized: ort.InferenceSession,
                 input_shapes: Mapping[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
     """The user's fixed shapes, completed for every dynamic input of ``original`` that the (static)
@@ -71,7 +93,10 @@ def feed_shapes(original: ort.InferenceSession, optimized: ort.InferenceSession,
 
 def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0, draws: int = 3,
            input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Verification:
-    """Run both models on ``draws`` seeded random inputs and compare every output.
+    """Run both models on ``draws`` seeded random inputs, and on the edge draws made from the first (float inputs
+    with rows of -inf, a NaN, values near the type's range: :func:`eqsat.inputs.edge_inputs`), and compare every
+    output: where the original gives NaN or an infinity the optimized model must give the same
+    (:func:`compare_outputs`), so a program that makes a NaN finite fails.
 
     Inputs take the shapes the user fixed (``input_shapes``, for the original's dynamic dimensions);
     integer inputs used as Gather indices range over the axis they index (see :mod:`eqsat.inputs`).
@@ -85,11 +110,15 @@ class Verifier:
     Every candidate sees the inputs :func:`verify` would give it."""
 
     def __init__(self, original: onnx.ModelProto, seed: int = 0, draws: int = 3,
-                 input_shapes: Mapping[str, tuple[int, ...]] | None = None):
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None, edges: Sequence[str] = EDGES):
+        """``edges``: the edge draws made from the first random one (:data:`eqsat.inputs.EDGES`; a run under
+        ``--assume-finite-masks`` leaves out those that hold -inf or NaN)."""
         self.original, self.seed, self.draws, self.input_shapes = original, seed, draws, input_shapes
+        self.edges = tuple(edges)
         self._session: ort.InferenceSession | None = None
-        self.runs: dict[tuple, list[tuple[dict[str, np.ndarray], list]]] = {}
-        """input shapes (sorted items) -> each draw's inputs and the original's outputs on them"""
+        self.runs: dict[tuple, list[tuple[dict[str, np.ndarray], list, str]]] = {}
+        """input shapes (sorted items) -> each draw's inputs, the original's outputs on them and what the draw is
+        (``random``, or an edge draw's label)"""
 
     def check(self, optimized: onnx.ModelProto) -> Verification:
         """``optimized`` checked against the original (:func:`verify`)."""
@@ -113,30 +142,45 @@ class Verifier:
         if key not in self.runs:
             bounds = index_bounds(self.original)
             rng = np.random.default_rng(self.seed)
-            draws = [random_inputs(s1, rng, shapes, bounds) for _ in range(self.draws)]
+            draws = [(random_inputs(s1, rng, shapes, bounds), "random") for _ in range(self.draws)]
             try:
-                self.runs[key] = [(feeds, s1.run(None, feeds)) for feeds in draws]
+                self.runs[key] = [(feeds, s1.run(None, feeds), label) for feeds, label in draws]
             except Exception as e:  # noqa: BLE001 - the user's model and sizes: said as such, not a traceback
                 raise InputError(f"onnxruntime cannot run the original model on random inputs at input shapes "
                                  f"{shapes_text(shapes) or 'its own'}: {first_line(e)}") from e
+            self.runs[key] += self._edge_runs(s1, draws[0][0] if draws else None)
         worst_abs = worst_rel = 0.0
         passed = True
         detail = ""
-        for feeds, outs1 in self.runs[key]:
+        for feeds, outs1, label in self.runs[key]:
             try:
                 outs2 = s2.run(None, feeds)
             except MemoryError:
                 raise
             except Exception as e:  # noqa: BLE001 - as above: a candidate onnxruntime cannot run is no match
                 return Verification(False, float("inf"), float("inf"), self.draws,
-                                    f"onnxruntime cannot run it: {first_line(e)}")
+                                    f"onnxruntime cannot run it{_on(label)}: {first_line(e)}")
             for name, a, b in zip(names1, outs1, outs2):
                 ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
-                worst_abs, worst_rel = max(worst_abs, e_abs), max(worst_rel, e_rel)
+                if label == "random":  # the errors of the edge draws are not rounding: said, not summed up
+                    worst_abs, worst_rel = max(worst_abs, e_abs), max(worst_rel, e_rel)
                 if not ok and passed:
                     passed = False
-                    detail = f"output {name!r} differs: max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
+                    detail = f"output {name!r} differs{_on(label)}: " + _difference(np.asarray(a), np.asarray(b))
         return Verification(passed, worst_abs, worst_rel, self.draws, detail)
+
+    def _edge_runs(self, s1: ort.InferenceSession, first: dict[str, np.ndarray] | None) -> list:
+        """The original's outputs on each edge draw made from the first random draw
+        (:func:`eqsat.inputs.edge_draws`), those the original itself runs (a model may refuse NaN in an input it checks: no check of the candidate there)."""
+        out: list = []
+        rng = np.random.default_rng(self.seed + 1)
+        for feeds, edge in edge_draws(first, rng, self.edges) if first is not None else ():
+            try:
+                with np.errstate(all="ignore"):
+                    out.append((feeds, s1.run(None, feeds, QUIET), edge))
+            except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
+                continue
+        return out
 
     def first_inputs(self) -> dict[str, np.ndarray] | None:
         """The first draw's inputs, when every candidate checked took the same input shapes (they are then the

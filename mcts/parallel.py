@@ -49,11 +49,12 @@ class Tree(Protocol):
 
 def _replica(payload: tuple) -> Tree:
     """A tree on a fresh e-graph built from the same program and rules as the caller's (``Forest._payload``)."""
-    kind, outputs, causal, names, cost_model, config, tree, size = payload
+    kind, outputs, marks, names, cost_model, config, tree, size = payload
     known = {r.name: r for r in rule_set(config.rule_set, config.portable)}
     rules = [known[n] for n in names]  # Forest._payload checked the names
     order = topo_order(outputs)
-    egraph = EGraph(symbolic=has_symbols(outputs), causal=frozenset(id(order[k]) for k in causal))
+    egraph = EGraph(symbolic=has_symbols(outputs),
+                    marks={mark: frozenset(id(order[k]) for k in ks) for mark, ks in marks.items()})
     egraph.add_program(outputs)
     if egraph.size().enodes != size:
         raise EGraphError(f"a rebuilt e-graph has {egraph.size().enodes} e-nodes, the original {size}")
@@ -114,7 +115,7 @@ class Forest:
     @staticmethod
     def _payload(main: Tree, tree: int) -> tuple:
         """What a worker needs to rebuild ``main``'s e-graph and env (egglog e-graphs cannot be pickled): the tree's
-        class (pickled by reference), the encoded program's outputs and causal masks, the rules' names, the cost
+        class (pickled by reference), the encoded program's outputs and marks (by position), the rules' names, the cost
         model and the config."""
         egraph = main.env.egraph
         by_handle = {egraph.encoding.handles[id(n)]: n for n in egraph.encoding.encoded}
@@ -125,8 +126,10 @@ class Forest:
         if missing:
             raise InputError(f"--workers > 1 rebuilds the rules of rule set {main.config.rule_set!r} in each worker; "
                              f"{', '.join(missing)} are not in it: use --workers 1")
-        causal = [k for k, n in enumerate(topo_order(outputs)) if id(n) in egraph.encoding.causal]  # by position
-        return type(main), outputs, causal, names, main.env.cost_model, main.config, tree, egraph.size().enodes
+        order = topo_order(outputs)
+        marks = {mark: [k for k, n in enumerate(order) if id(n) in ids]  # by position
+                 for mark, ids in egraph.encoding.marks.items()}
+        return type(main), outputs, marks, names, main.env.cost_model, main.config, tree, egraph.size().enodes
 
     def _recv(self, conn: Connection) -> Any:
         try:

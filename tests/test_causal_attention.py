@@ -159,7 +159,7 @@ def test_a_dynamic_decoders_causal_mask_is_marked_and_the_kernel_keeps_the_inter
     original = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
     eg = EGraph.from_graph(import_model(original, shapes, generic=True))
-    assert len(eg.encoding.causal) == 1
+    assert len(eg.encoding.marks["Causal"]) == 1
     config = OptimizeConfig.of(scheduler="tensat", cost="analytic", measure=False, input_shapes=shapes)
     result = optimize(original, config)
     assert result.report.to_json()["verified"]
@@ -228,7 +228,7 @@ def test_a_zero_mask_of_one_entry_is_no_causal_mask_in_a_generic_program_sized_o
     q, kt, v = ir.input_("q", (2, s, 4)), ir.input_("kt", (2, 4, s)), ir.input_("v", (2, s, 4))
     att = ir.make("attention", [q, kt, v, ir.weight("m", (1, 1, 1))], (float_bits(0.5),))
     eg = EGraph.from_graph(ir.Graph((q, kt, v), (att,), ("y",), weights={"m": np.zeros((1, 1, 1), np.float32)}))
-    assert not eg.encoding.causal
+    assert not eg.encoding.marks["Causal"]
     assert not RuleEngine(eg, [by_name()[RULE]]).apply(RULE).changed
 
 

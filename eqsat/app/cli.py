@@ -29,7 +29,7 @@ from . import cost_cli, models_cli, rules_cli
 from .config import OptimizeConfig, choices, options, value_type
 from .guards import check_not_a_stream, check_replaceable, late_write_errors, tolerant_stderr
 from .pipeline import check_output_path, optimize, report_bytes
-from .report import Report
+from .report import Report, assumptions
 from .source import add_model_source, check_source_flags, source, source_shaped
 
 
@@ -164,6 +164,8 @@ def _summary(r: Report) -> None:
     con.print(f"verified (max abs error {r.verification.max_abs_error:.2e}); {speed}")
     if r.interface.note:
         con.print(f"interface: {r.interface.note}", highlight=False)
+    for assumed in assumptions(r.config):
+        con.print(f"assumed {assumed}", highlight=False)
     if len(r.candidates) > 2:
         for c in r.candidates:
             measured = f"{c.measured_ms:.3f} ms" if c.measured_ms is not None else "not measured"

@@ -95,6 +95,13 @@ class OptimizeConfig:
                                 "node limit's floor is shared among the copies); --no-blocks (or none found): the "
                                 "whole model is searched, rewrites across the layers' boundaries included",
                           "--no-blocks")
+    assume_finite_masks: bool = option(False, "vouch that no attention mask of the model ever holds -inf, +inf or NaN on "
+                                       "the inputs it will be fed (a 0/1 padding mask made additive with float32's "
+                                       "lowest never does; a float mask fed -inf does), so that every masked "
+                                       "attention may run as the runtime's kernel, which gives a query row masked "
+                                       "with -inf throughout finite values where the original gives NaN. Without "
+                                       "it, only masks eqsat proves finite do (docs/robustness.md); the report's "
+                                       "assumptions name it", "--assume-finite-masks")
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
         "doc": "input name -> the shape to tune and measure at (--input-shape NAME=D1,D2,...); the written model "
                "keeps the original's dynamic dimensions. Inputs not given: a batch-like dynamic dimension 1, any "

@@ -31,6 +31,7 @@ from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.gate import Gate
 from eqsat.grouping import MIB, auto_budget, plan, session_bytes
+from eqsat.inputs import EDGES, NONFINITE_EDGES
 from eqsat.ir import Graph, Node
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
 from eqsat.onnx import export_model, import_model, load_model, pool
@@ -236,7 +237,7 @@ def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1) -> tuple
     standing for ``copies`` repeated blocks (by default; not with ``--no-blocks``), the default limit's floor is
     shared among them: max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in
     the whole model."""
-    egraph = EGraph.from_graph(graph)
+    egraph = EGraph.from_graph(graph, finite_masks=config.assume_finite_masks)
     initial = egraph.size().enodes
     limit = config.search.node_limit
     if limit is not None and limit < initial:
@@ -327,8 +328,11 @@ def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: 
 
 
 def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
-    """The verification of candidates against ``original`` at the run's seed, draws and input shapes."""
-    return Verifier(original, seed=config.seed, draws=config.verify_draws, input_shapes=config.input_shapes)
+    """The verification of candidates against ``original`` at the run's seed, draws and input shapes, and its edge
+    draws (no -inf or NaN ones under ``--assume-finite-masks``: the user vouched that no input makes a mask so)."""
+    edges = [e for e in EDGES if not (config.assume_finite_masks and e in NONFINITE_EDGES)]
+    return Verifier(original, seed=config.seed, draws=config.verify_draws, input_shapes=config.input_shapes,
+                    edges=edges)
 
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,

@@ -315,7 +315,7 @@ class Report:
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
             "stop_reason": self.search.stop_reason, "search": self._search_summary(),
             "input": self.input, "output": self.output, "external_data": self.external_data,
-            "interface": self.interface})
+            "interface": self.interface, "assumptions": assumptions(self.config)})
 
     def _search_summary(self) -> dict[str, Any]:
         s = self.search
@@ -327,6 +327,17 @@ class Report:
     def dumps(self) -> str:
         """The report as JSON text (indented); refuses NaN and Infinity."""
         return json.dumps(self.to_json(), indent=2, allow_nan=False)
+
+
+def assumptions(config: OptimizeConfig) -> list[str]:
+    """What the user vouched for beyond the equivalence contract (docs/robustness.md), each a flag and what it lets
+    change: empty for a run under the contract alone."""
+    out = []
+    if config.assume_finite_masks:
+        out.append("--assume-finite-masks: no attention mask holds -inf, +inf or NaN; on inputs that make one do, "
+                   "the written model may give finite values where the original gives NaN (a query row masked "
+                   "with -inf throughout)")
+    return out
 
 
 def kernels_used(operators: dict[str, int]) -> dict[str, int]:

@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -110,8 +110,10 @@ class Encoding:
     """the encoded IR nodes, kept alive so that no id in :attr:`handles` is reused"""
     symbolic: bool = False
     """whether each node's ``sym`` (its shape's fingerprint, :mod:`eqsat.dims`) is set too"""
-    causal: frozenset[int] = frozenset()
-    """ids of the IR nodes that are a causal mask (:func:`eqsat.ops.attention.causal_masks`): marked ``Causal``"""
+    marks: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    """relation (:data:`eqsat.egglog.schema.MARKS`) -> ids of the IR nodes it holds for: ``Causal`` the causal masks
+    (:func:`eqsat.ops.attention.causal_masks`), ``Finite`` the masks finite on every input
+    (:func:`eqsat.ops.bounds.finite_masks`)"""
 
     def term(self, n: Node, handles: dict[int, str]) -> str:
         """The constructor term of ``n``, its operands referred to by their handles."""
@@ -146,8 +148,7 @@ class Encoding:
                 commands.append(f'(set (sym (node "{h}")) {shape_term(fingerprint(n.shape))})')
             if n.op == "weight":
                 commands.append(f'(AllW (node "{h}"))')
-            if id(n) in self.causal:
-                commands.append(f'(Causal (node "{h}"))')
+            commands += [f'({mark} (node "{h}"))' for mark, ids in sorted(self.marks.items()) if id(n) in ids]
         return commands, [handles[id(o)] for o in outputs]
 
 

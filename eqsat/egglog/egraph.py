@@ -23,7 +23,7 @@ rewrite can fail to commit for want of one; commands parsed with :meth:`EGraph.p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -33,6 +33,7 @@ from ..dims import fingerprint_fits, is_symbolic
 from ..errors import EgglogError, EGraphError, EqsatError
 from ..ir import Graph, Node, topo_order
 from ..ops.attention import causal_masks
+from ..ops.bounds import finite_masks as proven_finite
 from ..snapshot import Snapshot
 from . import codec, schema
 from .codec import Encoding
@@ -86,10 +87,10 @@ class Size:
 class EGraph:
     """An egglog e-graph holding one program and the rules registered on it."""
 
-    def __init__(self, symbolic: bool = False, causal: frozenset[int] = frozenset()) -> None:
+    def __init__(self, symbolic: bool = False, marks: Mapping[str, frozenset[int]] | None = None) -> None:
         """``symbolic``: the programs it holds have symbolic dimensions (:mod:`eqsat.dims`): the ``sym`` analysis
-        is kept beside ``shape`` and a rewrite commits only where both agree. ``causal``: the ids of the IR nodes
-        that are a causal mask (marked ``Causal`` when encoded)."""
+        is kept beside ``shape`` and a rewrite commits only where both agree. ``marks``: per relation of
+        :data:`eqsat.egglog.schema.MARKS`, the ids of the IR nodes it holds for (set when they are encoded)."""
         with egglog_guard("creating an e-graph"):
             self._eg = eb.EGraph()
             self._push = [eb.Push(1)]
@@ -97,7 +98,7 @@ class EGraph:
         for form in schema.program(symbolic):
             self.run_commands(self.parse(form))
         self._analysed: set[str] = set()
-        self.encoding = Encoding(symbolic=symbolic, causal=causal)
+        self.encoding = Encoding(symbolic=symbolic, marks=dict(marks or {}))
         self.output_handles: list[str] = []
         self.depth = 0
         self._ctor_names = set(schema.CONSTRUCTORS)
@@ -109,10 +110,15 @@ class EGraph:
         """the size since the last command run (a search asks for it after every step, most of which run nothing)"""
 
     @classmethod
-    def from_graph(cls, graph: Graph) -> EGraph:
+    def from_graph(cls, graph: Graph, finite_masks: bool = False) -> EGraph:
         """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`), symbolic where the
-        program has a symbolic dimension; its attention masks that are causal marked ``Causal``."""
-        eg = cls(symbolic=has_symbols(graph.outputs), causal=causal_masks(graph.nodes(), graph.weights))
+        program has a symbolic dimension; its attention masks that are causal marked ``Causal``, those finite on
+        every input marked ``Finite`` (``finite_masks``: the caller vouches that every mask is,
+        ``--assume-finite-masks``)."""
+        nodes = graph.nodes()
+        eg = cls(symbolic=has_symbols(graph.outputs),
+                 marks={"Causal": causal_masks(nodes, graph.weights),
+                        "Finite": proven_finite(nodes, graph.weights, vouched=finite_masks)})
         eg.add_program(graph.outputs)
         return eg
 

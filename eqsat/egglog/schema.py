@@ -12,8 +12,10 @@
   side's ``sym`` equal to the left-hand side's, so a rewrite valid only at the representative sizes never commits.
   A static program declares neither.
 * ``AllW``: the all-weights flag (computable from weights alone, so precomputable before inference).
-* ``Causal``: the weights that hold a causal mask (set by the encoder, :attr:`eqsat.egglog.codec.Encoding.causal`):
-  an attention masked by one is a causal kernel (``attention_causal``, rules/ours/kernels.py).
+* :data:`MARKS`, facts about a value that the encoder reads off the program (:attr:`eqsat.egglog.codec.Encoding.marks`)
+  and rules may require: ``Causal``, the weights that hold a causal mask (an attention masked by one is a causal
+  kernel, ``attention_causal``); ``Finite``, the masks finite on every input the model can be fed (an attention
+  masked by one may become a runtime kernel, ``attention_kernel``: rules/ours/kernels.py).
 * ``node``: one table of named handles (``"n17"``) for the encoder; no ``let`` globals.
 
 :func:`program` declares every constructor (declarations cost nothing at run time) but none of the
@@ -45,6 +47,9 @@ __all__ = ["CONSTRUCTORS", "MAX_RANK", "analysis_rules", "constructors", "progra
 CONSTRUCTORS = ops.CONSTRUCTORS
 """constructor -> (IR op, argument kinds), from the operator table: i = i64 literal, s = String, h = Shape
 value, t = tensor, l = list of tensors"""
+MARKS = ("Causal", "Finite")
+"""the relations over single e-classes that the encoder sets (:attr:`eqsat.egglog.codec.Encoding.marks`)"""
+
 _SORT = {"i": "i64", "s": "String", "h": "Shape", "t": "T", "l": "TList"}
 _TOKEN = re.compile(r"[()\s]+")
 
@@ -112,7 +117,7 @@ def program(symbolic: bool = False) -> list[str]:
         *(["(function sym (T) Shape :merge old)"] if symbolic else []),
         "(function node (String) T :merge old)",
         "(relation AllW (T))",
-        "(relation Causal (T))",
+        *(f"(relation {mark} (T))" for mark in MARKS),
         "(relation Pend (T T))",
         "(ruleset analysis)",
         "(ruleset commit)",

@@ -8,7 +8,9 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
 * ``attention_kernel``: attention(q, kt, v[, mask]) -> sdpa(q, kt, v[, mask]): the decomposed attention core
   (MatMul, scale, mask Add, Softmax, MatMul, which onnxruntime runs as FusedMatMul + Softmax + MatMul) as opset
   23's ``Attention``. ``attention_split`` relates ``attention`` to its parts, so the kernel is reached from any
-  spelling that rule recombines.
+  spelling that rule recombines. A masked one only where the encoder marked the mask ``Finite`` (finite on every
+  input: :func:`eqsat.ops.bounds.finite_masks`): where a query row's mask is -inf throughout, the decomposition
+  gives NaN and the kernel finite values, and a mask read from a float input can hold that (a padded row).
 * ``attention_causal``: attention(q, kt, v, mask) -> sdpa_causal(q, kt, v) where the mask is a weight the encoder
   marked ``Causal`` (0 on and below the diagonal, float32's lowest or -inf above: :func:`eqsat.ops.attention.
   is_causal_mask`) and its last two dimensions are the scores' (as many keys as queries): opset 23's ``Attention``
@@ -32,17 +34,34 @@ from ..rule import Rule
 from .attention import SCALES
 from .sampling import broadcastable, dim, pick
 
+FINITE = "fmask"
+"""the name the instances give a finite mask weight (:func:`_finite_mask` holds its value)"""
+
+
+def _finite_mask(leaf: ir.Node) -> np.ndarray | None:
+    """A :data:`FINITE` weight's value: normal, with float32's lowest on every third query row (the padded rows
+    transformers write, on which the kernel must give the decomposition's values); None for any other weight."""
+    if leaf.name != FINITE:
+        return None
+    value = np.random.default_rng(len(leaf.shape) * 100 + sum(leaf.shape)).standard_normal(leaf.shape)
+    if len(leaf.shape) >= 2:
+        value[..., ::3, :] = np.finfo(np.float32).min
+    return value.astype(np.float32)
+
 
 def _attention_instance(rng):
-    """An ``attention`` of rank 3 or 4 (masked half the time, the mask broadcast over some dimensions), beside
-    its parts (a matmul, scale, softmax and matmul), on which the rule does not fire."""
+    """An ``attention`` of rank 3 or 4 (masked half the time, the mask broadcast over some dimensions: a finite
+    weight, or as a near miss on which the rule must not fire, a model input that may hold -inf), beside its parts
+    (a matmul, scale, softmax and matmul), on which the rule does not fire."""
     rank = pick(rng, RANKS)
     lead = tuple(dim(rng, 1, 3) for _ in range(rank - 2))
     rows, d, keys, dv = (dim(rng, 1, 5) for _ in range(4))
     q, kt, v = ir.input_("q", lead + (rows, d)), ir.input_("kt", lead + (d, keys)), ir.input_("v", lead + (keys, dv))
     scale = float_bits(pick(rng, SCALES))
-    operands = [q, kt, v, ir.input_("mask", broadcastable(rng, lead + (rows, keys)))] if rng.random() < 0.5 \
-        else [q, kt, v]
+    mask_shape = broadcastable(rng, lead + (rows, keys))
+    draw = rng.random()
+    operands = [q, kt, v, ir.weight(FINITE, mask_shape)] if draw < 0.4 else \
+        [q, kt, v, ir.input_("mask", mask_shape)] if draw < 0.55 else [q, kt, v]
     scores = ir.make("scale", [ir.make("matmul", [q, kt], (0,))], (scale,))
     parts = ir.make("matmul", [ir.make("softmax", [scores], (rank - 1,)), v], (0,))
     return [ir.make("attention", operands, (scale,)), parts]
@@ -108,8 +127,8 @@ def _rotary_instance(rng):
 rules = [
     Rule("attention_kernel", "single", "ours", "attention(q, kt, v[, mask]) -> sdpa(q, kt, v[, mask])",
          (("(= root (Attention c q kt v))", "(Pend root (Sdpa c q kt v))"),
-          ("(= root (AttentionMasked c q kt v mk))", "(Pend root (SdpaMasked c q kt v mk))")),
-         example=_attention_instance),
+          ("(= root (AttentionMasked c q kt v mk)) (Finite mk)", "(Pend root (SdpaMasked c q kt v mk))")),
+         example=_attention_instance, fixed=_finite_mask),
     Rule("attention_causal", "single", "ours", "attention(q, kt, v, causal mask) -> sdpa_causal(q, kt, v)",
          _causal_bodies(), example=_causal_instance, fixed=_fixed_mask),
     Rule("rotary_kernel", "single", "ours", "rotary(x, cos, sin) -> rope(x, cos, sin), cos and sin [1 or B, 1, S, D]",

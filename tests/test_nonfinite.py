@@ -1,0 +1,236 @@
+"""The equivalence contract on inputs that are not finite (docs/robustness.md): where the original gives NaN or an
+infinity on an input a user can feed, the written model gives the same, or the rewrite that would change it does
+not fire unless the user vouches (``--assume-finite-masks``, named in the report). Oracles: onnxruntime running the
+original model, and brute force over the values an interval claims to bound."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat import ir
+from eqsat.app.cli import main
+from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.cost.analytic import AnalyticCost
+from eqsat.egglog.egraph import EGraph
+from eqsat.inputs import EDGES, edge_draws
+from eqsat.onnx import session
+from eqsat.onnx.importer import import_model
+from eqsat.ops.bounds import finite_masks, is_finite, value_range
+from eqsat.rules import RuleEngine, by_name
+from eqsat.verify import Verifier
+
+LOWEST = np.finfo(np.float32).min
+S, D = 8, 4
+
+
+def _attention(mask_nodes: list[onnx.NodeProto], mask_inputs: list[onnx.ValueInfoProto],
+               inits: list[onnx.TensorProto] = ()) -> onnx.ModelProto:
+    """softmax(q @ Transpose(k) * 0.125 + mask) @ v, q, k, v [1, 2, S, D] inputs, ``mask`` made by ``mask_nodes``
+    (or an input of that name)."""
+    qkv = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, S, D]) for n in "qkv"]
+    nodes = [*mask_nodes, helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "c"], ["sc"]),
+             helper.make_node("Add", ["sc", "mask"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "attention", [*qkv, *mask_inputs],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, S, D])],
+                              [numpy_helper.from_array(np.array(0.125, np.float32), "c"), *inits])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _float_mask_model() -> onnx.ModelProto:
+    """The issue's model: the additive mask a float input [1, 1, S, S]."""
+    return _attention([], [helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, S, S])])
+
+
+def _bool_mask_model() -> onnx.ModelProto:
+    """The mask made from a boolean input: Where(keep, 0, float32's lowest), finite whatever is fed."""
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(LOWEST, np.float32), "lowest")]
+    return _attention([helper.make_node("Where", ["keep", "zero", "lowest"], ["mask"])],
+                      [helper.make_tensor_value_info("keep", TensorProto.BOOL, [1, 1, S, S])], inits)
+
+
+def _feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in model.graph.input:
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        out[i.name] = rng.random(shape) < 0.7 if i.type.tensor_type.elem_type == TensorProto.BOOL \
+            else rng.standard_normal(shape).astype(np.float32)
+    return out
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    return session(model).run(None, feeds)[0]
+
+
+@pytest.fixture
+def kernel_priced_low(monkeypatch):
+    """The analytic cost with the runtime's attention kernel at a tenth of its price: a search that may write
+    the kernel writes it."""
+    priced = AnalyticCost.op_cost
+    monkeypatch.setattr(AnalyticCost, "op_cost", lambda self, key: priced(self, key) * (0.1 if key.op == "sdpa" else 1))
+
+
+def _optimized(model: onnx.ModelProto, **options) -> tuple[onnx.ModelProto, dict]:
+    result = optimize(model, OptimizeConfig.of(scheduler="tensat", cost="analytic", measure=False, **options))
+    return result.optimized, result.report.to_json()
+
+
+def test_an_attention_masked_by_a_float_input_keeps_the_originals_nan_rows(kernel_priced_low):
+    """Query rows masked with -inf throughout give NaN in the original (a padded row); the kernel would give the
+    average of v there. With the mask read from a float input, eqsat cannot rule that out: no kernel."""
+    original = _float_mask_model()
+    out, report = _optimized(original)
+    assert "Attention" not in [n.op_type for n in out.graph.node] and report["assumptions"] == []
+    feeds = _feeds(original)
+    feeds["mask"][..., ::2, :] = -np.inf  # every other query sees no key
+    expected = _run(original, feeds)
+    assert np.isnan(expected[..., ::2, :]).all() and np.isfinite(expected[..., 1::2, :]).all()
+    np.testing.assert_allclose(_run(out, feeds), expected, rtol=1e-5, atol=1e-6)  # NaN where the original's are
+
+
+def test_vouching_for_the_masks_lets_the_kernel_in_and_the_report_names_it(kernel_priced_low):
+    original = _float_mask_model()
+    out, report = _optimized(original, assume_finite_masks=True)
+    assert "Attention" in [n.op_type for n in out.graph.node]
+    assert len(report["assumptions"]) == 1 and report["assumptions"][0].startswith("--assume-finite-masks")
+    feeds = _feeds(original)  # finite masks: the same values
+    np.testing.assert_allclose(_run(out, feeds), _run(original, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_a_mask_made_from_a_boolean_input_is_finite_and_takes_the_kernel(kernel_priced_low):
+    """Where(keep, 0, lowest) is finite on every input: the kernel is written, and on rows that keep no key
+    (float32's lowest throughout) it gives what the original gives."""
+    original = _bool_mask_model()
+    out, report = _optimized(original)
+    assert "Attention" in [n.op_type for n in out.graph.node] and report["assumptions"] == []
+    feeds = _feeds(original)
+    feeds["keep"][..., 3, :] = False
+    expected = _run(original, feeds)
+    assert np.isfinite(expected).all()
+    np.testing.assert_allclose(_run(out, feeds), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_rule_fires_on_finite_masks_only():
+    rule = by_name()["attention_kernel"]
+    for model, fires in ((_float_mask_model(), False), (_bool_mask_model(), True)):
+        graph = import_model(model)
+        eg = EGraph.from_graph(graph)
+        assert len(eg.encoding.marks["Finite"]) == int(fires)
+        assert RuleEngine(eg, [rule]).apply(rule.name).changed is fires
+        vouched = EGraph.from_graph(graph, finite_masks=True)
+        assert RuleEngine(vouched, [rule]).apply(rule.name).changed
+
+
+def test_the_cli_flag_reaches_the_report(tmp_path, kernel_priced_low):
+    src, out, report = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "r.json"
+    onnx.save(_float_mask_model(), src)
+    assert main(["optimize-model", str(src), "-o", str(out), "--report", str(report), "--scheduler", "tensat",
+                 "--cost", "analytic", "--no-measure", "-q", "--assume-finite-masks"]) == 0
+    data = json.loads(report.read_text())
+    assert data["config"]["assume_finite_masks"] is True and data["assumptions"]
+
+
+def _kernel_program(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``'s attention written as the runtime's kernel whatever its mask (vouched for)."""
+    from rule_cases import choose
+
+    from eqsat.onnx.export import export_model
+    graph = import_model(model)
+    eg = EGraph.from_graph(graph, finite_masks=True)
+    assert RuleEngine(eg, [by_name()["attention_kernel"]]).apply("attention_kernel").changed
+    return export_model(choose(eg, graph, "sdpa"))
+
+
+def test_the_output_verifier_draws_masked_rows_and_catches_a_nan_made_finite():
+    """The verifier's edge draws (rows of -inf in each float input in turn) find the kernel's finite values where
+    the original gives NaN; the same program passes the random draws alone."""
+    original = _float_mask_model()
+    program = _kernel_program(original)
+    check = Verifier(original, seed=0).check(program)
+    assert not check.passed and "rows of -inf in 'mask'" in check.detail and "NaN" in check.detail, check.detail
+    assert Verifier(original, seed=0, edges=()).check(program).passed
+    assert Verifier(original, seed=0).check(original).passed  # the original against itself, every edge draw
+
+
+def test_edge_draws_hold_what_they_say():
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 3, 5)).astype(np.float32), "ids": np.arange(4, dtype=np.int64)}
+    draws = dict((label, f) for f, label in edge_draws(feeds, np.random.default_rng(1)))
+    assert set(draws) == {"rows of -inf in 'x'", "a NaN in 'x'", "near the range"} and len(EDGES) == 3
+    rows = draws["rows of -inf in 'x'"]["x"].reshape(-1, 5)
+    assert np.isneginf(rows[::3]).all() and np.isfinite(rows[1]).any()
+    assert np.isnan(draws["a NaN in 'x'"]["x"]).sum() == 1
+    big = np.abs(draws["near the range"]["x"])
+    assert np.isfinite(big).all() and big.min() > 1e30
+    assert all(np.array_equal(f["ids"], feeds["ids"]) for f in draws.values())
+
+
+# -- value ranges, against brute force -----------------------------------------------------------------------------
+def _cast(x: ir.Node, to: int, dtype: str) -> ir.Node:
+    return ir.opaque("Cast", [x], x.shape, dtype, attr_bytes=(helper.make_attribute("to", to).SerializeToString(),))
+
+
+def _hf_mask(source: ir.Node) -> ir.Node:
+    """transformers' additive padding mask: (1 - mask.float()) * lowest."""
+    inverted = ir.opaque("Sub", [ir.weight("one", (1, 1, 1, 1)), _cast(source, TensorProto.FLOAT, "float32")],
+                         source.shape)
+    return ir.make("ewmul", [inverted, ir.weight("lowest", (1, 1, 1, 1))])
+
+
+WEIGHTS = {"one": np.ones((1, 1, 1, 1), np.float32), "lowest": np.full((1, 1, 1, 1), LOWEST, np.float32)}
+
+
+def _hf_mask_values(values: np.ndarray) -> np.ndarray:
+    """The same mask computed by onnxruntime, for ``values`` of the source's type."""
+    kind = {np.dtype(bool): TensorProto.BOOL, np.dtype(np.int64): TensorProto.INT64}[values.dtype]
+    nodes = [helper.make_node("Cast", ["m"], ["f"], to=TensorProto.FLOAT), helper.make_node("Sub", ["one", "f"], ["i"]),
+             helper.make_node("Mul", ["i", "lowest"], ["y"])]
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("m", kind, list(values.shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(values.shape))],
+                              [numpy_helper.from_array(v, n) for n, v in WEIGHTS.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return session(model).run(None, {"m": values})[0]
+
+
+def test_a_boolean_padding_mask_is_finite_and_its_range_holds_every_value():
+    source = ir.input_("m", (1, 1, 1, 4), "bool")
+    lo, hi = value_range(_hf_mask(source), WEIGHTS)
+    every = np.array([[[[a, b, c, d]]] for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)], bool)
+    values = np.concatenate([_hf_mask_values(m) for m in every])
+    assert np.isfinite(values).all() and lo <= values.min() and values.max() <= hi
+
+
+def test_an_int64_padding_mask_is_not_finite_and_onnxruntime_agrees():
+    """mask = -1 (an int64 a user can feed) makes (1 - mask) * lowest -inf: no finiteness is claimed."""
+    source = ir.input_("m", (1, 1, 1, 4), "int64")
+    assert value_range(_hf_mask(source), WEIGHTS) is None
+    assert np.isneginf(_hf_mask_values(np.array([[[[1, 0, -1, 1]]]], np.int64))).any()
+
+
+def test_inputs_weights_and_where():
+    shape = (1, 2, 3)
+    x = ir.input_("x", shape)
+    assert not is_finite(x, {}) and is_finite(x, {}, finite_inputs=True)
+    weights = {"bad": np.array([[[0, -np.inf, 1]] * 2], np.float32), "good": np.zeros(shape, np.float32)}
+    good = ir.weight("good", shape)
+    assert not is_finite(ir.weight("bad", shape), weights) and is_finite(good, weights)
+    keep = ir.input_("c", shape, "bool")
+    assert is_finite(ir.opaque("Where", [keep, good, good], shape), weights)
+    where = ir.opaque("Where", [keep, good, x], shape)
+    assert not is_finite(where, weights)
+    big = ir.make("ewadd", [ir.weight("top", shape), ir.weight("top", shape)])
+    assert not is_finite(big, {"top": np.full(shape, np.finfo(np.float32).max, np.float32)})  # overflows
+    q, kt, v = ir.input_("q", (1, 2, 4)), ir.input_("kt", (1, 4, 3)), ir.input_("v", (1, 3, 4))
+    att = ir.make("attention", [q, kt, v, where], (0x3E000000,))
+    assert finite_masks([att], weights) == frozenset() and finite_masks([att], weights, vouched=True) == {id(where)}
