@@ -27,6 +27,7 @@ from eqsat.ops import NotEvaluable
 from eqsat.snapshot import Snapshot
 
 from . import sexpr
+from .edges import edge_check
 from .engine import RuleEngine
 from .rule import Rule
 
@@ -255,7 +256,8 @@ def check_rule(rule: Rule, seed: int = 0, instances: int = DEFAULT_INSTANCES, mi
     t = time.perf_counter()
     rng = np.random.default_rng(seed)
     groups = our_instances(rule, rng, instances) if rule.example is not None else taso_instances(rule, rng, instances)
-    roots = [r for k, g in enumerate(groups) for r in _renamed(g, f"k{k}_")]
+    encoded = [_renamed(g, f"k{k}_") for k, g in enumerate(groups)]
+    roots = [r for g in encoded for r in g]
     fixed = _fixed(rule, groups)
     eg = EGraph.from_graph(ir.Graph((), tuple(roots), tuple(f"o{i}" for i in range(len(roots))), weights=fixed))
     RuleEngine(eg, [rule]).apply(rule.name)
@@ -279,10 +281,13 @@ def check_rule(rule: Rule, seed: int = 0, instances: int = DEFAULT_INSTANCES, mi
             modular_all = complete
         if err is not None:
             break
+    if err is None and fired_at:
+        err = edge_check(snap, encoded, owner, fixed, seed + 2)
     seconds = time.perf_counter() - t
     fired = len(fired_at)
     if err is not None:
-        where = _describe(groups[owner[bad]]) if bad in owner else "(an e-class no instance reaches)"
+        where = _describe(groups[owner[bad]]) if bad in owner else "(an e-class no instance reaches)" if bad is not None \
+            else "(the edge draws)"
         return RuleCheck(rule.name, False, len(groups), fired, modular_all, seconds,
                          f"unsound on instance {where}: {err}", shapes)
     if fired == 0:

@@ -234,3 +234,68 @@ def test_inputs_weights_and_where():
     q, kt, v = ir.input_("q", (1, 2, 4)), ir.input_("kt", (1, 4, 3)), ir.input_("v", (1, 3, 4))
     att = ir.make("attention", [q, kt, v, where], (0x3E000000,))
     assert finite_masks([att], weights) == frozenset() and finite_masks([att], weights, vouched=True) == {id(where)}
+
+
+# -- the rule verifier's edge draws (rules/edges.py) --------------------------------------------------------------
+def test_the_rule_verifier_fails_the_kernel_rule_without_its_finite_guard():
+    """Without ``(Finite mk)`` the kernel rule fires on masks read from inputs; its rows of -inf give the kernel's
+    finite values where the decomposition's are NaN. The guarded rule passes the same draws."""
+    import dataclasses
+
+    from eqsat.rules.verify import check_rule
+    rule = by_name()["attention_kernel"]
+    unguarded = dataclasses.replace(rule, name="attention_kernel_unguarded",
+                                    bodies=tuple((q.replace(" (Finite mk)", ""), a) for q, a in rule.bodies))
+    assert unguarded.bodies != rule.bodies
+    check = check_rule(unguarded, seed=3)
+    assert not check.passed and "rows of -inf" in check.detail and "NaN" in check.detail, check.detail
+    assert check_rule(rule, seed=3).passed
+
+
+def _detour(factor: float):
+    """a * b -> ((a * factor) * b) / factor: an identity of real numbers (a deliberately wasteful rule)."""
+    from eqsat.ops.composite import float_bits
+    from eqsat.rules.rule import Rule
+
+    def example(rng):
+        shape = tuple(int(d) for d in rng.integers(1, 4, size=2))
+        return [ir.make("ewmul", [ir.input_("a", shape), ir.input_("b", shape)])]
+    up, down = float_bits(factor), float_bits(1 / factor)
+    return Rule(f"mul_detour_{factor:g}", "single", "ours", f"a * b -> ((a * {factor:g}) * b) / {factor:g}",
+                (("(= root (Ewmul a b))", f"(Pend root (Scale {down} (Ewmul (Scale {up} a) b)))"),), example=example)
+
+
+def test_the_rule_verifier_fails_a_rule_that_overflows_within_the_contracts_magnitude():
+    """Through 2^40 the middle term overflows float32 where the original's values stay within 2^-12 of the
+    range; through 2^4 it stays within it."""
+    from eqsat.rules.verify import check_rule
+    check = check_rule(_detour(2.0 ** 40), seed=3)
+    assert not check.passed and "near the range" in check.detail, check.detail
+    assert check_rule(_detour(2.0 ** 4), seed=3).passed
+
+
+def test_distributing_a_product_keeps_finite_outputs_within_the_contracts_magnitude(tmp_path):
+    """The issue's Y = A @ W + B @ W, written (A + B) @ W (taso_s021): within the contract's magnitude (every value
+    at most 2^-12 of float32's largest) both are finite and agree; the rule passes the verifier's draws near the
+    range. At 2.55e38 (A + B past the range) the contract makes no claim (docs/robustness.md)."""
+    from eqsat.inputs import RANGE_HEADROOM
+    from eqsat.rules.verify import check_rule
+    assert check_rule(by_name()["taso_s021"], seed=3).passed
+    n = 4
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["aw"]), helper.make_node("MatMul", ["b", "w"], ["bw"]),
+             helper.make_node("Add", ["aw", "bw"], ["y"])]
+    rng = np.random.default_rng(0)
+    w = (rng.uniform(-1, 1, (n, n)) / n).astype(np.float32)
+    graph = helper.make_graph(nodes, "distribute", [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n])
+                                                    for x in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
+                              [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    out, _report = _optimized(model)
+    assert [n.op_type for n in out.graph.node].count("MatMul") == 1  # distributed
+    top = np.float32(RANGE_HEADROOM * np.finfo(np.float32).max)
+    feeds = {"a": np.full((n, n), top, np.float32), "b": np.full((n, n), top, np.float32)}
+    expected = _run(model, feeds)
+    assert np.isfinite(expected).all()
+    np.testing.assert_allclose(_run(out, feeds), expected, rtol=1e-5)

@@ -15,12 +15,14 @@ the decomposition torch's exporters write and onnxruntime's CPU session runs (it
 into one FusedMatMul): ``MatMul(q, kt) -> Mul(scale) [-> Add(mask)] -> Softmax(-1) -> MatMul(v)``; the torch
 function is ``torch.nn.functional.scaled_dot_product_attention``.
 
-``sdpa``: the same operands, attributes and values as ``attention``, written as one runtime kernel: opset 23's
+``sdpa``: the same operands and attributes as ``attention``, written as one runtime kernel: opset 23's
 ``Attention`` (``Attention(q, Transpose(kt), v[, mask], scale)``; a rank-3 operand as one head,
 ``q_num_heads = kv_num_heads = 1``; a mask whose last two dimensions are not the scores' is expanded to them,
 since onnxruntime's CPU kernel wants the mask's query dimension whole, a rank-3 one gets a heads axis, and its
 values are raised to one ulp above float32's lowest, the value for which the kernel writes a fully masked row
-as zeros where the decomposition averages v: so the two agree on every mask without -inf).
+as zeros where the decomposition averages v: so the two agree on every mask without -inf; its numpy semantics
+compute that too, so that the rule verifier's -inf rows tell the two apart: a query row masked with -inf throughout
+is NaN in ``attention``, finite in ``sdpa``, and ``attention_kernel`` fires only on masks proven finite).
 Where the model's opset is older than 23 the writer upgrades the model (:mod:`eqsat.onnx.kernels`); where it
 may not (``Emitter.upgrade`` False) the kernel is written as ``attention``'s decomposition. Only the rule
 ``attention_kernel`` makes one (rules/ours/kernels.py), and only a measured cost prefers it: the analytic
@@ -156,10 +158,21 @@ def _sdpa_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
         # onnxruntime's kernel writes zeros for a query row whose mask is the float's lowest value throughout,
         # where the decomposition averages v uniformly (transformers' padding masks hold that value): one ulp
         # above it, every mask without -inf gives the decomposition's values
-        floor = np.nextafter(np.finfo(np.float32).min, np.float32(0))
-        operands.append(em.emit("Max", [mask, em.const(np.array(floor, dtype=np.float32), "floor")], "sdpa"))
+        operands.append(em.emit("Max", [mask, em.const(np.array(KERNEL_FLOOR, dtype=np.float32), "floor")], "sdpa"))
     heads = {"q_num_heads": 1, "kv_num_heads": 1} if rank == 3 else {}
     return emit_newer(em, "Attention", operands, "sdpa", scale=float_value(attrs[0]), **heads)
+
+
+KERNEL_FLOOR = float(np.nextafter(np.finfo(np.float32).min, np.float32(0)))
+"""the least mask value the kernel is given (:func:`_sdpa_onnx`): one ulp above float32's lowest"""
+
+
+def _sdpa_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    """What the written kernel computes: the decomposition's values with the mask raised to :data:`KERNEL_FLOOR`
+    (a query row masked with -inf throughout gives finite values where the decomposition gives NaN; NaN stays)."""
+    if len(args) == 4:
+        args = [*args[:3], np.maximum(np.asarray(args[3], dtype=np.float64), KERNEL_FLOOR)]
+    return _numpy(attrs, args, modulus)
 
 
 def _sdpa_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
@@ -168,7 +181,7 @@ def _sdpa_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
 
 
 SDPA = OpDef("sdpa", "attention as one runtime kernel (ONNX Attention, opset 23)", "(scale_bits,)", _shape,
-             (Ctor("Sdpa", "ittt"), Ctor("SdpaMasked", "itttt")), lambda: _rules("Sdpa", "SdpaMasked"), _numpy,
+             (Ctor("Sdpa", "ittt"), Ctor("SdpaMasked", "itttt")), lambda: _rules("Sdpa", "SdpaMasked"), _sdpa_numpy,
              _sdpa_onnx, _torch, _flops, _sdpa_bytes, kernel="Attention (opset 23)")
 
 
