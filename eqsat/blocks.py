@@ -38,6 +38,7 @@ import numpy as np
 from . import ir
 from .ir import Graph, Node, Origin, topo_order
 from .onnx import origins
+from .ops.bounds import value_range
 
 MIN_BLOCK_NODES = 3
 """operators (weights and weight-only nodes included) a block needs to be worth searching alone"""
@@ -111,6 +112,19 @@ class Blocks:
         out = _rebuild([first.output], dict(leaf), stop=first.body)[0]
         return Graph(tuple(inputs), (out,), ("block_out",), _weights_of(self.graph, [out]),
                      name=f"{self.graph.name}-block", opset=self.graph.opset, domains=dict(self.graph.domains))
+
+    def external_ranges(self) -> dict[str, tuple[float, float]]:
+        """:attr:`representative`'s external inputs (``block_ext_K``) whose values lie in a known interval in
+        every copy (:func:`eqsat.ops.bounds.value_range` over the whole program): an attention mask computed once
+        outside the blocks stays proven finite inside the copy searched."""
+        out: dict[str, tuple[float, float]] = {}
+        for k, e in enumerate(self.blocks[0].externals):
+            if e.op == "weight":
+                continue
+            ranges = [value_range(b.externals[k], self.graph.weights) for b in self.blocks]
+            if all(r is not None for r in ranges):
+                out[f"block_ext_{k}"] = (min(r[0] for r in ranges if r), max(r[1] for r in ranges if r))
+        return out
 
     @functools.cached_property
     def rest(self) -> Rest:

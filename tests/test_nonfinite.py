@@ -299,3 +299,42 @@ def test_distributing_a_product_keeps_finite_outputs_within_the_contracts_magnit
     expected = _run(model, feeds)
     assert np.isfinite(expected).all()
     np.testing.assert_allclose(_run(out, feeds), expected, rtol=1e-5)
+
+
+def test_a_mask_computed_once_outside_repeated_blocks_stays_finite_inside_them():
+    """Four layers of attention (each with a weight of its own) read one mask, Where(keep, 0, lowest), computed
+    once: the copy searched sees the mask as an input, whose interval comes from the whole model."""
+    from eqsat.app.pipeline import encode_phase
+    from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, find_blocks
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(LOWEST, np.float32), "lowest"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "c")]
+    nodes = [helper.make_node("Where", ["keep", "zero", "lowest"], ["mask"])]
+    x = "x"
+    for k in range(4):
+        inits.append(numpy_helper.from_array(rng.standard_normal((D, D)).astype(np.float32), f"w{k}"))
+        nodes += [helper.make_node("MatMul", [x, f"w{k}"], [f"h{k}"]),
+                  helper.make_node("Transpose", [f"h{k}"], [f"ht{k}"], perm=[0, 1, 3, 2]),
+                  helper.make_node("MatMul", [f"h{k}", f"ht{k}"], [f"s{k}"]),
+                  helper.make_node("Mul", [f"s{k}", "c"], [f"sc{k}"]),
+                  helper.make_node("Add", [f"sc{k}", "mask"], [f"sm{k}"]),
+                  helper.make_node("Softmax", [f"sm{k}"], [f"p{k}"], axis=-1),
+                  helper.make_node("MatMul", [f"p{k}", f"h{k}"], [f"y{k}"])]
+        x = f"y{k}"
+    graph = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, S, D]),
+                                                helper.make_tensor_value_info("keep", TensorProto.BOOL, [1, 1, S, S])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 2, S, D])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    whole = import_model(model)
+    blocks = find_blocks(whole, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
+    assert blocks is not None and blocks.copies >= 3
+    known = blocks.external_ranges()
+    assert list(known.values()) == [(float(LOWEST), 0.0)]
+    config = OptimizeConfig.of(cost="analytic")
+    alone, _ = encode_phase(blocks.representative, config)
+    assert not alone.encoding.marks["Finite"]  # an input, unknown without the whole model
+    searched, _ = encode_phase(blocks.representative, config, blocks.copies, known)
+    assert len(searched.encoding.marks["Finite"]) == 1
+    assert RuleEngine(searched, [by_name()["attention_kernel"]]).apply("attention_kernel").changed

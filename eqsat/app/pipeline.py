@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -232,12 +232,14 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
         raise shaping.explain(exc) from exc
 
 
-def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1) -> tuple[EGraph, SearchConfig]:
+def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1,
+                 known: Mapping[str, tuple[float, float]] | None = None) -> tuple[EGraph, SearchConfig]:
     """The e-graph of ``graph`` and the search config with its node limit resolved against it. ``graph``
     standing for ``copies`` repeated blocks (by default; not with ``--no-blocks``), the default limit's floor is
     shared among them: max(2000 / copies, 4 x the initial e-nodes), so that one copy grows as far as it would in
-    the whole model."""
-    egraph = EGraph.from_graph(graph, finite_masks=config.assume_finite_masks)
+    the whole model. ``known``: the value intervals of inputs that stand for values computed elsewhere (a
+    repeated block's external inputs, :meth:`~eqsat.blocks.Blocks.external_ranges`)."""
+    egraph = EGraph.from_graph(graph, finite_masks=config.assume_finite_masks, known=known)
     initial = egraph.size().enodes
     limit = config.search.node_limit
     if limit is not None and limit < initial:
@@ -564,7 +566,8 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     with timer("encode"):
         # --cost auto: the operators timed in the end-to-end runtime (eqsat.cost.resolve_auto)
         cost_model = make(config.cost, runtime=runtime_name, threads=config.measure_threads)
-        egraph, search_config = encode_phase(searched, config, blocks.copies if blocks is not None else 1)
+        egraph, search_config = encode_phase(searched, config, blocks.copies if blocks is not None else 1,
+                                             blocks.external_ranges() if blocks is not None else None)
     initial = egraph.size().enodes
     if blocks is not None and blocks.rest.operators:
         share = rest_share(blocks)

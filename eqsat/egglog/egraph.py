@@ -110,15 +110,17 @@ class EGraph:
         """the size since the last command run (a search asks for it after every step, most of which run nothing)"""
 
     @classmethod
-    def from_graph(cls, graph: Graph, finite_masks: bool = False) -> EGraph:
+    def from_graph(cls, graph: Graph, finite_masks: bool = False,
+                   known: Mapping[str, tuple[float, float]] | None = None) -> EGraph:
         """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`), symbolic where the
         program has a symbolic dimension; its attention masks that are causal marked ``Causal``, those finite on
         every input marked ``Finite`` (``finite_masks``: the caller vouches that every mask is,
-        ``--assume-finite-masks``)."""
+        ``--assume-finite-masks``; ``known``: the intervals of inputs that stand for values computed elsewhere,
+        :func:`eqsat.ops.bounds.value_range`)."""
         nodes = graph.nodes()
         eg = cls(symbolic=has_symbols(graph.outputs),
                  marks={"Causal": causal_masks(nodes, graph.weights),
-                        "Finite": proven_finite(nodes, graph.weights, vouched=finite_masks)})
+                        "Finite": proven_finite(nodes, graph.weights, vouched=finite_masks, known=known)})
         eg.add_program(graph.outputs)
         return eg
 

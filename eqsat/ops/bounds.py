@@ -99,8 +99,8 @@ def _attribute(node: Any, name: str) -> Any:
 
 
 class _Ranges:
-    def __init__(self, weights: Mapping[str, Any], finite_inputs: bool):
-        self.weights, self.finite_inputs = weights, finite_inputs
+    def __init__(self, weights: Mapping[str, Any], finite_inputs: bool, known: Mapping[str, Range] | None = None):
+        self.weights, self.finite_inputs, self.known = weights, finite_inputs, known or {}
         self.memo: dict[int, Range | None] = {}
 
     def of(self, node: Any) -> Range | None:
@@ -123,6 +123,8 @@ class _Ranges:
             if a.size == 0 or a.dtype.kind not in "biuf" or (a.dtype.kind == "f" and not np.all(np.isfinite(a))):
                 return None
             return float(a.min()), float(a.max())
+        if op == "input" and node.name in self.known:
+            return self.known[node.name]
         if op == "input":
             whole = _type_range(node.dtype)
             floating = whole is not None and node.dtype != "bool" and np.dtype(node.dtype).kind == "f"
@@ -187,9 +189,12 @@ class _Ranges:
         return None
 
 
-def value_range(node: Any, weights: Mapping[str, Any], finite_inputs: bool = False) -> Range | None:
-    """The interval every element of ``node`` lies in, no element NaN, on every input (None: unknown)."""
-    return _Ranges(weights, finite_inputs).of(node)
+def value_range(node: Any, weights: Mapping[str, Any], finite_inputs: bool = False,
+                known: Mapping[str, Range] | None = None) -> Range | None:
+    """The interval every element of ``node`` lies in, no element NaN, on every input (None: unknown); ``known``:
+    input name -> the interval its values lie in (a repeated block's external inputs, computed in the whole
+    model: :meth:`eqsat.blocks.Blocks.external_ranges`)."""
+    return _Ranges(weights, finite_inputs, known).of(node)
 
 
 def is_finite(node: Any, weights: Mapping[str, Any], finite_inputs: bool = False) -> bool:
@@ -197,12 +202,13 @@ def is_finite(node: Any, weights: Mapping[str, Any], finite_inputs: bool = False
     return value_range(node, weights, finite_inputs) is not None
 
 
-def finite_masks(nodes: Iterable[Any], weights: Mapping[str, Any], vouched: bool = False) -> frozenset[int]:
+def finite_masks(nodes: Iterable[Any], weights: Mapping[str, Any], vouched: bool = False,
+                 known: Mapping[str, Range] | None = None) -> frozenset[int]:
     """The ids of the nodes among ``nodes`` that are an ``attention``'s mask operand and finite on every input
     (:func:`is_finite`; every one where the user ``vouched`` for them, ``--assume-finite-masks``): the e-graph
     marks them ``Finite``, and only an attention masked by one becomes a runtime kernel (``attention_kernel``),
     whose fully masked rows differ from the decomposition's where a mask holds -inf (the decomposition gives NaN
-    there, the kernel finite values)."""
-    ranges = _Ranges(weights, False)
+    there, the kernel finite values). ``known``: as :func:`value_range`'s."""
+    ranges = _Ranges(weights, False, known)
     masks = {id(n.inputs[3]): n.inputs[3] for n in nodes if n.op == "attention" and len(n.inputs) == 4}
     return frozenset(i for i, m in masks.items() if vouched or ranges.of(m) is not None)
