@@ -116,6 +116,8 @@ class _Ranges:
 
     def _compute(self, node: Any) -> Range | None:
         op = node.op
+        if node.dtype == "bool":  # whatever computed it (a Cast of NaN to bool included)
+            return 0.0, 1.0
         if op == "weight":
             if node.name not in self.weights:
                 return None
