@@ -193,10 +193,4 @@ def edge_draws(feeds: Mapping[str, np.ndarray], rng: np.random.Generator, edges:
     return out
 
 
-def model_inputs(model: onnx.ModelProto, sess: ort.InferenceSession, rng: np.random.Generator,
-                 input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
-    """:func:`random_inputs` with integer inputs bounded by the Gather axes of ``model`` they index."""
-    return random_inputs(sess, rng, input_shapes, index_bounds(model))
-
-
-__all__ = ["EDGES", "NONFINITE_EDGES", "edge_draws", "edge_inputs", "fixed_shape", "index_bounds", "model_inputs", "random_inputs"]
+__all__ = ["EDGES", "NONFINITE_EDGES", "edge_draws", "edge_inputs", "fixed_shape", "index_bounds", "random_inputs"]

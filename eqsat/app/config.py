@@ -86,8 +86,9 @@ class OptimizeConfig:
                           "--runtime", choices="runtimes")
     candidates: int = option(4, "distinct programs extracted (final extractor, greedy-dag, greedy-dag favouring the "
                                 "runtime's kernels, the ILP under another cost model, the search path's states, "
-                                "greedy-tree), each verified and measured end to end; the fastest that "
-                                "is faster than the original with confidence ships (1: the final extractor's only)",
+                                "greedy-tree), each verified and measured end to end; the first in that order "
+                                "that is faster than the original with confidence ships, unless a later one is "
+                                "faster than it with confidence (1: the final extractor's only)",
                              "--candidates", least=1)
     blocks: bool = option(True, "find repeated blocks (layers of one structure and shapes, different weights, at "
                                 "least 3 copies with weights of their own over half the model), search and extract one copy and replay its program on every copy, "

@@ -339,7 +339,7 @@ def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
                      elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
-    """The candidate extractions, in :data:`~eqsat.app.selection.SOURCES` order: of the grown e-graph the final
+    """The candidate extractions, in this order: of the grown e-graph the final
     extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's favouring the runtime's kernels
     where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named ``kernels``), the ILP's
     under the other cost model (cheap: at

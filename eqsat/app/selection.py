@@ -1,7 +1,7 @@
 """Measured selection among candidate programs (``--candidates K``): which extractions to try, and which
 measured candidate ships.
 
-The final stage extracts up to K distinct programs (:data:`SOURCES`, in order: the final extractor's optimum of
+The final stage extracts up to K distinct programs (:func:`eqsat.app.pipeline.candidates_phase`, in order: the final extractor's optimum of
 the grown e-graph, greedy-dag's, greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
 ILP's under another cost model, the main extractor's programs of the cheapest
 states the search stood in before its last one, greedy-tree's); each is verified
@@ -30,8 +30,6 @@ from eqsat.timing import Comparison, Decision, decide
 
 OTHER_ILP_SECONDS = 10.0
 """at most this many seconds for the ILP under the other cost model (a cheap extra candidate, not the optimum)"""
-SOURCES = ("final", "greedy-dag", "kernels", "ilp-other-cost", "search-path", "greedy-tree")
-"""where candidates come from, in the order they are tried (duplicates of earlier ones are skipped)"""
 
 
 def other_cost_name(cost_name: str) -> str:
@@ -103,4 +101,4 @@ def _faster_in_duel(cmp: Comparison, confidence: float, margin: float) -> bool:
     return len(x) >= 2 and trimmed_interval(x, None, confidence).ci_low > margin
 
 
-__all__ = ["OTHER_ILP_SECONDS", "SOURCES", "Extracted", "choose", "other_cost_name"]
+__all__ = ["OTHER_ILP_SECONDS", "Extracted", "choose", "other_cost_name"]
