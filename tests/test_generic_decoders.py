@@ -17,8 +17,8 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import ir
+from eqsat.generic import make_generic
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.generic import make_generic
 
 SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
 """(batch, seq): the representative shape and 2+ further sizes of each axis"""

@@ -1,4 +1,4 @@
-"""The shape-generic program runs as fast as the static one (issue 27): the forms :mod:`eqsat.onnx.generic` writes
+"""The shape-generic program runs as fast as the static one (issue 27): the forms :mod:`eqsat.generic` writes
 are the ones onnxruntime optimizes as well as constant shapes. Shape vectors computed from the inputs' shapes
 (Shape, Gather, Unsqueeze, Concat, the Where/Equal of torch's ``expand(-1)``) are read off runs and written once
 from the symbols (constants where they are, Reshape targets with 0 and -1, an Expand to its input's own shape
@@ -17,10 +17,10 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 
+from eqsat.generic import make_generic
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.dataflow import prune, shape_only
 from eqsat.onnx.fitting import fit_vectors, run_values
-from eqsat.onnx.generic import make_generic
 from eqsat.onnx.symbolic import Mono
 
 SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
@@ -74,7 +74,7 @@ def test_generic_and_static_programs_run_the_same_kernels_after_onnxruntime(name
     # onnxruntime's fusions fire on both: the same matrix products, attention, softmax, normalizations
     assert sum(kg[op] for op in MATRIX) == sum(ks[op] for op in MATRIX)
     for op in ("Gemm", "FusedGemm", "Attention", "Softmax", "Transpose", "Split", "Gelu", "BiasGelu", "FastGelu"):
-        assert kg[op] == ks[op], op  # Gemm: the bias added in the product (eqsat.onnx.gemm), as on static shapes
+        assert kg[op] == ks[op], op  # Gemm: the bias added in the product (eqsat.generic.gemm), as on static shapes
     assert sum(kg[op] for op in NORMS) == sum(ks[op] for op in NORMS)
     # a residual Add fused into its LayerNormalization needs its inputs' shapes: all but the embeddings' sum,
     # whose position term is computed at run time

@@ -1,4 +1,4 @@
-"""The shape-generic writer (:mod:`eqsat.onnx.generic`) writes no more kernels than the static program around the
+"""The shape-generic writer (:mod:`eqsat.generic`) writes no more kernels than the static program around the
 rows of a layer and a mask (issue 27): a Reshape of a Reshape (or Flatten) is one Reshape of the first one's
 input, a Split of rows reshaped to ``[batch, seq, 3*hidden]`` along that last axis splits the rows themselves, a
 mask indexed with a Gather is one Reshape with 0 and -1, and an And of an all-true slice expanded to a shape is
@@ -14,8 +14,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from test_generic_forms import _kernels
 
+from eqsat.generic import make_generic
 from eqsat.onnx import session
-from eqsat.onnx.generic import make_generic
 
 VALUES = {"batch": 2, "seq": 5}
 SIZES = [(2, 5), (1, 5), (3, 5), (2, 1), (2, 9), (4, 17)]

@@ -1,5 +1,5 @@
 """The values a decoder computes from its inputs' shapes alone (a causal mask, position ids, rotary cos and sin,
-a position embedding's rows), written by the shape-generic rewrite (:mod:`eqsat.onnx.tables`) as a Trilu or a
+a position embedding's rows), written by the shape-generic rewrite (:mod:`eqsat.generic.tables`) as a Trilu or a
 Slice of a constant table instead of their run-time computation; checked in onnxruntime against the original
 at several sizes, and on zoo decoders exported with dynamic axes, whose generic and static programs both match
 the original."""
@@ -16,10 +16,10 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import ir
+from eqsat.generic import make_generic
+from eqsat.generic.tables import TABLE_SIZE, triangle
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.generic import make_generic
 from eqsat.onnx.symbolic import Mono
-from eqsat.onnx.tables import TABLE_SIZE, triangle
 
 LOWEST = float(np.finfo(np.float32).min)
 
@@ -255,7 +255,7 @@ def test_the_rotary_kernels_halves_of_a_table_are_computed_beyond_it_as_the_orig
     If's else-branch computes the halves from the original's Cos and Sin (not from the import's tables, which stop
     at 64 too), so that the program matches the original beyond the tables (at 100 it failed), and the import's
     tables are gone from the program."""
-    from eqsat.onnx import tables
+    from eqsat.generic import tables
 
     monkeypatch.setattr(tables, "TABLE_SIZE", 64)
     model = zoo.export_dynamic(name, "dynamo", str(tmp_path / f"{name}.onnx"))
@@ -443,7 +443,7 @@ def test_a_rotary_table_is_taken_within_its_bound_and_computed_beyond_it(exporte
     """The zoo's LLaMA (its rotary cos and sin computed from the positions: any length) written generic with the
     tables capped at 64 positions: one If; within 64 the Slices run, beyond (100) the user's Cos and Sin, and the
     program matches the original at both."""
-    from eqsat.onnx import tables
+    from eqsat.generic import tables
 
     monkeypatch.setattr(tables, "TABLE_SIZE", 64)
     model = zoo.export_dynamic("llama", exporter, str(tmp_path / "llama.onnx"))
@@ -512,12 +512,13 @@ def test_where_the_converter_refuses_the_original_no_older_node_is_copied_and_th
     """The same upgraded T5 where ONNX's version converter refuses the original: no chain of opset-17 nodes is
     copied into the opset-23 program (it passes ONNX's full check), and the notes say the original was not
     converted; within the table the program still matches the original."""
-    from eqsat.onnx import generic, kernels
+    from eqsat.generic import rewrite
+    from eqsat.onnx import kernels
 
     def refuse(model, version):
         raise kernels.UpgradeError(f"onnx's version converter cannot take the model to opset {version}: no adapter")
 
-    monkeypatch.setattr(generic, "converted", refuse)
+    monkeypatch.setattr(rewrite, "converted", refuse)
     model = zoo.export_dynamic("t5_encoder", "torchscript", str(tmp_path / "t5.onnx"))
     shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
     upgraded = onnx.version_converter.convert_version(export_model(import_model(model, shapes, generic=True)), 23)

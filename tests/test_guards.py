@@ -111,7 +111,7 @@ def _grid(prefix: str) -> list[onnx.NodeProto]:
 
 def _two_sizes(guarded: bool, name: str = "table_if_g1") -> onnx.ModelProto:
     """A ``[seq, total]`` value: the Slice of a ``[8, 16]`` table under the guard over both sizes that
-    eqsat.onnx.generic writes (Less, Cast, ReduceMin, Cast), or the computation itself; a third input, ``past``, the
+    eqsat.generic writes (Less, Cast, ReduceMin, Cast), or the computation itself; a third input, ``past``, the
     value does not read."""
     rows, cols = 8, 16
     shared = [_c("zero", np.float32(0)), _c("one", np.float32(1)), _c("axis1", np.array([1])), _c("ten", np.float32(10))]

@@ -201,7 +201,7 @@ def test_a_shape_generic_rewrite_reads_pooled_constants() -> None:
     """An exported candidate's large folded constants are references into the pool: the shape-generic rewrite
     reads them through the pool (an And with an all-true [1, 1, s, s] mask of 64 KiB and more is dropped as it is
     inline), and the written model computes what the original does in onnxruntime at other sizes."""
-    from eqsat.onnx.generic import make_generic
+    from eqsat.generic import make_generic
 
     s = 256  # a [1, 1, 256, 256] bool mask: 64 KiB, pooled
     nodes = [helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.BOOL),

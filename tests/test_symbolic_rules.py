@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.decode import build_program
 from eqsat.dims import Dim
 from eqsat.egglog.egraph import EGraph
+from eqsat.generic import make_generic
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.generic import make_generic
 from eqsat.rules import registry
 from eqsat.rules.engine import RuleEngine
 

@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 
 from eqsat.errors import InputError, first_line
+from eqsat.generic import make_generic
 from eqsat.inputs import index_bounds, random_inputs
-from eqsat.onnx.generic import make_generic
 from eqsat.onnx.interface import (
     QUIET,
     Shapes,

@@ -1,11 +1,13 @@
 """The branches of a shape-generic program's table guards, each as a model of its own, to check them apart.
 
-:mod:`eqsat.onnx.generic` writes a Slice of a table that stops below the sizes the user's program accepts as an
+:mod:`eqsat.generic` writes a Slice of a table that stops below the sizes the user's program accepts as an
 ``If`` on the sizes it reads being within the table (``Less(sizes, bound + 1)``): its then-branch is the Slice,
 its else-branch the user's nodes that compute the value at any size. At the sizes a verification runs, every
 guard takes its then-branch, so the else-branch would never run before a user's long input does.
 :func:`taken` writes the part of a program that computes a guard's outputs with one branch in place of the
 ``If`` (its condition an output too), which :func:`eqsat.verify.verify_guards` runs on either side of the bound.
+This module reads the written form and sits below the writer (the writer names its guards :data:`GUARD`), so that
+the verification reads it without importing the writer.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ __all__ = ["GUARD", "guard_bounds", "table_guards", "taken"]
 
 
 GUARD = "table_if"
-"""the prefix of the names :mod:`eqsat.onnx.generic` gives the guards it writes"""
+"""the prefix of the names :mod:`eqsat.generic` gives the guards it writes"""
 
 
 def table_guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """The guards :mod:`eqsat.onnx.generic` wrote in the main graph (an ``If`` named ``table_if...`` whose condition
+    """The guards :mod:`eqsat.generic` wrote in the main graph (an ``If`` named ``table_if...`` whose condition
     is a ``Less`` of sizes against a constant bound; not an If of the user's own), in graph order."""
     return [n for n in model.graph.node if n.op_type == "If" and n.name.startswith(GUARD)
             and guard_bounds(model, n) is not None]

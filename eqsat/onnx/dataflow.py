@@ -1,6 +1,7 @@
-"""Two analyses of a model's main graph that the shape-generic rewrite (:mod:`eqsat.onnx.generic`) needs: which
-values are computed from the inputs' shapes alone (:func:`shape_only`), and the nodes no output reads
-(:func:`prune`).
+"""Two analyses of a model's main graph: which values are computed from the inputs' shapes alone
+(:func:`shape_only`), and the nodes no output reads (:func:`prune`). Read by the shape-generic writer
+(:mod:`eqsat.generic`), and below it by the runs that fit sizes (:mod:`.fitting`) and the guards' branches
+(:mod:`.branches`).
 
 >>> from onnx import helper
 >>> g = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Neg", ["s"], ["n"]),

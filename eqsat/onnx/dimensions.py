@@ -3,7 +3,7 @@ targets of its reshapes and the shapes of its opaque operators.
 
 A reshape's target is folded to numbers at the representative sizes (its ``Shape`` computations, its ``0`` and
 ``-1``): :func:`symbolic_target` reads which symbols each target dimension is off the input's symbolic shape
-(:func:`eqsat.onnx.generic.reshape_target`, the same reading the shape-generic export makes), so that the
+(:func:`eqsat.onnx.targets.reshape_target`, the same reading the shape-generic writer makes), so that the
 reshape of ``[batch, seq, 768]`` to ``[batch*seq, 768]`` stays symbolic. An opaque operator's output shapes are
 inferred again at its inputs' fingerprints (:func:`opaque_fingerprints`), else read off runs of the model at
 several sizes of each symbol (:func:`fitted_fingerprints`).
@@ -21,8 +21,8 @@ from ..dims import Dim, combine, fingerprint, fp_of, from_mono, is_symbolic
 from ..ir import Node
 from .fitting import fit_runs, run_values
 from .folding import ModelRuns
-from .generic import reshape_target
 from .symbolic import Mono
+from .targets import reshape_target
 
 
 def input_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> tuple[int, ...]:

@@ -37,7 +37,6 @@ from . import origins, pool
 from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
 from .external import tensor_size
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
-from .generic import make_generic
 from .interface import symbol_values
 from .io import check_bfloat16, is_large
 from .live import live_shapes
@@ -434,28 +433,27 @@ class _Importer:
 
 def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
     """A dynamic-axes ``model`` with its computations from the shapes alone written as the static program holds
-    them, or nearly (:func:`eqsat.onnx.generic.make_generic`: a causal mask a Trilu, position and rotary tables
-    Slices of constants, a row repeated along the symbols a constant, sizes read from the inputs' shapes), so
-    that the import carries a few opaque nodes where the user's chains would be dozens; ``model`` where the
-    rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite works on a copy).
-    Every form is written where it leaves no notes (the e-graph of a BERT layer then starts at the static
-    program's size, not twice it: the sym analysis pays for each e-node); else only the tables."""
+    them, or nearly (:func:`eqsat.generic.simplify_for_import`, the shape-generic writer: a causal mask a Trilu,
+    position and rotary tables Slices of constants, a row repeated along the symbols a constant, sizes read from
+    the inputs' shapes), so that the import carries a few opaque nodes where the user's chains would be dozens;
+    ``model`` where the rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite
+    works on a copy). Every form is written where it leaves no notes (the e-graph of a BERT layer then starts at
+    the static program's size, not twice it: the sym analysis pays for each e-node); else only the tables."""
     if sum(tensor_size(t) for t in model.graph.initializer) > SIMPLIFIED_WEIGHTS or not live_shapes(model):
         return model
-    for full in (True, False):  # every form (the e-graph starts near the static program's size); else the tables
-        try:
-            written = make_generic(model, model, symbol_values(model, input_shapes), full=full, final=False)
-        except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
-            continue
-        if not written.notes:
-            return written.model
-    return model
+    # The one import of the shape-generic writer (eqsat.generic, the layer above this one) by the ONNX layer,
+    # deferred (the writer imports this package) and counted as the one exception by tests/test_layers.py: a
+    # generic import starts from the forms the writer gives the shape computations.
+    from eqsat.generic import simplify_for_import
+
+    written = simplify_for_import(model, input_shapes)
+    return model if written is None else written
 
 
 def import_model(model: onnx.ModelProto | str | os.PathLike,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False) -> Graph:
     """Import an ONNX model (a ModelProto or a path) into the IR, its dynamic dimensions at ``input_shapes``.
-    ``generic``: the program is to work at every size (:mod:`eqsat.onnx.generic`): the shape computations that
+    ``generic``: the program is to work at every size (:mod:`eqsat.generic`): the shape computations that
     meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.live.live_shapes`)."""
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)

@@ -1,4 +1,4 @@
-"""Two more patterns of the values computed from the inputs' shapes alone (beside :mod:`eqsat.onnx.uniform`'s),
+"""Two more patterns of the values computed from the inputs' shapes alone (beside :mod:`eqsat.generic.uniform`'s),
 which a shape-generic program writes in one or two nodes where the user's program computes them in many (a
 decoder's causal mask and rotary tables: the static program folds them into constants):
 
@@ -10,12 +10,12 @@ decoder's causal mask and rotary tables: the static program folds them into cons
   embedding's rows), written as a ``Slice`` of that larger value, a constant. The table covers the sizes up to
   :data:`TABLE_SIZE` (or the largest the user's program accepts, where it accepts fewer: a position embedding of
   so many rows); beyond it the written program fails as the user's does, or, where the user's program computes the
-  value at any size, computes it as the user's does (an ``If``: :mod:`eqsat.onnx.generic`). Two axes may be one symbol (``seq x seq``: T5's relative position bias, the top-left block of
+  value at any size, computes it as the user's does (an ``If``: :mod:`eqsat.generic`). Two axes may be one symbol (``seq x seq``: T5's relative position bias, the top-left block of
   its value at a larger size); the table, of at most :data:`TABLE_ELEMENTS` entries, then covers fewer sizes
   (512 for 4 heads) and is taken only where it covers the sizes a generic result is verified at
   (:data:`eqsat.onnx.interface.OTHER_PROBES`).
 
-Both are read off the runs :func:`eqsat.onnx.uniform.shape_patterns` makes (the representative sizes and further
+Both are read off the runs :func:`eqsat.generic.uniform.shape_patterns` makes (the representative sizes and further
 sizes of each symbol), and a prefix table off one more run at the table's size: a value that breaks the pattern
 at any size does not have it.
 
@@ -36,11 +36,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .dataflow import prune
-from .interface import OTHER_PROBES, QUIET, zero_feeds
-from .io import session
+from eqsat.onnx.dataflow import prune
+from eqsat.onnx.interface import OTHER_PROBES, QUIET, zero_feeds
+from eqsat.onnx.io import session
+from eqsat.onnx.symbolic import Mono
+
 from .sizes import SizeWriter
-from .symbolic import Mono
 
 TABLE_SIZE = 4096
 """the size (of each symbol a prefix table is sliced along) its table is computed at, at most"""
@@ -73,7 +74,7 @@ class Prefix:
     beyond: bool = False
     """the table stops at its own bound (:data:`TABLE_SIZE`, :data:`TABLE_ELEMENTS`), not at the user's program's:
     the program accepts longer sizes, at which the written program computes the value as the user's does
-    (:mod:`eqsat.onnx.generic` writes an ``If``)"""
+    (:mod:`eqsat.generic` writes an ``If``)"""
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:

@@ -1,4 +1,4 @@
-"""The linear layers of a shape-generic program (:mod:`eqsat.onnx.generic`) in the form onnxruntime gives them on
+"""The linear layers of a shape-generic program (:mod:`eqsat.generic`) in the form onnxruntime gives them on
 static shapes: a ``MatMul`` of a batch of rows ``x[..., K]`` by a constant ``W[K, N]`` followed by an ``Add`` of a
 constant bias ``[N]`` is a ``Gemm`` (the bias added as the product is written) between two Reshapes, to
 ``[-1, K]`` and back to ``x``'s leading sizes and ``N``.
@@ -14,9 +14,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .pool import array_of
+from eqsat.onnx.pool import array_of
+from eqsat.onnx.symbolic import Mono, product
+
 from .sizes import SizeWriter
-from .symbolic import Mono, product
 
 FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                     onnx.TensorProto.BFLOAT16})

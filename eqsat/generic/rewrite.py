@@ -15,13 +15,13 @@ program's folded constants run (onnxruntime cannot fold what depends on a symbol
 - a ``Shape`` of a value of known symbolic shape is read from the inputs' shapes; a small integer vector computed
   from the shapes alone (Shape, Gather, Unsqueeze, Concat, torch's Equal/Where of ``expand(-1)``) is read off runs
   at several sizes as monomials (:func:`eqsat.onnx.fitting.fit_vectors`) and written once from the symbols
-  (:mod:`eqsat.onnx.sizes`: a constant, an input's ``Shape``, Gathers of its sizes and a Concat), as a Reshape
+  (:mod:`eqsat.generic.sizes`: a constant, an input's ``Shape``, Gathers of its sizes and a Concat), as a Reshape
   target with 0 and -1, or as an Expand target of 1 where the input has the size (an Expand to its input's own
   shape is dropped);
 - a larger value computed from the shapes alone that is one slice repeated along its symbolic axes is that slice,
-  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.onnx.uniform`); a
+  and a Gather (GatherND) at each element's flat (multi-) index is a Reshape (:mod:`eqsat.generic.uniform`); a
   causal mask is a Trilu, and position ids, rotary cos and sin or a position embedding's rows a Slice of a
-  constant table (:mod:`eqsat.onnx.tables`); an ``And`` with all true is dropped;
+  constant table (:mod:`eqsat.generic.tables`); an ``And`` with all true is dropped;
 - a Reshape of a Reshape or Flatten reads the first one's input (one Reshape, its target with 0 and -1 against
   that input: a mask's chain, a layer's rows); a Split along the kept last axis of rows reshaped to ``[batch, seq,
   3*hidden]`` splits the rows (the Reshape before it goes); an ``And`` of an all-true slice expanded to a shape is
@@ -51,18 +51,20 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import first_line
-from .dataflow import prune, shape_only
-from .fitting import fit_runs, fit_vectors, run_values
+from eqsat.errors import first_line
+from eqsat.onnx.branches import GUARD
+from eqsat.onnx.dataflow import prune, shape_only
+from eqsat.onnx.fitting import fit_runs, fit_vectors, run_values
+from eqsat.onnx.interface import interface, symbol_values
+from eqsat.onnx.kernels import UpgradeError, converted, opset_of
+from eqsat.onnx.pool import array_of
+from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs
+from eqsat.onnx.symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
+from eqsat.onnx.targets import reshape_target, resolve_target
+
 from .gemm import bias_add, consumers, write_gemm
-from .interface import interface
-from .kernels import UpgradeError, converted, opset_of
-from .pool import array_of
 from .sizes import SizeWriter
-from .subgraphs import implicit_inputs, rename_outer, subgraphs
-from .symbolic import Mono, SymShape, constant_shape, infer_node, int_values, product
 from .tables import Prefix, Triangle, pattern_key, write_prefix, write_triangle
-from .targets import reshape_target, resolve_target
 from .uniform import Patterns, flat_gather, grid_gather, shape_patterns
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -164,7 +166,7 @@ class _Rewriter(SizeWriter):
         self.boundary = self._boundary()
         self.readers = consumers(self.model)
         self.absorbed: set[int] = set()
-        """the Adds written with their MatMul as a Gemm (:mod:`eqsat.onnx.gemm`), by id"""
+        """the Adds written with their MatMul as a Gemm (:mod:`eqsat.generic.gemm`), by id"""
         self.folded = self._folded_sizes() if self.full else {}
         self.vectors.update(self.folded)
         for node in list(g.node):
@@ -311,7 +313,7 @@ class _Rewriter(SizeWriter):
         return out
 
     def _uniform(self, node: onnx.NodeProto, k: int) -> str:
-        """Input ``k`` of ``node``, written as its slice (:mod:`eqsat.onnx.uniform`) where it is one slice repeated
+        """Input ``k`` of ``node``, written as its slice (:mod:`eqsat.generic.uniform`) where it is one slice repeated
         along its symbolic axes: the slice itself where ``node`` broadcasts it against inputs of those sizes,
         else the slice expanded to its shape."""
         name = node.input[k]
@@ -459,7 +461,7 @@ class _Rewriter(SizeWriter):
                 self.nodes.append(helper.make_node("Cast", [every + "_m"], [every], name=every,
                                                    to=onnx.TensorProto.BOOL))
                 within = every
-            node = helper.make_node("If", [within], [m[0] for m in members], name=self.fresh("table_if"),
+            node = helper.make_node("If", [within], [m[0] for m in members], name=self.fresh(GUARD),
                                     then_branch=branch([n for _, n in then_nodes], then_outs, "within"),
                                     else_branch=branch(else_nodes, else_outs, "beyond"))
             self.nodes.append(node)
@@ -850,7 +852,7 @@ class _Rewriter(SizeWriter):
         node.input[1] = self.vector(target)
 
     def _rotary_positions(self, node: onnx.NodeProto) -> None:
-        """A ``RotaryEmbedding`` (opset 23) whose cos and sin are the first rows of tables (:mod:`eqsat.onnx.tables`)
+        """A ``RotaryEmbedding`` (opset 23) whose cos and sin are the first rows of tables (:mod:`eqsat.generic.tables`)
         expanded to the batch (its kernel wants them ``[batch, seq, d]``) reads the tables themselves at position
         ids, the first rows of a table of positions expanded to ``[batch, seq]``: one Slice and one Expand where
         the prefixes take two of each and the target of their Expand its own size computation."""
@@ -1149,7 +1151,7 @@ def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapp
     """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface;
     ``model`` itself is left as it was. Not ``full``: only the triangles and prefix tables among the values computed
     from the shapes alone that the data reads are written in their forms (a Trilu, a Slice of a table:
-    :mod:`eqsat.onnx.tables`); the rest is left as it is (for a model the importer reads again, at the
+    :mod:`eqsat.generic.tables`); the rest is left as it is (for a model the importer reads again, at the
     representative sizes). Not ``final`` (the importer's simplification): the forms only a written program takes are
     left out (a MatMul and its bias stay as they are, as the static program's e-graph starts from them, and no
     Expand is dropped: the e-graph's attention rules read the mask's full shape)."""
@@ -1158,4 +1160,19 @@ def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapp
     return _Rewriter(copy, original, values, full, final).run()
 
 
-__all__ = ["Generic", "make_generic"]
+def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto | None:
+    """A dynamic-axes ``model`` (at ``input_shapes``) with its computations from the shapes alone written in the forms
+    the importer reads (:func:`eqsat.onnx.importer.simplified`): every form where that leaves no notes, else only the
+    tables; None where neither does (or the rewrite fails: a best effort, the user's chains are then imported as
+    they are)."""
+    for full in (True, False):  # every form (the e-graph starts near the static program's size); else the tables
+        try:
+            written = make_generic(model, model, symbol_values(model, input_shapes), full=full, final=False)
+        except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
+            continue
+        if not written.notes:
+            return written.model
+    return None
+
+
+__all__ = ["Generic", "make_generic", "simplify_for_import"]

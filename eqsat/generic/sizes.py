@@ -1,5 +1,5 @@
 """The int64 tensors of sizes a shape-generic program computes at run time from its inputs' shapes
-(:mod:`eqsat.onnx.generic`): a vector of monomials of the interface's symbols written as a constant, an input's
+(:mod:`eqsat.generic`): a vector of monomials of the interface's symbols written as a constant, an input's
 ``Shape``, or Gathers of an input's sizes joined by a Concat, each written once and shared."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .symbolic import Mono, SymShape, constant_shape
+from eqsat.onnx.symbolic import Mono, SymShape, constant_shape
 
 
 class SizeWriter:

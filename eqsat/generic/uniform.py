@@ -1,5 +1,5 @@
 """Patterns in values computed from the inputs' shapes alone, which a shape-generic program
-(:mod:`eqsat.onnx.generic`) writes more cheaply than their run-time computation (the static program folds them):
+(:mod:`eqsat.generic`) writes more cheaply than their run-time computation (the static program folds them):
 
 - the same along their symbolic axes (a token-type embedding of all-zero ids, an all-true mask): one slice
   repeated, written as that slice, a constant, broadcast where it is used;
@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .fitting import further_sizes
-from .interface import QUIET, zero_feeds
-from .io import session
+from eqsat.onnx.fitting import further_sizes
+from eqsat.onnx.interface import QUIET, zero_feeds
+from eqsat.onnx.io import session
+from eqsat.onnx.symbolic import Mono, product
+
 from .sizes import SizeWriter
-from .symbolic import Mono, product
 from .tables import Prefix, Triangle, prefixes, triangle
 
 LARGEST = 1 << 20
@@ -61,7 +62,7 @@ class Patterns:
     (a GatherND's indices of each element): (sizes, the grid's shape) per run"""
     triangles: dict[str, Triangle] = field(default_factory=dict)
     """values that are one value on and below a diagonal of their last two axes, another above it (a causal
-    mask; :mod:`eqsat.onnx.tables`)"""
+    mask; :mod:`eqsat.generic.tables`)"""
     prefixes: dict[str, Prefix] = field(default_factory=dict)
     """values that are the first entries of a table along their symbolic axes (position ids, rotary tables)"""
 
