@@ -379,3 +379,15 @@ def test_claimed_ranges_hold_on_every_input_onnxruntime_computes(seed):
             for claim, got in zip(claims, sess.run(None, feeds)):
                 if claim is not None:
                     assert not np.isnan(got).any() and claim[0] <= got.min() and got.max() <= claim[1], (claim, got)
+
+
+def test_compare_outputs_lets_a_fed_nan_spread_but_never_vanish():
+    from eqsat.verify import compare_outputs
+    ref = np.array([1.0, np.nan, 3.0, -np.inf], np.float32)
+    spread = np.array([np.nan, np.nan, 3.0, -np.inf], np.float32)
+    vanished = np.array([1.0, 2.0, 3.0, -np.inf], np.float32)
+    assert not compare_outputs(ref, spread)[0] and compare_outputs(ref, spread, nan_spreads=True)[0]
+    assert not compare_outputs(ref, vanished, nan_spreads=True)[0]
+    assert not compare_outputs(ref, np.array([1.0, np.nan, 3.0, np.inf], np.float32), nan_spreads=True)[0]
+    assert compare_outputs(ref, np.array([1.0, np.nan, 3.0, np.nan], np.float32), nan_spreads=True)[0]  # inf x 0
+    assert not compare_outputs(ref, np.array([1.5, np.nan, 3.0, -np.inf], np.float32), nan_spreads=True)[0]
