@@ -3,6 +3,8 @@ machinery its fields (and ``eqsat.app.config``'s) are declared with."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,16 +16,38 @@ MAIN_EXTRACTOR_SECONDS = 10.0
 """the time limit of each pricing by a main extractor that takes one (``--main-extractor ilp``): a search prices
 hundreds of states, so one may not take the final extraction's ``--ilp-time-limit``; past it SCIP returns its best
 program so far, never dearer than its greedy-dag warm start"""
+WORKERS_CAP = 64
+"""the most ``--workers`` accepted (more is exit 2): each worker is a process of its own"""
+WORKER_MB = 130
+"""about what one root-parallel worker process holds (its interpreter, egglog and the e-graph replica of a small
+model): ``eqsat.app.config.bounded_workers`` runs no more workers than half the available memory holds"""
 
 
-def option(default: Any, doc: str, flag: str | None = None, *, least: int | None = None, seconds: bool = False,
-           share: bool = False, choices: str | None = None) -> Any:
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``os.sched_getaffinity``: a container's or
+    ``taskset``'s share) where the platform has one, else ``os.cpu_count()``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _workers_cap() -> str:
+    cores = usable_cores()
+    return (f"each worker is a process of its own holding about {WORKER_MB} MB; a run takes at most the usable "
+            f"cores, {cores} here: --workers {cores} uses them all")
+
+
+def option(default: Any, doc: str, flag: str | None = None, *, least: int | None = None, most: int | None = None,
+           most_hint: Callable[[], str] | None = None, seconds: bool = False, share: bool = False,
+           choices: str | None = None) -> Any:
     """A config field with its documentation and the checks the CLI and the API apply to it (see
     ``eqsat.app.config``): ``flag`` names it on the command line (None: API only), ``least`` is an
-    integer's minimum, ``seconds`` asks for a finite number > 0, ``share`` for a number in (0, 1], ``choices``
-    names the registry of its values."""
-    return field(default=default, metadata={"doc": doc, "flag": flag, "least": least, "seconds": seconds,
-                                            "share": share, "choices": choices})
+    integer's minimum, ``most`` its maximum (``most_hint``: what the refusal adds), ``seconds`` asks for a
+    finite number > 0, ``share`` for a number in (0, 1], ``choices`` names the registry of its values."""
+    return field(default=default, metadata={"doc": doc, "flag": flag, "least": least, "most": most,
+                                            "most_hint": most_hint, "seconds": seconds, "share": share,
+                                            "choices": choices})
 
 
 @dataclass
@@ -62,8 +86,12 @@ class SearchConfig:
     no_gain_steps: int = option(8, "MCTS stops (stop reason no_gain) when no simulation found a cost decrease in "
                                    "this many consecutive real decisions that spent their budget; 0: never",
                                 "--no-gain-steps", least=0)
-    workers: int = option(1, "MCTS root-parallel trees (this process and N - 1 worker processes), merged before "
-                             "every real decision", "--workers", least=1)
+    workers: int = option(1, "MCTS root-parallel trees (this process and N - 1 worker processes of about "
+                             f"{WORKER_MB} MB each), merged before every real decision; at most {WORKERS_CAP} (more "
+                             "is refused); an optimize run takes at most the usable cores and what half the "
+                             "available memory holds (more runs that many, with a warning); the workers start "
+                             "within --time-limit (a tree not ready when a decision is taken is left out of it)",
+                          "--workers", least=1, most=WORKERS_CAP, most_hint=_workers_cap)
     plan_share: float = option(0.25, "MCTS plans a real decision with at most its budget of simulations and at most "
                                      "this share of the tree search's time left, so that a short time limit still "
                                      "takes several decisions (planning that has found no step yet goes on to the "

@@ -290,8 +290,9 @@ class MCTS:
 
     # -- the outer loop ----------------------------------------------------------------------------
     def run(self) -> SearchReport:
-        """The search: ``workers`` trees (this one and forked replicas, see parallel.py) plan each real decision;
-        their root statistics are merged and the best merged child is applied to the real e-graph."""
+        """The search: ``workers`` trees (this one and spawned replicas, see parallel.py) plan each real decision;
+        their root statistics are merged and the best merged child is applied to the real e-graph. The replicas
+        start within the time limit: one not ready when a decision is taken is left out of it."""
         env, cfg = self.env, self.config
         start = time.perf_counter()
         end = start + cfg.time_limit
@@ -321,7 +322,7 @@ class MCTS:
                 # a decision its share of the time cut short (few simulations) is no evidence that nothing pays
                 if merged.gained:
                     idle = 0
-                elif merged.planned >= cfg.budget * cfg.workers:
+                elif merged.planned >= cfg.budget * forest.answered:  # the trees that answered in time
                     idle += 1
                 if cfg.no_gain_steps and idle >= cfg.no_gain_steps:
                     report.stop_reason = StopReason.NO_GAIN

@@ -15,7 +15,7 @@ from eqsat.errors import InputError
 from eqsat.ir import Graph
 from eqsat.onnx.reading import model_from_bytes
 
-from .config import OptimizeConfig
+from .config import OptimizeConfig, bounded_workers
 
 MODEL_KINDS = "an onnx.ModelProto, a path (str or os.PathLike), the bytes of a serialized model or an IR Graph"
 
@@ -62,7 +62,8 @@ def _shapes(shapes: Any, field: str = "input_shapes") -> dict[str, tuple[int, ..
 
 
 def api_arguments(model: Any, config: Any) -> tuple[onnx.ModelProto | Graph | str, OptimizeConfig]:
-    """``optimize``'s model and config, checked (the config validated); bytes parsed as a serialized model."""
+    """``optimize``'s model and config, checked (the config validated, ``--workers`` bounded by the machine:
+    :func:`~eqsat.app.config.bounded_workers`); bytes parsed as a serialized model."""
     if config is None:
         config = OptimizeConfig()
     elif not isinstance(config, OptimizeConfig):
@@ -71,7 +72,7 @@ def api_arguments(model: Any, config: Any) -> tuple[onnx.ModelProto | Graph | st
     config = replace(config, input_shapes=_shapes(config.input_shapes),
                      static_shapes=_shapes(config.static_shapes, "static_shapes"))
     config.validate()
-    return _model(model), config
+    return _model(model), bounded_workers(config)
 
 
 __all__ = ["MODEL_KINDS", "api_arguments"]

@@ -18,6 +18,7 @@ eqsat.errors.InputError: --budget 0: give a whole number >= 1
 from __future__ import annotations
 
 import math
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from eqsat.cost import cost_names
 from eqsat.errors import InputError
 from eqsat.extract import EXTRACTORS
 from eqsat.mcts import SearchConfig, option, scheduler_names
+from eqsat.mcts.config import WORKER_MB, usable_cores
 from eqsat.rules import RULE_SETS
 from eqsat.runtimes import check_available, runtime_names
 
@@ -179,7 +181,12 @@ def _check(f: Field[Any], value: Any) -> None:
         raise InputError(f"{name} {value!r}: choose one of {', '.join(names)}")
     if meta.get("least") is not None and value is not None:
         if isinstance(value, bool) or not isinstance(value, int) or value < meta["least"]:
-            raise InputError(f"{name} {value!r}: give a whole number >= {meta['least']}")
+            raise InputError(f"{name} {value!r}: give a whole number >= {meta['least']}"
+                             + (f" and <= {meta['most']}" if meta.get("most") is not None else ""))
+    if meta.get("most") is not None and value is not None and value > meta["most"]:
+        hint = f" ({meta['most_hint']()})" if meta.get("most_hint") else ""
+        raise InputError(f"{name} {value!r}: over the cap of {meta['most']}; give a whole number from "
+                         f"{meta['least'] if meta.get('least') is not None else 0} to {meta['most']}{hint}")
     if meta.get("seconds"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise InputError(f"{name} {value!r}: give a finite number of seconds > 0 (NaN and inf are refused)")
@@ -196,6 +203,39 @@ def validate(config: OptimizeConfig) -> None:
         _check(f, getattr(config.search if owner else config, f.name))
     if config.measure:  # a runtime that cannot run here fails now, not after the search
         check_available(config.runtime)
+
+
+def available_mb() -> int | None:
+    """The memory the kernel says is available to new processes (``MemAvailable`` of /proc/meminfo), in MiB;
+    None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def bounded_workers(config: OptimizeConfig, warn: Callable[[str], None] | None = None) -> OptimizeConfig:
+    """``config`` with ``--workers`` at most the usable cores (:func:`eqsat.mcts.config.usable_cores`) and at
+    most what half the available memory holds (a worker process holds about ``WORKER_MB``); where that is fewer
+    than asked, ``warn`` (default: a line on stderr) says so and the run takes that many trees (the report's
+    config records them). Values over the hard cap never get here: :func:`validate` refuses them."""
+    asked = config.search.workers
+    if not isinstance(asked, int) or asked <= 1:
+        return config
+    cores, free = usable_cores(), available_mb()
+    by_memory = 1 + free // 2 // WORKER_MB if free is not None else asked
+    trees = max(1, min(asked, cores, by_memory))
+    if trees == asked:
+        return config
+    why = (f"this machine has {cores} usable cores, and more trees would only share them" if trees == cores else
+           f"half the available memory ({free} MB) holds {trees - 1} worker processes of about {WORKER_MB} MB")
+    (warn or (lambda m: print(m, file=sys.stderr)))(
+        f"eqsat: warning: --workers {asked}: {why}; running {trees} tree{'s' if trees > 1 else ''}")
+    return config.updated(workers=trees)
 
 
 def search_seconds(config: OptimizeConfig) -> float:
@@ -215,5 +255,6 @@ def ilp_seconds(config: OptimizeConfig, elapsed: float) -> float:
     return max(ILP_FLOOR_SECONDS, min(config.ilp_time_limit, config.search.time_limit - elapsed))
 
 
-__all__ = ["ILP_FLOOR_SECONDS", "ILP_SHARE", "OptimizeConfig", "REGISTRIES", "SearchConfig", "choices", "flag", "ilp_seconds",
+__all__ = ["ILP_FLOOR_SECONDS", "ILP_SHARE", "OptimizeConfig", "REGISTRIES", "SearchConfig", "available_mb",
+           "bounded_workers", "choices", "flag", "ilp_seconds",
            "options", "search_seconds", "validate", "value_type"]

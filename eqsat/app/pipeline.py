@@ -227,7 +227,8 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
     shaping = Shaping.of(original, config)
     shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
     try:
-        return original, import_model(original, shaping.shapes, generic=shaping.generic), shaping
+        return original, import_model(original, shaping.shapes, generic=shaping.generic,
+                                      source=model if isinstance(model, str) else None), shaping
     except InputError as exc:
         raise shaping.explain(exc) from exc
 

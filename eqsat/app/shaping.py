@@ -39,6 +39,38 @@ from .config import OptimizeConfig
 from .report import InterfaceReport
 
 
+def check_given(original: onnx.ModelProto, config: OptimizeConfig) -> None:
+    """Raise :class:`InputError` naming the flag that gave it (``--input-shape`` or ``--static-shape``) where a
+    given shape names no model input, has another rank than the input, changes a static dimension, or sizes a
+    dimension another given shape sizes otherwise (inputs that share a ``dim_param``)."""
+    inits = {t.name for t in original.graph.initializer} | {t.values.name for t in original.graph.sparse_initializer}
+    inputs = {vi.name: vi for vi in original.graph.input if vi.name not in inits}
+    flags = {**{n: "--static-shape" for n in config.static_shapes}, **{n: "--input-shape" for n in config.input_shapes}}
+    for flag, given in (("--input-shape", config.input_shapes), ("--static-shape", config.static_shapes)):
+        unknown = sorted(set(given) - set(inputs))
+        if unknown:
+            raise InputError(f"{flag} names {unknown}, which are not model inputs (inputs: {list(inputs)})")
+        for name, dims in given.items():
+            vi = inputs[name]
+            if not vi.type.HasField("tensor_type"):
+                continue  # refused as such by the import (eqsat.onnx.prepare.check_tensor_interface)
+            declared = vi.type.tensor_type.shape.dim
+            if len(declared) != len(dims):
+                raise InputError(f"{flag} {name}: model input has rank {len(declared)}, got {len(dims)} dimensions")
+            for k, (d, fixed) in enumerate(zip(declared, dims)):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != fixed:
+                    raise InputError(f"{flag} {name}={','.join(map(str, dims))}: dimension {k} of input {name!r} is "
+                                     f"static ({d.dim_value}); only dynamic dimensions can be fixed")
+    for sym, places in symbols(original).items():
+        sized = [(name, config.input_shapes.get(name, config.static_shapes.get(name))[axis]) for name, axis in places
+                 if name in flags]
+        for name, size in sized[1:]:
+            first, first_size = sized[0]
+            if size != first_size:
+                raise InputError(f"{flags[first]} {first} and {flags[name]} {name} give the dimension {sym!r} two "
+                                 f"sizes, {first_size} and {size}; inputs that share a dim_param take one size")
+
+
 @dataclass
 class Shaping:
     """The run's treatment of the original's dynamic dimensions."""
@@ -68,6 +100,7 @@ class Shaping:
             raise InputError(f"{sorted(both)} given with both --input-shape and --static-shape; give one of them")
         if original is None:
             return cls(None, {**config.input_shapes, **config.static_shapes})
+        check_given(original, config)
         given = {**config.input_shapes, **config.static_shapes}
         defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
         if given:

@@ -65,7 +65,8 @@ def source_shaped(args: argparse.Namespace) -> tuple[Graph, str, dict[str, int]]
         return model, label, {}
     shaping = Shaping.of(model, config)
     try:
-        return import_model(model, shaping.shapes, generic=shaping.generic), label, shaping.values
+        named = label if args.model_path and label != "-" else None  # a file's path in messages
+        return import_model(model, shaping.shapes, generic=shaping.generic, source=named), label, shaping.values
     except InputError as exc:
         raise shaping.explain(exc) from exc
 

@@ -79,8 +79,9 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
 
 class _Importer:
     def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]], generic: bool = False,
-                 fitted: Mapping[str, tuple[int, ...]] | None = None):
+                 fitted: Mapping[str, tuple[int, ...]] | None = None, source: str | None = None):
         self.model = model
+        self.source = source  # the user's name of the model (its path), for messages
         self.live = live_shapes(model) if generic else set()  # Shape nodes kept: their values meet the data
         self.generic = generic  # dynamic dimensions are symbolic (eqsat.dims)
         self.fitted = dict(fitted or {})  # opaque output -> its shape at the fingerprints, read off runs
@@ -149,7 +150,7 @@ class _Importer:
             raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
         check_bfloat16(self.model)
-        check_loads(self.model)
+        check_loads(self.model, self.source)
         shared = pool.current()  # where a run's pool is current, large weights are its (mapped) arrays: no copy
         for init in self.g.initializer:
             entry = shared.entry(init) if shared is not None else None
@@ -451,20 +452,23 @@ def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...
 
 
 def import_model(model: onnx.ModelProto | str | os.PathLike,
-                 input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False) -> Graph:
+                 input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False,
+                 source: str | None = None) -> Graph:
     """Import an ONNX model (a ModelProto or a path) into the IR, its dynamic dimensions at ``input_shapes``.
     ``generic``: the program is to work at every size (:mod:`eqsat.generic`): the shape computations that
-    meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.live.live_shapes`)."""
+    meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.live.live_shapes`). ``source``: how
+    messages name the model (default: its path, where a path is given)."""
     if not isinstance(model, onnx.ModelProto):
+        source = source or os.fsdecode(model)
         model = load_model(model)
     prepared = prepare(model, input_shapes or {})
     if generic:
         prepared = simplified(prepared, input_shapes or {})
-    importer = _Importer(prepared, input_shapes or {}, generic)
+    importer = _Importer(prepared, input_shapes or {}, generic, source=source)
     graph = importer.run()
     if importer.unfitted and not is_large(prepared):  # shapes that follow the data: read off runs, imported again
         fitted = fitted_fingerprints(prepared, importer.unfitted, symbol_values(prepared, input_shapes or {}))
         if fitted:
-            graph = _Importer(prepared, input_shapes or {}, generic, fitted).run()
+            graph = _Importer(prepared, input_shapes or {}, generic, fitted, source).run()
     check_value_sizes(graph)
     return graph

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -157,10 +158,17 @@ def check_value_sizes(graph: Graph) -> None:
         check_size(what, tuple(node.shape), _ir_itemsize(node.dtype))
 
 
-def check_loads(model: onnx.ModelProto) -> None:
+_LOADED_FROM = re.compile(r"Load model from (.+?) failed:")
+"""onnxruntime's words for the file it read: eqsat's temporary copy of the model (a weight pool's
+``eqsat-weights-*/model-*.onnx``, a large model's ``eqsat-*/model.onnx``), never a name the user gave"""
+
+
+def check_loads(model: onnx.ModelProto, source: str | None = None) -> None:
     """Refuse a model onnxruntime cannot load (duplicate node names, an initializer shadowing an input with another
     shape, an operator or opset it lacks, a model it optimized and saved that its optimizer then trips on, ...):
-    eqsat verifies every result in onnxruntime, with the session options used here (its default optimizations)."""
+    eqsat verifies every result in onnxruntime, with the session options used here (its default optimizations).
+    ``source``: the user's name of the model (its path), which the message gives in place of the temporary copy
+    onnxruntime read."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 4  # the reason is in the message; no log line besides it
     opts.add_session_config_entry("session.disable_prepacking", "1")  # loaded, never run: no packed weight copies
@@ -168,10 +176,15 @@ def check_loads(model: onnx.ModelProto) -> None:
         inference_session(model, opts)  # the weights from the run's pool, where one is current (no copy)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own Fail, InvalidGraph, ...
         reason = " ".join(str(exc).split()) or type(exc).__name__
+        copy = _LOADED_FROM.search(reason)
+        if copy is not None:  # the path of eqsat's copy, if any, named nowhere else in the message either
+            reason = (reason.replace(copy.group(0), f"Load model from {source} failed: " if source else
+                                     "Load model failed: ").replace(copy.group(1), source or "the model"))
         node = next((n for n in model.graph.node if f"{n.domain}:{n.op_type}(" in reason), None)
         where = f"{node.op_type} node {node.name!r} (domain {node.domain}): " if node is not None else ""
-        raise InputError(f"{where}onnxruntime cannot load the model: {reason[:500]}; eqsat verifies every result "
-                         "in onnxruntime, so it cannot optimize this model") from None
+        raise InputError(f"{source + ': ' if source else ''}{where}onnxruntime cannot load the model: "
+                         f"{reason[:500]}; eqsat verifies every result in onnxruntime, so it cannot optimize this "
+                         "model") from None
 
 
 def removable_pass_through(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> bool:
