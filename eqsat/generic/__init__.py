@@ -1,6 +1,52 @@
-"""The shape-generic writer: a program exported at one representative shape rewritten to work at every size of the
-interface's symbols, with the original's interface (:func:`make_generic`); and the forms the importer starts a
-dynamic-axes model from (:func:`simplify_for_import`).
+"""The shape-generic writer: a program exported at one representative shape (its Reshape targets and Slice bounds
+are numbers: :mod:`eqsat.onnx.interface`) rewritten so that it works for every value of the interface's symbols,
+with the original's interface (names, element types, ``dim_param`` names).
+
+The API:
+
+- :func:`make_generic` ``(model, original, values) ->`` :class:`Generic` (``.model``, ``.notes``): a candidate as
+  written for the user (:mod:`eqsat.app.shaping`). The notes say what could not be written shape-generic; the
+  result is a best effort, which :func:`eqsat.verify.verify_shapes` runs at several values of each symbol (a
+  program that fails at any is not written).
+- :func:`simplify_for_import` ``(model, input_shapes) -> model | None``: the forms a generic import starts from
+  (:func:`eqsat.onnx.importer.simplified`), so that the e-graph starts near the static program's size.
+
+The writer sits above the ONNX layer (:mod:`eqsat.onnx`: the interface, symbolic sizes, runs that fit sizes,
+dataflow, Reshape targets, the guards' form) and below the app; the ONNX layer imports it once, deferred, in
+``importer.simplified`` (``tests/test_layers.py``: ``UPWARD``).
+
+The flow (:func:`.rewrite.run`, over one :class:`.state.Rewrite`: the program being written, each value's shape as
+monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns):
+
+1. **annotate** (:mod:`.annotate`): the original's interface declared, its inputs' shapes read as symbols;
+2. **probes** (:mod:`.probes`): the values computed from the shapes alone, those the data reads, and the small
+   constants the original computes from its shapes (read off runs of the original at further sizes);
+3. **the walk** (:func:`.rewrite.write_node`): each node in order, through the passes that take it:
+
+   - **Gemm forms** (:mod:`.gemm`): a MatMul by a constant and its bias a Gemm between two Reshapes;
+   - **targets and slices** (:mod:`.reshapes`): a ``Shape`` of a value of known symbolic shape read from the
+     inputs' shapes; a Reshape target (read off the vector that computes it, the original's runs, or its input's
+     symbolic shape: :func:`eqsat.onnx.targets.reshape_target`) written with ``0`` and ``-1`` and the rest from
+     the inputs' shapes (:mod:`.sizes`: a constant, an input's ``Shape``, Gathers of its sizes and a Concat), the
+     targets back to ``[batch, seq, N]`` one vector ``[batch, seq, -1]`` (or ``[-1, seq, N]`` where that is one
+     node fewer); a Reshape of a Reshape reads the first one's input, one to its input's own shape is dropped; a
+     Split of rows reshaped to ``[batch, seq, 3*hidden]`` splits the rows; an Expand target written with 1 where
+     the input has the size; a Slice to the end of a symbolic axis runs to its end at any size;
+   - **values computed from the shapes alone** (:mod:`.values`, the patterns of :mod:`.uniform` and
+     :mod:`.tables`): one slice repeated along the symbolic axes is that slice, a Gather at each element's flat
+     (multi-) index a Reshape, a causal mask a Trilu, position ids, rotary tables or a position embedding's rows a
+     Slice of a constant table; an ``And`` with all true is dropped;
+
+4. **tables and guards** (:mod:`.values`' ``unexpand``, :mod:`.guards`; a candidate only): an Expand its readers
+   broadcast anyway dropped; a table that stops below the sizes the user's program accepts guarded by an ``If``
+   whose else-branch computes the value as the user's program does;
+5. **prune** (:func:`eqsat.onnx.dataflow.prune`): the chains no longer read;
+6. **annotate** (:func:`.annotate.annotate`): the inner values' symbolic shapes as ``value_info`` (onnxruntime's
+   fusions compare their inputs' shapes).
+
+What a rewrite writes is its :class:`.state.Forms`: every form for a candidate (``EXPORT``), every form but the
+Gemm forms and the final pass for a model the importer reads again (``IMPORT``), or only the tables (``TABLES``).
+As many kernels as the static program, size computations included, is the aim (``tests/test_generic_rows.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""The first and the last pass: the program's interface made the original's, its inputs' shapes read as symbols
+(:func:`declare`), what the outputs could not keep noted (:func:`note_outputs`), and the inner values' symbolic
+shapes written as ``value_info`` (:func:`annotate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from onnx import helper
+
+from eqsat.onnx.interface import Port
+from eqsat.onnx.symbolic import Mono, SymShape, constant_shape
+
+from .state import Rewrite
+
+
+def declare(w: Rewrite, ins: Sequence[Port]) -> None:
+    """The program's inputs and outputs given the original's declared types (names, element types, ``dim_param``
+    names; ``ins``: the original's inputs), its ``value_info`` dropped, and each input's shape read as symbols: a
+    ``dim_param``, or ``INPUT:AXIS`` for an unnamed dynamic axis, each read at its first place
+    (:attr:`~.sizes.SizeWriter.places`)."""
+    g = w.model.graph
+    declared_in = {vi.name: vi for vi in w.original.graph.input}
+    declared_out = {vi.name: vi for vi in w.original.graph.output}
+    for vi in g.input:
+        if vi.name in declared_in and vi.name not in w.constants:
+            vi.type.CopyFrom(declared_in[vi.name].type)
+    for vi in g.output:
+        if vi.name in declared_out:
+            vi.type.CopyFrom(declared_out[vi.name].type)
+    del g.value_info[:]
+    for port in ins:
+        w.types[port.name] = port.elem_type
+        if port.dims is None:
+            w.shapes[port.name] = None
+            continue
+        shape: SymShape = []
+        for k, d in enumerate(port.dims):
+            sym = d if isinstance(d, int) or d else f"{port.name}:{k}"
+            if isinstance(sym, int):
+                shape.append(Mono.const(sym))
+            else:
+                shape.append(Mono.symbol(sym))
+                w.places.setdefault(sym, (port.name, k))
+        w.shapes[port.name] = shape
+    for t in g.initializer:
+        w.types[t.name] = t.data_type
+        w.shapes[t.name] = constant_shape(t)
+    w.ports = [p.name for p in ins if w.shapes.get(p.name) is not None]
+
+
+def note_outputs(w: Rewrite, outs: Sequence[Port]) -> None:
+    """A note for each output axis written constant where the original's (``outs``) is dynamic."""
+    for port in outs:
+        got = w.shapes.get(port.name)
+        if port.dims is None or got is None:
+            continue
+        for k, (want, have) in enumerate(zip(port.dims, got)):
+            if isinstance(want, str) and have is not None and have.is_const:
+                w.notes.append(f"output {port.name!r} axis {k} is {have.key()} where the original's is "
+                               f"{want or 'dynamic'}")
+
+
+def annotate(w: Rewrite) -> None:
+    """The symbolic shapes of the program's inner values as its ``value_info`` (a product of symbols as one
+    ``dim_param``, ``batch*seq``): onnxruntime's fusions (SkipLayerNormalization, Attention) compare their
+    inputs' shapes, which its own inference loses behind a Reshape to a computed or ``-1`` target."""
+    g = w.model.graph
+    ports = {vi.name for vi in [*g.input, *g.output]} | {t.name for t in g.initializer}
+    for node in g.node:
+        for out in node.output:
+            shape, elem = w.shapes.get(out), w.types.get(out)
+            if not out or out in ports or shape is None or not elem or any(
+                    d is None or d.coef.denominator != 1 or d.coef <= 0 for d in shape):
+                continue
+            dims: list[int | str | None] = [int(d.coef) if d.is_const else d.key() for d in shape if d is not None]
+            g.value_info.append(helper.make_tensor_value_info(out, elem, dims))
+
+
+__all__ = ["annotate", "declare", "note_outputs"]

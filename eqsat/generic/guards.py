@@ -1,0 +1,324 @@
+"""Tables and guards: a Slice of a table that stops below the sizes the user's program accepts becomes an ``If`` on
+the sizes it reads being within the table (named :data:`eqsat.onnx.branches.GUARD`, which the verification's
+:func:`eqsat.verify.verify_guards` reads back). Its then-branch is the Slice; its else-branch computes the value
+at any size: the user's nodes that computed it, moved into the branch, or, where the import had already written
+the table, the original's chain (:func:`original_chain`) or the program's chain with the import's tables
+computed as the original computes them (:func:`substituted_chain`), copied at the written program's opset
+(:func:`source_graph`). Both need the original read as the import reads it, which the caller passes as
+``found`` (a run of the rewrite over the original, made at most once and only where needed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from eqsat.errors import first_line
+from eqsat.onnx.branches import GUARD
+from eqsat.onnx.kernels import UpgradeError, converted, opset_of
+from eqsat.onnx.pool import array_of
+from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs
+from eqsat.onnx.symbolic import Mono
+
+from .state import Rewrite
+from .tables import Prefix, pattern_key
+
+
+def guard_tables(w: Rewrite, found: Callable[[], Rewrite]) -> None:
+    """Each Slice of a table that stops below the sizes the user's program accepts
+    (:attr:`~.state.Guards.guarded`) becomes an ``If`` on every size it reads being within the table: its
+    then-branch is the Slice, its else-branch the user's nodes that computed the value (moved into it where nothing
+    else reads them: they read the outer values, the inputs' Shape among them), so that the written program runs at
+    every size and onnxruntime runs only the taken branch. The Slices on the same sizes and bounds share one If (a
+    rotary cos and sin, whose chains share their angles). ``found``: the original read as the import reads it."""
+    if not w.guards.guarded:
+        return
+    groups: dict[tuple[tuple[str, int], ...], list[tuple[str, str, Prefix]]] = {}
+    for sliced, user, prefix in w.guards.guarded:
+        bounds: dict[str, int] = {}
+        for a, d in zip(prefix.axes, prefix.ends):
+            sym = d.powers[0][0]
+            bounds[sym] = min(bounds.get(sym, int(prefix.table.shape[a])), int(prefix.table.shape[a]))
+        groups.setdefault(tuple(sorted(bounds.items())), []).append((sliced, user, prefix))
+    outputs = w.outputs()
+    used, kept = outputs | {user for _, user, _ in w.guards.guarded}, []
+    for node in reversed(w.nodes):  # what no output reads does not keep a chain outside the If
+        if any(o in used for o in node.output if o):
+            kept.append(node)
+            used.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+    w.nodes = kept[::-1]
+    for limits, members in groups.items():
+        members = list({m[0]: m for m in members}.values())
+        readers: dict[str, set[int]] = {}
+        for node in w.nodes:
+            for name in [*node.input, *implicit_inputs(node)]:
+                readers.setdefault(name, set()).add(id(node))
+        slices = {m[0] for m in members}
+        then_nodes, then_outs = [], []
+        for node in w.nodes:
+            if node.output and node.output[0] in slices:
+                inner = w.fresh(f"{node.output[0]}_then")
+                then_nodes.append((node.output[0], node))
+                node.output[0] = inner
+        order = {m[0]: k for k, m in enumerate(members)}
+        then_nodes.sort(key=lambda t: order[t[0]])
+        made = {o: n for n in w.nodes for o in n.output if o}
+        copied: dict[str, tuple[list[onnx.NodeProto], str]] = {}
+        for _, user, prefix in members:
+            if reads_table(w, user, made):
+                # a table the import already wrote: the user's chain is the original's, or, where the written
+                # value is not one of the original's (a rotary table's halves the e-graph sliced off), the
+                # user's chain copied with the import's tables it reads computed as the original computes them
+                chain = original_chain(w, found, prefix) or substituted_chain(w, found, user, made)
+                if chain is not None:
+                    copied[user] = chain
+                else:
+                    w.notes.append(f"the value {user!r} reads a table the import wrote: beyond its bound the "
+                                   "written program stops where the original runs")
+        moved: set[int] = set()
+        needed = {m[1] for m in members if m[1] not in copied}
+        for node in reversed(w.nodes):
+            outs = [o for o in node.output if o]
+            if id(node) in {id(n) for _, n in then_nodes} or not any(o in needed for o in outs):
+                continue
+            if any(o in outputs or not readers.get(o, set()) <= moved for o in outs):
+                continue
+            moved.add(id(node))
+            needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+        else_nodes = [n for n in w.nodes if id(n) in moved]
+        else_outs = []
+        for sliced, user, _ in members:
+            if user in copied:
+                else_nodes += copied[user][0]
+            out = w.fresh(f"{sliced}_else")
+            else_nodes.append(helper.make_node("Identity", [copied[user][1] if user in copied else user], [out],
+                                               name=out))
+            else_outs.append(out)
+        then_outs = [n.output[0] for _, n in then_nodes]
+        gone = moved | {id(n) for _, n in then_nodes}
+        w.nodes = [n for n in w.nodes if id(n) not in gone]
+
+        def branch(nodes: list[onnx.NodeProto], outs: list[str], label: str,
+                   members: list[tuple[str, str, Prefix]] = members) -> onnx.GraphProto:
+            infos = [helper.make_tensor_value_info(o, w.types.get(m[0], 0), None)
+                     for o, m in zip(outs, members)]
+            return helper.make_graph(nodes, w.fresh(label), [], infos)
+
+        syms = [Mono.symbol(s) for s, _ in limits]
+        limit = w.const(np.array([b + 1 for _, b in limits], np.int64), "bound")
+        within = w.fresh("within_table")
+        w.nodes.append(helper.make_node("Less", [w.vector(syms), limit], [within], name=within))
+        if len(limits) > 1:
+            every = w.fresh("within_table")
+            w.nodes.append(helper.make_node("Cast", [within], [every + "_i"], name=every + "_i",
+                                            to=onnx.TensorProto.INT64))
+            w.nodes.append(helper.make_node("ReduceMin", [every + "_i"], [every + "_m"], name=every + "_m",
+                                            keepdims=0))
+            w.nodes.append(helper.make_node("Cast", [every + "_m"], [every], name=every,
+                                            to=onnx.TensorProto.BOOL))
+            within = every
+        node = helper.make_node("If", [within], [m[0] for m in members], name=w.fresh(GUARD),
+                                then_branch=branch([n for _, n in then_nodes], then_outs, "within"),
+                                else_branch=branch(else_nodes, else_outs, "beyond"))
+        w.nodes.append(node)
+    w.nodes = _topological(w.nodes)
+
+
+def reads_table(w: Rewrite, user: str, made: Mapping[str, onnx.NodeProto]) -> bool:
+    """Whether the nodes computing ``user`` read a table the import wrote (a Slice of a constant up to a size
+    computed from the shapes: directly, or through the Slices and Concat of a rotary table's halves), which
+    stops at the same bound: the chain to run beyond it is then the original's."""
+    seen, todo = set(), [user]
+    while todo:
+        node = made.get(todo.pop())
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op_type == "Slice" and node.input[0] in w.constants and len(node.input) > 2 \
+                and node.input[2] not in w.constants:
+            return True
+        todo.extend(i for i in node.input if i and i not in w.constants)
+    return False
+
+
+def original_chain(w: Rewrite, found: Callable[[], Rewrite], prefix: Prefix
+                   ) -> tuple[list[onnx.NodeProto], str] | None:
+    """The original's nodes computing the value ``prefix`` is a table of (found as the import found it), copied
+    under fresh names (the constants they read copied too), and the name of the value; None where not found."""
+    found()
+    assert w.guards.original_tables is not None
+    user = w.guards.original_tables.get(pattern_key(prefix))
+    return None if user is None else copy_original(w, user)
+
+
+def source_graph(w: Rewrite) -> onnx.GraphProto | None:
+    """The original's graph with its nodes at the written program's opset: the original's own, or converted
+    where the program is of a newer opset (a kernel's upgrade, :mod:`eqsat.onnx.kernels`: a chain copied into an
+    If must be of the program's opset, e.g. a ReduceMean's ``axes`` an input from opset 18); None where ONNX's
+    converter cannot take it there (no chain is copied then)."""
+    if w.guards.source is False:
+        try:
+            w.guards.source = converted(w.original, opset_of(w.model)).graph
+        except UpgradeError as e:
+            w.guards.source = None
+            w.notes.append(f"the original's nodes are not copied into the written opset: {first_line(e)}")
+    assert w.guards.source is not True
+    return w.guards.source
+
+
+def copy_original(w: Rewrite, user: str) -> tuple[list[onnx.NodeProto], str] | None:
+    """The original's nodes computing its value ``user`` (at the written program's opset), copied under fresh
+    names, and the value's new name; None where the original cannot be read at that opset. The initializers
+    they read are the program's own where it holds one of the same name and values (an embedding read for its
+    shape), else copied, once for every chain."""
+    g = source_graph(w)
+    if g is None:
+        return None
+    inits = {t.name: t for t in g.initializer} | {t.name: t for t in w.original.graph.initializer}
+    needed, chain = {user}, []
+    for node in reversed(g.node):
+        if any(o in needed for o in node.output if o):
+            chain.append(node)
+            needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+    rename: dict[str, str] = {}
+    for name in sorted(needed & set(inits)):
+        if name not in w.guards.copied_constants:
+            own = w.constants.get(name)
+            if own is not None and tuple(own.dims) == tuple(inits[name].dims) \
+                    and own.data_type == inits[name].data_type \
+                    and np.array_equal(array_of(own), array_of(inits[name])):
+                w.guards.copied_constants[name] = name
+            else:
+                tensor = onnx.TensorProto()
+                tensor.CopyFrom(inits[name])
+                tensor.name = w.fresh(name)
+                w.model.graph.initializer.append(tensor)
+                w.guards.copied_constants[name] = tensor.name
+        rename[name] = w.guards.copied_constants[name]
+    out = []
+    for node in reversed(chain):
+        copy_node = onnx.NodeProto()
+        copy_node.CopyFrom(node)
+        copy_node.name = w.fresh(node.name or node.op_type)
+        for k, o in enumerate(copy_node.output):
+            if o:
+                copy_node.output[k] = rename[o] = w.fresh(o)
+        out.append(copy_node)
+    for node in out:
+        for k, i in enumerate(node.input):
+            node.input[k] = rename.get(i, i)
+        for sub in subgraphs(node):
+            rename_outer(sub, rename)
+    return out, rename[user]
+
+
+def substituted_chain(w: Rewrite, found: Callable[[], Rewrite], user: str, made: Mapping[str, onnx.NodeProto]
+                      ) -> tuple[list[onnx.NodeProto], str] | None:
+    """The program's nodes computing ``user`` from the tables the import wrote (a Slice of a constant up to a
+    size computed from the shapes), copied under fresh names, with each such Slice replaced by the original's
+    nodes computing the value it stands for (cut to size 1 along the axes the table was cut along: a table
+    repeated along the batch). The chain's other nodes (the sizes it expands to) are copied too: they run only
+    where the If takes its else-branch. None where a table is not one the original's import found, or a node
+    holds a subgraph."""
+    read = found()
+    by_table: dict[tuple[str, tuple[int, ...], str], str] = {}
+    for _, name, p in read.guards.guarded:
+        by_table.setdefault(_table_key(p.table), name)
+    order = {id(n): k for k, n in enumerate(w.nodes)}
+    chain: dict[int, onnx.NodeProto] = {}
+    tables: dict[str, str] = {}  # an import's Slice's output -> the original's value it stands for
+    todo = [user]
+    while todo:
+        node = made.get(todo.pop())
+        if node is None or id(node) in chain:
+            continue
+        if node.op_type == "Slice" and node.input[0] in w.constants and len(node.input) > 2 \
+                and node.input[2] not in w.constants:
+            stands = by_table.get(_table_key(array_of(w.constants[node.input[0]])))
+            if stands is None:
+                return None
+            tables[node.output[0]] = stands
+            continue
+        if any(True for _ in subgraphs(node)) or id(node) not in order:
+            return None
+        chain[id(node)] = node
+        todo.extend(i for i in node.input if i and i not in w.constants)
+    if not tables:
+        return None
+    depends = set(tables)
+    kept = sorted(chain.values(), key=lambda n: order[id(n)])
+    for node in kept:
+        if any(i in depends for i in node.input):
+            depends.update(o for o in node.output if o)
+    if user not in depends:
+        return None
+    out: list[onnx.NodeProto] = []
+    rename: dict[str, str] = {}
+    for sliced, name in tables.items():
+        have, want = read.shapes.get(name), w.shapes.get(sliced)
+        if have is None or want is None or len(have) != len(want) or None in have or None in want:
+            return None
+        cut = [a for a, (h, v) in enumerate(zip(have, want)) if h != v]
+        if any(want[a] != Mono.const(1) for a in cut):
+            return None
+        chain_ = copy_original(w, name)
+        if chain_ is None:
+            return None
+        nodes_, value = chain_
+        out += nodes_
+        if cut:
+            first = w.fresh("beyond")
+            out.append(helper.make_node("Slice", [value, w.const(np.zeros(len(cut), np.int64), "starts"),
+                                                  w.const(np.ones(len(cut), np.int64), "ends"),
+                                                  w.const(np.array(cut, np.int64), "axes")], [first],
+                                        name=first))
+            value = first
+        rename[sliced] = value
+    for node in kept:
+        copy_node = onnx.NodeProto()
+        copy_node.CopyFrom(node)
+        copy_node.name = w.fresh(node.name or node.op_type)
+        for k, i in enumerate(copy_node.input):
+            copy_node.input[k] = rename.get(i, i)
+        for k, o in enumerate(copy_node.output):
+            if o:
+                copy_node.output[k] = rename[o] = w.fresh(o)
+        out.append(copy_node)
+    return out, rename[user]
+
+
+def _table_key(table: np.ndarray) -> tuple[str, tuple[int, ...], str]:
+    """A key equal for two tables of the same values."""
+    return str(table.dtype), tuple(table.shape), hashlib.sha256(np.ascontiguousarray(table).tobytes()).hexdigest()
+
+
+def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """``nodes`` in an order where each comes after what it reads (its subgraphs' outer reads included), as close
+    to the given order as that allows."""
+    made = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    waits: list[set[int]] = []
+    readers: dict[int, list[int]] = {}
+    for k, node in enumerate(nodes):
+        deps = {made[i] for i in [*node.input, *implicit_inputs(node)] if i in made and made[i] != k}
+        waits.append(deps)
+        for d in deps:
+            readers.setdefault(d, []).append(k)
+    ready = [k for k, deps in enumerate(waits) if not deps]
+    heapq.heapify(ready)
+    out: list[onnx.NodeProto] = []
+    while ready:
+        k = heapq.heappop(ready)
+        out.append(nodes[k])
+        for r in readers.get(k, []):
+            waits[r].discard(k)
+            if not waits[r]:
+                heapq.heappush(ready, r)
+    return out if len(out) == len(nodes) else nodes
+
+
+__all__ = ["copy_original", "guard_tables", "original_chain", "reads_table", "source_graph", "substituted_chain"]

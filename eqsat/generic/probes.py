@@ -1,0 +1,141 @@
+"""What runs at several sizes show of the sizes a program computes (:mod:`eqsat.onnx.fitting`), for the passes that
+write them from the symbols: the original's folded sizes (:func:`folded_sizes`) and Reshape targets
+(:func:`original_target`), the small integer vectors computed from the shapes alone (:func:`vectors_read`) and the
+shapes inference left unknown (:func:`fit`), each read off runs of the program written so far
+(:func:`probe`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import onnx
+
+from eqsat.onnx.dataflow import prune
+from eqsat.onnx.fitting import fit_runs, fit_vectors, run_values
+from eqsat.onnx.symbolic import Mono, SymShape, infer_node, product
+
+from .state import Rewrite
+
+
+def probe(w: Rewrite, outputs: Iterable[str]) -> onnx.ModelProto:
+    """The program written so far with ``outputs`` (value names) as its outputs, pruned to what they read."""
+    model = onnx.ModelProto()
+    model.CopyFrom(w.model)
+    del model.graph.node[:]
+    model.graph.node.extend(w.nodes)
+    del model.graph.output[:]
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in outputs)
+    return prune(model)
+
+
+def folded_sizes(w: Rewrite) -> dict[str, list[Mono]]:
+    """The small int64 constants of the program that the original computes from its inputs' shapes (the
+    importer folded them at the representative sizes: torch's ``x.shape[0]`` of a batch of 1, beside a
+    sequence length kept live), as monomials of the symbols read off runs of the original at further sizes;
+    only those that depend on a symbol."""
+    computed = {o for n in w.original.graph.node for o in n.output if o}
+    names = [t.name for t in w.model.graph.initializer if t.name in computed
+             and t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1 and int(np.prod(t.dims)) <= 8]
+    if not names:
+        return {}
+    fitted = fit_vectors(run_values(w.original, names, shapes=False), w.values) or []
+    out: dict[str, list[Mono]] = {}
+    for name, entries in zip(names, fitted):
+        whole = [m for m in entries if m is not None]
+        if len(whole) == len(entries) and any(not m.is_const for m in whole) \
+                and all(s in w.places for m in whole for s, _ in m.powers):
+            out[name] = whole
+    return out
+
+
+def boundary(w: Rewrite) -> set[str]:
+    """The values computed from the shapes alone (not small integer vectors) that a node computing the data
+    reads."""
+    out: set[str] = set()
+    for node in w.model.graph.node:
+        if not all(o in w.shape_only for o in node.output if o):
+            out.update(i for i in node.input if i in w.shape_only)
+    return out
+
+
+def small_vector(w: Rewrite, name: str, elem: int | None = None, shape: SymShape | None = None) -> bool:
+    """Whether ``name`` (of ``elem`` and ``shape``: by default, as inferred) is an int64 scalar or vector of at
+    most 8 entries computed from the shapes alone."""
+    elem = w.types.get(name) if elem is None else elem
+    shape = w.shapes.get(name) if shape is None else shape
+    return name in w.shape_only and elem == onnx.TensorProto.INT64 and shape is not None \
+        and (shape == [] or (len(shape) == 1 and shape[0] is not None and shape[0].is_const
+                             and 0 < shape[0].coef <= 8))
+
+
+def vectors_read(w: Rewrite, node: onnx.NodeProto) -> dict[int, list[Mono]]:
+    """The fitted entries of the shape vectors ``node`` reads (input index -> entries), unless ``node`` only
+    computes another such vector (then the vector it computes is read where it is used)."""
+    read = [k for k, name in enumerate(node.input) if name in w.fits.vectors]
+    if not read:
+        return {}
+    inferred = infer_node(node, w.shapes, w.types, w.constants, w.model.opset_import)
+    outs = [o for o in node.output if o]
+    if all(o in inferred and small_vector(w, o, *inferred[o]) for o in outs) \
+            and not any(o in w.outputs() for o in outs):
+        return {}
+    fit_pending(w)
+    return {k: monos for k in read if (monos := w.fits.vectors.get(node.input[k])) is not None}
+
+
+def fit_pending(w: Rewrite) -> None:
+    """The entries of the pending shape vectors as monomials, read off runs of the program so far at several
+    sizes (:func:`eqsat.onnx.fitting.fit_vectors`)."""
+    names, w.fits.pending = w.fits.pending, []
+    if not names:
+        return
+    fitted = fit_vectors(run_values(probe(w, names), names, shapes=False), w.values) or []
+    for name, entries in zip(names, fitted):
+        whole = [m for m in entries if m is not None]
+        w.fits.vectors[name] = whole if len(whole) == len(entries) else None
+
+
+def fit(w: Rewrite) -> None:
+    """The symbolic shapes of the values written so far that shape inference left unknown, read off runs of
+    the program so far in onnxruntime (:mod:`eqsat.onnx.fitting`)."""
+    unknown = [o for n in w.nodes for o in n.output if o and o not in w.fits.tried
+               and (w.shapes.get(o) is None or any(d is None for d in w.shapes[o] or []))]
+    if not unknown:
+        return
+    w.fits.tried.update(unknown)  # each value fitted once: a run of a prefix of a large model is not cheap
+    prefix = onnx.ModelProto()
+    prefix.CopyFrom(w.model)
+    del prefix.graph.node[:]
+    prefix.graph.node.extend(w.nodes)
+    fitted = fit_vectors(run_values(prefix, unknown, shapes=True), w.values)
+    for name, dims in zip(unknown, fitted or []):
+        old = w.shapes.get(name)
+        if old is None or len(old) != len(dims):
+            w.shapes[name] = dims
+        else:
+            w.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
+
+
+def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
+    """The symbolic target of a Reshape written back from the user's model whose target the original computes
+    (a folded Shape computation, kept under its name): read off runs of the original at further sizes, where
+    it agrees with ``target`` and the input's size."""
+    if w.fits.probed is None:
+        computed = {o for n in w.original.graph.node for o in n.output if o}
+        names = [n.input[1] for n in w.model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
+                 and n.input[1] in computed and n.input[1] in w.constants]
+        runs = fit_runs(run_values(w.original, names, shapes=False), w.values) if names else None
+        w.fits.probed = dict(zip(names, runs or []))
+    entries = w.fits.probed.get(name)
+    if entries is None or len(entries) != len(target) or any(m is None for m in entries):
+        return None
+    out = [m for m in entries if m is not None]
+    if [int(m.value(w.values)) for m in out] != target or any(m.coef <= 0 for m in out) \
+            or product(out) != product(dims_in):
+        return None
+    return out
+
+
+__all__ = ["boundary", "fit", "fit_pending", "folded_sizes", "original_target", "probe", "small_vector",
+           "vectors_read"]

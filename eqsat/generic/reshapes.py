@@ -1,0 +1,283 @@
+"""Targets and slices: the sizes a node reads written from the symbols, where the exported program holds them as
+numbers.
+
+- a ``Shape`` of a value of known symbolic shape is read from the inputs' shapes (:func:`read_shape`);
+- a Reshape's target is its symbolic target (read off the vector that computes it, the original's runs, or the
+  constant target and its input's symbolic shape: :func:`eqsat.onnx.targets.reshape_target`) written with ``0``
+  and ``-1`` (:func:`reshape`, :func:`written_target`); a Reshape to its input's own shape is dropped, one of a
+  Reshape or Flatten reads the first one's input (:func:`collapse`), and a Gather at each element's (flat or
+  multi-) index is the Reshape it is (:func:`gathered`);
+- a Split along the kept last axis of rows reshaped to ``[batch, seq, 3*hidden]`` splits the rows
+  (:func:`split_rows`);
+- an Expand's target is written with 1 where its input has the size, and one to its input's own shape is dropped
+  (:func:`expand`);
+- a Slice that ran to the end of a symbolic axis runs to its end at any size (:func:`slice_to_end`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from eqsat.onnx.symbolic import Mono, int_values
+from eqsat.onnx.targets import reshape_target, resolve_target
+
+from .probes import fit, original_target
+from .state import Rewrite
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def read_shape(w: Rewrite, node: onnx.NodeProto) -> bool:
+    """A ``Shape`` of a value whose symbolic shape is known, read as those sizes written from the inputs'
+    (True): the sizes computed from it no longer wait on the data, and the runs that fit them
+    (:func:`fit_pending`) compute no data either."""
+    dims = w.shapes.get(node.input[0])
+    if dims is None or any(d is None or any(s not in w.places for s, _ in d.powers) for d in dims) \
+            or node.output[0] in w.outputs():
+        return False
+    attrs = {a.name: a.i for a in node.attribute}
+    start, end = attrs.get("start", 0), attrs.get("end")
+    monos = [d for d in dims if d is not None][start:end]
+    w.alias[node.output[0]] = w.vector(monos)
+    return True
+
+
+def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool:
+    """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
+    computes it; else guessed from the constant target and its input's shape) with 0 and -1. One to its input's
+    own shape is dropped (its output read as its input: True)."""
+    dims_in = w.reshaped.rows.get(node.input[0]) or w.shapes.get(node.input[0])
+    if dims_in is None or any(d is None for d in dims_in):
+        fit(w)
+        dims_in = w.shapes.get(node.input[0])
+    allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
+    known = None if dims_in is None or any(d is None for d in dims_in) else [d for d in dims_in if d is not None]
+    if fitted is not None:
+        sym = resolve_target(fitted, known, allowzero)
+        if sym is None:  # its input's shape is not known: the target as computed, from the symbols
+            node.input[1] = w.vector(fitted)
+            return False
+    else:
+        target = int_values(w.constants[node.input[1]])
+        if known is None:
+            w.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
+            return False
+        sym = original_target(w, node.input[1], target, known)
+        if sym is None:
+            sym = reshape_target(known, target, w.values, allowzero)
+        if sym is None:
+            w.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
+            return False
+    w.shapes[node.output[0]] = list(sym)
+    if node.input[0] in w.types:
+        w.types[node.output[0]] = w.types[node.input[0]]
+    collapsed = collapse(w, node)
+    if collapsed is not None:
+        known = collapsed
+    if known is not None and list(sym) == known and identity_reshape(w, node):
+        return True
+    if all(m.is_const for m in sym) and fitted is None:
+        if collapsed is not None:  # the constant target may copy (0) the sizes of the input it no longer reads
+            node.input[1] = w.vector(sym)
+        return False
+    write_target(w, node, sym, known or [], allowzero)
+    return False
+
+
+def write_target(w: Rewrite, node: onnx.NodeProto, sym: list[Mono], known: list[Mono], allowzero: bool) -> None:
+    """A Reshape's target ``sym`` (its output's symbolic shape) written as :func:`written_target` writes it: 0 where it
+    copies its input's (``known``) size, one -1, a constant where no other is left."""
+    target = written_target(w, sym, known)
+    if allowzero and any(t == Mono.const(0) for t in target):
+        # a 0 written copies the input's size, the very size the target asks for (allowzero: a 0 in the
+        # target is the size 0, which no written entry is)
+        keep = [a for a in node.attribute if a.name != "allowzero"]
+        del node.attribute[:]
+        node.attribute.extend(keep)
+    node.input[1] = w.vector(target)
+
+
+def written_target(w: Rewrite, sym: list[Mono], known: list[Mono]) -> list[Mono]:
+    """A Reshape target (``sym``) of an input of shape ``known`` as written: ``0`` where it keeps the input's
+    symbolic size, ``-1`` for one of the other symbolic sizes (the first whose symbols are not computed yet:
+    the sequence length of ``[batch, seq, N]``, which a decoder's mask and position tables read too, rather
+    than the batch), the rest computed from the inputs' shapes. Where those are sizes of the inputs and one
+    constant size is left, the ``-1`` is that constant instead: ``[batch, seq, -1]``, one vector for every
+    width (a decoder's reshapes back from rows to ``[batch, seq, N]`` share it), unless ``[-1, seq, N]``
+    writes fewer nodes (the sequence length is read already, the batch is not: a Concat, where the shared
+    vector is a Shape and a Concat)."""
+    written: list[Mono | None] = [Mono.const(0) if k < len(known) and m == known[k] and not m.is_const
+                                  else None for k, m in enumerate(sym)]
+    loose = [k for k, m in enumerate(sym) if written[k] is None and not m.is_const]
+    rest = [k for k, m in enumerate(sym) if written[k] is None and m.is_const]
+    if len(loose) > 1 and len(rest) == 1 and sym[rest[0]].coef > 0 and all(
+            sym[k].coef == 1 and len(sym[k].powers) == 1 and sym[k].powers[0][1] == 1
+            and sym[k].powers[0][0] in w.places for k in loose):
+        shared, alone = list(written), list(written)
+        shared[rest[0]] = alone[loose[0]] = Mono.const(-1)
+        # [batch, seq, -1] (one vector for every width), or [-1, seq, N] where that writes fewer nodes: the
+        # sequence length's size is read already (a mask's, a position table's) and the batch's is not
+        whole = [[v if v is not None else m for v, m in zip(t, sym)] for t in (shared, alone)]
+        written = alone if w.cost(whole[1]) < w.cost(whole[0]) else shared
+    elif loose:
+        missing = [k for k in loose if not all(s in w.cache for s, _ in sym[k].powers)]
+        written[(missing or loose)[0]] = Mono.const(-1)
+    return [v if v is not None else m for v, m in zip(written, sym)]
+
+
+def identity_reshape(w: Rewrite, node: onnx.NodeProto) -> bool:
+    """A Reshape to its input's own shape (``[0, 0]``: onnxruntime keeps it) dropped (True): its output read as its
+    input; where it is an output of the graph, the node that computes its input writes the output instead
+    (the values read before under the input's name read it under the output's)."""
+    out, source = node.output[0], node.input[0]
+    g = w.model.graph
+    if out not in {o.name for o in g.output}:
+        w.read_as(out, source)
+        return True
+    producer = next((n for n in w.nodes if source in n.output), None)
+    if producer is None or source in {o.name for o in g.output} or source in w.shaped.boundary \
+            or source in w.shape_only:
+        return False
+    producer.output[list(producer.output).index(source)] = out
+    for n in w.nodes:
+        for k, name in enumerate(n.input):
+            if name == source:
+                n.input[k] = out
+    w.alias[source] = out
+    w.types.setdefault(out, w.types.get(source, 0))
+    return True
+
+
+def gathered(w: Rewrite, node: onnx.NodeProto, target: list[Mono] | None) -> None:
+    """A Gather written as the Reshape it is (``target``: its output's symbolic shape; None: not rewritten),
+    its target written relative to its input (0 and -1) and the Reshapes before it folded in."""
+    if target is None:
+        return
+    w.reshaped.targeted.add(id(node))
+    w.shapes[node.output[0]] = list[Mono | None](target)
+    known = collapse(w, node) or [d for d in w.shapes.get(node.input[0]) or [] if d is not None]
+    if len(known) == len(w.shapes.get(node.input[0]) or []):
+        write_target(w, node, target, known, False)
+
+
+def collapse(w: Rewrite, node: onnx.NodeProto) -> list[Mono] | None:
+    """A Reshape of a Reshape or Flatten written (a chain of them) made to read the first one's input: one
+    Reshape where the user's mask chain or a layer's rows wrote several (onnxruntime runs each). Its input's
+    symbolic shape where it changed (the target is then written relative to it), else None."""
+    name = node.input[0]
+    changed = name in w.reshaped.rows
+    while True:
+        inner = w.made.get(name)
+        if inner is None or inner.domain not in ("", "ai.onnx") or inner.op_type not in ("Reshape", "Flatten") \
+                or not inner.input or not inner.input[0]:
+            break
+        dims = w.shapes.get(inner.input[0])
+        if dims is None or any(d is None for d in dims):
+            break
+        name, changed = inner.input[0], True
+    if not changed:
+        return None
+    dims = w.shapes.get(name)
+    if dims is None or any(d is None for d in dims):
+        return None
+    node.input[0] = name
+    return [d for d in dims if d is not None]
+
+
+def split_rows(w: Rewrite, node: onnx.NodeProto) -> None:
+    """A Split along the last axis of a Reshape that kept that axis (rows ``[batch*seq, 3*768]`` to ``[batch,
+    seq, 3*768]``, split in three), where each part is only reshaped again, made to split the rows themselves:
+    the Reshape before it is dropped, and the Reshapes after it write their targets from the rows."""
+    inner = w.made.get(node.input[0]) if node.input else None
+    if inner is None or inner.domain not in ("", "ai.onnx") or inner.op_type != "Reshape":
+        return
+    x = inner.input[0]
+    dims_x, dims_y = w.shapes.get(x), w.shapes.get(node.input[0])
+    if not dims_x or not dims_y or None in dims_x or None in dims_y or dims_x[-1] != dims_y[-1]:
+        return
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+    if axis not in (-1, len(dims_y) - 1) or any(a.name == "num_outputs" for a in node.attribute):
+        return
+    outputs = w.outputs()
+    sizes = w.constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    split = int_values(sizes) if sizes is not None else \
+        next((list(a.ints) for a in node.attribute if a.name == "split"), None)
+    if split is None or len(split) != len(node.output):
+        return
+    for out in node.output:
+        readers = w.readers.get(out, [])
+        if not out or out in outputs or not readers or any(
+                r.domain not in ("", "ai.onnx") or r.op_type != "Reshape" or list(r.input).count(out) != 1
+                or r.input[0] != out or len(r.input) < 2
+                or not (r.input[1] in w.constants or r.input[1] in w.shape_only) for r in readers):
+            return
+    node.input[0] = x
+    for a in node.attribute:
+        if a.name == "axis":
+            a.i = len(dims_x) - 1
+    if not any(a.name == "axis" for a in node.attribute):
+        node.attribute.append(helper.make_attribute("axis", len(dims_x) - 1))
+    for out, n in zip(node.output, split):
+        w.reshaped.rows[out] = [*dims_y[:-1], Mono.const(n)]
+        w.shapes[out] = [*dims_x[:-1], Mono.const(n)]
+        if x in w.types:
+            w.types[out] = w.types[x]
+
+
+def expand(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
+    """An Expand to a shape vector (``fitted``) written with the fewest computed sizes: a target size its input
+    already has is written 1, and an Expand to its input's own shape is dropped (its output read as its input;
+    True)."""
+    dims = w.shapes.get(node.input[0])
+    if dims is None or any(d is None for d in dims):
+        fit(w)
+        dims = w.shapes.get(node.input[0])
+    if dims is None or any(d is None for d in dims):
+        node.input[1] = w.vector(fitted)
+        return False
+    have = [Mono.const(1)] * (len(fitted) - len(dims)) + [d for d in dims if d is not None]
+    want = [Mono.const(1)] * (len(have) - len(fitted)) + fitted
+    out: list[Mono] = []
+    for a, b in zip(have, want):
+        if a != b and Mono.const(1) not in (a, b):
+            node.input[1] = w.vector(fitted)
+            return False
+        out.append(b if a == Mono.const(1) else a)
+    w.shapes[node.output[0]] = list[Mono | None](out)
+    if node.input[0] in w.types:
+        w.types[node.output[0]] = w.types[node.input[0]]
+    if out == dims and node.output[0] not in w.outputs():
+        w.read_as(node.output[0], node.input[0])
+        return True
+    whole = out[len(out) - len(fitted):]
+    fewest = [Mono.const(1) if a == b else b for a, b in zip(have[len(have) - len(fitted):], whole)]
+    node.input[1] = w.vector(whole if w.ready(whole) and not w.ready(fewest) else fewest)
+    return False
+
+
+def slice_to_end(w: Rewrite, node: onnx.NodeProto) -> None:
+    """A Slice that ran to the end of a symbolic axis (its end at the axis' size) now runs to its end."""
+    dims = w.shapes.get(node.input[0])
+    starts, ends, axes = (w.constants.get(node.input[k]) for k in (1, 2, 3))
+    if dims is None or starts is None or ends is None or axes is None:
+        return
+    ends_v, axes_v = int_values(ends), int_values(axes)
+    changed = False
+    for j, (e, a) in enumerate(zip(ends_v, axes_v)):
+        d = dims[a] if -len(dims) <= a < len(dims) else None
+        if d is None or d.is_const:
+            continue
+        if e >= d.value(w.values):
+            ends_v[j] = int(INT64_MAX)
+            changed = True
+        else:
+            w.notes.append(f"Slice {node.name!r} ends at {e}, inside the dynamic axis {d.key()}: kept as the "
+                           "original has it")
+    if changed:
+        node.input[2] = w.const(np.array(ends_v, np.int64), "ends")
+
+
+__all__ = ["collapse", "expand", "gathered", "identity_reshape", "read_shape", "reshape", "slice_to_end", "split_rows",
+           "write_target", "written_target"]

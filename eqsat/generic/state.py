@@ -1,0 +1,146 @@
+"""The state of one rewrite (:class:`Rewrite`): the program being written (a :class:`~.sizes.SizeWriter`: its
+nodes, constants, the symbolic shape and element type of each value), what the rewrite is for (:class:`Forms`),
+and what each pass learns on the way, in one part per pass (:class:`Fits`, :class:`Shaped`, :class:`Reshaped`,
+:class:`Guards`), so that a pass's module says which part it reads and writes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import onnx
+
+from eqsat.onnx.symbolic import Mono, SymShape
+
+from .sizes import SizeWriter
+from .tables import Prefix
+from .uniform import Patterns
+
+
+class Forms(enum.Enum):
+    """Which forms a rewrite writes."""
+
+    EXPORT = "export"
+    """every form: a candidate written for the user (:func:`eqsat.generic.make_generic`)"""
+    IMPORT = "import"
+    """every form but those only a written program takes (a MatMul and its bias stay as they are, as the static
+    program's e-graph starts from them, and no Expand is dropped: the e-graph's attention rules read the mask's
+    full shape): a model the importer reads again (:func:`eqsat.generic.simplify_for_import`)"""
+    TABLES = "tables"
+    """only the triangles and prefix tables among the values computed from the shapes alone that the data reads
+    (a Trilu, a Slice of a table); the rest is left as it is: the importer's second try, and the original read as
+    the import reads it (:mod:`.guards`)"""
+
+
+@dataclass
+class Fits:
+    """What runs of the program (or the original) at several sizes showed of the sizes it computes
+    (:mod:`.probes`)."""
+
+    folded: dict[str, list[Mono]] = field(default_factory=dict)
+    """the program's small int64 constants that the original computes from its inputs' shapes -> their entries as
+    monomials"""
+    vectors: dict[str, list[Mono] | None] = field(default_factory=dict)
+    """small integer values computed from the shapes alone -> their entries as monomials (None: not fitted)"""
+    pending: list[str] = field(default_factory=list)
+    """such values written since the last fit"""
+    probed: dict[str, list[Mono | None]] | None = None
+    """the Reshape targets the original computes -> their entries read off its runs (None: not run yet)"""
+    tried: set[str] = field(default_factory=set)
+    """the values whose unknown shapes a run was asked for (each once)"""
+
+
+@dataclass
+class Shaped:
+    """The values computed from the shapes alone that the data reads, and how they were written (:mod:`.values`)."""
+
+    boundary: set[str] = field(default_factory=set)
+    """the values computed from the shapes alone (not small integer vectors) that a node computing the data reads"""
+    pending: list[str] = field(default_factory=list)
+    """such values written since their patterns were last looked for"""
+    patterns: Patterns = field(default_factory=Patterns)
+    """what runs showed of them"""
+    expanded: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """a constant slice expanded to its value's shape -> (the slice, the shape)"""
+
+
+@dataclass
+class Reshaped:
+    """What the Reshape and Gemm forms changed (:mod:`.reshapes`, :mod:`.gemm`)."""
+
+    targeted: set[int] = field(default_factory=set)
+    """the Reshapes (by id) whose target is written (a Gather written as a Reshape)"""
+    rows: dict[str, SymShape] = field(default_factory=dict)
+    """a Split's output split on rows -> the shape it had (its Reshape readers' targets are read off that shape)"""
+    absorbed: set[int] = field(default_factory=set)
+    """the Adds written with their MatMul as a Gemm (:mod:`.gemm`), by id"""
+
+
+@dataclass
+class Guards:
+    """The tables that stop below the sizes the user's program accepts, and what guarding them read
+    (:mod:`.guards`)."""
+
+    guarded: list[tuple[str, str, Prefix]] = field(default_factory=list)
+    """(the Slice of a table written, the user's value it stands for, its table) where the user's program computes
+    the value beyond the table"""
+    found: Rewrite | None = None
+    """the original read as the import read it (its tables found, not written; :data:`Forms.TABLES`)"""
+    original_tables: dict[str, str] | None = None
+    """the tables ``found`` guarded (by :func:`~.tables.pattern_key`) -> the original's value each stands for"""
+    source: onnx.GraphProto | None | bool = False
+    """the original's graph at the written program's opset (None: not convertible; False: not read yet)"""
+    copied_constants: dict[str, str] = field(default_factory=dict)
+    """an initializer of the original read by a chain copied into an If -> its name in the written program (copied
+    once, or the program's own where it holds the same values)"""
+
+
+class Rewrite(SizeWriter):
+    """One rewrite of ``model`` (a copy, rewritten in place) against ``original`` at the symbols' ``values``."""
+
+    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int], forms: Forms):
+        super().__init__(model)
+        self.forms = forms
+        self.original = original
+        self.values = dict(values)
+        self.notes: list[str] = []
+        """what could not be written shape-generic"""
+        self.shape_only: set[str] = set()
+        """the values computed from the shapes alone (:func:`eqsat.onnx.dataflow.shape_only`)"""
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        """value -> the nodes of the program as given that read it"""
+        self.alias: dict[str, str] = {}
+        """a value no longer written -> the value read in its place (an Expand that expands nothing: its input)"""
+        self.made: dict[str, onnx.NodeProto] = {}
+        """value -> the node written that computes it"""
+        self.fits = Fits()
+        self.shaped = Shaped()
+        self.reshaped = Reshaped()
+        self.guards = Guards()
+
+    @property
+    def every_form(self) -> bool:
+        """Whether the rewrite writes more than the tables."""
+        return self.forms is not Forms.TABLES
+
+    @property
+    def final(self) -> bool:
+        """Whether the rewrite writes a program for the user (the forms only a written program takes included)."""
+        return self.forms is Forms.EXPORT
+
+    def outputs(self) -> set[str]:
+        """The program's outputs' names."""
+        return {o.name for o in self.model.graph.output}
+
+    def read_as(self, name: str, to: str) -> None:
+        """``name`` read as ``to`` from now on; where the data read ``name``, it reads ``to``."""
+        self.alias[name] = to
+        if name in self.shaped.boundary and to in self.shape_only and to not in self.shaped.boundary:
+            self.shaped.boundary.add(to)
+            if to not in self.fits.vectors:
+                self.shaped.pending.append(to)
+
+
+__all__ = ["Fits", "Forms", "Guards", "Reshaped", "Rewrite", "Shaped"]
