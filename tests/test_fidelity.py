@@ -416,7 +416,11 @@ def test_searched_qkv_merge_keeps_the_bias_in_the_gemm():
     merged projection and no Slice, so onnxruntime forms one Gemm per merge and runs fewer nodes than the
     original; values agree with the original in onnxruntime."""
     original = _model("bert", "torchscript", 17)
-    result = optimize(original, ROUND_TRIP.updated(scheduler="mcts", budget=8, depth=4, seed=0))
+    # greedy-dag's program: the ILP's optimum ties (same estimated cost) with a program that merges through a
+    # Reshape between the slices, which the writer leaves as Slices; which of the two it returns follows egglog's
+    # numbering of the e-classes (it changed when the e-graph declared one more relation, Finite)
+    result = optimize(original, ROUND_TRIP.updated(scheduler="mcts", budget=8, depth=4, seed=0,
+                                                   final_extractor="greedy-dag"))
     out = result.optimized
     splits = [n for n in out.graph.node if n.op_type == "Split"]
     assert splits, "the search merged no projection (expected TASO's Q/K/V merge on this seed)"
