@@ -115,8 +115,8 @@ def edge_check(snap: Snapshot, groups: Sequence[Sequence[ir.Node]], owner: Mappi
         with np.errstate(all="ignore"):
             for n in nodes:
                 if n.op in ("input", "weight"):
-                    values[id(n)] = np.asarray(fixed[n.name], dtype=np.float64) if n.name in fixed \
-                        else _leaf_value(rng, n, edge, masks)
+                    values[id(n)] = np.asarray(fixed[n.name], dtype=np.float64) if n.name is not None \
+                        and n.name in fixed else _leaf_value(rng, n, edge, masks)
                 elif id(n) not in values and all(id(i) in values for i in n.inputs):
                     value = _evaluate(n.op, n.attrs, [values[id(i)] for i in n.inputs], edge)
                     if value is not None:

@@ -62,8 +62,8 @@ def check_given(original: onnx.ModelProto, config: OptimizeConfig) -> None:
                     raise InputError(f"{flag} {name}={','.join(map(str, dims))}: dimension {k} of input {name!r} is "
                                      f"static ({d.dim_value}); only dynamic dimensions can be fixed")
     for sym, places in symbols(original).items():
-        sized = [(name, config.input_shapes.get(name, config.static_shapes.get(name))[axis]) for name, axis in places
-                 if name in flags]
+        given = {**config.static_shapes, **config.input_shapes}
+        sized = [(name, given[name][axis]) for name, axis in places if name in flags and name in given]
         for name, size in sized[1:]:
             first, first_size = sized[0]
             if size != first_size:

@@ -139,8 +139,8 @@ class _Ranges:
             r = self.of(node.inputs[0])
             return None if r is None else (max(r[0], 0.0), max(r[1], 0.0))
         if op in ("ewadd", "ewsum"):
-            a, b = (self.of(i) for i in node.inputs)
-            return None if a is None or b is None else (a[0] + b[0], a[1] + b[1])
+            x, y = (self.of(i) for i in node.inputs)
+            return None if x is None or y is None else (x[0] + y[0], x[1] + y[1])
         if op == "ewmul":
             return _product(self.of(node.inputs[0]), self.of(node.inputs[1]))
         if op == "opaque" and node.attrs[1] == "":
