@@ -4,7 +4,7 @@ the interface (shape-generic) or is specialized on purpose (``--static-shape``),
 A model with dynamic input dimensions is tuned at its representative shapes (``--input-shape`` where given, else
 :mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, any other 128, halved down to 8 while the
 model refuses it) and written shape-generic with
-the original's interface (:mod:`eqsat.onnx.generic`); each candidate is verified at the representative shapes and
+the original's interface (:mod:`eqsat.generic`); each candidate is verified at the representative shapes and
 at further sizes of each symbol, and one that fails at any is not written. ``--static-shape NAME=D1,...``
 specializes: every input takes a fixed shape (the named ones; others their representative shape), the written
 model has those shapes, and the report says the interface changed.
@@ -85,7 +85,7 @@ class Shaping:
     defaulted: list[str] = field(default_factory=list)
     """the symbols no given shape sizes (at their default size)"""
     last_notes: list[str] = field(default_factory=list)
-    """what the last :meth:`write` could not write shape-generic (:attr:`eqsat.onnx.generic.Generic.notes`)"""
+    """what the last :meth:`write` could not write shape-generic (:attr:`eqsat.generic.Generic.notes`)"""
 
     @property
     def generic(self) -> bool:

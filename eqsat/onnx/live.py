@@ -2,7 +2,7 @@
 
 The importer folds ``Shape`` (and what is computed from it) into constants at the shapes it imports at. Where
 the result only sizes a Reshape or bounds a Slice, the folded constant is rewritten shape-generic on export
-(:mod:`eqsat.onnx.generic`). Where it meets the data (position ids from ``Range(seq)``, a mask's indices, an
+(:mod:`eqsat.generic`). Where it meets the data (position ids from ``Range(seq)``, a mask's indices, an
 ``Expand`` or ``ConstantOfShape`` to the input's size), a folded constant would specialize the program to one
 size: :func:`live_shapes` names those ``Shape`` nodes, which the importer keeps as they are (opaque, written back
 verbatim), so that everything computed from them is computed at run time.

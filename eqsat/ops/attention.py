@@ -219,7 +219,7 @@ def _fp(d: int) -> int:
 def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
     """``Trilu(ConstantOfShape(shape, value), k=1, upper=1)`` (upper 1 by default) of a value at or below
     :data:`CAUSAL_FLOOR`, its last two dimensions one size (one symbol, or one constant): a shape-generic import's
-    causal mask (:mod:`eqsat.onnx.tables`), causal at every size."""
+    causal mask (:mod:`eqsat.generic.tables`), causal at every size."""
     if not (node.op == "opaque" and node.attrs[:2] == ("Trilu", "") and len(node.inputs) == 2
             and node.attrs[5] == (0, 1) and _attribute(node, "upper") in (None, 1) and len(node.shape) >= 2
             and _fp(node.shape[-2]) == _fp(node.shape[-1])
