@@ -1,9 +1,10 @@
 """Operator cost models (analytic roofline; measured in onnxruntime on the CPU, or with torch on CPU or GPU) and
-their cache."""
+their cache. The torch ones (``cpu``, ``cuda``) need the ``torch`` extra (``pip install 'eqsat[torch]'``)."""
 
 from __future__ import annotations
 
 from eqsat.errors import InputError
+from eqsat.torch_run import check_torch, torch_gpu
 
 from .analytic import DEVICES, AnalyticCost
 from .base import CostModel, OpKey, costs_by_op, graph_cost, graph_ops, node_costs
@@ -25,11 +26,11 @@ def cost_names() -> list[str]:
 def resolve_auto(runtime: str | None = None) -> str:
     """The cost model ``--cost auto`` stands for: the one measured in the end-to-end runtime (``--runtime``):
     ort-cpu for onnxruntime on the CPU, cpu for torch on the CPU, cuda for the GPU runtimes; None or ``auto``:
-    cuda where torch sees a GPU, else ort-cpu (what :mod:`eqsat.timing` measures on the CPU)."""
+    cuda where torch sees a GPU, else ort-cpu (what :mod:`eqsat.timing` measures on the CPU). Without torch
+    installed, torch is not imported: there is no GPU for it (ort-cpu), and cpu and cuda ask for the torch extra
+    when made."""
     if runtime in (None, "auto", "torch-compile"):
-        import torch
-
-        gpu = torch.cuda.is_available()
+        gpu = torch_gpu()
         return "cuda" if gpu else ("cpu" if runtime == "torch-compile" else "ort-cpu")
     if runtime in ("ort-cpu", "onnxruntime-cpu"):
         return "ort-cpu"
@@ -41,6 +42,7 @@ def make(name: str, cache_path: str | None = None, *, runtime: str | None = None
     the paper's GPU) | ort-cpu (operators timed in onnxruntime on the CPU with ``threads`` intra-op threads, the
     end-to-end run's) | cpu | cuda (timed with torch) | auto (see :func:`resolve_auto`; ``runtime`` is the
     end-to-end runtime)."""
+    asked = name
     if name == "auto":
         name = resolve_auto(runtime)
     if name == "analytic":
@@ -53,6 +55,8 @@ def make(name: str, cache_path: str | None = None, *, runtime: str | None = None
     if name == "ort-cpu":
         return OrtCost(CostCache(cache_path), threads=threads)
     if name in ("cpu", "cuda"):
+        shown = f"--cost {name}" if asked == name else f"--cost {asked} (here {name}, for --runtime {runtime})"
+        check_torch(shown, "use --cost ort-cpu or --cost analytic")
         return TorchCost(name, CostCache(cache_path))
     raise InputError(f"--cost {name!r}: choose analytic, ort-cpu, cpu, cuda or auto")
 

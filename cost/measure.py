@@ -36,7 +36,7 @@ from onnx import AttributeProto, helper
 from eqsat.errors import InputError
 from eqsat.ops import OPS
 from eqsat.timing import cuda_event_ms, median_ms
-from eqsat.torch_run import exact_float32
+from eqsat.torch_run import exact_float32, require_torch
 
 from .analytic import AnalyticCost
 from .base import OpKey
@@ -72,10 +72,8 @@ BASELINE_CAP = 1.15
 """the baseline is at most this many times the probe's best reading ever (idle readings: 1.1-1.4x of it)"""
 
 
-def _torch_fn(key: OpKey) -> Callable[..., Any] | None:
+def _torch_fn(torch: Any, key: OpKey) -> Callable[..., Any] | None:
     """The operator as a function of torch tensors (its :mod:`eqsat.ops` entry's), or None if it has none."""
-    import torch  # deferred: torch takes seconds to import and only the measured cost models need it
-
     entry = OPS.get(key.op)
     if entry is None or entry.torch is None:
         return None
@@ -247,8 +245,8 @@ class TorchCost(CachedTimings):
 
     def __init__(self, device: str = "cpu", cache: CostCache | None = None, threads: int | None = None,
                  warmup: int | None = None, repeats: int | None = None):
-        import torch
-
+        # torch is optional (the torch extra): imported here, where a torch cost model is asked for
+        torch = require_torch(f"--cost {device}", "use --cost ort-cpu or --cost analytic")
         self.torch = torch
         self.device = device
         if device == "cuda":
@@ -301,7 +299,7 @@ class TorchCost(CachedTimings):
         return self._torch_runner(key)
 
     def _torch_runner(self, key: OpKey) -> Callable[[], object] | None:
-        fn = _torch_fn(key)
+        fn = _torch_fn(self.torch, key)
         if fn is None:
             return None
         torch = self.torch

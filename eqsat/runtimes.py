@@ -15,7 +15,9 @@ every candidate with the protocol of :mod:`eqsat.timing` (interleaved seeded rou
   CPU mode ``default``, since reduce-overhead's CUDA graphs need a GPU), original and candidates compiled alike.
 * ``torch-cpu``: the IR program in eager torch on the CPU (no compiler, no graph capture); wall clock.
 
-``auto`` is torch-cuda where torch sees a GPU, else ort-cpu.
+The torch runtimes need the ``torch`` extra (``pip install 'eqsat[torch]'``; without it, asking for one is exit 2
+saying so); the onnxruntime ones never import torch. ``auto`` is torch-cuda where torch is installed and sees a GPU,
+else ort-cpu.
 
 >>> RUNTIMES[:4]
 ('ort-cpu', 'torch-cuda', 'torch-compile', 'ort-cuda')
@@ -27,10 +29,7 @@ from __future__ import annotations
 
 import functools
 import gc
-import importlib.util
-import os
 import platform
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -58,7 +57,7 @@ from .timing import (
     timing_sessions,
     wall_block_ms,
 )
-from .torch_run import TorchProgram, check_runnable
+from .torch_run import GPU_DEVICES, TorchProgram, check_runnable, check_torch, require_torch, torch_gpu
 
 RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
 """``--runtime`` values besides ``auto``"""
@@ -84,25 +83,10 @@ class Program:
     graph: Graph | None = None
 
 
-GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
-"""the device files of a GPU torch could use on Linux (NVIDIA's driver, ROCm's, WSL's): with none of them, no GPU is
-there, and torch (about 180 MiB resident once imported) need not be imported to say so"""
-
-
-def _torch_gpu() -> bool:
-    if importlib.util.find_spec("torch") is None:
-        return False
-    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_DEVICES):
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
 def resolve(name: str) -> str:
     """The runtime a ``--runtime`` value names (``auto``: torch-cuda where torch sees a GPU, else ort-cpu)."""
     if name == "auto":
-        return "torch-cuda" if _torch_gpu() else "ort-cpu"
+        return "torch-cuda" if torch_gpu() else "ort-cpu"
     return name
 
 
@@ -111,9 +95,9 @@ def check_available(name: str) -> None:
     name = resolve(name)
     if name not in RUNTIMES:
         raise InputError(f"--runtime {name!r}: choose one of {', '.join(runtime_names())}")
-    if name in TORCH_RUNTIMES and importlib.util.find_spec("torch") is None:
-        raise InputError(f"--runtime {name}: torch is not installed; install torch or use --runtime ort-cpu")
-    if name == "torch-cuda" and not _torch_gpu():
+    if name in TORCH_RUNTIMES:
+        check_torch(f"--runtime {name}", "use --runtime ort-cpu")
+    if name == "torch-cuda" and not torch_gpu():
         raise InputError("--runtime torch-cuda: torch sees no GPU (torch.cuda.is_available() is False); run on a "
                          "machine with an NVIDIA GPU and a CUDA build of torch, or use --runtime ort-cpu "
                          "(or torch-compile, which runs on the CPU)")
@@ -201,9 +185,7 @@ class TorchRuntime(Runtime):
     """The IR program run with torch (:class:`eqsat.torch_run.TorchProgram`): ``mode`` eager, cuda-graph or compile."""
 
     def __init__(self, name: str, device: str, mode: str, threads: int = 1, compile_mode: str | None = None):
-        import torch  # here: only the torch runtimes need it
-
-        self.torch = torch
+        self.torch = require_torch(f"--runtime {name}", "use --runtime ort-cpu")
         self.name, self.device, self.mode, self.threads = name, device, mode, threads
         self.compile_mode = compile_mode or ("reduce-overhead" if device == "cuda" else "default")
 
@@ -294,7 +276,7 @@ def make(name: str, threads: int = 1) -> Runtime:
     if name == "torch-cuda":
         return TorchRuntime(name, "cuda", "cuda-graph", threads)
     if name == "torch-compile":
-        return TorchRuntime(name, "cuda" if _torch_gpu() else "cpu", "compile", threads)
+        return TorchRuntime(name, "cuda" if torch_gpu() else "cpu", "compile", threads)
     return TorchRuntime(name, "cpu", "eager", threads)
 
 
@@ -396,5 +378,5 @@ def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str
     return compare_many(first.pop(), protocol, info, runtime.clock, renew)  # compare_many holds the only reference
 
 
-__all__ = ["RUNTIMES", "TORCH_RUNTIMES", "BoundRun", "Measured", "OrtRuntime", "Program", "Runtime", "TorchRuntime",
-           "check_available", "compare_programs", "duel", "make", "resolve", "runtime_names"]
+__all__ = ["GPU_DEVICES", "RUNTIMES", "TORCH_RUNTIMES", "BoundRun", "Measured", "OrtRuntime", "Program", "Runtime",
+           "TorchRuntime", "check_available", "compare_programs", "duel", "make", "resolve", "runtime_names"]

@@ -73,7 +73,9 @@ def median_ms(call: Callable[[], Any], warmup: int = 5, repeats: int = 20) -> fl
 def cuda_event_ms(call: Callable[[], Any], repeats: int) -> float:
     """Mean milliseconds of ``call()`` on the current CUDA device over ``repeats`` back-to-back calls, timed
     by CUDA events recorded between two synchronizations (the GPU's clock, so launches overlap the work)."""
-    import torch  # here, not at the top: torch takes seconds to import and only GPU timing needs it
+    from .torch_run import require_torch  # here: the torch runtimes' executor, and torch, only GPU timing needs
+
+    torch = require_torch("timing with CUDA events")
 
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")

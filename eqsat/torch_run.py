@@ -7,6 +7,11 @@ entry has none (reshape, dropout). Opaque ONNX operators have no torch form: :cl
 programs holding them (:class:`UnsupportedProgram`, an InputError naming the operators and the runtimes that
 can run them).
 
+torch is optional (the ``torch`` extra: ``pip install 'eqsat[torch]'``): the ONNX path on the CPU never imports it.
+Every import of torch in eqsat goes through :func:`require_torch`, which says which extra to install where torch is
+missing (:class:`TorchMissing`, exit 2); :func:`torch_gpu` answers "is there a GPU for torch" without importing torch
+where it is not installed or no GPU device exists.
+
 >>> import numpy as np
 >>> from eqsat import ir
 >>> x, w = ir.input_("x", (2, 3)), ir.weight("w", (3, 4))
@@ -18,6 +23,9 @@ can run them).
 from __future__ import annotations
 
 import copy
+import importlib.util
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +36,60 @@ from .ir import Graph, Node
 from .onnx.export import fold_weights
 from .ops import OPS
 from .ops.batchnorm import EPS_UNIT
+
+TORCH_EXTRA = "pip install 'eqsat[torch]'"
+"""how to install what the torch runtimes and the torch cost models need"""
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+"""the device files of a GPU torch could use on Linux (NVIDIA's driver, ROCm's, WSL's): with none of them, no GPU is
+there, and torch (about 180 MiB resident once imported) need not be imported to say so"""
+
+
+class TorchMissing(InputError):
+    """torch is needed (a torch runtime, a torch cost model) and not installed: the message names the extra."""
+
+
+def torch_installed() -> bool:
+    """Whether torch can be imported here (found, not imported)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a half-imported module without a spec
+        return False
+
+
+def _missing(what: str, instead: str) -> TorchMissing:
+    return TorchMissing(f"{what} needs torch, which is not installed here: {TORCH_EXTRA}"
+                        + (f", or {instead}" if instead else ""))
+
+
+def check_torch(what: str, instead: str = "") -> None:
+    """Raise :class:`TorchMissing` (exit 2) if torch is not installed, without importing it: ``what`` needs torch,
+    install the extra, or ``instead`` (e.g. "use --runtime ort-cpu")."""
+    if not torch_installed():
+        raise _missing(what, instead)
+
+
+def require_torch(what: str, instead: str = "") -> Any:
+    """The ``torch`` module, imported: the one place eqsat imports it. Where torch is not installed, raise
+    :class:`TorchMissing` (exit 2), as :func:`check_torch` does.
+
+    >>> require_torch("--runtime torch-cpu").__name__
+    'torch'
+    """
+    try:
+        import torch  # here, not at the top: torch takes seconds to import and the ONNX path on the CPU never needs it
+    except ImportError as exc:
+        raise _missing(what, instead) from exc
+    return torch
+
+
+def torch_gpu() -> bool:
+    """Whether torch sees a GPU here; False without importing torch where it is not installed or (on Linux) no GPU
+    device file exists."""
+    if not torch_installed():
+        return False
+    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_DEVICES):
+        return False
+    return bool(require_torch("a GPU check").cuda.is_available())
 
 
 class UnsupportedProgram(InputError):
@@ -82,8 +144,7 @@ class TorchProgram:
     in ``input_names`` order)."""
 
     def __init__(self, graph: Graph, device: str = "cpu"):
-        import torch  # here, not at the top: torch takes seconds to import and only the torch runtimes need it
-
+        torch = require_torch("running a program with torch", "use --runtime ort-cpu")
         check_runnable(graph, "torch")
         self.torch = torch
         self.device = device
@@ -177,4 +238,5 @@ def _function(torch: Any, node: Node) -> Callable[..., Any]:
     return fn
 
 
-__all__ = ["OVERRIDES", "TorchProgram", "UnsupportedProgram", "check_runnable", "opaque_operators"]
+__all__ = ["GPU_DEVICES", "OVERRIDES", "TORCH_EXTRA", "TorchMissing", "TorchProgram", "UnsupportedProgram",
+           "check_runnable", "check_torch", "opaque_operators", "require_torch", "torch_gpu", "torch_installed"]
