@@ -52,6 +52,7 @@ from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, emit_newer, fail, n
 from .composite import check_float_attr, float_attr_conds, float_bits, float_value
 from .egglog_text import dim_vars, rule, shape_of
 from .matching import Found, Matcher, View, binary_matmul
+from .opaque import attribute
 
 RANKS = (3, 4)
 """operand ranks the operator takes ([B, S, D] and [B, H, S, D])"""
@@ -201,15 +202,6 @@ def is_causal_mask(value: Any) -> bool:
     return bool(np.all(a[..., ~above] == 0) and np.all(a[..., above] <= CAUSAL_FLOOR))
 
 
-def _attribute(node: Any, name: str) -> Any:
-    """The value of an opaque ONNX node's attribute ``name`` (None where it has none)."""
-    for raw in node.attrs[2]:
-        attr = onnx.AttributeProto.FromString(raw)
-        if attr.name == name:
-            return onnx.helper.get_attribute_value(attr)
-    return None
-
-
 def _fp(d: int) -> int:
     """A dimension's fingerprint (a symbolic one's own, a constant's its size): ``eqsat.dims.fp_of``, which this
     package may not import (the layering, tests/test_layers.py)."""
@@ -221,7 +213,7 @@ def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
     :data:`CAUSAL_FLOOR`, its last two dimensions one size (one symbol, or one constant): a shape-generic import's
     causal mask (:mod:`eqsat.generic.tables`), causal at every size."""
     if not (node.op == "opaque" and node.attrs[:2] == ("Trilu", "") and len(node.inputs) == 2
-            and node.attrs[5] == (0, 1) and _attribute(node, "upper") in (None, 1) and len(node.shape) >= 2
+            and node.attrs[5] == (0, 1) and attribute(node, "upper") in (None, 1) and len(node.shape) >= 2
             and _fp(node.shape[-2]) == _fp(node.shape[-1])
             and node.dtype in ("float32", "float64")):
         return False
@@ -229,7 +221,7 @@ def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
     if not (full.op == "opaque" and full.attrs[:2] == ("ConstantOfShape", "") and k.op == "weight"
             and k.name in weights and np.asarray(weights[k.name]).size == 1 and int(np.asarray(weights[k.name])) == 1):
         return False
-    value = _attribute(full, "value")
+    value = attribute(full, "value")
     return value is not None and onnx.numpy_helper.to_array(value).size == 1 \
         and float(onnx.numpy_helper.to_array(value).reshape(())) <= CAUSAL_FLOOR
 

@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from .composite import float_value
+from .opaque import attribute
 
 Range = tuple[float, float]
 
@@ -90,14 +91,6 @@ def _product(a: Range | None, b: Range | None) -> Range | None:
     return None if any(np.isnan(c) for c in corners) else (min(corners), max(corners))
 
 
-def _attribute(node: Any, name: str) -> Any:
-    for raw in node.attrs[2]:
-        attr = onnx.AttributeProto.FromString(raw)
-        if attr.name == name:
-            return onnx.helper.get_attribute_value(attr)
-    return None
-
-
 class _Ranges:
     def __init__(self, weights: Mapping[str, Any], finite_inputs: bool, known: Mapping[str, Range] | None = None):
         self.weights, self.finite_inputs, self.known = weights, finite_inputs, known or {}
@@ -154,7 +147,7 @@ class _Ranges:
         if kind == "Shape" or kind == "Size":
             return 0.0, float(np.iinfo(np.int64).max)
         if kind == "ConstantOfShape":
-            value = _attribute(node, "value")
+            value = attribute(node, "value")
             v = onnx.numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1)
             return (float(v[0]), float(v[0])) if v.size == 1 and np.all(np.isfinite(v)) else None
         if kind in ("Trilu", "Pad"):  # the zeros they write (Pad's default constant) beside the data

@@ -11,8 +11,20 @@ numpy semantics (never folded, never in a rule) and is exported and timed by its
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import onnx
 
 from .base import Ctor, OpDef, Shape, fail, volume
+
+
+def attribute(node: Any, name: str) -> Any:
+    """The value of an opaque node's ONNX attribute ``name`` (None where it has none)."""
+    for raw in node.attrs[2]:
+        attr = onnx.AttributeProto.FromString(raw)
+        if attr.name == name:
+            return onnx.helper.get_attribute_value(attr)
+    return None
 
 
 def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
