@@ -22,9 +22,10 @@ baseline), and contention that slows the measured operator but not the probes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,14 +207,30 @@ class Contention:
 
 class CachedTimings:
     """What the measured cost models share: an operator's cost from this run's memo, else the cache, else timed
-    now (and cached only when the timing is trusted)."""
+    now (and cached only when the timing is trusted).
 
-    cache: CostCache
+    Past :attr:`deadline` (``time.perf_counter()``; set by :func:`timing_until`) an operator not timed yet is not
+    timed: ``--time-limit`` bounds the search and extraction, and timing a cold cache's operators took 20 s of a
+    6 s limit. It costs its analytic estimate scaled by what this run's timings made of the estimates (the median
+    ratio of the operators of its kind, else of all; 1 before any), kept for the run, never cached, and counted
+    in :attr:`estimated`."""
+
+    def __init__(self, cache: CostCache | None, fallback: AnalyticCost):
+        self.cache = cache if cache is not None else CostCache()
+        self._fallback = fallback
+        self._memo: dict[OpKey, float] = {}
+        self._ratios: dict[str, list[float]] = {}
+        """measured over estimated, by operator, of the costs this run read or timed"""
+        self.measured = 0
+        """operators timed by this instance (cache misses)"""
+        self.outliers = 0
+        """operators whose timing stayed an outlier (used in this run, not cached)"""
+        self.estimated = 0
+        """operators estimated, not timed, because :attr:`deadline` had passed"""
+        self.deadline: float | None = None
+
     device_name: str
     backend: str
-    _memo: dict[OpKey, float]
-    measured: int
-    outliers: int
 
     def timing(self, key: OpKey) -> Timing:
         raise NotImplementedError
@@ -222,6 +239,10 @@ class CachedTimings:
         if key in self._memo:
             return self._memo[key]
         us = self.cache.get(self.device_name, self.backend, key)
+        if us is None and self.deadline is not None and time.perf_counter() > self.deadline:
+            self.estimated += 1
+            self._memo[key] = self.scaled_estimate(key)
+            return self._memo[key]
         if us is None:
             timing = self.timing(key)
             us = timing.us
@@ -230,8 +251,32 @@ class CachedTimings:
                 self.cache.put(self.device_name, self.backend, key, us)
             else:
                 self.outliers += 1
+        estimate = self._fallback.op_cost(key)
+        if estimate > 0 and us > 0:
+            self._ratios.setdefault(key.op, []).append(us / estimate)
         self._memo[key] = us
         return us
+
+    def scaled_estimate(self, key: OpKey) -> float:
+        """``key``'s analytic estimate times the median of this run's measured-over-estimated ratios of its
+        operator (of every operator where none of its own was read; 1 before any)."""
+        ratios = self._ratios.get(key.op) or [r for rs in self._ratios.values() for r in rs] or [1.0]
+        return self._fallback.op_cost(key) * float(np.median(ratios))
+
+
+@contextlib.contextmanager
+def timing_until(model: object, deadline: float) -> Iterator[None]:
+    """Within the block, a measured cost model (:class:`CachedTimings`) times no operator past ``deadline``
+    (``time.perf_counter()``): it estimates it (:meth:`CachedTimings.scaled_estimate`). Other models are
+    unaffected."""
+    if not isinstance(model, CachedTimings):
+        yield
+        return
+    before, model.deadline = model.deadline, deadline
+    try:
+        yield
+    finally:
+        model.deadline = before
 
 
 class TorchCost(CachedTimings):
@@ -263,12 +308,7 @@ class TorchCost(CachedTimings):
             self.warmup, self.repeats = warmup or 3, repeats or 10
         self.backend = f"torch-{torch.__version__}"
         self.name = f"{device}:{self.device_name}"
-        self.cache = cache if cache is not None else CostCache()
-        self._memo: dict[OpKey, float] = {}
-        self._fallback = AnalyticCost("a100" if device == "cuda" else "cpu")
-        self.measured = 0
-        self.outliers = 0
-        """operators whose timing stayed an outlier (used in this run, not cached)"""
+        super().__init__(cache, AnalyticCost("a100" if device == "cuda" else "cpu"))
         self.contention = Contention(self.cache, self.device_name, self.backend, self._probe_readers,
                                      TORCH_CONTENDED)
 

@@ -382,16 +382,10 @@ class OrtCost(CachedTimings):
         self.device_name = f"{RUNTIME}:{cpu_name()}:{threads}t"
         self.backend = f"onnxruntime-{ort.__version__}:policy-{POLICY}"
         self.name = f"{RUNTIME}:{threads}t"
-        self.cache = cache if cache is not None else CostCache()
-        self._memo: dict[OpKey, float] = {}
+        super().__init__(cache, AnalyticCost("cpu"))
         self._reorders: dict[tuple[int, ...], float] = {}
-        self._fallback = AnalyticCost("cpu")
-        self.measured = 0
-        """operators timed by this instance (cache misses)"""
         self.sessions = 0
         """onnxruntime sessions this instance built (0 when every cost came from the cache)"""
-        self.outliers = 0
-        """operators whose timing stayed an outlier (used in this run, not cached)"""
         self.contention = Contention(self.cache, self.device_name, self.backend, self._probe_readers)
 
     def op_cost(self, key: OpKey) -> float:

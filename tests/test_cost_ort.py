@@ -70,6 +70,33 @@ def test_cache_is_keyed_by_runtime_version_and_threads(tmp_path, quiet):
     assert two.measured == 1 and two.sessions > 0  # another thread count is timed anew
 
 
+def test_past_its_deadline_an_operator_is_estimated_from_this_runs_timings_not_timed(tmp_path, quiet):
+    """--time-limit bounds the timing of a cold cache: past the deadline nothing is timed; the analytic estimate
+    is scaled by the median measured/estimated ratio of the operator's kind (of all where none), never cached."""
+    import time
+
+    from eqsat.cost.analytic import AnalyticCost
+    from eqsat.cost.measure import timing_until
+
+    path = str(tmp_path / "costs.sqlite")
+    cost = OrtCost(CostCache(path), repeats=3)
+    analytic = AnalyticCost("cpu")
+    timed = cost.op_cost(RESIDUAL)  # timed: the ratio of an ewadd
+    sessions = cost.sessions
+    with timing_until(cost, time.perf_counter() - 1.0):
+        bias = cost.op_cost(BIAS_4D)  # another ewadd: its estimate scaled by the ewadd's ratio
+        conv = cost.op_cost(CONV)  # no conv timed: scaled by the median of every ratio (the one ewadd's)
+    ratio = timed / analytic.op_cost(RESIDUAL)
+    assert bias == pytest.approx(analytic.op_cost(BIAS_4D) * ratio)
+    assert conv == pytest.approx(analytic.op_cost(CONV) * ratio)
+    assert cost.sessions == sessions and cost.measured == 1 and cost.estimated == 2
+    assert CostCache(path).get(cost.device_name, cost.backend, CONV) is None  # an estimate is not cached
+    assert cost.deadline is None and cost.op_cost(CONV) == conv  # the run keeps what it used
+    with timing_until(cost, time.perf_counter() + 60.0):
+        cost.op_cost(DENSE_BIAS)  # before the deadline: timed and cached
+    assert cost.measured == 2 and CostCache(path).get(cost.device_name, cost.backend, DENSE_BIAS) is not None
+
+
 def test_a_measurement_the_probe_calls_contended_is_used_but_not_cached(tmp_path, monkeypatch):
     import eqsat.cost.measure as measure
 

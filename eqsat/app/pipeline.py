@@ -25,6 +25,7 @@ from eqsat import memory, runtimes
 from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
 from eqsat.cost.favoured import KERNEL_OPS, KernelsFavoured
+from eqsat.cost.measure import timing_until
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
@@ -257,7 +258,8 @@ def search_phase(egraph: EGraph, config: OptimizeConfig, search: SearchConfig, c
     """Grow ``egraph`` with the configured scheduler (``extra_rules`` join the rule set); with measured
     selection, the report keeps the programs of the cheapest states along the path as candidates."""
     keep = config.candidates - 1 if config.measure and config.candidates > 1 else 0
-    return run_scheduler(config.scheduler, egraph, search, cost_model, say, extra_rules, keep_states=keep)
+    with timing_until(cost_model, time.perf_counter() + search.time_limit):  # no operator timed past it
+        return run_scheduler(config.scheduler, egraph, search, cost_model, say, extra_rules, keep_states=keep)
 
 
 def rest_phase(rest: Rest, config: OptimizeConfig, copies: int, cost_model: CostModel, say: Progress,
@@ -290,7 +292,8 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
     time limit of what ``--time-limit`` left after ``elapsed`` seconds, and greedy-dag's program as its warm start
     (it then never returns a dearer one)."""
     snap = egraph.snapshot().restrict()
-    costs = node_costs(snap, cost_model)
+    with timing_until(cost_model, time.perf_counter() + max(0.0, config.search.time_limit - elapsed)):
+        costs = node_costs(snap, cost_model)
     final = extractors.info(config.final_extractor)
     warm = extractors.extract(extractors.WARM_START, snap, costs) if final.takes_warm_start else None
     return snap, final.fn(snap, costs, final.options(time_limit=ilp_seconds(config, elapsed), warm_start=warm))
@@ -351,6 +354,14 @@ def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     out = [Extracted("extracted", f"{first.extractor} under {cost_model.name}", first, cost_model)]
     if config.candidates < 2 or not config.measure:
         return out
+    with timing_until(cost_model, time.perf_counter() + max(0.0, config.search.time_limit - elapsed)):
+        return out + _more_candidates(snap, first, config, cost_model, elapsed, path)
+
+
+def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
+                     elapsed: float, path: Sequence[PathState]) -> list[Extracted]:
+    """The candidates after the first (:func:`candidates_phase`)."""
+    out: list[Extracted] = []
     costs = node_costs(snap, cost_model)
     if first.extractor != "greedy-dag":
         out.append(Extracted("greedy-dag", f"greedy-dag under {cost_model.name}",
@@ -584,6 +595,10 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         snap, ext = extract_phase(egraph, config, cost_model, timer.total("rest", "search"))
         extracted = candidates_phase(snap, ext, config, cost_model, timer.total("rest", "search", "extract"),
                                      search.states)
+    estimated = getattr(cost_model, "estimated", 0)
+    if estimated:
+        say(f"{estimated} operators estimated, not timed: --time-limit passed before their turn (the costs "
+            f"timed so far scale their estimates; a longer limit times them, once, into the cache)")
     say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
         + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
     with timer("export"):
@@ -636,7 +651,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         returned=returned, measured=measured, times=timer.seconds,
         interface=shaping.report(*((shipped.model, shipped.shapes, shipped.notes) if returned.program == "optimized"
                                    else (None, None))),
-        memory_mb=timer.memory_mb, blocks=blocks_entry(config, blocks, rest_entry))
+        memory_mb=timer.memory_mb, blocks=blocks_entry(config, blocks, rest_entry), costs_estimated=estimated)
     memory.release()  # the measurement's sessions are gone: their freed memory is not kept for the models returned
     if weights is not None:
         weights.drop_pages()

@@ -251,6 +251,9 @@ class Report:
     """each phase's peak resident memory in MiB (:class:`PhaseTimer`)"""
     blocks: dict[str, Any] | None = None
     """the repeated blocks found and how they were treated (None with ``--no-blocks``)"""
+    costs_estimated: int = 0
+    """operators a measured cost model estimated instead of timing: ``--time-limit`` had passed
+    (:func:`eqsat.cost.measure.timing_until`)"""
     input: str | None = None
     output: str | None = None
     external_data: str | None = None
@@ -309,7 +312,8 @@ class Report:
             "optimized_cost": self.optimized_cost, "estimated_speedup": self.estimated_speedup,
             "extracted_cost": self.extracted_cost, "measured": self.measured, "fallback": self.returned.fallback,
             "returned": self.returned.program, "returned_reason": self.returned.reason, "shipped": optimized.name,
-            "cost_model": self.cost_model, "candidates": self.candidates,
+            "cost_model": self.cost_model,
+            "costs_estimated": self.costs_estimated, "candidates": self.candidates,
             "operators": {"original": self.candidate("original").operators, "optimized": optimized.operators},
             "kernels": kernels_used(optimized.operators), "changes": self.changes(),
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
