@@ -4,7 +4,7 @@ their cache. The torch ones (``cpu``, ``cuda``) need the ``torch`` extra (``pip 
 from __future__ import annotations
 
 from eqsat.errors import InputError
-from eqsat.torch_run import check_torch, torch_gpu
+from eqsat.measurement.torch_run import check_torch, torch_gpu
 
 from .analytic import DEVICES, AnalyticCost
 from .base import CostModel, OpKey, costs_by_op, graph_cost, graph_ops, node_costs
@@ -26,7 +26,7 @@ def cost_names() -> list[str]:
 def resolve_auto(runtime: str | None = None) -> str:
     """The cost model ``--cost auto`` stands for: the one measured in the end-to-end runtime (``--runtime``):
     ort-cpu for onnxruntime on the CPU, cpu for torch on the CPU, cuda for the GPU runtimes; None or ``auto``:
-    cuda where torch sees a GPU, else ort-cpu (what :mod:`eqsat.timing` measures on the CPU). Without torch
+    cuda where torch sees a GPU, else ort-cpu (what :mod:`eqsat.measurement.timing` measures on the CPU). Without torch
     installed, torch is not imported: there is no GPU for it (ort-cpu), and cpu and cuda ask for the torch extra
     when made."""
     if runtime in (None, "auto", "torch-compile"):

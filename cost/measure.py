@@ -35,9 +35,9 @@ import onnxruntime as ort
 from onnx import AttributeProto, helper
 
 from eqsat.errors import InputError
+from eqsat.measurement.clock import cuda_event_ms, median_ms
+from eqsat.measurement.torch_run import exact_float32, require_torch
 from eqsat.ops import OPS
-from eqsat.timing import cuda_event_ms, median_ms
-from eqsat.torch_run import exact_float32, require_torch
 
 from .analytic import AnalyticCost
 from .base import OpKey

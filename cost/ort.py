@@ -1,5 +1,5 @@
 """Operator costs measured the way the end-to-end run executes the program: onnxruntime on the CPU, with the
-end-to-end run's session options (:func:`eqsat.timing.session_options`: all graph optimizations, a fixed
+end-to-end run's session options (:func:`eqsat.measurement.clock.session_options`: all graph optimizations, a fixed
 intra-op thread count), so that what onnxruntime fuses is timed fused.
 
 What is timed for one operator key (:func:`op_model`):
@@ -87,10 +87,10 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from eqsat.measurement.clock import median_ms, session_options
 from eqsat.onnx.kernels import UpgradeError, pending, upgrade
 from eqsat.ops import OPS
 from eqsat.ops.base import UPGRADE_DOMAIN
-from eqsat.timing import median_ms, session_options
 
 from .analytic import AnalyticCost
 from .base import OpKey

@@ -1,4 +1,4 @@
-"""Check that two ONNX models compute the same outputs in onnxruntime (timing: :mod:`eqsat.timing`)."""
+"""Check that two ONNX models compute the same outputs in onnxruntime (timing: :mod:`eqsat.measurement.timing`)."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ class Verifier:
 
     def first_inputs(self) -> dict[str, np.ndarray] | None:
         """The first draw's inputs, when every candidate checked took the same input shapes (they are then the
-        inputs :func:`eqsat.timing.timing_feeds` gives for the same seed); None otherwise."""
+        inputs :func:`eqsat.measurement.timing.timing_feeds` gives for the same seed); None otherwise."""
         return self.runs[next(iter(self.runs))][0][0] if len(self.runs) == 1 and self.draws else None
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 model timed against itself) and how often a program truly ~2% faster ships (A/B: the same model with and
 without a cheap side branch sized to ~2% of its time, the ratio checked by timing it).
 
-The gate is the pipeline's (eqsat.gate, sequential, alpha 1%): the design asks for an A/A ship rate of at most 1%
+The gate is the pipeline's (eqsat.measurement.gate, sequential, alpha 1%): the design asks for an A/A ship rate of at most 1%
 and an A/B ship rate of at least 90% at 2%. Each rate is printed with its 95% Wilson interval, the rounds the
 gate planned (the budget's, or the pilot's spread's, up to ``--max-budget``) against those it used, the mean
 seconds per comparison, and why each comparison that did not ship ended: "not faster" (the futility bound: the
@@ -36,10 +36,10 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
-from eqsat.gate import Gate, spread, trimmed_interval  # noqa: E402
+from eqsat.measurement.gate import Gate, spread, trimmed_interval  # noqa: E402
+from eqsat.measurement.timing import EXTENSION, Comparison, Protocol, compare, decide  # noqa: E402
 from eqsat.models import build  # noqa: E402
 from eqsat.onnx import export_model  # noqa: E402
-from eqsat.timing import EXTENSION, Comparison, Protocol, compare, decide  # noqa: E402
 
 DEFAULT_MODELS = "squeezenet,bert"
 SIDE_OUTPUT = "aa_side_branch"

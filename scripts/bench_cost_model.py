@@ -3,7 +3,7 @@
 
 For each model: its e-graph is grown (the TENSAT schedule by default), ``--programs`` distinct programs are
 drawn from it by random extraction choices (seeded; eqsat.extract.sample), each is verified against the
-original in onnxruntime and timed end to end against it (eqsat.timing's protocol: interleaved rounds, the
+original in onnxruntime and timed end to end against it (eqsat.measurement.timing's protocol: interleaved rounds, the
 median paired ratio; a round's block of calls summarized by its fastest call, ``--clock min``, or by its
 median), and estimated by every cost model of ``--cost`` (a comma list; the estimated speedup is the
 original's DAG cost over the program's). Prints, per model and over all programs, Spearman's rank
@@ -31,13 +31,14 @@ from eqsat.cost.calibration import mean_abs_error, spearman
 from eqsat.cost.measure import min_ms
 from eqsat.decode import build_program
 from eqsat.extract.sample import sample_choices, structure_key
+from eqsat.measurement.clock import runtime_info, wall_block_ms
+from eqsat.measurement.timing import Protocol, compare_calls, timing_feeds, timing_sessions
 from eqsat.models import BENCHMARKS, MODELS, build
 from eqsat.onnx import export_model, import_model
-from eqsat.timing import Protocol, compare_calls, runtime_info, timing_feeds, timing_sessions, wall_block_ms
 from eqsat.verify import verify
 
 RUNTIMES = ("ort-cpu",)
-"""runtimes this script can measure in (onnxruntime on the CPU, eqsat.timing)"""
+"""runtimes this script can measure in (onnxruntime on the CPU, eqsat.measurement.timing)"""
 
 
 ZOO = "zoo:"
@@ -92,7 +93,7 @@ CLOCKS = {"min": min_block_ms, "median": wall_block_ms}
 
 
 def measure(original: Any, program: Any, args: argparse.Namespace) -> Any:
-    """Time ``program`` against ``original`` end to end in onnxruntime (eqsat.timing's protocol, ``--clock``)."""
+    """Time ``program`` against ``original`` end to end in onnxruntime (eqsat.measurement.timing's protocol, ``--clock``)."""
     protocol = Protocol(threads=args.threads, budget_s=args.budget, seed=args.seed)
     sessions = timing_sessions([original, program], protocol)
     feeds = timing_feeds(original, [sessions[0][0], sessions[1][0]], args.seed)
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", action="store_true", help="the models' reduced sizes")
     p.add_argument("--scheduler", default="tensat", help="how the e-graph is grown")
     p.add_argument("--search-time", type=float, default=60.0, help="seconds the growth may take")
-    p.add_argument("--budget", type=float, default=2.0, help="seconds of timed rounds per program (eqsat.timing)")
+    p.add_argument("--budget", type=float, default=2.0, help="seconds of timed rounds per program (eqsat.measurement.timing)")
     p.add_argument("--clock", default="min", choices=list(CLOCKS),
                    help="a round's summary of a block of calls: the fastest (robust on a shared machine) or the median")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (timing and ort-cpu costs)")

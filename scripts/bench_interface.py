@@ -6,7 +6,7 @@
 - generic: ``--input-shape`` (the written model keeps the dynamic axes),
 - static: ``--static-shape`` at the same shape (the written model takes only that shape),
 
-printing each run's measured speedup over the original (eqsat.timing's interleaved protocol, with its interval),
+printing each run's measured speedup over the original (eqsat.measurement.timing's interleaved protocol, with its interval),
 the sizes the generic result was verified at, the original and the two written models timed in one interleaved
 run (``one_run``: each written model's speedup over the original), and the two written models timed against each
 other at that shape (``static_over_generic``: the static model's latency over the generic one's; below 1, the
@@ -60,8 +60,8 @@ import zoo  # noqa: E402
 from bench_default import resized  # noqa: E402
 
 from eqsat.app.pipeline import OptimizeConfig, optimize  # noqa: E402
-from eqsat.runtimes import Program, compare_programs, make  # noqa: E402
-from eqsat.timing import Protocol  # noqa: E402
+from eqsat.measurement.runtimes import Program, compare_programs, make  # noqa: E402
+from eqsat.measurement.timing import Protocol  # noqa: E402
 
 LOCK = "/tmp/eqsat-big.lock"
 SEQS = (128, 64, 32, 16)

@@ -12,7 +12,7 @@ its program from the same original:
 
 Each program is verified against the original in onnxruntime (``eqsat.verify``: seeded random inputs, every
 output; the peers' outputs too: they break). The verified ones are then timed together with an unchanged copy
-of the original (the A/A control, which shows the noise) in one process, interleaved, with eqsat.timing's
+of the original (the A/A control, which shows the noise) in one process, interleaved, with eqsat.measurement.timing's
 protocol (paired rounds, ORT_ENABLE_ALL on every side, the median ratio original / program with a bootstrap
 95% interval), at each ``--threads`` count, the rounds sized to the variance seen until every interval is at most
 ``--resolution`` wide (1%) or ``--time-budget`` seconds (20) per model and thread count are spent (peers_timing).
@@ -68,7 +68,7 @@ from peers_report import figure, summarize, summary_table  # noqa: E402
 from peers_timing import CONTROL, Budget, time_all  # noqa: E402
 from peers_tools import TOOLS, run_tool, tool_version  # noqa: E402
 
-from eqsat import timing  # noqa: E402
+from eqsat.measurement import timing  # noqa: E402
 
 ALL = ("bert", "bert_s128", "distilbert", "gpt2", "llama", "llama_s128", "qwen2", "t5_encoder", "vit",
        "whisper_encoder", "convnext", "resnet50")

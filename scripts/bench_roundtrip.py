@@ -7,8 +7,8 @@ from small random configs, exported by torch), what onnxruntime actually runs an
 - the optimized program (MCTS search, ``cost='analytic'``, a small ``--budget``),
 
 printing the node counts of onnxruntime's optimized graphs (``SessionOptions.optimized_model_filepath``,
-ORT_ENABLE_ALL, one intra-op thread: what eqsat.timing times), the fused operator kinds in each, and the
-latency ratios original / round trip and original / optimized (eqsat.timing's interleaved protocol: median
+ORT_ENABLE_ALL, one intra-op thread: what eqsat.measurement.timing times), the fused operator kinds in each, and the
+latency ratios original / round trip and original / optimized (eqsat.measurement.timing's interleaved protocol: median
 of paired rounds, with a bootstrap confidence interval). A ratio below 1 means the program is slower than
 the original. One JSON document per run (``--json``).
 
@@ -43,7 +43,7 @@ import onnxruntime as ort  # noqa: E402
 import zoo  # noqa: E402  (tests/zoo)
 
 from eqsat import OptimizeConfig, optimize  # noqa: E402
-from eqsat.timing import Protocol, compare, session_options  # noqa: E402
+from eqsat.measurement.timing import Protocol, compare, session_options  # noqa: E402
 
 FUSED_STANDARD = {"Gemm", "LayerNormalization", "Gelu", "RMSNormalization", "Attention", "RotaryEmbedding",
                   "SimplifiedLayerNormalization",

@@ -183,11 +183,11 @@ def optimize_one(stem: str, model: str, args: argparse.Namespace, extra: list[st
 
 def compare(original: str, optimized: dict[str, str], seed: int, budget: float) -> dict:
     """The original and each optimized model (name -> path) timed in one interleaved run in onnxruntime on the
-    CPU (eqsat.timing's protocol): each one's speedup over the original with its 95% interval."""
+    CPU (eqsat.measurement.timing's protocol): each one's speedup over the original with its 95% interval."""
     import onnx
 
-    from eqsat.runtimes import Program, compare_programs, make
-    from eqsat.timing import Protocol
+    from eqsat.measurement.runtimes import Program, compare_programs, make
+    from eqsat.measurement.timing import Protocol
 
     names = list(optimized)
     measured = compare_programs(Program(onnx.load(original)), [Program(onnx.load(optimized[n])) for n in names],

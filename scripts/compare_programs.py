@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two ONNX programs of one function timed against each other in one interleaved run (eqsat.timing's protocol,
+"""Two ONNX programs of one function timed against each other in one interleaved run (eqsat.measurement.timing's protocol,
 onnxruntime on the CPU, ORT_ENABLE_ALL, 1 intra-op thread by default): A's latency over B's, the median of paired
 ratios with its bootstrap 95% interval (above 1: B is faster). Pairs given as directories compare the file NAME
 (default eqsat.onnx) of each model/exporter folder both hold, as ``bench_peers.py --optimize-only`` writes them:
@@ -22,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from eqsat.runtimes import Program, compare_programs, make  # noqa: E402
-from eqsat.timing import Protocol  # noqa: E402
+from eqsat.measurement.runtimes import Program, compare_programs, make  # noqa: E402
+from eqsat.measurement.timing import Protocol  # noqa: E402
 
 
 def pairs(a: str, b: str, name: str) -> list[tuple[str, str, str]]:

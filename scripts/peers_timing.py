@@ -1,8 +1,8 @@
 """The timing of scripts/bench_peers.py: every verified program beside an unchanged copy of the original (the A/A
-control), in one interleaved run (eqsat.timing's protocol), with rounds sized to the variance seen.
+control), in one interleaved run (eqsat.measurement.timing's protocol), with rounds sized to the variance seen.
 
-The budget, per model and thread count: one set of sessions per program (eqsat.timing.timing_sessions), then stages
-of interleaved rounds (eqsat.timing.compare_many: each round times a block of about ``block_s`` of every program in
+The budget, per model and thread count: one set of sessions per program (eqsat.measurement.timing.timing_sessions), then stages
+of interleaved rounds (eqsat.measurement.timing.compare_many: each round times a block of about ``block_s`` of every program in
 a seeded random order). The first stage is a pilot of ``pilot_rounds`` rounds; after each stage every program's
 speedup interval (bootstrap 95%, over all the rounds so far, resampling the session pairs) is computed, and when the
 widest of them, the A/A control's included, is wider than ``resolution`` (1% by default: the table resolves a 1%
@@ -23,7 +23,7 @@ from typing import Any
 
 import onnx
 
-from eqsat import timing
+from eqsat.measurement import timing
 
 CONTROL = "original-copy"
 """the A/A control's name: an unchanged copy of the original, timed like a program"""

@@ -118,7 +118,7 @@ def _tiny():
 
 
 class _FakeClock:
-    """A block clock (eqsat.timing.BlockClock) whose round times are 1 ms times lognormal noise of a known sigma,
+    """A block clock (eqsat.measurement.timing.BlockClock) whose round times are 1 ms times lognormal noise of a known sigma,
     the program's call ``speedup`` times faster; calls are counted instead of run."""
 
     def __init__(self, sigma, speedups, seed=0):
@@ -131,7 +131,7 @@ class _FakeClock:
 @pytest.mark.parametrize("sigma", [0.002, 0.03])
 def test_rounds_are_sized_to_the_noise(scripts, monkeypatch, sigma):
     _, timing_mod = scripts
-    import eqsat.timing as timing
+    import eqsat.measurement.timing as timing
 
     clock = _FakeClock(sigma, {"fast": 1.1})
     real = timing.compare_many

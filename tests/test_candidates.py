@@ -24,18 +24,18 @@ from eqsat.app.pipeline import (
     same_program,
     search_phase,
 )
-from eqsat.app.selection import choose
 from eqsat.cost import make, node_costs
 from eqsat.extract import extract
-from eqsat.gate import Gate
 from eqsat.inputs import random_inputs
 from eqsat.mcts import Env
+from eqsat.measurement.decision import choose
+from eqsat.measurement.gate import Gate
+from eqsat.measurement.timing import Comparison
+from eqsat.measurement.torch_run import TorchProgram
 from eqsat.models import build
 from eqsat.onnx.export import export_model
 from eqsat.ops.composite import float_bits
 from eqsat.rules import rule_set
-from eqsat.timing import Comparison
-from eqsat.torch_run import TorchProgram
 from eqsat.verify import compare_outputs, session
 
 FAST = ["--budget", "2", "--cost", "analytic", "--ilp-time-limit", "2", "--measure-budget", "0.5", "--seed", "1"]

@@ -1,4 +1,4 @@
-"""scripts/compare_programs.py: which files it pairs, and the document it writes (its timing is eqsat.timing's,
+"""scripts/compare_programs.py: which files it pairs, and the document it writes (its timing is eqsat.measurement.timing's,
 tested there; no latency is asserted here)."""
 
 from __future__ import annotations

@@ -339,7 +339,7 @@ def test_a_small_operator_costs_what_it_adds_to_a_program(tmp_path, quiet):
     import onnxruntime as ort
 
     from eqsat.cost.measure import min_ms
-    from eqsat.timing import session_options
+    from eqsat.measurement.clock import session_options
 
     key = OpKey("matmul", (0,), ((16, 32), (32, 32)), (16, 32))
     cost = OrtCost(CostCache(str(tmp_path / "c.sqlite")), repeats=10)

@@ -1,4 +1,4 @@
-"""The shipping gate's statistics (eqsat.gate) on synthetic paired rounds, no timing: an A/A series ships at most
+"""The shipping gate's statistics (eqsat.measurement.gate) on synthetic paired rounds, no timing: an A/A series ships at most
 at the designed rate over many seeded draws, a program truly 2% faster ships, the sequential rule stops; the
 t quantiles against published tables; the timing protocol runs the gate on callables of known latency."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from test_runtimes import busy
 
-from eqsat.gate import Gate, look_schedule, replay, rounds_for_power, t_cdf, t_quantile, trimmed_interval
-from eqsat.timing import Protocol, compare_many, decide
+from eqsat.measurement.gate import Gate, look_schedule, replay, rounds_for_power, t_cdf, t_quantile, trimmed_interval
+from eqsat.measurement.timing import Protocol, compare_many, decide
 
 SESSIONS = 10
 

@@ -1,4 +1,4 @@
-"""The gate's rounds sized to the variance seen (eqsat.gate.Sequential), on synthetic paired rounds from a seeded
+"""The gate's rounds sized to the variance seen (eqsat.measurement.gate.Sequential), on synthetic paired rounds from a seeded
 RNG whose true ratio and noise are known (the oracle), no timing: the pilot's spread estimates the noise and is
 blind to the ratio, the planner asks for more rounds as the noise grows and never more than the cap, an A/A
 comparison ships no more often than the design allows (a binomial bound over many draws), a program truly 2%
@@ -15,11 +15,10 @@ import onnx_builders as ob
 import pytest
 from test_gate import SESSIONS, paired_rounds
 
-from eqsat import runtimes
-from eqsat.app import pipeline
 from eqsat.app.config import OptimizeConfig
-from eqsat.gate import Gate, Sequential, replay, replay_plan, rounds_for_power, spread, spread_bound
-from eqsat.timing import EXTENSION, Protocol, compare_many
+from eqsat.measurement import decision, runtimes
+from eqsat.measurement.gate import Gate, Sequential, replay, replay_plan, rounds_for_power, spread, spread_bound
+from eqsat.measurement.timing import EXTENSION, Protocol, compare_many
 
 BASE = 100
 """the rounds a budget plans before any data (the pilot is its first look)"""
@@ -150,7 +149,7 @@ class Captured(Exception):
 
 
 def test_the_pipeline_extends_the_measurement_only_into_what_the_search_left(monkeypatch):
-    """measure_phase's protocol: the budget is --measure-budget; its extension is what the search and extraction
+    """The measurement's protocol (decision.measure): the budget is --measure-budget; its extension is what the search and extraction
     left of --time-limit (none when they used it all), at most EXTENSION x the budget in all."""
     seen: list[Protocol] = []
 
@@ -158,10 +157,10 @@ def test_the_pipeline_extends_the_measurement_only_into_what_the_search_left(mon
         seen.append(protocol)
         raise Captured
 
-    monkeypatch.setattr(pipeline.runtimes, "compare_programs", capture)
+    monkeypatch.setattr(decision.runtimes, "compare_programs", capture)
     model, config = ob.mlp(), OptimizeConfig.of(measure_budget=4.0)
     for spare in (0.0, 2.0, 100.0, -5.0):
         with pytest.raises(Captured):
-            pipeline.measure_phase(model, model, config, runtime=runtimes.make("ort-cpu"), spare_s=spare)
+            decision.measure(model, model, config, runtime=runtimes.make("ort-cpu"), spare_s=spare)
     assert [p.extended_budget_s for p in seen] == [4.0, 6.0, EXTENSION * 4.0, 4.0]
     assert all(p.budget_s == 4.0 and p.gate is not None for p in seen)

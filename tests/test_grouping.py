@@ -1,4 +1,4 @@
-"""The measurement in memory-bounded groups (eqsat.grouping), the pool's dropped pages and its stale folders:
+"""The measurement in memory-bounded groups (eqsat.measurement.grouping), the pool's dropped pages and its stale folders:
 a small ``memory_budget`` splits the measurement, bounds the live timed sessions, and still ships a faster
 program (its outputs onnxruntime's on the original) or returns the original for an A/A."""
 
@@ -17,15 +17,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat import timing
 from eqsat.app.config import OptimizeConfig
-from eqsat.app.pipeline import SPLIT_CANDIDATES, measure_phase
-from eqsat.app.selection import choose
 from eqsat.errors import InputError
-from eqsat.gate import Gate
-from eqsat.grouping import MIB, auto_budget, plan, session_bytes
+from eqsat.measurement import timing
+from eqsat.measurement.decision import SPLIT_CANDIDATES, choose, measure
+from eqsat.measurement.gate import Gate
+from eqsat.measurement.grouping import MIB, auto_budget, plan, session_bytes
+from eqsat.measurement.runtimes import Program
 from eqsat.onnx import pool as weight_pool
-from eqsat.runtimes import Program
 
 N = 512
 W = np.random.default_rng(0).standard_normal((N, N)).astype(np.float32) / N**0.5
@@ -122,7 +121,7 @@ CONFIG = OptimizeConfig.of(measure_budget=1.0, runtime="ort-cpu", memory_budget=
 def test_a_small_budget_times_in_groups_and_still_ships_the_faster_program(live_sessions):
     original, candidates = slow(), [Program(slow()), Program(fast()), Program(fast())]
     with weight_pool.pooled():
-        measurement, measured = measure_phase(original, candidates, CONFIG, names=["same", "fast", "fast-too"])
+        measurement, measured = measure(original, candidates, CONFIG, names=["same", "fast", "fast-too"])
     # each session holds 1 MiB of prepacked weights: the original and one candidate at a time fit 1 MiB no better;
     # each group times the original again, so only the first SPLIT_CANDIDATES candidates are timed
     assert SPLIT_CANDIDATES == 2 and len(measured.comparisons) == 2
@@ -137,7 +136,7 @@ def test_a_small_budget_times_in_groups_and_still_ships_the_faster_program(live_
 
 def test_a_small_budget_returns_the_original_for_an_a_a(live_sessions):
     with weight_pool.pooled():
-        measurement, measured = measure_phase(fast(), [Program(fast()), Program(fast())], CONFIG)
+        measurement, measured = measure(fast(), [Program(fast()), Program(fast())], CONFIG)
     assert measured.groups == [[0], [1]] and live_sessions[0] <= 2
     assert measurement.decision == "original"
 
@@ -145,7 +144,7 @@ def test_a_small_budget_returns_the_original_for_an_a_a(live_sessions):
 def test_without_a_small_budget_the_programs_share_one_run(live_sessions):
     config = replace(CONFIG, memory_budget=None)
     with weight_pool.pooled():
-        _, measured = measure_phase(slow(), [Program(fast()), Program(slow())], config)
+        _, measured = measure(slow(), [Program(fast()), Program(slow())], config)
     assert measured.groups == [[0, 1]] and "groups" not in measured.comparisons[0].runtime
     assert live_sessions[0] > 3  # several sessions per program, all alive in the one interleaved run
 
@@ -224,7 +223,7 @@ def test_stale_weight_folders_are_removed_only_for_dead_processes(tmp_path):
 def test_renewed_sessions_never_fall_back_to_the_rounds_as_units():
     """One epoch (one session pair) says nothing of what differs between sessions: the interval is unbounded, not
     the narrow one over its rounds (which an A/A on one pair passes about half the time)."""
-    from eqsat.gate import trimmed_interval
+    from eqsat.measurement.gate import trimmed_interval
 
     x = np.random.default_rng(0).normal(0.005, 0.001, 12)  # one pair 0.5% apart, rounds that agree on it
     assert trimmed_interval(x, [0] * 12, 0.99, 2).ci_low > 1  # rounds as units: "faster"

@@ -11,13 +11,15 @@ The floors, from the bottom:
 * ``eqsat.errors``: the basement, the exception hierarchy every layer raises; it imports nothing of eqsat.
   (It is a package of its own here so that the operator table may raise ShapeError without a cycle.)
 * ``eqsat.ops``: the operator table.
-* ``eqsat``: the ground floor, the root modules (ir, shapes, snapshot, decode, verify, inputs, timing,
+* ``eqsat``: the ground floor, the root modules (ir, shapes, snapshot, decode, verify, inputs,
   progress, ...), the ``eqsat.onnx`` package (ONNX <-> IR) and the ``eqsat.egglog`` package (schema, codec,
   runtime wrapper).
 * ``eqsat.generic``: the shape-generic writer, on the ground floor only (the ONNX layer among it). The ground floor
   imports it once, in :data:`UPWARD`: the importer's generic import starts from the writer's forms.
+* ``eqsat.measurement``: timing end to end, the shipping gate and the ship decision, on the ground floor only.
 * ``eqsat.rules``, ``eqsat.extract``, ``eqsat.cost``, ``eqsat.models``: each on the ground floor only
-  (extract and cost share the e-graph data through ``eqsat.snapshot``).
+  (extract and cost share the e-graph data through ``eqsat.snapshot``); ``eqsat.cost`` times operators with
+  ``eqsat.measurement``'s clocks and session settings.
 * ``eqsat.mcts``: rules, extract and cost, and the ground floor.
 * ``eqsat.app``: the pipeline, config, report and CLI, on top of everything.
 
@@ -54,11 +56,13 @@ ALLOWED: dict[str, set[str]] = {
     "eqsat": {"eqsat.ops", "eqsat.errors"},
     "eqsat.rules": GROUND,
     "eqsat.extract": GROUND,
-    "eqsat.cost": GROUND,
+    "eqsat.cost": GROUND | {"eqsat.measurement"},
     "eqsat.models": GROUND,
     "eqsat.generic": GROUND,
-    "eqsat.mcts": GROUND | {"eqsat.rules", "eqsat.extract", "eqsat.cost"},
-    "eqsat.app": GROUND | {"eqsat.generic", "eqsat.rules", "eqsat.extract", "eqsat.cost", "eqsat.models", "eqsat.mcts"},
+    "eqsat.measurement": GROUND,
+    "eqsat.mcts": GROUND | {"eqsat.rules", "eqsat.extract", "eqsat.cost", "eqsat.measurement"},
+    "eqsat.app": GROUND | {"eqsat.generic", "eqsat.measurement", "eqsat.rules", "eqsat.extract", "eqsat.cost",
+                           "eqsat.models", "eqsat.mcts"},
 }
 """package -> the other packages it may import"""
 UPWARD: dict[tuple[str, str], str] = {
@@ -67,7 +71,7 @@ UPWARD: dict[tuple[str, str], str] = {
 }
 """(importing module, imported package) -> why: imports against the floors, on purpose (see the docstring)"""
 SUBPACKAGES = ("eqsat.app", "eqsat.ops", "eqsat.rules", "eqsat.extract", "eqsat.mcts", "eqsat.cost", "eqsat.models",
-               "eqsat.generic")
+               "eqsat.generic", "eqsat.measurement")
 NO_EGGLOG = ("eqsat.extract", "eqsat.cost")
 
 

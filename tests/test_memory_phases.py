@@ -69,9 +69,9 @@ def test_the_runtime_auto_resolves_without_importing_torch_where_no_gpu_device_e
     import subprocess
     import sys
 
-    from eqsat.runtimes import GPU_DEVICES
+    from eqsat.measurement.runtimes import GPU_DEVICES
 
-    code = ("import sys; from eqsat import runtimes; print(runtimes.resolve('auto'), 'torch' in sys.modules)")
+    code = ("import sys; from eqsat.measurement import runtimes; print(runtimes.resolve('auto'), 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     import torch  # the oracle: torch's own answer
 

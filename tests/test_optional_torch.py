@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from eqsat.torch_run import TORCH_EXTRA
+from eqsat.measurement.torch_run import TORCH_EXTRA
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN_JOB = ["optimize-model", "--model", "encoder", "--small", "--scheduler", "none", "--cost", "analytic",
@@ -57,8 +57,8 @@ def test_the_main_job_runs_without_torch(tmp_path):
 
 
 def test_the_onnx_path_imports_and_resolves_without_torch(tmp_path):
-    code = ("import eqsat, eqsat.app.cli, eqsat.app.pipeline, eqsat.cost, eqsat.runtimes\n"
-            "from eqsat import cost, runtimes\n"
+    code = ("import eqsat, eqsat.app.cli, eqsat.app.pipeline, eqsat.cost, eqsat.measurement.runtimes\n"
+            "from eqsat import cost\nfrom eqsat.measurement import runtimes\n"
             "print(runtimes.resolve('auto'), cost.resolve_auto(), cost.resolve_auto('auto'),"
             " type(cost.make('auto', runtime='ort-cpu')).__name__)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
@@ -74,10 +74,11 @@ def test_the_onnx_path_never_imports_torch_where_it_is_installed(tmp_path):
 import sys
 from eqsat.app.cli import main
 assert main({[*MAIN_JOB, "-o", str(tmp_path / "x.onnx")]!r}) == 0
-from eqsat import cost, runtimes
+from eqsat import cost
+from eqsat.measurement import runtimes
 from eqsat.models import build
 from eqsat.onnx import export_model
-from eqsat.timing import Protocol
+from eqsat.measurement.timing import Protocol
 runtime = runtimes.make("ort-cpu")
 assert type(cost.make("auto", runtime="ort-cpu")).__name__ == "OrtCost"
 model = export_model(build("encoder", small=True))
@@ -123,7 +124,7 @@ def test_cost_profile_with_a_torch_cost_without_torch_is_exit_2(tmp_path):
 
 def test_require_torch_names_the_extra_and_the_alternative(monkeypatch):
     from eqsat.errors import InputError
-    from eqsat.torch_run import TorchMissing, check_torch, require_torch
+    from eqsat.measurement.torch_run import TorchMissing, check_torch, require_torch
 
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(TorchMissing, match=r"--runtime torch-cpu needs torch, .*pip install 'eqsat\[torch\]', "

@@ -13,9 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import eqsat
+from eqsat.measurement.clock import timing_session
+from eqsat.measurement.timing import session_count
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx import pool as weight_pool
-from eqsat.timing import session_count, timing_session
 from eqsat.verify import verify
 
 
@@ -107,7 +108,7 @@ def test_session_count_counts_a_slim_models_weights() -> None:
         slim = pool.slim(onnx.ModelProto.FromString(big.SerializeToString()))
         held = onnx_io.weight_bytes(big)
         limit = held * 4 + 1  # room for two sessions of each of the two programs
-        import eqsat.timing as timing
+        import eqsat.measurement.timing as timing
         old = timing.SESSIONS_WEIGHT_LIMIT
         timing.SESSIONS_WEIGHT_LIMIT = limit
         try:

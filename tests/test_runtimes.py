@@ -1,4 +1,4 @@
-"""The runtimes (eqsat.runtimes) and the torch executor (eqsat.torch_run), checked against onnxruntime."""
+"""The runtimes (eqsat.measurement.runtimes) and the torch executor (eqsat.measurement.torch_run), checked against onnxruntime."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.errors import InputError
 from eqsat.inputs import random_inputs
+from eqsat.measurement.runtimes import OrtRuntime, Program, check_available, compare_programs, make, resolve
+from eqsat.measurement.timing import Protocol, compare_many
+from eqsat.measurement.torch_run import TorchProgram, UnsupportedProgram
 from eqsat.models import build
 from eqsat.onnx import export_model, import_model
-from eqsat.runtimes import OrtRuntime, Program, check_available, compare_programs, make, resolve
-from eqsat.timing import Protocol, compare_many
-from eqsat.torch_run import TorchProgram, UnsupportedProgram
 from eqsat.verify import compare_outputs, session
 
 GPU = torch.cuda.is_available()

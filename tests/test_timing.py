@@ -1,4 +1,4 @@
-"""The end-to-end timing protocol (eqsat.timing) and the rule it feeds: ship only if faster with confidence,
+"""The end-to-end timing protocol (eqsat.measurement.timing) and the rule it feeds: ship only if faster with confidence,
 otherwise hand back the user's model untouched."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.timing import Comparison, Protocol, compare, decide, runtime_info, session_count, speedup_ci
+from eqsat.measurement.clock import runtime_info
+from eqsat.measurement.timing import Comparison, Protocol, compare, decide, session_count, speedup_ci
 
 
 def synthetic_rounds(rng: np.random.Generator, ratio: float, n: int, noise: float = 0.1):

@@ -10,8 +10,8 @@ import onnx_builders as ob
 from onnx import numpy_helper
 
 import eqsat.verify
+from eqsat.measurement.timing import timing_feeds
 from eqsat.onnx import session
-from eqsat.timing import timing_feeds
 from eqsat.verify import Verifier, verify
 
 

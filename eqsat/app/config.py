@@ -30,8 +30,8 @@ from eqsat.errors import InputError
 from eqsat.extract import EXTRACTORS
 from eqsat.mcts import SearchConfig, option, scheduler_names
 from eqsat.mcts.config import WORKER_MB, usable_cores
+from eqsat.measurement.runtimes import check_available, runtime_names
 from eqsat.rules import RULE_SETS
-from eqsat.runtimes import check_available, runtime_names
 
 REGISTRIES: dict[str, Callable[[], list[str]]] = {
     "extractors": lambda: list(EXTRACTORS),
@@ -68,7 +68,7 @@ class OptimizeConfig:
                                  "faster with confidence", "--no-measure")
     allow_slower: bool = option(False, "keep the optimized program even when it is not measured faster with "
                                        "confidence than the original", "--allow-slower")
-    measure_budget: float = option(10.0, "seconds of timed rounds in the end-to-end comparison (eqsat.timing; the "
+    measure_budget: float = option(10.0, "seconds of timed rounds in the end-to-end comparison (eqsat.measurement.timing; the "
                                          "minimum rounds always run; where the gate's pilot finds the rounds too "
                                          "noisy for a 2% gain, it may extend them, up to 3x, into what the search "
                                          "and extraction left of --time-limit)", "--measure-budget", seconds=True)
@@ -78,7 +78,7 @@ class OptimizeConfig:
                                              "(each keeps its own prepacked copy of its MatMul, Gemm and Conv "
                                              "weights); where the original and every candidate do not fit, they are "
                                              "timed in groups, the original with as many candidates as fit "
-                                             "(eqsat.grouping). None: twice the model's weights, at least 512 MiB, "
+                                             "(eqsat.measurement.grouping). None: twice the model's weights, at least 512 MiB, "
                                              "which keeps a run's peak near 3x the weights", "--memory-budget",
                                         least=1)
     runtime: str = option("auto", "where the end-to-end measurement runs: ort-cpu (onnxruntime, CPU), torch-cuda "

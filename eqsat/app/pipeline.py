@@ -17,32 +17,30 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import onnx
 
 from eqsat import extract as extractors
-from eqsat import memory, runtimes
+from eqsat import memory
 from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
-from eqsat.cost.favoured import KERNEL_OPS, KernelsFavoured
 from eqsat.cost.measure import timing_until
 from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
-from eqsat.extract import Extraction, ExtractOptions
-from eqsat.gate import Gate
-from eqsat.grouping import MIB, auto_budget, plan, session_bytes
+from eqsat.extract import Extraction
 from eqsat.inputs import EDGES, NONFINITE_EDGES
 from eqsat.ir import Graph, Node
-from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, PathState, SearchConfig, SearchReport, run_scheduler
+from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
+from eqsat.measurement import runtimes
+from eqsat.measurement.decision import SPLIT_CANDIDATES, measure
+from eqsat.measurement.decision import returned as decide
+from eqsat.measurement.runtimes import Program
+from eqsat.measurement.torch_run import check_runnable
 from eqsat.onnx import export_model, import_model, load_model, pool
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
-from eqsat.runtimes import Program, Runtime
 from eqsat.snapshot import Snapshot
-from eqsat.timing import EXTENSION, Comparison, Protocol
-from eqsat.torch_run import check_runnable
 from eqsat.verify import ShapesCheck, Verifier
 
 from .api_guard import api_arguments
@@ -52,13 +50,11 @@ from .report import (
     Candidate,
     EGraphSize,
     ExtractionReport,
-    Measurement,
     PhaseTimer,
     Report,
-    Returned,
     VerificationReport,
 )
-from .selection import OTHER_ILP_SECONDS, Extracted, choose, other_cost_name
+from .selection import Extracted, candidates_phase
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
@@ -125,9 +121,6 @@ class Result:
         return f"Result(graph={self.graph.name!r}, returned={self.report.returned.program!r})"
 
 
-SPLIT_CANDIDATES = 2
-"""candidates timed where the memory budget splits the measurement into groups (each group times the original again:
-BERT-base's four candidates took four 13-14 s runs)"""
 UNFUSED = frozenset({"ewsum"})
 """element-wise operators that compute each element from the operands' elements at its place and that onnxruntime
 fuses with no neighbour (``ewsum`` is ONNX Sum, written so that it is not fused): on operands of its own shape, one is
@@ -341,52 +334,6 @@ def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
                     edges=edges)
 
 
-def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
-                     elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
-    """The candidate extractions, in this order: of the grown e-graph the final
-    extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's favouring the runtime's kernels
-    where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named ``kernels``), the ILP's
-    under the other cost model (cheap: at
-    most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left); the programs of the states
-    along the search path (``path``: ``SearchReport.states``, cheapest first, named ``step-N`` or
-    ``iteration-N``); greedy-tree's of the grown e-graph. Only the first without measurement or with
-    ``--candidates 1``; duplicates are removed later, by program (:func:`build_candidates`)."""
-    out = [Extracted("extracted", f"{first.extractor} under {cost_model.name}", first, cost_model)]
-    if config.candidates < 2 or not config.measure:
-        return out
-    with timing_until(cost_model, time.perf_counter() + max(0.0, config.search.time_limit - elapsed)):
-        return out + _more_candidates(snap, first, config, cost_model, elapsed, path)
-
-
-def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
-                     elapsed: float, path: Sequence[PathState]) -> list[Extracted]:
-    """The candidates after the first (:func:`candidates_phase`)."""
-    out: list[Extracted] = []
-    costs = node_costs(snap, cost_model)
-    if first.extractor != "greedy-dag":
-        out.append(Extracted("greedy-dag", f"greedy-dag under {cost_model.name}",
-                             extractors.extract("greedy-dag", snap, costs), cost_model))
-    if any(e.op in KERNEL_OPS for e in snap.nodes):  # the program taking the runtime's kernels, measured too
-        favoured = KernelsFavoured(cost_model)
-        out.append(Extracted("kernels", f"greedy-dag under {favoured.name}",
-                             extractors.extract("greedy-dag", snap, node_costs(snap, favoured)), favoured))
-    other = make(other_cost_name(cost_model.name))
-    other_costs = node_costs(snap, other)
-    # what --time-limit left after the search and the first extraction (``elapsed`` is the search's time: the
-    # extract phase is still running); a first ILP that used it all leaves this one SCIP's floor (its warm start)
-    seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed + first.seconds), max(1.0, first.seconds / 2))
-    warm = extractors.extract("greedy-dag", snap, other_costs)
-    options = ExtractOptions(time_limit=seconds, warm_start=warm)
-    out.append(Extracted(f"ilp-{other.name}", f"ilp under {other.name}",
-                         extractors.extract("ilp", snap, other_costs, options), other))
-    out += [Extracted(state.label.replace(" ", "-"), f"{state.extraction.extractor} at search {state.label} under "
-                                                      f"{cost_model.name}", state.extraction, cost_model, state.snapshot)
-            for state in path]
-    out.append(Extracted("greedy-tree", f"greedy-tree under {cost_model.name}",
-                         extractors.extract("greedy-tree", snap, costs), cost_model))
-    return out
-
-
 @dataclass
 class Built:
     """A candidate exported and checked: its program, ONNX model, report entry and whether it may be measured."""
@@ -462,70 +409,6 @@ def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCh
         b.entry.verified = False
         b.entry.note = f"not measured: not shape-generic: {check.detail}"
     return check
-
-
-def measure_phase(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: OptimizeConfig,
-                  runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
-                  feeds: dict[str, np.ndarray] | None = None,
-                  spare_s: float = 0.0, say: Progress | None = None) -> tuple[Measurement, runtimes.Measured]:
-    """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
-    run (eqsat.runtimes) under the sequential gate (eqsat.gate: rounds until every candidate is resolved or the
-    budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`eqsat.app.selection.choose`). ``optimized`` is one
-    ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
-    ``feeds``: the inputs timed on (:meth:`~eqsat.verify.Verifier.first_inputs`: those timing_feeds would draw
-    again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
-    pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
-    EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
-    timed rounds. Where the memory budget cannot hold one session of every program (the measurement then runs in
-    groups, each re-timing the original), only the first :data:`SPLIT_CANDIDATES` candidates are timed (the
-    comparisons are theirs). ``say``: told as each timed run starts. Returns the measurement of the candidate
-    reported (the shipped one, else the fastest) and every comparison."""
-    runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
-    candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
-    names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
-    gate = Gate()
-    budget = auto_budget(onnx_io.weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
-    if budget is not None and len(candidates) > SPLIT_CANDIDATES \
-            and len(plan([session_bytes(p.model) for p in [Program(original), *candidates]], budget).groups) > 1:
-        if say is not None:
-            say(f"the memory budget ({budget // MIB} MiB) holds the original and few candidates at a time: timing "
-                f"the first {SPLIT_CANDIDATES} of the {len(candidates)} candidates (each group re-times the original)")
-        candidates, names = candidates[:SPLIT_CANDIDATES], names[:SPLIT_CANDIDATES]
-    extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
-    protocol = Protocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
-                        memory_bytes=budget, max_budget_s=config.measure_budget + extension)
-    measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
-                                         input_shapes=config.input_shapes, feeds=feeds, say=say)
-    if feeds is None:
-        feeds = measured.feeds
-    share = 2 / (1 + len(candidates))  # of the budget and of its extension, as a group of two would have
-    duel_protocol = replace(protocol, budget_s=protocol.budget_s * share,
-                            max_budget_s=protocol.extended_budget_s * share, family=None)
-
-    def duel(first: int, second: int) -> Comparison:  # candidates of two groups, timed against each other
-        if say is not None:
-            say(f"both faster, timed in different groups: {names[first]} against {names[second]} in a run of their own")
-        return runtimes.duel(candidates[first], candidates[second], runtime, duel_protocol, feeds)
-    best, decision = choose(measured.comparisons, names, config.allow_slower, gate, measured.group_of(), duel)
-    beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
-              for side, i in (("original", 0), ("optimized", best + 1))}
-    return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
-
-
-def decide_phase(unchanged: bool, measured: Measurement | None, config: OptimizeConfig,
-                 not_generic: str = "") -> Returned:
-    """Which program to return: the original when no candidate can be written for every size of the dynamic
-    dimensions (``not_generic``: why), when the search found no other one (unless --allow-slower) or when no
-    candidate measured faster with confidence; else the shipped candidate."""
-    if unchanged and not_generic:
-        return Returned("original", f"no program could be written for every size of the dynamic dimensions "
-                                    f"({not_generic}); the input model is returned unchanged")
-    if unchanged and not config.allow_slower:
-        return Returned("original", "the search found no program other than the original; "
-                                    "the input model is returned unchanged")
-    if measured is None:
-        return Returned("optimized", "not measured (measure=False): the optimized program is returned unmeasured")
-    return Returned("optimized" if measured.decision == "ship" else "original", measured.reason, measured.candidate)
 
 
 # -- the pipeline --------------------------------------------------------------------------------------------
@@ -625,7 +508,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
     measured = None
     if config.measure and timed:
         with timer("measure"):
-            measured, comparisons = measure_phase(original, [Program(b.model, b.program) for b in timed], config,
+            measured, comparisons = measure(original, [Program(b.model, b.program) for b in timed], config,
                                                   graph=graph, names=[b.entry.name for b in timed], feeds=feeds,
                                                   spare_s=whole_limit - timer.total("rest", "search", "extract"),
                                                   say=say)
@@ -633,7 +516,7 @@ def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say:
         for b in timed[len(comparisons.comparisons):]:
             b.entry.note = (f"not measured: the memory budget times the original and few candidates at a time, and "
                             f"only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more together)")
-    returned = decide_phase(unchanged, measured, config, failed[0] if failed and not timed else "")
+    returned = decide(unchanged, measured, config, failed[0] if failed and not timed else "")
     if returned.fallback:
         say(returned.fallback)
     shipped = next((b for b in built if b.entry.name == returned.candidate), first)
@@ -714,6 +597,6 @@ def report_bytes(report: Report) -> bytes:
 
 
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
-           "decide_phase", "encode_phase", "export_phase", "rest_phase",
-           "extract_phase", "ilp_seconds", "import_phase", "measure_phase", "optimize", "report_bytes",
-           "ROWWISE", "SPLIT_CANDIDATES", "UNFUSED", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
+           "encode_phase", "export_phase", "rest_phase",
+           "extract_phase", "ilp_seconds", "import_phase", "optimize", "report_bytes",
+           "ROWWISE", "UNFUSED", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]

@@ -23,14 +23,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal
+from typing import Any
 
 from eqsat import memory
 from eqsat.extract import Extraction
 from eqsat.mcts import SearchReport
+from eqsat.measurement.decision import Measurement, Returned
 from eqsat.onnx import pool
 from eqsat.ops import OPS
-from eqsat.timing import Comparison, Decision
 from eqsat.verify import Verification
 
 from .config import OptimizeConfig
@@ -129,37 +129,6 @@ class VerificationReport:
 
 
 @dataclass
-class Measurement:
-    """The end-to-end comparison (eqsat.timing.Comparison's fields, milliseconds) and the decision taken on it."""
-
-    original_ms: float
-    optimized_ms: float
-    speedup: float
-    ci_low: float
-    ci_high: float
-    confidence: float
-    rounds: int
-    repeats_per_round: int
-    seconds: float
-    runtime: dict[str, Any]
-    decision: Literal["ship", "original"]
-    reason: str
-    candidate: str = "extracted"
-    """the candidate this comparison measured (the one shipped, else the fastest measured)"""
-    beside: dict[str, float] = field(default_factory=dict)
-    """timings the runtime reports beside the comparison (torch-cuda: ``eager_original_ms``, ``eager_optimized_ms``)"""
-    looks: int = 1
-    """the shipping gate's looks at the rounds before it stopped (eqsat.gate)"""
-
-    @classmethod
-    def of(cls, cmp: Comparison, decision: Decision, candidate: str = "extracted",
-           beside: dict[str, float] | None = None) -> Measurement:
-        return cls(cmp.original_ms, cmp.optimized_ms, cmp.speedup, cmp.ci_low, cmp.ci_high, cmp.confidence,
-                   cmp.rounds, cmp.repeats, cmp.seconds, dict(cmp.runtime), "ship" if decision.ship else "original",
-                   decision.reason, candidate, dict(beside or {}), cmp.looks)
-
-
-@dataclass
 class Candidate:
     """A program the run could return, with its estimate (microseconds) and operator counts; where measured, its
     end-to-end latency (ms), its speedup over the original with the interval, and whether it shipped."""
@@ -216,21 +185,6 @@ class InterfaceReport:
     skipped: list[str] = field(default_factory=list)
     """further sizes the original itself refuses (not checked)"""
     note: str = ""
-
-
-@dataclass
-class Returned:
-    """Which program the run returned, and why."""
-
-    program: Literal["optimized", "original"]
-    reason: str
-    candidate: str = "extracted"
-    """the candidate returned when ``program`` is ``optimized``"""
-
-    @property
-    def fallback(self) -> str | None:
-        """The reason, when the input model was returned unchanged."""
-        return self.reason if self.program == "original" else None
 
 
 @dataclass

@@ -1,15 +1,13 @@
-"""Measured selection among candidate programs (``--candidates K``): which extractions to try, and which
-measured candidate ships.
+"""The candidate programs of a run (``--candidates K``) and their order: which extractions are tried.
 
-The final stage extracts up to K distinct programs (:func:`eqsat.app.pipeline.candidates_phase`, in order: the final extractor's optimum of
+The final stage extracts up to K distinct programs (:func:`candidates_phase`, in order: the final extractor's optimum of
 the grown e-graph, greedy-dag's, greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
 ILP's under another cost model, the main extractor's programs of the cheapest
 states the search stood in before its last one, greedy-tree's); each is verified
-and timed end to end against the original in one interleaved run (:func:`eqsat.runtimes.compare_programs`).
-:func:`choose` ships a candidate faster than the original with confidence under the sequential gate
-(:mod:`eqsat.gate`: Bonferroni over the candidates and the looks), else the original: the first such in order,
-unless a later one is faster than it with confidence. Where the timed sessions of all the programs would not fit the
-memory budget, they are timed in groups (:mod:`eqsat.grouping`) and the rule applies across them (:func:`choose`).
+and timed end to end against the original in one interleaved run (:func:`eqsat.measurement.runtimes.compare_programs`).
+:func:`eqsat.measurement.decision.choose` ships a candidate faster than the original with confidence under the
+sequential gate (:mod:`eqsat.measurement.gate`: Bonferroni over the candidates and the looks), else the original: the
+first such in this order, unless a later one is faster than it with confidence.
 
 >>> other_cost_name("analytic"), other_cost_name("analytic-a100"), other_cost_name("cpu")
 ('analytic-a100', 'analytic', 'analytic')
@@ -17,16 +15,19 @@ memory budget, they are timed in groups (:mod:`eqsat.grouping`) and the rule app
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from eqsat.cost import CostModel
-from eqsat.extract import Extraction
-from eqsat.gate import Gate, trimmed_interval
+from eqsat import extract as extractors
+from eqsat.cost import CostModel, make, node_costs
+from eqsat.cost.favoured import KERNEL_OPS, KernelsFavoured
+from eqsat.cost.measure import timing_until
+from eqsat.extract import Extraction, ExtractOptions
+from eqsat.mcts import PathState
 from eqsat.snapshot import Snapshot
-from eqsat.timing import Comparison, Decision, decide
+
+from .config import OptimizeConfig, ilp_seconds
 
 OTHER_ILP_SECONDS = 10.0
 """at most this many seconds for the ILP under the other cost model (a cheap extra candidate, not the optimum)"""
@@ -53,52 +54,50 @@ class Extracted:
     snapshot: Snapshot | None = None
 
 
-def choose(comparisons: Sequence[Comparison], names: Sequence[str], allow_slower: bool,
-           gate: Gate | None = None, groups: Sequence[int] | None = None,
-           duel: Callable[[int, int], Comparison] | None = None) -> tuple[int, Decision]:
-    """(index of the candidate to report, the decision): among those faster with confidence, the fastest (median
-    speedup); with ``gate`` and the rounds at hand, the first in order instead, unless a later one is faster than
-    it with confidence over the same paired rounds (so that candidates equally fast ship the same one run to run).
-    With none faster, the fastest measured is reported and the original returned (or, with ``allow_slower``, that
-    fastest one kept).
-
-    A measurement split into memory-bounded groups (:mod:`eqsat.grouping`; ``groups``: each candidate's group)
-    applies the same rule: each candidate faster with confidence was so against the original in its group's
-    paired rounds (the gate's correction counting every group's candidates); a later one replaces the one chosen
-    so far if it is faster than it with confidence, over their shared rounds where they were timed together, else
-    over the rounds of ``duel(chosen, later)``, a paired run of the two alone (its speedup: chosen / later), whose
-    interval at the same confidence must lie above the gate's futility bound: a duel times one session of each
-    (what the budget holds), so that what differs between two sessions of one program (memory placement, a few
-    tenths of a percent) is not taken for a gain. Without ``duel``, candidates of different groups are not
-    compared (the first stays)."""
-    if not comparisons:
-        raise ValueError("no candidate was measured")
-    faster = [k for k, c in enumerate(comparisons) if c.faster]
-    if faster and gate is not None and all(len(comparisons[k].round_optimized_ms) >= 2 for k in faster):
-        best = faster[0]
-        confidence = gate.confidence(len(faster))
-        for k in faster[1:]:
-            if groups is not None and groups[k] != groups[best]:
-                if duel is not None and _faster_in_duel(duel(best, k), confidence, gate.futility):
-                    best = k
-                continue
-            x = np.log(np.divide(comparisons[best].round_optimized_ms, comparisons[k].round_optimized_ms))
-            if trimmed_interval(x, None, confidence).ci_low > 1:
-                best = k
-    else:
-        best = max(faster or range(len(comparisons)), key=lambda k: comparisons[k].speedup)
-    decision = decide(comparisons[best], allow_slower=allow_slower)
-    if len(comparisons) > 1:
-        others = ", ".join(f"{n} {c.speedup:.3f}x" for k, (n, c) in enumerate(zip(names, comparisons)) if k != best)
-        decision = Decision(decision.ship, f"{names[best]}: {decision.reason}; other candidates: {others}")
-    return best, decision
+def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
+                     elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
+    """The candidate extractions, in this order: of the grown e-graph the final
+    extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's favouring the runtime's kernels
+    where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named ``kernels``), the ILP's
+    under the other cost model (cheap: at
+    most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left); the programs of the states
+    along the search path (``path``: ``SearchReport.states``, cheapest first, named ``step-N`` or
+    ``iteration-N``); greedy-tree's of the grown e-graph. Only the first without measurement or with
+    ``--candidates 1``; duplicates are removed later, by program (:func:`build_candidates`)."""
+    out = [Extracted("extracted", f"{first.extractor} under {cost_model.name}", first, cost_model)]
+    if config.candidates < 2 or not config.measure:
+        return out
+    with timing_until(cost_model, time.perf_counter() + max(0.0, config.search.time_limit - elapsed)):
+        return out + _more_candidates(snap, first, config, cost_model, elapsed, path)
 
 
-def _faster_in_duel(cmp: Comparison, confidence: float, margin: float) -> bool:
-    """Whether the second program of a duel is faster than the first by more than ``margin`` with ``confidence``
-    (over its paired rounds)."""
-    x = np.log(np.divide(cmp.round_original_ms, cmp.round_optimized_ms))
-    return len(x) >= 2 and trimmed_interval(x, None, confidence).ci_low > margin
+def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
+                     elapsed: float, path: Sequence[PathState]) -> list[Extracted]:
+    """The candidates after the first (:func:`candidates_phase`)."""
+    out: list[Extracted] = []
+    costs = node_costs(snap, cost_model)
+    if first.extractor != "greedy-dag":
+        out.append(Extracted("greedy-dag", f"greedy-dag under {cost_model.name}",
+                             extractors.extract("greedy-dag", snap, costs), cost_model))
+    if any(e.op in KERNEL_OPS for e in snap.nodes):  # the program taking the runtime's kernels, measured too
+        favoured = KernelsFavoured(cost_model)
+        out.append(Extracted("kernels", f"greedy-dag under {favoured.name}",
+                             extractors.extract("greedy-dag", snap, node_costs(snap, favoured)), favoured))
+    other = make(other_cost_name(cost_model.name))
+    other_costs = node_costs(snap, other)
+    # what --time-limit left after the search and the first extraction (``elapsed`` is the search's time: the
+    # extract phase is still running); a first ILP that used it all leaves this one SCIP's floor (its warm start)
+    seconds = min(OTHER_ILP_SECONDS, ilp_seconds(config, elapsed + first.seconds), max(1.0, first.seconds / 2))
+    warm = extractors.extract("greedy-dag", snap, other_costs)
+    options = ExtractOptions(time_limit=seconds, warm_start=warm)
+    out.append(Extracted(f"ilp-{other.name}", f"ilp under {other.name}",
+                         extractors.extract("ilp", snap, other_costs, options), other))
+    out += [Extracted(state.label.replace(" ", "-"), f"{state.extraction.extractor} at search {state.label} under "
+                                                      f"{cost_model.name}", state.extraction, cost_model, state.snapshot)
+            for state in path]
+    out.append(Extracted("greedy-tree", f"greedy-tree under {cost_model.name}",
+                         extractors.extract("greedy-tree", snap, costs), cost_model))
+    return out
 
 
-__all__ = ["OTHER_ILP_SECONDS", "Extracted", "choose", "other_cost_name"]
+__all__ = ["OTHER_ILP_SECONDS", "Extracted", "candidates_phase", "other_cost_name"]

@@ -172,7 +172,7 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
 def session(model: onnx.ModelProto | bytes | str, threads: int | None = None,
             prepacking: bool = False) -> ort.InferenceSession:
     """A CPU onnxruntime session of ``model`` (a ModelProto of any size, serialized bytes or a path), with warnings
-    silenced, to compute values (timed sessions: :func:`eqsat.timing.timing_session`); ``threads``: that many
+    silenced, to compute values (timed sessions: :func:`eqsat.measurement.clock.timing_session`); ``threads``: that many
     intra-op threads and one inter-op thread (default: onnxruntime's); ``prepacking``: MatMul weights copied into
     onnxruntime's packed layout, as a timed session does (off by default: a copy of them saved)."""
     opts = ort.SessionOptions()

@@ -11,13 +11,13 @@ together by a budget (``--memory-budget``; default :func:`auto_budget`):
 * Else in groups, one after another: the original and as many candidates as fit beside it (at least one), in the
   candidates' order; each group's sessions are freed before the next group's are built. Each group is one paired,
   interleaved run under the sequential gate, whose Bonferroni correction counts the candidates of all the groups
-  (:attr:`eqsat.timing.Protocol.family`), so that the false-ship rate of the whole measurement is the gate's.
+  (:attr:`eqsat.measurement.timing.Protocol.family`), so that the false-ship rate of the whole measurement is the gate's.
   A shipping decision stays a paired comparison against the original, timed in the same rounds. Two candidates
   faster with confidence in different groups share no rounds: the selection (:func:`eqsat.app.selection.choose`)
   then times them against each other in a run of their own (a duel: the earlier one in place of the original)
   and keeps the later one only if it is faster than the earlier with confidence.
 
-Within a group, sessions per program are also bounded by the budget (:attr:`eqsat.timing.Protocol.memory_bytes`).
+Within a group, sessions per program are also bounded by the budget (:attr:`eqsat.measurement.timing.Protocol.memory_bytes`).
 
 >>> plan([100, 100, 100, 100], 1000).groups
 [[1, 2, 3]]

@@ -1,7 +1,7 @@
 """The shipping gate: a sequential test on paired, interleaved rounds that ships a program only when it is faster
 with a designed false-ship rate, and keeps adding rounds while the answer is open and budget remains.
 
-Each round times a block of the original and of every candidate (:mod:`eqsat.timing`); a round gives one paired
+Each round times a block of the original and of every candidate (:mod:`eqsat.measurement.timing`); a round gives one paired
 log ratio ``x = log(original / candidate)``. At a *look*, :func:`assess` turns the rounds so far into an interval
 for the speedup: the 10%-trimmed mean of ``x`` (robust to a load spike that hits one side of a round), with the
 standard error of Yuen's trimmed mean made cluster-robust over the session pairs the rounds ran on (sessions of
@@ -94,7 +94,7 @@ class Gate:
     max_rounds: int = 600
     """rounds at most, however fast the programs"""
     clustered: bool = False
-    """the clusters are the only units (programs renewed every few rounds: :func:`eqsat.timing.compare_many`): with
+    """the clusters are the only units (programs renewed every few rounds: :func:`eqsat.measurement.timing.compare_many`): with
     fewer than :attr:`min_clusters` of them the interval is unbounded, never one over the rounds"""
     gain: float = 1.02
     """the true speedup the rounds are planned to resolve (:class:`Sequential`)"""
@@ -271,7 +271,7 @@ def assess(original_ms: Series, candidates_ms: Sequence[Series],
            clusters: Sequence[Sequence[int]] | None, gate: Gate, family: int | None = None) -> list[tuple[Interval, State]]:
     """Each candidate's interval and state at a look over the paired rounds so far (``clusters``: per candidate,
     the session pair of each round, or None). ``family``: the candidates the Bonferroni correction counts (those
-    timed in other runs too, when the measurement is split into groups: :mod:`eqsat.grouping`); None: these."""
+    timed in other runs too, when the measurement is split into groups: :mod:`eqsat.measurement.grouping`); None: these."""
     a = np.asarray(original_ms, float)
     confidence = gate.confidence(family or len(candidates_ms))
     out = []
@@ -287,7 +287,7 @@ def assess(original_ms: Series, candidates_ms: Sequence[Series],
 class Sequential:
     """One sequential comparison's plan (see the module's docstring): the looks, planned from the budget's rounds
     (``base``), then once, at the pilot (the first look), from the spread seen, up to ``cap`` rounds. Used by
-    :func:`eqsat.timing.compare_many` while timing and by :func:`replay` on series given in advance."""
+    :func:`eqsat.measurement.timing.compare_many` while timing and by :func:`replay` on series given in advance."""
 
     gate: Gate
     candidates: int
@@ -349,7 +349,7 @@ class Sequential:
 def replay(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[float]], gate: Gate,
            clusters: Sequence[Sequence[int]] | None = None, base: int | None = None) -> tuple[int, list[tuple[Interval, State]]]:
     """The gate run on rounds already drawn: (the rounds used when it stopped, the verdicts there). What
-    :func:`eqsat.timing.compare_many` does while timing, for series given in advance. ``base``: the rounds the
+    :func:`eqsat.measurement.timing.compare_many` does while timing, for series given in advance. ``base``: the rounds the
     budget plans (the pilot is its first look), planned again from the spread up to all the rounds given; None:
     all of them, no planning. :func:`replay_plan` returns the plan too."""
     used, verdicts, _ = replay_plan(original_ms, candidates_ms, gate, clusters, base)

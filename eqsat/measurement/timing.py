@@ -1,5 +1,4 @@
-"""Timing: the generic primitives (:func:`median_ms`, wall-clock; :func:`cuda_event_ms`, CUDA events) and the
-end-to-end latency of two ONNX programs, measured so that the comparison holds on a busy machine.
+"""Timing: the end-to-end latency of two ONNX programs, measured so that the comparison holds on a busy machine.
 
 The protocol (:func:`compare`): both programs in one process, in onnxruntime sessions built with the
 same :func:`session_options` (all graph optimizations, a fixed intra-op thread count, sequential
@@ -10,11 +9,11 @@ paired ratio original / optimized, with a percentile-bootstrap confidence interv
 resamples the session pairs and the rounds within each (sessions of one program differ slightly).
 A program ships (:func:`decide`) only if it is faster with confidence: the interval's lower bound > 1.
 
-With a :class:`~eqsat.gate.Gate` in the protocol (the pipeline's measurement), the rounds are sequential instead:
-the budget plans the rounds, the gate looks at them a few times (:func:`eqsat.gate.look_schedule`) and the run
+With a :class:`~eqsat.measurement.gate.Gate` in the protocol (the pipeline's measurement), the rounds are sequential instead:
+the budget plans the rounds, the gate looks at them a few times (:func:`eqsat.measurement.gate.look_schedule`) and the run
 stops at the first look where every candidate is resolved (faster, or surely not a gain); the interval is the
 gate's (trimmed mean of the paired log ratios, cluster-robust t), whose false-ship rate is designed. At the first
-look (the pilot) the rounds are planned again from the spread seen (:class:`eqsat.gate.Sequential`), so that a
+look (the pilot) the rounds are planned again from the spread seen (:class:`eqsat.measurement.gate.Sequential`), so that a
 2% gain resolves on a loaded machine too: the budget is extended up to ``Protocol.max_budget_s`` where the
 spread asks for more rounds than ``budget_s`` affords (a quiet machine's does not).
 
@@ -38,15 +37,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import memory
+from eqsat import memory
+from eqsat.inputs import index_bounds, random_inputs
+from eqsat.onnx.io import is_large, weight_bytes
+from eqsat.verify import feed_shapes
+
+from .clock import runtime_info, timing_session, wall_block_ms
 from .gate import Gate, Sequential
 from .grouping import session_bytes
-from .inputs import index_bounds, random_inputs
-from .onnx.io import inference_session, is_large, weight_bytes
-from .verify import feed_shapes
 
-RUNTIME = "ort-cpu"
-"""the runtime :func:`compare` measures in (``--runtime`` names it so; others: :mod:`eqsat.runtimes`)"""
 SESSIONS_WEIGHT_LIMIT = 2**30
 """bytes of weights that the timed sessions of all programs may hold together: each session keeps its own prepacked
 copy of its MatMul weights, even where the weights themselves are shared (:mod:`eqsat.onnx.pool`)"""
@@ -56,62 +55,6 @@ EPOCHS = 5
 EXTENSION = 3.0
 """the gate's budget may grow to this many times ``Protocol.budget_s`` when the pilot's spread asks for it
 (``Protocol.max_budget_s`` unset)"""
-
-
-def median_ms(call: Callable[[], Any], warmup: int = 5, repeats: int = 20) -> float:
-    """Median wall time in milliseconds of ``call()``, after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        call()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
-
-
-def cuda_event_ms(call: Callable[[], Any], repeats: int) -> float:
-    """Mean milliseconds of ``call()`` on the current CUDA device over ``repeats`` back-to-back calls, timed
-    by CUDA events recorded between two synchronizations (the GPU's clock, so launches overlap the work)."""
-    from .torch_run import require_torch  # here: the torch runtimes' executor, and torch, only GPU timing needs
-
-    torch = require_torch("timing with CUDA events")
-
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(repeats):
-        call()
-    end.record()
-    torch.cuda.synchronize()
-    return float(start.elapsed_time(end)) / repeats
-
-
-def session_options(threads: int) -> ort.SessionOptions:
-    """The options every timed session uses, so that two programs run under the same conditions."""
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}; give the intra-op thread count to time with")
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    return opts
-
-
-def runtime_info(threads: int) -> dict[str, Any]:
-    """What the timings were taken on (the report's ``measured.runtime``)."""
-    return {"name": RUNTIME, "version": ort.__version__, "intra_op_threads": threads, "inter_op_threads": 1,
-            "graph_optimization_level": "ORT_ENABLE_ALL", "execution_mode": "sequential"}
-
-
-def timing_session(model: onnx.ModelProto | bytes, threads: int,
-                   providers: Sequence[str] = ("CPUExecutionProvider",)) -> ort.InferenceSession:
-    """A session with :func:`session_options` (its weights read from the current weight pool, where one is)."""
-    return inference_session(model, session_options(threads), providers)
 
 
 @dataclass(frozen=True)
@@ -132,13 +75,13 @@ class Protocol:
     resamples: int = 4000
     seed: int = 0
     gate: Gate | None = None
-    """the sequential shipping rule (eqsat.gate): rounds until resolved, up to the budget, and the gate's interval;
+    """the sequential shipping rule (eqsat.measurement.gate): rounds until resolved, up to the budget, and the gate's interval;
     None: a fixed number of rounds and the bootstrap interval at ``confidence``"""
     family: int | None = None
     """the candidates the gate's Bonferroni correction counts: all the measurement's, when it is split into groups
-    timed one after another (:mod:`eqsat.grouping`); None: the candidates of this run"""
+    timed one after another (:mod:`eqsat.measurement.grouping`); None: the candidates of this run"""
     memory_bytes: int | None = None
-    """what the timed sessions may hold together (their prepacked weights, :func:`eqsat.grouping.session_bytes`):
+    """what the timed sessions may hold together (their prepacked weights, :func:`eqsat.measurement.grouping.session_bytes`):
     fewer sessions per program where more would not fit (at least one); None: only SESSIONS_WEIGHT_LIMIT bounds them"""
     max_budget_s: float | None = None
     """with a gate: the seconds of timed rounds at most when the pilot's spread asks for more rounds than
@@ -254,21 +197,10 @@ def decide(cmp: Comparison, allow_slower: bool = False) -> Decision:
                            "(use --allow-slower to keep the optimized one)")
 
 
-def _timed(call: Callable[[], Any]) -> float:
-    t = time.perf_counter()
-    call()
-    return time.perf_counter() - t
-
-
 Calls = Callable[[], Any] | Sequence[Callable[[], Any]]
 """one program: a callable, or several interchangeable instances of it (sessions)"""
 BlockClock = Callable[[Callable[[], Any], int], float]
 """(call, n) -> milliseconds per call over a block of ``n`` calls (the round's summary of one program)"""
-
-
-def wall_block_ms(call: Callable[[], Any], repeats: int) -> float:
-    """The median wall time (ms) of ``repeats`` individually timed calls: the CPU runtimes' clock."""
-    return statistics.median(_timed(call) for _ in range(repeats)) * 1e3
 
 
 def _instances(calls: Calls) -> list[Callable[[], Any]]:
@@ -407,7 +339,7 @@ def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float
     """Sessions per program: ``wanted``; fewer where building them would take more than 30% of the budget,
     but at least 3 (what differs between sessions must show in the interval); fewer where the weights of all
     the programs' sessions together would pass SESSIONS_WEIGHT_LIMIT, or their own bytes
-    (:func:`eqsat.grouping.session_bytes`) ``memory_bytes``; one for models too large for one protobuf message."""
+    (:func:`eqsat.measurement.grouping.session_bytes`) ``memory_bytes``; one for models too large for one protobuf message."""
     if any(is_large(m) for m in models):
         return 1
     held = max(weight_bytes(m) for m in models)  # a pooled model's references count as its weights
@@ -457,7 +389,7 @@ def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, protocol: Pro
             feeds: dict[str, np.ndarray] | None = None) -> Comparison:
     """Time ``original`` against ``optimized`` end to end in onnxruntime on the same inputs: ``feeds``, or
     seeded random ones (:func:`timing_feeds`). The speedup is original / optimized. Other runtimes, and
-    several candidates at once: :func:`eqsat.runtimes.compare_programs`."""
+    several candidates at once: :func:`eqsat.measurement.runtimes.compare_programs`."""
     sessions = timing_sessions([original, optimized], protocol)
     if feeds is None:
         feeds = timing_feeds(original, [sessions[0][0], sessions[1][0]], protocol.seed, input_shapes)

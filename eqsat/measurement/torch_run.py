@@ -1,4 +1,4 @@
-"""Run an IR program with torch: the executor behind the torch runtimes (eqsat.runtimes).
+"""Run an IR program with torch: the executor behind the torch runtimes (eqsat.measurement.runtimes).
 
 Weight-only subgraphs are folded with numpy first, exactly as the ONNX export folds them
 (:func:`eqsat.onnx.export.fold_weights`); every other operator runs through its :mod:`eqsat.ops` entry's torch
@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError
-from .ir import Graph, Node
-from .onnx.export import fold_weights
-from .ops import OPS
-from .ops.batchnorm import EPS_UNIT
+from eqsat.errors import InputError
+from eqsat.ir import Graph, Node
+from eqsat.onnx.export import fold_weights
+from eqsat.ops import OPS
+from eqsat.ops.batchnorm import EPS_UNIT
 
 TORCH_EXTRA = "pip install 'eqsat[torch]'"
 """how to install what the torch runtimes and the torch cost models need"""

@@ -2,13 +2,13 @@
 
 A :class:`Runtime` turns programs (:class:`Program`: the ONNX model and, for the torch runtimes, its IR graph)
 into callables and names the clock that times them; :func:`compare_programs` times the original against
-every candidate with the protocol of :mod:`eqsat.timing` (interleaved seeded rounds, bootstrap interval).
+every candidate with the protocol of :mod:`eqsat.measurement.timing` (interleaved seeded rounds, bootstrap interval).
 
-* ``ort-cpu``: onnxruntime's CPU provider, the sessions :func:`eqsat.timing.session_options` describes; wall clock.
+* ``ort-cpu``: onnxruntime's CPU provider, the sessions :func:`eqsat.measurement.clock.session_options` describes; wall clock.
 * ``ort-cuda``: onnxruntime's CUDA provider (the ``gpu`` extra, onnxruntime-gpu) with I/O binding: the inputs
   are copied to the GPU once and the outputs stay there (:class:`BoundRun`), so a call times the model, not
   host-device copies; each run ends synchronized; wall clock.
-* ``torch-cuda``: the IR program run by :class:`eqsat.torch_run.TorchProgram` on the GPU, captured once and
+* ``torch-cuda``: the IR program run by :class:`eqsat.measurement.torch_run.TorchProgram` on the GPU, captured once and
   replayed as a CUDA graph (static shapes: no Python launch overhead); CUDA events. The eager (uncaptured)
   latency of each program is reported beside it.
 * ``torch-compile``: the same program through ``torch.compile`` (mode ``reduce-overhead`` on a GPU; on the
@@ -39,24 +39,15 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from . import memory
-from .errors import InputError
+from eqsat import memory
+from eqsat.errors import InputError
+from eqsat.ir import Graph
+from eqsat.onnx import pool
+from eqsat.onnx.io import session
+
+from .clock import cuda_event_ms, runtime_info, wall_block_ms
 from .grouping import plan, session_bytes
-from .ir import Graph
-from .onnx import pool
-from .onnx.io import session
-from .timing import (
-    EPOCHS,
-    Comparison,
-    Protocol,
-    check_same_inputs,
-    compare_many,
-    cuda_event_ms,
-    runtime_info,
-    timing_feeds,
-    timing_sessions,
-    wall_block_ms,
-)
+from .timing import EPOCHS, Comparison, Protocol, check_same_inputs, compare_many, timing_feeds, timing_sessions
 from .torch_run import GPU_DEVICES, TorchProgram, check_runnable, check_torch, require_torch, torch_gpu
 
 RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
@@ -122,7 +113,7 @@ class Runtime:
         raise NotImplementedError
 
     def clock(self, call: Callable[[], Any], repeats: int) -> float:
-        """Milliseconds per call over a block of ``repeats`` calls (an :data:`eqsat.timing.BlockClock`)."""
+        """Milliseconds per call over a block of ``repeats`` calls (an :data:`eqsat.measurement.timing.BlockClock`)."""
         return wall_block_ms(call, repeats)
 
     def beside(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray]) -> dict[str, list[float]]:
@@ -182,7 +173,7 @@ class BoundRun:
 
 
 class TorchRuntime(Runtime):
-    """The IR program run with torch (:class:`eqsat.torch_run.TorchProgram`): ``mode`` eager, cuda-graph or compile."""
+    """The IR program run with torch (:class:`eqsat.measurement.torch_run.TorchProgram`): ``mode`` eager, cuda-graph or compile."""
 
     def __init__(self, name: str, device: str, mode: str, threads: int = 1, compile_mode: str | None = None):
         self.torch = require_torch(f"--runtime {name}", "use --runtime ort-cpu")
@@ -283,7 +274,7 @@ def make(name: str, threads: int = 1) -> Runtime:
 @dataclass
 class Measured:
     """The comparisons of the original against each candidate (in order), the runtime's side timings, and the
-    groups the candidates were timed in (:mod:`eqsat.grouping`: candidate indices, 0-based; one group unless the
+    groups the candidates were timed in (:mod:`eqsat.measurement.grouping`: candidate indices, 0-based; one group unless the
     memory budget split the measurement)."""
 
     comparisons: list[Comparison]
@@ -305,9 +296,9 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
                      protocol: Protocol | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                      feeds: dict[str, np.ndarray] | None = None,
                      say: Callable[[str], None] | None = None) -> Measured:
-    """Time ``original`` against every candidate in ``runtime`` (eqsat.timing's protocol) on the same inputs:
-    ``feeds``, or seeded random ones (:func:`eqsat.timing.timing_feeds`). In one interleaved run, or, where
-    ``protocol.memory_bytes`` cannot hold one session of each program (:func:`eqsat.grouping.plan`), in groups
+    """Time ``original`` against every candidate in ``runtime`` (eqsat.measurement.timing's protocol) on the same inputs:
+    ``feeds``, or seeded random ones (:func:`eqsat.measurement.timing.timing_feeds`). In one interleaved run, or, where
+    ``protocol.memory_bytes`` cannot hold one session of each program (:func:`eqsat.measurement.grouping.plan`), in groups
     timed one after another: the original and the candidates that fit, each group's share of the budget in
     proportion to its programs (so each candidate gets the rounds one run would give it), the gate's correction
     over all the candidates, and each group's sessions freed before the next group's are built. ``say``: told
@@ -355,7 +346,7 @@ def duel(first: Program, second: Program, runtime: Runtime, protocol: Protocol,
 
 def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str, np.ndarray], protocol: Protocol,
                info: dict[str, Any]) -> list[Comparison]:
-    """One interleaved run of ``programs`` (:func:`eqsat.timing.compare_many`); onnxruntime programs of one
+    """One interleaved run of ``programs`` (:func:`eqsat.measurement.timing.compare_many`); onnxruntime programs of one
     session each (large models) renewed every few rounds, so that the gate's units are session pairs."""
 
     def build() -> list[list[Callable[[], Any]]]:

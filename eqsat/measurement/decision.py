@@ -1,0 +1,208 @@
+"""The one owner of the measurement policy and the ship decision: the candidates timed together (all of them, or
+the first :data:`SPLIT_CANDIDATES` where the memory budget splits the run into groups), the budget and its
+extension, which measured candidate ships (:func:`choose`: the first faster with confidence in the pipeline's
+candidate order, unless a later one is faster than it with confidence) and which program the run returns
+(:func:`returned`). The pipeline's candidate order is :func:`eqsat.app.pipeline.candidates_phase`'s; this module
+does not reorder it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import onnx
+
+from eqsat.ir import Graph
+from eqsat.onnx.io import weight_bytes
+
+from . import runtimes
+from .gate import Gate, trimmed_interval
+from .grouping import MIB, auto_budget, plan, session_bytes
+from .runtimes import Program, Runtime
+from .timing import EXTENSION, Comparison, Decision, decide
+from .timing import Protocol as TimingProtocol
+
+
+class Settings(Protocol):
+    """What the measurement reads of a run's configuration (:class:`eqsat.app.config.OptimizeConfig` has it)."""
+
+    @property
+    def runtime(self) -> str: ...
+    @property
+    def measure_threads(self) -> int: ...
+    @property
+    def measure_budget(self) -> float: ...
+    @property
+    def memory_budget(self) -> int | None: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def allow_slower(self) -> bool: ...
+    @property
+    def input_shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+
+SPLIT_CANDIDATES = 2
+"""candidates timed where the memory budget splits the measurement into groups (each group times the original again:
+BERT-base's four candidates took four 13-14 s runs)"""
+@dataclass
+class Measurement:
+    """The end-to-end comparison (eqsat.measurement.timing.Comparison's fields, milliseconds) and the decision taken on it."""
+
+    original_ms: float
+    optimized_ms: float
+    speedup: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    rounds: int
+    repeats_per_round: int
+    seconds: float
+    runtime: dict[str, Any]
+    decision: Literal["ship", "original"]
+    reason: str
+    candidate: str = "extracted"
+    """the candidate this comparison measured (the one shipped, else the fastest measured)"""
+    beside: dict[str, float] = field(default_factory=dict)
+    """timings the runtime reports beside the comparison (torch-cuda: ``eager_original_ms``, ``eager_optimized_ms``)"""
+    looks: int = 1
+    """the shipping gate's looks at the rounds before it stopped (eqsat.measurement.gate)"""
+
+    @classmethod
+    def of(cls, cmp: Comparison, decision: Decision, candidate: str = "extracted",
+           beside: dict[str, float] | None = None) -> Measurement:
+        return cls(cmp.original_ms, cmp.optimized_ms, cmp.speedup, cmp.ci_low, cmp.ci_high, cmp.confidence,
+                   cmp.rounds, cmp.repeats, cmp.seconds, dict(cmp.runtime), "ship" if decision.ship else "original",
+                   decision.reason, candidate, dict(beside or {}), cmp.looks)
+
+
+@dataclass
+class Returned:
+    """Which program the run returned, and why."""
+
+    program: Literal["optimized", "original"]
+    reason: str
+    candidate: str = "extracted"
+    """the candidate returned when ``program`` is ``optimized``"""
+
+    @property
+    def fallback(self) -> str | None:
+        """The reason, when the input model was returned unchanged."""
+        return self.reason if self.program == "original" else None
+
+
+def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: Settings,
+                  runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
+                  feeds: dict[str, np.ndarray] | None = None,
+                  spare_s: float = 0.0, say: Callable[[str], None] | None = None) -> tuple[Measurement, runtimes.Measured]:
+    """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
+    run (eqsat.measurement.runtimes) under the sequential gate (eqsat.measurement.gate: rounds until every candidate is resolved or the
+    budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`choose`). ``optimized`` is one
+    ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
+    ``feeds``: the inputs timed on (:meth:`~eqsat.verify.Verifier.first_inputs`: those timing_feeds would draw
+    again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
+    pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
+    EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
+    timed rounds. Where the memory budget cannot hold one session of every program (the measurement then runs in
+    groups, each re-timing the original), only the first :data:`SPLIT_CANDIDATES` candidates are timed (the
+    comparisons are theirs). ``say``: told as each timed run starts. Returns the measurement of the candidate
+    reported (the shipped one, else the fastest) and every comparison."""
+    runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
+    candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
+    names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
+    gate = Gate()
+    budget = auto_budget(weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+    if budget is not None and len(candidates) > SPLIT_CANDIDATES \
+            and len(plan([session_bytes(p.model) for p in [Program(original), *candidates]], budget).groups) > 1:
+        if say is not None:
+            say(f"the memory budget ({budget // MIB} MiB) holds the original and few candidates at a time: timing "
+                f"the first {SPLIT_CANDIDATES} of the {len(candidates)} candidates (each group re-times the original)")
+        candidates, names = candidates[:SPLIT_CANDIDATES], names[:SPLIT_CANDIDATES]
+    extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
+    protocol = TimingProtocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
+                        memory_bytes=budget, max_budget_s=config.measure_budget + extension)
+    measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
+                                         input_shapes=config.input_shapes, feeds=feeds, say=say)
+    if feeds is None:
+        feeds = measured.feeds
+    share = 2 / (1 + len(candidates))  # of the budget and of its extension, as a group of two would have
+    duel_protocol = replace(protocol, budget_s=protocol.budget_s * share,
+                            max_budget_s=protocol.extended_budget_s * share, family=None)
+
+    def duel(first: int, second: int) -> Comparison:  # candidates of two groups, timed against each other
+        if say is not None:
+            say(f"both faster, timed in different groups: {names[first]} against {names[second]} in a run of their own")
+        return runtimes.duel(candidates[first], candidates[second], runtime, duel_protocol, feeds)
+    best, decision = choose(measured.comparisons, names, config.allow_slower, gate, measured.group_of(), duel)
+    beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
+              for side, i in (("original", 0), ("optimized", best + 1))}
+    return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
+
+
+def returned(unchanged: bool, measured: Measurement | None, config: Settings,
+                 not_generic: str = "") -> Returned:
+    """Which program to return: the original when no candidate can be written for every size of the dynamic
+    dimensions (``not_generic``: why), when the search found no other one (unless --allow-slower) or when no
+    candidate measured faster with confidence; else the shipped candidate."""
+    if unchanged and not_generic:
+        return Returned("original", f"no program could be written for every size of the dynamic dimensions "
+                                    f"({not_generic}); the input model is returned unchanged")
+    if unchanged and not config.allow_slower:
+        return Returned("original", "the search found no program other than the original; "
+                                    "the input model is returned unchanged")
+    if measured is None:
+        return Returned("optimized", "not measured (measure=False): the optimized program is returned unmeasured")
+    return Returned("optimized" if measured.decision == "ship" else "original", measured.reason, measured.candidate)
+
+
+def choose(comparisons: Sequence[Comparison], names: Sequence[str], allow_slower: bool,
+           gate: Gate | None = None, groups: Sequence[int] | None = None,
+           duel: Callable[[int, int], Comparison] | None = None) -> tuple[int, Decision]:
+    """(index of the candidate to report, the decision): among those faster with confidence, the fastest (median
+    speedup); with ``gate`` and the rounds at hand, the first in order instead, unless a later one is faster than
+    it with confidence over the same paired rounds (so that candidates equally fast ship the same one run to run).
+    With none faster, the fastest measured is reported and the original returned (or, with ``allow_slower``, that
+    fastest one kept).
+
+    A measurement split into memory-bounded groups (:mod:`eqsat.measurement.grouping`; ``groups``: each candidate's group)
+    applies the same rule: each candidate faster with confidence was so against the original in its group's
+    paired rounds (the gate's correction counting every group's candidates); a later one replaces the one chosen
+    so far if it is faster than it with confidence, over their shared rounds where they were timed together, else
+    over the rounds of ``duel(chosen, later)``, a paired run of the two alone (its speedup: chosen / later), whose
+    interval at the same confidence must lie above the gate's futility bound: a duel times one session of each
+    (what the budget holds), so that what differs between two sessions of one program (memory placement, a few
+    tenths of a percent) is not taken for a gain. Without ``duel``, candidates of different groups are not
+    compared (the first stays)."""
+    if not comparisons:
+        raise ValueError("no candidate was measured")
+    faster = [k for k, c in enumerate(comparisons) if c.faster]
+    if faster and gate is not None and all(len(comparisons[k].round_optimized_ms) >= 2 for k in faster):
+        best = faster[0]
+        confidence = gate.confidence(len(faster))
+        for k in faster[1:]:
+            if groups is not None and groups[k] != groups[best]:
+                if duel is not None and _faster_in_duel(duel(best, k), confidence, gate.futility):
+                    best = k
+                continue
+            x = np.log(np.divide(comparisons[best].round_optimized_ms, comparisons[k].round_optimized_ms))
+            if trimmed_interval(x, None, confidence).ci_low > 1:
+                best = k
+    else:
+        best = max(faster or range(len(comparisons)), key=lambda k: comparisons[k].speedup)
+    decision = decide(comparisons[best], allow_slower=allow_slower)
+    if len(comparisons) > 1:
+        others = ", ".join(f"{n} {c.speedup:.3f}x" for k, (n, c) in enumerate(zip(names, comparisons)) if k != best)
+        decision = Decision(decision.ship, f"{names[best]}: {decision.reason}; other candidates: {others}")
+    return best, decision
+
+
+def _faster_in_duel(cmp: Comparison, confidence: float, margin: float) -> bool:
+    """Whether the second program of a duel is faster than the first by more than ``margin`` with ``confidence``
+    (over its paired rounds)."""
+    x = np.log(np.divide(cmp.round_original_ms, cmp.round_optimized_ms))
+    return len(x) >= 2 and trimmed_interval(x, None, confidence).ci_low > margin
+
+
+__all__ = ["Measurement", "Returned", "SPLIT_CANDIDATES", "Settings", "choose", "measure", "returned"]
