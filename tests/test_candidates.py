@@ -21,9 +21,9 @@ from eqsat.app.pipeline import (
     extract_phase,
     import_phase,
     optimize,
-    same_program,
     search_phase,
 )
+from eqsat.app.selection import same_program
 from eqsat.cost import make, node_costs
 from eqsat.extract import extract
 from eqsat.inputs import random_inputs

@@ -27,9 +27,9 @@ from eqsat.progress import progress_printer
 
 from . import cost_cli, models_cli, rules_cli
 from .config import OptimizeConfig, choices, options, value_type
-from .guards import check_not_a_stream, check_replaceable, late_write_errors, tolerant_stderr
-from .pipeline import check_output_path, optimize, report_bytes
-from .report import Report, assumptions
+from .guards import check_not_a_stream, check_output_path, check_replaceable, late_write_errors, tolerant_stderr
+from .pipeline import optimize
+from .report import Report, assumptions, report_bytes
 from .source import add_model_source, check_source_flags, source, source_shaped
 
 

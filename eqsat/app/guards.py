@@ -1,4 +1,4 @@
-"""Output checks of the command line beyond :func:`eqsat.app.pipeline.check_output_path`, run before any work,
+"""Output checks of the command line (:func:`check_output_path` and beyond), run before any work,
 and the translation of a write that still fails after the work into exit 2 with its cause
 (:doc:`docs/robustness.md`)."""
 
@@ -10,10 +10,12 @@ import errno
 import fcntl
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 from eqsat.errors import InputError
+from eqsat.onnx import io as onnx_io
 from eqsat.onnx.external import data_file
 
 FS_IOC_GETFLAGS = 0x80086601
@@ -22,6 +24,44 @@ FS_IMMUTABLE_FL = 0x10
 FS_APPEND_FL = 0x20
 STAGE_OVERHEAD = len("/.eqsat-" + "9" * 7 + "-" + "x" * 8 + "/model/")
 """what the staged write (eqsat.onnx.io.write_together) adds to a target's folder in its longest path"""
+
+
+def check_output_path(path: str, flag: str = "-o") -> None:
+    """Fail early, before any work, if ``path`` (given with ``flag``) cannot be written: an empty name, a folder,
+    a missing or read-only folder, a name too long. A probe file is created and removed beside the target."""
+    example = "out.onnx" if flag == "-o" else "report.json"
+    if not path:
+        raise InputError(f"{flag} is empty; give a file name such as {example}")
+    if os.path.isdir(path):
+        raise InputError(f"{flag} {path} is a directory; give a file name such as {os.path.join(path, example)}")
+    if path.endswith(os.sep):
+        raise InputError(f"{flag} {path} ends with {os.sep} (a folder, which does not exist); give a file name "
+                         f"such as {os.path.join(path, example)}, in a folder that exists")
+    target = os.path.realpath(path)
+    companions = [(path, target)] + ([(path + ".data", target + ".data")] if flag == "-o" else [])
+    for given, real in companions:
+        kind = onnx_io.not_regular(real)
+        if kind is not None:
+            raise InputError(f"{flag} {given} exists and is {kind}, not a regular file; eqsat never replaces it: "
+                             f"choose a file name such as {example}")
+    parent = os.path.dirname(target)
+    if not os.path.isdir(parent):
+        raise InputError(f"{flag} {path}: directory {parent} does not exist; create it or choose another {flag} path")
+    name = os.path.basename(target)
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    if len(os.fsencode(name)) + len(".data") > name_max:
+        raise InputError(f"{flag} {path}: the file name is {len(os.fsencode(name))} bytes, too long for this file "
+                         f"system (at most {name_max - len('.data')}); choose a shorter {flag} name")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".eqsat-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: cannot write in {parent} ({exc.strerror}); choose another {flag} path "
+                         "or make the folder writable") from None
 
 
 def _flags(path: str) -> int:
@@ -133,5 +173,5 @@ def tolerant_stderr() -> Iterator[None]:
             sys.stderr = previous
 
 
-__all__ = ["FS_APPEND_FL", "FS_IMMUTABLE_FL", "TolerantStream", "check_not_a_stream", "check_replaceable", "late_write_errors",
+__all__ = ["FS_APPEND_FL", "FS_IMMUTABLE_FL", "TolerantStream", "check_not_a_stream", "check_output_path", "check_replaceable", "late_write_errors",
            "tolerant_stderr"]

@@ -9,7 +9,7 @@ from eqsat.models import MODELS, build
 from eqsat.onnx.export import export_model
 from eqsat.onnx.io import write_atomic
 
-from .pipeline import check_output_path
+from .guards import check_output_path
 
 
 def _list(args) -> int:

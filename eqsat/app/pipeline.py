@@ -10,10 +10,7 @@ typed :class:`Report`.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -29,7 +26,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction
 from eqsat.inputs import EDGES, NONFINITE_EDGES
-from eqsat.ir import Graph, Node
+from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.measurement import runtimes
 from eqsat.measurement.decision import SPLIT_CANDIDATES, measure
@@ -54,151 +51,12 @@ from .report import (
     Report,
     VerificationReport,
 )
-from .selection import Extracted, candidates_phase
+from .result import Result
+from .selection import Extracted, candidates_phase, same_operators, same_program
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
 
-
-
-class Result:
-    """What an optimization produced: the input and returned models, the returned program, the typed report.
-
-    ``original`` and ``optimized`` are self-contained ModelProtos. Where the run kept them as references into its
-    weight pool (a model read from a path; every candidate), each gets its data back on first access only, so that
-    a caller that writes the result (:meth:`write`, the CLI) never holds a copy of the weights in protobuf: the
-    writer reads them from the pool a tensor at a time."""
-
-    def __init__(self, original: onnx.ModelProto, optimized: onnx.ModelProto, graph: Graph, report: Report,
-                 weights: pool.WeightPool | None = None):
-        self._original, self._optimized = original, optimized
-        self.graph, self.report = graph, report
-        self.weights = weights
-        """the run's weight pool where the models may refer to it (its file removed: the mapped arrays stay)"""
-
-    def _restored(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        if self.weights is not None and self.weights.refers(model):
-            self.weights.restore(model)
-        return model
-
-    @property
-    def original(self) -> onnx.ModelProto:
-        """The input model, self-contained (its data restored from the run's pool on first access)."""
-        return self._restored(self._original)
-
-    @original.setter
-    def original(self, model: onnx.ModelProto) -> None:
-        self._original = model
-
-    @property
-    def optimized(self) -> onnx.ModelProto:
-        """The returned model (the original where no candidate shipped), self-contained (restored on first access)."""
-        return self._restored(self._optimized)
-
-    @optimized.setter
-    def optimized(self, model: onnx.ModelProto) -> None:
-        self._optimized = model
-
-    def writes_data_file(self, external: bool = False) -> bool:
-        """Whether :meth:`write` (``external`` asked or not) writes the weights to a data file beside the model."""
-        return onnx_io.writes_data_file(self._optimized, external, self.weights)
-
-    def write(self, path: str, others: dict[str, bytes] | None = None, external: bool = False) -> None:
-        """Write the returned model to ``path`` (with ``others``, all or none: :func:`eqsat.onnx.io.write_together`),
-        its weights read from the run's pool a tensor at a time where it refers to them: the same bytes as
-        writing :attr:`optimized`, without restoring it."""
-        onnx_io.write_together(self._optimized, path, others or {}, external, self.weights)
-
-    def __getstate__(self) -> dict[str, object]:
-        """A pickle or deep copy takes the models with their data (restored), not the pool: its mapped arrays and
-        onnxruntime values do not cross a process, and its file is gone once the run ends."""
-        return {"original": self.original, "optimized": self.optimized, "graph": self.graph, "report": self.report}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["original"], state["optimized"], state["graph"], state["report"])  # type: ignore[misc]
-
-    def __repr__(self) -> str:
-        return f"Result(graph={self.graph.name!r}, returned={self.report.returned.program!r})"
-
-
-UNFUSED = frozenset({"ewsum"})
-"""element-wise operators that compute each element from the operands' elements at its place and that onnxruntime
-fuses with no neighbour (``ewsum`` is ONNX Sum, written so that it is not fused): on operands of its own shape, one is
-the same kernel on the same data whether its operands were reshaped first or its result after. (Add, Mul, Gelu are
-not: whether a Reshape stands between one and its producer or consumer decides onnxruntime's fusions.)"""
-ROWWISE = frozenset({"layernorm", "rmsnorm"})
-"""operators that compute each row (the last axis) from the operand's row at its place and parameters along the
-last axis: the same kernel whether the rows are gathered in [1, 128, 768] or in [128, 768], where their operand is
-an :data:`UNFUSED` one's result (a norm after an Add is fused with it, a reshape between them prevents that)"""
-
-
-def same_program(a: Graph, b: Graph) -> bool:
-    """Whether ``b`` computes with exactly the operators of ``a``: the same DAG up to node identity
-    (compared by structure, bottom-up), with as many operators and the same outputs, reshapes aside: a value is
-    data in a shape, a reshape gives its input's data another shape (a chain of them is one reshape, one back to
-    the data's own shape none), an :data:`UNFUSED` element-wise operator on operands of one shape computes the
-    same data whatever shape they were reshaped to first (their data compared as vectors), and so does a
-    :data:`ROWWISE` one on its operand's rows. So two programs that differ only there run the same kernels on the
-    same data in onnxruntime (measuring both would time one program twice); where a reshape's place can decide a
-    fusion (an Add after a MatMul, a norm after an Add), the programs stay distinct."""
-    if a.output_names != b.output_names:
-        return False
-    ids: dict[tuple, int] = {}
-    data: dict[int, tuple[int, tuple]] = {}  # node -> (id of its data in the data's own shape, that shape)
-    memo: dict[int, int] = {}  # node -> id of its value (its data in its shape)
-    producer: dict[int, Node] = {}  # node -> the node that computed its data (through reshapes)
-
-    def intern(key: tuple) -> int:
-        return ids.setdefault(key, len(ids))
-
-    def in_shape(node: Node, data_id: int, own: tuple) -> int:
-        shape = tuple(node.shape)
-        return data_id if shape == own else intern(("reshape", shape, node.dtype, data_id))
-
-    def flat_id(node: Node, flat: tuple) -> int:
-        data_id, own = data[id(node)]
-        return data_id if own == flat else intern(("reshape", flat, node.dtype, data_id))
-
-    def canon(g: Graph) -> tuple[tuple[int, ...], int]:
-        computed = 0
-        for n in g.nodes():  # topological: children first
-            shape = tuple(n.shape)
-            producer[id(n)] = producer[id(n.inputs[0])] if n.op == "reshape" else n
-            if n.op == "reshape":
-                data[id(n)] = data[id(n.inputs[0])]
-            elif n.op in UNFUSED and n.inputs and all(tuple(i.shape) == shape for i in n.inputs) \
-                    and all(isinstance(d, int) for d in shape):
-                computed += 1  # on its operands' data as vectors: wherever their reshapes stood
-                flat = (math.prod(shape),)
-                operands = tuple(flat_id(i, flat) for i in n.inputs)
-                data[id(n)] = (intern((n.op, n.attrs, flat, n.dtype, operands)), flat)
-            elif n.op in ROWWISE and len(shape) > 1 and all(isinstance(d, int) for d in shape) \
-                    and tuple(n.inputs[0].shape) == shape and producer[id(n.inputs[0])].op in UNFUSED \
-                    and all(tuple(i.shape) == shape[-1:] for i in n.inputs[1:]):
-                computed += 1  # on its operands' data as rows: wherever their reshapes stood
-                rows = (math.prod(shape) // max(shape[-1], 1), shape[-1])
-                operands = (flat_id(n.inputs[0], rows), *(memo[id(i)] for i in n.inputs[1:]))
-                data[id(n)] = (intern((n.op, n.attrs, rows, n.dtype, operands)), rows)
-            else:
-                if n.op not in ("input", "weight"):
-                    computed += 1
-                base = (n.op, n.attrs, shape, n.dtype)
-                key = (*base, n.name) if n.op in ("input", "weight") else (*base, tuple(memo[id(c)] for c in n.inputs))
-                data[id(n)] = (intern(key), shape)
-            memo[id(n)] = in_shape(n, *data[id(n)])
-        return tuple(memo[id(o)] for o in g.outputs), computed
-
-    return canon(a) == canon(b)
-
-
-def same_operators(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
-    """Whether ONNX models ``a`` and ``b`` run the same operators, as many of each (Constant and Identity
-    nodes aside: the runtime drops them). A program equal to the imported graph is no other program, but its
-    model can still differ from the original where the import simplified it (constants folded, ``x + 0``
-    dropped): then it is measured like any candidate."""
-    def counts(m: onnx.ModelProto) -> Counter[tuple[str, str]]:
-        return Counter((n.domain, n.op_type) for n in m.graph.node if n.op_type not in ("Constant", "Identity"))
-    return counts(a) == counts(b)
 
 
 # -- the phases ----------------------------------------------------------------------------------------------
@@ -553,50 +411,6 @@ def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
         e.beside = {key: values[k + 1] for key, values in all_.beside.items()}
 
 
-def check_output_path(path: str, flag: str = "-o") -> None:
-    """Fail early, before any work, if ``path`` (given with ``flag``) cannot be written: an empty name, a folder,
-    a missing or read-only folder, a name too long. A probe file is created and removed beside the target."""
-    example = "out.onnx" if flag == "-o" else "report.json"
-    if not path:
-        raise InputError(f"{flag} is empty; give a file name such as {example}")
-    if os.path.isdir(path):
-        raise InputError(f"{flag} {path} is a directory; give a file name such as {os.path.join(path, example)}")
-    if path.endswith(os.sep):
-        raise InputError(f"{flag} {path} ends with {os.sep} (a folder, which does not exist); give a file name "
-                         f"such as {os.path.join(path, example)}, in a folder that exists")
-    target = os.path.realpath(path)
-    companions = [(path, target)] + ([(path + ".data", target + ".data")] if flag == "-o" else [])
-    for given, real in companions:
-        kind = onnx_io.not_regular(real)
-        if kind is not None:
-            raise InputError(f"{flag} {given} exists and is {kind}, not a regular file; eqsat never replaces it: "
-                             f"choose a file name such as {example}")
-    parent = os.path.dirname(target)
-    if not os.path.isdir(parent):
-        raise InputError(f"{flag} {path}: directory {parent} does not exist; create it or choose another {flag} path")
-    name = os.path.basename(target)
-    try:
-        name_max = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    if len(os.fsencode(name)) + len(".data") > name_max:
-        raise InputError(f"{flag} {path}: the file name is {len(os.fsencode(name))} bytes, too long for this file "
-                         f"system (at most {name_max - len('.data')}); choose a shorter {flag} name")
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".eqsat-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise InputError(f"{flag} {path}: cannot write in {parent} ({exc.strerror}); choose another {flag} path "
-                         "or make the folder writable") from None
-
-
-def report_bytes(report: Report) -> bytes:
-    """The report as written to ``--report``: indented JSON (no NaN or Infinity), UTF-8."""
-    return (report.dumps() + "\n").encode()
-
-
-__all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "check_output_path",
-           "encode_phase", "export_phase", "rest_phase",
-           "extract_phase", "ilp_seconds", "import_phase", "optimize", "report_bytes",
-           "ROWWISE", "UNFUSED", "same_program", "search_phase", "shapes_phase", "shaped_import_phase", "verifier_of", "verify_phase"]
+__all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "encode_phase", "export_phase",
+           "extract_phase", "ilp_seconds", "import_phase", "optimize", "rest_phase", "search_phase", "shapes_phase",
+           "shaped_import_phase", "verifier_of", "verify_phase"]

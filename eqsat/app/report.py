@@ -287,6 +287,11 @@ class Report:
         return json.dumps(self.to_json(), indent=2, allow_nan=False)
 
 
+def report_bytes(report: Report) -> bytes:
+    """The report as written to ``--report``: indented JSON (no NaN or Infinity), UTF-8."""
+    return (report.dumps() + "\n").encode()
+
+
 def assumptions(config: OptimizeConfig) -> list[str]:
     """What the user vouched for beyond the equivalence contract (docs/robustness.md), each a flag and what it lets
     change: empty for a run under the contract alone."""
@@ -304,4 +309,4 @@ def kernels_used(operators: dict[str, int]) -> dict[str, int]:
 
 
 __all__ = ["Candidate", "Change", "EGraphSize", "ExtractionReport", "InterfaceReport", "Measurement", "PhaseTimer", "Report", "Returned",
-           "VerificationReport", "jsonable", "kernels_used"]
+           "VerificationReport", "jsonable", "kernels_used", "report_bytes"]

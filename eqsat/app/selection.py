@@ -1,4 +1,5 @@
-"""The candidate programs of a run (``--candidates K``) and their order: which extractions are tried.
+"""The candidate programs of a run (``--candidates K``) and their order: which extractions are tried, and which
+programs are distinct (:func:`same_program`: two that run the same kernels on the same data are timed once).
 
 The final stage extracts up to K distinct programs (:func:`candidates_phase`, in order: the final extractor's optimum of
 the grown e-graph, greedy-dag's, greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
@@ -15,19 +16,104 @@ first such in this order, unless a later one is faster than it with confidence.
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import onnx
 
 from eqsat import extract as extractors
 from eqsat.cost import CostModel, make, node_costs
 from eqsat.cost.favoured import KERNEL_OPS, KernelsFavoured
 from eqsat.cost.measure import timing_until
 from eqsat.extract import Extraction, ExtractOptions
+from eqsat.ir import Graph, Node
 from eqsat.mcts import PathState
 from eqsat.snapshot import Snapshot
 
 from .config import OptimizeConfig, ilp_seconds
+
+UNFUSED = frozenset({"ewsum"})
+"""element-wise operators that compute each element from the operands' elements at its place and that onnxruntime
+fuses with no neighbour (``ewsum`` is ONNX Sum, written so that it is not fused): on operands of its own shape, one is
+the same kernel on the same data whether its operands were reshaped first or its result after. (Add, Mul, Gelu are
+not: whether a Reshape stands between one and its producer or consumer decides onnxruntime's fusions.)"""
+ROWWISE = frozenset({"layernorm", "rmsnorm"})
+"""operators that compute each row (the last axis) from the operand's row at its place and parameters along the
+last axis: the same kernel whether the rows are gathered in [1, 128, 768] or in [128, 768], where their operand is
+an :data:`UNFUSED` one's result (a norm after an Add is fused with it, a reshape between them prevents that)"""
+
+
+def same_program(a: Graph, b: Graph) -> bool:
+    """Whether ``b`` computes with exactly the operators of ``a``: the same DAG up to node identity
+    (compared by structure, bottom-up), with as many operators and the same outputs, reshapes aside: a value is
+    data in a shape, a reshape gives its input's data another shape (a chain of them is one reshape, one back to
+    the data's own shape none), an :data:`UNFUSED` element-wise operator on operands of one shape computes the
+    same data whatever shape they were reshaped to first (their data compared as vectors), and so does a
+    :data:`ROWWISE` one on its operand's rows. So two programs that differ only there run the same kernels on the
+    same data in onnxruntime (measuring both would time one program twice); where a reshape's place can decide a
+    fusion (an Add after a MatMul, a norm after an Add), the programs stay distinct."""
+    if a.output_names != b.output_names:
+        return False
+    ids: dict[tuple, int] = {}
+    data: dict[int, tuple[int, tuple]] = {}  # node -> (id of its data in the data's own shape, that shape)
+    memo: dict[int, int] = {}  # node -> id of its value (its data in its shape)
+    producer: dict[int, Node] = {}  # node -> the node that computed its data (through reshapes)
+
+    def intern(key: tuple) -> int:
+        return ids.setdefault(key, len(ids))
+
+    def in_shape(node: Node, data_id: int, own: tuple) -> int:
+        shape = tuple(node.shape)
+        return data_id if shape == own else intern(("reshape", shape, node.dtype, data_id))
+
+    def flat_id(node: Node, flat: tuple) -> int:
+        data_id, own = data[id(node)]
+        return data_id if own == flat else intern(("reshape", flat, node.dtype, data_id))
+
+    def canon(g: Graph) -> tuple[tuple[int, ...], int]:
+        computed = 0
+        for n in g.nodes():  # topological: children first
+            shape = tuple(n.shape)
+            producer[id(n)] = producer[id(n.inputs[0])] if n.op == "reshape" else n
+            if n.op == "reshape":
+                data[id(n)] = data[id(n.inputs[0])]
+            elif n.op in UNFUSED and n.inputs and all(tuple(i.shape) == shape for i in n.inputs) \
+                    and all(isinstance(d, int) for d in shape):
+                computed += 1  # on its operands' data as vectors: wherever their reshapes stood
+                flat = (math.prod(shape),)
+                operands = tuple(flat_id(i, flat) for i in n.inputs)
+                data[id(n)] = (intern((n.op, n.attrs, flat, n.dtype, operands)), flat)
+            elif n.op in ROWWISE and len(shape) > 1 and all(isinstance(d, int) for d in shape) \
+                    and tuple(n.inputs[0].shape) == shape and producer[id(n.inputs[0])].op in UNFUSED \
+                    and all(tuple(i.shape) == shape[-1:] for i in n.inputs[1:]):
+                computed += 1  # on its operands' data as rows: wherever their reshapes stood
+                rows = (math.prod(shape) // max(shape[-1], 1), shape[-1])
+                operands = (flat_id(n.inputs[0], rows), *(memo[id(i)] for i in n.inputs[1:]))
+                data[id(n)] = (intern((n.op, n.attrs, rows, n.dtype, operands)), rows)
+            else:
+                if n.op not in ("input", "weight"):
+                    computed += 1
+                base = (n.op, n.attrs, shape, n.dtype)
+                key = (*base, n.name) if n.op in ("input", "weight") else (*base, tuple(memo[id(c)] for c in n.inputs))
+                data[id(n)] = (intern(key), shape)
+            memo[id(n)] = in_shape(n, *data[id(n)])
+        return tuple(memo[id(o)] for o in g.outputs), computed
+
+    return canon(a) == canon(b)
+
+
+def same_operators(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Whether ONNX models ``a`` and ``b`` run the same operators, as many of each (Constant and Identity
+    nodes aside: the runtime drops them). A program equal to the imported graph is no other program, but its
+    model can still differ from the original where the import simplified it (constants folded, ``x + 0``
+    dropped): then it is measured like any candidate."""
+    def counts(m: onnx.ModelProto) -> Counter[tuple[str, str]]:
+        return Counter((n.domain, n.op_type) for n in m.graph.node if n.op_type not in ("Constant", "Identity"))
+    return counts(a) == counts(b)
+
 
 OTHER_ILP_SECONDS = 10.0
 """at most this many seconds for the ILP under the other cost model (a cheap extra candidate, not the optimum)"""
@@ -100,4 +186,5 @@ def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     return out
 
 
-__all__ = ["OTHER_ILP_SECONDS", "Extracted", "candidates_phase", "other_cost_name"]
+__all__ = ["OTHER_ILP_SECONDS", "ROWWISE", "UNFUSED", "Extracted", "candidates_phase", "other_cost_name", "same_operators",
+           "same_program"]
