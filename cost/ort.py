@@ -17,16 +17,17 @@ What is timed for one operator key (:func:`op_model`):
   read anywhere from ``MIN_US`` to 2x its time, and the ILP picked a merged Q/K/V projection five times wider
   than the one it replaced at ``MIN_US``: bert measured 0.80x.
 * a conv2d or matmul with a fused activation (``act``) is emitted as Conv + Relu (MatMul + Tanh, ...), which
-  onnxruntime fuses (FusedConv; FusedGemm after MatMul+Add): the activation costs what it costs fused.
-* an *epilogue* (:func:`epilogue_producer`): batchnorm of a 4-D tensor, ``ewadd``/``ewmul`` of a 4-D tensor by
-  a ``[1, C, 1, 1]`` operand (a conv's bias or folded scale) and ``ewadd`` of a 2-D/3-D tensor by a
-  ``[1, N]``/``[1, 1, N]`` operand (a dense layer's bias), and ``scale`` (attention's scale of the scores,
-  split off by ``attention_split``: FusedMatMul's alpha). onnxruntime folds these into the Conv (Conv+BN,
-  Conv+Add, Conv+Mul) or the MatMul (MatMul+Add -> Gemm; with a 3-D operand Reshape + Gemm + Reshape) that
-  produces them, so such an operator costs its marginal time: the producer followed by it, minus the producer
-  alone as the IR holds it (:func:`ir_spelling`: the 2-D matmul between reshapes that the exporter writes as
-  one N-D MatMul), both timed, at least ``MIN_US``. A dense layer split into matmul and bias add then costs
-  what the fused ``linear`` costs, as both are written alike. Folding batch norm into the conv's weights
+  onnxruntime fuses (FusedConv; FusedGemm only after MatMul+Add became a Gemm, none into a MatMul:
+  :data:`eqsat.onnx.fusions.GEMM_ACTIVATION`): the activation costs what it costs fused.
+* an *epilogue* (:func:`epilogue_producer`; the fusions: :func:`eqsat.onnx.fusions.epilogue`): batchnorm of a
+  4-D tensor, ``ewadd``/``ewmul`` of a 4-D tensor by a ``[1, C, 1, 1]`` operand (a conv's bias or folded scale)
+  and ``ewadd`` of a 2-D/3-D tensor by a ``[1, N]``/``[1, 1, N]`` operand (a dense layer's bias), and ``scale``
+  (attention's scale of the scores, split off by ``attention_split``: FusedMatMul's alpha). onnxruntime folds
+  these into the Conv (Conv+BN, Conv+Add, Conv+Mul) or the MatMul (MatMul+Add -> Gemm; with a 3-D operand
+  Reshape + Gemm + Reshape) that produces them, so such an operator costs its marginal time: the producer
+  followed by it, minus the producer alone as the IR holds it (:func:`ir_spelling`: the 2-D matmul between
+  reshapes that the exporter writes as one N-D MatMul), both timed, at least ``MIN_US``. A dense layer split
+  into matmul and bias add then costs what the fused ``linear`` costs, as both are written alike. Folding batch norm into the conv's weights
   therefore gains nearly nothing, as in onnxruntime.
 * the NCHWc layout: onnxruntime runs a chain of convolutions (and the pooling, element-wise and concat
   operators between them) in a blocked layout, reordering only where the chain starts and ends. A conv timed
@@ -88,6 +89,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from eqsat.measurement.clock import median_ms, session_options
+from eqsat.onnx import fusions
 from eqsat.onnx.kernels import UpgradeError, pending, upgrade
 from eqsat.ops import OPS
 from eqsat.ops.base import UPGRADE_DOMAIN
@@ -190,40 +192,29 @@ def constant_operands(key: OpKey) -> frozenset[int]:
 
 def written_shape(key: OpKey, k: int) -> tuple[int, ...]:
     """The shape the exporter writes constant operand ``k`` in (:mod:`eqsat.onnx.forms`): an element-wise
-    operator's broadcast constant without its leading 1-dimensions (a scalar when it holds one value), which
+    operator's broadcast constant without its leading 1-dimensions (:func:`eqsat.onnx.fusions.stripped`), which
     is the spelling onnxruntime fuses (a dense layer's ``[1, 1, N]`` bias as ``[N]``: MatMul + Add -> Gemm)."""
     shape = tuple(key.in_shapes[k])
     if key.op not in ("ewadd", "ewmul") or shape == tuple(key.out_shape) or len(shape) < 2 or shape[0] != 1:
         return shape
-    if all(d == 1 for d in shape):
-        return ()
-    while len(shape) > 1 and shape[0] == 1:
-        shape = shape[1:]
-    return shape
+    return fusions.stripped(shape)
 
 
 def epilogue_producer(key: OpKey) -> tuple[OpKey, int] | None:
     """(the producer onnxruntime would fuse this operator into, the operand it produces) for an epilogue's
-    shape signature (see the module docstring), or None: the operator is timed on its own."""
+    shape signature (:func:`eqsat.onnx.fusions.epilogue`), or None: the operator is timed on its own. The
+    producer: a conv2d, a matmul by a 2-D weight (a dense layer's bias), or for a ``scale`` (attention's scale of
+    the scores, FusedMatMul's alpha) a batched matmul of two computed operands."""
+    found = fusions.epilogue(key.op, key.in_shapes, key.out_shape)
+    if found is None:
+        return None
+    fusion, operand = found
     out = tuple(key.out_shape)
-    if key.op == "batchnorm" and len(out) == 4:
-        return _conv_producer(out), 0
-    if key.op == "scale" and len(out) >= 2:  # attention's scale of the scores: FusedMatMul's alpha
-        k = min(PRODUCER_K, out[-1])
-        return OpKey("matmul", (0,), ((*out[:-1], k), (*out[:-2], k, out[-1])), out), 0
-    if key.op not in ("ewadd", "ewmul") or len(key.in_shapes) != 2:
-        return None
-    shapes = [tuple(s) for s in key.in_shapes]
-    main = 0 if shapes[0] == out else 1
-    other = shapes[1 - main]
-    if shapes[main] != out or other == out:
-        return None
-    if len(out) == 4 and other == (1, out[1], 1, 1):
-        return _conv_producer(out), main
-    if key.op == "ewadd" and len(out) in (2, 3) and other == (1,) * (len(out) - 1) + (out[-1],):
-        k = min(PRODUCER_K, out[-1])
-        return OpKey("matmul", (0,), ((*out[:-1], k), (k, out[-1])), out), main
-    return None
+    if fusion.ir[0] == "conv2d":
+        return _conv_producer(out), operand
+    k = min(PRODUCER_K, out[-1])
+    weight = (k, out[-1]) if fusion is fusions.MATMUL_ADD else (*out[:-2], k, out[-1])
+    return OpKey("matmul", (0,), ((*out[:-1], k), weight), out), operand
 
 
 def ir_spelling(key: OpKey) -> OpKey:

@@ -64,7 +64,8 @@ def note_outputs(w: Rewrite, outs: Sequence[Port]) -> None:
 def annotate(w: Rewrite) -> None:
     """The symbolic shapes of the program's inner values as its ``value_info`` (a product of symbols as one
     ``dim_param``, ``batch*seq``): onnxruntime's fusions (SkipLayerNormalization, Attention) compare their
-    inputs' shapes, which its own inference loses behind a Reshape to a computed or ``-1`` target."""
+    inputs' shapes, which its own inference loses behind a Reshape to a computed or ``-1`` target
+    (:data:`eqsat.onnx.fusions.SKIP_LAYER_NORM`: operands of one shape)."""
     g = w.model.graph
     ports = {vi.name for vi in [*g.input, *g.output]} | {t.name for t in g.initializer}
     for node in g.node:

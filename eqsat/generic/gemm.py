@@ -3,9 +3,9 @@ static shapes: a ``MatMul`` of a batch of rows ``x[..., K]`` by a constant ``W[K
 constant bias ``[N]`` is a ``Gemm`` (the bias added as the product is written) between two Reshapes, to
 ``[-1, K]`` and back to ``x``'s leading sizes and ``N``.
 
-onnxruntime's MatMulAddFusion writes that form itself only where ``x``'s shape is constant; on a program with
-dynamic axes the bias stays a separate pass over the output, which costs as much as a small product at a sequence
-of 128.
+onnxruntime's MatMulAddFusion writes that form itself only where ``x``'s shape is constant
+(:data:`eqsat.onnx.fusions.MATMUL_ADD`, whose predicates :func:`bias_add` reads); on a program with dynamic axes
+the bias stays a separate pass over the output, which costs as much as a small product at a sequence of 128.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from eqsat.onnx.fusions import row_bias, static_shape_needed
 from eqsat.onnx.pool import array_of
 from eqsat.onnx.symbolic import Mono, product
 
@@ -47,10 +48,11 @@ def bias_add(writer: SizeWriter, matmul: onnx.NodeProto, readers: list[onnx.Node
     tensor = writer.constants.get(bias or "")
     dims = writer.shapes.get(matmul.input[0])
     if bias is None or tensor is None or tensor.data_type != weight.data_type or dims is None or None in dims \
-            or len(dims) < 3 or add.input[0] == add.input[1]:
+            or add.input[0] == add.input[1]:
         return None
-    if [d for d in tensor.dims if d != 1] not in ([weight.dims[1]], []) or len(tensor.dims) > 1 and any(
-            d != 1 for d in tensor.dims[:-1]):
+    if not static_shape_needed(len(dims)):  # a 2-D x: onnxruntime fuses it on symbolic shapes too
+        return None
+    if not (row_bias(tensor.dims, weight.dims[1]) or all(d == 1 for d in tensor.dims)):  # or one number
         return None
     return add, bias
 

@@ -3,8 +3,9 @@
 Where the optimized program changed the user's nodes (so no :class:`~eqsat.ir.Origin` is written back
 verbatim), the IR still spells a 3-D MatMul as ``reshape -> 2-D matmul -> reshape``, a bias as an ``ewadd`` of
 a constant reshaped to the other operand's rank, a Conv's bias as a separate ``ewadd``. Written one IR node at a
-time, onnxruntime would not form Gemm, FusedMatMul, SkipLayerNormalization or Conv+bias from them. The
-:func:`plan` here picks, for such nodes, one ONNX form that reads fewer values:
+time, onnxruntime would not form Gemm, FusedMatMul, SkipLayerNormalization or Conv+bias from them (those fusions
+and their constraints: :mod:`eqsat.onnx.fusions`, whose predicates this module reads). The :func:`plan` here picks,
+for such nodes, one ONNX form that reads fewer values:
 
 - ``reshape(matmul(reshape(A), B))`` with a 2-D ``B`` whose outer reshape restores leading dimensions:
   ``MatMul(A, B)`` when the inner reshape only flattened them, else ``MatMul(Reshape(A), B)`` with ``A`` reshaped
@@ -13,7 +14,7 @@ time, onnxruntime would not form Gemm, FusedMatMul, SkipLayerNormalization or Co
   ``ewadd(ewadd(conv2d(x, w), r), c)`` (a residual sum a rewrite moved before the bias):
   ``Add(Conv(x, w, c.reshape(C)), r)``;
 - a 2-D ``matmul`` with a fused activation: ``Gemm`` then the activation (onnxruntime's FusedGemm; it fuses
-  no activation into a MatMul);
+  no activation into a MatMul: :data:`~eqsat.onnx.fusions.GEMM_ACTIVATION`);
 - ``ewadd`` / ``ewmul`` of a tensor and a constant that broadcasts against it: the constant without its leading
   1-dimensions (a scalar when it holds one value);
 - a value cut into parts by slices (slices of slices: TASO's binary split of a merged Q/K/V projection) along
@@ -43,6 +44,7 @@ import numpy as np
 
 from ..dims import fingerprint, fp_of
 from ..ir import Node, topo_order
+from .fusions import GEMM_ACTIVATION, activation_fusion, channel_operand, row_bias, stripped
 
 
 @dataclass(frozen=True)
@@ -118,13 +120,9 @@ def _matmul(r: Node, uses: Counter) -> Form | None:
 
 
 def _stripped(array: np.ndarray) -> np.ndarray:
-    """``array`` without its leading 1-dimensions (a scalar when it holds one value)."""
-    if array.size == 1:
-        return array.reshape(())
-    shape = list(array.shape)
-    while len(shape) > 1 and shape[0] == 1:
-        shape.pop(0)
-    return array.reshape(shape)
+    """``array`` without its leading 1-dimensions (a scalar when it holds one value):
+    :func:`~eqsat.onnx.fusions.stripped`."""
+    return array.reshape(stripped(array.shape))
 
 
 def _bare_conv(n: Node, uses: Counter) -> bool:
@@ -139,7 +137,7 @@ def _with_constant(n: Node, consts: Mapping[int, np.ndarray], uses: Counter) -> 
         if id(c) not in consts or id(other) in consts or tuple(other.shape) != tuple(n.shape):
             continue
         value = consts[id(c)]
-        if n.op == "ewadd" and tuple(c.shape) == (1, n.shape[1], 1, 1) and len(n.shape) == 4:
+        if n.op == "ewadd" and channel_operand(c.shape, n.shape):
             if _bare_conv(other, uses):
                 return Form(other.inputs, "conv_bias", other, {2: value.reshape(-1)})
             if other.op == "ewadd" and uses[id(other)] == 1:  # (conv + r) + bias, as a rewrite reassociated it
@@ -201,8 +199,7 @@ def _part(leaf: Node, last: bool, consts: Mapping[int, np.ndarray], readers: Map
     if last and uses[id(top)] == 1 and len(nxt) == 1 and nxt[0].op == "ewadd" and top.shape[-1] == n:
         add = nxt[0]
         c = add.inputs[1] if add.inputs[0] is top else add.inputs[0]
-        if id(c) in consts and id(top) not in consts and tuple(add.shape) == tuple(top.shape) \
-                and tuple(c.shape[-1:]) == (n,) and _product(c.shape) == n:
+        if id(c) in consts and id(top) not in consts and tuple(add.shape) == tuple(top.shape) and row_bias(c.shape, n):
             return add, consts[id(c)].reshape(n), passed + [top]
     return top, None, passed
 
@@ -299,7 +296,7 @@ def plan(outputs: Sequence[Node], consts: Mapping[int, np.ndarray], kernels: boo
         form = None
         if n.op == "reshape":
             form = _matmul(n, uses)
-        elif n.op == "matmul" and len(n.shape) == 2 and n.attrs[:1] != (0,):
+        elif n.op == "matmul" and n.attrs[:1] != (0,) and activation_fusion(n.op, len(n.shape)) is GEMM_ACTIVATION:
             form = Form(n.inputs, "gemm")
         elif n.op in ("ewadd", "ewmul") and len(n.inputs) == 2:
             form = _with_constant(n, consts, uses)

@@ -11,7 +11,8 @@ constants, from initializers or Constant nodes):
 * ``gelu`` erf: ``Erf(x / sqrt 2)`` (or ``x * (1/sqrt 2)``) ``+ 1``, times ``x`` and ``0.5``; a ``Gelu`` node.
 * ``gelu`` tanh: ``Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3))) + 1``, times ``x`` and ``0.5``.
 * ``addnorm``: an ``Add`` whose only reader is a ``LayerNormalization`` node (as ``layernorm``): the pair that
-  onnxruntime fuses into SkipLayerNormalization (where the Add is another match's, the LayerNormalization alone;
+  onnxruntime fuses into SkipLayerNormalization (:data:`eqsat.onnx.fusions.SKIP_LAYER_NORM`, where its operands
+  are 3-D of one shape; where the Add is another match's, the LayerNormalization alone;
   where the operands' shapes differ, the importer takes the Add, then the LayerNormalization alone).
 * ``layernorm``: a ``LayerNormalization`` node over the last axis with a bias; before opset 17,
   ``d = x - ReduceMean(x)``; ``d / Sqrt(ReduceMean(Pow(d, 2)) + eps) * gamma + beta``.

@@ -29,7 +29,7 @@ it like every other. For example, an element-wise ``neg`` in :mod:`eqsat.ops.ele
 A composite also needs its matcher in its family module's ``PATTERNS`` (a new family module's joins
 :data:`PATTERNS` below). What is not in the table: an IR pattern that onnxruntime fuses only in another spelling
 is written in it by :mod:`eqsat.onnx.forms`, and the ort-cpu cost model (:mod:`eqsat.cost.ort`) knows which
-operators onnxruntime fuses as epilogues.
+operators onnxruntime fuses as epilogues; both read onnxruntime's fusions from :mod:`eqsat.onnx.fusions`.
 
 >>> OPS["conv2d"].ctors[0].name, get("relu").free, get("slice").free
 ('Conv2d', False, True)

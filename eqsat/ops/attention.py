@@ -12,7 +12,7 @@ Operands ``(q, kt, v)`` or ``(q, kt, v, mask)``, attrs ``(scale_bits,)``:
 
 The softmax is over the last axis. Not defined over a prime field (NotEvaluable in that mode). The ONNX form is
 the decomposition torch's exporters write and onnxruntime's CPU session runs (it fuses the MatMul and the scale
-into one FusedMatMul): ``MatMul(q, kt) -> Mul(scale) [-> Add(mask)] -> Softmax(-1) -> MatMul(v)``; the torch
+into one FusedMatMul: :data:`eqsat.onnx.fusions.MATMUL_SCALE`): ``MatMul(q, kt) -> Mul(scale) [-> Add(mask)] -> Softmax(-1) -> MatMul(v)``; the torch
 function is ``torch.nn.functional.scaled_dot_product_attention``.
 
 ``sdpa``: the same operands and attributes as ``attention``, written as one runtime kernel: opset 23's

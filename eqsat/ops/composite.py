@@ -14,7 +14,8 @@ and the small helpers here serve both.
 * ``scale`` (x), attrs ``(bits,)``: ``x * c`` for a positive finite float32 ``c``. Not one of a model's chains
   but a part of one: a rule cannot create a constant tensor, so the rule ``attention_split`` writes
   attention's score scale as this attribute. Written as a Mul by a scalar constant, which onnxruntime fuses
-  into the MatMul before it (FusedMatMul), as in attention's own decomposition.
+  into the MatMul before it (FusedMatMul: :data:`eqsat.onnx.fusions.MATMUL_SCALE`), as in attention's own
+  decomposition.
 
 Every x has rank 1 or more (a rank-0 x stays as the importer found it).
 
@@ -27,7 +28,7 @@ a dyadic fraction, but it only ever stands before a softmax, which cannot).
 The ONNX emitters write the form onnxruntime fuses best at the model's opset (``em.opset``): the standard
 operator where the opset has it (Gelu from 20, Softmax always), else the decomposition torch exports and
 onnxruntime's fusions match: erf-GELU with scalar constants (fused into Gelu), SiLU as ``x * Sigmoid(x)`` (fused
-into QuickGelu), tanh-GELU in GPT-2's form (not fused on CPU).
+into QuickGelu), tanh-GELU in GPT-2's form (not fused on CPU); these fusions: :mod:`eqsat.onnx.fusions`.
 
 >>> float_value(float_bits(1e-6)) == float(np.float32(1e-6))
 True

@@ -6,14 +6,14 @@
 * ``addnorm`` (a, b, gamma, beta), attrs ``(eps_bits,)``: ``layernorm(a + b, gamma, beta)`` with a and b of
   one shape or broadcast (equal rank: a position table ``[1, seq, hidden]`` added to a batch), the residual add and the LayerNormalization after it as the runtime runs them: written as Add +
   LayerNormalization, which onnxruntime fuses into SkipLayerNormalization (so its measured cost is that
-  kernel's). The rule ``addnorm_unfuse`` relates it to ``layernorm(ewsum(a, b))``, the spelling that stays two
+  kernel's; where, :data:`eqsat.onnx.fusions.SKIP_LAYER_NORM`). The rule ``addnorm_unfuse`` relates it to ``layernorm(ewsum(a, b))``, the spelling that stays two
   kernels; ``addnorm_fuse`` recognizes it in the e-graph.
 * ``rmsnorm`` (x, gamma), attrs ``(eps_bits,)``: ``x / sqrt(mean(x^2) + eps) * gamma``.
 
 The epsilon is a float attribute (:func:`eqsat.ops.composite.float_bits`). None is defined over a prime field.
 The ONNX emitters write LayerNormalization from opset 17 (before it, torch's decomposition, which onnxruntime
 fuses), RMSNorm as ``gamma * (x / Sqrt(..))`` (fused into SimplifiedLayerNormalization; LLaMA's Reciprocal
-form is not, and is written for a 1-D x).
+form is not, and is written for a 1-D x: :data:`eqsat.onnx.fusions.SIMPLIFIED_LAYER_NORM`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
 (:func:`eqsat.rules.registry.rule_set`).
 
 * ``attention_kernel``: attention(q, kt, v[, mask]) -> sdpa(q, kt, v[, mask]): the decomposed attention core
-  (MatMul, scale, mask Add, Softmax, MatMul, which onnxruntime runs as FusedMatMul + Softmax + MatMul) as opset
+  (MatMul, scale, mask Add, Softmax, MatMul, which onnxruntime runs as FusedMatMul + Softmax + MatMul:
+  :data:`eqsat.onnx.fusions.MATMUL_SCALE`, :data:`~eqsat.onnx.fusions.MATMUL_TRANSPOSE`) as opset
   23's ``Attention``. ``attention_split`` relates ``attention`` to its parts, so the kernel is reached from any
   spelling that rule recombines. A masked one only where the encoder marked the mask ``Finite`` (finite on every
   input: :func:`eqsat.ops.bounds.finite_masks`): where a query row's mask is -inf throughout, the decomposition

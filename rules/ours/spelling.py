@@ -5,7 +5,8 @@ CPU the fused kernel wins, on another the pair does.
 
 * ``addnorm_unfuse``: addnorm(a, b, gamma, beta) -> layernorm(ewsum(a, b), gamma, beta). ``addnorm`` is the
   residual Add before a LayerNormalization as the importer finds it, which onnxruntime runs as its
-  SkipLayerNormalization kernel; ``ewsum`` writes the add as ONNX Sum, which it leaves unfused.
+  SkipLayerNormalization kernel; ``ewsum`` writes the add as ONNX Sum, which it leaves unfused
+  (:data:`eqsat.onnx.fusions.SKIP_LAYER_NORM`: its constraints, and the spellings that defeat it).
 * ``addnorm_fuse``: layernorm(ewadd(a, b), gamma, beta) -> addnorm(a, b, gamma, beta) for a and b of one shape: the
   recognition of the importer's matcher as a rule, so that a residual Add that other rewrites bring before a
   LayerNormalization (or an exporter's variant the matcher misses, or an Add with another reader, which the
