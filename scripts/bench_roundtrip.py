@@ -43,7 +43,8 @@ import onnxruntime as ort  # noqa: E402
 import zoo  # noqa: E402  (tests/zoo)
 
 from eqsat import OptimizeConfig, optimize  # noqa: E402
-from eqsat.measurement.timing import Protocol, compare, session_options  # noqa: E402
+from eqsat.measurement.clock import session_options  # noqa: E402
+from eqsat.measurement.timing import Protocol, compare  # noqa: E402
 
 FUSED_STANDARD = {"Gemm", "LayerNormalization", "Gelu", "RMSNormalization", "Attention", "RotaryEmbedding",
                   "SimplifiedLayerNormalization",
