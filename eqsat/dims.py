@@ -15,8 +15,10 @@ its right-hand side has its left-hand side's ``shape`` and ``sym`` both, so a re
 representative sizes (a reshape target, a slice bound or a size comparison read off a symbolic dimension) does
 not fire.
 
-The symbolic form (a monomial, :class:`eqsat.onnx.symbolic.Mono`) is read back from a fingerprint by
-:attr:`Dim.mono`.
+The symbolic form, a :class:`Mono` (a rational coefficient times a product of symbols with integer powers: the
+products and quotients reshapes make of the input axes), is read back from a fingerprint by :attr:`Dim.mono`.
+This module is the one home of symbolic dimensions: :mod:`eqsat.onnx.symbolic` infers ONNX shapes in monomials,
+:mod:`eqsat.onnx.dimensions` gives an import's IR its Dims.
 
 >>> b = Dim.symbol("batch", 2)
 >>> b, int(b), b.fp == symbol_value("batch", 2), b.mono.key()
@@ -24,23 +26,83 @@ The symbolic form (a monomial, :class:`eqsat.onnx.symbolic.Mono`) is read back f
 >>> y = infer("reshape", (Dim(2 * 12, fp_of(b) * 12),), [(b, 3, 4)])
 >>> y, [d.mono.key() for d in y if isinstance(d, Dim)]
 ((24,), ['12*batch'])
+>>> m, s = Mono.symbol("batch"), Mono.symbol("seq")
+>>> (m * s).key(), int((m * s * Mono.const(12)).value({"batch": 2, "seq": 5})), (s / Mono.const(4)).key()
+('batch*seq', 120, '1/4*seq')
+>>> (m * s) / s == m, Mono.const(3).is_const
+(True, True)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import ShapeError
 from .ops import Shape, infer_shape
 
-if TYPE_CHECKING:
-    from .onnx.symbolic import Mono
-
 SCALE = 64
 """a symbol's fingerprint is SCALE times a prime: divisible by the small powers of two that reshapes divide by"""
 FIRST_PRIME = 211
+
+
+@dataclass(frozen=True)
+class Mono:
+    """``coef * prod(symbol ** power)``; powers never 0, sorted by symbol."""
+
+    coef: Fraction
+    powers: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def const(cls, n: int | Fraction) -> Mono:
+        return cls(Fraction(n))
+
+    @classmethod
+    def symbol(cls, name: str) -> Mono:
+        return cls(Fraction(1), ((name, 1),))
+
+    @property
+    def is_const(self) -> bool:
+        return not self.powers
+
+    def _combine(self, other: Mono, sign: int) -> Mono:
+        powers = dict(self.powers)
+        for s, p in other.powers:
+            powers[s] = powers.get(s, 0) + sign * p
+        coef = self.coef * other.coef if sign > 0 else self.coef / other.coef
+        return Mono(coef, tuple(sorted((s, p) for s, p in powers.items() if p)))
+
+    def __mul__(self, other: Mono) -> Mono:
+        return self._combine(other, 1)
+
+    def __truediv__(self, other: Mono) -> Mono:
+        return self._combine(other, -1)
+
+    def value(self, values: Mapping[str, int]) -> Fraction:
+        out = self.coef
+        for s, p in self.powers:
+            out *= Fraction(values[s]) ** p
+        return out
+
+    def key(self) -> str:
+        """The ``dim_param`` that carries this monomial through onnx's shape inference (a constant: its digits)."""
+        parts = [] if self.coef == 1 and self.powers else [str(self.coef)]
+        for s, p in self.powers:
+            parts += [s] * p if p > 0 else [f"/{s}"] * -p
+        return "*".join(parts).replace("*/", "/")
+
+
+SymShape = list[Mono | None]
+"""a value's shape: one monomial per axis, None where it is not known"""
+
+
+def product(dims: Sequence[Mono]) -> Mono:
+    out = Mono.const(1)
+    for d in dims:
+        out = out * d
+    return out
 
 
 class Dim(int):
@@ -77,8 +139,6 @@ class Dim(int):
         """The monomial of the symbols this dimension is (its fingerprint factored over the symbols' primes, the
         result checked at the symbols' representative sizes); None where it is no monomial (a sum, a floor
         division)."""
-        from .onnx.symbolic import Mono
-
         found = _factor(self.fp)
         if found is None:
             return None
@@ -272,5 +332,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "combine", "fingerprint", "fingerprint_fits", "fp_of",
+__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "Mono", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
            "from_mono", "holds", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]

@@ -16,10 +16,10 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import ir
+from eqsat.dims import Mono
 from eqsat.generic import make_generic
 from eqsat.generic.tables import TABLE_SIZE, triangle
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.symbolic import Mono
 
 LOWEST = float(np.finfo(np.float32).min)
 

@@ -19,12 +19,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
+from eqsat.dims import Mono
 from eqsat.generic import make_generic
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.fitting import fit_sizes
 from eqsat.onnx.interface import probe_shapes, representative_shapes, symbol_values
 from eqsat.onnx.live import live_shapes
-from eqsat.onnx.symbolic import Mono
 from eqsat.onnx.targets import reshape_target
 from eqsat.rules.rule import Rule
 from eqsat.verify import verify_shapes

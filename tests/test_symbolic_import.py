@@ -8,11 +8,10 @@ import onnx
 import pytest
 import zoo
 
-from eqsat.dims import Dim
+from eqsat.dims import Dim, Mono
 from eqsat.egglog.egraph import EGraph
 from eqsat.onnx import import_model
 from eqsat.onnx.interface import shapes_at
-from eqsat.onnx.symbolic import Mono
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

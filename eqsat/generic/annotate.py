@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 from onnx import helper
 
+from eqsat.dims import Mono, SymShape
 from eqsat.onnx.interface import Port
-from eqsat.onnx.symbolic import Mono, SymShape, constant_shape
+from eqsat.onnx.symbolic import constant_shape
 
 from .state import Rewrite
 

@@ -14,9 +14,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from eqsat.dims import Mono, product
 from eqsat.onnx.fusions import row_bias, static_shape_needed
 from eqsat.onnx.pool import array_of
-from eqsat.onnx.symbolic import Mono, product
 
 from .sizes import SizeWriter
 

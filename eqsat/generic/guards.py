@@ -18,12 +18,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from eqsat.dims import Mono
 from eqsat.errors import first_line
 from eqsat.onnx.branches import GUARD
 from eqsat.onnx.kernels import UpgradeError, converted, opset_of
 from eqsat.onnx.pool import array_of
 from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs
-from eqsat.onnx.symbolic import Mono
 
 from .state import Rewrite
 from .tables import Prefix, pattern_key

@@ -11,9 +11,10 @@ from collections.abc import Iterable
 import numpy as np
 import onnx
 
+from eqsat.dims import Mono, SymShape, product
 from eqsat.onnx.dataflow import prune
 from eqsat.onnx.fitting import fit_runs, fit_vectors, run_values
-from eqsat.onnx.symbolic import Mono, SymShape, infer_node, product
+from eqsat.onnx.symbolic import infer_node
 
 from .state import Rewrite
 

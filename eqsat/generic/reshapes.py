@@ -20,7 +20,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from eqsat.onnx.symbolic import Mono, int_values
+from eqsat.dims import Mono
+from eqsat.onnx.symbolic import int_values
 from eqsat.onnx.targets import reshape_target, resolve_target
 
 from .probes import fit, original_target

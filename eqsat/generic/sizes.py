@@ -10,7 +10,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from eqsat.onnx.symbolic import Mono, SymShape, constant_shape
+from eqsat.dims import Mono, SymShape
+from eqsat.onnx.symbolic import constant_shape
 
 
 class SizeWriter:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from eqsat.onnx.symbolic import Mono, SymShape
+from eqsat.dims import Mono, SymShape
 
 from .sizes import SizeWriter
 from .tables import Prefix

@@ -36,10 +36,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from eqsat.dims import Mono
 from eqsat.onnx.dataflow import prune
 from eqsat.onnx.interface import OTHER_PROBES, QUIET, zero_feeds
 from eqsat.onnx.io import session
-from eqsat.onnx.symbolic import Mono
 
 from .sizes import SizeWriter
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from eqsat.dims import Mono, product
 from eqsat.onnx.fitting import further_sizes
 from eqsat.onnx.interface import QUIET, zero_feeds
 from eqsat.onnx.io import session
-from eqsat.onnx.symbolic import Mono, product
 
 from .sizes import SizeWriter
 from .tables import Prefix, Triangle, prefixes, triangle

@@ -19,8 +19,9 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
+from eqsat.dims import Mono, SymShape
 from eqsat.onnx.pool import array_of
-from eqsat.onnx.symbolic import Mono, SymShape, int_values
+from eqsat.onnx.symbolic import int_values
 
 from .probes import fit, probe
 from .state import Rewrite

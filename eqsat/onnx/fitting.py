@@ -18,11 +18,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ..dims import Mono
 from . import pool
 from .dataflow import prune
 from .interface import QUIET, zero_feeds
 from .io import session
-from .symbolic import Mono
 
 POWERS = range(-2, 4)
 """the powers a symbol is tried at in one size"""

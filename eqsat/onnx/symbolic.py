@@ -1,83 +1,16 @@
-"""Symbolic dimensions: a dimension as a monomial of the interface's symbols (``2*batch*seq``, ``seq/4``), and
-the shapes of an ONNX model's values in them.
-
-A :class:`Mono` is a rational coefficient times a product of symbols with integer powers: the products and
-quotients reshapes make of the input axes. :func:`infer_node` gives one node's output shapes from its inputs'
-with onnx's shape inference, each monomial carried as a ``dim_param`` (:meth:`Mono.key`).
-
->>> b, s = Mono.symbol("batch"), Mono.symbol("seq")
->>> (b * s).key(), int((b * s * Mono.const(12)).value({"batch": 2, "seq": 5})), (s / Mono.const(4)).key()
-('batch*seq', 120, '1/4*seq')
->>> (b * s) / s == b, Mono.const(3).is_const
-(True, True)
-"""
+"""The shapes of an ONNX model's values as monomials of the interface's symbols (:class:`eqsat.dims.Mono`):
+:func:`infer_node` gives one node's output shapes from its inputs' with onnx's shape inference, each monomial
+carried as a ``dim_param`` (:meth:`~eqsat.dims.Mono.key`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-
-@dataclass(frozen=True)
-class Mono:
-    """``coef * prod(symbol ** power)``; powers never 0, sorted by symbol."""
-
-    coef: Fraction
-    powers: tuple[tuple[str, int], ...] = ()
-
-    @classmethod
-    def const(cls, n: int | Fraction) -> Mono:
-        return cls(Fraction(n))
-
-    @classmethod
-    def symbol(cls, name: str) -> Mono:
-        return cls(Fraction(1), ((name, 1),))
-
-    @property
-    def is_const(self) -> bool:
-        return not self.powers
-
-    def _combine(self, other: Mono, sign: int) -> Mono:
-        powers = dict(self.powers)
-        for s, p in other.powers:
-            powers[s] = powers.get(s, 0) + sign * p
-        coef = self.coef * other.coef if sign > 0 else self.coef / other.coef
-        return Mono(coef, tuple(sorted((s, p) for s, p in powers.items() if p)))
-
-    def __mul__(self, other: Mono) -> Mono:
-        return self._combine(other, 1)
-
-    def __truediv__(self, other: Mono) -> Mono:
-        return self._combine(other, -1)
-
-    def value(self, values: Mapping[str, int]) -> Fraction:
-        out = self.coef
-        for s, p in self.powers:
-            out *= Fraction(values[s]) ** p
-        return out
-
-    def key(self) -> str:
-        """The ``dim_param`` that carries this monomial through onnx's shape inference (a constant: its digits)."""
-        parts = [] if self.coef == 1 and self.powers else [str(self.coef)]
-        for s, p in self.powers:
-            parts += [s] * p if p > 0 else [f"/{s}"] * -p
-        return "*".join(parts).replace("*/", "/")
-
-
-SymShape = list[Mono | None]
-"""a value's shape: one monomial per axis, None where it is not known"""
-
-
-def product(dims: Sequence[Mono]) -> Mono:
-    out = Mono.const(1)
-    for d in dims:
-        out = out * d
-    return out
+from eqsat.dims import Mono, SymShape
 
 
 def _type_proto(elem: int, shape: SymShape | None, keys: dict[str, Mono]) -> onnx.TypeProto:
@@ -152,4 +85,4 @@ def int_values(t: onnx.TensorProto) -> list[int]:
     return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
 
 
-__all__ = ["SMALL_CONSTANT", "Mono", "SymShape", "constant_shape", "infer_node", "int_values", "product"]
+__all__ = ["SMALL_CONSTANT", "constant_shape", "infer_node", "int_values"]
