@@ -5,7 +5,7 @@ Casts after the Softmax, its axis -1 or the last axis's positive index), refuses
 outside or whose Softmax is over another axis, and the importer makes each one ``attention`` node
 (eqsat.ops.attention). Oracles: numpy's own softmax attention for the hand-built graphs and
 onnxruntime on the original model for the zoo. The operator's table entry is checked by tests/test_ops.py like
-every other (its sampler is there).
+every other (its sampler is in tests/op_samplers.py).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import collections
 import math
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 import zoo
+from attention_cases import KT, MASK, OUT, Q, V, attention_model, numpy_attention, ort_outputs, random_feeds
 from onnx import TensorProto, helper, numpy_helper
-from test_fidelity import fused, ort_graph
-from test_zoo import _close
+from ort_graphs import fused, ort_graph
+from zoo_cases import assert_close
 
 from eqsat import ir, ops
 from eqsat.errors import ShapeError
@@ -31,40 +31,6 @@ from eqsat.ops.composite import float_bits, float_value
 
 N = helper.make_node
 F = TensorProto.FLOAT
-Q, KT, V, MASK = (1, 2, 4, 3), (1, 2, 3, 5), (1, 2, 5, 3), (1, 1, 4, 5)
-OUT = (1, 2, 4, 3)
-
-
-def _model(nodes: list[onnx.NodeProto], consts: dict[str, float | np.ndarray], outputs: tuple[tuple[str, tuple], ...] = (("y", OUT),),
-           inputs: tuple[tuple[str, tuple], ...] = (("q", Q), ("kt", KT), ("v", V), ("mask", MASK)),
-           opset: int = 17) -> onnx.ModelProto:
-    inits = [numpy_helper.from_array(np.array(c, np.float32), k) for k, c in consts.items()]
-    used = {i for n in nodes for i in n.input}
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(k, F, s) for k, s in inputs if k in used],
-                              [helper.make_tensor_value_info(k, F, s) for k, s in outputs], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    onnx.checker.check_model(model)
-    return model
-
-
-def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-            for i in model.graph.input}
-
-
-def _numpy_attention(q, kt, v, scale: float, mask=None, axis: int = -1) -> np.ndarray:
-    """The oracle: softmax over the last axis (or ``axis``) of q @ kt * scale (+ mask), times v, in float64."""
-    s = np.matmul(q.astype(np.float64), kt) * scale + (0.0 if mask is None else mask)
-    p = np.exp(s - s.max(axis=axis, keepdims=True))
-    return np.matmul(p / p.sum(axis=axis, keepdims=True), v)
-
-
-def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-
-
 SCORES = N("MatMul", ["q", "kt"], ["s"])
 SOFTMAX_V = [N("Softmax", ["m"], ["p"], axis=-1), N("MatMul", ["p", "v"], ["y"])]
 CASES = {  # name: (nodes, constants, scale, masked, covered node count)
@@ -89,7 +55,7 @@ CASES = {  # name: (nodes, constants, scale, masked, covered node count)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hand_built_attention_is_found_imported_and_exact(case):
     nodes, consts, scale, masked, covered = CASES[case]
-    model = _model(nodes, consts)
+    model = attention_model(nodes, consts)
     (match,) = find_composites(model.graph, {k: np.array(v, np.float32) for k, v in consts.items()})
     assert (match.op, match.output, len(match.nodes)) == ("attention", "y", covered)
     assert match.inputs == ("q", "kt", "v") + (("mask",) if masked else ())
@@ -100,10 +66,10 @@ def test_hand_built_attention_is_found_imported_and_exact(case):
     out = export_model(graph)
     assert [n.op_type for n in out.graph.node] == ["MatMul", "Mul"] + ["Add"] * masked + ["Softmax", "MatMul"]
     for seed in (0, 1):
-        feeds = _feeds(model, seed)
-        expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], scale, feeds.get("mask"))
+        feeds = random_feeds(model, seed)
+        expected = numpy_attention(feeds["q"], feeds["kt"], feeds["v"], scale, feeds.get("mask"))
         for m in (model, out):
-            np.testing.assert_allclose(_run(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ort_outputs(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
 
 
 def _torchscript_with(nodes):  # the torchscript form with more nodes, for the negative cases
@@ -125,13 +91,13 @@ NEGATIVE = {  # name: (nodes, constants, outputs): an inner value used outside, 
 def test_attention_with_an_outside_use_or_a_wrong_part_is_not_matched(case):
     nodes, consts, outputs = NEGATIVE[case]
     inputs = (("q", Q), ("kt", KT), ("v", V), ("mask", MASK), ("w", (1, 2, 4, 4)))
-    model = _model(nodes, consts, outputs, inputs)
+    model = attention_model(nodes, consts, outputs, inputs)
     matches = find_composites(model.graph, {k: np.array(v, np.float32) for k, v in consts.items()})
     assert "attention" not in [m.op for m in matches]
     graph = import_model(model)
     assert "attention" not in graph.op_counts()
-    feeds = _feeds(model, 3)
-    for got, want in zip(_run(export_model(graph), feeds), _run(model, feeds)):
+    feeds = random_feeds(model, 3)
+    for got, want in zip(ort_outputs(export_model(graph), feeds), ort_outputs(model, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -147,7 +113,7 @@ def test_softmax_axis_written_as_a_positive_index(rank, axis, last):
     inputs = (("q", Q), ("kt", KT), ("v", V)) if rank == 4 else R3
     shapes = dict(inputs)
     nodes = [SCORES, N("Mul", ["s", "c"], ["m"]), N("Softmax", ["m"], ["p"], axis=axis), N("MatMul", ["p", "v"], ["y"])]
-    model = _model(nodes, {"c": 0.5}, (("y", shapes["q"][:-1] + shapes["v"][-1:]),), inputs)
+    model = attention_model(nodes, {"c": 0.5}, (("y", shapes["q"][:-1] + shapes["v"][-1:]),), inputs)
     (match,) = find_composites(model.graph, {"c": np.array(0.5, np.float32)})
     assert (match.op, match.last_axis) == ("attention", axis)
     graph = import_model(model)
@@ -157,10 +123,10 @@ def test_softmax_axis_written_as_a_positive_index(rank, axis, last):
         assert [n.attrs for n in graph.nodes() if n.op == "softmax"] == [(axis,)]
     out = export_model(graph)
     for seed in (0, 1):
-        feeds = _feeds(model, seed)
-        expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5, axis=axis)
+        feeds = random_feeds(model, seed)
+        expected = numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5, axis=axis)
         for m in (model, out):
-            np.testing.assert_allclose(_run(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ort_outputs(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("axis", [None, 1, 2, 3, -1])
@@ -170,12 +136,12 @@ def test_before_opset_13_softmax_is_attention_only_over_the_last_axis(axis):
     onnxruntime's opset-12 attention equals numpy's over the last axis. (The importer itself takes opset >= 13.)"""
     soft = N("Softmax", ["m"], ["p"]) if axis is None else N("Softmax", ["m"], ["p"], axis=axis)
     nodes = [SCORES, N("Mul", ["s", "c"], ["m"]), soft, N("MatMul", ["p", "v"], ["y"])]
-    model = _model(nodes, {"c": 0.5}, inputs=(("q", Q), ("kt", KT), ("v", V)), opset=12)
+    model = attention_model(nodes, {"c": 0.5}, inputs=(("q", Q), ("kt", KT), ("v", V)), opset=12)
     (match,) = find_composites(model.graph, {"c": np.array(0.5, np.float32)}, opset=12)
     attrs = match.ir_attrs([Q, KT, V])
-    feeds = _feeds(model, 2)
-    expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5)
-    same = np.allclose(_run(model, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+    feeds = random_feeds(model, 2)
+    expected = numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5)
+    same = np.allclose(ort_outputs(model, feeds)[0], expected, rtol=1e-5, atol=1e-5)
     assert same == (attrs is not None) == (axis in (3, -1))
     if attrs is not None:
         assert attrs == (float_bits(0.5),)
@@ -201,33 +167,35 @@ def test_before_opset_13_a_lone_softmax_is_one_only_over_the_last_axis():
             resolved = 2 if axis is None and opset >= 13 else 1 if axis is None else axis % 3
             assert attrs == ((resolved,) if opset >= 13 or resolved == 2 else None), (axis, opset)
             if opset == 12:
-                same = np.allclose(_run(model, {"x": x})[0], last, rtol=1e-5, atol=1e-6)
+                same = np.allclose(ort_outputs(model, {"x": x})[0], last, rtol=1e-5, atol=1e-6)
                 assert same == (attrs is not None), (axis, opset)
 
 
 def test_a_mask_the_operator_refuses_is_imported_node_by_node():
     """A [4, 5] mask (rank 2 under rank-4 scores): recognized, but attention needs a mask of the scores' rank, so
     the nodes are imported one by one (the Softmax still one IR node) with the same values."""
-    model = _model(CASES["torchscript_mul"][0], {"c": 0.5},
-                   inputs=(("q", Q), ("kt", KT), ("v", V), ("mask", (4, 5))))
+    model = attention_model(CASES["torchscript_mul"][0], {"c": 0.5},
+                            inputs=(("q", Q), ("kt", KT), ("v", V), ("mask", (4, 5))))
     assert [m.op for m in find_composites(model.graph, {"c": np.array(0.5, np.float32)})] == ["attention"]
     graph = import_model(model)
     assert "attention" not in graph.op_counts() and graph.op_counts()["softmax"] == 1
-    feeds = _feeds(model, 4)
-    np.testing.assert_allclose(_run(export_model(graph), feeds)[0], _run(model, feeds)[0], rtol=1e-5, atol=1e-5)
+    feeds = random_feeds(model, 4)
+    np.testing.assert_allclose(ort_outputs(export_model(graph), feeds)[0], ort_outputs(model, feeds)[0],
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_a_constant_mask_of_lower_rank_is_broadcast_to_the_scores_rank():
     """A constant [4, 5] mask (a causal mask, say): one attention node with the mask as a [1, 1, 4, 5] weight."""
     mask = np.triu(np.full((4, 5), -1e9, np.float32), 1)
-    model = _model(CASES["torchscript_mul"][0], {"c": 0.5, "mask": mask}, inputs=(("q", Q), ("kt", KT), ("v", V)))
+    model = attention_model(CASES["torchscript_mul"][0], {"c": 0.5, "mask": mask},
+                            inputs=(("q", Q), ("kt", KT), ("v", V)))
     graph = import_model(model)
     (y,) = graph.outputs
     assert y.op == "attention" and y.inputs[3].op == "weight" and y.inputs[3].shape == (1, 1, 4, 5)
-    feeds = _feeds(model, 6)
-    expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5, mask)
+    feeds = random_feeds(model, 6)
+    expected = numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 0.5, mask)
     for m in (model, export_model(graph)):
-        np.testing.assert_allclose(_run(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(ort_outputs(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_operator_refuses_ill_shaped_operands():
@@ -272,7 +240,7 @@ def check_zoo_attention(name: str, exporter: str, opset: int) -> None:
     for seed in (0, 1):
         feeds = zoo.feeds(name, seed)
         for o, a, b in zip(session_a.get_outputs(), session_a.run(None, feeds), session_b.run(None, feeds)):
-            _close(a, b, f"{name} output {o.name!r}, seed {seed}")
+            assert_close(a, b, f"{name} output {o.name!r}, seed {seed}")
     g_orig, g_own = ort_graph(model), ort_graph(own)
     assert g_own["nodes"] <= g_orig["nodes"]
     # onnxruntime makes of the written attention what it makes of the export's: the product and its scale in
@@ -300,5 +268,5 @@ def test_attention_node_in_a_program_is_exact_against_numpy():
     y = ir.make("attention", [q, kt, v, mask], (float_bits(0.3),))
     model = export_model(ir.Graph((q, kt, v, mask), (y,), ("y",)))
     feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", Q), ("kt", KT), ("v", V), ("mask", MASK))}
-    expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], float(np.float32(0.3)), feeds["mask"])
-    np.testing.assert_allclose(_run(model, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+    expected = numpy_attention(feeds["q"], feeds["kt"], feeds["v"], float(np.float32(0.3)), feeds["mask"])
+    np.testing.assert_allclose(ort_outputs(model, feeds)[0], expected, rtol=1e-5, atol=1e-5)

@@ -60,6 +60,7 @@ def test_analytic_deterministic_and_monotone():
     assert graph_cost(g, a) == graph_cost(g, AnalyticCost())
 
 
+@pytest.mark.timing
 def test_cpu_backend_times_every_operator(tmp_path):
     cost = TorchCost("cpu", CostCache(str(tmp_path / "c.sqlite")), threads=1, warmup=1, repeats=3)
     for k in KEYS:
@@ -68,6 +69,7 @@ def test_cpu_backend_times_every_operator(tmp_path):
     assert cost.measured == len(KEYS)
 
 
+@pytest.mark.timing
 def test_cache_returns_stored_values_without_retiming(tmp_path):
     path = str(tmp_path / "c.sqlite")
     first = TorchCost("cpu", CostCache(path), threads=1, warmup=1, repeats=3)
@@ -107,6 +109,7 @@ def test_cuda_backend(tmp_path):
     assert all(cost.op_cost(k) > 0 for k in KEYS)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_make_and_cli(tmp_path, capsys):
     from eqsat.errors import InputError
@@ -187,6 +190,7 @@ def _steady(cost):
     return cost
 
 
+@pytest.mark.timing
 def test_contended_timing_is_remeasured_and_a_lasting_outlier_never_cached(tmp_path):
     key = OpKey("conv2d", (1, 1, -1, -1, 0), ((1, 3, 8, 8), (4, 3, 3, 3)), (1, 4, 8, 8))
     limit = OUTLIER_FACTOR * max(AnalyticCost().op_cost(key), ESTIMATE_FLOOR_US)
@@ -294,6 +298,7 @@ def _costs(tmp_path, kind: str):
 SMALL = [OpKey("relu", (), ((n, 64),), (n, 64)) for n in (8, 16, 24, 32, 40, 48, 56, 64)]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("kind", ["ort-cpu", "cpu"])
 def test_a_timing_taken_while_a_busy_loop_slows_the_probes_is_never_cached(tmp_path, monkeypatch, kind):
     import eqsat.cost.measure as measure

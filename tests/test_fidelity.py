@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib.util
-import os
 
 import numpy as np
 import onnx
@@ -20,7 +18,8 @@ import onnxruntime as ort
 import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
-from test_zoo import FAST, FULL, ROUND_TRIP, _close, _interface, _model
+from ort_graphs import fused, ort_graph, round_trip
+from zoo_cases import FAST, FULL, ROUND_TRIP, assert_close, interface, zoo_model
 
 from eqsat import ir, optimize
 from eqsat.decode import build_program
@@ -32,52 +31,20 @@ from eqsat.ops.base import ACT_TANH
 from eqsat.shapes import SAME
 
 
-def _bench_script():
-    """scripts/bench_roundtrip.py, whose ``ort_graph`` reads onnxruntime's optimized graph (one definition of the
-    fused kinds for the benchmark and these tests)."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_roundtrip.py")
-    spec = importlib.util.spec_from_file_location("bench_roundtrip", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _bench_script()
-
-
-def ort_graph(model: onnx.ModelProto) -> dict:
-    """What onnxruntime runs after its own optimizations (ORT_ENABLE_ALL, CPU, one thread): ``nodes``, ``ops``
-    and ``fused`` (fused operator kinds: com.microsoft operators, standard fused ones, Conv+activation/sum)."""
-    return BENCH.ort_graph(model)
-
-
-def fused(g: dict) -> collections.Counter:
-    return collections.Counter(g["fused"])
-
-
-def round_trip(original: onnx.ModelProto) -> onnx.ModelProto:
-    result = optimize(original, ROUND_TRIP)
-    report = result.report.to_json()
-    assert report["verified"], report
-    assert report["returned"] == "optimized", report["returned_reason"]  # the exporter's model, not the input
-    return result.optimized
-
-
 def same_values(name: str, original: onnx.ModelProto, out: onnx.ModelProto, seeds=(0, 1)) -> None:
     s_orig = ort.InferenceSession(original.SerializeToString(), providers=["CPUExecutionProvider"])
     s_out = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
     for seed in seeds:
         feeds = zoo.feeds(name, seed)
         for o, a, b in zip(s_orig.get_outputs(), s_orig.run(None, feeds), s_out.run(None, feeds)):
-            _close(a, b, f"{name} output {o.name!r}, seed {seed}")
+            assert_close(a, b, f"{name} output {o.name!r}, seed {seed}")
 
 
 def check_fidelity(name: str, exporter: str, opset: int) -> None:
-    original = _model(name, exporter, opset)
+    original = zoo_model(name, exporter, opset)
     out = round_trip(original)
     onnx.checker.check_model(out)
-    assert _interface(out) == _interface(original)
+    assert interface(out) == interface(original)
     same_values(name, original, out)
     g_orig, g_out = ort_graph(original), ort_graph(out)
     assert g_out["nodes"] <= g_orig["nodes"], \
@@ -196,7 +163,7 @@ def test_choice_differing_in_one_place_rewrites_only_that_node():
 def test_search_rewrite_keeps_the_fusions_of_untouched_parts():
     """A program MCTS changed (BERT, a small budget) verifies, is not the user's graph any more, and still gets
     every fused kind onnxruntime gives the original (the layer norms, GELUs and projections it did not touch)."""
-    original = _model("bert", "torchscript", 17)
+    original = zoo_model("bert", "torchscript", 17)
     config = ROUND_TRIP.updated(scheduler="mcts", budget=4, depth=2, seed=0)
     result = optimize(original, config)
     report = result.report.to_json()
@@ -307,7 +274,7 @@ def test_outputs_written_by_their_producers():
     out = round_trip(original)
     assert [(n.op_type, list(n.output)) for n in out.graph.node] == \
         [("Relu", ["y"]), ("Sigmoid", ["z1"]), ("Identity", ["z2"])]
-    assert _interface(out) == _interface(original)
+    assert interface(out) == interface(original)
     x = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
     for a, b in zip(*(ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
                       for m in (original, out))):
@@ -415,7 +382,7 @@ def test_searched_qkv_merge_keeps_the_bias_in_the_gemm():
     slices, each part then added to the user's own bias Add): written with one bias Add before one Split per
     merged projection and no Slice, so onnxruntime forms one Gemm per merge and runs fewer nodes than the
     original; values agree with the original in onnxruntime."""
-    original = _model("bert", "torchscript", 17)
+    original = zoo_model("bert", "torchscript", 17)
     # greedy-dag's program: the ILP's optimum ties (same estimated cost) with a program that merges through a
     # Reshape between the slices, which the writer leaves as Slices; which of the two it returns follows egglog's
     # numbering of the e-classes (it changed when the e-graph declared one more relation, Finite)

@@ -9,27 +9,10 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
-from test_runtimes import busy
+from timing_cases import SESSIONS, busy, paired_rounds
 
 from eqsat.measurement.gate import Gate, look_schedule, replay, rounds_for_power, t_cdf, t_quantile, trimmed_interval
 from eqsat.measurement.timing import Protocol, compare_many, decide
-
-SESSIONS = 10
-
-
-def paired_rounds(rng: np.random.Generator, ratio: float, n: int, noise: float = 0.03, session: float = 0.003,
-                  spikes: float = 0.05) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Block medians of the original (a) and a candidate (b) whose true latency ratio is ``ratio``: a drifting
-    machine load shared by the round, a per-session offset (round r runs on session r mod 10 of each program),
-    independent lognormal noise, and rare load spikes hitting one side of a round. Returns a, b, the session pairs."""
-    load = np.exp(np.cumsum(rng.normal(0, 0.05, n)))
-    pairs = np.arange(n) % SESSIONS
-    sides = []
-    for scale in (ratio, 1.0):
-        offset = np.exp(rng.normal(0, session, SESSIONS))[pairs]
-        spike = np.where(rng.random(n) < spikes, np.exp(np.abs(rng.normal(0, 0.3, n))), 1.0)
-        sides.append(scale * load * offset * spike * np.exp(rng.normal(0, noise, n)))
-    return sides[0], sides[1], pairs
 
 
 def ship_rate(ratio: float, n: int, draws: int, gate: Gate | None = None, **kw: float) -> tuple[float, float]:
@@ -129,6 +112,7 @@ def test_gate_rejects_nonsense():
         trimmed_interval([0.1], None, 0.95)
 
 
+@pytest.mark.timing
 def test_compare_many_with_a_gate_stops_once_a_clear_winner_is_resolved():
     """Callables of known latency (1 ms against 0.5 ms and 2 ms): the gated protocol resolves both at the
     first look, well inside the budget, and reports the gate's confidence and its looks."""

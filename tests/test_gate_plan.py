@@ -13,7 +13,7 @@ import math
 import numpy as np
 import onnx_builders as ob
 import pytest
-from test_gate import SESSIONS, paired_rounds
+from timing_cases import SESSIONS, paired_rounds
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.measurement import decision, runtimes

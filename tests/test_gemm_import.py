@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_fidelity import ort_graph, round_trip
+from ort_graphs import ort_graph, round_trip
 
 from eqsat.onnx.export import export_model
 from eqsat.onnx.importer import import_model

@@ -31,11 +31,6 @@ NORMS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormali
          "SkipSimplifiedLayerNormalization"}
 
 
-def _kernels(model: onnx.ModelProto) -> collections.Counter[str]:
-    """The operators onnxruntime runs for ``model`` after its own optimizations (ORT_ENABLE_ALL, one thread)."""
-    return ob.ort_kernels(model)
-
-
 def _feeds(name: str, b: int, s: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return zoo.sized_feeds(name, rng, b, s)
 
@@ -68,7 +63,7 @@ def test_generic_and_static_programs_run_the_same_kernels_after_onnxruntime(name
     written = make_generic(export_model(import_model(model, shapes, generic=True)), model, {"batch": 1, "seq": 16})
     assert not [n for n in written.notes if not n.startswith("output")]  # (an output axis the exporter left named)
     generic = written.model
-    ks, kg = _kernels(static), _kernels(generic)
+    ks, kg = ob.ort_kernels(static), ob.ort_kernels(generic)
     if name == "bert":  # the encoder: no more kernels than the static program, size computations included
         assert sum(kg.values()) <= sum(ks.values()), (kg, ks)
     # onnxruntime's fusions fire on both: the same matrix products, attention, softmax, normalizations

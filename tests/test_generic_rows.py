@@ -11,8 +11,8 @@ import collections
 
 import numpy as np
 import onnx
+import onnx_builders as ob
 from onnx import TensorProto, helper, numpy_helper
-from test_generic_forms import _kernels
 
 from eqsat.generic import make_generic
 from eqsat.onnx import session
@@ -99,7 +99,7 @@ def test_reshape_chains_are_one_reshape_and_the_split_runs_on_the_rows():
     assert target.tolist() == [0, 1, 1, -1]
     _check_at_sizes(original, written.model)
     # onnxruntime runs no more kernels than for the static program, size computations included
-    ks, kg = _kernels(program), _kernels(written.model)
+    ks, kg = ob.ort_kernels(program), ob.ort_kernels(written.model)
     assert sum(kg.values()) <= sum(ks.values()), (kg, ks)
     assert kg["Reshape"] + kg["Flatten"] < ks["Reshape"] + ks["Flatten"]
 
@@ -168,7 +168,7 @@ def test_an_expand_that_its_readers_broadcast_anyway_goes():
     assert len(expands) == 1 and [n.op_type for n in g.node if expands[0].output[0] in n.input] == ["Cast"]
     (where,) = [n for n in g.node if n.op_type == "Where"]
     assert where.input[0] == "m4"
-    assert sum(_kernels(written.model).values()) < sum(_kernels(model).values())
+    assert sum(ob.ort_kernels(written.model).values()) < sum(ob.ort_kernels(model).values())
     ref, got = session(model), session(written.model)
     rng = np.random.default_rng(10)
     for b, s in SIZES:

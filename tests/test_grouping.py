@@ -118,6 +118,7 @@ def live_sessions(monkeypatch):
 CONFIG = OptimizeConfig.of(measure_budget=1.0, runtime="ort-cpu", memory_budget=1)
 
 
+@pytest.mark.timing
 def test_a_small_budget_times_in_groups_and_still_ships_the_faster_program(live_sessions):
     original, candidates = slow(), [Program(slow()), Program(fast()), Program(fast())]
     with weight_pool.pooled():
@@ -134,6 +135,7 @@ def test_a_small_budget_times_in_groups_and_still_ships_the_faster_program(live_
     np.testing.assert_allclose(_outputs(fast(), x), _outputs(original, x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.timing
 def test_a_small_budget_returns_the_original_for_an_a_a(live_sessions):
     with weight_pool.pooled():
         measurement, measured = measure(fast(), [Program(fast()), Program(fast())], CONFIG)

@@ -17,17 +17,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from cli_cases import FAST, PRECIOUS, cli, leftovers, read_only_folder, small_matmul
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.app.cli import main
 from eqsat.app.config import search_seconds
 from eqsat.app.pipeline import OptimizeConfig, ilp_seconds, optimize
 from eqsat.errors import InputError
 from eqsat.models import build
 from eqsat.onnx import io as onnx_io
-
-FAST = ["--scheduler", "none", "--cost", "analytic", "--no-measure", "-q"]
-PRECIOUS = b"precious bytes that must survive"
 
 
 def relu_chain(n: int, size: int = 4) -> onnx.ModelProto:
@@ -39,35 +36,11 @@ def relu_chain(n: int, size: int = 4) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def small_matmul() -> onnx.ModelProto:
-    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 8], np.random.default_rng(0).standard_normal(64).tolist())
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
-    graph = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
 @pytest.fixture()
 def model(tmp_path) -> Path:
     path = tmp_path / "in.onnx"
     onnx.save(small_matmul(), path)
     return path
-
-
-def cli(capsys, *args: str) -> tuple[int, str]:
-    """Run the CLI in this process; (exit code, the one ``eqsat: error:`` line, or '' if none)."""
-    rc = main(list(args))
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("eqsat: error:")]
-    assert len(lines) <= 1, err
-    if rc == 2:
-        assert len(lines) == 1, err
-        assert not any(line.startswith("[") for line in err.splitlines()), f"work was done before the error: {err}"
-    return rc, lines[0] if lines else ""
-
-
-def leftovers(*folders: Path) -> list[str]:
-    return [p.name for f in folders for p in f.iterdir() if p.name.startswith(".eqsat-")]
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -201,16 +174,6 @@ def test_the_writer_never_renames_over_a_special_file(tmp_path):
 
 # 7. unwritable outputs ---------------------------------------------------------------------------------------
 
-def _read_only_folder(tmp_path: Path) -> Path:
-    """A folder this process cannot create files in: chmod 555, or /sys for root (who ignores modes)."""
-    if os.geteuid() == 0:
-        return Path("/sys")
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    return ro
-
-
 @pytest.mark.parametrize("flag", ["-o", "--report"])
 @pytest.mark.parametrize("case", ["empty", "missing-folder", "trailing-slash", "existing-folder", "too-long",
                                   "read-only"])
@@ -221,7 +184,7 @@ def test_unwritable_output_is_found_up_front(capsys, tmp_path, model, flag, case
         "trailing-slash": str(tmp_path / "newdir") + "/",
         "existing-folder": str(tmp_path),
         "too-long": str(tmp_path / ("n" * 300)),
-        "read-only": str(_read_only_folder(tmp_path) / "x.onnx"),
+        "read-only": str(read_only_folder(tmp_path) / "x.onnx"),
     }[case]
     paths = {"-o": str(tmp_path / "out.onnx"), "--report": str(tmp_path / "rep.json")} | {flag: target}
     before = snapshot(tmp_path)
@@ -241,6 +204,7 @@ def test_unwritable_output_is_found_up_front(capsys, tmp_path, model, flag, case
 
 # 10. bad flag values ------------------------------------------------------------------------------------------
 
+@pytest.mark.timing
 @pytest.mark.parametrize("flags, named", [
     (["--budget", "0"], "--budget"), (["--budget", "-3"], "--budget"), (["--depth", "-1"], "--depth"),
     (["--time-limit", "0"], "--time-limit"), (["--time-limit", "-1"], "--time-limit"),

@@ -66,6 +66,7 @@ def _matmul(tmp_path: Path, dims: list, name: str = "in.onnx") -> Path:
 
 # --workers: a hard cap, the usable cores, the time limit ----------------------------------------------------------
 
+@pytest.mark.timing
 @pytest.mark.parametrize("workers", [WORKERS_CAP + 1, 100000])
 def test_workers_over_the_cap_are_refused_naming_value_and_cap(capsys, tmp_path, workers):
     path = _matmul(tmp_path, [2, 8])
@@ -140,6 +141,7 @@ class SlowStart(MCTS):
         return super().start()
 
 
+@pytest.mark.timing
 def test_the_workers_start_inside_the_time_limit():
     egraph = EGraph.from_graph(build("squeezenet", small=True))
     config = SearchConfig(workers=2, time_limit=1.0, budget=4, depth=2, prelude=False, finish=False)

@@ -13,8 +13,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from cli_cases import FAST, PRECIOUS, cli, leftovers, read_only_folder, small_matmul
 from onnx import TensorProto, helper, numpy_helper
-from test_hostile import FAST, PRECIOUS, _read_only_folder, cli, leftovers, small_matmul
 
 from eqsat.app.cli import main
 from eqsat.onnx import prepare as onnx_prepare
@@ -377,10 +377,10 @@ def test_an_unusable_cache_folder_runs_without_the_cache_and_says_so(capsys, tmp
         blocker.write_text("x")
         monkeypatch.setenv("EQSAT_CACHE_DIR", str(blocker))
     elif case == "read-only-folder":
-        monkeypatch.setenv("EQSAT_CACHE_DIR", str(_read_only_folder(tmp_path)))
+        monkeypatch.setenv("EQSAT_CACHE_DIR", str(read_only_folder(tmp_path)))
     else:
         monkeypatch.delenv("EQSAT_CACHE_DIR")
-        monkeypatch.setenv("HOME", str(_read_only_folder(tmp_path)))
+        monkeypatch.setenv("HOME", str(read_only_folder(tmp_path)))
     rc, err = _cache_run(capsys, tmp_path)
     assert rc == 0, err
     warnings = [line for line in err.splitlines() if "cost cache" in line]
@@ -388,6 +388,7 @@ def test_an_unusable_cache_folder_runs_without_the_cache_and_says_so(capsys, tmp
     assert "Traceback" not in err and "--cache" not in err
 
 
+@pytest.mark.timing
 def test_a_locked_cache_is_left_alone_after_a_short_wait(capsys, tmp_path, monkeypatch):
     import time
 

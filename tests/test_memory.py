@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import onnx_builders as ob
+import pytest
 
 from eqsat import memory
 from eqsat.app.config import OptimizeConfig
@@ -25,6 +26,7 @@ def physical_mb() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / MB
 
 
+@pytest.mark.timing
 def test_a_known_allocation_shows_in_the_phase_peak_and_not_in_the_next():
     timer = PhaseTimer()
     with timer("allocate"):
@@ -67,6 +69,7 @@ fork (Linux keeps the mark of the memory a child execs from), so a child of this
 this process's peak, not its own"""
 
 
+@pytest.mark.timing
 def test_phase_peaks_agree_with_the_kernels_peak_of_the_whole_process():
     """Issue 28 (c): the phases' figures and the process's peak as its parent sees it (``getrusage`` of the
     children: what ``/usr/bin/time -v`` reports) agree; resetting the kernel's high-water mark per phase made the

@@ -12,8 +12,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from ort_graphs import fused, ort_graph
 from rule_cases import apply, choose, ort_run
-from test_fidelity import fused, ort_graph
 
 from eqsat import ir, ops
 from eqsat.egglog.egraph import EGraph

@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_fidelity import fused, ort_graph
+from ort_graphs import fused, ort_graph
 
 from eqsat import ir
 from eqsat.app.pipeline import OptimizeConfig, optimize

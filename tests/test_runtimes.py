@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import onnx
 import onnx_builders as ob
 import pytest
 import torch
 from onnx import TensorProto, helper
+from timing_cases import busy
 
 from eqsat.app.cli import main
 from eqsat.app.config import OptimizeConfig
@@ -118,15 +117,7 @@ def test_io_binding_calls_rerun_the_model_and_are_timed():
     assert measured.comparisons[0].ci_low <= measured.comparisons[0].speedup <= measured.comparisons[0].ci_high
 
 
-def busy(ms: float):
-    """A callable that spins for ``ms`` milliseconds: a program of known latency."""
-    def call() -> None:
-        end = time.perf_counter() + ms / 1e3
-        while time.perf_counter() < end:
-            pass
-    return call
-
-
+@pytest.mark.timing
 def test_compare_many_orders_programs_of_known_latency():
     """One interleaved run of three programs: the comparisons pair each with the original (1 ms)."""
     slower, faster = compare_many([busy(1.0), busy(2.0), busy(0.5)], Protocol(budget_s=0.6, min_rounds=5))

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -60,6 +62,7 @@ def timed_run(spec):
     return {"pid": os.getpid(), "start": start, "end": time.time()}
 
 
+@pytest.mark.timing
 def test_reproduce_runs_heavy_models_one_at_a_time(monkeypatch):
     RunSpec = _reproduce(monkeypatch).RunSpec
     import dispatch

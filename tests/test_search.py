@@ -81,6 +81,7 @@ def test_node_limit_holds(scheduler):
     assert r.egraph.enodes <= limit and r.egraph.node_limit == limit  # the e-graph the final extraction saw
 
 
+@pytest.mark.timing
 def test_time_limit_holds():
     g = build("nasrnn", small=True)
     t = time.perf_counter()

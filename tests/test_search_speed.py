@@ -181,6 +181,7 @@ def _tree_steps(plan_share: float, time_limit: float, no_gain_steps: int = 0) ->
     return [s.simulations for s in report.steps]
 
 
+@pytest.mark.timing
 def test_a_short_time_limit_still_takes_several_decisions():
     """With the whole time for one decision (share 1: every decision plans to the search's deadline) a budget
     that cannot be spent leaves one step; a quarter of what is left per decision takes several, each planned
@@ -190,6 +191,7 @@ def test_a_short_time_limit_still_takes_several_decisions():
     assert len(sims) >= 3 and all(n >= 1 for n in sims), sims
 
 
+@pytest.mark.timing
 def test_decisions_cut_short_by_their_share_do_not_stop_the_search_as_no_gain():
     """A decision that its share of the time ended after a few simulations is no evidence that no rule pays: with
     a no-gain stop after one idle decision, the search still runs to its time limit."""
@@ -197,6 +199,7 @@ def test_decisions_cut_short_by_their_share_do_not_stop_the_search_as_no_gain():
     assert len(sims) >= 3, sims
 
 
+@pytest.mark.timing
 def test_planning_past_its_share_goes_on_until_a_step_is_found():
     """A decision whose share of the time has passed still plans until some root child changes the e-graph (or
     the search's own deadline): the search never stops for want of time while time is left."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_ops import COMPUTED, SAMPLERS
+from op_samplers import COMPUTED, SAMPLERS
 
 from eqsat import ops
 from eqsat.dims import Dim, fingerprint, infer, sym_shape, symbol_value
@@ -62,7 +62,7 @@ def _at(shapes: list[tuple], forms: dict[int, Mono], values: dict[str, int]) -> 
 
 @pytest.mark.parametrize("op", COMPUTED)
 def test_python_and_egglog_symbolic_shapes_agree(op):
-    """Each draw (a valid concrete one of tests/test_ops.py, symbolized) is its own term over fresh leaves whose
+    """Each draw (a valid concrete one of tests/op_samplers.py, symbolized) is its own term over fresh leaves whose
     ``shape`` and ``sym`` are set; the ``sym`` egglog derives is compared with the Python one (None where the
     operator is not valid for every value of the symbols, such as a reshape to a constant target)."""
     rng = np.random.default_rng(sum(map(ord, op)) + 7)

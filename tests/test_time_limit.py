@@ -7,11 +7,14 @@ from __future__ import annotations
 import time
 
 import onnx_builders as ob
+import pytest
 from ort_check import outputs_match
 
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.models.encoder import encoder
 from eqsat.onnx import export_model
+
+pytestmark = pytest.mark.timing
 
 SLACK = 6.0
 """seconds a loaded machine may add past a limit (the step or simulation under way ends first)"""

@@ -91,6 +91,7 @@ def chain_model(adds: int, size: int = 256) -> onnx.ModelProto:
     return ob.model(nodes, [x], [y], inits)
 
 
+@pytest.mark.timing
 def test_same_model_against_itself_is_not_called_faster():
     """A/A on a real model: two sessions of one program; at 99% confidence the interval holds 1.0."""
     model = ob.residual_block()
@@ -113,6 +114,7 @@ def test_session_count_is_bounded_by_the_budget_and_by_weight_memory():
     assert session_count([small, heavy], 10, build_s=0.01, budget_s=10) == 3
 
 
+@pytest.mark.timing
 def test_clearly_faster_program_is_detected_and_shipped_and_the_reverse_is_not():
     slow, fast = chain_model(50), chain_model(0)
     ab = compare(slow, fast, Protocol(budget_s=0.5, seed=0))

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import pytest
 import zoo
+from attention_cases import attention_model, numpy_attention, ort_outputs, random_feeds
 from onnx import TensorProto, helper
-from test_attention import _feeds, _model, _numpy_attention, _run
 
 from eqsat import OptimizeConfig, optimize
 from eqsat.onnx.export import export_model
@@ -30,7 +30,7 @@ T5_ATTENTION = [N("MatMul", ["q", "kt"], ["s"]), N("Add", ["s", "bias"], ["sb"])
 
 
 def _t5_model() -> onnx.ModelProto:
-    return _model(T5_ATTENTION, {}, inputs=(("q", Q), ("kt", KT), ("v", V), ("bias", BIAS), ("mask", MASK)))
+    return attention_model(T5_ATTENTION, {}, inputs=(("q", Q), ("kt", KT), ("v", V), ("bias", BIAS), ("mask", MASK)))
 
 
 def test_t5_attention_with_two_masks_and_casts_is_one_attention():
@@ -43,10 +43,10 @@ def test_t5_attention_with_two_masks_and_casts_is_one_attention():
     assert {i.name for i in y.inputs[3].inputs} == {"bias", "mask"}
     out = export_model(graph)
     for seed in (0, 1):
-        feeds = _feeds(model, seed)
-        expected = _numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 1.0, feeds["bias"] + feeds["mask"])
+        feeds = random_feeds(model, seed)
+        expected = numpy_attention(feeds["q"], feeds["kt"], feeds["v"], 1.0, feeds["bias"] + feeds["mask"])
         for m in (model, out):
-            np.testing.assert_allclose(_run(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(ort_outputs(m, feeds)[0], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_third_mask_add_is_not_taken_into_the_attention():
@@ -54,7 +54,7 @@ def test_a_third_mask_add_is_not_taken_into_the_attention():
     program still exact)."""
     nodes = [*T5_ATTENTION[:3], N("Add", ["m", "bias"], ["m3"]), N("Softmax", ["m3"], ["p"], axis=-1),
              N("MatMul", ["p", "v"], ["y"])]
-    model = _model(nodes, {}, inputs=(("q", Q), ("kt", KT), ("v", V), ("bias", BIAS), ("mask", MASK)))
+    model = attention_model(nodes, {}, inputs=(("q", Q), ("kt", KT), ("v", V), ("bias", BIAS), ("mask", MASK)))
     assert "attention" not in [m.op for m in find_composites(model.graph, {})]
     check = verify(model, export_model(import_model(model)), seed=3)
     assert check.passed, check.detail
@@ -63,7 +63,7 @@ def test_a_third_mask_add_is_not_taken_into_the_attention():
 def test_a_cast_to_the_input_s_own_type_is_dropped_at_import_and_others_are_kept():
     nodes = [N("Cast", ["q"], ["qf"], to=F), N("Relu", ["qf"], ["r"]), N("Cast", ["r"], ["r16"], to=TensorProto.FLOAT16),
              N("Cast", ["r16"], ["y"], to=F)]
-    model = _model(nodes, {}, inputs=(("q", Q),), outputs=(("y", Q),))
+    model = attention_model(nodes, {}, inputs=(("q", Q),), outputs=(("y", Q),))
     graph = import_model(model)
     counts = graph.op_counts()
     assert counts["Cast"] == 2 and counts["relu"] == 1  # the float16 round trip stays: it rounds
@@ -88,8 +88,8 @@ def test_t5_encoder_attention_is_recognized_and_the_round_trip_verifies(exporter
 # -- operations with a neutral constant (the zero biases of freshly initialized layers) --------------------------
 def _neutral_model(op: str, value: float, shape: tuple[int, ...], first: bool = False) -> onnx.ModelProto:
     nodes = [N(op, ["c", "r"] if first else ["r", "c"], ["s"]), N("Relu", ["s"], ["y"])]
-    model = _model([N("Relu", ["q"], ["r"]), *nodes], {"c": np.full(shape, value, np.float32)},
-                   inputs=(("q", Q),), outputs=(("y", Q),))
+    model = attention_model([N("Relu", ["q"], ["r"]), *nodes], {"c": np.full(shape, value, np.float32)},
+                            inputs=(("q", Q),), outputs=(("y", Q),))
     return model
 
 
@@ -112,7 +112,7 @@ def test_an_operation_with_a_neutral_constant_is_dropped(op, value, shape, first
 def test_an_operation_whose_constant_is_not_neutral_is_kept(op, value, shape, first):
     out = Q if len(shape) <= len(Q) else (2, *Q)
     nodes = [N("Relu", ["q"], ["r"]), N(op, ["c", "r"] if first else ["r", "c"], ["s"]), N("Relu", ["s"], ["y"])]
-    model = _model(nodes, {"c": np.full(shape, value, np.float32)}, inputs=(("q", Q),), outputs=(("y", out),))
+    model = attention_model(nodes, {"c": np.full(shape, value, np.float32)}, inputs=(("q", Q),), outputs=(("y", out),))
     graph = import_model(model)
     assert graph.op_counts().total() - len(graph.weights) > 3, graph.op_counts()
     check = verify(model, export_model(graph), seed=0)
@@ -134,6 +134,6 @@ def test_a_linear_s_zero_bias_stays_its_bias():
     onnxruntime fuses of it, and the merges of linears, stay as for any bias)."""
     rng = np.random.default_rng(0)
     nodes = [N("MatMul", ["q", "w"], ["h"]), N("Add", ["h", "b"], ["y"])]
-    model = _model(nodes, {"w": rng.standard_normal((3, 3)).astype(np.float32), "b": np.zeros(3, np.float32)},
-                   inputs=(("q", Q),), outputs=(("y", Q),))
+    model = attention_model(nodes, {"w": rng.standard_normal((3, 3)).astype(np.float32), "b": np.zeros(3, np.float32)},
+                            inputs=(("q", Q),), outputs=(("y", Q),))
     assert dict(import_model(model).op_counts())["linear"] == 1

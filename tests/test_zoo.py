@@ -21,24 +21,11 @@ import onnxruntime as ort
 import pytest
 import torch
 import zoo
+from zoo_cases import EXPECTED_UNSUPPORTED, FAST, FULL, ROUND_TRIP, assert_close, interface, zoo_model
 
-from eqsat import OptimizeConfig, optimize
+from eqsat import optimize
 
-ROUND_TRIP = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)
-FAST = [(name, "torchscript", 17) for name in zoo.NAMES] + [("bert", "dynamo", 18), ("llama", "dynamo", 18)]
 SEEDS = (0, 1)
-# expected combinations this torch (2.13) cannot export: left out of the matrix, and checked to still fail
-# (test_unsupported_is_recorded_with_reason) so that a change of torch shows up here
-EXPECTED_UNSUPPORTED = {(n, "dynamo", 17) for n in ("gpt2", "resnet", "mobilenetv2", "efficientnet", "llama")}
-FULL = [(n, e, o) for n in zoo.NAMES for e in zoo.EXPORTERS for o in zoo.OPSETS
-        if (n, e, o) not in FAST and (n, e, o) not in EXPECTED_UNSUPPORTED]
-
-
-def _model(name: str, exporter: str, opset: int) -> onnx.ModelProto:
-    try:
-        return zoo.build(name, exporter, opset)
-    except zoo.Unsupported as e:
-        pytest.fail(f"{exporter} (torch {torch.__version__}) fails to export {name} at opset {opset}: {e}")
 
 
 def report_json(result) -> dict:
@@ -53,27 +40,8 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _interface(model: onnx.ModelProto) -> tuple[list, list]:
-    """(name, element type, static dims) of each graph input (initializers excluded) and output, in order."""
-    inits = {t.name for t in model.graph.initializer}
-
-    def sig(vi):
-        tt = vi.type.tensor_type
-        return vi.name, tt.elem_type, tuple(d.dim_value if d.HasField("dim_value") else d.dim_param
-                                            for d in tt.shape.dim)
-
-    return [sig(v) for v in model.graph.input if v.name not in inits], [sig(v) for v in model.graph.output]
-
-
-def _close(expected: np.ndarray, got: np.ndarray, what: str) -> None:
-    assert got.dtype == expected.dtype and got.shape == expected.shape, what
-    scale = max(float(np.abs(expected).max()), 1e-3)
-    err = float(np.abs(expected.astype(np.float64) - got).max())
-    assert err <= 1e-4 * scale, f"{what}: max abs error {err:.3g} at output scale {scale:.3g}"
-
-
 def check_round_trip(name: str, exporter: str, opset: int) -> None:
-    original = _model(name, exporter, opset)
+    original = zoo_model(name, exporter, opset)
     result = optimize(original, ROUND_TRIP)
     report = report_json(result)
     assert report["verified"], report
@@ -81,7 +49,7 @@ def check_round_trip(name: str, exporter: str, opset: int) -> None:
     assert report["returned"] == "optimized", report["returned_reason"]
     out = result.optimized
     onnx.checker.check_model(out)
-    assert _interface(out) == _interface(original)
+    assert interface(out) == interface(original)
     s_orig, s_out = _session(original), _session(out)
     assert [(i.name, i.type, i.shape) for i in s_out.get_inputs()] == \
         [(i.name, i.type, i.shape) for i in s_orig.get_inputs()]
@@ -90,7 +58,7 @@ def check_round_trip(name: str, exporter: str, opset: int) -> None:
     for seed in SEEDS:  # inputs in range: token ids over the whole vocabulary, 0/1 masks
         feeds = zoo.feeds(name, seed)
         for o, a, b in zip(s_orig.get_outputs(), s_orig.run(None, feeds), s_out.run(None, feeds)):
-            _close(a, b, f"{name} ({exporter}, opset {opset}) output {o.name!r}, seed {seed}")
+            assert_close(a, b, f"{name} ({exporter}, opset {opset}) output {o.name!r}, seed {seed}")
 
 
 @pytest.mark.parametrize("name,exporter,opset", FAST, ids=[f"{n}-{e}-{o}" for n, e, o in FAST])
@@ -108,14 +76,14 @@ def test_round_trip_full_matrix(name, exporter, opset):
 def test_export_matches_torch(name):
     """The zoo itself: the exported model computes what the torch module computes (an independent oracle
     for every later comparison against the exported original)."""
-    model = _model(name, "torchscript", 17)
+    model = zoo_model(name, "torchscript", 17)
     feeds = zoo.feeds(name, 3)
     with torch.no_grad():
         expected = zoo.module(name)(*(torch.from_numpy(v) for v in feeds.values()))
     got = _session(model).run(None, feeds)
     assert [o.name for o in model.graph.output] == list(zoo.SPECS[name].outputs)
     for o, e, g in zip(zoo.SPECS[name].outputs, expected, got):
-        _close(e.numpy(), g, f"{name} output {o}")
+        assert_close(e.numpy(), g, f"{name} output {o}")
 
 
 DYNAMIC_SIZES = {"ids": [(1, 128), (2, 128), (3, 128), (2, 1), (2, 37)], "float": [(1,), (2,), (3,)]}
@@ -142,7 +110,7 @@ def test_dynamic_export_matches_torch_at_several_sizes(name, exporter, tmp_path)
             expected = net(*(torch.from_numpy(v) for v in feeds.values()))
         for o, e, g in zip(spec.outputs, expected, sess.run(None, feeds)):
             assert g.shape[0] == size[0]
-            _close(e.numpy(), g, f"{name} {exporter} at {size}: output {o}")
+            assert_close(e.numpy(), g, f"{name} {exporter} at {size}: output {o}")
 
 
 # operators that show the architecture is what its description says (exported by TorchScript, opset 17)
@@ -159,7 +127,7 @@ SIGNATURES = {
 
 @pytest.mark.parametrize("name", zoo.NAMES)
 def test_architecture_signature(name):
-    ops = {n.op_type for n in _model(name, "torchscript", 17).graph.node}
+    ops = {n.op_type for n in zoo_model(name, "torchscript", 17).graph.node}
     assert SIGNATURES[name] <= ops, f"{name} lacks {sorted(SIGNATURES[name] - ops)}"
 
 
