@@ -97,6 +97,7 @@ def test_past_its_deadline_an_operator_is_estimated_from_this_runs_timings_not_t
     assert cost.measured == 2 and CostCache(path).get(cost.device_name, cost.backend, DENSE_BIAS) is not None
 
 
+@pytest.mark.timing
 def test_a_measurement_the_probe_calls_contended_is_used_but_not_cached(tmp_path, monkeypatch):
     import eqsat.cost.measure as measure
 
@@ -332,6 +333,7 @@ def test_copies_are_independent_instances_that_onnxruntime_keeps_apart():
     assert opaque is not None and runtime_nodes(opaque[0]) == ["LeakyRelu"] * 4 and len(opaque[1]) == 4
 
 
+@pytest.mark.timing
 def test_a_small_operator_costs_what_it_adds_to_a_program(tmp_path, quiet):
     """The oracle: a chain of 16 such matmuls in one model, less a chain of one, is 15 of them in a program;
     timed alone, the run overhead (several times this operator, drifting +-2 us) used to swamp it (0.5-2.1 us

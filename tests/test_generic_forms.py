@@ -17,11 +17,11 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 
+from eqsat.dims import Mono
 from eqsat.generic import make_generic
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.dataflow import prune, shape_only
 from eqsat.onnx.fitting import fit_vectors, run_values
-from eqsat.onnx.symbolic import Mono
 
 SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
 """(batch, seq): the representative shape and 2+ further sizes of each axis"""

@@ -9,11 +9,10 @@ import pytest
 from op_samplers import COMPUTED, SAMPLERS
 
 from eqsat import ops
-from eqsat.dims import Dim, fingerprint, infer, sym_shape, symbol_value
+from eqsat.dims import Dim, Mono, fingerprint, infer, sym_shape, symbol_value
 from eqsat.egglog import codec
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
-from eqsat.onnx.symbolic import Mono
 
 
 def _symbolize(rng: np.random.Generator, attrs: tuple, shapes: list[tuple[int, ...]]) -> tuple[list[tuple], dict]:

@@ -1,6 +1,6 @@
 """The optimize-model pipeline, one function per phase: import -> encode -> search -> extract -> export ->
-verify -> measure -> decide. :func:`optimize` runs them in turn under one :class:`PhaseTimer` and returns the
-typed :class:`Report`.
+verify -> measure -> decide. :func:`optimize` runs them as a :class:`Run`'s four steps (imported -> searched ->
+checked -> result), under one :class:`PhaseTimer`, and returns the typed :class:`Report` in its :class:`Result`.
 
 >>> from eqsat.app.pipeline import OptimizeConfig
 >>> OptimizeConfig().final_extractor
@@ -9,11 +9,13 @@ typed :class:`Report`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import onnx
 
 from eqsat import extract as extractors
@@ -29,7 +31,7 @@ from eqsat.inputs import EDGES, NONFINITE_EDGES
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.measurement import runtimes
-from eqsat.measurement.decision import SPLIT_CANDIDATES, measure
+from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
@@ -284,123 +286,208 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
         return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
 
 
+@dataclass
+class Imported:
+    """The run's input as the search sees it: the original model (its weights the pool's where read here), its IR,
+    the shaping of its dynamic dimensions, the repeated blocks found and the graph searched (one copy, or all)."""
+
+    original: onnx.ModelProto
+    graph: Graph
+    shaping: Shaping
+    blocks: Blocks | None
+    searched: Graph
+
+
+@dataclass
+class Searched:
+    """What the search and the extraction gave: the grown e-graph, its snapshot, the first extraction and the
+    candidates extracted (in :func:`candidates_phase`'s order), the program of the operators outside the blocks."""
+
+    cost_model: CostModel
+    egraph: EGraph
+    search_config: SearchConfig
+    initial: int
+    search: SearchReport
+    snap: Snapshot
+    ext: Extraction
+    extracted: list[Extracted]
+    rest: Graph | None
+    rest_entry: dict[str, object] | None
+
+
+@dataclass
+class Checked:
+    """The candidates exported and verified (the first one's verification reported), and the inputs drawn for the
+    measurement."""
+
+    verification: VerificationReport
+    built: list[Built]
+    feeds: dict[str, np.ndarray] | None
+
+
+class Run:
+    """One optimization: its configuration (updated by the import: the sizes tuned at, the share of the time
+    limit a run with repeated blocks keeps), its progress, its phase timer and the run's weight pool, whose memory
+    it gives back when the run ends (:meth:`released`). :func:`optimize` calls its steps in order:
+    :meth:`imported` -> :meth:`searched` -> :meth:`checked` -> :meth:`result`."""
+
+    def __init__(self, config: OptimizeConfig, say: Progress, extra_rules: Sequence[Rule] = ()):
+        self.config, self.say, self.extra_rules = config, say, extra_rules
+        self.timer = PhaseTimer()
+        self.weights = pool.current()
+        self.whole_limit = config.search.time_limit
+        """--time-limit, for the whole model: what the search leaves, the gate may use"""
+
+    @contextlib.contextmanager
+    def released(self) -> Iterator[None]:
+        """The run's memory given back at its end: the heap the measurement's sessions freed, and the weight
+        pool's pages (the models returned refer to the pool where they were slimmed; their data back only when
+        asked, :class:`Result`)."""
+        yield
+        memory.release()
+        if self.weights is not None:
+            self.weights.drop_pages()
+
+    def imported(self, model: onnx.ModelProto | Graph | str) -> Imported:
+        """Import (the weights of a model read here the pool's from then on) and the repeated blocks."""
+        say, timer = self.say, self.timer
+        with timer("import"):
+            original, graph, shaping = shaped_import_phase(model, self.config)
+        self.config = replace(self.config, input_shapes={**shaping.shapes, **self.config.input_shapes})
+        if not isinstance(model, onnx.ModelProto) and self.weights is not None:  # read here: no one else holds it
+            self.weights.drop_pages()  # the import read them: not kept while slim compares the model's bytes with them
+            original = self.weights.slim(original)
+            if shaping.original is not None:
+                shaping.original = original
+        say(f"imported: {sum(graph.op_counts().values())} operators")
+        if shaping.values:
+            sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
+            say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
+                                                      if shaping.static else "tuned there; the written model keeps them"))
+        blocks = None
+        if self.config.blocks:
+            with timer("blocks"):
+                blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
+            say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched; "
+                f"the {blocks.rest.operators} operators outside them searched on their own" if blocks is not None
+                else "repeated blocks: none found; the whole model is searched")
+            if blocks is not None:  # the time limit meant for the whole model, in proportion to what is searched
+                self.config = self.config.updated(time_limit=blocks_seconds(blocks, self.config.search.time_limit))
+        runtime_name = runtimes.resolve(self.config.runtime)
+        if self.config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
+            check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
+        return Imported(original, graph, shaping, blocks, blocks.representative if blocks is not None else graph)
+
+    def searched(self, imp: Imported) -> Searched:
+        """Encode, search (the operators outside the blocks first, with their share of the time), extract the
+        candidates; ``--time-limit`` bounds the rest's search, this search and the extraction together."""
+        config, say, timer, blocks = self.config, self.say, self.timer, imp.blocks
+        with timer("encode"):
+            # --cost auto: the operators timed in the end-to-end runtime (eqsat.cost.resolve_auto)
+            cost_model = make(config.cost, runtime=runtimes.resolve(config.runtime), threads=config.measure_threads)
+            egraph, search_config = encode_phase(imp.searched, config, blocks.copies if blocks is not None else 1,
+                                                 blocks.external_ranges() if blocks is not None else None)
+        initial = egraph.size().enodes
+        rest, rest_entry = None, None
+        if blocks is not None and blocks.rest.operators:
+            share = rest_share(blocks)
+            with timer("rest"):
+                rest, rest_entry = rest_phase(blocks.rest, config.updated(time_limit=share * config.search.time_limit),
+                                              blocks.copies, cost_model, lambda m: say(f"outside the blocks: {m}"),
+                                              self.extra_rules)
+            search_config = replace(search_config, time_limit=(1 - share) * search_config.time_limit)
+        with timer("search"):
+            search = search_phase(egraph, config, search_config, cost_model, say, self.extra_rules)
+        with timer("extract"):
+            snap, ext = extract_phase(egraph, config, cost_model, timer.total("rest", "search"))
+            extracted = candidates_phase(snap, ext, config, cost_model, timer.total("rest", "search", "extract"),
+                                         search.states)
+        estimated = getattr(cost_model, "estimated", 0)
+        if estimated:
+            say(f"{estimated} operators estimated, not timed: --time-limit passed before their turn (the costs "
+                f"timed so far scale their estimates; a longer limit times them, once, into the cache)")
+        say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
+            + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
+        return Searched(cost_model, egraph, search_config, initial, search, snap, ext, extracted, rest, rest_entry)
+
+    def checked(self, imp: Imported, found: Searched) -> Checked:
+        """Export the first candidate and verify it (it must match), then the others (:func:`build_candidates`)."""
+        config, timer = self.config, self.timer
+        with timer("export"):
+            first = export_phase(found.snap, found.ext, imp.searched, found.cost_model, imp.shaping, imp.blocks,
+                                 found.rest)
+            first_notes = list(imp.shaping.last_notes)
+        with timer("verify"):
+            verifier = verifier_of(imp.original, config)
+            verification = verify_phase(imp.original, first[1], config, verifier)
+            built = build_candidates(found.snap, found.extracted, imp.graph, imp.original, config, found.cost_model,
+                                     first, imp.shaping, imp.blocks, found.rest, verifier, self.say)
+            feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
+            verifier.close()
+        self.say(f"verified: max abs error {verification.max_abs_error:.2e}"
+                 + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
+        head = built[0]
+        head.notes = first_notes
+        head.entry.max_abs_error = verification.max_abs_error
+        head.entry.verified = verification.verified and (head.shapes is None or head.shapes.passed)
+        return Checked(verification, built, feeds)
+
+    def result(self, imp: Imported, found: Searched, checked: Checked) -> Result:
+        """Measure the verified candidates against the original, decide which program ships, and report."""
+        config, built = self.config, checked.built
+        first = built[0]
+        timed = [b for b in built if b.entry.verified and not b.same_as_original]
+        if not timed and config.allow_slower and first.entry.verified:
+            timed = [first]
+        failed = [b.shapes.detail for b in built if b.shapes is not None and not b.shapes.passed]
+        measured = None
+        if config.measure and timed:
+            with self.timer("measure"):
+                spare = self.whole_limit - self.timer.total("rest", "search", "extract")
+                measured, comparisons = measure(imp.original, [Program(b.model, b.program) for b in timed], config,
+                                                graph=imp.graph, names=[b.entry.name for b in timed],
+                                                feeds=checked.feeds, spare_s=spare, say=self.say)
+            _record(timed, comparisons)
+            for b in timed[len(comparisons.comparisons):]:
+                b.entry.note = (f"not measured: the memory budget times the original and few candidates at a time, "
+                                f"and only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more "
+                                f"together)")
+        returned = decide(not timed, measured, config, failed[0] if failed and not timed else "")
+        if returned.fallback:
+            self.say(returned.fallback)
+        shipped = next((b for b in built if b.entry.name == returned.candidate), first)
+        shipped.entry.shipped = returned.program == "optimized"
+        report = self._report(imp, found, checked, returned, measured, shipped)
+        if returned.program == "original":
+            return Result(imp.original, imp.original, imp.graph, report, self.weights)  # the user's model, untouched
+        return Result(imp.original, with_metadata(shipped.model, imp.original), shipped.program, report, self.weights)
+
+    def _report(self, imp: Imported, found: Searched, checked: Checked, returned: Returned,
+                measured: Measurement | None, shipped: Built) -> Report:
+        graph, cost_model, optimized = imp.graph, found.cost_model, returned.program == "optimized"
+        size = found.egraph.snapshot()
+        return Report(
+            config=replace(self.config, search=found.search_config), cost_model=cost_model.name, search=found.search,
+            egraph=EGraphSize(len(size.nodes), size.num_classes, found.initial, found.search_config.limit),
+            extraction=ExtractionReport.of(found.ext), verification=checked.verification,
+            candidates=[Candidate("original", graph_cost(graph, cost_model), dict(graph.op_counts()), "original",
+                                  costs=costs_by_op(graph, cost_model), shipped=not optimized,
+                                  measured_ms=measured.original_ms if measured else None),
+                        *(b.entry for b in checked.built)],
+            returned=returned, measured=measured, times=self.timer.seconds,
+            interface=imp.shaping.report(*((shipped.model, shipped.shapes, shipped.notes) if optimized
+                                           else (None, None))),
+            memory_mb=self.timer.memory_mb, blocks=blocks_entry(self.config, imp.blocks, found.rest_entry),
+            costs_estimated=getattr(cost_model, "estimated", 0))
+
+
 def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say: Progress,
               extra_rules: Sequence[Rule]) -> Result:
-    timer = PhaseTimer()
-    with timer("import"):
-        original, graph, shaping = shaped_import_phase(model, config)
-    config = replace(config, input_shapes={**shaping.shapes, **config.input_shapes})  # verified, measured there
-    weights = pool.current()
-    owned = not isinstance(model, onnx.ModelProto)  # read here: no one else holds it
-    if owned and weights is not None:  # its weights are the pool's from here on (the IR's are its mapped arrays); its data back where asked (Result)
-        weights.drop_pages()  # the import read them: not kept while slim compares the model's bytes with them
-        original = weights.slim(original)
-        if shaping.original is not None:
-            shaping.original = original
-    say(f"imported: {sum(graph.op_counts().values())} operators")
-    if shaping.values:
-        sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
-        say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
-                                                  if shaping.static else "tuned there; the written model keeps them"))
-    blocks, searched, rest, rest_entry = None, graph, None, None
-    whole_limit = config.search.time_limit  # --time-limit, for the whole model: what the search leaves, the gate may use
-    if config.blocks:
-        with timer("blocks"):
-            blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
-            searched = blocks.representative if blocks is not None else graph
-        say(f"repeated blocks: {blocks.copies} copies of {blocks.nodes_per_block} operators, one searched; "
-            f"the {blocks.rest.operators} operators outside them searched on their own" if blocks is not None
-            else "repeated blocks: none found; the whole model is searched")
-        if blocks is not None:  # the time limit meant for the whole model, in proportion to what is searched
-            config = config.updated(time_limit=blocks_seconds(blocks, config.search.time_limit))
-    runtime_name = runtimes.resolve(config.runtime)
-    if config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
-        check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
-    with timer("encode"):
-        # --cost auto: the operators timed in the end-to-end runtime (eqsat.cost.resolve_auto)
-        cost_model = make(config.cost, runtime=runtime_name, threads=config.measure_threads)
-        egraph, search_config = encode_phase(searched, config, blocks.copies if blocks is not None else 1,
-                                             blocks.external_ranges() if blocks is not None else None)
-    initial = egraph.size().enodes
-    if blocks is not None and blocks.rest.operators:
-        share = rest_share(blocks)
-        with timer("rest"):
-            rest, rest_entry = rest_phase(blocks.rest, config.updated(time_limit=share * config.search.time_limit),
-                                          blocks.copies, cost_model, lambda m: say(f"outside the blocks: {m}"),
-                                          extra_rules)
-        search_config = replace(search_config, time_limit=(1 - share) * search_config.time_limit)
-    with timer("search"):
-        search = search_phase(egraph, config, search_config, cost_model, say, extra_rules)
-    with timer("extract"):
-        # --time-limit bounds the rest's search, this search and the extraction together
-        snap, ext = extract_phase(egraph, config, cost_model, timer.total("rest", "search"))
-        extracted = candidates_phase(snap, ext, config, cost_model, timer.total("rest", "search", "extract"),
-                                     search.states)
-    estimated = getattr(cost_model, "estimated", 0)
-    if estimated:
-        say(f"{estimated} operators estimated, not timed: --time-limit passed before their turn (the costs "
-            f"timed so far scale their estimates; a longer limit times them, once, into the cache)")
-    say(f"extracted with {ext.extractor}: estimated {ext.dag_cost:.1f} us"
-        + (" (SCIP found nothing cheaper in time: greedy-dag's program kept)" if ext.used_warm_start else ""))
-    with timer("export"):
-        program, optimized = export_phase(snap, ext, searched, cost_model, shaping, blocks, rest)
-        first_notes = list(shaping.last_notes) if shaping is not None else []
-    with timer("verify"):
-        verifier = verifier_of(original, config)
-        verification = verify_phase(original, optimized, config, verifier)
-        built = build_candidates(snap, extracted, graph, original, config, cost_model, (program, optimized), shaping,
-                                 blocks, rest, verifier, say)
-        feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
-        verifier.close()
-    say(f"verified: max abs error {verification.max_abs_error:.2e}"
-        + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
-    first = built[0]
-    first.notes = first_notes
-    first.entry.max_abs_error = verification.max_abs_error
-    first.entry.verified = verification.verified and (first.shapes is None or first.shapes.passed)
-    timed = [b for b in built if b.entry.verified and not b.same_as_original]
-    if not timed and config.allow_slower and first.entry.verified:
-        timed = [first]
-    unchanged = not timed
-    failed = [b.shapes.detail for b in built if b.shapes is not None and not b.shapes.passed]
-    measured = None
-    if config.measure and timed:
-        with timer("measure"):
-            measured, comparisons = measure(original, [Program(b.model, b.program) for b in timed], config,
-                                                  graph=graph, names=[b.entry.name for b in timed], feeds=feeds,
-                                                  spare_s=whole_limit - timer.total("rest", "search", "extract"),
-                                                  say=say)
-        _record(timed, comparisons)
-        for b in timed[len(comparisons.comparisons):]:
-            b.entry.note = (f"not measured: the memory budget times the original and few candidates at a time, and "
-                            f"only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more together)")
-    returned = decide(unchanged, measured, config, failed[0] if failed and not timed else "")
-    if returned.fallback:
-        say(returned.fallback)
-    shipped = next((b for b in built if b.entry.name == returned.candidate), first)
-    shipped.entry.shipped = returned.program == "optimized"
-    size = egraph.snapshot()
-    report = Report(
-        config=replace(config, search=search_config), cost_model=cost_model.name, search=search,
-        egraph=EGraphSize(len(size.nodes), size.num_classes, initial, search_config.limit),
-        extraction=ExtractionReport.of(ext), verification=verification,
-        candidates=[Candidate("original", graph_cost(graph, cost_model), dict(graph.op_counts()), "original",
-                              costs=costs_by_op(graph, cost_model),
-                              shipped=returned.program == "original",
-                              measured_ms=measured.original_ms if measured else None),
-                    *(b.entry for b in built)],
-        returned=returned, measured=measured, times=timer.seconds,
-        interface=shaping.report(*((shipped.model, shipped.shapes, shipped.notes) if returned.program == "optimized"
-                                   else (None, None))),
-        memory_mb=timer.memory_mb, blocks=blocks_entry(config, blocks, rest_entry), costs_estimated=estimated)
-    memory.release()  # the measurement's sessions are gone: their freed memory is not kept for the models returned
-    if weights is not None:
-        weights.drop_pages()
-    # the models returned refer to the pool where they were slimmed (the original where read here, every candidate):
-    # their data back only when asked (Result.original, Result.optimized), written from the pool otherwise
-    if returned.program == "original":
-        return Result(original, original, graph, report, weights)  # the user's model, untouched where given
-    return Result(original, with_metadata(shipped.model, original), shipped.program, report, weights)
+    run = Run(config, say, extra_rules)
+    with run.released():
+        imported = run.imported(model)
+        found = run.searched(imported)
+        return run.result(imported, found, run.checked(imported, found))
 
 
 def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:

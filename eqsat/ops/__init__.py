@@ -16,8 +16,8 @@ nodes (the composites: GELU, LayerNorm, attention, ...) also holds their matcher
 
 Adding an operator is one entry in the family module it belongs to (listed in ``_ENTRIES`` below), the mapper
 of the ONNX operator that computes it in that module's ``IMPORTS`` (a new family module's ``IMPORTS`` joins
-:data:`IMPORTS` below), plus a sampler of valid attributes and shapes in ``tests/test_ops.py``, which then checks
-it like every other. For example, an element-wise ``neg`` in :mod:`eqsat.ops.elementwise`::
+:data:`IMPORTS` below), plus a sampler of valid attributes and shapes in ``tests/op_samplers.py``; ``tests/test_ops.py``
+then checks it like every other. For example, an element-wise ``neg`` in :mod:`eqsat.ops.elementwise`::
 
     NEG = OpDef("neg", "-x", "()", lambda attrs, shapes: tuple(shapes[0]), (Ctor("Neg", "t"),),
                 lambda: [rule("shape_Neg", ["(= e (Neg x))", "(= s (shape x))"], ["(set (shape e) s)"])],
