@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import collections
 import functools
-import importlib.util
-import os
 from types import ModuleType
 
 import onnx
+from script_loader import load_script
 from zoo_cases import ROUND_TRIP
 
 from eqsat import optimize
@@ -23,12 +22,7 @@ from eqsat import optimize
 @functools.cache
 def bench_script() -> ModuleType:
     """scripts/bench_roundtrip.py, whose ``ort_graph`` reads onnxruntime's optimized graph."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_roundtrip.py")
-    spec = importlib.util.spec_from_file_location("bench_roundtrip", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_roundtrip")
 
 
 def ort_graph(model: onnx.ModelProto) -> dict:

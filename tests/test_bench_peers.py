@@ -5,24 +5,17 @@ with the reason, only where its package is not installed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_peers.py")
+from script_loader import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("bench_peers", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_peers")
 
 
 def _mlp(path) -> str:

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from script_loader import load_script
 
 from eqsat.cost import make, resolve_auto
 from eqsat.cost.base import OpKey
@@ -278,15 +279,7 @@ def test_spearman_edges_and_mean_error():
 
 
 def _calibration_script():
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parent.parent / "scripts" / "bench_cost_model.py"
-    spec = importlib.util.spec_from_file_location("bench_cost_model", path)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_script("bench_cost_model")
 
 
 def test_calibration_script_writes_one_json_per_run(tmp_path):

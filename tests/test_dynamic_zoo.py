@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from script_loader import load_script
 
 from eqsat import OptimizeConfig, optimize
 from eqsat.dims import Mono
@@ -159,15 +160,7 @@ def test_an_attention_whose_bias_and_mask_sum_only_at_batch_one_imports_and_keep
 
 # -- scripts/bench_interface.py --check-only: the survey's own checks -----------------------------------------------
 def _bench_interface():
-    import importlib.util
-    import os
-
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_interface.py")
-    spec = importlib.util.spec_from_file_location("bench_interface", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_interface")
 
 
 def test_the_survey_checks_sizes_and_the_interface_against_onnxruntime(tmp_path):

@@ -11,9 +11,7 @@ checks that they still fail with the exporter's reason (listed in ``zoo.UNSUPPOR
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import numpy as np
 import onnx
@@ -21,6 +19,7 @@ import onnxruntime as ort
 import pytest
 import torch
 import zoo
+from script_loader import load_script
 from zoo_cases import EXPECTED_UNSUPPORTED, FAST, FULL, ROUND_TRIP, assert_close, interface, zoo_model
 
 from eqsat import optimize
@@ -155,10 +154,7 @@ def test_feeds_are_seeded_and_in_range():
 def test_bench_roundtrip_script(tmp_path, capsys):
     """scripts/bench_roundtrip.py on one model: the table and the JSON hold onnxruntime's node counts and
     fused kinds for the three programs and the latency ratios with their intervals."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "bench_roundtrip.py")
-    spec = importlib.util.spec_from_file_location("bench_roundtrip", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_roundtrip")
     out = tmp_path / "rt.json"
     assert bench.main(["--models", "resnet", "--exporters", "torchscript", "--opsets", "17", "--budget", "2",
                        "--depth", "1", "--time-budget", "0.3", "--json", str(out)]) == 0
