@@ -1,4 +1,4 @@
-"""The command line as the hostile-user tests drive it (tests/test_hostile.py, tests/test_hostile_round3.py): the
+"""The command line as the hostile-user tests drive it (tests/test_cli_bad_input.py, tests/test_unusual_models.py): the
 fast flags, a small model, the CLI run in this process with its one error line, and the checks on what a run
 leaves behind."""
 

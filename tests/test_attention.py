@@ -1,4 +1,4 @@
-"""Scaled-dot-product attention as one IR operator (issue 14, point 2): the recognizer (eqsat.onnx.patterns) finds
+"""Scaled-dot-product attention as one IR operator: the recognizer (eqsat.onnx.patterns) finds
 the attention that torch's two exporters write in the zoo's transformers and in small hand-built graphs (scale
 after the product as Mul or Div, on q and kt separately as torch's SDPA export writes it, with or without a mask,
 Casts after the Softmax, its axis -1 or the last axis's positive index), refuses one whose inner value is used

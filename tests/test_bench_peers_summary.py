@@ -1,4 +1,4 @@
-"""scripts/bench_peers.py's summary of issue 26's targets (scripts/peers_report.py) on hand-made timings, against
+"""scripts/bench_peers.py's summary of the peers targets (scripts/peers_report.py) on hand-made timings, against
 values worked out by hand; and the timing phase's rounds, sized to the variance seen (scripts/peers_timing.py),
 on a fake clock whose noise is known."""
 

@@ -1,4 +1,4 @@
-"""Repeated blocks (issue 28): found in a torch-exported BERT (transformers' BertModel, three layers) and LLaMA
+"""Repeated blocks: found in a torch-exported BERT (transformers' BertModel, three layers) and LLaMA
 (grouped KV heads, rotary tables computed once outside the layers), each copy with its own weights; the first
 copy's program replayed on every copy, with the operators outside the blocks as a program of their own, is the
 original computation (checked in onnxruntime); by default one copy and the rest are searched, and the whole

@@ -1,4 +1,4 @@
-"""Composite operators (issue 14, point 2): the recognizer (eqsat.onnx.patterns) finds the GELU, LayerNorm,
+"""Composite operators: the recognizer (eqsat.onnx.patterns) finds the GELU, LayerNorm,
 Softmax, SiLU and RMSNorm that torch's two exporters write in the zoo models and in small hand-built graphs,
 refuses a composite whose inner value is used outside it, and the importer makes each one IR node
 (eqsat.ops.composite); the imported models, exported with the composites' own ONNX forms, compute what

@@ -1,4 +1,4 @@
-"""What the zoo's dynamic-axes exports needed (issue 27), each failure reproduced on a small model: the T5
+"""What the zoo's dynamic-axes exports needed, each failure reproduced on a small model: the T5
 encoder exported by TorchScript, whose shape-generic program failed at batch 2 (a batch size the importer folded
 at the representative batch of 1 beside a sequence length kept live), and whose attention adds a position bias
 of batch 1 to a mask of the batch (a sum that broadcasts otherwise at other batches). Oracle: the original model

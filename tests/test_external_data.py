@@ -1,4 +1,4 @@
-"""External data in and out (issue 27 point 5): a model keeping its weights in external data files (one file,
+"""External data in and out: a model keeping its weights in external data files (one file,
 several, one per tensor as torch's exporter writes big models) is written with its weights in ``OUT.onnx.data``
 beside the output, staged and renamed with the model and the report; an inline model stays inline unless it is
 too large for one protobuf message (the limit lowered here, :data:`eqsat.onnx.io.LIMIT`; nothing on the way

@@ -1,4 +1,4 @@
-"""Fidelity of the round trip (issue 14, point 1): a model imported, put through the e-graph, extracted with no
+"""Fidelity of the round trip: a model imported, put through the e-graph, extracted with no
 rewrite and exported is the user's graph again (minus folded constants, Identity and Dropout), so that
 onnxruntime optimizes it as it optimizes the original: after onnxruntime's own graph optimizations
 (ORT_ENABLE_ALL, CPU) the round trip has no more nodes than the original and keeps every fused operator kind

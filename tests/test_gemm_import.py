@@ -1,4 +1,4 @@
-"""A Gemm that is exactly ``x @ W + b`` imports as the IR's ``linear`` (issue 14): no transA, alpha and beta 1,
+"""A Gemm that is exactly ``x @ W + b`` imports as the IR's ``linear``: no transA, alpha and beta 1,
 ``B`` and ``C`` constants (initializers, Constant nodes, behind an Identity) with ``C`` a bias over the columns
 ([n] or [1, n]); ``B`` transposed at import where transB says so. Every other Gemm keeps the matmul (+ bias)
 import. Either way an unchanged Gemm is written back as the user's node, with the original initializers, so

@@ -1,4 +1,4 @@
-"""The shape-generic decoders run no more reshaping than the static ones (issue 27): a Reshape of a Reshape (or of a
+"""The shape-generic decoders run no more reshaping than the static ones: a Reshape of a Reshape (or of a
 Flatten, or of the rows a Gemm computes) reads the inner one's input, a Reshape to its input's own shape is dropped,
 targets back to ``[batch, seq, N]`` are one vector ``[batch, seq, -1]`` (or ``[-1, seq, N]`` where the sequence length's
 size is read already), and opset 23's RotaryEmbedding reads its

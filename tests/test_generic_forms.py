@@ -1,4 +1,4 @@
-"""The shape-generic program runs as fast as the static one (issue 27): the forms :mod:`eqsat.generic` writes
+"""The shape-generic program runs as fast as the static one: the forms :mod:`eqsat.generic` writes
 are the ones onnxruntime optimizes as well as constant shapes. Shape vectors computed from the inputs' shapes
 (Shape, Gather, Unsqueeze, Concat, the Where/Equal of torch's ``expand(-1)``) are read off runs and written once
 from the symbols (constants where they are, Reshape targets with 0 and -1, an Expand to its input's own shape

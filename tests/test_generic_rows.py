@@ -1,5 +1,5 @@
 """The shape-generic writer (:mod:`eqsat.generic`) writes no more kernels than the static program around the
-rows of a layer and a mask (issue 27): a Reshape of a Reshape (or Flatten) is one Reshape of the first one's
+rows of a layer and a mask: a Reshape of a Reshape (or Flatten) is one Reshape of the first one's
 input, a Split of rows reshaped to ``[batch, seq, 3*hidden]`` along that last axis splits the rows themselves, a
 mask indexed with a Gather is one Reshape with 0 and -1, and an And of an all-true slice expanded to a shape is
 the other operand expanded. Oracles: the original model run in onnxruntime at several sizes of each axis, and

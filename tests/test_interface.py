@@ -1,4 +1,4 @@
-"""Dynamic axes keep the interface (issue 27): a model with dynamic batch and sequence axes optimizes without
+"""Dynamic axes keep the interface: a model with dynamic batch and sequence axes optimizes without
 ``--input-shape``, at a representative shape; the written model has the original's inputs and outputs (names,
 element types, ``dim_param`` names) and matches it in onnxruntime at several sizes of each axis; a program that
 cannot be written for every size is not written; ``--static-shape`` specializes and says so."""

@@ -1,4 +1,4 @@
-"""Limits that hold and honest stop reasons (issue 12 items 4-5, issue 16 item 11).
+"""Limits that hold and honest stop reasons.
 
 The node limit is checked on the real e-graph after every step, whatever the match probe said: egglog's
 count of an action-less query's matches can be below the matches the rule's run finds, so a bound built on

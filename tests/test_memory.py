@@ -1,4 +1,4 @@
-"""Memory accounting (issue 28): the per-phase peak resident memory of eqsat.memory and the report's
+"""Memory accounting: the per-phase peak resident memory of eqsat.memory and the report's
 ``memory_mb``, checked against the kernel's own figures (``getrusage``) and a known allocation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 28 point 1 (a, b): the models a run returns are restored from its weight pool only when asked, and written
+"""The models a run returns are restored from its weight pool only when asked, and written
 from the pool a tensor at a time (the bytes onnx writes for the restored model, the oracle); the weights the exporter
 folds are held once, in the pool, and shared by every program that folds them."""
 

@@ -1,4 +1,4 @@
-"""The two-way operator table (issue 25, part 2): every ONNX operator in ``eqsat.ops.IMPORTS`` imports as IR
+"""The two-way operator table: every ONNX operator in ``eqsat.ops.IMPORTS`` imports as IR
 operators (no opaque node) whose numpy semantics compute what onnxruntime computes for the original node, and
 every anchor in ``eqsat.ops.PATTERNS`` starts a composite that imports as one IR node computing the same."""
 

@@ -1,4 +1,4 @@
-"""The exploring rule verifier (issue 12): our rules are checked on many random instances, a rule with a
+"""The exploring rule verifier: our rules are checked on many random instances, a rule with a
 missing condition is caught, and merge_matmul_bias no longer fires on a reshape that moves the matmul's
 column boundary (a 6-node ONNX model optimizes and verifies with TENSAT and MCTS)."""
 

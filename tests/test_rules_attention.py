@@ -1,5 +1,5 @@
-"""The rule family ``attention_split`` (rules/ours/attention.py) and the operators its parts need (issue 14, point
-2): 4-D ``matmul`` and ``scale``. An attention splits into its parts and the parts recombine, for ranks 3 and 4,
+"""The rule family ``attention_split`` (rules/ours/attention.py) and the operators its parts need:
+4-D ``matmul`` and ``scale``. An attention splits into its parts and the parts recombine, for ranks 3 and 4,
 with and without a mask; near misses (softmax over another axis, a fused activation, a mask that broadcasts the
 scores up) are not rewritten; the TASO matmul rules reach the parts (V's projection moves inside the attention);
 the rule verifier passes the rule and refuses wrong variants. Oracles: numpy's own attention (written here), numpy's

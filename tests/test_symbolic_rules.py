@@ -1,5 +1,5 @@
 """A rewrite valid only at the representative size of a symbol is refused in a symbolic e-graph, and fires for the
-same model imported static (issue 27 point 1), checked in onnxruntime at several sizes.
+same model imported static, checked in onnxruntime at several sizes.
 
 TASO's ``taso_m05`` rewrites two products of one weight, ``x1 @ w`` and ``x2 @ w``, into the two halves of
 ``concat(x1, x2) @ w``: the halves are slices along axis 0 whose bounds are ``x1``'s number of rows. With a

@@ -1,4 +1,4 @@
-"""``--time-limit`` end to end (issue 26, point 6): it bounds the search and the extraction of a whole run, the
+"""``--time-limit`` end to end: it bounds the search and the extraction of a whole run, the
 operators outside repeated blocks included, and a short limit still returns the prelude's program (our rules
 saturated first). Tolerances are generous: a loaded CI machine runs these."""
 

@@ -1,4 +1,4 @@
-"""Models outside the zoo's test set (issue 26: DistilBERT, T5 and Whisper encoders, ConvNeXt, ResNet-50; built by
+"""Models outside the zoo's test set (DistilBERT, T5 and Whisper encoders, ConvNeXt, ResNet-50; built by
 ``zoo.UNSEEN`` for ``scripts/bench_peers.py``): the spellings they showed eqsat, each on a small hand-built graph
 and where cheap on the model itself. Oracles: onnxruntime on the original, numpy's attention.
 

@@ -1,6 +1,6 @@
 """The real-model zoo (tests/zoo) through the round trip: each model imports, goes through the e-graph and
 back with no rewrite (``scheduler='none'``), computes what onnxruntime computes on the original on inputs in
-range, and keeps its interface exactly (issue 14).
+range, and keeps its interface exactly.
 
 The node-count / fused-operator fidelity of the round trip (no more nodes after onnxruntime's own
 optimizations, every fused operator kind kept) is asserted by ``tests/test_fidelity.py`` on the same matrix,

@@ -1,4 +1,4 @@
-"""The fourth round of hostile cases (issue 39: flags and messages): ``--workers`` bounded and started inside
+"""Flags at their limits and the messages that name them: ``--workers`` bounded and started inside
 ``--time-limit``, ``--static-shape`` errors naming ``--static-shape``, onnxruntime's load errors naming the user's
 file (not eqsat's temporary copy), and no numpy RuntimeWarning from eqsat's source before an exit-3 message."""
 

@@ -1,4 +1,6 @@
-"""The third round of hostile cases (issue 30, severe 3-10 and the medium ones): each refusal is exit 2 with one
+"""Unusual models and environments a user brings (paths that are no regular file, oversized or unloadable models,
+model-local functions, sequence outputs, huge shapes, unwritable targets and caches, float16 and QDQ models, the API
+given the wrong kinds): each refusal is exit 2 with one
 line naming the cause before any work; each accepted model is checked against the original in onnxruntime."""
 
 from __future__ import annotations

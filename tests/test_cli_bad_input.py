@@ -1,4 +1,4 @@
-"""What a careless or hostile user does to the command line (issue 16): each case checks the exit code, one
+"""What a careless or hostile user does to the command line: each case checks the exit code, one
 error line naming the cause, files left as they were, and no ``.eqsat-*`` leftovers."""
 
 from __future__ import annotations
