@@ -1,6 +1,6 @@
-"""Small hand-built attention graphs and their oracle, shared by tests/test_attention.py and tests/test_unseen.py:
-a model from a list of nodes and float constants, seeded random feeds for its inputs, numpy's softmax attention
-in float64, and the model's outputs in onnxruntime."""
+"""Small hand-built attention graphs and their oracle, shared by tests/onnx/test_attention.py and
+tests/onnx/test_unseen.py: a model from a list of nodes and float constants, seeded random feeds for its inputs,
+numpy's softmax attention in float64, and the model's outputs in onnxruntime."""
 
 from __future__ import annotations
 

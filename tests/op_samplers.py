@@ -1,6 +1,6 @@
 """Random valid draws of every computed operator of the table (eqsat.ops): a sampler per operator gives random
-attributes and operand shapes the shape function accepts. Used by tests/test_ops.py (the table's checks) and
-tests/test_symbolic_dims.py (the same draws, symbolized).
+attributes and operand shapes the shape function accepts. Used by tests/core/test_ops.py (the table's checks) and
+tests/core/test_symbolic_dims.py (the same draws, symbolized).
 
 Adding an operator means adding a sampler to SAMPLERS.
 """

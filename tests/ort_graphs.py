@@ -1,6 +1,6 @@
 """What onnxruntime makes of a model after its own graph optimizations, and the no-rewrite round trip, shared by
-the fidelity tests (tests/test_fidelity.py, tests/test_attention.py, tests/test_gemm_import.py,
-tests/test_rules_attention.py, tests/test_rules_spelling.py).
+the fidelity tests (tests/onnx/test_fidelity.py, tests/onnx/test_attention.py, tests/onnx/test_gemm_import.py,
+tests/rules/test_rules_attention.py, tests/rules/test_rules_spelling.py).
 
 ``ort_graph`` is ``scripts/bench_roundtrip.py``'s (one definition of the fused kinds for the benchmark and the
 tests); the script is loaded on first use, so that a test module that imports this one is collected even where

@@ -1,5 +1,5 @@
-"""Helpers for the rule-family tests (``tests/test_rules_<family>.py``): a tiny graph around hand-built roots, the
-rules applied to its e-graph, a program taken out of the e-graph (a chosen e-node at the output, or the cheapest
+"""Helpers for the rule-family tests (``tests/rules/test_rules_<family>.py``): a tiny graph around hand-built roots,
+the rules applied to its e-graph, a program taken out of the e-graph (a chosen e-node at the output, or the cheapest
 program), and the independent check that two programs compute the same: both exported and run by onnxruntime
 (:func:`ort_check.outputs_match`), besides eqsat's own verifier."""
 

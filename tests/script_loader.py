@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from types import ModuleType
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+from paths import SCRIPTS
 
 
 def load_script(name: str) -> ModuleType:

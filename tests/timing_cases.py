@@ -1,6 +1,7 @@
 """Programs of known latency and synthetic paired rounds for the timing protocol and the shipping gate
-(tests/test_runtimes.py, tests/test_gate.py, tests/test_gate_plan.py): a callable that spins for a given time,
-and seeded block medians of two programs whose true latency ratio is known (the oracle)."""
+(tests/measurement/test_runtimes.py, tests/measurement/test_gate.py, tests/measurement/test_gate_plan.py): a
+callable that spins for a given time, and seeded block medians of two programs whose true latency ratio is known
+(the oracle)."""
 
 from __future__ import annotations
 

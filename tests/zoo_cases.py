@@ -1,6 +1,7 @@
-"""The real-model zoo's test matrix and the checks the round-trip tests share (tests/test_zoo.py,
-tests/test_fidelity.py, tests/test_attention.py): which (model, exporter, opset) combinations run fast and which
-only in the full matrix, the no-rewrite configuration, a model's interface, and closeness of two outputs."""
+"""The real-model zoo's test matrix and the checks the round-trip tests share (tests/onnx/test_zoo.py,
+tests/onnx/test_fidelity.py, tests/onnx/test_attention.py): which (model, exporter, opset) combinations run fast
+and which only in the full matrix, the no-rewrite configuration, a model's interface, and closeness of two
+outputs."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from eqsat import OptimizeConfig
 ROUND_TRIP = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)
 FAST = [(name, "torchscript", 17) for name in zoo.NAMES] + [("bert", "dynamo", 18), ("llama", "dynamo", 18)]
 # expected combinations this torch (2.13) cannot export: left out of the matrix, and checked to still fail
-# (tests/test_zoo.py's test_unsupported_is_recorded_with_reason) so that a change of torch shows up there
+# (tests/onnx/test_zoo.py's test_unsupported_is_recorded_with_reason) so that a change of torch shows up there
 EXPECTED_UNSUPPORTED = {(n, "dynamo", 17) for n in ("gpt2", "resnet", "mobilenetv2", "efficientnet", "llama")}
 FULL = [(n, e, o) for n in zoo.NAMES for e in zoo.EXPORTERS for o in zoo.OPSETS
         if (n, e, o) not in FAST and (n, e, o) not in EXPECTED_UNSUPPORTED]

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from paths import SCRIPTS
 
 from eqsat import ir
 from eqsat.app.pipeline import OptimizeConfig, optimize
@@ -23,8 +24,6 @@ from eqsat.mcts.parallel import Forest
 from eqsat.mcts.stats import ChildStats, RootStats
 from eqsat.models import build
 from eqsat.rules import rule_set
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _search(model: str, **options):
@@ -117,7 +116,7 @@ def test_no_gain_stop_fires_where_no_rule_lowers_the_cost():
 
 
 def test_equal_time_gives_each_scheduler_the_others_wall_time(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    monkeypatch.syspath_prepend(str(SCRIPTS))
     sys.modules.pop("bench_search", None)
     import bench_search
 
@@ -158,7 +157,7 @@ def test_workers_refuse_rules_outside_the_rule_set():
 
 
 def test_profile_search_reports_the_rate_and_the_decisions(monkeypatch, capsys):
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    monkeypatch.syspath_prepend(str(SCRIPTS))
     sys.modules.pop("profile_search", None)
     import profile_search
 

@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import SCRIPTS
 
 
 def script(name, *args, timeout=900):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, str(SCRIPTS / name), *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -47,7 +46,7 @@ def test_reproduce_quick_then_report(tmp_path):
 
 def _reproduce(monkeypatch):
     # the scripts folder stays on sys.path for the test: spawned workers unpickle RunSpec from scripts/experiment.py
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    monkeypatch.syspath_prepend(str(SCRIPTS))
     import reproduce
 
     return reproduce

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import os
 import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+from paths import SCRIPTS
 
 
 @pytest.fixture

@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import SCRIPTS
 
 
 def test_bench_scale_writes_a_record_per_run_and_the_figure(tmp_path):
     out = tmp_path / "scale"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_scale.py"), "--layers", "2,3",
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_scale.py"), "--layers", "2,3",
                            "--widths", "64", "--seq", "8", "--out", str(out), "--", "--budget", "2",
                            "--depth", "1", "--cost", "analytic", "--no-measure", "--final-extractor", "greedy-dag"],
                           capture_output=True, text=True, timeout=900)
@@ -38,7 +38,7 @@ def test_llama_builder_writes_external_data_that_optimizes_with_blocks(tmp_path,
     original in onnxruntime."""
     import onnx
 
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, str(SCRIPTS))
     import bench_scale
 
     from eqsat.app.config import OptimizeConfig
@@ -61,7 +61,7 @@ def test_llama_builder_writes_external_data_that_optimizes_with_blocks(tmp_path,
 
 def test_compare_times_the_default_and_the_whole_model_search_in_one_run(tmp_path):
     out = tmp_path / "cmp"
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_scale.py"), "--arch", "llama",
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "bench_scale.py"), "--arch", "llama",
                            "--layers", "3", "--widths", "64", "--seq", "8", "--compare", "--compare-budget", "0.5",
                            "--out", str(out), "--", "--budget", "2", "--depth", "1", "--cost", "analytic",
                            "--no-measure", "--final-extractor", "greedy-dag", "--allow-slower"],

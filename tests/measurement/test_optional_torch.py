@@ -16,10 +16,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from eqsat.measurement.torch_run import TORCH_EXTRA
 
-ROOT = Path(__file__).resolve().parent.parent
 MAIN_JOB = ["optimize-model", "--model", "encoder", "--small", "--scheduler", "none", "--cost", "analytic",
             "--no-measure", "-q"]
 """the CLI's main job on a small built-in model (the wheel smoke test's)"""
@@ -136,7 +136,7 @@ def test_require_torch_names_the_extra_and_the_alternative(monkeypatch):
 
 
 def test_pyproject_torch_is_an_extra_and_no_dependency_is_pinned_exactly():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert not any(d.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip() == "torch"
                    for d in project["dependencies"])
     extras = project["optional-dependencies"]

@@ -1,6 +1,6 @@
 """Rules as a whole: the TASO set and ours are complete and sound (verified on random instances), the command line
 lists and verifies them, extraction stays acyclic after a rewrite that closes a cycle, and the node limit guard
-refuses a blow-up. Each family's firing, near misses and numeric equality: tests/test_rules_<family>.py."""
+refuses a blow-up. Each family's firing, near misses and numeric equality: tests/rules/test_rules_<family>.py."""
 
 from __future__ import annotations
 

@@ -9,15 +9,15 @@ import os
 
 import pytest
 import ray
+from paths import SCRIPTS
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SWEEP = ["--model", "tt", "--quick", "--budget", "4", "--depth", "2", "--configs", "ours", "--seeds", "0-1",
          "--jobs", "2"]
 
 
 @pytest.fixture
 def scripts(monkeypatch):
-    monkeypatch.syspath_prepend(os.path.join(ROOT, "scripts"))
+    monkeypatch.syspath_prepend(str(SCRIPTS))
     import dispatch
     import reproduce
 

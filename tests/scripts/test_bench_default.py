@@ -4,14 +4,13 @@ repeated copies), optimized in its own process, its record with the report's sec
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import SCRIPTS
 
 
 def test_bench_default_rebuilds_the_family_at_the_depth_asked_and_records_each_run(tmp_path, capsys):
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, str(SCRIPTS))
     import bench_default
 
     out = str(tmp_path / "default.json")
@@ -23,7 +22,6 @@ def test_bench_default_rebuilds_the_family_at_the_depth_asked_and_records_each_r
     # the zoo's 2 layers became 4: repeated copies found (the first may be cut elsewhere, outside them), and the
     # export is larger than the zoo's own
     assert record["blocks"]["found"]["copies"] in (3, 4)
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
     import zoo
 
     assert record["nodes"] > len(zoo.build("gpt2", "torchscript", 18).graph.node)
@@ -39,7 +37,7 @@ def test_resized_widens_each_familys_config_and_keeps_its_heads():
     import torch
     import zoo
 
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    sys.path.insert(0, str(SCRIPTS))
     from bench_default import resized
 
     for name in ("gpt2", "t5_encoder", "distilbert", "llama"):

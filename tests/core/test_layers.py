@@ -44,7 +44,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from paths import REPO
 
 FACADE = "eqsat"
 ENTRY = "eqsat.__main__"
@@ -84,7 +84,7 @@ class Import:
     """file:line and the statement, for messages"""
 
 
-def package_dirs(root: Path = ROOT) -> dict[str, Path]:
+def package_dirs(root: Path = REPO) -> dict[str, Path]:
     """Top-level import name -> folder, from pyproject.toml's [tool.setuptools] package-dir."""
     config = tomllib.loads((root / "pyproject.toml").read_text())
     return {name: root / folder for name, folder in config["tool"]["setuptools"]["package-dir"].items()}
@@ -107,7 +107,7 @@ def modules(dirs: dict[str, Path]) -> dict[str, Path]:
     return out
 
 
-def imports(name: str, path: Path, known: set[str], root: Path = ROOT) -> list[Import]:
+def imports(name: str, path: Path, known: set[str], root: Path = REPO) -> list[Import]:
     """Every import statement of one module (anywhere in it), resolved to module names."""
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
@@ -140,7 +140,7 @@ def package_of(module: str) -> str:
     return "eqsat"
 
 
-def package_edges(root: Path = ROOT, upward: dict[tuple[str, str], str] | None = None
+def package_edges(root: Path = REPO, upward: dict[tuple[str, str], str] | None = None
                   ) -> dict[tuple[str, str], list[str]]:
     """(importing package, imported package) -> the importing lines, for imports between eqsat packages; those of
     ``upward`` (by importing module and imported package: :data:`UPWARD` by default) left out."""
@@ -237,7 +237,7 @@ def test_no_import_cycle_between_packages():
 def test_every_import_points_down_the_layers():
     edges = package_edges()
     bad = sorted((a, b) for a, b in edges if b not in ALLOWED.get(a, set()))
-    assert not bad, "imports against the layering (see tests/test_layers.py's docstring):\n" + "\n".join(
+    assert not bad, "imports against the layering (see tests/core/test_layers.py's docstring):\n" + "\n".join(
         describe([a, b], edges) for a, b in bad)
 
 
@@ -256,7 +256,7 @@ def test_the_imports_against_the_floors_are_the_listed_ones_each_deferred():
         top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
         assert not any(node.lineno == line for node in top), f"{found[0].where}: import it inside a function"
     out = subprocess.run([sys.executable, "-c", "import sys, eqsat.onnx; print('eqsat.generic' in sys.modules)"],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+                         capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False", "importing eqsat.onnx imported the shape-generic writer"
     every = package_edges(upward={})
     assert ("eqsat", "eqsat.generic") in every, "the checker no longer sees the listed import"
@@ -270,7 +270,7 @@ def test_extractors_and_cost_models_never_import_egglog():
     assert not found, "egglog imported by an extractor or cost model:\n" + "\n".join(found)
     code = ("import sys, eqsat.extract, eqsat.cost, eqsat.extract.ilp, eqsat.cost.measure, eqsat.snapshot; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'egglog'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", f"importing the extractors and cost models loaded {out.stdout.strip()}"
 
 
@@ -302,7 +302,7 @@ def test_checker_finds_a_cycle_hidden_in_a_function_through_mapped_folders(tmp_p
     assert "extract/base.py:1: from eqsat.rules import engine" in message and "rules/sub.py:2" in message
 
 
-def module_edges(package: str, root: Path = ROOT) -> dict[tuple[str, str], list[str]]:
+def module_edges(package: str, root: Path = REPO) -> dict[tuple[str, str], list[str]]:
     """(importing module, imported module) -> the importing lines, between the modules of one subpackage (its
     ``__init__``, the facade that re-exports them, exempt as an importer)."""
     mods = modules(package_dirs(root))

@@ -17,10 +17,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from extract_cases import random_cyclic_spec, snapshot
+from paths import TESTS
 
 from eqsat.cost import AnalyticCost, node_costs
 from eqsat.egglog.egraph import EGraph
@@ -28,8 +28,6 @@ from eqsat.extract import EXTRACTORS, ExtractionError, ExtractOptions, extract, 
 from eqsat.models import build
 from eqsat.rules import registry
 from eqsat.rules.engine import RuleEngine
-
-TESTS = Path(__file__).resolve().parent
 
 
 def oracle_dag_cost(snap, choice: dict[int, int], costs) -> float | None:

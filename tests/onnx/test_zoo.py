@@ -3,7 +3,7 @@ back with no rewrite (``scheduler='none'``), computes what onnxruntime computes 
 range, and keeps its interface exactly.
 
 The node-count / fused-operator fidelity of the round trip (no more nodes after onnxruntime's own
-optimizations, every fused operator kind kept) is asserted by ``tests/test_fidelity.py`` on the same matrix,
+optimizations, every fused operator kind kept) is asserted by ``tests/onnx/test_fidelity.py`` on the same matrix,
 and measured with latencies by ``scripts/bench_roundtrip.py``. The fast set takes one export per model; the
 whole matrix (both torch exporters, opsets 17 and 18) is ``slow``; combinations this torch cannot export are left out of it, and a test
 checks that they still fail with the exporter's reason (listed in ``zoo.UNSUPPORTED``).

@@ -94,7 +94,7 @@ def test_scale_refuses_a_factor_that_is_not_positive_and_finite():
 
 
 def test_egglog_gives_no_shape_to_a_scale_or_a_4d_matmul_the_python_side_refuses():
-    """(tests/test_ops.py checks agreement on random valid draws and one-dimension near misses.)"""
+    """(tests/core/test_ops.py checks agreement on random valid draws and one-dimension near misses.)"""
     eg = EGraph()
     for h, shape in (("x", (2, 3, 4, 5)), ("w", (2, 3, 5, 6)), ("u", (1, 3, 5, 6))):
         eg.run_program(f'(set (node "{h}") (Input "i:{h}")) (set (shape (node "{h}")) {ops.shape_term(shape)})')

@@ -2,7 +2,7 @@
 matmul re-association), a hand-written one (``taso_s120``, a grouped conv's weights merged to half as many groups)
 and a multi-pattern one (``taso_m03``, two relus as slices of one relu of their concat). Each fires on a tiny
 graph made for it, not on a near miss, and the rewritten program computes the original's outputs (onnxruntime on
-both exported programs). tests/test_rules.py checks the whole set (counts, soundness on random instances)."""
+both exported programs). tests/rules/test_rules.py checks the whole set (counts, soundness on random instances)."""
 
 from __future__ import annotations
 

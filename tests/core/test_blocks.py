@@ -6,12 +6,12 @@ program returned verifies against the original; ``--no-blocks`` searches the who
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 import onnx_builders as ob
 import pytest
+from paths import SCRIPTS
 
 from eqsat import ir
 from eqsat.app.config import OptimizeConfig
@@ -20,7 +20,7 @@ from eqsat.blocks import find_blocks
 from eqsat.onnx import export_model, import_model
 from eqsat.verify import verify
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+sys.path.insert(0, str(SCRIPTS))
 from bench_scale import export_bert, export_llama  # noqa: E402
 
 FAST = dict(cost="analytic", measure=False, budget=2, depth=1, final_extractor="greedy-dag")

@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from paths import SCRIPTS
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+sys.path.insert(0, str(SCRIPTS))
 import compare_programs  # noqa: E402
 
 

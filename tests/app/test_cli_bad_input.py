@@ -19,6 +19,7 @@ import onnxruntime as ort
 import pytest
 from cli_cases import FAST, PRECIOUS, cli, leftovers, read_only_folder, small_matmul
 from onnx import TensorProto, helper, numpy_helper
+from paths import REPO
 
 from eqsat.app.config import search_seconds
 from eqsat.app.pipeline import OptimizeConfig, ilp_seconds, optimize
@@ -368,12 +369,11 @@ def test_pyproject_lists_every_package():
     """A regular install takes only the listed packages: each folder with an __init__.py must be listed."""
     import tomllib
 
-    root = Path(__file__).resolve().parent.parent
-    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = set()
     for name, folder in tool["package-dir"].items():
-        for init in (root / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(root / folder).parts
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder).parts
             if "__pycache__" not in rel:
                 found.add(".".join((name, *rel)))
     assert "eqsat.rules.ours" in found

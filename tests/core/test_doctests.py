@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import os
 import pkgutil
 import tomllib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import REPO
 
 
 def _modules() -> list[str]:
     """Every module of every package pyproject.toml installs (eqsat.rules etc. live in their own folders, so
     walking eqsat's folder alone would miss them)."""
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    with open(REPO / "pyproject.toml", "rb") as f:
         packages = tomllib.load(f)["tool"]["setuptools"]["packages"]
     names = set(packages)
     for name in packages:

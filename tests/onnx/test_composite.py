@@ -39,7 +39,7 @@ from eqsat.verify import verify
 COMPOSITES = ("gelu", "layernorm", "addnorm", "softmax", "silu", "rmsnorm", "attention", "rotary")
 TRANSFORMER = {"gelu": 2, "layernorm": 4, "addnorm": 1, "attention": 2}  # 2 layers: a GELU each, 2 LayerNorms each + 1,
 # attention; pre-LN (GPT-2, ViT): the first LayerNorm alone reads its Add (the embeddings' sum), an addnorm
-# (the attention's Softmax is inside the attention node: tests/test_attention.py)
+# (the attention's Softmax is inside the attention node: tests/onnx/test_attention.py)
 EXPECTED = {
     # (counts, GELU form); BERT and ViT: 6 MatMuls with a bias per layer (Q, K, V, output, MLP in and out);
     # GPT-2's Conv1D projections are Gemms (linear too, made by the importer, not the recognizer)
@@ -101,7 +101,7 @@ def check_zoo_model(name: str, exporter: str, opset: int) -> None:
     assert len(covered) == len(set(covered)), "a node in two matches"
     graph = import_model(model)
     # and the importer's: torch writes a Linear (GPT-2's Conv1D: addmm) on a 2-D input as a Gemm of a constant
-    # weight and bias, which is exactly a linear (tests/test_gemm_import.py)
+    # weight and bias, which is exactly a linear (tests/onnx/test_gemm_import.py)
     gemms = sum(n.op_type == "Gemm" and len(n.input) > 2 and bool(n.input[2]) for n in model.graph.node)
     imported = {**counts, "linear": counts.get("linear", 0) + gemms} if gemms else counts
     assert {op: graph.op_counts()[op] for op in imported} == imported
@@ -443,7 +443,7 @@ def test_linear_split_lets_the_taso_rules_reach_the_product():
 
 def test_parallel_gemms_import_as_linears_and_merge():
     """Three Gemms on one x (2-D, constant weights and [n] biases, one behind an Identity) import as three linears
-    (tests/test_gemm_import.py: which Gemms do), written back as the user's Gemms; merge_linear_qkv merges them
+    (tests/onnx/test_gemm_import.py: which Gemms do), written back as the user's Gemms; merge_linear_qkv merges them
     into one at once; values against onnxruntime on the original."""
     model = _projections("gemm")
     graph = import_model(model)

@@ -4,7 +4,7 @@ after the product as Mul or Div, on q and kt separately as torch's SDPA export w
 Casts after the Softmax, its axis -1 or the last axis's positive index), refuses one whose inner value is used
 outside or whose Softmax is over another axis, and the importer makes each one ``attention`` node
 (eqsat.ops.attention). Oracles: numpy's own softmax attention for the hand-built graphs and
-onnxruntime on the original model for the zoo. The operator's table entry is checked by tests/test_ops.py like
+onnxruntime on the original model for the zoo. The operator's table entry is checked by tests/core/test_ops.py like
 every other (its sampler is in tests/op_samplers.py).
 """
 
