@@ -14,7 +14,7 @@ kept, a large negative value where masked: what BERT's ``get_extended_attention_
 * the feed-forward block: ``linear`` to 4 D, GELU (erf), ``linear`` back to D, residual Add + LayerNormalization.
 
 The weights are named for their place (``layer0.query.weight``, ...: :func:`weight_names`), so that a second
-evaluator can compute the same forward from them (tests/test_models_encoder.py).
+evaluator can compute the same forward from them (tests/models/test_models_encoder.py).
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ class OptimizeConfig:
                                   "reduce-overhead on a GPU, default on the CPU), ort-cuda (onnxruntime-gpu), "
                                   "torch-cpu (eager torch); auto: torch-cuda if torch sees a GPU, else ort-cpu",
                           "--runtime", choices="runtimes")
-    candidates: int = option(4, "distinct programs extracted (final extractor, greedy-dag, greedy-dag favouring the "
+    candidates: int = option(4, "distinct programs extracted (final extractor, the input as eqsat writes it where "
+                                "that differs from the input, greedy-dag, greedy-dag favouring the "
                                 "runtime's kernels, the ILP under another cost model, the search path's states, "
                                 "greedy-tree), each verified and measured end to end; the first in that order "
                                 "that is faster than the original with confidence ships, unless a later one is "

@@ -54,7 +54,7 @@ from .report import (
     VerificationReport,
 )
 from .result import Result
-from .selection import Extracted, candidates_phase, same_operators, same_program
+from .selection import IMPORTED, Extracted, candidates_phase, same_operators, same_program, with_imported
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
@@ -175,6 +175,18 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     return program, optimized
 
 
+def written_input(graph: Graph, shaping: Shaping | None = None) -> tuple[Graph, onnx.ModelProto]:
+    """The imported program written as any candidate is (:func:`export_phase`), no rule applied: the
+    :data:`~eqsat.app.selection.IMPORTED` candidate."""
+    model = export_model(graph)
+    if shaping is not None:
+        model = shaping.write(model)
+    if (weights := pool.current()) is not None:
+        model = weights.slim(model)
+    onnx_io.check(model)
+    return graph, model
+
+
 def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig,
                  verifier: Verifier | None = None) -> VerificationReport:
     """Check ``optimized`` against ``original`` on seeded random inputs; raise VerificationError on a mismatch.
@@ -230,8 +242,11 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             break
         if k == 0 and first is not None:
             program, model = first
+        elif c.written is not None:
+            program, model = c.written
         else:
             try:
+                assert c.extraction is not None
                 program, model = export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping,
                                               blocks, rest)
             except Exception as e:  # noqa: BLE001 - a further candidate only: the run goes on without it
@@ -240,7 +255,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
                 say(f"candidate {c.name} left out: its export failed ({type(e).__name__}: {first_line(e, 200)}); "
                     "this is a bug, please report it")
                 continue
-        if built and (same_program(graph, program) or any(same_program(b.program, program) for b in built)):
+        if built and ((same_program(graph, program) and c.name != IMPORTED)
+                      or any(same_program(b.program, program) for b in built)):
             continue
         entry = Candidate(c.name, graph_cost(program, cost_model), dict(program.op_counts()), c.source,
                           costs=costs_by_op(program, cost_model))
@@ -420,7 +436,11 @@ class Run:
         with timer("verify"):
             verifier = verifier_of(imp.original, config)
             verification = verify_phase(imp.original, first[1], config, verifier)
-            built = build_candidates(found.snap, found.extracted, imp.graph, imp.original, config, found.cost_model,
+            extracted = found.extracted
+            if config.candidates > 1 and config.measure:
+                extracted = with_imported(extracted, written_input(imp.graph, imp.shaping), imp.original, config,
+                                          found.cost_model)
+            built = build_candidates(found.snap, extracted, imp.graph, imp.original, config, found.cost_model,
                                      first, imp.shaping, imp.blocks, found.rest, verifier, self.say)
             feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
             verifier.close()
@@ -500,4 +520,4 @@ def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
 
 __all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "encode_phase", "export_phase",
            "extract_phase", "ilp_seconds", "import_phase", "optimize", "rest_phase", "search_phase", "shapes_phase",
-           "shaped_import_phase", "verifier_of", "verify_phase"]
+           "shaped_import_phase", "verifier_of", "verify_phase", "written_input"]

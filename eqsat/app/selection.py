@@ -131,13 +131,32 @@ def other_cost_name(cost_name: str) -> str:
 class Extracted:
     """One candidate: its name, how it was produced, its extraction and the cost model that extraction's DAG cost
     is under (the final cost model, or the other one), and the e-graph it was extracted from when that is not the
-    grown one (a state along the search path)."""
+    grown one (a state along the search path). ``written``: a program already written (:data:`IMPORTED`), which has
+    no extraction."""
 
     name: str
     source: str
-    extraction: Extraction
+    extraction: Extraction | None
     cost_model: CostModel
     snapshot: Snapshot | None = None
+    written: tuple[Graph, onnx.ModelProto] | None = None
+
+
+IMPORTED = "imported"
+"""the candidate that is the input as eqsat writes it, no rule applied (:func:`with_imported`): the exporter's own
+simplifications (shape computations folded into its shape-generic forms, constants and identities dropped, the
+composites the import recognized written in the forms onnxruntime fuses), which the peers' simplifiers also make"""
+
+
+def with_imported(extracted: list[Extracted], written: tuple[Graph, onnx.ModelProto], original: onnx.ModelProto,
+                  config: OptimizeConfig, cost_model: CostModel) -> list[Extracted]:
+    """The candidates with the :data:`IMPORTED` one second (after the final extractor's, so that it is among the
+    first ``--candidates`` and in the measurement's first group), where more than one candidate is measured and
+    the written input differs from the original in its operators (else it is the original)."""
+    if config.candidates < 2 or not config.measure or same_operators(original, written[1]):
+        return extracted
+    source = "the input as eqsat writes it, no rule applied"
+    return [*extracted[:1], Extracted(IMPORTED, source, None, cost_model, written=written), *extracted[1:]]
 
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
@@ -186,5 +205,5 @@ def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     return out
 
 
-__all__ = ["OTHER_ILP_SECONDS", "ROWWISE", "UNFUSED", "Extracted", "candidates_phase", "other_cost_name", "same_operators",
-           "same_program"]
+__all__ = ["IMPORTED", "OTHER_ILP_SECONDS", "ROWWISE", "UNFUSED", "Extracted", "candidates_phase", "other_cost_name",
+           "same_operators", "same_program", "with_imported"]

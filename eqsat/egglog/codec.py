@@ -187,7 +187,7 @@ def decode(eg: eb.EGraph, encoding: Encoding, output_handles: Sequence[str]) -> 
     speed: constructors whose arguments are i64 attributes then tensors (most) decode by slicing, an e-class
     gets its index from ``dict.setdefault``, and e-nodes skip the frozen dataclass's ``__init__``
     (:func:`~eqsat.snapshot.new_enode`): 10 to 30% less time than a plain loop over each row's arguments on
-    grown SqueezeNet and NASNet-A e-graphs (``tests/test_analysis_rules.py`` checks they agree)."""
+    grown SqueezeNet and NASNet-A e-graphs (``tests/egglog/test_analysis_rules.py`` checks they agree)."""
     fns = eg.freeze().functions
     i64 = eg.value_to_i64
     shape_of = _shape_values(eg, fns)

@@ -13,7 +13,7 @@ The API:
 
 The writer sits above the ONNX layer (:mod:`eqsat.onnx`: the interface, symbolic sizes, runs that fit sizes,
 dataflow, Reshape targets, the guards' form) and below the app; the ONNX layer imports it once, deferred, in
-``importer.simplified`` (``tests/test_layers.py``: ``UPWARD``).
+``importer.simplified`` (``tests/core/test_layers.py``: ``UPWARD``).
 
 The flow (:func:`.rewrite.run`, over one :class:`.state.Rewrite`: the program being written, each value's shape as
 monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns):
@@ -46,7 +46,7 @@ monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns
 
 What a rewrite writes is its :class:`.state.Forms`: every form for a candidate (``EXPORT``), every form but the
 Gemm forms and the final pass for a model the importer reads again (``IMPORT``), or only the tables (``TABLES``).
-As many kernels as the static program, size computations included, is the aim (``tests/test_generic_rows.py``).
+As many kernels as the static program, size computations included, is the aim (``tests/generic/test_generic_rows.py``).
 """
 
 from __future__ import annotations

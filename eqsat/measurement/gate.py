@@ -25,7 +25,7 @@ centre itself (a series shifted by a constant, i.e. any true speedup, gives the 
 sample variance is independent of the sample mean, so the round counts at which the later tests are made carry
 no information about their outcome: each is still a test at ``alpha / (m * looks)`` given its round count, and
 Bonferroni over at most ``looks`` of them keeps the family at ``alpha`` (for heavy-tailed rounds the trimmed
-mean keeps this approximately; the seeded simulations of ``tests/test_gate_plan.py`` check it). Planning from the
+mean keeps this approximately; the seeded simulations of ``tests/measurement/test_gate_plan.py`` check it). Planning from the
 observed *difference* instead would let a lucky pilot buy more rounds and inflate the false-ship rate.
 
 Sized for the 1% gate: on paired rounds whose log ratios have a standard deviation ``s``, a program truly ``g``
@@ -34,7 +34,7 @@ that reaches a power. With ``G`` session pairs as the units the bound ``t`` has 
 with the timing's 10 pairs, t(0.9975, 9) = 3.69 against the normal 2.81, and the noncentral t's width, about 1.7x
 the rounds for the same power. The pairs stay the units all the same: a session's offset (memory placement) is
 shared by all its rounds and no round count averages it away, so rounds as the units understate the interval
-(on ``tests/test_gate.py``'s synthetic rounds with 0.3% session offsets, without spikes, the one-sided test at
+(on ``tests/measurement/test_gate.py``'s synthetic rounds with 0.3% session offsets, without spikes, the one-sided test at
 0.25% false-ships 0.37-0.40% of 6,000 A/A draws with rounds as the units, 0.23% with the pairs).
 
 >>> round(t_quantile(0.975, 9), 3), round(t_quantile(0.995, 30), 3)

@@ -1,6 +1,6 @@
 """onnxruntime's CPU graph fusions that eqsat relies on, as data and small predicates: onnxruntime 1.32
 (``onnxruntime.__version__`` of the venv these were checked with). Nothing here imports onnxruntime;
-``tests/test_fusions.py`` checks every entry against it (the fusable spelling runs as the fused kernel, the
+``tests/onnx/test_fusions.py`` checks every entry against it (the fusable spelling runs as the fused kernel, the
 defeating one does not), so an onnxruntime that fuses otherwise fails that test, not a timing.
 
 Each :class:`Fusion` names onnxruntime's transformer, the ONNX spelling it fuses (producer first, its epilogue
@@ -25,7 +25,7 @@ defeats it. The predicates state the constraints the code reads:
 The rules between a fused kernel and a spelling that stays unfused (``rules/ours/spelling.py``:
 :data:`SKIP_LAYER_NORM` and the ``Sum`` that defeats it) and the operator table's emitters (:mod:`eqsat.ops`,
 below this layer: their docstrings name the entries) hold these facts as egglog queries and ONNX writers;
-``tests/test_fusions.py`` checks that they agree with the table.
+``tests/onnx/test_fusions.py`` checks that they agree with the table.
 
 Not fused on the CPU, so not here: tanh-GELU (GPT-2's form), the rotary embedding, an activation after a MatMul.
 

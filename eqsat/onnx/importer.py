@@ -443,7 +443,7 @@ def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...
     if sum(tensor_size(t) for t in model.graph.initializer) > SIMPLIFIED_WEIGHTS or not live_shapes(model):
         return model
     # The one import of the shape-generic writer (eqsat.generic, the layer above this one) by the ONNX layer,
-    # deferred (the writer imports this package) and counted as the one exception by tests/test_layers.py: a
+    # deferred (the writer imports this package) and counted as the one exception by tests/core/test_layers.py: a
     # generic import starts from the forms the writer gives the shape computations.
     from eqsat.generic import simplify_for_import
 

@@ -1,7 +1,7 @@
 """The operator table: one :class:`OpDef` per IR operator, the single source of what an operator means.
 
 An entry holds the operator's egglog constructor(s) and argument kinds, its attributes, the Python shape
-function and the egglog shape rules (its twin; ``tests/test_ops.py`` checks that they agree on random
+function and the egglog shape rules (its twin; ``tests/core/test_ops.py`` checks that they agree on random
 shapes), numpy semantics (float64 and, where defined, integers modulo a prime), the ONNX emitter, the
 torch function used for timing, flops and bytes moved, and whether it is free. Everything else derives
 from the table: the egglog schema and terms (:mod:`eqsat.egglog.schema`, :mod:`eqsat.egglog.codec`), shape
@@ -16,7 +16,7 @@ nodes (the composites: GELU, LayerNorm, attention, ...) also holds their matcher
 
 Adding an operator is one entry in the family module it belongs to (listed in ``_ENTRIES`` below), the mapper
 of the ONNX operator that computes it in that module's ``IMPORTS`` (a new family module's ``IMPORTS`` joins
-:data:`IMPORTS` below), plus a sampler of valid attributes and shapes in ``tests/op_samplers.py``; ``tests/test_ops.py``
+:data:`IMPORTS` below), plus a sampler of valid attributes and shapes in ``tests/op_samplers.py``; ``tests/core/test_ops.py``
 then checks it like every other. For example, an element-wise ``neg`` in :mod:`eqsat.ops.elementwise`::
 
     NEG = OpDef("neg", "-x", "()", lambda attrs, shapes: tuple(shapes[0]), (Ctor("Neg", "t"),),

@@ -204,7 +204,7 @@ def is_causal_mask(value: Any) -> bool:
 
 def _fp(d: int) -> int:
     """A dimension's fingerprint (a symbolic one's own, a constant's its size): ``eqsat.dims.fp_of``, which this
-    package may not import (the layering, tests/test_layers.py)."""
+    package may not import (the layering, tests/core/test_layers.py)."""
     return int(getattr(d, "fp", d))
 
 

@@ -254,81 +254,133 @@ SCALE = OpDef("scale", "x * c, c a positive finite float32 (attention's score sc
 
 
 # -- composites in ONNX graphs (:mod:`eqsat.ops.matching`) -------------------------------------------------------------
-def _times_x_half(v: View, start: str, x: str) -> tuple[list[onnx.NodeProto], str] | None:
-    """``start * x * 0.5`` in any association: the Mul nodes and the product's name."""
+Poly = dict[int, float]
+"""a polynomial in one value: power -> coefficient"""
+
+_POLY_OPS = ("Mul", "Add", "Sub", "Div", "Pow", "Neg")
+_POLY_NODES = 12
+"""the most nodes an activation's argument may take (GPT-2's tanh argument takes 5, BLOOM's 5)"""
+_POLY_DEGREE = 5
+_COEF_RTOL = 1e-5
+"""how closely a written coefficient must match (BLOOM writes sqrt(2/pi) as 0.79788456: 1e-9 off)"""
+
+
+def _poly_mul(a: Poly, b: Poly) -> Poly | None:
+    out: Poly = {}
+    for i, ca in a.items():
+        for j, cb in b.items():
+            out[i + j] = out.get(i + j, 0.0) + ca * cb
+    return out if max(out, default=0) <= _POLY_DEGREE else None
+
+
+def _poly_add(a: Poly, b: Poly, sign: float = 1.0) -> Poly:
+    out = dict(a)
+    for j, cb in b.items():
+        out[j] = out.get(j, 0.0) + sign * cb
+    return out
+
+
+def polynomial(v: View, name: str, x: str, nodes: list[onnx.NodeProto]) -> Poly | None:
+    """``name`` as a polynomial in ``x`` when it is computed from ``x`` and scalar constants alone, by Mul, Add,
+    Sub, Neg, Div by a constant and Pow by a small whole constant, in any association and factoring
+    (``c * x * (1 + d * x * x)`` as well as ``c * (x + d * x^3)``); the nodes join ``nodes`` (once each). None
+    where anything else takes part or the degree passes ``_POLY_DEGREE``."""
+    if name == x:
+        return {1: 1.0}
+    c = v.scalar(name)
+    if c is not None:
+        return {0: c}
+    n = v.made_by(name, *_POLY_OPS)
+    if n is None or sum(1 for m in nodes if m is not n) >= _POLY_NODES or len(n.input) != (1 if n.op_type == "Neg" else 2):
+        return None
+    if all(m is not n for m in nodes):
+        nodes.append(n)
+    if n.op_type == "Pow":
+        e = v.scalar(n.input[1])
+        base = polynomial(v, n.input[0], x, nodes)
+        if base is None or e is None or e != int(e) or not 0 <= e <= _POLY_DEGREE:
+            return None
+        out: Poly | None = {0: 1.0}
+        for _ in range(int(e)):
+            out = _poly_mul(out, base) if out is not None else None
+        return out
+    args = [polynomial(v, i, x, nodes) for i in n.input]
+    if any(a is None for a in args):
+        return None
+    if n.op_type == "Neg":
+        return {k: -c for k, c in args[0].items()}  # type: ignore[union-attr]
+    a, b = args[0], args[-1]
+    assert a is not None and b is not None
+    if n.op_type == "Div":
+        d = b.get(0, 0.0) if set(b) <= {0} else 0.0
+        return {k: c / d for k, c in a.items()} if d != 0.0 else None
+    if n.op_type == "Mul":
+        return _poly_mul(a, b)
+    return _poly_add(a, b, -1.0 if n.op_type == "Sub" else 1.0)
+
+
+def poly_equals(p: Poly, want: Poly) -> bool:
+    """Each coefficient of ``want`` matched within ``_COEF_RTOL``, every other one zero."""
+    scale = max(abs(c) for c in want.values())
+    return all(math.isclose(p.get(k, 0.0), want.get(k, 0.0), rel_tol=_COEF_RTOL, abs_tol=_COEF_RTOL * scale * 1e-3)
+               for k in set(p) | set(want))
+
+
+def _half_x_times(v: View, start: str) -> tuple[list[onnx.NodeProto], str, str] | None:
+    """``start * x * 0.5`` in any association, x not known yet: the Mul nodes, x and the product's name. x is the
+    one operand that is not 0.5; the caller checks it against the activation's argument."""
     nodes: list[onnx.NodeProto] = []
-    found_x = found_half = False
+    x: str | None = None
+    half = False
     cur = start
-    while not (found_x and found_half):
+    while x is None or not half:
         m = v.sole_reader(cur, "Mul")
         other = v.other(m, cur) if m is not None else None
         if m is None or other is None:
             return None
         nodes.append(m)
-        inner = v.made_by(other, "Mul") if other != x and not (found_x or found_half) else None
-        if inner is not None and v.sole_reader(other, "Mul") is m and sorted(
-                [inner.input[0] == x, inner.input[1] == x]) == [False, True] and v.is_scalar(v.other(inner, x) or "", 0.5):
+        inner = v.made_by(other, "Mul") if x is None and not half else None
+        inner_half = next((i for i in inner.input if v.is_scalar(i, 0.5)), None) if inner is not None else None
+        if inner is not None and inner_half is not None and v.sole_reader(other, "Mul") is m \
+                and v.other(inner, inner_half) is not None:
             nodes.append(inner)
-            found_x = found_half = True
-        elif other == x and not found_x:
-            found_x = True
-        elif v.is_scalar(other, 0.5) and not found_half:
-            found_half = True
+            x, half = v.other(inner, inner_half), True
+        elif v.is_scalar(other, 0.5) and not half:
+            half = True
+        elif x is None and v.scalar(other) is None:
+            x = other
         else:
             return None
         cur = m.output[0]
-    return nodes, cur
+    return nodes, x, cur
 
 
-def _plus_one(v: View, name: str) -> onnx.NodeProto | None:
-    a = v.sole_reader(name, "Add")
-    return a if a is not None and v.is_scalar(v.other(a, name) or "", 1.0) else None
-
-
-def _gelu_tail(v: View, head: list[onnx.NodeProto], act: onnx.NodeProto, x: str, approx: int) -> Found | None:
-    one = _plus_one(v, act.output[0])
-    prod = _times_x_half(v, one.output[0], x) if one is not None else None
-    if one is None or prod is None:
+def _gelu_of(v: View, act: onnx.NodeProto, want: Poly, approx: int) -> Found | None:
+    """``0.5 * x * (1 + act(p(x)))`` with the argument ``p`` equal to the polynomial ``want``, however written:
+    GELU from its activation node (Erf or Tanh). Spellings are recognized here rather than by rules in the
+    e-graph because they are defined by their constants' values, which the e-graph's weights do not carry."""
+    one = v.sole_reader(act.output[0], "Add")
+    if one is None or not v.is_scalar(v.other(one, act.output[0]) or "", 1.0):
         return None
-    return "gelu", (approx,), (x,), head + [act, one] + prod[0], prod[1]
+    tail = _half_x_times(v, one.output[0])
+    if tail is None:
+        return None
+    head: list[onnx.NodeProto] = []
+    p = polynomial(v, act.input[0], tail[1], head)
+    if p is None or not head or not poly_equals(p, want):
+        return None
+    return "gelu", (approx,), (tail[1],), head + [act, one] + tail[0], tail[2]
 
 
 def _gelu_erf(v: View, erf: onnx.NodeProto) -> Found | None:
-    scale = v.made_by(erf.input[0], "Div", "Mul")
-    if scale is None:
-        return None
-    if scale.op_type == "Div":
-        x, ok = scale.input[0], v.is_scalar(scale.input[1], math.sqrt(2.0))
-    else:
-        c = next((i for i in scale.input if v.is_scalar(i, math.sqrt(0.5))), None)
-        x, ok = (v.other(scale, c) or "", True) if c is not None else ("", False)
-    return _gelu_tail(v, [scale], erf, x, GELU_ERF) if ok and x else None
-
-
-def _scaled_by(v: View, name: str, op_type: str, value: float) -> tuple[onnx.NodeProto, str] | None:
-    """``name = op(other, c)`` (either order) with scalar ``c == value``: the node and ``other``."""
-    n = v.made_by(name, op_type)
-    if n is None:
-        return None
-    for c in n.input:
-        if v.is_scalar(c, value):
-            other = v.other(n, c)
-            return (n, other) if other else None
-    return None
+    """Erf GELU: the argument is x / sqrt(2) (a Div by sqrt 2, a Mul by sqrt 0.5, ...)."""
+    return _gelu_of(v, erf, {1: math.sqrt(0.5)}, GELU_ERF)
 
 
 def _gelu_tanh(v: View, tanh: onnx.NodeProto) -> Found | None:
-    outer = _scaled_by(v, tanh.input[0], "Mul", math.sqrt(2.0 / math.pi))
-    add = v.made_by(outer[1], "Add") if outer is not None else None
-    if outer is None or add is None:
-        return None
-    for k in (0, 1):
-        cubic = _scaled_by(v, add.input[k], "Mul", 0.044715)
-        x = add.input[1 - k]
-        power = v.made_by(cubic[1], "Pow") if cubic is not None else None
-        if cubic is not None and power is not None and power.input[0] == x and v.is_scalar(power.input[1], 3.0):
-            return _gelu_tail(v, [power, cubic[0], add, outer[0]], tanh, x, GELU_TANH)
-    return None
+    """Tanh GELU: the argument is sqrt(2/pi) (x + 0.044715 x^3), as GPT-2 writes it (a Pow), or factored as BLOOM
+    writes it (``0.79788456 * x * (1 + 0.044715 * x * x)``), or any other way."""
+    return _gelu_of(v, tanh, {1: _SQRT_2_OVER_PI, 3: _SQRT_2_OVER_PI * 0.044715}, GELU_TANH)
 
 
 def _gelu_node(v: View, node: onnx.NodeProto) -> Found | None:
