@@ -83,7 +83,7 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
     if args.models:
         import zoo  # tests/zoo: small random-weight transformers models exported by torch
 
-        groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN, "all": ALL}
+        groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN, "wide": zoo.WIDE, "all": ALL}
         for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
                 out.append((f"{name}/{exporter}", functools.partial(zoo.build, name, exporter, args.opset,
@@ -207,8 +207,9 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=None,
-                   help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN) or groups 'zoo', 'extra', "
-                        "'unseen' (issue 26's families beyond the zoo), 'all' (every family issue 26 names); '' for "
+                   help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN, WIDE) or groups 'zoo', 'extra', "
+                        "'unseen' (issue 26's families beyond the zoo), 'wide' (issue 41's families at width 384), "
+                        "'all' (every family issue 26 names); '' for "
                         f"none (default: {DEFAULT_MODELS}; --time-only: every model of the workdir)")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")
     p.add_argument("--opset", type=int, default=18, help="the zoo export's opset")

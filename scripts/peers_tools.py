@@ -24,7 +24,9 @@ from eqsat.verify import verify
 
 Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto | tuple[onnx.ModelProto, dict[str, Any]]]
 ORT_MODEL_TYPES = {"bert": "bert", "bert_s128": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2",
-                   "llama_s128": "gpt2", "qwen2": "gpt2", "distilbert": "bert", "t5_encoder": "t5"}
+                   "llama_s128": "gpt2", "qwen2": "gpt2", "distilbert": "bert", "t5_encoder": "t5",
+                   "bert_w384": "bert", "opt_w384": "gpt2", "bloom_w384": "gpt2", "neox_w384": "gpt_neox",
+                   "phi_w384": "phi"}
 """the transformers optimizer's model type per zoo family (others: ``bert``, its default)"""
 
 

@@ -28,6 +28,13 @@ images, 256 audio frames); only ``scripts/bench_peers.py`` and the tests that na
 
     >>> UNSEEN
     ('distilbert', 't5_encoder', 'whisper_encoder', 'convnext', 'resnet50')
+
+:data:`WIDE` models are issue 41's families at a realistic width: 384 wide, 4 layers, 6 heads, sequence 128, ids and
+an attention mask in (a BERT encoder; OPT, BLOOM, GPT-NeoX and Phi decoders, no cache), for the peers table at that
+size (``scripts/bench_peers.py --models wide``); no test builds them (an export takes seconds, a run a minute).
+
+    >>> WIDE
+    ('bert_w384', 'opt_w384', 'bloom_w384', 'neox_w384', 'phi_w384')
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import torch
 NAMES = ("bert", "gpt2", "vit", "resnet", "mobilenetv2", "efficientnet", "llama")
 EXTRA = ("qwen2", "bert_s128", "llama_s128")
 UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
+WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
@@ -222,6 +230,38 @@ def _resnet50() -> torch.nn.Module:
     return _Outputs(ResNetModel(cfg), ("pixel_values",), ("pooler_output",))
 
 
+WIDTH, WIDE_LAYERS, WIDE_HEADS = 384, 4, 6
+
+
+def _bert_wide() -> torch.nn.Module:
+    from transformers import BertConfig, BertModel
+
+    cfg = _eager(BertConfig(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=WIDE_LAYERS,
+                            num_attention_heads=WIDE_HEADS, intermediate_size=4 * WIDTH, max_position_embeddings=512))
+    return _Outputs(BertModel(cfg, add_pooling_layer=False), ("input_ids", "attention_mask"), ("last_hidden_state",))
+
+
+def _decoder_wide(family: str) -> Callable[[], torch.nn.Module]:
+    def make() -> torch.nn.Module:
+        import transformers as t
+
+        common = {"vocab_size": VOCAB}
+        cfg, cls = {
+            "opt": (lambda: t.OPTConfig(**common, hidden_size=WIDTH, num_hidden_layers=WIDE_LAYERS, ffn_dim=4 * WIDTH,
+                                        num_attention_heads=WIDE_HEADS, max_position_embeddings=512,
+                                        word_embed_proj_dim=WIDTH), t.OPTModel),
+            "bloom": (lambda: t.BloomConfig(**common, hidden_size=WIDTH, n_layer=WIDE_LAYERS, n_head=WIDE_HEADS),
+                      t.BloomModel),
+            "neox": (lambda: t.GPTNeoXConfig(**common, hidden_size=WIDTH, num_hidden_layers=WIDE_LAYERS,
+                                             num_attention_heads=WIDE_HEADS, intermediate_size=4 * WIDTH),
+                     t.GPTNeoXModel),
+            "phi": (lambda: t.PhiConfig(**common, hidden_size=WIDTH, num_hidden_layers=WIDE_LAYERS,
+                                        num_attention_heads=WIDE_HEADS, intermediate_size=4 * WIDTH), t.PhiModel),
+        }[family]
+        return _Outputs(cls(_eager(cfg())), ("input_ids", "attention_mask"), ("last_hidden_state",), use_cache=False)
+    return make
+
+
 _IDS = ("input_ids", "ids", (1, SEQ))
 _LONG_IDS = ("input_ids", "ids", (1, LONG_SEQ))
 _MASK = ("attention_mask", "mask", (1, SEQ))
@@ -263,14 +303,27 @@ SPECS: dict[str, Spec] = {
                      "7x7 depthwise convs, channels-last LayerNorm, GELU, layer scale"),
     "resnet50": Spec(_resnet50, (_FULL_PIXELS,), ("pooler_output",),
                      "ResNet-50-like: 224x224 image, bottleneck blocks (1, 2, 2, 1), 64-512 channels, batch norm"),
+    "bert_w384": Spec(_bert_wide, (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                      "BERT encoder at width 384: 4 layers, 6 heads, sequence 128, GELU (erf), post-LN"),
+    "opt_w384": Spec(_decoder_wide("opt"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                     "OPT decoder at width 384: 4 layers, 6 heads, sequence 128, learned positions, ReLU MLP"),
+    "bloom_w384": Spec(_decoder_wide("bloom"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                       "BLOOM decoder at width 384: 4 layers, 6 heads, sequence 128, ALiBi, fused QKV, tanh GELU "
+                       "factored as 0.79788456 * x * (1 + 0.044715 * x * x)"),
+    "neox_w384": Spec(_decoder_wide("neox"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                      "GPT-NeoX decoder at width 384: 4 layers, 6 heads, sequence 128, partial rotary, parallel "
+                      "attention and MLP"),
+    "phi_w384": Spec(_decoder_wide("phi"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                     "Phi decoder at width 384: 4 layers, 6 heads, sequence 128, partial rotary, parallel attention "
+                     "and MLP, one LayerNorm per layer"),
 }
-assert tuple(SPECS) == NAMES + EXTRA + UNSEEN
+assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE
 
 
 def module(name: str, seed: int = 0) -> torch.nn.Module:
     """The torch module of zoo model ``name``, with seeded random weights, in eval mode."""
     if name not in SPECS:
-        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA + UNSEEN)}")
+        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA + UNSEEN + WIDE)}")
     torch.manual_seed(seed)
     m = SPECS[name].make().eval()
     with torch.no_grad():
@@ -396,5 +449,5 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.M
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSEEN", "UNSUPPORTED", "Unsupported", "build",
+__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported", "build",
            "export", "export_dynamic", "feeds", "module"]
