@@ -166,18 +166,14 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
         f"the decoded program costs {recomputed!r}, the extractor said {ext.dag_cost!r}"
     if blocks is not None:
         program = blocks.replay(program, rest)
-    optimized = export_model(program)
-    if shaping is not None:
-        optimized = shaping.write(optimized)
-    if (weights := pool.current()) is not None:
-        optimized = weights.slim(optimized)  # its weights are the pool's from here on: no copy kept per candidate
-    onnx_io.check(optimized)
-    return program, optimized
+    return written_input(program, shaping)
 
 
 def written_input(graph: Graph, shaping: Shaping | None = None) -> tuple[Graph, onnx.ModelProto]:
-    """The imported program written as any candidate is (:func:`export_phase`), no rule applied: the
-    :data:`~eqsat.app.selection.IMPORTED` candidate."""
+    """``graph`` written as every candidate is: exported, shape-generic where ``shaping`` says so, referring to the
+    current weight pool's weights (no copy kept per candidate), checked. Given the imported program, no rule
+    applied, this is the :data:`~eqsat.app.selection.IMPORTED` candidate; :func:`export_phase` writes each
+    extracted program through it."""
     model = export_model(graph)
     if shaping is not None:
         model = shaping.write(model)
