@@ -10,6 +10,7 @@ import onnx
 import pytest
 import torch
 import zoo
+from onnx import numpy_helper
 
 from eqsat import OptimizeConfig
 
@@ -48,3 +49,17 @@ def assert_close(expected: np.ndarray, got: np.ndarray, what: str) -> None:
     scale = max(float(np.abs(expected).max()), 1e-3)
     err = float(np.abs(expected.astype(np.float64) - got).max())
     assert err <= 1e-4 * scale, f"{what}: max abs error {err:.3g} at output scale {scale:.3g}"
+
+
+def with_biases(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """``model`` with every all-zero 1-D float initializer (the zoo's freshly initialized biases) drawn from
+    N(0, 0.02): a bias a program must keep (an all-zero one is not written: tests/onnx/test_neutral.py)."""
+    rng = np.random.default_rng(seed)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for k, t in enumerate(out.graph.initializer):
+        a = numpy_helper.to_array(t)
+        if a.ndim == 1 and a.dtype == np.float32 and a.size > 1 and not a.any():
+            out.graph.initializer[k].CopyFrom(numpy_helper.from_array(
+                (0.02 * rng.standard_normal(a.shape)).astype(np.float32), t.name))
+    return out

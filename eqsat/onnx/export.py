@@ -29,6 +29,7 @@ from ..ops.base import UPGRADE_DOMAIN, emit_activation, newer_allowed
 from . import pool
 from .forms import Form, SplitGroup, plan
 from .kernels import UpgradeError, pending, upgrade
+from .neutral import without_neutral
 from .subgraphs import defined_names, rename_outer
 
 
@@ -381,11 +382,12 @@ def _proto_node(n: Node, inputs: list[str] | None = None, outputs: list[str] | N
 
 def export_model(graph: Graph) -> onnx.ModelProto:
     """Export the IR graph as an ONNX model (weight-only subgraphs folded); one that holds a kernel of a newer
-    opset is upgraded to it, or, where the upgrade fails, written again with the kernel decomposed."""
+    opset is upgraded to it, or, where the upgrade fails, written again with the kernel decomposed. A dense layer's
+    all-zero bias is not written (:func:`~eqsat.onnx.neutral.without_neutral`)."""
     model = _Exporter(graph).run()
-    if not pending(model):
-        return model
-    try:
-        return upgrade(model)
-    except UpgradeError:
-        return _Exporter(graph, upgrade=False).run()
+    if pending(model):
+        try:
+            model = upgrade(model)
+        except UpgradeError:
+            model = _Exporter(graph, upgrade=False).run()
+    return without_neutral(model)

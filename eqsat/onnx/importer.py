@@ -40,6 +40,7 @@ from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_n
 from .interface import symbol_values
 from .io import check_bfloat16, is_large
 from .live import live_shapes
+from .neutral import kept_operand
 from .patterns import Match, find_composites
 from .prepare import QUANTIZATION, check_loads, check_value_sizes, prepare, removable_pass_through
 from .reading import load_model
@@ -328,22 +329,14 @@ class _Importer:
         return to is not None and dtype_name(to) == self.values[node.input[0]].dtype
 
     def _neutral_operand(self, node: onnx.NodeProto) -> str | None:
-        """The operand that ``node`` passes on unchanged when its other operand is a constant of the operation's
-        neutral element throughout (``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1``; e.g. the
-        zero biases of freshly initialized layers) that does not broadcast ``x`` up, of ``x``'s own type; else
-        None. The importer drops such a node: ``x`` is its value."""
-        neutral = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}.get(node.op_type)
-        if neutral is None or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
-            return None
-        for k in ((0, 1) if node.op_type in ("Add", "Mul") else (1,)):
-            const, kept = self.consts.get(node.input[k]), node.input[1 - k]
-            if const is None or kept not in self.values:
-                continue
-            x = self.values[kept]
-            if const.dtype.name == x.dtype and np.all(const == neutral) \
-                    and np.broadcast_shapes(const.shape, x.shape) == tuple(x.shape):
-                return kept
-        return None
+        """The operand that ``node`` passes on unchanged (``x + 0``, ``x * 1``, ...: :func:`~eqsat.onnx.neutral.
+        kept_operand`; e.g. the zero biases of freshly initialized layers), else None. The importer drops such a
+        node: ``x`` is its value."""
+        def value(name: str) -> tuple[tuple[int, ...], str] | None:
+            v = self.values.get(name)
+            return (tuple(v.shape), v.dtype) if v is not None else None
+
+        return kept_operand(node, self.consts.get, value)
 
     def _composite(self, node: onnx.NodeProto) -> bool:
         """Whether ``node`` is part of a composite (:mod:`eqsat.onnx.patterns`): its inner nodes are skipped, and

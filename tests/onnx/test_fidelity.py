@@ -19,7 +19,7 @@ import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
 from ort_graphs import fused, ort_graph, round_trip
-from zoo_cases import FAST, FULL, ROUND_TRIP, assert_close, interface, zoo_model
+from zoo_cases import FAST, FULL, ROUND_TRIP, assert_close, interface, with_biases, zoo_model
 
 from eqsat import ir, optimize
 from eqsat.decode import build_program
@@ -41,7 +41,7 @@ def same_values(name: str, original: onnx.ModelProto, out: onnx.ModelProto, seed
 
 
 def check_fidelity(name: str, exporter: str, opset: int) -> None:
-    original = zoo_model(name, exporter, opset)
+    original = with_biases(zoo_model(name, exporter, opset))  # a zero bias is not written (tests/onnx/test_neutral.py)
     out = round_trip(original)
     onnx.checker.check_model(out)
     assert interface(out) == interface(original)
@@ -382,7 +382,7 @@ def test_searched_qkv_merge_keeps_the_bias_in_the_gemm():
     slices, each part then added to the user's own bias Add): written with one bias Add before one Split per
     merged projection and no Slice, so onnxruntime forms one Gemm per merge and runs fewer nodes than the
     original; values agree with the original in onnxruntime."""
-    original = zoo_model("bert", "torchscript", 17)
+    original = with_biases(zoo_model("bert", "torchscript", 17))
     # greedy-dag's program: the ILP's optimum ties (same estimated cost) with a program that merges through a
     # Reshape between the slices, which the writer leaves as Slices; which of the two it returns follows egglog's
     # numbering of the e-classes (it changed when the e-graph declared one more relation, Finite)
