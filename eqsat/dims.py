@@ -35,7 +35,9 @@ This module is the one home of symbolic dimensions: :mod:`eqsat.onnx.symbolic` i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -148,12 +150,6 @@ class Dim(int):
         return mono if mono.value(sizes) == int(self) else None
 
 
-_PRIMES: dict[tuple[str, int], int] = {}
-"""(symbol, its representative size) -> its prime, in order of first use: distinct symbols, and one symbol at two
-representative sizes (two imports), get distinct primes, so that a fingerprint names its symbols' sizes"""
-_SYMBOL_OF: dict[int, tuple[str, int]] = {}
-
-
 def _next_prime(after: int) -> int:
     n = after + 1
     while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
@@ -161,55 +157,97 @@ def _next_prime(after: int) -> int:
     return n
 
 
-def _related(p: int, size: int) -> bool:
-    """Whether a small combination of a new symbol (prime ``p``, representative ``size``) and an earlier one, ``a *
-    p + b * x`` for a, b in +-1, +-2, is a multiple of a third (times 2 or more) at both the primes and the sizes:
-    that size (a concatenation, a slice, a piece used twice) would fingerprint as a multiple of the third and pass
-    :attr:`Dim.mono`'s check at the representative sizes, a monomial it is not (symbols at 3 and 5 on primes around
-    the one of a symbol at 4). Sums of three symbols are not covered."""
-    for x, (_name, x_size) in _SYMBOL_OF.items():
-        for a in (1, 2, -1, -2):
-            for b in (1, 2, -1, -2):
-                total, total_size = a * p + b * x, a * size + b * x_size
-                if total <= 0:
-                    continue
-                for y, (_n, y_size) in _SYMBOL_OF.items():
-                    if y != x and total % y == 0 and total // y >= 2 and total_size == (total // y) * y_size:
-                        return True
-    return False
+class SymbolTable:
+    """The primes of one run's symbols: (symbol, its representative size) -> its prime, in order of first use.
+    Distinct symbols, and one symbol at two representative sizes, get distinct primes, so that a fingerprint names
+    its symbols' sizes. One table per run (:func:`symbol_table`; :func:`eqsat.optimize` opens one): a run's
+    fingerprints do not depend on what the process registered before it, and the primes stay small (the e-graph's
+    ``sym`` analysis takes fingerprints up to :data:`FP_LIMIT`)."""
+
+    def __init__(self) -> None:
+        self.primes: dict[tuple[str, int], int] = {}
+        self.symbol_of: dict[int, tuple[str, int]] = {}
+
+    def value(self, name: str, size: int) -> int:
+        """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own
+        (the next one not :meth:`related` to the earlier symbols')."""
+        key = (name, int(size))
+        if key not in self.primes:
+            p = _next_prime(max(self.primes.values(), default=FIRST_PRIME - 1))
+            while self.related(p, int(size)):
+                p = _next_prime(p)
+            self.primes[key], self.symbol_of[p] = p, key
+        return SCALE * self.primes[key]
+
+    def related(self, p: int, size: int) -> bool:
+        """Whether a small combination of a new symbol (prime ``p``, representative ``size``) and an earlier one,
+        ``a * p + b * x`` for a, b in +-1, +-2, is a multiple of a third (times 2 or more) at both the primes and the
+        sizes: that size (a concatenation, a slice, a piece used twice) would fingerprint as a multiple of the third
+        and pass :attr:`Dim.mono`'s check at the representative sizes, a monomial it is not (symbols at 3 and 5 on
+        primes around the one of a symbol at 4). Sums of three symbols are not covered."""
+        for x, (_name, x_size) in self.symbol_of.items():
+            for a in (1, 2, -1, -2):
+                for b in (1, 2, -1, -2):
+                    total, total_size = a * p + b * x, a * size + b * x_size
+                    if total <= 0:
+                        continue
+                    for y, (_n, y_size) in self.symbol_of.items():
+                        if y != x and total % y == 0 and total // y >= 2 and total_size == (total // y) * y_size:
+                            return True
+        return False
+
+    def factor(self, fp: int) -> tuple[Fraction, list[tuple[tuple[str, int], int]]] | None:
+        """``fp`` as a coefficient times powers of the symbols' fingerprints; None where it has none, or names
+        one symbol at two sizes."""
+        rest, powers = Fraction(fp), []
+        if rest == 0:
+            return None
+        for p, key in self.symbol_of.items():
+            k = 0
+            while rest.numerator % p == 0:
+                rest, k = rest / p, k + 1
+            while rest.denominator % p == 0:
+                rest, k = rest * p, k - 1
+            if k:
+                powers.append((key, k))
+                rest /= Fraction(SCALE) ** k
+        names = [name for (name, _size), _k in powers]
+        if not powers or len(set(names)) != len(names):
+            return None
+        return rest, powers
+
+
+_PROCESS = SymbolTable()
+"""the table outside any run (a script importing a model itself)"""
+_CURRENT: contextvars.ContextVar[SymbolTable | None] = contextvars.ContextVar("eqsat_symbols", default=None)
+"""the table of the run in progress"""
+
+
+def current() -> SymbolTable:
+    """The symbol table in use: the run's (:func:`symbol_table`), else the process's."""
+    table = _CURRENT.get()
+    return table if table is not None else _PROCESS
+
+
+@contextlib.contextmanager
+def symbol_table(table: SymbolTable | None = None) -> Iterator[SymbolTable]:
+    """A fresh :class:`SymbolTable` (or ``table``) in use for the block: every Dim made in it is read back
+    (:attr:`Dim.mono`) in it. The previous table is in use again after it."""
+    token = _CURRENT.set(table if table is not None else SymbolTable())
+    try:
+        yield current()
+    finally:
+        _CURRENT.reset(token)
 
 
 def symbol_value(name: str, size: int) -> int:
-    """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own
-    (the next one not :func:`_related` to the earlier symbols')."""
-    key = (name, int(size))
-    if key not in _PRIMES:
-        p = _next_prime(max(_PRIMES.values(), default=FIRST_PRIME - 1))
-        while _related(p, int(size)):
-            p = _next_prime(p)
-        _PRIMES[key], _SYMBOL_OF[p] = p, key
-    return SCALE * _PRIMES[key]
+    """The fingerprint of the symbol ``name`` at the representative ``size`` in the table in use
+    (:meth:`SymbolTable.value`)."""
+    return current().value(name, size)
 
 
 def _factor(fp: int) -> tuple[Fraction, list[tuple[tuple[str, int], int]]] | None:
-    """``fp`` as a coefficient times powers of the symbols' fingerprints; None where it has none, or names one
-    symbol at two sizes."""
-    rest, powers = Fraction(fp), []
-    if rest == 0:
-        return None
-    for p, key in _SYMBOL_OF.items():
-        k = 0
-        while rest.numerator % p == 0:
-            rest, k = rest / p, k + 1
-        while rest.denominator % p == 0:
-            rest, k = rest * p, k - 1
-        if k:
-            powers.append((key, k))
-            rest /= Fraction(SCALE) ** k
-    names = [name for (name, _size), _k in powers]
-    if not powers or len(set(names)) != len(names):
-        return None
-    return rest, powers
+    return current().factor(fp)
 
 
 def fp_of(d: int) -> int:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
+from eqsat import dims, memory
 from eqsat import extract as extractors
-from eqsat import memory
 from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
 from eqsat.cost.measure import timing_until
@@ -292,9 +292,13 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
 
     ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
     unusable config before any work, VerificationError when the optimized model does not match. Every
-    onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`)."""
+    onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`), and its symbolic
+    dimensions are numbered in a table of its own (:func:`eqsat.dims.symbol_table`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
-    with pool.pooled():
+    # the run's symbolic dimensions in a table of its own (eqsat.dims.symbol_table); an IR graph given was imported
+    # in the caller's table, where its Dims are read
+    symbols = contextlib.nullcontext() if isinstance(model, Graph) else dims.symbol_table()
+    with pool.pooled(), symbols:
         return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
 
 

@@ -158,3 +158,46 @@ def test_a_sum_or_difference_of_two_symbols_never_reads_as_a_monomial():
                     size, fp = a * int(s[2:]) + b * int(t[2:]), a * fps[s] + b * fps[t]
                     if size > 0 and fp > 0:
                         assert Dim(size, fp).mono is None, (a, s, b, t)
+
+
+def _dynamic_model():
+    """y = relu(x @ W), x [batch, seq, 8]: two symbols."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "dyn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_run_numbers_its_symbols_in_a_table_of_its_own():
+    """Symbols registered before (by the process, or an earlier run) change neither an import's fingerprints in a
+    fresh table nor the table in use outside a run of ``optimize``, which opens its own."""
+    from zoo_cases import ROUND_TRIP
+
+    from eqsat import dims, optimize
+    from eqsat.onnx.importer import import_model
+
+    model = _dynamic_model()
+    with dims.symbol_table() as outer:  # the process's table, stood in for: other symbols registered first
+        for i in range(30):
+            symbol_value(f"noise{i}", i + 2)
+        noisy = dict(outer.primes)
+        seen = []
+        for _ in range(2):
+            with dims.symbol_table() as table:
+                graph = import_model(model, {"x": (2, 5, 8)}, generic=True)
+                dims_seen = [d for n in graph.nodes() for d in n.shape if isinstance(d, Dim)]
+                assert {d.mono.key() for d in dims_seen} >= {"batch", "seq"}
+                seen.append(([d.fp for d in dims_seen], dict(table.primes)))
+        assert seen[0] == seen[1]
+        assert min(seen[0][1].values()) == dims.FIRST_PRIME  # numbered from the first prime, not after the noise
+        result = optimize(model, ROUND_TRIP)
+        assert result.report.to_json()["verified"]
+        assert outer.primes == noisy and dims.current() is outer  # the run's symbols were not registered here
