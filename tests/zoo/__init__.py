@@ -54,7 +54,8 @@ import torch
 NAMES = ("bert", "gpt2", "vit", "resnet", "mobilenetv2", "efficientnet", "llama")
 EXTRA = ("qwen2", "bert_s128", "llama_s128")
 UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
-WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384")
+WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384", "vit_w384", "swin_w384", "convnext_w384",
+        "wav2vec2_w384")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
@@ -262,6 +263,33 @@ def _decoder_wide(family: str) -> Callable[[], torch.nn.Module]:
     return make
 
 
+def _vision_wide(family: str) -> Callable[[], torch.nn.Module]:
+    """Vision and audio at realistic size: ViT/DeiT-small (384 wide, patch 16, 224 pixels, 4 layers), Swin-tiny's
+    stages (96-768 wide, windows of 7, shifted), ConvNeXt-tiny's stages (96-768 wide, one block fewer per stage), a
+    wav2vec2 encoder (384 wide, 4 layers, its convolutional feature extractor and positional convolution) on one second
+    of 16 kHz audio."""
+    def make() -> torch.nn.Module:
+        import transformers as t
+
+        if family == "vit":
+            cfg = _eager(t.ViTConfig(image_size=FULL_IMAGE, patch_size=16, hidden_size=WIDTH,
+                                     num_hidden_layers=WIDE_LAYERS, num_attention_heads=WIDE_HEADS,
+                                     intermediate_size=4 * WIDTH))
+            return _Outputs(t.ViTModel(cfg, add_pooling_layer=False), ("pixel_values",), ("last_hidden_state",))
+        if family == "swin":
+            cfg = _eager(t.SwinConfig(image_size=FULL_IMAGE, embed_dim=96, depths=[2, 2, 2, 2],
+                                      num_heads=[3, 6, 12, 24], window_size=7))
+            return _Outputs(t.SwinModel(cfg, add_pooling_layer=False), ("pixel_values",), ("last_hidden_state",))
+        if family == "convnext":
+            cfg = t.ConvNextConfig(num_channels=3, hidden_sizes=[96, 192, 384, 768], depths=[2, 2, 4, 2],
+                                   image_size=FULL_IMAGE)
+            return _Outputs(t.ConvNextModel(cfg), ("pixel_values",), ("pooler_output",))
+        cfg = _eager(t.Wav2Vec2Config(hidden_size=WIDTH, num_hidden_layers=WIDE_LAYERS, num_attention_heads=WIDE_HEADS,
+                                      intermediate_size=4 * WIDTH, do_stable_layer_norm=False))
+        return _Outputs(t.Wav2Vec2Model(cfg), ("input_values",), ("last_hidden_state",))
+    return make
+
+
 _IDS = ("input_ids", "ids", (1, SEQ))
 _LONG_IDS = ("input_ids", "ids", (1, LONG_SEQ))
 _MASK = ("attention_mask", "mask", (1, SEQ))
@@ -316,6 +344,16 @@ SPECS: dict[str, Spec] = {
     "phi_w384": Spec(_decoder_wide("phi"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
                      "Phi decoder at width 384: 4 layers, 6 heads, sequence 128, partial rotary, parallel attention "
                      "and MLP, one LayerNorm per layer"),
+    "vit_w384": Spec(_vision_wide("vit"), (_FULL_PIXELS,), ("last_hidden_state",),
+                     "ViT (DeiT-small's size) at 224 pixels: patch 16, 384 wide, 4 layers, 6 heads"),
+    "swin_w384": Spec(_vision_wide("swin"), (_FULL_PIXELS,), ("last_hidden_state",),
+                      "Swin-tiny's stages at 224 pixels: shifted windows of 7 with a relative-position bias, patch "
+                      "merging, 96-768 wide"),
+    "convnext_w384": Spec(_vision_wide("convnext"), (_FULL_PIXELS,), ("pooler_output",),
+                          "ConvNeXt-tiny's stages at 224 pixels: depthwise 7x7, channels-last LayerNorm, 96-768 wide"),
+    "wav2vec2_w384": Spec(_vision_wide("wav2vec2"), (("input_values", "float", (1, 16000)),), ("last_hidden_state",),
+                          "wav2vec2 encoder on one second of 16 kHz audio: its convolutional feature extractor, "
+                          "a grouped positional convolution, 384 wide, 4 layers, 6 heads"),
 }
 assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE
 
