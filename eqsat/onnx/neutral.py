@@ -71,8 +71,13 @@ def without_neutral(model: onnx.ModelProto) -> onnx.ModelProto:
     inits = {t.name: t for t in graph.initializer}
     if not any(n.op_type in NEUTRAL or n.op_type in OPTIONAL_ZERO for n in graph.node):
         return model
-    values = _values(model)
     cache: dict[str, np.ndarray | None] = {}
+    inferred: list[dict[str, tuple[tuple[int | None, ...], str]]] = []
+
+    def value(name: str) -> tuple[tuple[int | None, ...], str] | None:
+        if not inferred:  # shape inference only once a zero bias after a dense layer is found
+            inferred.append(_values(model))
+        return inferred[0].get(name)
 
     def const(name: str) -> np.ndarray | None:
         if name not in cache:
@@ -96,8 +101,8 @@ def without_neutral(model: onnx.ModelProto) -> onnx.ModelProto:
             slot = OPTIONAL_ZERO[node.op_type]
             if len(node.input) == slot + 1 and zero(node.input[slot]):
                 del node.input[slot]
-        kept = kept_operand(node, const, values.get) \
-            if node.op_type in ("Add", "Sub") and node.output[0] not in outputs else None
+        kept = kept_operand(node, const, value) if _zero_after_dense(node, zero, producers, renamed) \
+            and node.output[0] not in outputs else None
         if kept is not None and producers.get(renamed.get(kept, kept)) not in DENSE:
             kept = None
         if kept is None:
@@ -114,6 +119,17 @@ def without_neutral(model: onnx.ModelProto) -> onnx.ModelProto:
     for t in unread:
         graph.initializer.remove(t)
     return model
+
+
+def _zero_after_dense(node: onnx.NodeProto, zero: Callable[[str], bool], producers: dict[str, str],
+                      renamed: dict[str, str]) -> bool:
+    """Whether ``node`` is an Add/Sub of an all-zero constant to (or from) a value a :data:`DENSE` node computes: the
+    cheap test before :func:`kept_operand` asks for shapes."""
+    if node.op_type not in ("Add", "Sub") or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+        return False
+    a, b = node.input
+    return (zero(b) and producers.get(renamed.get(a, a)) in DENSE) or \
+        (node.op_type == "Add" and zero(a) and producers.get(renamed.get(b, b)) in DENSE)
 
 
 def _all_reads(graph: onnx.GraphProto) -> set[str]:
