@@ -152,7 +152,7 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
             node.input[k] = w.vector(monos, w.shapes.get(node.input[k]) == [])
     w.nodes.append(node)
     w.made.update((o, node) for o in node.output if o)
-    inferred = infer_node(node, w.shapes, w.types, w.constants, w.model.opset_import)
+    inferred = infer_node(node, w.shapes, w.types, w.constants, w.model.opset_import, w.sums)
     for out in node.output:
         if out in inferred:
             elem, shape = inferred[out]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from eqsat.dims import Mono, SymShape
+from eqsat.onnx.interface import derived_symbols, symbols
 
 from .sizes import SizeWriter
 from .tables import Prefix
@@ -105,6 +106,8 @@ class Rewrite(SizeWriter):
         self.forms = forms
         self.original = original
         self.values = dict(values)
+        self.sums = derived_symbols(list(symbols(original)))
+        """the interface's symbols written as arithmetic of others (``past + 1``): a Concat's length may be one"""
         self.notes: list[str] = []
         """what could not be written shape-generic"""
         self.shape_only: set[str] = set()

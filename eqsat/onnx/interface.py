@@ -15,8 +15,9 @@ shape: the user's ``--input-shape`` where given, else :data:`BATCH_DEFAULT` for 
 
 from __future__ import annotations
 
+import ast
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,11 +119,65 @@ def _batch(symbol: str, places: list[tuple[str, int]]) -> bool:
     return is_batch_like(symbol)
 
 
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.USub,
+               ast.Constant, ast.Name, ast.Load)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A symbol written as integer arithmetic of others: ``uses`` them; called with their values, gives its own."""
+
+    uses: frozenset[str]
+    code: object
+
+    def __call__(self, values: Mapping[str, int]) -> int:
+        return int(eval(self.code, {"__builtins__": {}}, dict(values)))  # type: ignore[arg-type]  # noqa: S307
+
+
+def derived_symbols(names: Sequence[str]) -> dict[str, Derived]:
+    """The symbols among ``names`` that are integer arithmetic of others among them, as torch's dynamo exporter
+    writes a cache's length (``past + 1``, ``s0 + s1``, ``2*s3``): symbol -> its value from the others' values.
+
+    >>> f = derived_symbols(["batch", "past", "past + 1"])
+    >>> sorted(f), f["past + 1"]({"past": 127})
+    (['past + 1'], 128)
+    """
+    free = {n for n in names if n.isidentifier()}
+    out: dict[str, Derived] = {}
+    for name in names:
+        if name in free:
+            continue
+        try:
+            tree = ast.parse(name.strip(), mode="eval")
+        except SyntaxError:
+            continue
+        nodes = list(ast.walk(tree))
+        used = {n.id for n in nodes if isinstance(n, ast.Name)}
+        if not used or not used <= free or not all(isinstance(n, _ARITHMETIC) for n in nodes) or \
+                any(isinstance(n, ast.Constant) and type(n.value) is not int for n in nodes):
+            continue
+        out[name] = Derived(frozenset(used), compile(tree, "<dim_param>", "eval"))
+    return out
+
+
+def _solve(f: Callable[[Mapping[str, int]], int], free: str, target: int) -> int | None:
+    """The value of ``free`` at which ``f`` (linear in it) is ``target``, or None."""
+    b = f({free: 0})
+    a = f({free: 1}) - b
+    if a == 0 or (target - b) % a:
+        return None
+    x = (target - b) // a
+    return x if x >= 0 and f({free: x}) == target else None
+
+
 def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
     """The representative value of each symbol: from the user's shapes (``given``: input -> full shape) where one
-    sizes it, else the documented default. Raises InputError when two given shapes disagree on a symbol."""
+    sizes it, else the documented default; a :func:`derived_symbols` one from the symbols it is written in (given
+    only through it, a symbol it is linear in is solved for). Raises InputError when two given shapes disagree on
+    a symbol, or give a derived one another value than its symbols'."""
     values: dict[str, int] = {}
     syms = symbols(model)
+    derived = derived_symbols(list(syms))
     for sym, places in syms.items():
         for name, axis in places:
             if name in given and axis < len(given[name]):
@@ -131,8 +186,21 @@ def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) 
                     raise InputError(f"--input-shape gives the dimension {sym!r} two sizes, {values[sym]} and {v}; "
                                      "inputs that share a dim_param take one size")
                 values[sym] = v
+    for sym, f in derived.items():  # a cache's length given, its past not: the past follows
+        unknown = sorted(f.uses - set(values))
+        if sym in values and len(unknown) == 1:
+            solved = _solve(lambda v, f=f: f({**values, **v}), unknown[0], values[sym])
+            if solved is not None:
+                values[unknown[0]] = solved
     for sym, places in syms.items():
-        values.setdefault(sym, BATCH_DEFAULT if _batch(sym, places) else OTHER_DEFAULT)
+        if sym not in derived:
+            values.setdefault(sym, BATCH_DEFAULT if _batch(sym, places) else OTHER_DEFAULT)
+    for sym, f in derived.items():
+        v = f(values)
+        if sym in values and values[sym] != v:
+            raise InputError(f"--input-shape gives the dimension {sym!r} the size {values[sym]}, but its symbols' "
+                             f"sizes make it {v}; give sizes that agree")
+        values[sym] = v
     return values
 
 
@@ -173,6 +241,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted
     """``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
     cannot run ``model`` there (zeros fed); as they were if it runs, or never does."""
     halvable = [s for s in defaulted if values[s] == OTHER_DEFAULT]
+    derived = derived_symbols(list(values))
     if not halvable:
         return dict(values)
     try:
@@ -188,6 +257,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted
             if at[halvable[0]] // 2 < MIN_DEFAULT:
                 return dict(values)
             at.update({s: at[s] // 2 for s in halvable})
+            at.update({s: f(at) for s, f in derived.items()})
 
 
 def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:
@@ -212,12 +282,18 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     """(label, shapes) to verify a shape-generic result at: each symbol at each of its :func:`probe_values`,
     the others at their representative ``values``; the label names the change (``batch=2``)."""
     out: list[tuple[str, Shapes]] = []
-    for sym, places in symbols(model).items():
+    syms = symbols(model)
+    derived = derived_symbols(list(syms))
+    for sym, places in syms.items():
+        if sym in derived:  # it follows its symbols
+            continue
         for v in probe_values(values[sym], _batch(sym, places)):
-            out.append((f"{sym}={v}", shapes_at(model, {**values, sym: v})))
+            at = {**values, sym: v}
+            at.update({s: f(at) for s, f in derived.items()})
+            out.append((f"{sym}={v}", shapes_at(model, at)))
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "interface",
+__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface",
            "interface_difference", "is_batch_like", "probe_shapes", "probe_values", "representative_shapes",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

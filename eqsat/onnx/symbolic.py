@@ -4,7 +4,8 @@ carried as a ``dim_param`` (:meth:`~eqsat.dims.Mono.key`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 
 import numpy as np
 import onnx
@@ -47,10 +48,13 @@ SMALL_CONSTANT = 64
 
 def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], types: Mapping[str, int],
                constants: Mapping[str, onnx.TensorProto], opsets: Sequence[onnx.OperatorSetIdProto],
+               sums: Mapping[str, Callable[[Mapping[str, int]], int]] | None = None,
                ) -> dict[str, tuple[int, SymShape | None]]:
     """(element type, symbolic shape) of each output of ``node``, from its inputs' (``shapes``, ``types``; the
     small integer ``constants`` by value), by onnx's shape inference on a one-node model. Outputs it cannot type
-    are left out."""
+    are left out. ``sums``: the interface's symbols that are sums of others (``past + 1``:
+    :func:`eqsat.onnx.interface.derived_symbols`), which a Concat's axis may be (a cache's past and its new
+    entries)."""
     keys: dict[str, Mono] = {}
     inputs, inits = [], []
     for name in dict.fromkeys(i for i in node.input if i):
@@ -74,7 +78,48 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     for vi in inferred.graph.value_info:
         if vi.name in node.output and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             out[vi.name] = _read(vi.type, keys)
+    if node.op_type == "Concat" and sums and node.output[0] in out:
+        elem, shape = out[node.output[0]]
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] is None:
+            shape = list(shape)
+            shape[axis] = concat_length([shapes.get(i) for i in node.input if i], axis, sums)
+            out[node.output[0]] = (elem, shape)
     return out
+
+
+PROBES = ((1009, 2003, 3001), (4001, 5003, 6007), (7001, 8009, 9001))
+"""symbol values at which :func:`concat_length` compares a sum with a symbol's own arithmetic"""
+
+
+def concat_length(inputs: Sequence[SymShape | None], axis: int,
+                  sums: Mapping[str, Callable[[Mapping[str, int]], int]]) -> Mono | None:
+    """The length of a Concat of ``inputs`` along ``axis`` as the one symbol of ``sums`` it equals, None where it is
+    none of them.
+
+    >>> past = Mono.symbol("past")
+    >>> concat_length([[past], [Mono.const(1)]], 0, {"past + 1": lambda v: v["past"] + 1}).key()
+    'past + 1'
+    """
+    terms: list[Mono] = []
+    for shape in inputs:
+        if shape is None or not -len(shape) <= axis < len(shape) or shape[axis] is None:
+            return None
+        terms.append(shape[axis])  # type: ignore[arg-type]
+    names = sorted({s for t in terms for s, _ in t.powers})
+    if not names:
+        return None
+
+    def total(values: Mapping[str, int]) -> Fraction:
+        return sum((t.value(values) for t in terms), Fraction(0))
+
+    for name, f in sums.items():
+        try:
+            if all(total(v) == f(v) for probe in PROBES for v in [dict(zip(names, probe * len(names)))]):
+                return Mono.symbol(name)
+        except (KeyError, NameError, ZeroDivisionError):  # the symbol reads another symbol than the sum's
+            continue
+    return None
 
 
 def constant_shape(t: onnx.TensorProto) -> SymShape:
@@ -85,4 +130,4 @@ def int_values(t: onnx.TensorProto) -> list[int]:
     return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
 
 
-__all__ = ["SMALL_CONSTANT", "constant_shape", "infer_node", "int_values"]
+__all__ = ["SMALL_CONSTANT", "concat_length", "constant_shape", "infer_node", "int_values"]

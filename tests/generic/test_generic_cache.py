@@ -1,0 +1,139 @@
+"""A decode step against a key/value cache written shape-generic: torch's dynamo exporter names the cache's length
+after the new token ``past + 1`` (the attention mask's axis, the present outputs' axis), a symbol that is arithmetic
+of another. The interface's sizes follow it (``past + 1`` is ``past``'s size plus one; given only the mask, the past
+is solved for), and the writer reads a Concat of the past and the new entries as that symbol, so the grouped-query
+heads' Expand and Reshape after it are written from it. Oracles: the arithmetic itself, and the original model run
+in onnxruntime at several sizes of each axis."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.dims import Mono
+from eqsat.errors import InputError
+from eqsat.generic import make_generic
+from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx.interface import derived_symbols, probe_shapes, symbol_values
+from eqsat.onnx.symbolic import concat_length
+
+HEADS, KV_HEADS, DIM = 4, 2, 4
+HIDDEN = HEADS * DIM
+SIZES = [(1, 127), (2, 127), (3, 5), (1, 0), (2, 1), (1, 300)]
+"""(batch, past): the representative sizes and others of each axis, an empty past included"""
+
+
+def _decode_step() -> onnx.ModelProto:
+    """One attention layer's decode step: x[batch, 1, 16] -> q (4 heads) and k, v (2 KV heads, grouped), k and v
+    appended to the past ([batch, 2, past, 4]) as the present outputs, the KV heads repeated to 4 by an Unsqueeze,
+    an Expand and a Reshape whose targets are computed from the present's shape (as the exporters write
+    ``repeat_kv``), the padding mask [batch, past + 1] added as a large negative bias, softmax, and the heads
+    merged back."""
+    rng = np.random.default_rng(0)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    def ints(name: str, *values: int) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(values, np.int64), name)
+
+    inits = [w("wq", HIDDEN, HIDDEN), w("wk", HIDDEN, KV_HEADS * DIM), w("wv", HIDDEN, KV_HEADS * DIM),
+             ints("q_heads", 0, 1, HEADS, DIM), ints("kv_heads", 0, 1, KV_HEADS, DIM), ints("merged", 0, 1, HIDDEN),
+             ints("i0", 0), ints("i2", 2), ints("rep", HEADS // KV_HEADS), ints("kvh", KV_HEADS), ints("nh", HEADS),
+             ints("d", DIM), ints("ax2", 2), ints("ax12", 1, 2),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(-1e4, np.float32), "neg"),
+             numpy_helper.from_array(np.array(DIM ** -0.5, np.float32), "scale")]
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["x", "wq"], ["q0"]), n("Reshape", ["q0", "q_heads"], ["q1"]),
+        n("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]),
+        *[node for kv in ("k", "v") for node in (
+            n("MatMul", ["x", f"w{kv}"], [f"{kv}0"]), n("Reshape", [f"{kv}0", "kv_heads"], [f"{kv}1"]),
+            n("Transpose", [f"{kv}1"], [f"{kv}_new"], perm=[0, 2, 1, 3]),
+            n("Concat", [f"past_{kv}", f"{kv}_new"], [f"present_{kv}"], axis=2),
+            n("Shape", [f"present_{kv}"], [f"{kv}_shape"]),
+            n("Gather", [f"{kv}_shape", "i0"], [f"{kv}_b"], axis=0),
+            n("Gather", [f"{kv}_shape", "i2"], [f"{kv}_len"], axis=0),
+            n("Concat", [f"{kv}_b", "kvh", "rep", f"{kv}_len", "d"], [f"{kv}_expand_to"], axis=0),
+            n("Concat", [f"{kv}_b", "nh", f"{kv}_len", "d"], [f"{kv}_reshape_to"], axis=0),
+            n("Unsqueeze", [f"present_{kv}", "ax2"], [f"{kv}_u"]),
+            n("Expand", [f"{kv}_u", f"{kv}_expand_to"], [f"{kv}_e"]),
+            n("Reshape", [f"{kv}_e", f"{kv}_reshape_to"], [f"{kv}_all"]))],
+        n("Transpose", ["k_all"], ["kt"], perm=[0, 1, 3, 2]),
+        n("MatMul", ["q", "kt"], ["s0"]), n("Mul", ["s0", "scale"], ["s1"]),
+        n("Cast", ["attention_mask"], ["m0"], to=TensorProto.FLOAT), n("Sub", ["one", "m0"], ["m1"]),
+        n("Mul", ["m1", "neg"], ["m2"]), n("Unsqueeze", ["m2", "ax12"], ["bias"]),
+        n("Add", ["s1", "bias"], ["s2"]), n("Softmax", ["s2"], ["p"], axis=-1),
+        n("MatMul", ["p", "v_all"], ["c0"]), n("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
+        n("Reshape", ["c1", "merged"], ["y"]),
+    ]
+    cache = ["batch", KV_HEADS, "past", DIM]
+    present = ["batch", KV_HEADS, "past + 1", DIM]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, HIDDEN]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "past + 1"]),
+              helper.make_tensor_value_info("past_k", TensorProto.FLOAT, cache),
+              helper.make_tensor_value_info("past_v", TensorProto.FLOAT, cache)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, HIDDEN]),
+               helper.make_tensor_value_info("present_k", TensorProto.FLOAT, present),
+               helper.make_tensor_value_info("present_v", TensorProto.FLOAT, present)]
+    model = helper.make_model(helper.make_graph(nodes, "decode_step", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _feeds(rng: np.random.Generator, batch: int, past: int) -> dict[str, np.ndarray]:
+    mask = np.ones((batch, past + 1), np.int64)
+    mask[0, :past // 2] = 0  # a padded row: its first half masked
+    return {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32), "attention_mask": mask,
+            "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
+            "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
+
+
+def test_a_symbol_written_as_arithmetic_of_others_takes_their_values():
+    derived = derived_symbols(["batch", "past", "past + 1", "2*past - 3", "s0 + s1", "past + x", "past+1.5"])
+    assert sorted(derived) == ["2*past - 3", "past + 1"]  # s0, s1, x are not symbols here; 1.5 is no size
+    assert derived["2*past - 3"]({"past": 10}) == 17
+    model = _decode_step()
+    assert symbol_values(model, {}) == {"batch": 1, "past + 1": 129, "past": 128}
+    # given the cache, the mask follows; given only the mask, the past is solved for
+    assert symbol_values(model, {"past_k": (2, KV_HEADS, 127, DIM)})["past + 1"] == 128
+    assert symbol_values(model, {"attention_mask": (1, 64)})["past"] == 63
+    with pytest.raises(InputError, match="past \\+ 1"):
+        symbol_values(model, {"past_k": (1, KV_HEADS, 127, DIM), "attention_mask": (1, 127)})
+    probes = dict(probe_shapes(model, {"batch": 1, "past": 127, "past + 1": 128}))
+    assert "past + 1=1" not in probes  # it follows its symbol, never changed alone
+    for label, shapes in probes.items():
+        assert shapes["attention_mask"][1] == shapes["past_k"][2] + 1, label
+
+
+def test_a_concat_of_the_past_and_the_new_entries_is_the_symbol_of_their_sum():
+    past, batch = Mono.symbol("past"), Mono.symbol("batch")
+    sums = derived_symbols(["past", "batch", "past + 1"])
+    assert concat_length([[past], [Mono.const(1)]], 0, sums).key() == "past + 1"
+    assert concat_length([[Mono.const(1)], [past]], 0, sums).key() == "past + 1"
+    assert concat_length([[past], [Mono.const(2)]], 0, sums) is None  # past + 2 is no symbol of the interface
+    assert concat_length([[past], [batch]], 0, sums) is None
+    assert concat_length([[past], None], 0, sums) is None
+
+
+def test_a_decode_step_is_written_for_every_past_length_and_batch():
+    model = _decode_step()
+    values = symbol_values(model, {"past_k": (1, KV_HEADS, 127, DIM)})
+    shapes = {"x": (1, 1, HIDDEN), "attention_mask": (1, 128), "past_k": (1, KV_HEADS, 127, DIM),
+              "past_v": (1, KV_HEADS, 127, DIM)}
+    written = make_generic(export_model(import_model(model, shapes, generic=True)), model, values)
+    assert written.notes == []  # every Reshape and Expand written from the symbols
+    dims = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in [*written.model.graph.input, *written.model.graph.output]}
+    assert dims["present_k"] == ["batch", KV_HEADS, "past + 1", DIM]  # the interface kept
+    ref, got = session(model), session(written.model)
+    rng = np.random.default_rng(1)
+    for batch, past in SIZES:
+        feeds = _feeds(rng, batch, past)
+        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            assert have.shape == want.shape, (batch, past)
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
