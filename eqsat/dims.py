@@ -35,6 +35,7 @@ This module is the one home of symbolic dimensions: :mod:`eqsat.onnx.symbolic` i
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import contextvars
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -94,6 +95,47 @@ class Mono:
         for s, p in self.powers:
             parts += [s] * p if p > 0 else [f"/{s}"] * -p
         return "*".join(parts).replace("*/", "/")
+
+
+_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.USub,
+               ast.Constant, ast.Name, ast.Load)
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A symbol written as integer arithmetic of others: ``uses`` them; called with their values, gives its own."""
+
+    uses: frozenset[str]
+    code: object
+
+    def __call__(self, values: Mapping[str, int]) -> int:
+        return int(eval(self.code, {"__builtins__": {}}, dict(values)))  # type: ignore[arg-type]  # noqa: S307
+
+
+def derived_symbols(names: Sequence[str]) -> dict[str, Derived]:
+    """The symbols among ``names`` that are integer arithmetic of others among them, as torch's dynamo exporter
+    writes a cache's length (``past + 1``, ``s0 + s1``, ``2*s3``): symbol -> its value from the others' values.
+
+    >>> f = derived_symbols(["batch", "past", "past + 1"])
+    >>> sorted(f), f["past + 1"]({"past": 127})
+    (['past + 1'], 128)
+    """
+    free = {n for n in names if n.isidentifier()}
+    out: dict[str, Derived] = {}
+    for name in names:
+        if name in free:
+            continue
+        try:
+            tree = ast.parse(name.strip(), mode="eval")
+        except SyntaxError:
+            continue
+        nodes = list(ast.walk(tree))
+        used = {n.id for n in nodes if isinstance(n, ast.Name)}
+        if not used or not used <= free or not all(isinstance(n, _ARITHMETIC) for n in nodes) or \
+                any(isinstance(n, ast.Constant) and type(n.value) is not int for n in nodes):
+            continue
+        out[name] = Derived(frozenset(used), compile(tree, "<dim_param>", "eval"))
+    return out
 
 
 SymShape = list[Mono | None]
@@ -370,5 +412,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Dim", "Mono", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
+__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Derived", "Dim", "Mono", "derived_symbols", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
            "from_mono", "holds", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]

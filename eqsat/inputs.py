@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .dims import derived_symbols
 from .errors import InputError
 from .onnx.external import infer_shapes_aside
 from .onnx.io import is_large
@@ -37,9 +38,11 @@ _INT_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.I
               onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
 
 
-def fixed_shape(name: str, dims: list, fixed: Mapping[str, tuple[int, ...]] | None) -> list[int]:
+def fixed_shape(name: str, dims: list, fixed: Mapping[str, tuple[int, ...]] | None,
+                sizes: Mapping[str, int] | None = None) -> list[int]:
     """The concrete shape of input ``name``: the user's fixed shape where given (checked against the static
-    dimensions), else the static dimensions with 1 for each dynamic one."""
+    dimensions), else the static dimensions with each dynamic one at its symbol's size in ``sizes``
+    (:func:`symbol_sizes`), or 1."""
     if fixed and name in fixed:
         shape = [int(d) for d in fixed[name]]
         if len(shape) != len(dims) or any(isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, shape)):
@@ -47,7 +50,26 @@ def fixed_shape(name: str, dims: list, fixed: Mapping[str, tuple[int, ...]] | No
             raise InputError(f"--input-shape {name}={','.join(map(str, shape))} contradicts the model's input "
                              f"shape [{shown}]; only dynamic dimensions can be fixed")
         return shape
-    return [d if isinstance(d, int) and d > 0 else 1 for d in dims]
+    return [d if isinstance(d, int) and d > 0 else (sizes or {}).get(d, 1) if isinstance(d, str) else 1
+            for d in dims]
+
+
+def symbol_sizes(inputs: Sequence[tuple[str, list]], fixed: Mapping[str, tuple[int, ...]] | None) -> dict[str, int]:
+    """The size of each ``dim_param`` of ``inputs`` ((name, dims) as onnxruntime gives them) where no fixed shape
+    gives it: read off the fixed shapes where an input named there has it, else 1; a symbol written as arithmetic
+    of others (dynamo's ``past + 1``: :func:`eqsat.dims.derived_symbols`) from theirs, so that the feeds agree."""
+    sizes: dict[str, int] = {}
+    for name, dims in inputs:
+        if fixed and name in fixed and len(fixed[name]) == len(dims):
+            sizes.update((d, int(v)) for d, v in zip(dims, fixed[name]) if isinstance(d, str) and d)
+    names = sorted({d for _, dims in inputs for d in dims if isinstance(d, str) and d})
+    derived = derived_symbols(names)
+    for d in names:
+        if d not in derived:
+            sizes.setdefault(d, 1)
+    for d, f in derived.items():
+        sizes.setdefault(d, f(sizes))
+    return sizes
 
 
 def index_bounds(model: onnx.ModelProto) -> dict[str, int]:
@@ -119,8 +141,9 @@ def random_inputs(sess: ort.InferenceSession, rng: np.random.Generator,
                   int_bounds: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
     """One seeded random feed for every input of ``sess`` (see the module docstring)."""
     feeds: dict[str, np.ndarray] = {}
+    sizes = symbol_sizes([(i.name, list(i.shape)) for i in sess.get_inputs()], input_shapes)
     for i in sess.get_inputs():
-        shape = fixed_shape(i.name, list(i.shape), input_shapes)
+        shape = fixed_shape(i.name, list(i.shape), input_shapes, sizes)
         dtype = _ORT_DTYPES.get(i.type)
         if dtype is None:
             raise InputError(f"input {i.name!r} has type {i.type}, which eqsat cannot generate test inputs for; "

@@ -83,14 +83,22 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
     if args.models:
         import zoo  # tests/zoo: small random-weight transformers models exported by torch
 
-        groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN, "wide": zoo.WIDE, "all": ALL}
+        groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN, "wide": zoo.WIDE,
+                  "serving": zoo.SERVING, "all": ALL}
         for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
-                out.append((f"{name}/{exporter}", functools.partial(zoo.build, name, exporter, args.opset,
-                                                                     seed=args.seed)))
+                load = functools.partial(_dynamic, zoo, name, exporter, args.seed) if name in zoo.SERVING else \
+                    functools.partial(zoo.build, name, exporter, args.opset, seed=args.seed)
+                out.append((f"{name}/{exporter}", load))
     for path in args.onnx:
         out.append((os.path.basename(path).removesuffix(".onnx"), functools.partial(onnx.load, path)))
     return out
+
+
+def _dynamic(zoo: Any, name: str, exporter: str, seed: int) -> onnx.ModelProto:
+    """A serving form exported as servers export it: dynamic batch and past (``zoo.export_dynamic``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return zoo.export_dynamic(name, exporter, os.path.join(tmp, "model.onnx"), seed=seed)
 
 
 def _line(name: str, t: dict[str, Any]) -> str:
@@ -207,8 +215,9 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=None,
-                   help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN, WIDE) or groups 'zoo', 'extra', "
-                        "'unseen' (issue 26's families beyond the zoo), 'wide' (issue 41's families at width 384), "
+                   help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN, WIDE, SERVING) or groups 'zoo', "
+                        "'extra', 'unseen' (issue 26's families beyond the zoo), 'wide' (issue 41's families at width "
+                        "384), 'serving' (issue 42's decode steps, exported with dynamic batch and past), "
                         "'all' (every family issue 26 names); '' for "
                         f"none (default: {DEFAULT_MODELS}; --time-only: every model of the workdir)")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")

@@ -40,7 +40,7 @@ def folded_sizes(w: Rewrite) -> dict[str, list[Mono]]:
              and t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1 and int(np.prod(t.dims)) <= 8]
     if not names:
         return {}
-    fitted = fit_vectors(run_values(w.original, names, shapes=False), w.values) or []
+    fitted = fit_vectors(run_values(w.original, names, shapes=False), w.values, w.sums) or []
     out: dict[str, list[Mono]] = {}
     for name, entries in zip(names, fitted):
         whole = [m for m in entries if m is not None]
@@ -91,7 +91,7 @@ def fit_pending(w: Rewrite) -> None:
     names, w.fits.pending = w.fits.pending, []
     if not names:
         return
-    fitted = fit_vectors(run_values(probe(w, names), names, shapes=False), w.values) or []
+    fitted = fit_vectors(run_values(probe(w, names), names, shapes=False), w.values, w.sums) or []
     for name, entries in zip(names, fitted):
         whole = [m for m in entries if m is not None]
         w.fits.vectors[name] = whole if len(whole) == len(entries) else None
@@ -109,7 +109,7 @@ def fit(w: Rewrite) -> None:
     prefix.CopyFrom(w.model)
     del prefix.graph.node[:]
     prefix.graph.node.extend(w.nodes)
-    fitted = fit_vectors(run_values(prefix, unknown, shapes=True), w.values)
+    fitted = fit_vectors(run_values(prefix, unknown, shapes=True), w.values, w.sums)
     for name, dims in zip(unknown, fitted or []):
         old = w.shapes.get(name)
         if old is None or len(old) != len(dims):
@@ -126,7 +126,7 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
         computed = {o for n in w.original.graph.node for o in n.output if o}
         names = [n.input[1] for n in w.model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
                  and n.input[1] in computed and n.input[1] in w.constants]
-        runs = fit_runs(run_values(w.original, names, shapes=False), w.values) if names else None
+        runs = fit_runs(run_values(w.original, names, shapes=False), w.values, w.sums) if names else None
         w.fits.probed = dict(zip(names, runs or []))
     entries = w.fits.probed.get(name)
     if entries is None or len(entries) != len(target) or any(m is None for m in entries):

@@ -21,6 +21,7 @@ from ..dims import Dim, Mono, combine, fingerprint, fp_of, from_mono, is_symboli
 from ..ir import Node
 from .fitting import fit_runs, run_values
 from .folding import ModelRuns
+from .interface import derived_symbols
 from .targets import reshape_target
 
 
@@ -89,7 +90,7 @@ def fitted_fingerprints(model: onnx.ModelProto, names: list[str], values: Mappin
     further sizes of each symbol (:func:`eqsat.onnx.fitting.fit_runs`): for the opaque operators whose shapes
     follow the data (an ``Expand`` or a ``Reshape`` to a size computed from ``Shape``), which shape inference
     cannot give. A value with an axis no monomial explains is left out."""
-    fitted = fit_runs(run_values(model, names, shapes=True), values)
+    fitted = fit_runs(run_values(model, names, shapes=True), values, derived_symbols(list(values)))
     if fitted is None:
         return {}
     out: dict[str, tuple[int, ...]] = {}

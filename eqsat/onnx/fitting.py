@@ -64,26 +64,56 @@ def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[s
     return out
 
 
+Sums = Mapping[str, Callable[[Mapping[str, int]], int]]
+"""the symbols written as arithmetic of others (``past + 1``: :func:`eqsat.onnx.interface.derived_symbols`): never
+varied alone (they follow their symbols), and a size no monomial fits may be one of them"""
+
+
+def _at(values: Mapping[str, int], sums: Sums, sym: str, size: int) -> dict[str, int]:
+    """``values`` with ``sym`` at ``size`` and the :data:`Sums` following it."""
+    at = {**values, sym: size}
+    at.update({s: f(at) for s, f in sums.items()})
+    return at
+
+
+def _with_sums(fitted: list[list[Mono | None]], seen: Sequence[tuple[Mapping[str, int], Sizes]],
+               sums: Sums) -> list[list[Mono | None]]:
+    """``fitted`` with each size no monomial fits read as the one of ``sums`` it is in every run (``seen``: the
+    sizes at each run's symbols)."""
+    if not sums or len(seen) < 3:
+        return fitted
+    for k, entries in enumerate(fitted):
+        for j, m in enumerate(entries):
+            if m is None and all(len(r[k]) == len(entries) for _, r in seen):
+                entries[j] = next((Mono.symbol(name) for name in sums
+                                   if all(r[k][j] == at[name] for at, r in seen)), None)
+    return fitted
+
+
 def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
-             values: Mapping[str, int]) -> list[list[Mono | None]] | None:
+             values: Mapping[str, int], sums: Sums | None = None) -> list[list[Mono | None]] | None:
     """:func:`fit_sizes` over the runs ``run`` makes at ``values`` and at two more sizes of each symbol (one and
-    two above its value, else, where the model refuses those, one and two below); None when the run at
-    ``values`` fails."""
+    two above its value, else, where the model refuses those, one and two below; a :data:`Sums` symbol follows its
+    own); None when the run at ``values`` fails."""
+    sums = sums or {}
     base = run(values)
     if base is None:
         return None
+    seen: list[tuple[Mapping[str, int], Sizes]] = [(values, base)]
     grown: dict[str, Probes | None] = {}
-    for sym, value in values.items():
+    free = {s: v for s, v in values.items() if s not in sums}
+    for sym, value in free.items():
         grown[sym] = None
         for steps in ((1, 2), (-1, -2)):
             one, two = value + steps[0], value + steps[1]
             if two < 1:
                 continue
-            first, second = run({**values, sym: one}), run({**values, sym: two})
+            first, second = run(_at(values, sums, sym, one)), run(_at(values, sums, sym, two))
             if first is not None and second is not None:
                 grown[sym] = ((one, first), (two, second))
+                seen += [(_at(values, sums, sym, one), first), (_at(values, sums, sym, two), second)]
                 break
-    return fit_sizes(base, grown, values)
+    return _with_sums(fit_sizes(base, grown, free), seen, sums)
 
 
 def further_sizes(value: int) -> tuple[tuple[int, int], list[int]]:
@@ -99,36 +129,39 @@ def further_sizes(value: int) -> tuple[tuple[int, int], list[int]]:
 
 
 def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
-                values: Mapping[str, int]) -> list[list[Mono | None]] | None:
+                values: Mapping[str, int], sums: Sums | None = None) -> list[list[Mono | None]] | None:
     """Integer vectors' entries (``run``: their entries, or sizes, at given sizes) as monomials, None where no
     monomial fits every run (every entry of a vector whose length changes); None when the run at ``values`` fails.
 
     Each symbol is fitted from two sizes below its value (above it where it is 1 or 2: a model often refuses
     sizes above the one it was tuned at, while its shape computations, clamped, still run there), and every
     fitted entry is checked at further sizes (1 and half the value; or four above). An entry of 0 or below
-    (``0`` and ``-1`` in a Reshape target) is a constant where every run agrees.
+    (``0`` and ``-1`` in a Reshape target) is a constant where every run agrees. A :data:`Sums` symbol follows its
+    own, and an entry that is one of them in every run is read as it.
 
     >>> b, s, minus = Mono.symbol("b"), Mono.symbol("s"), Mono.const(-1)
     >>> fit_vectors(lambda at: [[at["b"], at["s"], -1], [at["s"] if at["s"] > 40 else 0]], {"b": 1, "s": 64}) \\
     ...     == [[b, s, minus], [None]]
     True
     """
+    sums = sums or {}
     base = run(values)
     if base is None:
         return None
     seen: list[tuple[dict[str, int], Sizes]] = [(dict(values), base)]
     grown: dict[str, Probes | None] = {}
-    for sym, value in values.items():
+    free = {s: v for s, v in values.items() if s not in sums}
+    for sym, value in free.items():
         steps, checks = further_sizes(value)
-        one, two = ((size, run({**values, sym: size})) for size in steps)
+        one, two = ((size, run(_at(values, sums, sym, size))) for size in steps)
         grown[sym] = None if one[1] is None or two[1] is None else ((one[0], one[1]), (two[0], two[1]))
-        for size, got in [one, two, *((size, run({**values, sym: size})) for size in checks)]:
+        for size, got in [one, two, *((size, run(_at(values, sums, sym, size))) for size in checks)]:
             if got is not None:
-                seen.append(({**values, sym: size}, got))
-    fitted = fit_sizes(base, grown, values)
+                seen.append((_at(values, sums, sym, size), got))
+    fitted = _with_sums(fit_sizes(base, grown, free), seen, sums)
     # an entry the same in every run is a constant only where every symbol was varied in some run that ran (a
     # symbol whose every further run failed says nothing of the entries it sizes)
-    varied = {sym for at, _ in seen[1:] for sym in values if at[sym] != values[sym]} == set(values)
+    varied = {sym for at, _ in seen[1:] for sym in free if at[sym] != values[sym]} == set(free)
     out: list[list[Mono | None]] = []
     for k, entries in enumerate(fitted):
         if any(len(r[k]) != len(base[k]) for _, r in seen):
@@ -136,7 +169,7 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
             continue
         vector: list[Mono | None] = []
         for j, m in enumerate(entries):
-            if m is None and varied and len({r[k][j] for _, r in seen}) == 1 and len(seen) > 1 + len(values):
+            if m is None and varied and len({r[k][j] for _, r in seen}) == 1 and len(seen) > 1 + len(free):
                 m = Mono.const(base[k][j])
             vector.append(None if m is None or any(m.value(at) != r[k][j] for at, r in seen) else m)
         out.append(vector)
@@ -171,4 +204,4 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
     return run
 
 
-__all__ = ["POWERS", "Probes", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_values"]
+__all__ = ["POWERS", "Probes", "Sums", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_values"]

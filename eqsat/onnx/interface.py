@@ -15,7 +15,6 @@ shape: the user's ``--input-shape`` where given, else :data:`BATCH_DEFAULT` for 
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ..dims import derived_symbols
 from ..errors import InputError
 from .io import session
 
@@ -117,47 +117,6 @@ def _batch(symbol: str, places: list[tuple[str, int]]) -> bool:
     if ":" in symbol:  # unnamed: axis 0 is the batch
         return places[0][1] == 0
     return is_batch_like(symbol)
-
-
-_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.USub,
-               ast.Constant, ast.Name, ast.Load)
-
-
-@dataclass(frozen=True)
-class Derived:
-    """A symbol written as integer arithmetic of others: ``uses`` them; called with their values, gives its own."""
-
-    uses: frozenset[str]
-    code: object
-
-    def __call__(self, values: Mapping[str, int]) -> int:
-        return int(eval(self.code, {"__builtins__": {}}, dict(values)))  # type: ignore[arg-type]  # noqa: S307
-
-
-def derived_symbols(names: Sequence[str]) -> dict[str, Derived]:
-    """The symbols among ``names`` that are integer arithmetic of others among them, as torch's dynamo exporter
-    writes a cache's length (``past + 1``, ``s0 + s1``, ``2*s3``): symbol -> its value from the others' values.
-
-    >>> f = derived_symbols(["batch", "past", "past + 1"])
-    >>> sorted(f), f["past + 1"]({"past": 127})
-    (['past + 1'], 128)
-    """
-    free = {n for n in names if n.isidentifier()}
-    out: dict[str, Derived] = {}
-    for name in names:
-        if name in free:
-            continue
-        try:
-            tree = ast.parse(name.strip(), mode="eval")
-        except SyntaxError:
-            continue
-        nodes = list(ast.walk(tree))
-        used = {n.id for n in nodes if isinstance(n, ast.Name)}
-        if not used or not used <= free or not all(isinstance(n, _ARITHMETIC) for n in nodes) or \
-                any(isinstance(n, ast.Constant) and type(n.value) is not int for n in nodes):
-            continue
-        out[name] = Derived(frozenset(used), compile(tree, "<dim_param>", "eval"))
-    return out
 
 
 def _solve(f: Callable[[Mapping[str, int]], int], free: str, target: int) -> int | None:

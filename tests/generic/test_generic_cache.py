@@ -10,13 +10,17 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import zoo
 from onnx import TensorProto, helper, numpy_helper
 
+from eqsat import optimize
+from eqsat.app.config import OptimizeConfig
 from eqsat.dims import Mono
 from eqsat.errors import InputError
 from eqsat.generic import make_generic
+from eqsat.inputs import random_inputs
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.interface import derived_symbols, probe_shapes, symbol_values
+from eqsat.onnx.interface import derived_symbols, interface, probe_shapes, symbol_values
 from eqsat.onnx.symbolic import concat_length
 
 HEADS, KV_HEADS, DIM = 4, 2, 4
@@ -110,6 +114,17 @@ def test_a_symbol_written_as_arithmetic_of_others_takes_their_values():
         assert shapes["attention_mask"][1] == shapes["past_k"][2] + 1, label
 
 
+def test_random_inputs_give_the_mask_one_more_than_the_past():
+    """The verification's and the timing's feeds where no shape is given (every free symbol 1) or only the cache's
+    is: onnxruntime runs the original on them (the oracle), the mask one longer than the past."""
+    model = _decode_step()
+    sess = session(model)
+    for fixed, past in (({}, 1), ({"past_k": (2, KV_HEADS, 9, DIM)}, 9)):
+        feeds = random_inputs(sess, np.random.default_rng(0), fixed)
+        assert feeds["attention_mask"].shape[1] == feeds["past_v"].shape[2] + 1 == past + 1
+        assert sess.run(None, feeds)[1].shape[2] == past + 1
+
+
 def test_a_concat_of_the_past_and_the_new_entries_is_the_symbol_of_their_sum():
     past, batch = Mono.symbol("past"), Mono.symbol("batch")
     sums = derived_symbols(["past", "batch", "past + 1"])
@@ -137,3 +152,29 @@ def test_a_decode_step_is_written_for_every_past_length_and_batch():
         for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
             assert have.shape == want.shape, (batch, past)
             np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_zoo_decode_step_keeps_its_interface_and_agrees_at_every_past_length(exporter, tmp_path):
+    """transformers' LLaMA (grouped KV heads, rotary at the past's offset) as a decode step, exported with dynamic
+    batch and past: optimized with default sizes (the mask's ``past + 1`` follows the past), it keeps the interface
+    and computes what the original computes at other batches and past lengths (onnxruntime, the oracle)."""
+    model = zoo.export_dynamic("llama_decode", exporter, str(tmp_path / "decode.onnx"))
+    result = optimize(model, OptimizeConfig.of(budget=8, cost="analytic", measure=False))
+    report = result.report
+    assert report.interface.symbols["past + 1"] == report.interface.symbols["past"] + 1
+    assert report.interface.kept and interface(result.optimized) == interface(model)
+    assert {"batch=2", "past=1", "past=37", "past=256"} <= set(report.interface.verified_at)
+    ref, got = session(model), session(result.optimized)
+    rng = np.random.default_rng(2)
+    layers = len(model.graph.output) // 2
+    for batch, past in SIZES:
+        feeds = {"input_ids": rng.integers(0, zoo.VOCAB, (batch, 1)).astype(np.int64),
+                 "attention_mask": np.ones((batch, past + 1), np.int64)}
+        feeds["attention_mask"][0, :past // 3] = 0  # a left-padded row
+        for i in range(layers):
+            for kv in ("key", "value"):
+                feeds[f"past_key_values.{i}.{kv}"] = rng.standard_normal((batch, 2, past, 8)).astype(np.float32)
+        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            assert have.shape == want.shape, (batch, past)
+            np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)

@@ -34,7 +34,15 @@ an attention mask in (a BERT encoder; OPT, BLOOM, GPT-NeoX and Phi decoders, no 
 size (``scripts/bench_peers.py --models wide``); no test builds them (an export takes seconds, a run a minute).
 
     >>> WIDE
-    ('bert_w384', 'opt_w384', 'bloom_w384', 'neox_w384', 'phi_w384')
+    ('bert_w384', 'opt_w384', 'bloom_w384', 'neox_w384', 'phi_w384', 'vit_w384', 'swin_w384', 'convnext_w384', \
+'wav2vec2_w384')
+
+:data:`SERVING` models are issue 42's serving forms: a decoder's step against a key/value cache (one new token, the
+past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
+small for tests and at width 384 for ``scripts/bench_serving.py``.
+
+    >>> SERVING
+    ('llama_decode', 'llama_decode_w384', 'qwen2_decode_w384')
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -56,6 +65,7 @@ EXTRA = ("qwen2", "bert_s128", "llama_s128")
 UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
 WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384", "vit_w384", "swin_w384", "convnext_w384",
         "wav2vec2_w384")
+SERVING = ("llama_decode", "llama_decode_w384", "qwen2_decode_w384")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
@@ -81,6 +91,11 @@ class Spec:
     """(name, 'ids' | 'mask' | 'float', shape) in order"""
     outputs: tuple[str, ...]
     description: str
+    axes: tuple[dict[int, str], ...] | None = None
+    """the dynamic axes :func:`export_dynamic` writes, per input (axis -> symbol; ``past + 1``: one more than
+    ``past``), None for its default (a batch axis, and a sequence axis on token inputs)"""
+    out_axes: dict[str, dict[int, str]] | None = None
+    """the same for the outputs (None: the default)"""
 
 
 class _Outputs(torch.nn.Module):
@@ -290,6 +305,61 @@ def _vision_wide(family: str) -> Callable[[], torch.nn.Module]:
     return make
 
 
+class _DecodeStep(torch.nn.Module):
+    """A decoder's step against a key/value cache, as serving code exports it: ``input_ids`` [batch, 1],
+    ``attention_mask`` [batch, past + 1] and, per layer, the past key and value [batch, kv_heads, past, head_dim] in;
+    ``last_hidden_state`` and, per layer, the present key and value (the past and the new token's) out."""
+
+    def __init__(self, model: torch.nn.Module, layers: int):
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(self, *args):  # positional only, as export_dynamic's dynamic shapes name them
+        from transformers import DynamicCache
+
+        input_ids, attention_mask, *past = args
+        cache = DynamicCache(config=self.model.config)
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
+        present = out.past_key_values
+        return (out.last_hidden_state,
+                *[t for i in range(self.layers) for t in (present.layers[i].keys, present.layers[i].values)])
+
+
+DECODE_PAST, DECODE_WIDE_PAST = 15, 127
+"""the past lengths of the decode steps: the small one's, and the wide ones' (a 128-token context with the new one)"""
+
+
+def _decode_step(family: str, wide: bool) -> Callable[[], torch.nn.Module]:
+    """LLaMA or Qwen2 (grouped KV heads) as a decode step: hidden 32, 1 layer, 4 heads / 2 KV heads; or at width 384,
+    4 layers, 6 heads / 2 KV heads, head dimension 64."""
+    def make() -> torch.nn.Module:
+        import transformers as t
+
+        cls, config = {"llama": (t.LlamaModel, t.LlamaConfig), "qwen2": (t.Qwen2Model, t.Qwen2Config)}[family]
+        layers = WIDE_LAYERS if wide else 1
+        size = {"hidden_size": WIDTH, "intermediate_size": 1024, "num_attention_heads": WIDE_HEADS} if wide else \
+            {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
+        cfg = _eager(config(vocab_size=VOCAB, num_hidden_layers=layers, num_key_value_heads=2,
+                            max_position_embeddings=1024, **size))
+        return _DecodeStep(cls(cfg), layers)
+    return make
+
+
+def _decode_spec(family: str, wide: bool, description: str) -> Spec:
+    layers, kv_shape = (WIDE_LAYERS, (1, 2, DECODE_WIDE_PAST, WIDTH // WIDE_HEADS)) if wide else \
+        (1, (1, 2, DECODE_PAST, 8))
+    past = tuple((f"past_key_values.{i}.{kv}", "float", kv_shape) for i in range(layers) for kv in ("key", "value"))
+    present = tuple(f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value"))
+    cache_axes = {0: "batch", 2: "past"}
+    return Spec(_decode_step(family, wide),
+                (("input_ids", "ids", (1, 1)), ("attention_mask", "ones", (1, kv_shape[2] + 1)), *past),
+                ("last_hidden_state", *present), description,
+                axes=({0: "batch"}, {0: "batch", 1: "past + 1"}, *[cache_axes] * len(past)),
+                out_axes={"last_hidden_state": {0: "batch"}} | {o: {0: "batch", 2: "past + 1"} for o in present})
+
+
 _IDS = ("input_ids", "ids", (1, SEQ))
 _LONG_IDS = ("input_ids", "ids", (1, LONG_SEQ))
 _MASK = ("attention_mask", "mask", (1, SEQ))
@@ -354,14 +424,20 @@ SPECS: dict[str, Spec] = {
     "wav2vec2_w384": Spec(_vision_wide("wav2vec2"), (("input_values", "float", (1, 16000)),), ("last_hidden_state",),
                           "wav2vec2 encoder on one second of 16 kHz audio: its convolutional feature extractor, "
                           "a grouped positional convolution, 384 wide, 4 layers, 6 heads"),
+    "llama_decode": _decode_spec("llama", False, "LLaMA decode step: 1 layer, hidden 32, 4 heads / 2 KV heads, a "
+                                 f"past of {DECODE_PAST} in, the present out"),
+    "llama_decode_w384": _decode_spec("llama", True, "LLaMA decode step at width 384: 4 layers, 6 heads / 2 KV heads, "
+                                      f"a past of {DECODE_WIDE_PAST} in, the present out"),
+    "qwen2_decode_w384": _decode_spec("qwen2", True, "Qwen2 decode step at width 384 (Q/K/V biases): 4 layers, 6 "
+                                      f"heads / 2 KV heads, a past of {DECODE_WIDE_PAST} in, the present out"),
 }
-assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE
+assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING
 
 
 def module(name: str, seed: int = 0) -> torch.nn.Module:
     """The torch module of zoo model ``name``, with seeded random weights, in eval mode."""
     if name not in SPECS:
-        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA + UNSEEN + WIDE)}")
+        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA + UNSEEN + WIDE + SERVING)}")
     torch.manual_seed(seed)
     m = SPECS[name].make().eval()
     with torch.no_grad():
@@ -395,6 +471,8 @@ def sized_feeds(name: str, rng: np.random.Generator, batch: int | None = None,
             shape = (shape[0], seq)
         if kind == "ids":
             out[input_name] = rng.integers(0, VOCAB, shape).astype(np.int64)
+        elif kind == "ones":  # a decode step's mask: the whole past attended
+            out[input_name] = np.ones(shape, np.int64)
         elif kind == "mask":
             mask = rng.integers(0, 2, shape).astype(np.int64)
             mask[..., 0] = 1
@@ -460,21 +538,28 @@ def build(name: str, exporter: str = "torchscript", opset: int = 17, seed: int =
 def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.ModelProto:
     """Zoo model ``name`` exported with dynamic axes, the way serving code exports it (issue 27): a batch axis
     ``batch`` on every input and output, and a sequence axis ``seq`` on token inputs and on the token models'
-    ``last_hidden_state``. TorchScript at opset 17 (``dynamic_axes``), dynamo at opset 18 (``dynamic_shapes``:
+    ``last_hidden_state`` (a model's :attr:`Spec.axes` and :attr:`Spec.out_axes` where it gives them: a decode step's
+    ``past`` and ``past + 1``). TorchScript at opset 17 (``dynamic_axes``), dynamo at opset 18 (``dynamic_shapes``:
     no upper bound, so that the sequence-128 models export; traced at batch 2, since a batch of 1 lets
     ``torch.export`` specialize, e.g. ConvNeXt's guard ``batch <= 2``); written to ``path``."""
     spec = SPECS[name]
     m, args = module(name, seed), example_args(name, seed)
     names = [i[0] for i in spec.inputs]
-    axes = [{0: "batch", 1: "seq"} if kind != "float" else {0: "batch"} for _, kind, _ in spec.inputs]
+    axes = list(spec.axes) if spec.axes is not None else \
+        [{0: "batch", 1: "seq"} if kind != "float" else {0: "batch"} for _, kind, _ in spec.inputs]
     tokens = any(kind == "ids" for _, kind, _ in spec.inputs)
-    out_axes = {o: {0: "batch", 1: "seq"} if tokens and o == "last_hidden_state" else {0: "batch"}
-                for o in spec.outputs}
+    out_axes = spec.out_axes if spec.out_axes is not None else \
+        {o: {0: "batch", 1: "seq"} if tokens and o == "last_hidden_state" else {0: "batch"} for o in spec.outputs}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         if exporter == "dynamo":
-            dims = {"batch": torch.export.Dim("batch"), "seq": torch.export.Dim("seq")}
+            dims: dict[str, Any] = {s: torch.export.Dim(s) for a in axes for s in a.values() if s.isidentifier()}
+            for a in axes:  # "past + 1": one more than past (a cache's length with the new token)
+                for s in a.values():
+                    if s not in dims:
+                        base, plus = s.split("+")
+                        dims[s] = dims[base.strip()] + int(plus)
             shapes = {"args": tuple({k: dims[v] for k, v in a.items()} for a in axes)}
             doubled = tuple(torch.cat([a, a]) for a in args)
             prog = torch.onnx.export(m, doubled, input_names=names, output_names=list(spec.outputs),
@@ -487,5 +572,5 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.M
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SPECS", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported", "build",
-           "export", "export_dynamic", "feeds", "module"]
+__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SERVING", "SPECS", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
+           "build", "export", "export_dynamic", "feeds", "module"]
