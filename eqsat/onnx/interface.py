@@ -119,14 +119,14 @@ def _batch(symbol: str, places: list[tuple[str, int]]) -> bool:
     return is_batch_like(symbol)
 
 
-def _solve(f: Callable[[Mapping[str, int]], int], free: str, target: int) -> int | None:
-    """The value of ``free`` at which ``f`` (linear in it) is ``target``, or None."""
-    b = f({free: 0})
-    a = f({free: 1}) - b
+def _solve(f: Callable[[Mapping[str, int]], int], known: Mapping[str, int], free: str, target: int) -> int | None:
+    """The value of ``free`` at which ``f`` (linear in it; the other symbols at ``known``) is ``target``, or None."""
+    b = f({**known, free: 0})
+    a = f({**known, free: 1}) - b
     if a == 0 or (target - b) % a:
         return None
     x = (target - b) // a
-    return x if x >= 0 and f({free: x}) == target else None
+    return x if x >= 0 and f({**known, free: x}) == target else None
 
 
 def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
@@ -148,7 +148,7 @@ def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) 
     for sym, f in derived.items():  # a cache's length given, its past not: the past follows
         unknown = sorted(f.uses - set(values))
         if sym in values and len(unknown) == 1:
-            solved = _solve(lambda v, f=f: f({**values, **v}), unknown[0], values[sym])
+            solved = _solve(f, values, unknown[0], values[sym])
             if solved is not None:
                 values[unknown[0]] = solved
     for sym, places in syms.items():
