@@ -39,10 +39,11 @@ size (``scripts/bench_peers.py --models wide``); no test builds them (an export 
 
 :data:`SERVING` models are issue 42's serving forms: a decoder's step against a key/value cache (one new token, the
 past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
-small for tests and at width 384 for ``scripts/bench_serving.py``.
+small for tests and at width 384 for ``scripts/bench_serving.py``; and the prefill before it (the prompt in, the
+cache out).
 
     >>> SERVING
-    ('llama_decode', 'llama_decode_w384', 'qwen2_decode_w384')
+    ('llama_decode', 'llama_decode_w384', 'llama_prefill_w384', 'qwen2_prefill_w384', 'qwen2_decode_w384')
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ EXTRA = ("qwen2", "bert_s128", "llama_s128")
 UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
 WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384", "vit_w384", "swin_w384", "convnext_w384",
         "wav2vec2_w384")
-SERVING = ("llama_decode", "llama_decode_w384", "qwen2_decode_w384")
+SERVING = ("llama_decode", "llama_decode_w384", "llama_prefill_w384", "qwen2_prefill_w384", "qwen2_decode_w384")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
@@ -317,9 +318,9 @@ class _DecodeStep(torch.nn.Module):
     def forward(self, *args):  # positional only, as export_dynamic's dynamic shapes name them
         from transformers import DynamicCache
 
-        input_ids, attention_mask, *past = args
+        input_ids, attention_mask, *past = args  # no past: a prefill, which returns the cache it starts
         cache = DynamicCache(config=self.model.config)
-        for i in range(self.layers):
+        for i in range(self.layers if past else 0):
             cache.update(past[2 * i], past[2 * i + 1], i)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, past_key_values=cache, use_cache=True)
         present = out.past_key_values
@@ -345,6 +346,14 @@ def _decode_step(family: str, wide: bool) -> Callable[[], torch.nn.Module]:
                             max_position_embeddings=1024, **size))
         return _DecodeStep(cls(cfg), layers)
     return make
+
+
+def _prefill_spec(family: str, description: str) -> Spec:
+    """The wide decode step's model as the prefill before it: the prompt's ids and mask in (batch and sequence
+    dynamic), the hidden states and the cache it starts out."""
+    present = tuple(f"present.{i}.{kv}" for i in range(WIDE_LAYERS) for kv in ("key", "value"))
+    return Spec(_decode_step(family, True), (_LONG_IDS, _LONG_MASK), ("last_hidden_state", *present), description,
+                out_axes={"last_hidden_state": {0: "batch", 1: "seq"}} | {o: {0: "batch", 2: "seq"} for o in present})
 
 
 def _decode_spec(family: str, wide: bool, description: str) -> Spec:
@@ -428,6 +437,10 @@ SPECS: dict[str, Spec] = {
                                  f"past of {DECODE_PAST} in, the present out"),
     "llama_decode_w384": _decode_spec("llama", True, "LLaMA decode step at width 384: 4 layers, 6 heads / 2 KV heads, "
                                       f"a past of {DECODE_WIDE_PAST} in, the present out"),
+    "llama_prefill_w384": _prefill_spec("llama", "LLaMA prefill at width 384: the 128-token prompt with its mask in, "
+                                        "the hidden states and the cache out (4 layers, 6 heads / 2 KV heads)"),
+    "qwen2_prefill_w384": _prefill_spec("qwen2", "Qwen2 prefill at width 384: the 128-token prompt with its mask in, "
+                                        "the hidden states and the cache out (4 layers, 6 heads / 2 KV heads)"),
     "qwen2_decode_w384": _decode_spec("qwen2", True, "Qwen2 decode step at width 384 (Q/K/V biases): 4 layers, 6 "
                                       f"heads / 2 KV heads, a past of {DECODE_WIDE_PAST} in, the present out"),
 }
