@@ -127,7 +127,7 @@ def derived_symbols(names: Sequence[str]) -> dict[str, Derived]:
             continue
         try:
             tree = ast.parse(name.strip(), mode="eval")
-        except SyntaxError:
+        except (SyntaxError, ValueError, RecursionError, MemoryError):  # not an expression, or not one to read
             continue
         nodes = list(ast.walk(tree))
         used = {n.id for n in nodes if isinstance(n, ast.Name)}

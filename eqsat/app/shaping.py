@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from eqsat.dims import derived_symbols
 from eqsat.errors import InputError, first_line
 from eqsat.generic import make_generic
 from eqsat.inputs import index_bounds, random_inputs
@@ -102,7 +103,10 @@ class Shaping:
             return cls(None, {**config.input_shapes, **config.static_shapes})
         check_given(original, config)
         given = {**config.input_shapes, **config.static_shapes}
-        defaulted = [s for s, places in symbols(original).items() if not any(name in given for name, _ in places)]
+        syms = symbols(original)
+        sized = {s for s, places in syms.items() if any(name in given for name, _ in places)}
+        sized |= {u for s, f in derived_symbols(list(syms)).items() if s in sized for u in f.uses}  # solved for
+        defaulted = [s for s in syms if s not in sized]
         if given:
             check_input_sizes(original, given)  # sizes too large to feed, before anything runs the model there
         values = runnable_values(original, symbol_values(original, given), defaulted)

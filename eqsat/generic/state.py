@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from eqsat.dims import Mono, SymShape
-from eqsat.onnx.interface import derived_symbols, symbols
+from eqsat.dims import Mono, SymShape, derived_symbols
+from eqsat.onnx.interface import symbols
 
 from .sizes import SizeWriter
 from .tables import Prefix

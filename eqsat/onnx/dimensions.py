@@ -17,11 +17,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from ..dims import Dim, Mono, combine, fingerprint, fp_of, from_mono, is_symbolic
+from ..dims import Dim, Mono, combine, derived_symbols, fingerprint, fp_of, from_mono, is_symbolic
 from ..ir import Node
 from .fitting import fit_runs, run_values
 from .folding import ModelRuns
-from .interface import derived_symbols
 from .targets import reshape_target
 
 

@@ -85,8 +85,9 @@ def _with_sums(fitted: list[list[Mono | None]], seen: Sequence[tuple[Mapping[str
     for k, entries in enumerate(fitted):
         for j, m in enumerate(entries):
             if m is None and all(len(r[k]) == len(entries) for _, r in seen):
-                entries[j] = next((Mono.symbol(name) for name in sums
-                                   if all(r[k][j] == at[name] for at, r in seen)), None)
+                entries[j] = next((Mono.symbol(name) for name in sums  # one that changed across the runs
+                                   if len({at[name] for at, _ in seen}) > 1
+                                   and all(r[k][j] == at[name] for at, r in seen)), None)
     return fitted
 
 

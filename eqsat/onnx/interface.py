@@ -121,8 +121,11 @@ def _batch(symbol: str, places: list[tuple[str, int]]) -> bool:
 
 def _solve(f: Callable[[Mapping[str, int]], int], known: Mapping[str, int], free: str, target: int) -> int | None:
     """The value of ``free`` at which ``f`` (linear in it; the other symbols at ``known``) is ``target``, or None."""
-    b = f({**known, free: 0})
-    a = f({**known, free: 1}) - b
+    try:
+        b = f({**known, free: 0})
+        a = f({**known, free: 1}) - b
+    except (ZeroDivisionError, NameError):  # not linear in it (a divisor), or it reads a symbol not known
+        return None
     if a == 0 or (target - b) % a:
         return None
     x = (target - b) // a
@@ -199,8 +202,8 @@ def shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
 def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted: list[str]) -> dict[str, int]:
     """``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
     cannot run ``model`` there (zeros fed); as they were if it runs, or never does."""
-    halvable = [s for s in defaulted if values[s] == OTHER_DEFAULT]
     derived = derived_symbols(list(values))
+    halvable = [s for s in defaulted if s not in derived and values[s] == OTHER_DEFAULT]  # derived ones follow
     if not halvable:
         return dict(values)
     try:

@@ -88,8 +88,8 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     return out
 
 
-PROBES = ((1009, 2003, 3001), (4001, 5003, 6007), (7001, 8009, 9001))
-"""symbol values at which :func:`concat_length` compares a sum with a symbol's own arithmetic"""
+PROBES = (1009, 2003, 3001, 4001, 5003, 6007, 7001, 8009, 9001, 10007, 11003, 12007)
+"""primes each symbol takes in turn, at which :func:`concat_length` compares a sum with a symbol's own arithmetic"""
 
 
 def concat_length(inputs: Sequence[SymShape | None], axis: int,
@@ -115,7 +115,8 @@ def concat_length(inputs: Sequence[SymShape | None], axis: int,
 
     for name, f in sums.items():
         try:
-            if all(total(v) == f(v) for probe in PROBES for v in [dict(zip(names, probe * len(names)))]):
+            if all(total(v) == f(v) for shift in range(3)
+                   for v in [{n: PROBES[(k + 4 * shift) % len(PROBES)] for k, n in enumerate(names)}]):
                 return Mono.symbol(name)
         except (KeyError, NameError, ZeroDivisionError):  # the symbol reads another symbol than the sum's
             continue

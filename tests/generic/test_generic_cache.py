@@ -20,7 +20,8 @@ from eqsat.errors import InputError
 from eqsat.generic import make_generic
 from eqsat.inputs import random_inputs
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.interface import derived_symbols, interface, probe_shapes, symbol_values
+from eqsat.onnx.fitting import fit_vectors
+from eqsat.onnx.interface import derived_symbols, interface, probe_shapes, runnable_values, symbol_values
 from eqsat.onnx.symbolic import concat_length
 
 HEADS, KV_HEADS, DIM = 4, 2, 4
@@ -112,6 +113,29 @@ def test_a_symbol_written_as_arithmetic_of_others_takes_their_values():
     assert "past + 1=1" not in probes  # it follows its symbol, never changed alone
     for label, shapes in probes.items():
         assert shapes["attention_mask"][1] == shapes["past_k"][2] + 1, label
+
+
+def test_sizes_fitted_from_runs_may_be_a_sum_symbol_but_a_constant_stays_one():
+    """Oracle: the runs' own arithmetic. ``past`` varies and ``past + 1`` follows it; an entry that is past + 1 in
+    every run is that symbol, an entry that is 129 in every run (past + 1 at the representative size only) is 129."""
+    values = {"batch": 1, "past": 128, "past + 1": 129}
+    sums = derived_symbols(list(values))
+    seen: list[dict[str, int]] = []
+
+    def run(at):
+        seen.append(dict(at))
+        return [[at["batch"], at["past"] + 1, 64], [129]]
+
+    fitted = fit_vectors(run, values, sums)
+    assert fitted == [[Mono.symbol("batch"), Mono.symbol("past + 1"), Mono.const(64)], [Mono.const(129)]]
+    assert all(at["past + 1"] == at["past"] + 1 for at in seen)  # never a size the model cannot take
+
+
+def test_a_default_past_the_model_refuses_is_halved_with_its_mask():
+    """runnable_values halves the free symbol and the derived one follows (it never loops on the derived one)."""
+    model = _decode_step()
+    values = runnable_values(model, {"batch": 1, "past": 128, "past + 1": 128}, ["past", "past + 1"])
+    assert values == {"batch": 1, "past": 64, "past + 1": 65}  # 128 beside 128 refused; 64 beside 65 runs
 
 
 def test_random_inputs_give_the_mask_one_more_than_the_past():
