@@ -38,7 +38,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -135,6 +135,17 @@ def derived_symbols(names: Sequence[str]) -> dict[str, Derived]:
                 any(isinstance(n, ast.Constant) and type(n.value) is not int for n in nodes):
             continue
         out[name] = Derived(frozenset(used), compile(tree, "<dim_param>", "eval"))
+    return out
+
+
+def follow(values: Mapping[str, int], derived: Mapping[str, Callable[[Mapping[str, int]], int]]) -> dict[str, int]:
+    """``values`` with each :func:`derived_symbols` symbol at its value from theirs.
+
+    >>> follow({"past": 63, "past + 1": 128}, derived_symbols(["past", "past + 1"]))
+    {'past': 63, 'past + 1': 64}
+    """
+    out = dict(values)
+    out.update({s: f(out) for s, f in derived.items()})
     return out
 
 
@@ -412,5 +423,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Derived", "Dim", "Mono", "derived_symbols", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
+__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Derived", "Dim", "Mono", "derived_symbols", "follow", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
            "from_mono", "holds", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]

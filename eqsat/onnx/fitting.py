@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..dims import Mono
+from ..dims import Mono, follow
 from . import pool
 from .dataflow import prune
 from .interface import QUIET, zero_feeds
@@ -71,9 +71,7 @@ varied alone (they follow their symbols), and a size no monomial fits may be one
 
 def _at(values: Mapping[str, int], sums: Sums, sym: str, size: int) -> dict[str, int]:
     """``values`` with ``sym`` at ``size`` and the :data:`Sums` following it."""
-    at = {**values, sym: size}
-    at.update({s: f(at) for s, f in sums.items()})
-    return at
+    return follow({**values, sym: size}, sums)
 
 
 def _with_sums(fitted: list[list[Mono | None]], seen: Sequence[tuple[Mapping[str, int], Sizes]],

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..dims import derived_symbols
+from ..dims import derived_symbols, follow
 from ..errors import InputError
 from .io import session
 
@@ -218,8 +218,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted
         except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             if at[halvable[0]] // 2 < MIN_DEFAULT:
                 return dict(values)
-            at.update({s: at[s] // 2 for s in halvable})
-            at.update({s: f(at) for s, f in derived.items()})
+            at = follow({**at, **{s: at[s] // 2 for s in halvable}}, derived)
 
 
 def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:
@@ -250,9 +249,7 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
         if sym in derived:  # it follows its symbols
             continue
         for v in probe_values(values[sym], _batch(sym, places)):
-            at = {**values, sym: v}
-            at.update({s: f(at) for s, f in derived.items()})
-            out.append((f"{sym}={v}", shapes_at(model, at)))
+            out.append((f"{sym}={v}", shapes_at(model, follow({**values, sym: v}, derived))))
     return out
 
 
