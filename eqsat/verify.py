@@ -25,6 +25,9 @@ class Verification:
     max_rel_error: float
     draws: int
     detail: str = ""
+    edge: str = ""
+    """the edge draw the first mismatch was on (:data:`eqsat.inputs.EDGES`' label); "" where the candidate matched,
+    or failed on the random draws (or could not load or run)"""
 
 
 def compare_outputs(ref: np.ndarray, got: np.ndarray, nan_spreads: bool = False) -> tuple[bool, float, float]:
@@ -157,7 +160,7 @@ class Verifier:
             self.runs[key] += self._edge_runs(s1, draws[0][0] if draws else None)
         worst_abs = worst_rel = 0.0
         passed = True
-        detail = ""
+        detail = edge = ""
         for feeds, outs1, label in self.runs[key]:
             try:
                 outs2 = s2.run(None, feeds)
@@ -171,9 +174,9 @@ class Verifier:
                 if label == "random":  # the errors of the edge draws are not rounding: said, not summed up
                     worst_abs, worst_rel = max(worst_abs, e_abs), max(worst_rel, e_rel)
                 if not ok and passed:
-                    passed = False
+                    passed, edge = False, "" if label == "random" else label
                     detail = f"output {name!r} differs{_on(label)}: " + _difference(np.asarray(a), np.asarray(b))
-        return Verification(passed, worst_abs, worst_rel, self.draws, detail)
+        return Verification(passed, worst_abs, worst_rel, self.draws, detail, edge)
 
     def _edge_runs(self, s1: ort.InferenceSession, first: dict[str, np.ndarray] | None) -> list:
         """The original's outputs on each edge draw made from the first random draw

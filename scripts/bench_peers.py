@@ -68,7 +68,9 @@ from peers_report import figure, summarize, summary_table  # noqa: E402
 from peers_timing import CONTROL, Budget, time_all  # noqa: E402
 from peers_tools import TOOLS, run_tool, tool_version  # noqa: E402
 
+from eqsat.errors import InputError  # noqa: E402
 from eqsat.measurement import timing  # noqa: E402
+from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
 
 ALL = ("bert", "bert_s128", "distilbert", "gpt2", "llama", "llama_s128", "qwen2", "t5_encoder", "vit",
        "whisper_encoder", "convnext", "resnet50")
@@ -87,7 +89,8 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
                   "serving": zoo.SERVING, "all": ALL}
         for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
-                load = functools.partial(_dynamic, zoo, name, exporter, args.seed) if name in zoo.SERVING else \
+                load = functools.partial(_dynamic, zoo, name, exporter, args.seed) \
+                    if name in zoo.SERVING or args.dynamic else \
                     functools.partial(zoo.build, name, exporter, args.opset, seed=args.seed)
                 out.append((f"{name}/{exporter}", load))
     for path in args.onnx:
@@ -96,7 +99,8 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
 
 
 def _dynamic(zoo: Any, name: str, exporter: str, seed: int) -> onnx.ModelProto:
-    """A serving form exported as servers export it: dynamic batch and past (``zoo.export_dynamic``)."""
+    """A model exported as serving code exports it: dynamic batch and sequence, a decode step's past
+    (``zoo.export_dynamic``)."""
     with tempfile.TemporaryDirectory() as tmp:
         return zoo.export_dynamic(name, exporter, os.path.join(tmp, "model.onnx"), seed=seed)
 
@@ -153,7 +157,8 @@ def optimize_phase(args: argparse.Namespace) -> dict[str, Any]:
     os.makedirs(args.workdir, exist_ok=True)
     manifest = wd.load_manifest(args.workdir)
     manifest.update(seed=args.seed, opset=args.opset, eqsat_commit=wd.source_commit(ROOT),
-                    eqsat_time_limit=args.eqsat_time_limit)
+                    eqsat_time_limit=args.eqsat_time_limit,
+                    eqsat_input_shapes={k: list(v) for k, v in args.eqsat_input_shapes.items()}, dynamic=args.dynamic)
     for label, load in models_from(args):
         optimize_model(label, load, manifest, args)
     wd.save_manifest(args.workdir, manifest)
@@ -238,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-budget", type=float, default=20.0,
                    help="the most seconds of timed rounds per model and thread count")
     p.add_argument("--eqsat-time-limit", type=float, help="eqsat's --time-limit (default: eqsat's own)")
+    p.add_argument("--eqsat-input-shape", action="append", default=[], metavar="NAME=D1,D2,...",
+                   help="eqsat's --input-shape (repeatable): the size it tunes and measures at, e.g. a padded batch "
+                        "input_ids=8,128")
+    p.add_argument("--dynamic", action="store_true",
+                   help="export every zoo model with dynamic batch and sequence axes, as serving code does (the "
+                        "'serving' models always are)")
     p.add_argument("--seed", type=int, default=0, help="weights, inputs and timing order")
     p.add_argument("--json", help="write the run's results to this JSON file (default with --workdir: "
                                   "WORKDIR/peers.json)")
@@ -251,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     args.exporters = [e for e in args.exporters.split(",") if e]
     args.tools = None if args.tools is None else [t for t in args.tools.split(",") if t]
     args.threads = [int(t) for t in args.threads.split(",") if t]
+    try:
+        args.eqsat_input_shapes = parse_input_shapes(args.eqsat_input_shape, "--eqsat-input-shape")
+    except InputError as exc:
+        p.error(str(exc))
     unknown = [t for t in args.tools or () if t not in TOOLS]
     if unknown or not args.threads or min(args.threads) < 1:
         p.error(f"unknown tool {', '.join(unknown)} (tools: {', '.join(TOOLS)})" if unknown

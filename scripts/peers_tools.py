@@ -34,6 +34,8 @@ def _eqsat(model: onnx.ModelProto, _name: str, args: argparse.Namespace) -> tupl
     config = OptimizeConfig()
     if args.eqsat_time_limit is not None:
         config = config.updated(time_limit=args.eqsat_time_limit)
+    if getattr(args, "eqsat_input_shapes", None):
+        config = config.updated(input_shapes=args.eqsat_input_shapes)
     result = optimize(model, config)
     return result.optimized, eqsat_summary(result.report.to_json())
 

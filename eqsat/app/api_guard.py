@@ -61,6 +61,22 @@ def _shapes(shapes: Any, field: str = "input_shapes") -> dict[str, tuple[int, ..
     return out
 
 
+def _sizes(sizes: Any) -> tuple[dict[str, int], ...]:
+    example = "({'past': 511},)"
+    if isinstance(sizes, str | bytes | Mapping) or not hasattr(sizes, "__iter__"):
+        raise InputError(f"also_at: got {_short(sizes)}; give a sequence of symbol -> size mappings such as "
+                         f"{example} (the SYMBOL=N form is the command line's --also-at)")
+    out = []
+    for size in sizes:
+        if not isinstance(size, Mapping) or not size or any(
+                not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int) or v <= 0
+                for k, v in size.items()):
+            raise InputError(f"also_at: {_short(size)} is not a mapping of symbols to positive sizes; give one such "
+                             f"as {example}")
+        out.append(dict(size))
+    return tuple(out)
+
+
 def api_arguments(model: Any, config: Any) -> tuple[onnx.ModelProto | Graph | str, OptimizeConfig]:
     """``optimize``'s model and config, checked (the config validated, ``--workers`` bounded by the machine:
     :func:`~eqsat.app.config.bounded_workers`); bytes parsed as a serialized model."""
@@ -70,7 +86,7 @@ def api_arguments(model: Any, config: Any) -> tuple[onnx.ModelProto | Graph | st
         raise InputError(f"config: got {type(config).__name__}; give an eqsat.app.config.OptimizeConfig, e.g. "
                          "OptimizeConfig.of(time_limit=10.0) (a dict d: OptimizeConfig.of(**d))")
     config = replace(config, input_shapes=_shapes(config.input_shapes),
-                     static_shapes=_shapes(config.static_shapes, "static_shapes"))
+                     static_shapes=_shapes(config.static_shapes, "static_shapes"), also_at=_sizes(config.also_at))
     config.validate()
     return _model(model), bounded_workers(config)
 

@@ -21,7 +21,7 @@ from eqsat import memory
 from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
 from eqsat.onnx.external import data_file
-from eqsat.onnx.importer import parse_input_shapes
+from eqsat.onnx.importer import parse_input_shapes, parse_sizes
 from eqsat.onnx.io import external_data_files
 from eqsat.progress import progress_printer
 
@@ -121,7 +121,8 @@ def _cmd_optimize(args) -> int:
     _check_distinct_paths(args)
     config = config_from_args(args, builtin=args.builtin)
     config = replace(config, input_shapes=parse_input_shapes(args.input_shape),
-                     static_shapes=parse_input_shapes(args.static_shape, "--static-shape"))
+                     static_shapes=parse_input_shapes(args.static_shape, "--static-shape"),
+                     also_at=parse_sizes(args.also_at))
     config.validate()
     path = args.model_path if args.model_path and args.model_path != "-" and not args.builtin else None
     # a file goes by its path: eqsat.optimize reads it, and the run then holds the only copy of its weights
@@ -236,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("optimize-model", help="optimize an ONNX model or a built-in architecture")
     add_model_source(o)
     o.add_argument("-o", "--output", required=True, metavar="OUT.onnx", help=OUTPUT_HELP)
+    o.add_argument("--also-at", action="append", metavar="SYMBOL=N[,SYMBOL=N...]",
+                   help="further sizes of the dynamic dimensions (their dim_param names, as 'eqsat info' lists them) "
+                        "to verify and measure the shipped program at, beside the tuned shapes (repeatable, e.g. "
+                        "--also-at past=511): one measured slower with confidence at any is not shipped; the "
+                        "report gives the figure at each")
     add_config_arguments(o)
     o.add_argument("--report", metavar="REPORT.json")
     o.add_argument("-q", "--quiet", action="store_true")

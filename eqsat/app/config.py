@@ -110,6 +110,11 @@ class OptimizeConfig:
         "doc": "input name -> the shape to tune and measure at (--input-shape NAME=D1,D2,...); the written model "
                "keeps the original's dynamic dimensions. Inputs not given: a batch-like dynamic dimension 1, any "
                "other 128 (the report's interface.shapes)"})
+    also_at: tuple[dict[str, int], ...] = field(default=(), metadata={
+        "doc": "further sizes of the dynamic dimensions to verify and measure the shipped program at (--also-at "
+               "SYMBOL=N[,SYMBOL=N...], repeatable; e.g. past=511 beside a decode step tuned at past 127): a "
+               "program measured slower with confidence at any of them is not shipped, and the report gives its "
+               "figure at each"})
     static_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
         "doc": "input name -> a shape the written model is specialized to (--static-shape NAME=D1,D2,...): "
                "the interface changes on purpose, and the report says so"})
@@ -144,6 +149,7 @@ class OptimizeConfig:
         out["search"] = {f.name: getattr(self.search, f.name) for f in fields(self.search)}
         out["input_shapes"] = {k: list(v) for k, v in self.input_shapes.items()}
         out["static_shapes"] = {k: list(v) for k, v in self.static_shapes.items()}
+        out["also_at"] = [dict(s) for s in self.also_at]
         return out
 
 
@@ -204,6 +210,10 @@ def validate(config: OptimizeConfig) -> None:
         _check(f, getattr(config.search if owner else config, f.name))
     if config.measure:  # a runtime that cannot run here fails now, not after the search
         check_available(config.runtime)
+    if config.also_at and config.measure and config.runtime.startswith("torch"):
+        raise InputError(f"--also-at times onnxruntime programs at further sizes; --runtime {config.runtime} runs "
+                         "the IR program at the representative shapes only: leave out --also-at or use an "
+                         "onnxruntime runtime")
 
 
 def available_mb() -> int | None:

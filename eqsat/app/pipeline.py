@@ -31,7 +31,7 @@ from eqsat.inputs import EDGES, NONFINITE_EDGES
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.measurement import runtimes
-from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure
+from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure, measure_sizes
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
@@ -184,14 +184,17 @@ def written_input(graph: Graph, shaping: Shaping | None = None) -> tuple[Graph, 
 
 
 def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig,
-                 verifier: Verifier | None = None) -> VerificationReport:
-    """Check ``optimized`` against ``original`` on seeded random inputs; raise VerificationError on a mismatch.
-    ``verifier``: the run's (:class:`~eqsat.verify.Verifier` of ``original``: its outputs computed once)."""
+                 verifier: Verifier | None = None) -> tuple[VerificationReport, str]:
+    """Check ``optimized`` against ``original`` on seeded random inputs and the edge draws: the report, and why it
+    failed on an edge draw ("" where it passed). A mismatch on the random draws raises VerificationError (a rule
+    is unsound: a bug); one on an edge draw only (a rule that holds on numbers turns a NaN of the original into a
+    number) leaves this candidate out, like any other. ``verifier``: the run's (:class:`~eqsat.verify.Verifier` of
+    ``original``: its outputs computed once)."""
     verifier = verifier or verifier_of(original, config)
     check = verifier.check(optimized)
-    if not check.passed:
+    if not check.passed and not check.edge:
         raise VerificationError(f"the optimized model does not match the original: {check.detail}; nothing was written")
-    return VerificationReport.of(check, config.seed)
+    return VerificationReport.of(check, config.seed), check.detail
 
 
 def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
@@ -435,7 +438,7 @@ class Run:
             first_notes = list(imp.shaping.last_notes)
         with timer("verify"):
             verifier = verifier_of(imp.original, config)
-            verification = verify_phase(imp.original, first[1], config, verifier)
+            verification, edge_failure = verify_phase(imp.original, first[1], config, verifier)
             extracted = found.extracted
             if config.candidates > 1 and config.measure:
                 extracted = with_imported(extracted, written_input(imp.graph, imp.shaping), imp.original, config,
@@ -444,12 +447,17 @@ class Run:
                                      first, imp.shaping, imp.blocks, found.rest, verifier, self.say)
             feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
             verifier.close()
-        self.say(f"verified: max abs error {verification.max_abs_error:.2e}"
-                 + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
+        if edge_failure:
+            self.say(f"the extracted program left out: {edge_failure}")
+        else:
+            self.say(f"verified: max abs error {verification.max_abs_error:.2e}"
+                     + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
         head = built[0]
         head.notes = first_notes
         head.entry.max_abs_error = verification.max_abs_error
         head.entry.verified = verification.verified and (head.shapes is None or head.shapes.passed)
+        if edge_failure:
+            head.entry.note = f"not measured: {edge_failure}"
         return Checked(verification, built, feeds)
 
     def result(self, imp: Imported, found: Searched, checked: Checked) -> Result:
@@ -460,6 +468,8 @@ class Run:
         if not timed and config.allow_slower and first.entry.verified:
             timed = [first]
         failed = [b.shapes.detail for b in built if b.shapes is not None and not b.shapes.passed]
+        unverified = [b.entry.note.removeprefix("not measured: ") for b in built
+                      if b.entry.verified is False and b.entry.note.startswith("not measured: ")]
         measured = None
         if config.measure and timed:
             with self.timer("measure"):
@@ -467,12 +477,17 @@ class Run:
                 measured, comparisons = measure(imp.original, [Program(b.model, b.program) for b in timed], config,
                                                 graph=imp.graph, names=[b.entry.name for b in timed],
                                                 feeds=checked.feeds, spare_s=spare, say=self.say)
+                if imp.shaping.also:
+                    shipping = next(b for b in timed if b.entry.name == measured.candidate)
+                    measured = measure_sizes(measured, imp.original, shipping.model, config, imp.shaping.also,
+                                             say=self.say)
             _record(timed, comparisons)
             for b in timed[len(comparisons.comparisons):]:
                 b.entry.note = (f"not measured: the memory budget times the original and few candidates at a time, "
                                 f"and only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more "
                                 f"together)")
-        returned = decide(not timed, measured, config, failed[0] if failed and not timed else "")
+        returned = decide(not timed, measured, config, failed[0] if failed and not timed else "",
+                          unverified[0] if unverified and not timed else "")
         if returned.fallback:
             self.say(returned.fallback)
         shipped = next((b for b in built if b.entry.name == returned.candidate), first)

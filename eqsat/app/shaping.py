@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from eqsat.dims import derived_symbols
+from eqsat.dims import derived_symbols, follow
 from eqsat.errors import InputError, first_line
 from eqsat.generic import make_generic
 from eqsat.inputs import index_bounds, random_inputs
@@ -72,6 +72,35 @@ def check_given(original: onnx.ModelProto, config: OptimizeConfig) -> None:
                                  f"sizes, {first_size} and {size}; inputs that share a dim_param take one size")
 
 
+def further_sizes(original: onnx.ModelProto, config: OptimizeConfig,
+                  values: dict[str, int]) -> list[tuple[str, Shapes]]:
+    """``--also-at``'s sizes: (label, every dynamic input's shape there: the symbols not given at their
+    representative ``values``, the derived ones following). :class:`InputError` where the model has no dynamic
+    dimensions, the run specializes it (``--static-shape``), or a size names no free symbol of the model."""
+    if not config.also_at:
+        return []
+    free = [s for s in values if s not in derived_symbols(list(values))]
+    if not values:
+        raise InputError("--also-at: the model has no dynamic dimensions; it runs at one shape only")
+    if config.static_shapes:
+        raise InputError("--also-at with --static-shape: the written model is specialized to one shape; give one "
+                         "of them")
+    out = []
+    for size in config.also_at:
+        unknown = sorted(set(size) - set(free))
+        if unknown:
+            derived = [s for s in unknown if s in values]
+            raise InputError(f"--also-at names {unknown}, which " + (
+                "follow other dimensions (give those)" if derived else "are not dynamic dimensions of the model")
+                + f"; its dimensions: {', '.join(free)}")
+        at = follow({**values, **size}, derived_symbols(list(values)))
+        label = ",".join(f"{k}={v}" for k, v in size.items())
+        shapes = shapes_at(original, at)
+        check_input_sizes(original, shapes)
+        out.append((label, shapes))
+    return out
+
+
 @dataclass
 class Shaping:
     """The run's treatment of the original's dynamic dimensions."""
@@ -85,6 +114,9 @@ class Shaping:
     """--static-shape: the result is specialized to ``shapes``"""
     defaulted: list[str] = field(default_factory=list)
     """the symbols no given shape sizes (at their default size)"""
+    also: list[tuple[str, Shapes]] = field(default_factory=list)
+    """``--also-at``: (label ``SYMBOL=N,...``, the input shapes there) the shipped program is verified and measured at
+    besides"""
     last_notes: list[str] = field(default_factory=list)
     """what the last :meth:`write` could not write shape-generic (:attr:`eqsat.generic.Generic.notes`)"""
 
@@ -100,6 +132,8 @@ class Shaping:
         if both:
             raise InputError(f"{sorted(both)} given with both --input-shape and --static-shape; give one of them")
         if original is None:
+            if config.also_at:
+                raise InputError("--also-at applies to ONNX models with dynamic dimensions; an IR graph has one shape")
             return cls(None, {**config.input_shapes, **config.static_shapes})
         check_given(original, config)
         given = {**config.input_shapes, **config.static_shapes}
@@ -111,13 +145,21 @@ class Shaping:
             check_input_sizes(original, given)  # sizes too large to feed, before anything runs the model there
         values = runnable_values(original, symbol_values(original, given), defaulted)
         return cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes),
-                   defaulted)
+                   defaulted, further_sizes(original, config, values))
 
     def probe(self, config: OptimizeConfig) -> None:
-        """Where the user gave input sizes, raise :class:`InputError` (naming them and the flag) if onnxruntime
-        cannot run the original there on the verification's kind of inputs: said before a search, where the
-        verification would say it only after it (an optimize run only: ``eqsat info`` does not run the model)."""
-        if self.original is None or not (config.input_shapes or config.static_shapes):
+        """Where the user gave input sizes (``--input-shape``, ``--static-shape``, ``--also-at``), raise
+        :class:`InputError` (naming them and the flag) if onnxruntime cannot run the original there on the
+        verification's kind of inputs: said before a search, where the verification would say it only after it (an
+        optimize run only: ``eqsat info`` does not run the model)."""
+        if self.original is None:
+            return
+        for label, shapes in self.also:
+            why = refusal(self.original, shapes, config.seed)
+            if why is not None:
+                raise InputError(f"--also-at {label}: onnxruntime cannot run the original model there "
+                                 f"({shapes_text(shapes)}): {why}; give sizes the model accepts")
+        if not (config.input_shapes or config.static_shapes):
             return
         why = refusal(self.original, self.shapes, config.seed)
         if why is not None:
@@ -156,7 +198,7 @@ class Shaping:
         if not self.generic:
             return ShapesCheck(True)
         assert self.original is not None
-        check = verify_shapes(self.original, model, probe_shapes(self.original, self.values), seed=seed)
+        check = verify_shapes(self.original, model, probe_shapes(self.original, self.values) + self.also, seed=seed)
         if not check.passed:
             return check
         guards = verify_guards(self.original, model, self.values, seed=seed)

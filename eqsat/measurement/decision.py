@@ -69,6 +69,9 @@ class Measurement:
     """timings the runtime reports beside the comparison (torch-cuda: ``eager_original_ms``, ``eager_optimized_ms``)"""
     looks: int = 1
     """the shipping gate's looks at the rounds before it stopped (eqsat.measurement.gate)"""
+    at_sizes: list[dict[str, Any]] = field(default_factory=list)
+    """``--also-at``: the candidate timed against the original at each further size (``size``, ``shapes``,
+    ``original_ms``, ``optimized_ms``, ``speedup``, ``ci_low``, ``ci_high``, ``rounds``)"""
 
     @classmethod
     def of(cls, cmp: Comparison, decision: Decision, candidate: str = "extracted",
@@ -141,11 +144,47 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
 
 
+def measure_sizes(measured: Measurement, original: onnx.ModelProto, candidate: onnx.ModelProto, config: Settings,
+                  sizes: Sequence[tuple[str, dict[str, tuple[int, ...]]]], runtime: Runtime | None = None,
+                  say: Callable[[str], None] | None = None) -> Measurement:
+    """``measured`` (the candidate to ship, measured at the representative shapes) with the candidate timed against
+    the original at each of ``sizes`` ((label, input shapes): ``--also-at``), each a run of its own under the gate with
+    ``--measure-budget``: the figure at each in ``at_sizes``; where it is slower with confidence at any of them, the
+    original is returned instead (``--allow-slower`` keeps it), and the reason names the size either way."""
+    if measured.decision != "ship" or not sizes:
+        return measured
+    runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
+    protocol = TimingProtocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed,
+                              gate=Gate())
+    rows, slower = [], []
+    for label, shapes in sizes:
+        if say is not None:
+            say(f"timing at {label} as well (--also-at)")
+        cmp = runtimes.compare_programs(Program(original), [Program(candidate)], runtime, protocol,
+                                        input_shapes=shapes).comparisons[0]
+        rows.append({"size": label, "shapes": {k: list(v) for k, v in shapes.items()}, "original_ms": cmp.original_ms,
+                     "optimized_ms": cmp.optimized_ms, "speedup": cmp.speedup, "ci_low": cmp.ci_low,
+                     "ci_high": cmp.ci_high, "rounds": cmp.rounds})
+        if cmp.slower:
+            slower.append(label)
+    figures = "; ".join(f"at {r['size']} {r['speedup']:.3f}x (CI {r['ci_low']:.3f}-{r['ci_high']:.3f})" for r in rows)
+    if slower and not config.allow_slower:
+        return replace(measured, decision="original", at_sizes=rows,
+                       reason=f"{measured.reason}; but slower with confidence at {', '.join(slower)} ({figures}): "
+                              "the original model is returned unchanged (use --allow-slower to keep the optimized one)")
+    return replace(measured, at_sizes=rows, reason=f"{measured.reason}; {figures}"
+                   + (" (slower there, kept because --allow-slower was given)" if slower else ""))
+
+
 def returned(unchanged: bool, measured: Measurement | None, config: Settings,
-                 not_generic: str = "") -> Returned:
+                 not_generic: str = "", unverified: str = "") -> Returned:
     """Which program to return: the original when no candidate can be written for every size of the dynamic
-    dimensions (``not_generic``: why), when the search found no other one (unless --allow-slower) or when no
-    candidate measured faster with confidence; else the shipped candidate."""
+    dimensions (``not_generic``: why), when none matches the original on every input checked (``unverified``:
+    why), when the search found no other one (unless --allow-slower) or when no candidate measured faster with
+    confidence; else the shipped candidate."""
+    if unchanged and unverified:
+        return Returned("original", f"no program the search found matches the original on every input checked "
+                                    f"({unverified}); the input model is returned unchanged")
     if unchanged and not_generic:
         return Returned("original", f"no program could be written for every size of the dynamic dimensions "
                                     f"({not_generic}); the input model is returned unchanged")
@@ -205,4 +244,4 @@ def _faster_in_duel(cmp: Comparison, confidence: float, margin: float) -> bool:
     return len(x) >= 2 and trimmed_interval(x, None, confidence).ci_low > margin
 
 
-__all__ = ["Measurement", "Returned", "SPLIT_CANDIDATES", "Settings", "choose", "measure", "returned"]
+__all__ = ["Measurement", "Returned", "SPLIT_CANDIDATES", "Settings", "choose", "measure", "measure_sizes", "returned"]

@@ -72,6 +72,32 @@ def parse_input_shapes(specs: list[str] | None, flag: str = "--input-shape") -> 
     return out
 
 
+def parse_sizes(specs: list[str] | None, flag: str = "--also-at") -> tuple[dict[str, int], ...]:
+    """Parse ``SYMBOL=N[,SYMBOL=N...]`` flags (sizes of dynamic dimensions, by their ``dim_param`` names).
+
+    >>> parse_sizes(["past=511", "batch=8,past=255"])
+    ({'past': 511}, {'batch': 8, 'past': 255})
+    """
+    out = []
+    for spec in specs or []:
+        size: dict[str, int] = {}
+        for part in spec.split(","):
+            name, sep, value = part.partition("=")
+            name = name.strip()
+            try:
+                n = int(value)
+            except ValueError:
+                n = 0
+            if not sep or not name or n <= 0:
+                raise InputError(f"{flag} {spec!r}: expected SYMBOL=N[,SYMBOL=N...] with the dynamic dimensions' "
+                                 "names (eqsat info lists them) and positive sizes")
+            if name in size:
+                raise InputError(f"{flag} {spec!r}: {name} is given twice; give each symbol once")
+            size[name] = n
+        out.append(size)
+    return tuple(out)
+
+
 def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     out = onnx.NodeProto()
     out.CopyFrom(node)

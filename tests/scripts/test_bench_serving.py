@@ -95,3 +95,51 @@ def test_a_program_that_drifts_over_a_generation_is_not_timed(tmp_path):
     for name in ("same", "original-copy"):
         t = tools[name]["timed"]["1"]
         assert t["ci_low"] <= t["speedup"] <= t["ci_high"] and t["program_ms_per_token"] > 0
+
+
+def _unmasked(model: onnx.ModelProto, mask: str) -> onnx.ModelProto:
+    """The encoder with its attention mask read as all ones: the original's on a full row, not on a padded one."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for n in out.graph.node:
+        n.input[:] = ["mask_ones" if i == mask else i for i in n.input]
+    out.graph.node.insert(0, helper.make_node("Shape", [mask], ["mask_shape"]))
+    out.graph.node.insert(1, helper.make_node("ConstantOfShape", ["mask_shape"], ["mask_ones"],
+                                              value=onnx.numpy_helper.from_array(np.array([1], np.int64))))
+    return out
+
+
+def test_a_padded_batch_is_what_the_torch_encoder_computes_and_a_program_ignoring_the_mask_is_not_timed(tmp_path):
+    mod = _script()
+    wd = load_script("peers_workdir")
+    model = zoo.export_dynamic("bert", "torchscript", str(tmp_path / "bert.onnx"))
+    feeds = mod.padded_batch(model, 4, 12, np.random.default_rng(0))
+    mask = feeds["attention_mask"]
+    lengths = mask.sum(axis=1)
+    assert lengths[0] == 12 and all(3 <= n <= 12 for n in lengths)  # the first row full, the others at least 12/4
+    for row, n in zip(mask, lengths):  # padded on the right, ids 0 there
+        assert row[:n].all() and not row[n:].any()
+    assert not feeds["input_ids"][mask == 0].any()
+    with torch.no_grad():
+        want = zoo.module("bert")(torch.from_numpy(feeds["input_ids"]), torch.from_numpy(mask))
+    np.testing.assert_allclose(session(model).run(None, feeds)[0], want[0].numpy(), rtol=1e-4, atol=1e-5)
+    unmasked = _unmasked(model, "attention_mask")
+    full = {k: v[:1] for k, v in feeds.items()}
+    np.testing.assert_allclose(session(unmasked).run(None, full)[0], session(model).run(None, full)[0], rtol=1e-6)
+    work = tmp_path / "work"
+    wd.save_manifest(str(work), {"version": wd.VERSION, "models": {"bert": {
+        "original": wd.store_model(str(work), "bert/original.onnx", model), "nodes": len(model.graph.node),
+        "tools": {"same": {"status": "verified", "program": wd.store_model(str(work), "bert/same.onnx", model)},
+                  "unmasked": {"status": "verified",
+                               "program": wd.store_model(str(work), "bert/unmasked.onnx", unmasked)}}}}})
+    out = tmp_path / "padded.json"
+    assert mod.main(["--workdir", str(work), "--padded-batch", "4", "--seq", "12", "--time-budget", "0.5",
+                     "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["batch"] == 4 and row["lengths"] == lengths.tolist()
+    tools = row["tools"]
+    assert tools["same"]["batch_matches"] and tools["same"]["batch_max_abs_error"] == 0.0
+    assert not tools["unmasked"]["batch_matches"] and tools["unmasked"]["status"] == "wrong on a padded batch"
+    assert "timed" not in tools["unmasked"]
+    t = tools["same"]["timed"]["1"]
+    assert t["ci_low"] <= t["speedup"] <= t["ci_high"] and t["program_ms_per_row"] > 0
