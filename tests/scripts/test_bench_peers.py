@@ -188,7 +188,7 @@ def test_time_only_needs_an_optimized_workdir(tmp_path):
 def test_all_covers_the_issue_families_under_both_exporters():
     mod = _script()
     args = type("Args", (), {"models": ["all"], "exporters": ["torchscript", "dynamo"], "opset": 18, "seed": 0,
-                             "onnx": []})()
+                             "onnx": [], "dynamic": False})()
     labels = [label for label, _ in mod.models_from(args)]
     families = {label.split("/")[0] for label in labels}
     for wanted in ("bert", "distilbert", "gpt2", "llama", "qwen2", "t5_encoder", "vit", "whisper_encoder",
@@ -198,3 +198,7 @@ def test_all_covers_the_issue_families_under_both_exporters():
     import zoo
 
     assert families <= set(zoo.SPECS)  # every one a zoo model the tests build
+    loaders = dict(mod.models_from(args))
+    assert loaders["bert/dynamo"].func is zoo.build  # static exports by default
+    args.dynamic = True  # --dynamic: every model exported with dynamic axes, as serving code does
+    assert all(load.func is mod._dynamic for _, load in mod.models_from(args))
