@@ -168,7 +168,8 @@ class Verifier:
                 raise
             except Exception as e:  # noqa: BLE001 - as above: a candidate onnxruntime cannot run is no match
                 return Verification(False, float("inf"), float("inf"), self.draws,
-                                    f"onnxruntime cannot run it{_on(label)}: {first_line(e)}")
+                                    f"onnxruntime cannot run it{_on(label)}: {first_line(e)}",
+                                    "" if label == "random" else label)
             for name, a, b in zip(names1, outs1, outs2):
                 ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b), nan_spreads=label.startswith(NONFINITE_EDGES))
                 if label == "random":  # the errors of the edge draws are not rounding: said, not summed up

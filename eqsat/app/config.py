@@ -30,7 +30,7 @@ from eqsat.errors import InputError
 from eqsat.extract import EXTRACTORS
 from eqsat.mcts import SearchConfig, option, scheduler_names
 from eqsat.mcts.config import WORKER_MB, usable_cores
-from eqsat.measurement.runtimes import check_available, runtime_names
+from eqsat.measurement.runtimes import TORCH_RUNTIMES, check_available, resolve, runtime_names
 from eqsat.rules import RULE_SETS
 
 REGISTRIES: dict[str, Callable[[], list[str]]] = {
@@ -210,10 +210,11 @@ def validate(config: OptimizeConfig) -> None:
         _check(f, getattr(config.search if owner else config, f.name))
     if config.measure:  # a runtime that cannot run here fails now, not after the search
         check_available(config.runtime)
-    if config.also_at and config.measure and config.runtime.startswith("torch"):
-        raise InputError(f"--also-at times onnxruntime programs at further sizes; --runtime {config.runtime} runs "
-                         "the IR program at the representative shapes only: leave out --also-at or use an "
-                         "onnxruntime runtime")
+    if config.also_at and config.measure and resolve(config.runtime) in TORCH_RUNTIMES:
+        chose = f" (auto chose {resolve(config.runtime)})" if config.runtime == "auto" else ""
+        raise InputError(f"--also-at times onnxruntime programs at further sizes; --runtime {config.runtime}{chose} "
+                         "runs the IR program at the representative shapes only: leave out --also-at or give an "
+                         "onnxruntime runtime (--runtime ort-cpu)")
 
 
 def available_mb() -> int | None:

@@ -217,6 +217,8 @@ class Built:
     """the check at the further shapes of a shape-generic run"""
     notes: list[str] = field(default_factory=list)
     """what its shape-generic write could not make generic (:attr:`Shaping.last_notes`)"""
+    check: VerificationReport | None = None
+    """its check against the original (a further candidate's; the first's is :attr:`Checked.verification`)"""
 
 
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
@@ -266,7 +268,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             if (weights := pool.current()) is not None:  # the pages its check read: the next reads its own
                 weights.drop_pages()
             memory.release()  # its export's and session's transients: not kept while the next is exported
-        b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model))
+        b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model),
+                  check=VerificationReport.of(check, config.seed) if built or first is None else None)
         if shaping is not None and not (k == 0 and first is not None):
             b.notes = list(shaping.last_notes)
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
@@ -342,6 +345,8 @@ class Checked:
     verification: VerificationReport
     built: list[Built]
     feeds: dict[str, np.ndarray] | None
+    left_out: str = ""
+    """why the first candidate was left out (it failed an edge draw only: :func:`verify_phase`); "" where it passed"""
 
 
 class Run:
@@ -458,7 +463,7 @@ class Run:
         head.entry.verified = verification.verified and (head.shapes is None or head.shapes.passed)
         if edge_failure:
             head.entry.note = f"not measured: {edge_failure}"
-        return Checked(verification, built, feeds)
+        return Checked(verification, built, feeds, edge_failure)
 
     def result(self, imp: Imported, found: Searched, checked: Checked) -> Result:
         """Measure the verified candidates against the original, decide which program ships, and report."""
@@ -468,8 +473,6 @@ class Run:
         if not timed and config.allow_slower and first.entry.verified:
             timed = [first]
         failed = [b.shapes.detail for b in built if b.shapes is not None and not b.shapes.passed]
-        unverified = [b.entry.note.removeprefix("not measured: ") for b in built
-                      if b.entry.verified is False and b.entry.note.startswith("not measured: ")]
         measured = None
         if config.measure and timed:
             with self.timer("measure"):
@@ -487,7 +490,7 @@ class Run:
                                 f"and only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more "
                                 f"together)")
         returned = decide(not timed, measured, config, failed[0] if failed and not timed else "",
-                          unverified[0] if unverified and not timed else "")
+                          checked.left_out if not timed else "")
         if returned.fallback:
             self.say(returned.fallback)
         shipped = next((b for b in built if b.entry.name == returned.candidate), first)
@@ -501,10 +504,14 @@ class Run:
                 measured: Measurement | None, shipped: Built) -> Report:
         graph, cost_model, optimized = imp.graph, found.cost_model, returned.program == "optimized"
         size = found.egraph.snapshot()
+        verification = checked.verification  # the extracted program's; where it was left out, the returned one's
+        if checked.left_out:
+            verification = shipped.check if optimized and shipped.check is not None else \
+                replace(verification, verified=True, max_abs_error=0.0, max_rel_error=0.0)
         return Report(
             config=replace(self.config, search=found.search_config), cost_model=cost_model.name, search=found.search,
             egraph=EGraphSize(len(size.nodes), size.num_classes, found.initial, found.search_config.limit),
-            extraction=ExtractionReport.of(found.ext), verification=checked.verification,
+            extraction=ExtractionReport.of(found.ext), verification=verification,
             candidates=[Candidate("original", graph_cost(graph, cost_model), dict(graph.op_counts()), "original",
                                   costs=costs_by_op(graph, cost_model), shipped=not optimized,
                                   measured_ms=measured.original_ms if measured else None),

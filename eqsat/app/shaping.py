@@ -89,14 +89,17 @@ def further_sizes(original: onnx.ModelProto, config: OptimizeConfig,
     for size in config.also_at:
         unknown = sorted(set(size) - set(free))
         if unknown:
-            derived = [s for s in unknown if s in values]
+            derived = all(s in values for s in unknown)
             raise InputError(f"--also-at names {unknown}, which " + (
-                "follow other dimensions (give those)" if derived else "are not dynamic dimensions of the model")
-                + f"; its dimensions: {', '.join(free)}")
+                "follow other dimensions (give those)" if derived else "are not all free dynamic dimensions of the "
+                "model") + f"; its dimensions: {', '.join(free)}")
         at = follow({**values, **size}, derived_symbols(list(values)))
         label = ",".join(f"{k}={v}" for k, v in size.items())
         shapes = shapes_at(original, at)
-        check_input_sizes(original, shapes)
+        try:
+            check_input_sizes(original, shapes)
+        except InputError as exc:
+            raise InputError(f"--also-at {label}: {exc}") from exc
         out.append((label, shapes))
     return out
 
@@ -198,7 +201,9 @@ class Shaping:
         if not self.generic:
             return ShapesCheck(True)
         assert self.original is not None
-        check = verify_shapes(self.original, model, probe_shapes(self.original, self.values) + self.also, seed=seed)
+        probes = probe_shapes(self.original, self.values)
+        probes += [p for p in self.also if p[0] not in dict(probes)]
+        check = verify_shapes(self.original, model, probes, seed=seed)
         if not check.passed:
             return check
         guards = verify_guards(self.original, model, self.values, seed=seed)

@@ -154,8 +154,9 @@ def measure_sizes(measured: Measurement, original: onnx.ModelProto, candidate: o
     if measured.decision != "ship" or not sizes:
         return measured
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
+    budget = auto_budget(weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
     protocol = TimingProtocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed,
-                              gate=Gate())
+                              gate=Gate(), memory_bytes=budget, max_budget_s=config.measure_budget)
     rows, slower = [], []
     for label, shapes in sizes:
         if say is not None:

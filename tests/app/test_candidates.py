@@ -387,3 +387,19 @@ def test_a_first_candidate_that_makes_a_nan_a_number_is_left_out_and_the_input_c
     written = onnx.load(out)
     assert [n.op_type for n in written.graph.node] == ["MatMul", "MatMul", "Add"]
     np.testing.assert_array_equal(session(written).run(None, {"x": x})[0], session(model).run(None, {"x": x})[0])
+
+
+def test_the_report_of_a_run_whose_extracted_program_was_left_out_describes_the_program_returned():
+    """Measured run (every candidate timed that verified): the extracted program is left out on the edge draw;
+    the report's top-level check is then the returned program's (here the original's own: 0 errors), and the
+    extracted program's entry keeps its failure."""
+    result = optimize(_summed_projections(), OptimizeConfig.of(budget=8, cost="analytic", measure_budget=0.5))
+    report = json.loads(result.report.dumps())
+    extracted = next(c for c in report["candidates"] if c["name"] == "extracted")
+    assert extracted["verified"] is False and "rows of -inf" in extracted["note"]
+    if report["returned"] == "original":
+        assert report["verified"] is True and report["max_abs_error"] == 0.0
+        assert [n.op_type for n in result.optimized.graph.node] == ["MatMul", "MatMul", "Add"]
+    else:  # another candidate verified and shipped: its own check
+        shipped = next(c for c in report["candidates"] if c["name"] == report["shipped"])
+        assert report["verified"] is True and shipped["verified"] is True and shipped["name"] != "extracted"
