@@ -96,6 +96,12 @@ class Returned:
         return self.reason if self.program == "original" else None
 
 
+def memory_budget(original: onnx.ModelProto, config: Settings) -> int | None:
+    """The bytes the timed sessions may hold together: ``--memory-budget`` MiB, else the automatic budget for
+    ``original``'s weights (:func:`eqsat.measurement.grouping.auto_budget`)."""
+    return auto_budget(weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+
+
 def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: Settings,
                   runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
                   feeds: dict[str, np.ndarray] | None = None,
@@ -116,7 +122,7 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
-    budget = auto_budget(weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+    budget = memory_budget(original, config)
     if budget is not None and len(candidates) > SPLIT_CANDIDATES \
             and len(plan([session_bytes(p.model) for p in [Program(original), *candidates]], budget).groups) > 1:
         if say is not None:
@@ -154,7 +160,7 @@ def measure_sizes(measured: Measurement, original: onnx.ModelProto, candidate: o
     if measured.decision != "ship" or not sizes:
         return measured
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
-    budget = auto_budget(weight_bytes(original)) if config.memory_budget is None else config.memory_budget * MIB
+    budget = memory_budget(original, config)
     protocol = TimingProtocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed,
                               gate=Gate(), memory_bytes=budget, max_budget_s=config.measure_budget)
     rows, slower = [], []
