@@ -11,7 +11,9 @@ at the plan's end" (the planned rounds ran and the interval still straddles 1); 
 with the session pairs as the units over its width with the rounds as the units (above 1: the pairs' few degrees
 of freedom, or their offsets, cost width; what clustering costs in power). ``--max-budget`` equal to
 ``--budget`` never extends the budget (the gate before its rounds were sized to the variance); ``--fixed`` runs
-the fixed-rounds bootstrap protocol (the pre-gate rule) instead, for comparison.
+the fixed-rounds bootstrap protocol (the pre-gate rule) instead, for comparison. ``--ab scaled`` makes the A/B case exact: the model against its own
+sessions, the second side's times divided by ``--gain`` (on a 3 ms program a side branch's share cannot be
+calibrated to a fraction of a percent).
 
     python scripts/bench_aa.py --small --trials 20 --json results/aa.json
 """
@@ -19,6 +21,7 @@ the fixed-rounds bootstrap protocol (the pre-gate rule) instead, for comparison.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -26,6 +29,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from statistics import NormalDist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,8 +40,18 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
+from eqsat.measurement.clock import runtime_info, wall_block_ms  # noqa: E402
 from eqsat.measurement.gate import Gate, spread, trimmed_interval  # noqa: E402
-from eqsat.measurement.timing import EXTENSION, Comparison, Protocol, compare, decide  # noqa: E402
+from eqsat.measurement.timing import (  # noqa: E402
+    EXTENSION,
+    Comparison,
+    Protocol,
+    compare,
+    compare_calls,
+    decide,
+    timing_feeds,
+    timing_sessions,
+)
 from eqsat.models import build  # noqa: E402
 from eqsat.onnx import export_model  # noqa: E402
 
@@ -123,11 +137,38 @@ def ended(cmp: Comparison, gate: Gate | None) -> str:
     return "open at the time limit" if gate is not None and cmp.rounds < cmp.planned else "open at the plan's end"
 
 
-def trial(original: onnx.ModelProto, candidate: onnx.ModelProto, args: argparse.Namespace, seed: int) -> dict:
+class Scaled:
+    """A call of the faster side of a scaled A/B case: the same program, its timings divided by the gain."""
+
+    def __init__(self, call: Callable[[], object]):
+        self.call = call
+
+    def __call__(self) -> object:
+        return self.call()
+
+
+def scaled_compare(model: onnx.ModelProto, gain: float, protocol: Protocol) -> Comparison:
+    """``model`` timed against its own sessions, the second side's block times divided by ``gain``: a true speedup
+    of exactly ``gain`` on the real noise of two programs' sessions (what :func:`compare` does otherwise)."""
+    sessions = timing_sessions([model, model], protocol)
+    feeds = timing_feeds(model, [sessions[0][0], sessions[1][0]], protocol.seed)
+    runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
+
+    def clock(call: Callable[[], object], repeats: int) -> float:
+        ms = wall_block_ms(call, repeats)
+        return ms / gain if isinstance(call, Scaled) else ms
+    info = {**runtime_info(protocol.threads), "sessions_per_program": len(sessions[1])}
+    return compare_calls(runs[0], [Scaled(c) for c in runs[1]], protocol, info, clock)
+
+
+def trial(original: onnx.ModelProto, candidate: onnx.ModelProto | float, args: argparse.Namespace,
+          seed: int) -> dict:
+    """One gated comparison; ``candidate`` a gain: the scaled case (:func:`scaled_compare`)."""
     gate = None if args.fixed else Gate(alpha=args.alpha)
     protocol = Protocol(threads=args.threads, budget_s=args.budget, seed=seed, gate=gate,
                         max_budget_s=args.max_budget)
-    cmp = compare(original, candidate, protocol)
+    cmp = scaled_compare(original, candidate, protocol) if isinstance(candidate, float) \
+        else compare(original, candidate, protocol)
     x = np.log(np.divide(cmp.round_original_ms, cmp.round_optimized_ms))
     pairs = np.arange(x.size) % int(cmp.runtime.get("sessions_per_program", 1))  # round r: session r mod n of each
     by_pair, by_round = (trimmed_interval(x, labels, 0.95) for labels in (pairs, None))
@@ -162,9 +203,14 @@ def rate(rows: list[dict]) -> dict:
 
 
 def check_model(name: str, model: onnx.ModelProto, args: argparse.Namespace) -> dict:
-    slower, calibration = two_percent_case(model, args.gain, args.threads, args.seed, args.budget)
+    if args.ab == "scaled":
+        calibration = {"ab": "scaled", "target": args.gain, "checked_ratio": args.gain, "elements": 0,
+                       "base_ms": compare(model, model, Protocol(threads=args.threads, budget_s=args.budget / 4)).original_ms}
+    else:
+        slower, calibration = two_percent_case(model, args.gain, args.threads, args.seed, args.budget)
     aa = [progress("A/A", trial(model, model, args, args.seed + t)) for t in range(args.trials)]
-    ab = [progress("A/B", trial(slower, model, args, args.seed + t))  # original: the slower one
+    ab = [progress("A/B", trial(model, args.gain, args, args.seed + t) if args.ab == "scaled"
+                   else trial(slower, model, args, args.seed + t))  # original: the slower one
           for t in range(args.trials)]
     return {"model": name, "calibration": calibration, "aa": rate(aa), "ab": rate(ab),
             "aa_rows": aa, "ab_rows": ab}
@@ -192,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gain", type=float, default=1.02, help="the A/B case's true speedup (the side branch's share)")
     ap.add_argument("--alpha", type=float, default=Gate.alpha, help="the gate's designed false-ship rate")
     ap.add_argument("--fixed", action="store_true", help="the fixed-rounds bootstrap protocol instead of the gate")
+    ap.add_argument("--ab", choices=("branch", "scaled"), default="branch",
+                    help="the A/B case: branch (the model with a side branch sized to --gain, the ratio checked by "
+                         "timing it); scaled (the model against its own sessions, whose times are divided by --gain: "
+                         "an exact gain on the real noise, where a branch's share cannot be calibrated that finely, "
+                         "e.g. 3%% of a 3 ms program)")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     ap.add_argument("--seed", type=int, default=0, help="seed of the first trial (trial i uses seed + i)")
     ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
@@ -207,8 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         s = check_model(name, load(name, args.small), args)
         results.append(s)
         c = s["calibration"]
-        print(f"{name}: {c['base_ms']:.3f} ms; side branch of {c['elements']} elements, checked ratio "
-              f"{c['checked_ratio']:.3f} (target {c['target']:.3f})")
+        print(f"{name}: {c['base_ms']:.3f} ms; " + (f"A/B scaled: the second side's times divided by {c['target']:.3f}"
+              if args.ab == "scaled" else f"side branch of {c['elements']} elements, checked ratio "
+              f"{c['checked_ratio']:.3f} (target {c['target']:.3f})"))
         print("  " + line("A/A", s["aa"]), flush=True)
         print("  " + line("A/B", s["ab"]), flush=True)
     totals = {}

@@ -31,8 +31,8 @@ observed *difference* instead would let a lucky pilot buy more rounds and inflat
 Sized for the 1% gate: on paired rounds whose log ratios have a standard deviation ``s``, a program truly ``g``
 faster ships with probability ~ ``Phi(log(g) sqrt(n_eff) / s - t)``; :func:`rounds_for_power` gives the rounds
 that reaches a power. With ``G`` session pairs as the units the bound ``t`` has ``G - 1`` degrees of freedom:
-with the timing's 10 pairs, t(0.9975, 9) = 3.69 against the normal 2.81, and the noncentral t's width, about 1.7x
-the rounds for the same power. The pairs stay the units all the same: a session's offset (memory placement) is
+with the timing's 20 pairs, t(0.9975, 19) = 3.17 (10 pairs: 3.69) against the normal 2.81, and the noncentral t's
+width, more rounds for the same power. The pairs stay the units all the same: a session's offset (memory placement) is
 shared by all its rounds and no round count averages it away, so rounds as the units understate the interval
 (on ``tests/measurement/test_gate.py``'s synthetic rounds with 0.3% session offsets, without spikes, the one-sided test at
 0.25% false-ships 0.37-0.40% of 6,000 A/A draws with rounds as the units, 0.23% with the pairs).
@@ -91,8 +91,9 @@ class Gate:
     """stop looking at a candidate whose whole interval lies below this speedup (it cannot be a gain worth having)"""
     min_clusters: int = 5
     """session pairs needed to use them as the units of the standard error (else the rounds are)"""
-    max_rounds: int = 600
-    """rounds at most, however fast the programs"""
+    max_rounds: int = 4000
+    """rounds at most, however fast the programs (a round runs one call of each program up to this many: faster
+    programs run blocks of calls instead, :func:`eqsat.measurement.timing.compare_many`)"""
     clustered: bool = False
     """the clusters are the only units (programs renewed every few rounds: :func:`eqsat.measurement.timing.compare_many`): with
     fewer than :attr:`min_clusters` of them the interval is unbounded, never one over the rounds"""

@@ -54,7 +54,7 @@ RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
 """``--runtime`` values besides ``auto``"""
 TORCH_RUNTIMES = frozenset({"torch-cuda", "torch-compile", "torch-cpu"})
 RENEW_SECONDS = 10.0
-"""the most seconds renewing one-session programs may add to a run in builds (or the run's budget, if more); models
+"""the most seconds renewing programs of few sessions may add to a run in builds (or the run's budget, if more); models
 slower to build (a 1B-parameter one) keep their one session pair, and the rounds are the gate's units"""
 EAGER_REPEATS = 20
 TORCH_INSTANCES = 3
@@ -346,8 +346,9 @@ def duel(first: Program, second: Program, runtime: Runtime, protocol: Protocol,
 
 def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str, np.ndarray], protocol: Protocol,
                info: dict[str, Any]) -> list[Comparison]:
-    """One interleaved run of ``programs`` (:func:`eqsat.measurement.timing.compare_many`); onnxruntime programs of one
-    session each (large models) renewed every few rounds, so that the gate's units are session pairs."""
+    """One interleaved run of ``programs`` (:func:`eqsat.measurement.timing.compare_many`); onnxruntime programs of fewer
+    sessions each than the gate's units need (``Gate.min_clusters``: large models, or many candidates in the memory
+    budget) renewed every few rounds, so that the gate's units are session pairs, never the rounds."""
 
     def build() -> list[list[Callable[[], Any]]]:
         weights = pool.current()
@@ -363,7 +364,8 @@ def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str
     if isinstance(runtime, OrtRuntime):
         info["sessions_per_program"] = runtime.sessions_per_program
         affordable = build_s * (EPOCHS - 1) <= max(RENEW_SECONDS, protocol.budget_s)
-        if runtime.sessions_per_program == 1 and protocol.gate is not None and affordable:
+        few = protocol.gate is not None and runtime.sessions_per_program < protocol.gate.min_clusters
+        if few and affordable:  # too few session pairs to be the gate's units: new ones every epoch
             renew = build
         info["sessions_renewed"] = renew is not None
     return compare_many(first.pop(), protocol, info, runtime.clock, renew)  # compare_many holds the only reference

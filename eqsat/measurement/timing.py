@@ -51,7 +51,9 @@ SESSIONS_WEIGHT_LIMIT = 2**30
 copy of its MatMul weights, even where the weights themselves are shared (:mod:`eqsat.onnx.pool`)"""
 MIN_SESSIONS = 3
 EPOCHS = 5
-"""with programs of one session each renewed (:func:`compare_many`'s ``renew``): the epochs planned over the rounds"""
+"""with programs of few sessions each renewed (:func:`compare_many`'s ``renew``): the epochs planned over the rounds"""
+EPOCH_LABELS = 1 << 20
+"""the session pairs' labels of one epoch lie below this (distinct from every other epoch's)"""
 EXTENSION = 3.0
 """the gate's budget may grow to this many times ``Protocol.budget_s`` when the pilot's spread asks for it
 (``Protocol.max_budget_s`` unset)"""
@@ -68,9 +70,14 @@ class Protocol:
     max_rounds: int = 30
     max_repeats: int = 1000
     block_s: float = 0.02
-    """the time one round spends on one program: fast programs run many calls per round, slow ones one"""
-    sessions: int = 10
-    """sessions per program, used in turn by the rounds (fewer for programs slow to load or with large weights)"""
+    """without a gate: the time one round spends on one program (fast programs run many calls per round, slow ones
+    one). With a gate a round runs one call of each program (more only where the budget affords more rounds than
+    ``Gate.max_rounds``): on a 2-core host the noise of a 3 ms program is correlated over tens of milliseconds, so
+    that calls of two programs one after the other pair better than blocks of calls do (docs/measurement.md)"""
+    sessions: int = 20
+    """sessions per program, used in turn by the rounds (fewer for programs slow to load or with large weights): each
+    session's memory placement gives it an offset of about 1% that its rounds share, so the sessions, not the rounds,
+    set the interval's width on a millisecond program (docs/benchmarks.md, "Issue 42, third pass")"""
     confidence: float = 0.95
     resamples: int = 4000
     seed: int = 0
@@ -225,7 +232,8 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     for the GPU runtimes). One :class:`Comparison` per program after the first, in order.
 
     ``renew`` (with a gate): new instances of every program, to replace the current ones every few rounds (the
-    old ones dropped first), for programs of one session each (what memory allows for large models): what
+    old ones dropped first), for programs of fewer sessions each than the gate's units need (what memory allows
+    for large models, or beside many candidates): what
     differs between two sessions of one program (memory placement) is then drawn again each epoch, and the
     gate's standard error counts the epochs as its units (:data:`EPOCHS` of them planned; with few, the interval
     is wide), where one session pair for the whole run would show its difference as a gain. The caller keeps no
@@ -247,7 +255,10 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     skip = max(len(x) for x in inst)  # the first call of each instance allocates
     per_call = max(max(statistics.median(w[skip:] or w) for w in warm), 1e-7)
     pairs = p.budget_s / (k * per_call)  # how many rounds of one call per program the budget affords
-    repeats = min(max(math.ceil(p.block_s / per_call), 1), p.max_repeats, max(int(pairs // p.min_rounds), 1))
+    if p.gate is not None:  # one call of each program a round, unless the budget affords more than the gate's rounds
+        repeats = min(max(math.ceil(pairs / p.gate.max_rounds), 1), p.max_repeats)
+    else:
+        repeats = min(max(math.ceil(p.block_s / per_call), 1), p.max_repeats, max(int(pairs // p.min_rounds), 1))
     series: list[list[float]] = [[] for _ in inst]
 
     planned = int(min(max(pairs // repeats, p.min_rounds), p.gate.max_rounds)) if p.gate is not None else 0
@@ -259,8 +270,8 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
         for which in rng.permutation(k):
             series[which].append(clock(inst[which][r % len(inst[which])], repeats))
 
-    def pair(r: int, j: int) -> int:  # the session pair round r ran on, original against program j
-        return (r // every if every else 0) * k * k + (r % len(inst[0])) * len(inst[j]) + r % len(inst[j])
+    def pair(r: int, j: int) -> int:  # the session pair round r ran on, original against program j (in its epoch)
+        return (r // every if every else 0) * EPOCH_LABELS + (r % len(inst[0])) * len(inst[j]) + r % len(inst[j])
 
     t0 = time.perf_counter()
     if p.gate is not None:  # renewing: the epochs are the units however few (a wide interval, never a narrow one)

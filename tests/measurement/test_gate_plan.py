@@ -123,9 +123,9 @@ def test_compare_many_follows_the_plan_up_to_the_extended_budget():
     plan stays the budget's."""
     gate, extended = Gate(), 0
     for seed in range(4):
-        clock, programs = synthetic_clock(1.05, 0.08, seed)
+        clock, programs = synthetic_clock(1.05, 0.25, seed)
         [fixed] = compare_many(programs, Protocol(budget_s=2.0, max_budget_s=2.0, gate=gate, seed=seed), clock=clock)
-        clock, programs = synthetic_clock(1.05, 0.08, seed)
+        clock, programs = synthetic_clock(1.05, 0.25, seed)
         [c] = compare_many(programs, Protocol(budget_s=2.0, gate=gate, seed=seed), clock=clock)
         base = fixed.planned
         assert fixed.rounds <= base and fixed.looks <= gate.looks

@@ -233,3 +233,18 @@ def test_renewed_sessions_never_fall_back_to_the_rounds_as_units():
     assert one.ci_low == 0 and one.ci_high == float("inf")
     two = trimmed_interval(x, [0] * 6 + [1] * 6, 0.99, 2, clustered=True)
     assert 0 < two.ci_low and two.units == 2
+
+
+def test_programs_of_few_sessions_are_renewed_so_that_session_pairs_are_the_units():
+    """A memory budget that holds two sessions of each program (fewer than the gate's 5 units): the sessions are
+    renewed every few rounds, and the interval's units are the pairs of every epoch (finite, not the rounds')."""
+    from eqsat.measurement.runtimes import OrtRuntime, compare_programs
+
+    programs = [Program(slow()), Program(fast())]
+    two_each = 2 * sum(session_bytes(p.model) for p in programs) + 1
+    protocol = timing.Protocol(budget_s=1.0, gate=Gate(), memory_bytes=two_each, max_budget_s=1.0)
+    measured = compare_programs(programs[0], programs[1:], OrtRuntime(), protocol)
+    (cmp,) = measured.comparisons
+    assert cmp.runtime["sessions_per_program"] == 2 and cmp.runtime["sessions_renewed"] is True
+    assert 0 < cmp.ci_low <= cmp.speedup <= cmp.ci_high < float("inf")
+    assert cmp.speedup > 1  # fast() runs one of the nine MatMuls slow() runs (the oracle: the models themselves)
