@@ -29,7 +29,7 @@ import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
 from eqsat.errors import InputError  # noqa: E402
-from eqsat.measurement.clock import session_options  # noqa: E402
+from eqsat.measurement.clock import session_options, wall_block_ms  # noqa: E402
 from eqsat.measurement.timing import timing_feeds  # noqa: E402
 from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
 
@@ -41,10 +41,8 @@ def session(model: onnx.ModelProto, arena: bool) -> ort.InferenceSession:
 
 
 def block_s(run: Callable[[], object], n: int) -> float:
-    t = time.perf_counter()
-    for _ in range(n):
-        run()
-    return (time.perf_counter() - t) / n
+    """A block of ``n`` calls as the gate's clock summarizes it: the median of the calls timed one by one."""
+    return wall_block_ms(run, n) / 1e3
 
 
 def paired_spread(runs: Sequence[Callable[[], object]], blocks: Sequence[int], seconds: float,
@@ -97,10 +95,13 @@ def session_offsets(model: onnx.ModelProto, feeds: dict, sessions: int, rounds: 
 
 
 def variance_components(logs: np.ndarray) -> tuple[float, float]:
-    """(between-session sd, within-session sd) of log times, one row per session: the one-way analysis of
-    variance's estimates (the spread of the sessions' means less what their rounds' own noise puts in it)."""
-    rounds = logs.shape[1]
-    within = float(logs.var(axis=1, ddof=1).mean())
+    """(between-session sd, within-session sd) of log times, one row per session and one column per round (the
+    sessions timed interleaved, so that a load spike in one round reaches them all): the two-way analysis of
+    variance's estimates. The rounds' common part is taken out of the residual; the spread of the sessions' means
+    less what the residual puts in it is the sessions' own."""
+    sessions, rounds = logs.shape
+    resid = logs - logs.mean(axis=1, keepdims=True) - logs.mean(axis=0, keepdims=True) + logs.mean()
+    within = float((resid ** 2).sum() / max((sessions - 1) * (rounds - 1), 1))
     between = max(float(logs.mean(axis=1).var(ddof=1)) - within / rounds, 0.0)
     return between ** 0.5, within ** 0.5
 

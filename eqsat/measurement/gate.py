@@ -1,7 +1,7 @@
 """The shipping gate: a sequential test on paired, interleaved rounds that ships a program only when it is faster
 with a designed false-ship rate, and keeps adding rounds while the answer is open and budget remains.
 
-Each round times a block of the original and of every candidate (:mod:`eqsat.measurement.timing`); a round gives one paired
+Each round times the original and every candidate (one call each, or a block: :mod:`eqsat.measurement.timing`); a round gives one paired
 log ratio ``x = log(original / candidate)``. At a *look*, :func:`assess` turns the rounds so far into an interval
 for the speedup: the 10%-trimmed mean of ``x`` (robust to a load spike that hits one side of a round), with the
 standard error of Yuen's trimmed mean made cluster-robust over the session pairs the rounds ran on (sessions of
@@ -91,9 +91,9 @@ class Gate:
     """stop looking at a candidate whose whole interval lies below this speedup (it cannot be a gain worth having)"""
     min_clusters: int = 5
     """session pairs needed to use them as the units of the standard error (else the rounds are)"""
-    max_rounds: int = 4000
-    """rounds at most, however fast the programs (a round runs one call of each program up to this many: faster
-    programs run blocks of calls instead, :func:`eqsat.measurement.timing.compare_many`)"""
+    max_rounds: int = 12000
+    """rounds at most, however fast the programs (a round runs one call of each program where the extended budget
+    affords at most this many; faster programs run blocks of calls instead, :func:`eqsat.measurement.timing.compare_many`)"""
     clustered: bool = False
     """the clusters are the only units (programs renewed every few rounds: :func:`eqsat.measurement.timing.compare_many`): with
     fewer than :attr:`min_clusters` of them the interval is unbounded, never one over the rounds"""

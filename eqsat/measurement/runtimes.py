@@ -54,8 +54,9 @@ RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
 """``--runtime`` values besides ``auto``"""
 TORCH_RUNTIMES = frozenset({"torch-cuda", "torch-compile", "torch-cpu"})
 RENEW_SECONDS = 10.0
-"""the most seconds renewing programs of few sessions may add to a run in builds (or the run's budget, if more); models
-slower to build (a 1B-parameter one) keep their one session pair, and the rounds are the gate's units"""
+"""the most seconds renewing programs of few sessions may spend in builds (at most EPOCHS - 1 renewals; or the run's
+budget, if more); models slower to build (a 1B-parameter one) keep their sessions, and the rounds are the gate's
+units"""
 EAGER_REPEATS = 20
 TORCH_INSTANCES = 3
 """instances per program in the eager and CUDA-graph modes, each with its own weights (as sessions are for onnxruntime)"""

@@ -3,8 +3,8 @@
 The protocol (:func:`compare`): both programs in one process, in onnxruntime sessions built with the
 same :func:`session_options` (all graph optimizations, a fixed intra-op thread count, sequential
 execution), several sessions per program used in turn; alternated warm-up calls; then rounds, each
-timing a block of calls of either program in a seeded random order, summarized by the block's median;
-the calls per block and the rounds adapt to a time budget. The speedup is the median over rounds of the
+timing every program in a seeded random order: a block of calls summarized by its median (under a gate one call,
+where the rounds allow); the calls per block and the rounds adapt to a time budget. The speedup is the median over rounds of the
 paired ratio original / optimized, with a percentile-bootstrap confidence interval (seeded) that
 resamples the session pairs and the rounds within each (sessions of one program differ slightly).
 A program ships (:func:`decide`) only if it is faster with confidence: the interval's lower bound > 1.
@@ -51,7 +51,8 @@ SESSIONS_WEIGHT_LIMIT = 2**30
 copy of its MatMul weights, even where the weights themselves are shared (:mod:`eqsat.onnx.pool`)"""
 MIN_SESSIONS = 3
 EPOCHS = 5
-"""with programs of few sessions each renewed (:func:`compare_many`'s ``renew``): the epochs planned over the rounds"""
+"""with programs of few sessions each renewed (:func:`compare_many`'s ``renew``): the epochs planned over the budget's
+rounds, and the most there are (an extended run's last epoch is longer), so that the builds are bounded"""
 EPOCH_LABELS = 1 << 20
 """the session pairs' labels of one epoch lie below this (distinct from every other epoch's)"""
 EXTENSION = 3.0
@@ -227,16 +228,16 @@ def compare_calls(calls_a: Calls, calls_b: Calls, protocol: Protocol = Protocol(
 def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), runtime: dict[str, Any] | None = None,
                  clock: BlockClock = wall_block_ms, renew: Callable[[], Sequence[Calls]] | None = None) -> list[Comparison]:
     """Time the original (``programs[0]``) against each other program in one interleaved run: every round
-    times a block of each program in a seeded random order, and each comparison pairs the original's block
-    with the other program's in the same round. ``clock`` times a block (wall clock by default; CUDA events
+    times each program in a seeded random order (under a gate one call each, where the rounds allow; else a block
+    of about ``block_s``), and each comparison pairs the original's time with the other program's in the same round. ``clock`` times a block (wall clock by default; CUDA events
     for the GPU runtimes). One :class:`Comparison` per program after the first, in order.
 
     ``renew`` (with a gate): new instances of every program, to replace the current ones every few rounds (the
     old ones dropped first), for programs of fewer sessions each than the gate's units need (what memory allows
     for large models, or beside many candidates): what
     differs between two sessions of one program (memory placement) is then drawn again each epoch, and the
-    gate's standard error counts the epochs as its units (:data:`EPOCHS` of them planned; with few, the interval
-    is wide), where one session pair for the whole run would show its difference as a gain. The caller keeps no
+    gate's standard error counts the session pairs of every epoch as its units (:data:`EPOCHS` epochs planned over
+    the budget's rounds, the last one longer where the gate extends them; with few units, the interval is wide), where one session pair for the whole run would show its difference as a gain. The caller keeps no
     reference to ``programs`` then, so that the dropped sessions are freed."""
     p = protocol
     if len(programs) < 2:
@@ -255,8 +256,9 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     skip = max(len(x) for x in inst)  # the first call of each instance allocates
     per_call = max(max(statistics.median(w[skip:] or w) for w in warm), 1e-7)
     pairs = p.budget_s / (k * per_call)  # how many rounds of one call per program the budget affords
-    if p.gate is not None:  # one call of each program a round, unless the budget affords more than the gate's rounds
-        repeats = min(max(math.ceil(pairs / p.gate.max_rounds), 1), p.max_repeats)
+    extended = p.extended_budget_s / (k * per_call)  # ... and the extended budget
+    if p.gate is not None:  # one call of each program a round, unless the extended budget affords more than the gate's
+        repeats = min(max(math.ceil(extended / p.gate.max_rounds), 1), p.max_repeats)
     else:
         repeats = min(max(math.ceil(p.block_s / per_call), 1), p.max_repeats, max(int(pairs // p.min_rounds), 1))
     series: list[list[float]] = [[] for _ in inst]
@@ -264,19 +266,25 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     planned = int(min(max(pairs // repeats, p.min_rounds), p.gate.max_rounds)) if p.gate is not None else 0
     every = max(1, math.ceil(planned / EPOCHS)) if renew is not None and p.gate is not None else 0
 
+    labels: list[list[int]] = [[] for _ in inst]  # per round: the session pair it ran on, original against program j
+    epoch = 0
+
     def run_round(r: int) -> None:
-        if every and r and r % every == 0:
+        nonlocal epoch
+        if every and r and r % every == 0 and epoch < EPOCHS - 1:  # at most EPOCHS - 1 renewals, however extended
             _renew(inst, renew, clock)
+            epoch += 1
         for which in rng.permutation(k):
             series[which].append(clock(inst[which][r % len(inst[which])], repeats))
+        for j in range(1, k):  # labelled now: a renewal may change how many sessions a program has
+            labels[j].append(epoch * EPOCH_LABELS + (r % len(inst[0])) * len(inst[j]) + r % len(inst[j]))
 
     def pair(r: int, j: int) -> int:  # the session pair round r ran on, original against program j (in its epoch)
-        return (r // every if every else 0) * EPOCH_LABELS + (r % len(inst[0])) * len(inst[j]) + r % len(inst[j])
+        return labels[j][r]
 
     t0 = time.perf_counter()
-    if p.gate is not None:  # renewing: the epochs are the units however few (a wide interval, never a narrow one)
+    if p.gate is not None:  # renewing: the epochs' pairs are the units however few (a wide interval, never a narrow one)
         gate = replace(p.gate, min_clusters=2, clustered=True) if every else p.gate
-        extended = p.extended_budget_s / (k * per_call)
         seq = Sequential(gate, p.family or k - 1, int(max(pairs // repeats, p.min_rounds)),
                          int(max(extended // repeats, p.min_rounds)))
         return _sequential(p, seq, run_round, series, pair, repeats, start, t0, runtime)

@@ -164,3 +164,62 @@ def test_the_pipeline_extends_the_measurement_only_into_what_the_search_left(mon
             decision.measure(model, model, config, runtime=runtimes.make("ort-cpu"), spare_s=spare)
     assert [p.extended_budget_s for p in seen] == [4.0, 6.0, EXTENSION * 4.0, 4.0]
     assert all(p.budget_s == 4.0 and p.gate is not None for p in seen)
+
+
+
+def test_renewed_rounds_share_a_label_exactly_when_they_ran_on_the_same_pair_of_sessions(monkeypatch):
+    """Programs renewed with a different number of sessions each epoch (3, then 4, 2, 3, 4): the gate's clusters
+    are the session pairs the rounds actually ran on (the oracle: the clock's record of which instance each timed
+    call was), so that two rounds share a label exactly when they ran on the same pair; and there are at most
+    EPOCHS epochs (EPOCHS - 1 renewals) however far the rounds extend."""
+    from eqsat.measurement import gate as gate_mod
+    from eqsat.measurement.timing import EPOCHS
+
+    class Call:
+        made = 0
+
+        def __init__(self, program: int):
+            Call.made += 1
+            self.program, self.uid, self.calls = program, Call.made, 0
+
+        def __call__(self) -> float:
+            self.calls += 1
+            return 1.05 if self.program == 0 else 1.0
+
+    renewals = iter([4, 2, 3, 4, 2, 3, 4, 2, 3])
+    renewed = []
+    first = [[Call(0) for _ in range(3)], [Call(1) for _ in range(3)]]
+    created_by_renew: set[int] = set()
+    ran: list[tuple[int, int]] = []  # (program, instance) of every call the rounds timed
+    warm = 2 * 6  # the warm-up's calls: 2 passes over the 6 first instances
+    rng = np.random.default_rng(0)
+
+    def clock(call: Call, repeats: int) -> float:
+        renewal_warm = call.uid in created_by_renew and call.calls == 0  # _renew's untimed first call
+        value = call() * math.exp(rng.normal(0.0, 0.4))
+        if not renewal_warm:
+            ran.append((call.program, call.uid))
+        return value
+
+    def renew():
+        n = next(renewals)
+        renewed.append(n)
+        out = [[Call(0) for _ in range(n)], [Call(1) for _ in range(n)]]
+        created_by_renew.update(c.uid for side in out for c in side)
+        return out
+
+    seen: dict[str, list[int]] = {}
+    look = gate_mod.Sequential.look
+
+    def spy(self, original_ms, candidates_ms, clusters, cap=None):
+        seen["clusters"] = list(clusters[0])
+        return look(self, original_ms, candidates_ms, clusters, cap=cap)
+    monkeypatch.setattr(gate_mod.Sequential, "look", spy)
+    [c] = compare_many(first, Protocol(budget_s=2.0, gate=Gate(), seed=0, warmup=2), clock=clock, renew=renew)
+    labels, ran = seen["clusters"], ran[warm:]
+    assert len(labels) == c.rounds and len(ran) == 2 * c.rounds
+    pairs = [tuple(sorted(ran[2 * r:2 * r + 2])) for r in range(c.rounds)]  # (original's instance, candidate's)
+    for r in range(c.rounds):
+        for q in range(r):
+            assert (labels[r] == labels[q]) == (pairs[r] == pairs[q]), (r, q)
+    assert renewed == [4, 2, 3, 4][:EPOCHS - 1] and len(set(pairs)) == 3 + 4 + 2 + 3 + 4  # every epoch's pairs

@@ -15,9 +15,10 @@ def test_variance_components_recover_the_spreads_drawn():
     noise = load_script("bench_noise")
     rng = np.random.default_rng(0)
     offsets = rng.normal(0.0, 0.04, (400, 1))  # 400 sessions 4% apart, 50 rounds each with 10% noise
-    between, within = noise.variance_components(-6.0 + offsets + rng.normal(0.0, 0.10, (400, 50)))
-    assert abs(between - 0.04) < 0.006 and abs(within - 0.10) < 0.003
-    none, _ = noise.variance_components(-6.0 + rng.normal(0.0, 0.10, (400, 50)))
+    spikes = rng.normal(0.0, 0.2, (1, 50)) * (rng.random((1, 50)) < 0.2)  # load that reaches every session of a round
+    between, within = noise.variance_components(-6.0 + offsets + spikes + rng.normal(0.0, 0.10, (400, 50)))
+    assert abs(between - 0.04) < 0.006 and abs(within - 0.10) < 0.003  # the rounds' common load taken out
+    none, _ = noise.variance_components(-6.0 + spikes + rng.normal(0.0, 0.10, (400, 50)))
     assert none < 0.01  # no offsets drawn: what is left is the estimate's own noise
 
 
