@@ -73,12 +73,12 @@ def test_cpu_backend_times_every_operator(tmp_path):
 def test_cache_returns_stored_values_without_retiming(tmp_path):
     path = str(tmp_path / "c.sqlite")
     first = TorchCost("cpu", CostCache(path), threads=1, warmup=1, repeats=3)
-    values = [first.op_cost(k) for k in KEYS[:4]]
-    cached = [k for k in KEYS[:4] if CostCache(path).get(first.device_name, first.backend, k) is not None]
+    values = [first.op_cost(k) for k in KEYS]  # all of them: on a loaded host several may be outliers
+    cached = [k for k in KEYS if CostCache(path).get(first.device_name, first.backend, k) is not None]
     assert len(cached) == first.measured - first.outliers >= 1  # outliers (contention) are never cached
     second = TorchCost("cpu", CostCache(path), threads=1, warmup=1, repeats=3)
     second.timing = lambda key: pytest.fail("re-timed a cached operator")  # type: ignore[method-assign]
-    assert [second.op_cost(k) for k in cached] == [v for k, v in zip(KEYS[:4], values) if k in cached]
+    assert [second.op_cost(k) for k in cached] == [v for k, v in zip(KEYS, values) if k in cached]
     assert second.measured == 0
 
 
