@@ -220,11 +220,26 @@ class SymbolTable:
     def __init__(self) -> None:
         self.primes: dict[tuple[str, int], int] = {}
         self.symbol_of: dict[int, tuple[str, int]] = {}
+        self.derived: dict[tuple[str, int], tuple[Derived, dict[str, int]]] = {}
+
+    def derive(self, values: Mapping[str, int]) -> None:
+        """Registers the :func:`derived_symbols` among ``values`` (symbol -> representative size) that are their
+        symbols' arithmetic at these sizes: each one's fingerprint is then that arithmetic of theirs, not a prime
+        of its own, so that dynamo's attention mask of length ``past + 1`` and the Concat of a past and one new
+        token have one fingerprint (the mask adds to the scores over that Concat)."""
+        for name, f in derived_symbols(list(values)).items():
+            sizes = {u: int(values[u]) for u in f.uses if u in values}
+            if len(sizes) == len(f.uses) and f(sizes) == int(values[name]):
+                self.derived[(name, int(values[name]))] = (f, sizes)
 
     def value(self, name: str, size: int) -> int:
         """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own
-        (the next one not :meth:`related` to the earlier symbols')."""
+        (the next one not :meth:`related` to the earlier symbols'); one registered by :meth:`derive`: its arithmetic
+        of its symbols' fingerprints."""
         key = (name, int(size))
+        if key in self.derived:
+            f, sizes = self.derived[key]
+            return f({u: self.value(u, v) for u, v in sizes.items()})
         if key not in self.primes:
             p = _next_prime(max(self.primes.values(), default=FIRST_PRIME - 1))
             while self.related(p, int(size)):

@@ -182,6 +182,25 @@ def _rotary(kernel: bool) -> Callable[[np.random.Generator], Sample]:
     return sample
 
 
+def _grouped(sample: Callable[[np.random.Generator], Sample]) -> Callable[[np.random.Generator], Sample]:
+    """The kernels' draws, half of those of rank 4 grouped: q with r times the heads of kt and v (r 2 or 3), the
+    mask's heads 1 or q's."""
+    def draw(rng: np.random.Generator) -> Sample:
+        attrs, shapes = sample(rng)
+        if len(shapes[0]) != 4 or rng.random() < 0.5:
+            return attrs, shapes
+        r = int(rng.integers(2, 4))
+        q = (shapes[0][0], shapes[0][1] * r, *shapes[0][2:])
+        mask = [(m[0], 1 if m[1] == 1 else q[1], *m[2:]) for m in shapes[3:]]
+        return attrs, [q, shapes[1], shapes[2], *mask]
+    return draw
+
+
+def _repeat_heads(rng: np.random.Generator) -> Sample:
+    """x [B, H, S, D], repeated 2 or 3 times."""
+    return (int(rng.integers(2, 4)),), [tuple(_dims(rng, 4))]
+
+
 SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "ewadd": _broadcast, "ewmul": _broadcast, "relu": _elementwise, "tanh": _elementwise,
     "sigmoid": _elementwise, "dropout": _elementwise, "matmul": _matmul, "conv2d": _conv2d, "pool": _pool,
@@ -189,7 +208,8 @@ SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "enlarge": _enlarge, "batchnorm": _batchnorm, "bn_scale": _params(2), "bn_shift": _params(4),
     "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
     "linear": _linear, "attention": _attention, "scale": _scale, "ewsum": _broadcast, "addnorm": _addnorm,
-    "sdpa": _attention, "rotary": _rotary(False), "rope": _rotary(True), "sdpa_causal": _causal,
+    "sdpa": _grouped(_attention), "rotary": _rotary(False), "rope": _rotary(True), "sdpa_causal": _grouped(_causal),
+    "repeat_heads": _repeat_heads,
 }
 COMPUTED = sorted(SAMPLERS)
 """the operators with semantics, sorted: each has a sampler"""

@@ -237,11 +237,20 @@ def _split(root: Node, consts: Mapping[int, np.ndarray], readers: Mapping[int, l
 
 
 def _repeated(n: Node) -> Node | None:
-    """``x`` where ``n`` is ``x`` [B, H, S, D] with each head repeated r > 1 times in turn (``reshape`` to [B, H * r,
-    S, D] of an ONNX ``Expand`` to [B, H, r, S, D] of ``x`` made [B, H, 1, S, D] by an ``Unsqueeze`` or a
-    ``reshape``), else None. The shapes decide it (compared as fingerprints: a symbolic dimension equal to itself
-    only): inserting an axis of 1 and merging two axes move no value, and an Expand from 1 to r repeats."""
-    if n.op != "reshape" or len(n.shape) != 4:
+    """``x`` where ``n`` repeats the heads of ``x`` (:func:`repeated_heads`), else None."""
+    if n.op == "repeat_heads":
+        return n.inputs[0]
+    found = repeated_heads(n)
+    return None if found is None else found[0]
+
+
+def repeated_heads(n: Node) -> tuple[Node, int] | None:
+    """``(x, r)`` where ``n`` is ``x`` [B, H, S, D] with each head repeated r > 1 times in turn (a ``reshape`` or
+    an ONNX ``Reshape`` to [B, H * r, S, D] of an ONNX ``Expand`` to [B, H, r, S, D] of ``x`` made [B, H, 1, S, D]
+    by an ``Unsqueeze`` or a ``reshape``: transformers' ``repeat_kv``), else None. The shapes decide it (compared
+    as fingerprints: a symbolic dimension equal to itself only): inserting an axis of 1 and merging two axes move
+    no value, and an Expand from 1 to r repeats. The importer reads such a chain as ``repeat_heads``."""
+    if not (n.op == "reshape" or (n.op == "opaque" and n.attrs[:2] == ("Reshape", ""))) or len(n.shape) != 4:
         return None
     e = n.inputs[0]
     if not (e.op == "opaque" and e.attrs[:2] == ("Expand", "") and len(e.shape) == 5 and e.inputs):
@@ -254,9 +263,10 @@ def _repeated(n: Node) -> Node | None:
         return None
     b, h, s, d = fingerprint(x.shape)
     if fingerprint(u.shape) != (b, h, 1, s, d) or fingerprint(e.shape) != (b, h, int(r), s, d) \
-            or fingerprint(n.shape) != (b, h * int(r), s, d):
+            or fingerprint(n.shape) != (b, h * int(r), s, d) or fp_of(x.shape[1]) != int(x.shape[1]) \
+            or fp_of(x.shape[3]) != int(x.shape[3]):
         return None
-    return x
+    return x, int(r)
 
 
 def _grouped(n: Node) -> Form | None:
@@ -307,4 +317,4 @@ def plan(outputs: Sequence[Node], consts: Mapping[int, np.ndarray], kernels: boo
     return forms
 
 
-__all__ = ["Form", "SplitGroup", "plan"]
+__all__ = ["Form", "SplitGroup", "plan", "repeated_heads"]

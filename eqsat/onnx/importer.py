@@ -27,16 +27,18 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import ir, ops
+from ..dims import current as current_symbols
 from ..dims import holds, is_symbolic
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
 from ..ops.elementwise import binary
 from ..ops.mapping import ImportContext, floats, onnx_attrs
-from ..ops.rotary import halves_repeat
+from ..ops.rotary import computed_halves_repeat, halves_repeat
 from . import origins, pool
 from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
 from .external import tensor_size
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
+from .forms import repeated_heads
 from .interface import symbol_values
 from .io import check_bfloat16, is_large
 from .live import live_shapes
@@ -115,6 +117,8 @@ class _Importer:
         self.unfitted: list[str] = []  # opaque outputs whose symbolic shape is not inferred (generic imports)
         self.g = model.graph
         self.input_shapes = dict(input_shapes)
+        if generic:  # a symbol written as others' arithmetic fingerprints as that arithmetic (past + 1)
+            current_symbols().derive(symbol_values(model, self.input_shapes))
         self.opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
         self.values: dict[str, Node] = {}
         self.consts: dict[str, np.ndarray] = {}
@@ -321,6 +325,10 @@ class _Importer:
                         del self.consts[target]
         if mapped is None:
             self._opaque(node, implicit)
+            repeated = repeated_heads(self.values[node.output[0]]) if node.op_type == "Reshape" and self.generic \
+                else None
+            if repeated is not None:  # transformers' repeat_kv: one operator that rules see through
+                self.values[node.output[0]] = self.make("repeat_heads", [repeated[0]], (repeated[1],))
         else:
             self.values[node.output[0]] = mapped
             if not sized:  # (a Reshape to a sized target is written from the IR: its target, a constant)
@@ -389,7 +397,8 @@ class _Importer:
                 # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
                 ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
             attrs = match.ir_attrs([i.shape for i in ins]) if len(ins) < 5 else None
-            if match.op == "rotary" and not all(halves_repeat(self._table(i)) for i in match.inputs[1:]):
+            if match.op == "rotary" and not all(halves_repeat(self._table(i)) or self._computed_table(i)
+                                                for i in match.inputs[1:]):
                 attrs = None  # cos and sin, now folded, are not rotary caches: the nodes one by one
             if floats(ins) is not None and attrs is not None:
                 try:
@@ -410,6 +419,14 @@ class _Importer:
             if len(match.nodes) == 1 or match.op in ("linear", "addnorm"):  # written back as they were
                 self.record_origin(list(match.nodes), [match.output])
         return True
+
+    def _computed_table(self, name: str) -> bool:
+        """Whether ``name`` is a rotary table computed each call whose halves repeat by construction (a decode
+        step's, from the position: :func:`eqsat.ops.rotary.computed_halves_repeat`)."""
+        def shape(n: str) -> tuple[int, ...] | None:
+            v = self.values.get(n)
+            return tuple(v.shape) if v is not None else None
+        return name not in self.consts and computed_halves_repeat(name, self._producers.get, self.consts.get, shape)
 
     def _table(self, name: str) -> np.ndarray | None:
         """The constant ``name`` is, or the constant table it is a Slice of along its other axes than the last (a

@@ -44,7 +44,21 @@ from types import MappingProxyType
 
 import numpy as np
 
-from . import attention, batchnorm, composite, conv, elementwise, layout, leaf, matmul, norm, opaque, pool, rotary
+from . import (
+    attention,
+    batchnorm,
+    composite,
+    conv,
+    elementwise,
+    heads,
+    layout,
+    leaf,
+    matmul,
+    norm,
+    opaque,
+    pool,
+    rotary,
+)
 from .base import (
     ACT_NONE,
     ACT_RELU,
@@ -84,7 +98,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     composite.SCALE, attention.ATTENTION,
     opaque.OPAQUE, leaf.NOOP,
     elementwise.EWSUM, norm.ADDNORM, attention.SDPA, rotary.ROTARY, rotary.ROPE,
-    attention.SDPA_CAUSAL,
+    attention.SDPA_CAUSAL, heads.REPEAT_HEADS,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from . import heads
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, emit_newer, fail, newer_allowed, volume
 from .composite import check_float_attr, float_attr_conds, float_bits, float_value
 from .egglog_text import dim_vars, rule, shape_of
@@ -58,12 +59,16 @@ RANKS = (3, 4)
 """operand ranks the operator takes ([B, S, D] and [B, H, S, D])"""
 
 
-def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+def _shape(attrs: tuple, shapes: Sequence[Shape], grouped: bool = False) -> Shape:
+    """``grouped``: at rank 4, kt and v may have fewer heads (axis 1) than q, a divisor of q's (a runtime kernel's
+    grouped-query attention: :func:`ungrouped`)."""
     (bits,) = attrs
     check_float_attr("attention", bits, "scale")
     if len(shapes) not in (3, 4):
         raise fail("attention", f"expects (q, kt, v) or (q, kt, v, mask), got {len(shapes)} operands")
     q, kt, v = (tuple(s) for s in shapes[:3])
+    if grouped and len(q) == 4 == len(kt) == len(v) and kt[1] == v[1] and int(kt[1]) > 0 and int(q[1]) % int(kt[1]) == 0:
+        kt, v = (x[:1] + (q[1],) + x[2:] for x in (kt, v))
     if len(q) not in RANKS or not len(q) == len(kt) == len(v) or q[:-2] != kt[:-2] or q[:-2] != v[:-2] \
             or q[-1] != kt[-2] or kt[-1] != v[-2]:
         raise fail("attention", f"expects q [..., S, D], kt [..., D, Sk], v [..., Sk, Dv] of rank 3 or 4 with equal "
@@ -76,14 +81,16 @@ def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     return q[:-1] + (v[-1],)
 
 
-def _rules(plain: str = "Attention", masked: str = "AttentionMasked") -> list[str]:
+def _rules(plain: str = "Attention", masked: str = "AttentionMasked", grouped: bool = False) -> list[str]:
     """Per rank, without and with a mask (each mask dimension 1 or the scores'), for the constructors ``plain``
-    and ``masked``."""
+    and ``masked``; ``grouped``: at rank 4 kt and v have ``h`` heads, a divisor of q's."""
     out = []
     for r in RANKS:
         lead = dim_vars("b", r - 2)
-        base = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(lead + ['d', 'n'])} (shape kt))",
-                f"(= {shape_of(lead + ['n', 'dv'])} (shape v))", *float_attr_conds("s")]
+        kv = lead[:1] + ["h"] if grouped and r == 4 else lead
+        base = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(kv + ['d', 'n'])} (shape kt))",
+                f"(= {shape_of(kv + ['n', 'dv'])} (shape v))", *float_attr_conds("s"),
+                *(["(> h 0)", "(= 0 (% b1 h))"] if kv != lead else [])]
         result = [f"(set (shape e) {shape_of(lead + ['m', 'dv'])})"]
         out.append(rule(f"shape_{plain}{r}", [f"(= e ({plain} s q kt v))", *base], result))
         mask = dim_vars("c", r)
@@ -141,9 +148,28 @@ ATTENTION = OpDef("attention", "softmax(q @ kt * scale [+ mask]) @ v over the la
                   _flops, _bytes)
 
 
+def ungrouped(args: list[Any], r: int, repeat: Callable[[Any, int], Any]) -> list[Any]:
+    """The operands (q, kt, v[, mask]) of a grouped-query attention with kt's and v's heads each repeated ``r``
+    times in turn by ``repeat`` (numpy, torch or ONNX), as the decomposition reads them (``r`` 1: as they are)."""
+    return args if r == 1 else [args[0], repeat(args[1], r), repeat(args[2], r), *args[3:]]
+
+
+def group_size(shapes: Sequence[Sequence[int]]) -> int:
+    """How many query heads read each key/value head (1 where kt has as many heads as q, or the rank is 3)."""
+    return int(shapes[0][1]) // int(shapes[1][1]) if len(shapes[0]) == 4 else 1
+
+
+def _write_repeat(em: Emitter, shapes: Sequence[Shape]) -> Callable[[str, int], str]:
+    """The ONNX repetition of kt's or v's heads (their shapes told apart by name order: kt first, then v)."""
+    pending = [shapes[1], shapes[2]]
+    return lambda name, r: heads.write(em, name, pending.pop(0), r)
+
+
 def _sdpa_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
     if not newer_allowed(em):
-        return _onnx(em, attrs, ins, shapes)
+        r = group_size(shapes)
+        full = [tuple(s[:1]) + (shapes[0][1],) + tuple(s[2:]) if r > 1 and k in (1, 2) else s for k, s in enumerate(shapes)]
+        return _onnx(em, attrs, ungrouped(list(ins), r, _write_repeat(em, shapes)), full)
     rank = len(shapes[0])
     k = em.emit("Transpose", [ins[1]], "sdpa", perm=[*range(rank - 2), rank - 1, rank - 2])
     operands = [ins[0], k, ins[2]]
@@ -173,7 +199,7 @@ def _sdpa_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np
     (a query row masked with -inf throughout gives finite values where the decomposition gives NaN; NaN stays)."""
     if len(args) == 4:
         args = [*args[:3], np.maximum(np.asarray(args[3], dtype=np.float64), KERNEL_FLOOR)]
-    return _numpy(attrs, args, modulus)
+    return _numpy(attrs, ungrouped(args, group_size([np.shape(a) for a in args]), heads.repeat), modulus)
 
 
 def _sdpa_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
@@ -181,9 +207,19 @@ def _sdpa_bytes(ins: Sequence[Shape], out: Shape, itemsize: int) -> float:
     return _bytes(ins, out, itemsize) + 2.0 * itemsize * volume(ins[1])
 
 
-SDPA = OpDef("sdpa", "attention as one runtime kernel (ONNX Attention, opset 23)", "(scale_bits,)", _shape,
-             (Ctor("Sdpa", "ittt"), Ctor("SdpaMasked", "itttt")), lambda: _rules("Sdpa", "SdpaMasked"), _sdpa_numpy,
-             _sdpa_onnx, _torch, _flops, _sdpa_bytes, kernel="Attention (opset 23)")
+def _grouped_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
+    return _shape(attrs, shapes, grouped=True)
+
+
+def _grouped_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
+    fn, r = _torch(torch, attrs, shapes), group_size(shapes)
+    return lambda *args: fn(*ungrouped(list(args), r, lambda x, k: x.repeat_interleave(k, dim=1)))
+
+
+SDPA = OpDef("sdpa", "attention as one runtime kernel (ONNX Attention, opset 23; kt and v may have fewer heads)",
+             "(scale_bits,)", _grouped_shape, (Ctor("Sdpa", "ittt"), Ctor("SdpaMasked", "itttt")),
+             lambda: _rules("Sdpa", "SdpaMasked", grouped=True), _sdpa_numpy, _sdpa_onnx, _grouped_torch, _flops,
+             _sdpa_bytes, kernel="Attention (opset 23)")
 
 
 CAUSAL_FLOOR = -1e30
@@ -241,7 +277,7 @@ def causal_masks(nodes: Iterable[Any], weights: Mapping[str, Any]) -> frozenset[
 def _causal_shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:
     if len(shapes) != 3:
         raise fail("sdpa_causal", f"expects (q, kt, v), got {len(shapes)} operands")
-    out = _shape(attrs, shapes)
+    out = _shape(attrs, shapes, grouped=True)
     if shapes[0][-2] != shapes[1][-1]:
         raise fail("sdpa_causal", f"a causal mask needs as many queries as keys, got {shapes[0][-2]} queries and "
                                   f"{shapes[1][-1]} keys")
@@ -253,8 +289,10 @@ def _causal_rules() -> list[str]:
     out = []
     for r in RANKS:
         lead = dim_vars("b", r - 2)
-        conds = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(lead + ['d', 'm'])} (shape kt))",
-                 f"(= {shape_of(lead + ['m', 'dv'])} (shape v))", *float_attr_conds("s")]
+        kv = lead[:1] + ["h"] if r == 4 else lead  # grouped: kt and v of h heads, a divisor of q's
+        conds = [f"(= {shape_of(lead + ['m', 'd'])} (shape q))", f"(= {shape_of(kv + ['d', 'm'])} (shape kt))",
+                 f"(= {shape_of(kv + ['m', 'dv'])} (shape v))", *float_attr_conds("s"),
+                 *(["(> h 0)", "(= 0 (% b1 h))"] if r == 4 else [])]
         out.append(rule(f"shape_SdpaCausal{r}", ["(= e (SdpaCausal s q kt v))", *conds],
                         [f"(set (shape e) {shape_of(lead + ['m', 'dv'])})"]))
     return out
@@ -266,6 +304,7 @@ def causal_mask(n: int) -> np.ndarray:
 
 
 def _causal_numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    args = ungrouped(args, group_size([np.shape(a) for a in args]), heads.repeat)
     return _numpy(attrs, [*args, causal_mask(np.shape(args[0])[-2])], modulus)
 
 
@@ -275,6 +314,7 @@ def _causal_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sha
     last two axes gives j + 1 and i + 1; ops of opset 13, the oldest the importer takes)."""
     rank = len(shapes[0])
     if not newer_allowed(em):
+        ins = ungrouped(list(ins), group_size(shapes), _write_repeat(em, shapes))
         s = em.emit("MatMul", ins[:2], "attention")
         s = em.emit("Mul", [s, em.const(np.array(float_value(attrs[0]), dtype=np.float32), "scale")], "attention")
         ones = em.emit("ConstantOfShape", [em.emit("Shape", [s], "causal")], "causal",
@@ -300,10 +340,11 @@ def write_grouped(em: Emitter, attrs: tuple, q: str, k: str, v: str) -> str:
 
 
 def _causal_torch(torch: Any, attrs: tuple, shapes: Sequence[Shape]) -> Callable[..., Any]:
-    scale = float_value(attrs[0])
+    scale, r = float_value(attrs[0]), group_size(shapes)
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def fn(q: Any, kt: Any, v: Any) -> Any:
+        q, kt, v = ungrouped([q, kt, v], r, lambda x, k: x.repeat_interleave(k, dim=1))
         return sdpa(q, kt.transpose(-1, -2), v, is_causal=True, scale=scale)
     return fn
 

@@ -5,8 +5,9 @@ same values as one runtime kernel, opset 23's ``RotaryEmbedding``).
 ``x * C + rotate_half(x) * S`` where ``rotate_half(x) = concat(-x[..., h:], x[..., :h])`` and ``C``, ``S`` are
 the first halves of ``cos`` and ``sin`` written twice (``concat(cos[..., :h], cos[..., :h])``). ``cos`` and
 ``sin`` have x's rank (3 or 4), each dimension 1 or x's, the last ``D``. Only the first halves are read: the
-importer takes the pattern only where the constant cos and sin it reads repeat their halves (as every rotary
-cache does), so the values are the model's; reading the first halves alone makes ``rotary`` and ``rope`` equal
+importer takes the pattern only where the cos and sin it reads repeat their halves (as every rotary cache does: a
+constant checked, a table computed from the position checked by construction, :func:`computed_halves_repeat`), so
+the values are the model's; reading the first halves alone makes ``rotary`` and ``rope`` equal
 for every operand, as the rule verifier checks. The ONNX form is the exporters' decomposition (two Slices, Neg,
 Concat, two Muls, Add; the halves of cos and sin concatenated, which onnxruntime folds for constant caches);
 onnxruntime never fuses it.
@@ -209,6 +210,57 @@ def halves_repeat(table: np.ndarray | None) -> bool:
         return False
     h = table.shape[-1] // 2
     return bool(np.array_equal(table[..., :h], table[..., h:]))
+
+
+_EACH = frozenset({"Sin", "Cos", "Cast", "Neg", "Identity", "Exp", "Sqrt", "Abs", "Reciprocal", "Tanh", "Sigmoid"})
+"""operators that act on each element alike"""
+_PAIRWISE = frozenset({"Mul", "Add", "Sub", "Div"})
+
+
+def computed_halves_repeat(name: str, producer: Callable[[str], onnx.NodeProto | None],
+                           const: Callable[[str], np.ndarray | None], shape: Callable[[str], Sequence[int] | None],
+                           depth: int = 12) -> bool:
+    """Whether the value ``name`` repeats its halves along its last axis by construction, as LLaMA's exports compute
+    the rotary tables of a decode step from the position (``Unsqueeze(Cos(Concat(f, f, axis=-1)))``, the angles
+    ``f`` written twice): a ``Concat`` of one value with itself along the last axis, then only operators that act
+    on each element alike, element-wise ones with operands that do too or are constant along the last axis (a
+    scalar, a last dimension of 1), and ``Unsqueeze``, ``Reshape``, ``Expand`` or ``Transpose`` that keep every row
+    of the last axis whole (its size unchanged, no axis inserted after it); or a constant whose halves are equal.
+    ``producer``, ``const`` and ``shape`` read the model (a node, a constant value, a value's shape)."""
+    c = const(name)
+    if c is not None:
+        return c.ndim >= 1 and c.shape[-1] % 2 == 0 and bool(np.array_equal(c[..., :c.shape[-1] // 2],
+                                                                           c[..., c.shape[-1] // 2:]))
+    n = producer(name)
+    out = shape(name)
+    if depth == 0 or n is None or n.domain not in ("", "ai.onnx") or not out or not n.input:
+        return False
+
+    def each(x: str) -> bool:
+        return computed_halves_repeat(x, producer, const, shape, depth - 1)
+
+    def flat(x: str) -> bool:  # constant along the last axis: broadcast over it
+        dims = const(x).shape if const(x) is not None else shape(x)
+        return dims is not None and (len(dims) == 0 or int(dims[-1]) == 1)
+
+    ins, rank = list(n.input), len(out)
+    if n.op_type == "Concat":
+        axis = next((a.i for a in n.attribute if a.name == "axis"), None)
+        return len(ins) == 2 and ins[0] == ins[1] and axis in (-1, rank - 1)
+    if n.op_type in _EACH:
+        return each(ins[0])
+    if n.op_type in _PAIRWISE:
+        return len(ins) == 2 and all(each(x) or flat(x) for x in ins) and not all(flat(x) for x in ins)
+    before = shape(ins[0])
+    if before is None or len(before) == 0 or int(before[-1]) != int(out[-1]):
+        return False
+    if n.op_type == "Transpose":
+        perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)
+        return perm is not None and perm[-1] == rank - 1 and each(ins[0])
+    if n.op_type == "Unsqueeze":
+        axes = const(ins[1]) if len(ins) > 1 else None
+        return axes is not None and (rank - 1) not in {int(a) % rank for a in axes.reshape(-1)} and each(ins[0])
+    return n.op_type in ("Reshape", "Expand") and each(ins[0])
 
 
 def _rest(v: View, add: onnx.NodeProto, mul1: onnx.NodeProto, mul2: onnx.NodeProto, x: str, cos: str,

@@ -125,7 +125,53 @@ def _rotary_instance(rng):
     return [ir.make("rotary", [x, ir.input_("cos", table), ir.input_("sin", table)])]
 
 
+GROUPED_PERM = "(S4 0 1 3 2)"
+"""the keys' transposition an attention reads (kt = k with its last two axes swapped)"""
+
+
+def _grouped_bodies() -> tuple[tuple[str, str], ...]:
+    """The kernels over keys (transposed) and values whose heads are repeated alike: the same kernels over the
+    unrepeated ones."""
+    kt = f"(= kt (Transpose {GROUPED_PERM} (RepeatHeads r k))) (= v (RepeatHeads r vv))"
+    new = f"(Transpose {GROUPED_PERM} k)"
+    return ((f"(= root (Sdpa c q kt v)) {kt}", f"(Pend root (Sdpa c q {new} vv))"),
+            (f"(= root (SdpaMasked c q kt v mk)) {kt}", f"(Pend root (SdpaMasked c q {new} vv mk))"),
+            (f"(= root (SdpaCausal c q kt v)) {kt}", f"(Pend root (SdpaCausal c q {new} vv))"))
+
+
+def _grouped_instance(rng):
+    """An ``sdpa`` (masked half the time: a finite weight) or a causal one (as many keys as queries) over keys
+    and values whose heads are repeated r times, r >= 2: the rule fires. Near misses, where it must not: the
+    values repeated another number of times than the keys (shapes that still match), the keys transposed
+    otherwise, or only one of the two repeated."""
+    hk, r, b = dim(rng, 1, 3), dim(rng, 2, 3), dim(rng, 1, 2)
+    rows, d, dv = dim(rng, 1, 4), dim(rng, 1, 5), dim(rng, 1, 5)
+    causal = rng.random() < 0.3
+    keys = rows if causal else dim(rng, 1, 5)
+    q = ir.input_("q", (b, hk * r, rows, d))
+    k, v = ir.input_("k", (b, hk, keys, d)), ir.input_("v", (b, hk, keys, dv))
+    miss = rng.random()
+    kt = ir.make("transpose", [ir.make("repeat_heads", [k], (r,))], (0, 1, 3, 2))
+    if miss < 0.1 and d == keys:  # another transposition of the same shape: the rule must not read it
+        kt = ir.make("transpose", [ir.make("repeat_heads", [k], (r,))], (0, 1, 2, 3))
+    if 0.1 <= miss < 0.2:
+        vr = ir.input_("v_full", (b, hk * r, keys, dv))  # the values not repeated
+    elif 0.2 <= miss < 0.3 and hk % 2 == 0:  # half the heads repeated twice as often: the same shape
+        vr = ir.make("repeat_heads", [ir.input_("v_half", (b, hk // 2, keys, dv))], (2 * r,))
+    else:
+        vr = ir.make("repeat_heads", [v], (r,))
+    scale = (float_bits(pick(rng, SCALES)),)
+    if causal:
+        return [ir.make("sdpa_causal", [q, kt, vr], scale)]
+    mask = [ir.weight(FINITE, broadcastable(rng, (b, hk * r, rows, keys)))] if rng.random() < 0.5 else []
+    return [ir.make("sdpa", [q, kt, vr, *mask], scale)]
+
+
 rules = [
+    Rule("attention_grouped", "single", "ours",
+         "sdpa(q, transpose(repeat_heads(k, r)), repeat_heads(v, r)[, mask]) -> sdpa(q, transpose(k), v[, mask]) "
+         "(and sdpa_causal): grouped-query attention reads the unrepeated keys and values",
+         _grouped_bodies(), example=_grouped_instance, fixed=_finite_mask),
     Rule("attention_kernel", "single", "ours", "attention(q, kt, v[, mask]) -> sdpa(q, kt, v[, mask])",
          (("(= root (Attention c q kt v))", "(Pend root (Sdpa c q kt v))"),
           ("(= root (AttentionMasked c q kt v mk)) (Finite mk)", "(Pend root (SdpaMasked c q kt v mk))")),

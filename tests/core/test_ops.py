@@ -28,7 +28,7 @@ PRIME = 1_000_003
 WITHOUT_SEMANTICS = {"input", "weight", "noop", "opaque"}
 """leaves (values from outside), noop (never computed) and opaque (carried, never evaluated)"""
 FIELD_OPS = {"ewadd", "ewsum", "ewmul", "dropout", "matmul", "conv2d", "concat", "slice", "transpose", "reshape", "merge",
-             "enlarge", "linear"}
+             "enlarge", "linear", "repeat_heads"}
 """multi-linear (or layout) operators, defined over a prime field without a non-linear activation"""
 
 
