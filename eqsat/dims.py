@@ -5,7 +5,8 @@ A dynamic-axes model is imported at a representative size of each symbol (:mod:`
 function, cost model and extractor reads it unchanged) that also carries its **fingerprint**, the value the
 same dimension takes when every symbol is at its own fixed large value (:func:`symbol_value`: 64 times a
 distinct prime, so that two different monomials or sums of them differ there, and a monomial's fingerprint names
-its symbols and their representative sizes). A plain ``int`` is a constant:
+its symbols and their representative sizes; a symbol the interface writes as a sum or product of others, dynamo's
+``past + 1``, is that arithmetic of their fingerprints: :meth:`SymbolTable.derive`). A plain ``int`` is a constant:
 its fingerprint is itself.
 
 Shapes are inferred twice (:func:`infer`): at the representative sizes (the shape) and at the fingerprints
@@ -203,6 +204,19 @@ class Dim(int):
         return mono if mono.value(sizes) == int(self) else None
 
 
+def _monotone(name: str) -> bool:
+    """Whether the arithmetic ``name`` uses only sums and products of symbols and non-negative constants (``past +
+    1``, ``s0 + s1``, ``2*s3``): its value at the symbols' fingerprints then exceeds its own size as theirs do, and
+    reads as no constant (a difference or a quotient could: ``s1 - s0`` at sizes 64 and 832 fingerprints as 768)."""
+    try:
+        nodes = list(ast.walk(ast.parse(name.strip(), mode="eval")))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    allowed = (ast.Expression, ast.BinOp, ast.Add, ast.Mult, ast.Name, ast.Load, ast.Constant)
+    return all(isinstance(n, allowed) and not (isinstance(n, ast.Constant) and (type(n.value) is not int or n.value < 0))
+               for n in nodes)
+
+
 def _next_prime(after: int) -> int:
     n = after + 1
     while any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
@@ -221,6 +235,7 @@ class SymbolTable:
         self.primes: dict[tuple[str, int], int] = {}
         self.symbol_of: dict[int, tuple[str, int]] = {}
         self.derived: dict[tuple[str, int], tuple[Derived, dict[str, int]]] = {}
+        self.derived_of: dict[int, tuple[str, int]] = {}  # a derived symbol's fingerprint -> (it, its size)
 
     def derive(self, values: Mapping[str, int]) -> None:
         """Registers the :func:`derived_symbols` among ``values`` (symbol -> representative size) that are their
@@ -228,9 +243,15 @@ class SymbolTable:
         of its own, so that dynamo's attention mask of length ``past + 1`` and the Concat of a past and one new
         token have one fingerprint (the mask adds to the scores over that Concat)."""
         for name, f in derived_symbols(list(values)).items():
-            sizes = {u: int(values[u]) for u in f.uses if u in values}
-            if len(sizes) == len(f.uses) and f(sizes) == int(values[name]):
-                self.derived[(name, int(values[name]))] = (f, sizes)
+            sizes = {u: int(values[u]) for u in sorted(f.uses) if u in values}
+            size = int(values[name])
+            if len(sizes) != len(f.uses) or f(sizes) != size or not _monotone(name):
+                continue
+            fp = f({u: self.value(u, v) for u, v in sizes.items()})
+            if fp == size or fp <= 0 or (fp % SCALE == 0 and fp // SCALE in self.symbol_of):
+                continue  # would read as a constant or as another symbol: a prime of its own, as before
+            self.derived[(name, size)] = (f, sizes)
+            self.derived_of[fp] = (name, size)
 
     def value(self, name: str, size: int) -> int:
         """The fingerprint of the symbol ``name`` at the representative ``size``: SCALE times a prime of its own
@@ -265,8 +286,10 @@ class SymbolTable:
         return False
 
     def factor(self, fp: int) -> tuple[Fraction, list[tuple[tuple[str, int], int]]] | None:
-        """``fp`` as a coefficient times powers of the symbols' fingerprints; None where it has none, or names
-        one symbol at two sizes."""
+        """``fp`` as a coefficient times powers of the symbols' fingerprints (a :meth:`derive`\\d symbol's
+        fingerprint as that symbol); None where it has none, or names one symbol at two sizes."""
+        if fp in self.derived_of:
+            return Fraction(1), [(self.derived_of[fp], 1)]
         rest, powers = Fraction(fp), []
         if rest == 0:
             return None

@@ -23,7 +23,8 @@ for such nodes, one ONNX form that reads fewer values:
   (reshaped, keeping its last dimension, and) added to a constant bias along the cut axis, one ``Add`` of the
   concatenated bias before the ``Split``, which onnxruntime fuses with the MatMul into a Gemm;
 - ``sdpa_causal`` of rank 4 whose keys and values are grouped heads repeated (transformers' ``repeat_kv``:
-  ``reshape(Expand(Unsqueeze(x)))`` from [B, H, S, D] to [B, H * r, S, D]; the keys then transposed): opset 23's
+  ``reshape(Expand(Unsqueeze(x)))`` from [B, H, S, D] to [B, H * r, S, D], or the IR's ``repeat_heads`` that a
+  shape-generic import reads it as, where the rule ``attention_grouped`` did not apply; the keys then transposed): opset 23's
   ``Attention`` of the unrepeated keys and values (it takes fewer key/value heads than query heads: grouped-query
   attention), where the writer may use the kernel (``kernels``): no Expand of either each call.
 

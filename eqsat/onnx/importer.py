@@ -325,14 +325,13 @@ class _Importer:
                         del self.consts[target]
         if mapped is None:
             self._opaque(node, implicit)
-            repeated = repeated_heads(self.values[node.output[0]]) if node.op_type == "Reshape" and self.generic \
-                else None
-            if repeated is not None:  # transformers' repeat_kv: one operator that rules see through
-                self.values[node.output[0]] = self.make("repeat_heads", [repeated[0]], (repeated[1],))
         else:
             self.values[node.output[0]] = mapped
             if not sized:  # (a Reshape to a sized target is written from the IR: its target, a constant)
                 self.record_origin([node], [node.output[0]])
+        repeated = repeated_heads(self.values[node.output[0]]) if node.op_type == "Reshape" and self.generic else None
+        if repeated is not None:  # transformers' repeat_kv: one operator that rules see through
+            self.values[node.output[0]] = self.make("repeat_heads", [repeated[0]], (repeated[1],))
 
     def _sized(self, node: onnx.NodeProto, ins: list[str], implicit: list[str]) -> None:
         """Records the value at the representative sizes of a kept Shape's output, and of a small integer value

@@ -110,6 +110,12 @@ def _grouped_causal(f: dict[str, np.ndarray]) -> np.ndarray:
     return _attention({"q": f["q"], "k": k, "v": v, "m": causal_mask(f["q"].shape[-2])})
 
 
+def _grouped_masked(f: dict[str, np.ndarray]) -> np.ndarray:
+    """4 query heads over 2 key/value heads, an additive mask, scale 0.5."""
+    k, v = (np.repeat(f[t], 2, axis=1) for t in ("k", "v"))
+    return _attention({"q": f["q"], "k": k, "v": v, "m": f["m"]})
+
+
 def _rotary(f: dict[str, np.ndarray]) -> np.ndarray:
     x, h = f["x"], f["x"].shape[-1] // 2
     c, s = (np.concatenate([f[t], f[t]], axis=-1)[:, None] for t in ("c", "s"))
@@ -119,12 +125,14 @@ def _rotary(f: dict[str, np.ndarray]) -> np.ndarray:
 @lru_cache(maxsize=1)
 def runtime_runs_kernels() -> bool:
     """Whether this onnxruntime's CPU provider runs the kernels the rules of :mod:`eqsat.rules.ours.kernels` and
-    the writer's ``grouped`` form write, opset 23's ``Attention`` (masked, 4-D; causal over fewer key/value heads
-    than query heads) and ``RotaryEmbedding`` (4-D, caches without position ids), each checked against numpy."""
+    the writer's ``grouped`` form write, opset 23's ``Attention`` (masked, 4-D; causal or masked over fewer
+    key/value heads than query heads) and ``RotaryEmbedding`` (4-D, caches without position ids), each checked
+    against numpy."""
     shape, grouped = [1, 2, 4, 8], [1, 4, 4, 8]
     attention = helper.make_node("Attention", ["q", "k", "v", "m"], ["y"], scale=0.5)
     causal = helper.make_node("Attention", ["q", "k", "v"], ["y"], scale=0.5, is_causal=1)
     rotary = helper.make_node("RotaryEmbedding", ["x", "c", "s"], ["y"])
     return _runs(attention, {"q": shape, "k": shape, "v": shape, "m": [1, 1, 4, 4]}, shape, _attention) \
         and _runs(causal, {"q": grouped, "k": shape, "v": shape}, grouped, _grouped_causal) \
+        and _runs(attention, {"q": grouped, "k": shape, "v": shape, "m": [1, 1, 4, 4]}, grouped, _grouped_masked) \
         and _runs(rotary, {"x": shape, "c": [1, 4, 4], "s": [1, 4, 4]}, shape, _rotary)

@@ -15,7 +15,9 @@ the decomposition torch's exporters write and onnxruntime's CPU session runs (it
 into one FusedMatMul: :data:`eqsat.onnx.fusions.MATMUL_SCALE`): ``MatMul(q, kt) -> Mul(scale) [-> Add(mask)] -> Softmax(-1) -> MatMul(v)``; the torch
 function is ``torch.nn.functional.scaled_dot_product_attention``.
 
-``sdpa``: the same operands and attributes as ``attention``, written as one runtime kernel: opset 23's
+``sdpa``: the same operands and attributes as ``attention`` (except that at rank 4 ``kt`` and ``v`` may have fewer
+heads than ``q``, a divisor of its: grouped-query attention, query head ``i`` reading key/value head ``i // (Hq /
+Hkv)``, as if each key/value head were repeated in turn: :func:`ungrouped`), written as one runtime kernel: opset 23's
 ``Attention`` (``Attention(q, Transpose(kt), v[, mask], scale)``; a rank-3 operand as one head,
 ``q_num_heads = kv_num_heads = 1``; a mask whose last two dimensions are not the scores' is expanded to them,
 since onnxruntime's CPU kernel wants the mask's query dimension whole, a rank-3 one gets a heads axis, and its
@@ -24,15 +26,16 @@ as zeros where the decomposition averages v: so the two agree on every mask with
 compute that too, so that the rule verifier's -inf rows tell the two apart: a query row masked with -inf throughout
 is NaN in ``attention``, finite in ``sdpa``, and ``attention_kernel`` fires only on masks proven finite).
 Where the model's opset is older than 23 the writer upgrades the model (:mod:`eqsat.onnx.kernels`); where it
-may not (``Emitter.upgrade`` False) the kernel is written as ``attention``'s decomposition. Only the rule
-``attention_kernel`` makes one (rules/ours/kernels.py), and only a measured cost prefers it: the analytic
+may not (``Emitter.upgrade`` False) the kernel is written as ``attention``'s decomposition (the grouped heads
+repeated first). Only the rules ``attention_kernel`` and ``attention_grouped`` (its grouped form, from one over
+``repeat_heads``) make one (rules/ours/kernels.py), and only a measured cost prefers it: the analytic
 cost counts it as the decomposition plus the transposition of kt, so it never does.
 
 ``sdpa_causal``: ``attention`` under a causal mask, operands ``(q, kt, v)`` with as many keys as queries (query i
 sees keys 0..i), written as opset 23's ``Attention`` with ``is_causal`` (no mask read or computed; where the
-model may not be upgraded, the decomposition with the mask computed from the scores' shape). Only the rule
-``attention_causal`` makes one, from an ``attention`` whose mask the encoder marked ``Causal``
-(:func:`causal_masks`).
+model may not be upgraded, the decomposition with the mask computed from the scores' shape); grouped like
+``sdpa``. Only the rules ``attention_causal`` (from an ``attention`` whose mask the encoder marked ``Causal``:
+:func:`causal_masks`) and ``attention_grouped`` make one.
 
 >>> from eqsat.ops.composite import float_bits
 >>> ATTENTION.shape((float_bits(0.125),), [(1, 4, 16, 8), (1, 4, 8, 16), (1, 4, 16, 8), (1, 1, 1, 16)])

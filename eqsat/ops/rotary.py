@@ -239,9 +239,9 @@ def computed_halves_repeat(name: str, producer: Callable[[str], onnx.NodeProto |
     def each(x: str) -> bool:
         return computed_halves_repeat(x, producer, const, shape, depth - 1)
 
-    def flat(x: str) -> bool:  # constant along the last axis: broadcast over it
+    def flat(x: str) -> bool:  # constant along the last axis: broadcast over it (a last dimension 1 at every size)
         dims = const(x).shape if const(x) is not None else shape(x)
-        return dims is not None and (len(dims) == 0 or int(dims[-1]) == 1)
+        return dims is not None and (len(dims) == 0 or _key(dims[-1:]) == (1,))
 
     ins, rank = list(n.input), len(out)
     if n.op_type == "Concat":
@@ -252,7 +252,7 @@ def computed_halves_repeat(name: str, producer: Callable[[str], onnx.NodeProto |
     if n.op_type in _PAIRWISE:
         return len(ins) == 2 and all(each(x) or flat(x) for x in ins) and not all(flat(x) for x in ins)
     before = shape(ins[0])
-    if before is None or len(before) == 0 or int(before[-1]) != int(out[-1]):
+    if before is None or len(before) == 0 or _key(before[-1:]) != _key(out[-1:]):  # equal at every size
         return False
     if n.op_type == "Transpose":
         perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)

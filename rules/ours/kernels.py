@@ -20,6 +20,11 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
 * ``rotary_kernel``: rotary(x, cos, sin) -> rope(x, cos, sin) where cos and sin are [1 or B, 1, S, D] (one angle
   per position, shared by the heads): the rotary embedding LLaMA and Qwen exports decompose (which onnxruntime
   never fuses) as opset 23's ``RotaryEmbedding``.
+* ``attention_grouped``: sdpa(q, transpose(repeat_heads(k, r)), repeat_heads(v, r)[, mask]) -> sdpa(q,
+  transpose(k), v[, mask]), and ``sdpa_causal`` alike: grouped-query attention (transformers' ``repeat_kv``, which a
+  shape-generic import reads as ``repeat_heads``: :mod:`eqsat.ops.heads`) read by the kernel over the unrepeated
+  keys and values (opset 23's ``Attention`` takes fewer key/value heads than query heads), so that a decode step
+  does not copy its cache each call.
 """
 
 from __future__ import annotations
@@ -144,19 +149,19 @@ def _grouped_instance(rng):
     and values whose heads are repeated r times, r >= 2: the rule fires. Near misses, where it must not: the
     values repeated another number of times than the keys (shapes that still match), the keys transposed
     otherwise, or only one of the two repeated."""
-    hk, r, b = dim(rng, 1, 3), dim(rng, 2, 3), dim(rng, 1, 2)
+    miss = rng.random()
+    hk, r, b = 2 if 0.2 <= miss < 0.3 else dim(rng, 1, 3), dim(rng, 2, 3), dim(rng, 1, 2)
     rows, d, dv = dim(rng, 1, 4), dim(rng, 1, 5), dim(rng, 1, 5)
     causal = rng.random() < 0.3
     keys = rows if causal else dim(rng, 1, 5)
     q = ir.input_("q", (b, hk * r, rows, d))
     k, v = ir.input_("k", (b, hk, keys, d)), ir.input_("v", (b, hk, keys, dv))
-    miss = rng.random()
     kt = ir.make("transpose", [ir.make("repeat_heads", [k], (r,))], (0, 1, 3, 2))
     if miss < 0.1 and d == keys:  # another transposition of the same shape: the rule must not read it
         kt = ir.make("transpose", [ir.make("repeat_heads", [k], (r,))], (0, 1, 2, 3))
     if 0.1 <= miss < 0.2:
         vr = ir.input_("v_full", (b, hk * r, keys, dv))  # the values not repeated
-    elif 0.2 <= miss < 0.3 and hk % 2 == 0:  # half the heads repeated twice as often: the same shape
+    elif 0.2 <= miss < 0.3:  # half the heads repeated twice as often: the same shape
         vr = ir.make("repeat_heads", [ir.input_("v_half", (b, hk // 2, keys, dv))], (2 * r,))
     else:
         vr = ir.make("repeat_heads", [v], (r,))

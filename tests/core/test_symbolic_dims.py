@@ -201,3 +201,24 @@ def test_a_run_numbers_its_symbols_in_a_table_of_its_own():
         result = optimize(model, ROUND_TRIP)
         assert result.report.to_json()["verified"]
         assert outer.primes == noisy and dims.current() is outer  # the run's symbols were not registered here
+
+
+def test_a_sum_of_symbols_fingerprints_as_their_sum_and_nothing_else_reads_as_a_constant():
+    """SymbolTable.derive: the interface's ``past + 1`` and ``s0 + s1`` are the arithmetic of their symbols'
+    fingerprints, so a Concat of a past and one new entry (the IR's own inference) is that symbol, and read back it
+    is that symbol. A difference or a quotient keeps a prime of its own: at these sizes ``s1 - s0`` would
+    fingerprint as its own size (a constant), and ``s0 // 2`` and ``(s0 + 1) // 2`` as one another."""
+    from eqsat.dims import SymbolTable, symbol_table
+
+    values = {"past": 127, "past + 1": 128, "s0": 64, "s1": 832, "s0 + s1": 896, "s1 - s0": 768,
+              "s0 // 2": 32, "(s0 + 1) // 2": 32}
+    with symbol_table(SymbolTable()) as table:
+        table.derive(values)
+        past, mask = Dim.symbol("past", 127), Dim.symbol("past + 1", 128)
+        joined = infer("concat", (0,), [(past, 4), (1, 4)])[0]
+        assert (int(joined), joined.fp) == (128, mask.fp) and mask.mono.key() == "past + 1"
+        total = Dim.symbol("s0 + s1", 896)
+        assert total.fp == Dim.symbol("s0", 64).fp + Dim.symbol("s1", 832).fp and total.mono.key() == "s0 + s1"
+        diff, halves = Dim.symbol("s1 - s0", 768), [Dim.symbol(n, 32) for n in ("s0 // 2", "(s0 + 1) // 2")]
+        assert diff.fp != 768 and diff.mono.key() == "s1 - s0"  # a symbol, not the constant 768
+        assert halves[0].fp != halves[1].fp and [h.mono.key() for h in halves] == ["s0 // 2", "(s0 + 1) // 2"]

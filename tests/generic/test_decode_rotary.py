@@ -58,3 +58,17 @@ def test_a_table_is_proven_to_repeat_its_halves_only_where_it_does(case):
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     assert computed_halves_repeat("t", producers.get, consts.get, shapes.get) == proven
     assert equal == proven  # the oracle: onnxruntime's values agree with the proof
+
+
+def test_a_last_axis_equal_at_the_representative_sizes_only_proves_nothing():
+    """A Reshape whose operand's last axis is a symbol (8 here, another size elsewhere) and whose output's is the
+    constant 8 keeps the rows whole at these sizes only: not proven. The same shapes with a constant last axis
+    are."""
+    from eqsat.dims import Dim
+
+    model = _model(CASES["reshaped-rows-whole"][0])
+    producers = {n.output[0]: n for n in model.graph.node}
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for last, proven in ((8, True), (Dim(8, 64 * 1009), False)):
+        shapes = {"f": (2, 2, 4), "c": (2, 2, last), "t": (2, 2, 1, 8)}
+        assert computed_halves_repeat("t", producers.get, consts.get, shapes.get) == proven
