@@ -240,7 +240,8 @@ def computed_halves_repeat(name: str, producer: Callable[[str], onnx.NodeProto |
         return computed_halves_repeat(x, producer, const, shape, depth - 1)
 
     def flat(x: str) -> bool:  # constant along the last axis: broadcast over it (a last dimension 1 at every size)
-        dims = const(x).shape if const(x) is not None else shape(x)
+        value = const(x)
+        dims = value.shape if value is not None else shape(x)
         return dims is not None and (len(dims) == 0 or _key(dims[-1:]) == (1,))
 
     ins, rank = list(n.input), len(out)
