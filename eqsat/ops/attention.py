@@ -52,7 +52,7 @@ import numpy as np
 import onnx
 
 from . import heads
-from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, emit_newer, fail, newer_allowed, volume
+from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, dim_fp, emit_newer, fail, newer_allowed, volume
 from .composite import check_float_attr, float_attr_conds, float_bits, float_value
 from .egglog_text import dim_vars, rule, shape_of
 from .matching import Found, Matcher, View, binary_matmul
@@ -162,17 +162,15 @@ def group_size(shapes: Sequence[Sequence[int]]) -> int:
     return int(shapes[0][1]) // int(shapes[1][1]) if len(shapes[0]) == 4 else 1
 
 
-def _write_repeat(em: Emitter, shapes: Sequence[Shape]) -> Callable[[str, int], str]:
-    """The ONNX repetition of kt's or v's heads (their shapes told apart by name order: kt first, then v)."""
-    pending = [shapes[1], shapes[2]]
-    return lambda name, r: heads.write(em, name, pending.pop(0), r)
+def _repeated(em: Emitter, ins: list[str], shapes: Sequence[Shape]) -> list[str]:
+    """The operands with kt's and v's heads repeated in ONNX where they are grouped (the decomposition's)."""
+    r = group_size(shapes)
+    return ins if r == 1 else [ins[0], *(heads.write(em, ins[k], shapes[k], r) for k in (1, 2)), *ins[3:]]
 
 
 def _sdpa_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
     if not newer_allowed(em):
-        r = group_size(shapes)
-        full = [tuple(s[:1]) + (shapes[0][1],) + tuple(s[2:]) if r > 1 and k in (1, 2) else s for k, s in enumerate(shapes)]
-        return _onnx(em, attrs, ungrouped(list(ins), r, _write_repeat(em, shapes)), full)
+        return _onnx(em, attrs, _repeated(em, list(ins), shapes), shapes)  # (shapes unread there)
     rank = len(shapes[0])
     k = em.emit("Transpose", [ins[1]], "sdpa", perm=[*range(rank - 2), rank - 1, rank - 2])
     operands = [ins[0], k, ins[2]]
@@ -241,19 +239,13 @@ def is_causal_mask(value: Any) -> bool:
     return bool(np.all(a[..., ~above] == 0) and np.all(a[..., above] <= CAUSAL_FLOOR))
 
 
-def _fp(d: int) -> int:
-    """A dimension's fingerprint (a symbolic one's own, a constant's its size): ``eqsat.dims.fp_of``, which this
-    package may not import (the layering, tests/core/test_layers.py)."""
-    return int(getattr(d, "fp", d))
-
-
 def _is_causal_trilu(node: Any, weights: Mapping[str, Any]) -> bool:
     """``Trilu(ConstantOfShape(shape, value), k=1, upper=1)`` (upper 1 by default) of a value at or below
     :data:`CAUSAL_FLOOR`, its last two dimensions one size (one symbol, or one constant): a shape-generic import's
     causal mask (:mod:`eqsat.generic.tables`), causal at every size."""
     if not (node.op == "opaque" and node.attrs[:2] == ("Trilu", "") and len(node.inputs) == 2
             and node.attrs[5] == (0, 1) and attribute(node, "upper") in (None, 1) and len(node.shape) >= 2
-            and _fp(node.shape[-2]) == _fp(node.shape[-1])
+            and dim_fp(node.shape[-2]) == dim_fp(node.shape[-1])
             and node.dtype in ("float32", "float64")):
         return False
     full, k = node.inputs
@@ -317,7 +309,7 @@ def _causal_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sha
     last two axes gives j + 1 and i + 1; ops of opset 13, the oldest the importer takes)."""
     rank = len(shapes[0])
     if not newer_allowed(em):
-        ins = ungrouped(list(ins), group_size(shapes), _write_repeat(em, shapes))
+        ins = _repeated(em, list(ins), shapes)
         s = em.emit("MatMul", ins[:2], "attention")
         s = em.emit("Mul", [s, em.const(np.array(float_value(attrs[0]), dtype=np.float32), "scale")], "attention")
         ones = em.emit("ConstantOfShape", [em.emit("Shape", [s], "causal")], "causal",

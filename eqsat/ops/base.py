@@ -73,6 +73,12 @@ TasoFn = Callable[[tuple], "tuple[tuple, tuple, int | None]"]
 SymFn = Callable[[tuple, list[list[str]]], list[str]]
 
 
+def dim_fp(d: int) -> int:
+    """A dimension's fingerprint (a symbolic one's own, a constant's its size): ``eqsat.dims.fp_of``, which this
+    package may not import (the layering, tests/core/test_layers.py)."""
+    return int(getattr(d, "fp", d))
+
+
 def volume(shape: Sequence[int]) -> int:
     v = 1
     for d in shape:

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from .base import Ctor, Emitter, OpDef, Shape, fail
+from .base import Ctor, Emitter, OpDef, Shape, dim_fp, fail
 from .egglog_text import rule
 
 
 def _fixed(d: int) -> bool:
     """Whether a dimension is a constant (a symbolic one's fingerprint differs from its size: ``eqsat.dims``)."""
-    return int(getattr(d, "fp", d)) == int(d)
+    return dim_fp(d) == int(d)
 
 
 def _shape(attrs: tuple, shapes: Sequence[Shape]) -> Shape:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, emit_newer, fail, newer_allowed, volume
+from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, dim_fp, emit_newer, fail, newer_allowed, volume
 from .egglog_text import dim_vars, rule, shape_of
 from .matching import Found, Matcher, View
 
@@ -123,7 +123,7 @@ ROTARY = OpDef("rotary", "x * cos + rotate_half(x) * sin, the first halves of co
 def _key(dims: Sequence[int]) -> tuple[int, ...]:
     """``dims`` as compared for every value of the symbols: a symbolic dimension (:class:`eqsat.dims.Dim`) by its
     fingerprint, so that a batch of 1 in the cache is not taken for a symbolic batch at 1."""
-    return tuple(int(getattr(d, "fp", d)) for d in dims)
+    return tuple(dim_fp(d) for d in dims)
 
 
 def _sizes(em: Emitter, x: str, b: int, s: int, h: int) -> str:
