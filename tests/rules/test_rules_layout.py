@@ -4,6 +4,7 @@ of reshapes. Each rule fires on a tiny graph made for it, not on a near miss, an
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from rule_cases import apply, check_same, graph_of, op_counts, optimized
 
@@ -85,3 +86,34 @@ def test_reshape_cancel_leaves_a_lone_reshape_and_a_reshape_of_a_transpose_alone
     for root in (lone, of_transpose):
         eg, (report,) = apply(graph_of(root), "reshape_cancel")
         assert report.matches == 0 and not report.changed
+
+
+UNIT_MOVES = {  # name: (x's shape, p) where p moves only axes of size 1
+    "heads_of_one_query": ((2, 1, 3, 4), (0, 2, 1, 3)),
+    "row_vector": ((1, 5), (1, 0)),
+    "two_units_swapped": ((3, 1, 1, 4), (0, 2, 1, 3)),
+    "unit_to_the_end": ((1, 4, 6), (1, 2, 0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNIT_MOVES))
+def test_transpose_unit_writes_a_transpose_of_unit_axes_as_a_reshape(case):
+    """x [n] reshaped to ``shape`` then transposed (a projection's heads split, then moved): one reshape after
+    ``transpose_unit`` and ``reshape_cancel`` (the reshape and the transpose priced alike, two cost more than one)."""
+    shape, p = UNIT_MOVES[case]
+    x = ir.input_("x", (int(np.prod(shape)),))
+    g = graph_of(ir.make("relu", [ir.make("transpose", [ir.make("reshape", [x], shape)], p)]))
+    eg, reports = apply(g, "transpose_unit", "reshape_cancel")
+    assert reports[0].changed  # (one match per least set of unit axes: two where both moved axes are 1)
+    new = optimized(g, eg, price_layout=True)
+    assert op_counts(new) == {"relu": 1, "reshape": 1}
+    (reshape,) = [n for n in new.nodes() if n.op == "reshape"]
+    assert reshape.inputs[0].name == "x" and reshape.shape == tuple(shape[i] for i in p)
+    check_same(g, new)
+
+
+@pytest.mark.parametrize("shape, p", [((2, 3, 5, 4), (0, 2, 1, 3)), ((2, 1, 3, 4), (0, 3, 2, 1)), ((1, 5, 6), (0, 2, 1))])
+def test_transpose_unit_leaves_a_transpose_that_moves_a_longer_axis_alone(shape, p):
+    g = graph_of(ir.make("relu", [ir.make("transpose", [ir.input_("x", shape)], p)]))
+    eg, (report,) = apply(g, "transpose_unit")
+    assert report.matches == 0 and not report.changed

@@ -196,3 +196,54 @@ def test_a_broadcast_add_before_a_layernorm_is_an_addnorm_and_its_sum_spelling_c
         (got,), (ref,) = session(written).run(None, feeds), session(_embeddings()).run(None, feeds)
         assert got.shape == ref.shape == (b, s, 8)
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def _transposed(shape: list, perm: list[int]) -> onnx.ModelProto:
+    """y = relu(transpose(x, perm)), x of ``shape`` (a str a dynamic axis)."""
+    out = [shape[p] for p in perm]
+    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=perm), helper.make_node("Relu", ["t"], ["y"])],
+                              "transposed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _unit_reshapes(model: onnx.ModelProto, shape: tuple[int, ...]) -> tuple[EGraph, list[int]]:
+    """``model`` imported shape-generic at ``shape``, ``transpose_unit`` applied: the e-graph and the reshape e-nodes
+    in the e-class of the transpose."""
+    graph = import_model(model, {"x": shape}, generic=True)
+    eg = EGraph.from_graph(graph)
+    assert eg.symbolic
+    engine = RuleEngine(eg, [r for r in registry.all_rules() if r.name == "transpose_unit"])
+    assert engine.apply("transpose_unit").matches >= 1  # the representative sizes match either way
+    snap = eg.snapshot()
+    (root,) = snap.roots
+    (relu,) = [i for i in snap.classes[root] if snap.nodes[i].op == "relu"]
+    return eg, [i for i in snap.classes[snap.nodes[relu].children[0]] if snap.nodes[i].op == "reshape"]
+
+
+def test_a_transpose_of_a_constant_unit_axis_is_a_reshape_at_every_batch():
+    """``[batch, 1, 6, 8]`` to ``[batch, 6, 1, 8]`` (a decode step's query heads): the reshape commits, and its
+    program, written shape-generic, is the original's in onnxruntime at every batch tried."""
+    model = _transposed(["batch", 1, 6, 8], [0, 2, 1, 3])
+    eg, reshapes = _unit_reshapes(model, (1, 1, 6, 8))
+    assert reshapes, "the reshape is in the transpose's e-class"
+    snap = eg.snapshot()
+    (root,) = snap.roots
+    choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)}
+    choice[snap.nodes[next(i for i in snap.classes[root] if snap.nodes[i].op == "relu")].children[0]] = reshapes[0]
+    program = export_model(build_program(snap, choice, import_model(model, {"x": (1, 1, 6, 8)}, generic=True)))
+    written = make_generic(program, model, {"batch": 1}).model
+    assert "Transpose" not in {n.op_type for n in written.graph.node}
+    rng = np.random.default_rng(3)
+    for b in BATCHES:
+        x = rng.standard_normal((b, 1, 6, 8)).astype(np.float32)
+        (got,), (ref,) = session(written).run(None, {"x": x}), session(model).run(None, {"x": x})
+        assert got.shape == ref.shape == (b, 6, 1, 8)
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_a_transpose_of_a_batch_that_is_one_only_at_the_representative_size_is_not_a_reshape():
+    """``[batch, 4, 8]`` to ``[4, batch, 8]`` imported at batch 1: the representative shapes match the rule, but the
+    batch is moved past the 4, so the reshape never commits (at batch 2 it would interleave the rows)."""
+    _eg, reshapes = _unit_reshapes(_transposed(["batch", 4, 8], [1, 0, 2]), (1, 4, 8))
+    assert reshapes == []
