@@ -51,15 +51,18 @@ def declare(w: Rewrite, ins: Sequence[Port]) -> None:
 
 
 def note_outputs(w: Rewrite, outs: Sequence[Port]) -> None:
-    """A note for each output axis written constant where the original's (``outs``) is dynamic."""
+    """A note for each output axis written constant where the original's (``outs``) is dynamic; where the original
+    names it with a name no input carries, the note is also one of :attr:`~.state.Rewrite.unnamed_constant_outputs`."""
     for port in outs:
         got = w.shapes.get(port.name)
         if port.dims is None or got is None:
             continue
         for k, (want, have) in enumerate(zip(port.dims, got)):
             if isinstance(want, str) and have is not None and have.is_const:
-                w.notes.append(f"output {port.name!r} axis {k} is {have.key()} where the original's is "
-                               f"{want or 'dynamic'}")
+                note = f"output {port.name!r} axis {k} is {have.key()} where the original's is {want or 'dynamic'}"
+                w.notes.append(note)
+                if want and want not in w.places and want not in w.sums:
+                    w.unnamed_constant_outputs.append(note)
 
 
 def annotate(w: Rewrite) -> None:

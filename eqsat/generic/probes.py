@@ -76,7 +76,7 @@ def vectors_read(w: Rewrite, node: onnx.NodeProto) -> dict[int, list[Mono]]:
     read = [k for k, name in enumerate(node.input) if name in w.fits.vectors]
     if not read:
         return {}
-    inferred = infer_node(node, w.shapes, w.types, w.constants, w.model.opset_import, w.sums)
+    inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums)
     outs = [o for o in node.output if o]
     if all(o in inferred and small_vector(w, o, *inferred[o]) for o in outs) \
             and not any(o in w.outputs() for o in outs):

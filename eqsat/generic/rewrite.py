@@ -29,6 +29,8 @@ class Generic:
 
     model: onnx.ModelProto
     notes: list[str] = field(default_factory=list)
+    unnamed_constant_outputs: list[str] = field(default_factory=list)
+    """those of the notes that tie the program to no symbol (:attr:`.state.Rewrite.unnamed_constant_outputs`)"""
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
@@ -41,13 +43,16 @@ def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple
     """A dynamic-axes ``model`` (at ``input_shapes``) with its computations from the shapes alone written in the forms
     the importer reads (:func:`eqsat.onnx.importer.simplified`): every form a model read again takes where that
     leaves no notes (:data:`~.state.Forms.IMPORT`), else only the tables (:data:`~.state.Forms.TABLES`); None where
-    neither does (or the rewrite fails: a best effort, the user's chains are then imported as they are)."""
+    neither does (or the rewrite fails: a best effort, the user's chains are then imported as they are). A note that
+    an output axis is constant where the original names it with a name of its own (TorchScript's
+    ``Concatpresent.0.key_dim_3`` for a head size) does not count: the import keeps the original's interface, and every
+    candidate is written from the original and verified at several sizes."""
     for forms in (Forms.IMPORT, Forms.TABLES):  # every form (the e-graph starts near the static program's size)
         try:
             written = rewrite(model, model, symbol_values(model, input_shapes), forms)
         except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
             continue
-        if not written.notes:
+        if set(written.notes) <= set(written.unnamed_constant_outputs):
             return written.model
     return None
 
@@ -80,7 +85,7 @@ def run(w: Rewrite) -> Generic:
     note_outputs(w, outs)
     prune(w.model)
     annotate(w)
-    return Generic(w.model, w.notes)
+    return Generic(w.model, w.notes, w.unnamed_constant_outputs)
 
 
 def read_original(w: Rewrite) -> Rewrite:
@@ -101,6 +106,12 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
     as another value); the shapes and element types of what it computes inferred."""
     if id(node) in w.reshaped.absorbed:
         return
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 \
+            and node.attribute[0].name == "value" and node.attribute[0].HasField("t"):
+        value = onnx.TensorProto()
+        value.CopyFrom(node.attribute[0].t)
+        value.name = node.output[0]
+        w.node_constants[node.output[0]] = value
     for k, name in enumerate(node.input):
         node.input[k] = w.alias.get(name, name)
     standard = node.domain in ("", "ai.onnx")
@@ -152,7 +163,7 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
             node.input[k] = w.vector(monos, w.shapes.get(node.input[k]) == [])
     w.nodes.append(node)
     w.made.update((o, node) for o in node.output if o)
-    inferred = infer_node(node, w.shapes, w.types, w.constants, w.model.opset_import, w.sums)
+    inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums)
     for out in node.output:
         if out in inferred:
             elem, shape = inferred[out]

@@ -7,6 +7,7 @@ and what each pass learns on the way, in one part per pass (:class:`Fits`, :clas
 from __future__ import annotations
 
 import enum
+from collections import ChainMap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -110,6 +111,13 @@ class Rewrite(SizeWriter):
         """the interface's symbols written as arithmetic of others (``past + 1``): a Concat's length may be one"""
         self.notes: list[str] = []
         """what could not be written shape-generic"""
+        self.node_constants: dict[str, onnx.TensorProto] = {}
+        """the values of the program's Constant nodes met so far (TorchScript writes an Unsqueeze's axes so): read by
+        the shape inference (:attr:`known`), not written as initializers"""
+        self.unnamed_constant_outputs: list[str] = []
+        """those of :attr:`notes` that say an output axis is written constant where the original declares a name
+        that no input carries, nor arithmetic of the inputs' (an exporter's own, ``Concatpresent.0.key_dim_3``): the original's interface ties it
+        to no symbol, and a program correct at every size computes it as the original does"""
         self.shape_only: set[str] = set()
         """the values computed from the shapes alone (:func:`eqsat.onnx.dataflow.shape_only`)"""
         self.readers: dict[str, list[onnx.NodeProto]] = {}
@@ -132,6 +140,11 @@ class Rewrite(SizeWriter):
     def final(self) -> bool:
         """Whether the rewrite writes a program for the user (the forms only a written program takes included)."""
         return self.forms is Forms.EXPORT
+
+    @property
+    def known(self) -> Mapping[str, onnx.TensorProto]:
+        """The constants whose values the shape inference reads: the initializers, then the Constant nodes'."""
+        return ChainMap(self.constants, self.node_constants)
 
     def outputs(self) -> set[str]:
         """The program's outputs' names."""

@@ -50,6 +50,10 @@ from .subgraphs import implicit_inputs
 
 MIN_OPSET = 13
 
+SMALL_FOLDED = 64
+"""entries up to which a value the import folded is read by the composite patterns of a second import
+(:meth:`_Importer.small_folded`): sizes, bounds, scales; never a weight's computation"""
+
 SIMPLIFIED_WEIGHTS = 256 << 20
 """bytes of weights up to which a generic import first rewrites the shape computations (:func:`simplified`)"""
 
@@ -108,8 +112,13 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
 
 class _Importer:
     def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]], generic: bool = False,
-                 fitted: Mapping[str, tuple[int, ...]] | None = None, source: str | None = None):
+                 fitted: Mapping[str, tuple[int, ...]] | None = None, source: str | None = None,
+                 folded: Mapping[str, np.ndarray] | None = None):
         self.model = model
+        self.folded = dict(folded or {})
+        """small values an earlier import of the model folded (:meth:`small_folded`): the composite patterns read
+        them, as they read the initializers (TorchScript computes a rotary half's bound, ``x.shape[-1] // 2``,
+        from a Shape that only the walk folds)"""
         self.source = source  # the user's name of the model (its path), for messages
         self.live = live_shapes(model) if generic else set()  # Shape nodes kept: their values meet the data
         self.generic = generic  # dynamic dimensions are symbolic (eqsat.dims)
@@ -196,8 +205,8 @@ class _Importer:
         defaults = {vi.name: self.consts.pop(vi.name) for vi in self.g.input if vi.name in self.consts}
         inputs = [self._default_input(vi.name, defaults[vi.name]) if vi.name in defaults else self._graph_input(vi)
                   for vi in self.g.input]
-        self._covered: dict[str, Match] = {n.output[0]: m for m in find_composites(self.g, self.consts, self.opset)
-                                             for n in m.nodes}
+        self.composites = find_composites(self.g, {**self.folded, **self.consts}, self.opset)
+        self._covered: dict[str, Match] = {n.output[0]: m for m in self.composites for n in m.nodes}
         self._producers = {o: n for n in self.g.node for o in n.output if o}
         for node in self.g.node:
             if not self._composite(node):
@@ -213,6 +222,18 @@ class _Importer:
                      name=self.g.name or "model", opset=max(self.opset, 17), input_defaults=defaults,
                      interface_types=self._interface_types(outputs), domains=domains,
                      origins=origins.live(self.origins, outputs))
+
+    def small_folded(self) -> dict[str, np.ndarray] | None:
+        """The small values (at most :data:`SMALL_FOLDED` entries) that this import folded (computed, not given:
+        no initializer), where the composite patterns read with them find more composites than this import did;
+        else None (nothing to import again for)."""
+        given = {t.name for t in self.g.initializer} | {t.values.name for t in self.g.sparse_initializer}
+        folded = {k: v for k, v in self.consts.items() if k not in given and np.asarray(v).size <= SMALL_FOLDED}
+        if not folded:
+            return None
+        known = {k: v for k, v in self.consts.items() if k in given}
+        more = find_composites(self.g, {**folded, **known}, self.opset)
+        return folded if len(more) > len(self.composites) else None
 
     def record_origin(self, nodes: list[onnx.NodeProto], outputs: list[str]) -> None:
         """Remember that the ONNX ``nodes`` (a region) became the IR nodes now bound to their ``outputs``, so that
@@ -501,9 +522,13 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
         prepared = simplified(prepared, input_shapes or {})
     importer = _Importer(prepared, input_shapes or {}, generic, source=source)
     graph = importer.run()
+    folded = importer.small_folded()
+    if folded is not None:  # composites whose constants the walk computes (TorchScript's rotary bounds): again
+        importer = _Importer(prepared, input_shapes or {}, generic, source=source, folded=folded)
+        graph = importer.run()
     if importer.unfitted and not is_large(prepared):  # shapes that follow the data: read off runs, imported again
         fitted = fitted_fingerprints(prepared, importer.unfitted, symbol_values(prepared, input_shapes or {}))
         if fitted:
-            graph = _Importer(prepared, input_shapes or {}, generic, fitted, source).run()
+            graph = _Importer(prepared, input_shapes or {}, generic, fitted, source, folded).run()
     check_value_sizes(graph)
     return graph

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import ir
 from eqsat.dims import Mono
-from eqsat.generic import make_generic
+from eqsat.generic import make_generic, simplify_for_import
 from eqsat.generic.tables import TABLE_SIZE, triangle
 from eqsat.onnx import export_model, import_model, session
 
@@ -528,3 +528,26 @@ def test_where_the_converter_refuses_the_original_no_older_node_is_copied_and_th
     feeds = zoo.sized_feeds("t5_encoder", np.random.default_rng(15), 1, 128)
     for want, have in zip(session(model).run(None, feeds), session(written.model).run(None, feeds)):
         np.testing.assert_allclose(have, want, rtol=1e-3, atol=1e-4)
+
+
+def _declared(model: onnx.ModelProto, dims: list) -> onnx.ModelProto:
+    """``model`` with its output ``y`` declared of ``dims``."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.output[:]
+    out.graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, dims))
+    return out
+
+
+def test_an_output_axis_the_exporter_named_alone_leaves_the_import_simplified():
+    """TorchScript names a cache's head size ``Concatpresent.0.key_dim_3``, a name no input carries, though it is a
+    constant: the import's simplification still writes the causal mask as a Trilu (the note stays in the notes of
+    a candidate's write). An output axis declared as an input's symbol where the program computes a constant is a
+    specialization, and leaves the model as it is."""
+    sizes = {"ids": (1, 16), "x": (1, 16, 8)}
+    named = simplify_for_import(_declared(_decoder("additive", "rotary"), ["batch", "seq", "Matmuly_dim_2"]), sizes)
+    assert named is not None and any(n.op_type == "Trilu" for n in _taken(named))
+    note = make_generic(named, _declared(_decoder("additive", "rotary"), ["batch", "seq", "Matmuly_dim_2"]),
+                        {"batch": 1, "seq": 16}).notes
+    assert note == ["output 'y' axis 2 is 8 where the original's is Matmuly_dim_2"]
+    assert simplify_for_import(_declared(_decoder("additive", "rotary"), ["batch", "seq", "seq"]), sizes) is None
