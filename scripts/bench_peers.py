@@ -71,6 +71,7 @@ from peers_tools import TOOLS, run_tool, tool_version  # noqa: E402
 from eqsat.errors import InputError  # noqa: E402
 from eqsat.measurement import timing  # noqa: E402
 from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
+from eqsat.onnx.interface import representative_shapes, shapes_text  # noqa: E402
 
 ALL = ("bert", "bert_s128", "distilbert", "gpt2", "llama", "llama_s128", "qwen2", "t5_encoder", "vit",
        "whisper_encoder", "convnext", "resnet50")
@@ -165,21 +166,29 @@ def optimize_phase(args: argparse.Namespace) -> dict[str, Any]:
     return manifest
 
 
-def time_model(label: str, entry: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """One model's verified programs timed beside the A/A control at each thread count: its row."""
+def time_model(label: str, entry: dict[str, Any], args: argparse.Namespace,
+               given: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    """One model's verified programs timed beside the A/A control at each thread count: its row. ``given``: the
+    input sizes eqsat was given (the workdir's ``--eqsat-input-shape``)."""
     original = wd.load_model(args.workdir, entry["original"])
     tools = {n: dict(t) for n, t in entry["tools"].items()
              if args.tools is None or n in args.tools}
     programs = {n: wd.load_model(args.workdir, t["program"]) for n, t in tools.items() if t["status"] == "verified"}
-    print(f"== {label}: {len(original.graph.node)} nodes, timing {', '.join(programs) or 'no program'}", flush=True)
+    # a dynamic model at the sizes eqsat tuned it for (the workdir's --eqsat-input-shape, else its defaults: batch
+    # 1, sequence 128), not at 1 for every dynamic dimension (a prefill of one token)
+    shapes = representative_shapes(original, {k: v for k, v in (given or {}).items() if k in
+                                               {i.name for i in original.graph.input}})
+    print(f"== {label}: {len(original.graph.node)} nodes, timing {', '.join(programs) or 'no program'} at "
+          f"{shapes_text(shapes)}", flush=True)
     tools[CONTROL] = {"status": "control"}
     budget = Budget(resolution=args.resolution, budget_s=args.time_budget, seed=args.seed)
     for threads in args.threads:
-        for name, r in time_all(original, programs, threads, budget).items():
+        for name, r in time_all(original, programs, threads, budget, input_shapes=shapes).items():
             print(f"   {threads}t {name:17} {r['speedup']:.3f}x [{r['ci_low']:.3f}, {r['ci_high']:.3f}] "
                   f"{r['rounds']} rounds", flush=True)
             tools[name].setdefault("timed", {})[str(threads)] = r
-    return {"model": label, "nodes": len(original.graph.node), "tools": tools}
+    return {"model": label, "nodes": len(original.graph.node), "shapes": {k: list(v) for k, v in shapes.items()},
+            "tools": tools}
 
 
 def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict[str, Any], int]:
@@ -197,7 +206,9 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
             rows.append({"model": label, "error": entry["error"]})
             continue
         try:
-            rows.append(time_model(label, entry, args))
+            given = {k: tuple(v) for k, v in manifest.get("eqsat_input_shapes", {}).items()} \
+                or args.eqsat_input_shapes
+            rows.append(time_model(label, entry, args, given))
         except Exception as exc:  # a model onnxruntime cannot time
             traceback.print_exc()
             rows.append({"model": label, "error": f"{type(exc).__name__}: {exc}"})

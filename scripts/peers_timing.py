@@ -18,7 +18,7 @@ import functools
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,18 +65,19 @@ def rounds_needed(rounds: int, width: float, resolution: float) -> int:
 
 def time_all(original: onnx.ModelProto, programs: dict[str, onnx.ModelProto], threads: int,
              budget: Budget, call: Callable[[ort.InferenceSession], Callable[[], Any]] | None = None,
-             ) -> dict[str, dict[str, Any]]:
+             input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, dict[str, Any]]:
     """The original against an unchanged copy of it (:data:`CONTROL`) and every program, interleaved: per name, the
     speedup original / program with its 95% interval, both medians (ms) and the rounds, stages and seconds spent.
     ``call``: what one timed call of a session is (a generation of tokens carrying a cache:
-    ``scripts/bench_serving.py``); by default one run on seeded random inputs."""
+    ``scripts/bench_serving.py``); by default one run on seeded random inputs of ``input_shapes`` (a dynamic
+    model's sizes: give them, else each dynamic dimension is 1)."""
     names = [CONTROL, *programs]
     models = [original, original, *programs.values()]
     base = timing.Protocol(threads=threads, budget_s=budget.budget_s, seed=budget.seed,
                            min_rounds=budget.pilot_rounds, max_rounds=budget.pilot_rounds)
     sessions = timing.timing_sessions(models, base)
     if call is None:
-        feeds = timing.timing_feeds(original, [sessions[0][0], sessions[1][0]], budget.seed)
+        feeds = timing.timing_feeds(original, [sessions[0][0], sessions[1][0]], budget.seed, input_shapes)
         runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
     else:
         runs = [[call(s) for s in side] for side in sessions]

@@ -154,3 +154,29 @@ def test_rounds_are_sized_to_the_noise(scripts, monkeypatch, sigma):
         assert fast["rounds"] > 10 and fast["stages"] >= 2
         width = max(t["ci_high"] - t["ci_low"] for t in out.values())
         assert width <= 0.01 or fast["rounds"] == 300
+
+
+def test_a_dynamic_model_is_timed_at_the_sizes_given(scripts, monkeypatch):
+    """bench_peers times a workdir's dynamic model at the sizes eqsat tuned it for: each timed call's feed has the
+    given shape (with none given, every dynamic dimension is 1: a prefill of one token)."""
+    _, timing_mod = scripts
+    import eqsat.measurement.timing as timing
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "dyn", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    fed: list[tuple[int, ...]] = []
+    real = timing.timing_feeds
+
+    def timing_feeds(*args, **kwargs):
+        feeds = real(*args, **kwargs)
+        fed.append(feeds["x"].shape)
+        return feeds
+
+    monkeypatch.setattr(timing, "timing_feeds", timing_feeds)
+    budget = timing_mod.Budget(budget_s=0.2, pilot_rounds=2, max_rounds=4)
+    out = timing_mod.time_all(model, {"same": model}, 1, budget, input_shapes={"x": (2, 128, 4)})
+    assert fed == [(2, 128, 4)] and out["same"]["rounds"] >= 2
+    timing_mod.time_all(model, {"same": model}, 1, budget)
+    assert fed[-1] == (1, 1, 4)
