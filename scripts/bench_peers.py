@@ -176,8 +176,8 @@ def time_model(label: str, entry: dict[str, Any], args: argparse.Namespace,
     programs = {n: wd.load_model(args.workdir, t["program"]) for n, t in tools.items() if t["status"] == "verified"}
     # a dynamic model at the sizes eqsat tuned it for (the workdir's --eqsat-input-shape, else its defaults: batch
     # 1, sequence 128), not at 1 for every dynamic dimension (a prefill of one token)
-    shapes = representative_shapes(original, {k: v for k, v in (given or {}).items() if k in
-                                               {i.name for i in original.graph.input}})
+    inputs = {i.name for i in original.graph.input}
+    shapes = representative_shapes(original, {k: v for k, v in (given or {}).items() if k in inputs})
     print(f"== {label}: {len(original.graph.node)} nodes, timing {', '.join(programs) or 'no program'} at "
           f"{shapes_text(shapes)}", flush=True)
     tools[CONTROL] = {"status": "control"}
@@ -198,6 +198,7 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
     missing = [label for label in labels if label not in manifest["models"]]
     if missing:
         print(f"not in {args.workdir}'s manifest (left out): {', '.join(missing)}", file=sys.stderr)
+    given = {k: tuple(v) for k, v in manifest.get("eqsat_input_shapes", {}).items()} or args.eqsat_input_shapes
     rows = []
     start = time.perf_counter()
     for label in [label for label in labels if label in manifest["models"]]:
@@ -206,8 +207,6 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
             rows.append({"model": label, "error": entry["error"]})
             continue
         try:
-            given = {k: tuple(v) for k, v in manifest.get("eqsat_input_shapes", {}).items()} \
-                or args.eqsat_input_shapes
             rows.append(time_model(label, entry, args, given))
         except Exception as exc:  # a model onnxruntime cannot time
             traceback.print_exc()

@@ -106,15 +106,15 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
     as another value); the shapes and element types of what it computes inferred."""
     if id(node) in w.reshaped.absorbed:
         return
-    if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 \
-            and node.attribute[0].name == "value" and node.attribute[0].HasField("t"):
+    for k, name in enumerate(node.input):
+        node.input[k] = w.alias.get(name, name)
+    standard = node.domain in ("", "ai.onnx")
+    if standard and node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value" \
+            and node.attribute[0].HasField("t"):  # its value, for the shape inference (Rewrite.known)
         value = onnx.TensorProto()
         value.CopyFrom(node.attribute[0].t)
         value.name = node.output[0]
         w.node_constants[node.output[0]] = value
-    for k, name in enumerate(node.input):
-        node.input[k] = w.alias.get(name, name)
-    standard = node.domain in ("", "ai.onnx")
     if standard and node.op_type == "MatMul" and w.every_form and w.final:
         linear = bias_add(w, node, w.readers.get(node.output[0], []), w.outputs())
         if linear is not None:

@@ -116,8 +116,9 @@ class Rewrite(SizeWriter):
         the shape inference (:attr:`known`), not written as initializers"""
         self.unnamed_constant_outputs: list[str] = []
         """those of :attr:`notes` that say an output axis is written constant where the original declares a name
-        that no input carries, nor arithmetic of the inputs' (an exporter's own, ``Concatpresent.0.key_dim_3``): the original's interface ties it
-        to no symbol, and a program correct at every size computes it as the original does"""
+        that no input carries, nor arithmetic of the inputs' (an exporter's own, ``Concatpresent.0.key_dim_3``): the
+        original's interface ties it to no symbol, and a program correct at every size computes it as the original
+        does"""
         self.shape_only: set[str] = set()
         """the values computed from the shapes alone (:func:`eqsat.onnx.dataflow.shape_only`)"""
         self.readers: dict[str, list[onnx.NodeProto]] = {}
