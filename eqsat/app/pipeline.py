@@ -485,6 +485,9 @@ class Run:
                     measured = measure_sizes(measured, imp.original, shipping.model, config, imp.shaping.also,
                                              say=self.say)
             _record(timed, comparisons)
+            for k in comparisons.screened:
+                timed[k].entry.note = ("screened out: timed in a short screening run beside the other candidates, "
+                                       "without the gate (its figures); the fastest there was gated alone")
             for b in timed[len(comparisons.comparisons):]:
                 b.entry.note = (f"not measured: the memory budget times the original and few candidates at a time, "
                                 f"and only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more "

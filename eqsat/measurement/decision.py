@@ -1,5 +1,6 @@
 """The one owner of the measurement policy and the ship decision: the candidates timed together (all of them, or
-the first :data:`SPLIT_CANDIDATES` where the memory budget splits the run into groups), the budget and its
+the first :data:`SPLIT_CANDIDATES` where the memory budget splits the run into groups; or, for programs too slow
+to time every candidate under the gate, all of them screened and the fastest gated alone), the budget and its
 extension, which measured candidate ships (:func:`choose`: the first faster with confidence in the pipeline's
 candidate order, unless a later one is faster than it with confidence) and which program the run returns
 (:func:`returned`). The pipeline's candidate order is :func:`eqsat.app.pipeline.candidates_phase`'s; this module
@@ -7,6 +8,7 @@ does not reorder it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -47,6 +49,13 @@ class Settings(Protocol):
 SPLIT_CANDIDATES = 2
 """candidates timed where the memory budget splits the measurement into groups (each group times the original again:
 BERT-base's four candidates took four 13-14 s runs)"""
+SCREEN_ROUNDS = 60
+"""where ``--measure-budget`` affords the original and every candidate fewer rounds (of one call each) than this, the
+candidates are screened first and the gate times only the fastest (:func:`_screened`)"""
+SCREEN_SHARE = 0.3
+"""the screening run's share of ``--measure-budget`` (the gate's budget is what is left, at least half)"""
+SCREEN_MIN_ROUNDS = 3
+"""rounds the screening run takes at least"""
 @dataclass
 class Measurement:
     """The end-to-end comparison (eqsat.measurement.timing.Comparison's fields, milliseconds) and the decision taken on it."""
@@ -114,7 +123,9 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
     pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
     EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
-    timed rounds. Where the memory budget cannot hold one session of every program (the measurement then runs in
+    timed rounds. Where the budget affords the original and every candidate fewer than :data:`SCREEN_ROUNDS`
+    rounds (slow programs), the candidates are screened first (:func:`_screened`) and only the fastest is gated.
+    Else, where the memory budget cannot hold one session of every program (the measurement then runs in
     groups, each re-timing the original), only the first :data:`SPLIT_CANDIDATES` candidates are timed (the
     comparisons are theirs). ``say``: told as each timed run starts. Returns the measurement of the candidate
     reported (the shipped one, else the fastest) and every comparison."""
@@ -123,19 +134,23 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
     gate = Gate()
     budget = memory_budget(original, config)
+    extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
+    protocol = TimingProtocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
+                        memory_bytes=budget, max_budget_s=config.measure_budget + extension)
+    if feeds is None:
+        feeds = runtimes.feeds_for(Program(original), candidates[-1], config.seed, config.input_shapes)
+    if len(candidates) > 1:
+        per_call = runtimes.call_ms(Program(original, graph), runtime, feeds, protocol) / 1e3
+        if config.measure_budget / ((1 + len(candidates)) * per_call) < SCREEN_ROUNDS:
+            return _screened(original, graph, candidates, names, runtime, protocol, feeds, per_call, config, say)
     if budget is not None and len(candidates) > SPLIT_CANDIDATES \
             and len(plan([session_bytes(p.model) for p in [Program(original), *candidates]], budget).groups) > 1:
         if say is not None:
             say(f"the memory budget ({budget // MIB} MiB) holds the original and few candidates at a time: timing "
                 f"the first {SPLIT_CANDIDATES} of the {len(candidates)} candidates (each group re-times the original)")
         candidates, names = candidates[:SPLIT_CANDIDATES], names[:SPLIT_CANDIDATES]
-    extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
-    protocol = TimingProtocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
-                        memory_bytes=budget, max_budget_s=config.measure_budget + extension)
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
                                          input_shapes=config.input_shapes, feeds=feeds, say=say)
-    if feeds is None:
-        feeds = measured.feeds
     share = 2 / (1 + len(candidates))  # of the budget and of its extension, as a group of two would have
     duel_protocol = replace(protocol, budget_s=protocol.budget_s * share,
                             max_budget_s=protocol.extended_budget_s * share, family=None)
@@ -148,6 +163,48 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
               for side, i in (("original", 0), ("optimized", best + 1))}
     return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
+
+
+def _screened(original: onnx.ModelProto, graph: Graph | None, candidates: Sequence[Program], names: Sequence[str],
+              runtime: Runtime, protocol: TimingProtocol, feeds: dict[str, np.ndarray], per_call: float,
+              config: Settings, say: Callable[[str], None] | None) -> tuple[Measurement, runtimes.Measured]:
+    """The candidates of slow programs screened, then the fastest gated alone: a short run without the gate
+    (:data:`SCREEN_SHARE` of the budget, a few rounds of one call of every program) picks the candidate of the
+    highest median speedup, and the gate then times the original against that one on new rounds and sessions.
+    The screening's rounds only choose which hypothesis the gate tests, so the gate's false-ship rate holds with one
+    candidate in its family; its rounds cost two calls instead of ``1 + len(candidates)``, and its fewer programs
+    leave the memory budget room for more sessions each (a 224-pixel Swin: 23 rounds of five 86 ms programs on one
+    session each, +-25%, before). The screened-out candidates' comparisons are the screening's."""
+    afford = config.measure_budget / ((1 + len(candidates)) * per_call)
+    if say is not None:
+        say(f"screening {len(candidates)} candidates first: one call of each program takes {1e3 * per_call:.0f} ms, "
+            f"about {afford:.0f} rounds of all of them in the budget; the fastest is then timed alone under the gate")
+    start = time.perf_counter()
+    screen = runtimes.compare_programs(
+        Program(original, graph), candidates, runtime,
+        replace(protocol, gate=None, budget_s=SCREEN_SHARE * config.measure_budget, max_budget_s=None,
+                min_rounds=SCREEN_MIN_ROUNDS, max_rounds=max(SCREEN_MIN_ROUNDS, protocol.max_rounds), family=None),
+        feeds=feeds, say=say)
+    pick = max(range(len(candidates)), key=lambda k: screen.comparisons[k].speedup)  # the first of equals
+    spent = time.perf_counter() - start
+    budget_s = max(protocol.budget_s - spent, protocol.budget_s / 2)
+    gated = runtimes.compare_programs(
+        Program(original, graph), [candidates[pick]], runtime,
+        replace(protocol, budget_s=budget_s, max_budget_s=max(protocol.extended_budget_s - spent, budget_s)),
+        feeds=feeds, say=say)
+    cmp = gated.comparisons[0]
+    _, decision = choose([cmp], [names[pick]], config.allow_slower, protocol.gate)
+    others = ", ".join(f"{n} {c.speedup:.3f}x" for k, (n, c) in enumerate(zip(names, screen.comparisons)) if k != pick)
+    rounds = screen.comparisons[0].rounds
+    decision = Decision(decision.ship, f"{names[pick]}: {decision.reason}; chosen by a screening run of {rounds} "
+                                       f"rounds of every candidate ({names[pick]} {screen.comparisons[pick].speedup:.3f}x"
+                                       f", {others})")
+    comparisons = [cmp if k == pick else c for k, c in enumerate(screen.comparisons)]
+    beside = {f"{k}_{side}_ms": v[i] for k, v in screen.beside.items()
+              for side, i in (("original", 0), ("optimized", pick + 1))}
+    measured = runtimes.Measured(comparisons, screen.beside, screen.groups, feeds,
+                                 [k for k in range(len(candidates)) if k != pick])
+    return Measurement.of(cmp, decision, names[pick], beside), measured
 
 
 def measure_sizes(measured: Measurement, original: onnx.ModelProto, candidate: onnx.ModelProto, config: Settings,
@@ -251,4 +308,4 @@ def _faster_in_duel(cmp: Comparison, confidence: float, margin: float) -> bool:
     return len(x) >= 2 and trimmed_interval(x, None, confidence).ci_low > margin
 
 
-__all__ = ["Measurement", "Returned", "SPLIT_CANDIDATES", "Settings", "choose", "measure", "measure_sizes", "returned"]
+__all__ = ["Measurement", "Returned", "SCREEN_ROUNDS", "SCREEN_SHARE", "SPLIT_CANDIDATES", "Settings", "choose", "measure", "measure_sizes", "returned"]

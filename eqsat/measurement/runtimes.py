@@ -283,6 +283,9 @@ class Measured:
     groups: list[list[int]] = field(default_factory=list)
     feeds: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     """the inputs timed on"""
+    screened: list[int] = field(default_factory=list)
+    """candidates (0-based) timed only in a screening run (:func:`eqsat.measurement.decision.measure`): their
+    comparisons are the screening's, never a gate's"""
 
     def group_of(self) -> list[int]:
         """Each candidate's group (candidates of one group were timed in the same rounds)."""
@@ -307,10 +310,7 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
     protocol = protocol or Protocol()
     programs = [original, *candidates]
     if feeds is None:
-        probe = [session(original.model), session(candidates[-1].model)]  # read, not timed: nothing prepacked
-        check_same_inputs(probe)
-        feeds = timing_feeds(original.model, probe, protocol.seed, input_shapes)
-        del probe  # none alive beside the timed ones
+        feeds = feeds_for(original, candidates[-1], protocol.seed, input_shapes)
     groups = [list(range(1, len(programs)))] if protocol.memory_bytes is None \
         else plan([session_bytes(p.model) for p in programs], protocol.memory_bytes).groups
     comparisons: list[Comparison] = []
@@ -332,6 +332,28 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
         info["groups"] = [[k - 1 for k in members] for members in groups]  # every comparison's runtime is info
     return Measured(comparisons, runtime.beside(programs, feeds), [[k - 1 for k in members] for members in groups],
                     feeds)
+
+
+def feeds_for(original: Program, candidate: Program, seed: int,
+              input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """The seeded random inputs ``original`` and ``candidate`` are timed on (:func:`eqsat.measurement.timing.timing_feeds`);
+    raises ValueError if the two take different inputs."""
+    probe = [session(original.model), session(candidate.model)]  # read, not timed: nothing prepacked
+    check_same_inputs(probe)
+    return timing_feeds(original.model, probe, seed, input_shapes)
+
+
+def call_ms(program: Program, runtime: Runtime, feeds: Mapping[str, np.ndarray], protocol: Protocol,
+            calls: int = 3) -> float:
+    """The milliseconds of one call of ``program`` in ``runtime`` (one instance, its first call untimed; the
+    fastest of ``calls`` after it): what a round of the timing will cost, known before it is planned."""
+    try:
+        call = runtime.instances([program], feeds, replace(protocol, sessions=1, gate=None))[0][0]
+        runtime.clock(call, 1)
+        return min(runtime.clock(call, 1) for _ in range(max(calls, 1)))
+    finally:
+        gc.collect()
+        memory.release()
 
 
 def duel(first: Program, second: Program, runtime: Runtime, protocol: Protocol,
@@ -373,4 +395,4 @@ def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str
 
 
 __all__ = ["GPU_DEVICES", "RUNTIMES", "TORCH_RUNTIMES", "BoundRun", "Measured", "OrtRuntime", "Program", "Runtime",
-           "TorchRuntime", "check_available", "compare_programs", "duel", "make", "resolve", "runtime_names"]
+           "TorchRuntime", "call_ms", "check_available", "compare_programs", "duel", "feeds_for", "make", "resolve", "runtime_names"]
