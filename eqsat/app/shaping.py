@@ -19,7 +19,7 @@ import onnx
 
 from eqsat.dims import derived_symbols, follow
 from eqsat.errors import InputError, first_line
-from eqsat.generic import make_generic
+from eqsat.generic import Original, make_generic
 from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx.interface import (
     QUIET,
@@ -122,6 +122,8 @@ class Shaping:
     besides"""
     last_notes: list[str] = field(default_factory=list)
     """what the last :meth:`write` could not write shape-generic (:attr:`eqsat.generic.Generic.notes`)"""
+    facts: Original | None = field(default=None, repr=False)
+    """what the writer learnt of the original, carried from one candidate's :meth:`write` to the next"""
 
     @property
     def generic(self) -> bool:
@@ -191,7 +193,9 @@ class Shaping:
         if not self.generic:
             return model
         assert self.original is not None
-        written = make_generic(model, self.original, self.values)
+        if self.facts is None or self.facts.model is not self.original or self.facts.values != self.values:
+            self.facts = Original(self.original, self.values)
+        written = make_generic(model, self.original, self.values, self.facts)
         self.last_notes = list(written.notes)
         return written.model
 

@@ -4,8 +4,9 @@ with the original's interface (names, element types, ``dim_param`` names).
 
 The API:
 
-- :func:`make_generic` ``(model, original, values) ->`` :class:`Generic` (``.model``, ``.notes``): a candidate as
-  written for the user (:mod:`eqsat.app.shaping`). The notes say what could not be written shape-generic; the
+- :func:`make_generic` ``(model, original, values, facts=None) ->`` :class:`Generic` (``.model``, ``.notes``): a
+  candidate as written for the user (:mod:`eqsat.app.shaping`); ``facts``, an :class:`Original` made once per
+  model, carries what runs of the original showed from one candidate to the next (:mod:`.original`). The notes say what could not be written shape-generic; the
   result is a best effort, which :func:`eqsat.verify.verify_shapes` runs at several values of each symbol (a
   program that fails at any is not written).
 - :func:`simplify_for_import` ``(model, input_shapes) -> model | None``: the forms a generic import starts from
@@ -20,7 +21,8 @@ monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns
 
 1. **annotate** (:mod:`.annotate`): the original's interface declared, its inputs' shapes read as symbols;
 2. **probes** (:mod:`.probes`): the values computed from the shapes alone, those the data reads, and the small
-   constants the original computes from its shapes (read off runs of the original at further sizes);
+   constants the original computes from its shapes (read off runs of the original at further sizes, once per
+   model: :mod:`.original`);
 3. **the walk** (:func:`.rewrite.write_node`): each node in order, through the passes that take it:
 
    - **Gemm forms** (:mod:`.gemm`): a MatMul by a constant and its bias a Gemm between two Reshapes;
@@ -51,6 +53,7 @@ As many kernels as the static program, size computations included, is the aim (`
 
 from __future__ import annotations
 
+from .original import Original
 from .rewrite import Generic, make_generic, simplify_for_import
 
-__all__ = ["Generic", "make_generic", "simplify_for_import"]
+__all__ = ["Generic", "Original", "make_generic", "simplify_for_import"]

@@ -19,9 +19,8 @@ import onnx
 from onnx import helper
 
 from eqsat.dims import Mono
-from eqsat.errors import first_line
 from eqsat.onnx.branches import GUARD
-from eqsat.onnx.kernels import UpgradeError, converted, opset_of
+from eqsat.onnx.kernels import opset_of
 from eqsat.onnx.pool import array_of
 from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs
 
@@ -161,14 +160,12 @@ def source_graph(w: Rewrite) -> onnx.GraphProto | None:
     where the program is of a newer opset (a kernel's upgrade, :mod:`eqsat.onnx.kernels`: a chain copied into an
     If must be of the program's opset, e.g. a ReduceMean's ``axes`` an input from opset 18); None where ONNX's
     converter cannot take it there (no chain is copied then)."""
-    if w.guards.source is False:
-        try:
-            w.guards.source = converted(w.original, opset_of(w.model)).graph
-        except UpgradeError as e:
-            w.guards.source = None
-            w.notes.append(f"the original's nodes are not copied into the written opset: {first_line(e)}")
-    assert w.guards.source is not True
-    return w.guards.source
+    graph, why = w.facts.source(opset_of(w.model))
+    if graph is None:
+        note = f"the original's nodes are not copied into the written opset: {why}"
+        if note not in w.notes:
+            w.notes.append(note)
+    return graph
 
 
 def copy_original(w: Rewrite, user: str) -> tuple[list[onnx.NodeProto], str] | None:

@@ -1,6 +1,6 @@
 """What runs at several sizes show of the sizes a program computes (:mod:`eqsat.onnx.fitting`), for the passes that
 write them from the symbols: the original's folded sizes (:func:`folded_sizes`) and Reshape targets
-(:func:`original_target`), the small integer vectors computed from the shapes alone (:func:`vectors_read`) and the
+(:func:`original_target`; read once per model, :class:`.original.Original`), the small integer vectors computed from the shapes alone (:func:`vectors_read`) and the
 shapes inference left unknown (:func:`fit`), each read off runs of the program written so far
 (:func:`probe`)."""
 
@@ -13,7 +13,7 @@ import onnx
 
 from eqsat.dims import Mono, SymShape, product
 from eqsat.onnx.dataflow import prune
-from eqsat.onnx.fitting import fit_runs, fit_vectors, run_values
+from eqsat.onnx.fitting import fit_vectors, run_values
 from eqsat.onnx.symbolic import infer_node
 
 from .state import Rewrite
@@ -40,9 +40,10 @@ def folded_sizes(w: Rewrite) -> dict[str, list[Mono]]:
              and t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1 and int(np.prod(t.dims)) <= 8]
     if not names:
         return {}
-    fitted = fit_vectors(run_values(w.original, names, shapes=False), w.values, w.sums) or []
     out: dict[str, list[Mono]] = {}
-    for name, entries in zip(names, fitted):
+    for name, entries in zip(names, w.facts.vectors(names)):
+        if entries is None:
+            continue
         whole = [m for m in entries if m is not None]
         if len(whole) == len(entries) and any(not m.is_const for m in whole) \
                 and all(s in w.places for m in whole for s, _ in m.powers):
@@ -126,8 +127,7 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
         computed = {o for n in w.original.graph.node for o in n.output if o}
         names = [n.input[1] for n in w.model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
                  and n.input[1] in computed and n.input[1] in w.constants]
-        runs = fit_runs(run_values(w.original, names, shapes=False), w.values, w.sums) if names else None
-        w.fits.probed = dict(zip(names, runs or []))
+        w.fits.probed = dict(zip(names, w.facts.targets(names))) if names else {}
     entries = w.fits.probed.get(name)
     if entries is None or len(entries) != len(target) or any(m is None for m in entries):
         return None

@@ -15,6 +15,7 @@ from eqsat.onnx.symbolic import infer_node
 from .annotate import annotate, declare, note_outputs
 from .gemm import bias_add, consumers, write_gemm
 from .guards import guard_tables
+from .original import Original
 from .probes import boundary, folded_sizes, small_vector, vectors_read
 from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_end, split_rows
 from .state import Forms, Rewrite
@@ -33,10 +34,13 @@ class Generic:
     """those of the notes that tie the program to no symbol (:attr:`.state.Rewrite.unnamed_constant_outputs`)"""
 
 
-def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int]) -> Generic:
+def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
+                 facts: Original | None = None) -> Generic:
     """``model`` (exported at the symbols' ``values``) rewritten shape-polymorphic, with ``original``'s interface
-    (every form: :data:`~.state.Forms.EXPORT`); ``model`` itself is left as it was."""
-    return rewrite(model, original, values, Forms.EXPORT)
+    (every form: :data:`~.state.Forms.EXPORT`); ``model`` itself is left as it was. ``facts``: what the rewrites
+    of earlier candidates learnt of ``original`` (:class:`.original.Original`, one per model: the original is then
+    run at further sizes once per model, not per candidate); None: learnt anew."""
+    return rewrite(model, original, values, Forms.EXPORT, facts)
 
 
 def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto | None:
@@ -57,11 +61,12 @@ def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple
     return None
 
 
-def rewrite(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int], forms: Forms) -> Generic:
+def rewrite(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int], forms: Forms,
+            facts: Original | None = None) -> Generic:
     """``model`` rewritten (a copy: ``model`` is left as it was) in ``forms``, with ``original``'s interface."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return run(Rewrite(copy, original, values, forms))
+    return run(Rewrite(copy, original, values, forms, facts))
 
 
 def run(w: Rewrite) -> Generic:
@@ -90,15 +95,18 @@ def run(w: Rewrite) -> Generic:
 
 def read_original(w: Rewrite) -> Rewrite:
     """The original read as the import read it (its tables found, not written: :data:`~.state.Forms.TABLES`),
-    once: its guarded tables and its values' symbolic shapes (:mod:`.guards` copies its chains)."""
-    if w.guards.found is None:
+    once per model (:attr:`.original.Original.found`): its guarded tables and its values' symbolic shapes
+    (:mod:`.guards` copies its chains)."""
+    found = w.facts.found
+    if found is None:
         copy = onnx.ModelProto()
         copy.CopyFrom(w.original)
-        found = Rewrite(copy, w.original, w.values, Forms.TABLES)
+        found = Rewrite(copy, w.original, w.values, Forms.TABLES, w.facts)
         run(found)
-        w.guards.found = found
+        w.facts.found = found
+    if w.guards.original_tables is None:
         w.guards.original_tables = {pattern_key(p): user for _, user, p in found.guards.guarded}
-    return w.guards.found
+    return found
 
 
 def write_node(w: Rewrite, node: onnx.NodeProto) -> None:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from eqsat.dims import Mono, SymShape, derived_symbols
-from eqsat.onnx.interface import symbols
+from eqsat.dims import Mono, SymShape
 
+from .original import Original
 from .sizes import SizeWriter
 from .tables import Prefix
 from .uniform import Patterns
@@ -48,7 +48,7 @@ class Fits:
     """small integer values computed from the shapes alone -> their entries as monomials (None: not fitted)"""
     pending: list[str] = field(default_factory=list)
     """such values written since the last fit"""
-    probed: dict[str, list[Mono | None]] | None = None
+    probed: dict[str, list[Mono | None] | None] | None = None
     """the Reshape targets the original computes -> their entries read off its runs (None: not run yet)"""
     tried: set[str] = field(default_factory=set)
     """the values whose unknown shapes a run was asked for (each once)"""
@@ -88,26 +88,30 @@ class Guards:
     guarded: list[tuple[str, str, Prefix]] = field(default_factory=list)
     """(the Slice of a table written, the user's value it stands for, its table) where the user's program computes
     the value beyond the table"""
-    found: Rewrite | None = None
-    """the original read as the import read it (its tables found, not written; :data:`Forms.TABLES`)"""
     original_tables: dict[str, str] | None = None
-    """the tables ``found`` guarded (by :func:`~.tables.pattern_key`) -> the original's value each stands for"""
-    source: onnx.GraphProto | None | bool = False
-    """the original's graph at the written program's opset (None: not convertible; False: not read yet)"""
+    """the tables the original read as the import read it guarded (:attr:`.original.Original.found`, by
+    :func:`~.tables.pattern_key`) -> the original's value each stands for"""
     copied_constants: dict[str, str] = field(default_factory=dict)
     """an initializer of the original read by a chain copied into an If -> its name in the written program (copied
     once, or the program's own where it holds the same values)"""
 
 
 class Rewrite(SizeWriter):
-    """One rewrite of ``model`` (a copy, rewritten in place) against ``original`` at the symbols' ``values``."""
+    """One rewrite of ``model`` (a copy, rewritten in place) against ``original`` at the symbols' ``values``;
+    ``facts``: what earlier rewrites against the same original learnt of it (:class:`.original.Original`; None: a
+    new one, this rewrite's own)."""
 
-    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int], forms: Forms):
+    def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int], forms: Forms,
+                 facts: Original | None = None):
         super().__init__(model)
         self.forms = forms
         self.original = original
         self.values = dict(values)
-        self.sums = derived_symbols(list(symbols(original)))
+        if facts is not None and (facts.model is not original or facts.values != self.values):
+            raise ValueError("the facts carried are another original's, or of other sizes")
+        self.facts = facts or Original(original, values)
+        """what runs of the original show, worked out once per model"""
+        self.sums = self.facts.sums
         """the interface's symbols written as arithmetic of others (``past + 1``): a Concat's length may be one"""
         self.notes: list[str] = []
         """what could not be written shape-generic"""

@@ -512,13 +512,13 @@ def test_where_the_converter_refuses_the_original_no_older_node_is_copied_and_th
     """The same upgraded T5 where ONNX's version converter refuses the original: no chain of opset-17 nodes is
     copied into the opset-23 program (it passes ONNX's full check), and the notes say the original was not
     converted; within the table the program still matches the original."""
-    from eqsat.generic import guards
+    from eqsat.generic import original
     from eqsat.onnx import kernels
 
     def refuse(model, version):
         raise kernels.UpgradeError(f"onnx's version converter cannot take the model to opset {version}: no adapter")
 
-    monkeypatch.setattr(guards, "converted", refuse)
+    monkeypatch.setattr(original, "converted", refuse)
     model = zoo.export_dynamic("t5_encoder", "torchscript", str(tmp_path / "t5.onnx"))
     shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
     upgraded = onnx.version_converter.convert_version(export_model(import_model(model, shapes, generic=True)), 23)
