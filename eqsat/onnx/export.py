@@ -16,6 +16,8 @@ its ONNX emitter in :mod:`eqsat.ops` (opaque ones as they were imported), except
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
@@ -28,6 +30,7 @@ from ..ops.attention import write_grouped
 from ..ops.base import UPGRADE_DOMAIN, emit_activation, newer_allowed
 from . import pool
 from .forms import Form, SplitGroup, plan
+from .fusions import WINDOWED, valid_as_pads
 from .kernels import UpgradeError, pending, upgrade
 from .neutral import without_neutral
 from .subgraphs import defined_names, rename_outer
@@ -264,6 +267,7 @@ class _Exporter:
         for proto in o.nodes:
             node = onnx.NodeProto()
             node.CopyFrom(proto)
+            _pads_explicit(node, o.constants)
             for k, name in enumerate(node.output):
                 if name and name not in rename:  # a value inside the region
                     rename[name] = self._claim(name)
@@ -358,6 +362,21 @@ def _claim_splits(forms: dict[int, Form], regions: dict[int, Origin]) -> dict[in
         for i in tops:
             regions.pop(i, None)
     return forms
+
+
+def _pads_explicit(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> None:
+    """A user's Conv or pooling node with ``auto_pad`` VALID written with explicit zero pads instead (the same
+    computation), so that onnxruntime folds a Pad before it into it (:data:`eqsat.onnx.fusions.PAD_CONV`)."""
+    if node.op_type not in WINDOWED or node.domain not in ("", "ai.onnx"):
+        return
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    kernel = attrs.get("kernel_shape")
+    weight = constants.get(node.input[1]) if node.op_type == "Conv" and len(node.input) > 1 else None
+    spatial = len(kernel) if isinstance(kernel, list) else (weight.ndim - 2 if weight is not None else 0)
+    written = valid_as_pads(node.op_type, attrs, spatial) if spatial > 0 else None
+    if written is not None:
+        del node.attribute[:]
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in written.items())
 
 
 def _initializer(array: np.ndarray, name: str) -> TensorProto:

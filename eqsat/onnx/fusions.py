@@ -21,6 +21,9 @@ defeats it. The predicates state the constraints the code reads:
   :mod:`eqsat.onnx.forms` (the ``gemm`` form: a 2-D matmul with an activation written as Gemm).
 * :func:`epilogue`: which producer an epilogue's shape signature fuses into. Read by
   :func:`eqsat.cost.ort.epilogue_producer` (an epilogue is timed after its producer).
+* :func:`valid_as_pads`: a Conv or pooling node's ``auto_pad`` VALID as explicit zero pads, the form
+  :data:`PAD_CONV` folds a preceding Pad into. Read by :mod:`eqsat.onnx.export` for the user's nodes it writes
+  back.
 
 The rules between a fused kernel and a spelling that stays unfused (``rules/ours/spelling.py``:
 :data:`SKIP_LAYER_NORM` and the ``Sum`` that defeats it) and the operator table's emitters (:mod:`eqsat.ops`,
@@ -65,6 +68,9 @@ class Fusion:
     defeat: str | None
     """a spelling it leaves unfused: the same values written otherwise, or a constraint broken (None: none that
     eqsat writes or meets)"""
+    prologue: bool = False
+    """the first operator of the spelling is the one folded into the next (a Pad into the Conv that reads it), not
+    the last into the one before"""
 
     @property
     def producer(self) -> str:
@@ -73,6 +79,11 @@ class Fusion:
     @property
     def epilogue(self) -> str:
         return self.spelling[-1]
+
+    @property
+    def absorbed(self) -> str:
+        """The op type that no longer runs on its own once fused."""
+        return self.producer if self.prologue else self.epilogue
 
 
 MATMUL_ADD = Fusion(
@@ -129,8 +140,18 @@ SIMPLIFIED_LAYER_NORM = Fusion(
     "writes a graph the session refuses)",
     "x * Reciprocal(Sqrt(..)) (LLaMA's form)")
 
+PAD_CONV = Fusion(
+    "PadFusion", ("Pad", "Conv"), ("Pad", "conv2d"), "Conv", "",
+    "a constant-mode Pad of constant pads (spatial axes only, none negative) and a zero (or no) fill value, read by "
+    "the Conv (or AveragePool, MaxPool) alone, whose auto_pad is NOTSET: the pads added to the Conv's own (the "
+    "exporter writes a user's auto_pad VALID as explicit zero pads: :func:`valid_as_pads`)",
+    "the Conv's auto_pad VALID (TorchScript's padding='valid' after EfficientNet's asymmetric same-padding Pad): the "
+    "Pad runs, and at ORT_ENABLE_ALL its activation is reordered out of and back into the blocked layout around it",
+    prologue=True)
+
 FUSIONS: tuple[Fusion, ...] = (MATMUL_ADD, GEMM_ACTIVATION, MATMUL_SCALE, MATMUL_TRANSPOSE, CONV_ADD, CONV_MUL,
-                               CONV_BN, CONV_ACTIVATION, SKIP_LAYER_NORM, GELU, QUICK_GELU, SIMPLIFIED_LAYER_NORM)
+                               CONV_BN, CONV_ACTIVATION, SKIP_LAYER_NORM, GELU, QUICK_GELU, SIMPLIFIED_LAYER_NORM,
+                               PAD_CONV)
 """every fusion eqsat relies on"""
 
 DENSE_RANKS = (2, 3)
@@ -179,6 +200,27 @@ def activation_fusion(op: str, rank: int) -> Fusion | None:
     return None
 
 
+WINDOWED = ("Conv", "AveragePool", "MaxPool")
+"""the ONNX operators with ``auto_pad`` that :data:`PAD_CONV` folds a Pad into"""
+
+
+def valid_as_pads(op_type: str, attrs: dict[str, object], spatial: int) -> dict[str, object] | None:
+    """The attributes of a :data:`WINDOWED` node of ``spatial`` spatial axes with its ``auto_pad`` VALID written as
+    explicit zero pads (NOTSET; the same computation), which :data:`PAD_CONV` needs; None where it is not VALID.
+
+    >>> valid_as_pads("Conv", {"auto_pad": b"VALID", "strides": [2, 2]}, 2)
+    {'strides': [2, 2], 'pads': [0, 0, 0, 0]}
+    >>> valid_as_pads("Conv", {"pads": [1, 1, 1, 1]}, 2) is None
+    True
+    """
+    auto = attrs.get("auto_pad", b"NOTSET")
+    if op_type not in WINDOWED or (auto.decode() if isinstance(auto, bytes) else auto) != "VALID":
+        return None
+    out = {k: v for k, v in attrs.items() if k != "auto_pad"}
+    out["pads"] = [0] * (2 * spatial)
+    return out
+
+
 def epilogue(op: str, in_shapes: Sequence[Shape], out_shape: Shape) -> tuple[Fusion, int] | None:
     """(the fusion that folds IR operator ``op`` into the operator producing its operand, that operand) for an
     epilogue's shape signature, or None. The signature does not show the producer; in eqsat's programs these
@@ -204,5 +246,6 @@ def epilogue(op: str, in_shapes: Sequence[Shape], out_shape: Shape) -> tuple[Fus
 
 
 __all__ = ["CONV_ACTIVATION", "CONV_ADD", "CONV_BN", "CONV_MUL", "DENSE_RANKS", "FUSIONS", "GELU", "GEMM_ACTIVATION",
-           "MATMUL_ADD", "MATMUL_SCALE", "MATMUL_TRANSPOSE", "QUICK_GELU", "SIMPLIFIED_LAYER_NORM", "SKIP_LAYER_NORM",
-           "Fusion", "activation_fusion", "channel_operand", "epilogue", "row_bias", "static_shape_needed", "stripped"]
+           "MATMUL_ADD", "MATMUL_SCALE", "MATMUL_TRANSPOSE", "PAD_CONV", "QUICK_GELU", "SIMPLIFIED_LAYER_NORM",
+           "SKIP_LAYER_NORM", "WINDOWED", "Fusion", "activation_fusion", "channel_operand", "epilogue", "row_bias",
+           "static_shape_needed", "stripped", "valid_as_pads"]

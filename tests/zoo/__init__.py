@@ -35,7 +35,7 @@ size (``scripts/bench_peers.py --models wide``); no test builds them (an export 
 
     >>> WIDE
     ('bert_w384', 'opt_w384', 'bloom_w384', 'neox_w384', 'phi_w384', 'vit_w384', 'swin_w384', 'convnext_w384', \
-'wav2vec2_w384')
+'wav2vec2_w384', 'efficientnet_b0')
 
 :data:`SERVING` models are issue 42's serving forms: a decoder's step against a key/value cache (one new token, the
 past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
@@ -65,7 +65,7 @@ NAMES = ("bert", "gpt2", "vit", "resnet", "mobilenetv2", "efficientnet", "llama"
 EXTRA = ("qwen2", "bert_s128", "llama_s128")
 UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
 WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384", "vit_w384", "swin_w384", "convnext_w384",
-        "wav2vec2_w384")
+        "wav2vec2_w384", "efficientnet_b0")
 SERVING = ("llama_decode", "llama_decode_w384", "llama_prefill_w384", "qwen2_prefill_w384", "qwen2_decode_w384")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
@@ -283,7 +283,8 @@ def _vision_wide(family: str) -> Callable[[], torch.nn.Module]:
     """Vision and audio at realistic size: ViT/DeiT-small (384 wide, patch 16, 224 pixels, 4 layers), Swin-tiny's
     stages (96-768 wide, windows of 7, shifted), ConvNeXt-tiny's stages (96-768 wide, one block fewer per stage), a
     wav2vec2 encoder (384 wide, 4 layers, its convolutional feature extractor and positional convolution) on one second
-    of 16 kHz audio."""
+    of 16 kHz audio, EfficientNet-B0 (transformers' defaults: depthwise convolutions, squeeze-and-excitation, SiLU)
+    at 224 pixels."""
     def make() -> torch.nn.Module:
         import transformers as t
 
@@ -296,6 +297,10 @@ def _vision_wide(family: str) -> Callable[[], torch.nn.Module]:
             cfg = _eager(t.SwinConfig(image_size=FULL_IMAGE, embed_dim=96, depths=[2, 2, 2, 2],
                                       num_heads=[3, 6, 12, 24], window_size=7))
             return _Outputs(t.SwinModel(cfg, add_pooling_layer=False), ("pixel_values",), ("last_hidden_state",))
+        if family == "efficientnet":
+            cfg = t.EfficientNetConfig(num_channels=3, image_size=FULL_IMAGE, width_coefficient=1.0,
+                                       depth_coefficient=1.0, hidden_dim=1280)  # B0 (the defaults are B7's)
+            return _Outputs(t.EfficientNetModel(cfg), ("pixel_values",), ("pooler_output",))
         if family == "convnext":
             cfg = t.ConvNextConfig(num_channels=3, hidden_sizes=[96, 192, 384, 768], depths=[2, 2, 4, 2],
                                    image_size=FULL_IMAGE)
@@ -433,6 +438,9 @@ SPECS: dict[str, Spec] = {
     "wav2vec2_w384": Spec(_vision_wide("wav2vec2"), (("input_values", "float", (1, 16000)),), ("last_hidden_state",),
                           "wav2vec2 encoder on one second of 16 kHz audio: its convolutional feature extractor, "
                           "a grouped positional convolution, 384 wide, 4 layers, 6 heads"),
+    "efficientnet_b0": Spec(_vision_wide("efficientnet"), (_FULL_PIXELS,), ("pooler_output",),
+                            "EfficientNet-B0 at 224 pixels: depthwise convolutions, squeeze-and-excitation, SiLU, "
+                            "batch norm folded by the runtime"),
     "llama_decode": _decode_spec("llama", False, "LLaMA decode step: 1 layer, hidden 32, 4 heads / 2 KV heads, a "
                                  f"past of {DECODE_PAST} in, the present out"),
     "llama_decode_w384": _decode_spec("llama", True, "LLaMA decode step at width 384: 4 layers, 6 heads / 2 KV heads, "
