@@ -171,7 +171,9 @@ def _summary(r: Report) -> None:
         for c in r.candidates:
             measured = f"{c.measured_ms:.3f} ms" if c.measured_ms is not None else "not measured"
             ratio = f", {c.speedup:.3f}x [{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.speedup is not None else ""
-            con.print(f"  {'*' if c.shipped else ' '} {c.name}: estimated {c.estimated_cost:.1f} us, {measured}{ratio}")
+            screened = " (screening run)" if c.note.startswith("screened out") else ""
+            con.print(f"  {'*' if c.shipped else ' '} {c.name}: estimated {c.estimated_cost:.1f} us, {measured}{ratio}"
+                      f"{screened}")
     _changes(r)
 
 

@@ -4,6 +4,8 @@ programs that afford many rounds are all gated together, as before."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -89,3 +91,25 @@ def test_programs_that_afford_many_rounds_are_all_gated_together():
                                     names=["fast", "same"])
     assert measured.screened == [] and all(c.planned > 0 for c in measured.comparisons)
     assert measurement.candidate == "fast"
+
+
+@pytest.mark.timing
+def test_the_report_and_the_summary_name_the_candidates_a_screening_run_timed(tmp_path, monkeypatch, capsys):
+    """Screening forced (every program counted slow): the report's candidates other than the one gated carry the
+    screening note, and the printed summary marks their figures as the screening run's."""
+    from eqsat.app.cli import main
+    from eqsat.measurement import decision
+
+    monkeypatch.setattr(decision, "SCREEN_ROUNDS", 10**9)
+    out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
+    code = main(["optimize-model", "--model", "squeezenet", "--small", "-o", str(out), "--report", str(rep),
+                 "--candidates", "3", "--budget", "2", "--cost", "analytic", "--ilp-time-limit", "2",
+                 "--measure-budget", "0.5", "--seed", "1"])
+    assert code == 0
+    report = json.loads(rep.read_text())
+    measured = [c for c in report["candidates"][1:] if c["speedup"] is not None]
+    screened = [c for c in measured if c["note"].startswith("screened out")]
+    assert len(measured) >= 2 and len(screened) == len(measured) - 1
+    assert "screening run" in report["measured"]["reason"]
+    err = capsys.readouterr().err
+    assert sum("(screening run)" in line for line in err.splitlines()) == len(screened)
