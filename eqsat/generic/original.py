@@ -13,7 +13,6 @@ is written from these facts.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import onnx
 
@@ -22,9 +21,6 @@ from eqsat.errors import first_line
 from eqsat.onnx.fitting import fit_runs, fit_vectors, run_values
 from eqsat.onnx.interface import symbols
 from eqsat.onnx.kernels import UpgradeError, converted
-
-if TYPE_CHECKING:
-    from .state import Rewrite
 
 Entries = list[Mono | None] | None
 """one vector's entries as monomials (None where none fits), or None where the runs said nothing of it"""
@@ -38,8 +34,9 @@ class Original:
         self.values = dict(values)
         self.sums = derived_symbols(list(symbols(model)))
         """the interface's symbols written as arithmetic of others (``past + 1``)"""
-        self.found: Rewrite | None = None
-        """the original read as the import read it (:func:`.rewrite.read_original`); None until asked"""
+        self.found: object | None = None
+        """the original read as the import read it (a :class:`.state.Rewrite`, which imports this module:
+        :func:`.rewrite.read_original` makes and reads it); None until asked"""
         self.runs = 0
         """the runs of the original made at further sizes (batches of names), for the tests and the curious"""
         self._vectors: dict[str, Entries] = {}

@@ -104,6 +104,7 @@ def read_original(w: Rewrite) -> Rewrite:
         found = Rewrite(copy, w.original, w.values, Forms.TABLES, w.facts)
         run(found)
         w.facts.found = found
+    assert isinstance(found, Rewrite)
     if w.guards.original_tables is None:
         w.guards.original_tables = {pattern_key(p): user for _, user, p in found.guards.guarded}
     return found
