@@ -208,12 +208,14 @@ def check_model(name: str, model: onnx.ModelProto, args: argparse.Namespace) -> 
                        "base_ms": compare(model, model, Protocol(threads=args.threads, budget_s=args.budget / 4)).original_ms}
     else:
         slower, calibration = two_percent_case(model, args.gain, args.threads, args.seed, args.budget)
-    aa = [progress("A/A", trial(model, model, args, args.seed + t)) for t in range(args.trials)]
+    aa = [progress("A/A", trial(model, model, args, args.seed + t))
+          for t in range(args.trials if "aa" in args.cases else 0)]
     ab = [progress("A/B", trial(model, args.gain, args, args.seed + t) if args.ab == "scaled"
                    else trial(slower, model, args, args.seed + t))  # original: the slower one
-          for t in range(args.trials)]
-    return {"model": name, "calibration": calibration, "aa": rate(aa), "ab": rate(ab),
-            "aa_rows": aa, "ab_rows": ab}
+          for t in range(args.trials if "ab" in args.cases else 0)]
+    out = {"model": name, "calibration": calibration, "aa_rows": aa, "ab_rows": ab}
+    out.update({case: rate(rows) for case, rows in (("aa", aa), ("ab", ab)) if rows})
+    return out
 
 
 def line(label: str, r: dict) -> str:
@@ -231,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated built-in names or .onnx paths ({DEFAULT_MODELS})")
     ap.add_argument("--small", action="store_true", help="the reduced sizes of the built-in models (fast)")
     ap.add_argument("--trials", type=int, default=100, help="A/A and A/B comparisons per model, each")
+    ap.add_argument("--cases", default="aa,ab", help="the cases run: aa (the false-ship rate), ab (the power), or both")
     ap.add_argument("--budget", type=float, default=10.0, help="timing budget of one comparison, seconds (the pipeline's)")
     ap.add_argument("--max-budget", type=float, default=None,
                     help=f"seconds the gate may extend the budget to when the pilot's spread asks for more rounds "
@@ -251,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--trials and --threads must be at least 1, --budget positive and --gain above 1")
     if args.max_budget is not None and args.max_budget < args.budget:
         ap.error("--max-budget must be at least --budget")
+    args.cases = [c for c in args.cases.split(",") if c]
+    if not args.cases or not set(args.cases) <= {"aa", "ab"}:
+        ap.error(f"--cases: aa, ab or aa,ab, got {','.join(args.cases)!r}")
 
     load_before = os.getloadavg()
     results = []
@@ -261,21 +267,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {c['base_ms']:.3f} ms; " + (f"A/B scaled: the second side's times divided by {c['target']:.3f}"
               if args.ab == "scaled" else f"side branch of {c['elements']} elements, checked ratio "
               f"{c['checked_ratio']:.3f} (target {c['target']:.3f})"))
-        print("  " + line("A/A", s["aa"]), flush=True)
-        print("  " + line("A/B", s["ab"]), flush=True)
+        for case, label in (("aa", "A/A"), ("ab", "A/B")):
+            if case in s:
+                print("  " + line(label, s[case]), flush=True)
     totals = {}
-    for case in ("aa", "ab"):
+    for case in args.cases:
         ships, trials = sum(s[case]["ships"] for s in results), sum(s[case]["trials"] for s in results)
         low, high = wilson(ships, trials)
         totals[case] = {"ships": ships, "trials": trials, "rate": ships / trials, "wilson_low": low,
                         "wilson_high": high}
-    aa, ab = totals["aa"], totals["ab"]
-    print(f"all: A/A ships {aa['ships']}/{aa['trials']} ({aa['rate']:.1%}, 95% Wilson {aa['wilson_low']:.1%}-"
-          f"{aa['wilson_high']:.1%}; design <= {args.alpha:.0%}); A/B at {args.gain:.2f}x ships {ab['ships']}/"
-          f"{ab['trials']} ({ab['rate']:.1%}, {ab['wilson_low']:.1%}-{ab['wilson_high']:.1%}; design >= 90%); "
-          f"load average {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    said = []
+    if "aa" in totals:
+        aa = totals["aa"]
+        said.append(f"A/A ships {aa['ships']}/{aa['trials']} ({aa['rate']:.1%}, 95% Wilson {aa['wilson_low']:.1%}-"
+                    f"{aa['wilson_high']:.1%}; design <= {args.alpha:.0%})")
+    if "ab" in totals:
+        ab = totals["ab"]
+        said.append(f"A/B at {args.gain:.2f}x ships {ab['ships']}/{ab['trials']} ({ab['rate']:.1%}, "
+                    f"{ab['wilson_low']:.1%}-{ab['wilson_high']:.1%}; design >= 90%)")
+    print(f"all: {'; '.join(said)}; load average {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f} on "
+          f"{os.cpu_count()} CPUs")
     if args.json:
-        out = {"models": results, "aa": aa, "ab": ab, "protocol": "fixed" if args.fixed else "gate",
+        out = {"models": results, **totals, "protocol": "fixed" if args.fixed else "gate",
                "config": vars(args), "load_average": {"before": load_before, "after": os.getloadavg()},
                "cpus": os.cpu_count(), "machine": platform.processor() or platform.machine(), "time": time.time()}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

@@ -46,3 +46,16 @@ def test_cli_writes_both_rates_with_the_scaled_case(tmp_path):
     assert figures["models"][0]["calibration"]["ab"] == "scaled"
     assert figures["ab"]["ships"] == 2  # a 1.5x gain on a 0.1 ms program resolves in 0.3 s
     assert all(row["speedup"] > 1.3 for row in figures["models"][0]["ab_rows"])
+
+
+def test_cli_runs_only_the_cases_asked(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), str(path))
+    out = tmp_path / "aa.json"
+    script = load_script("bench_aa")
+    assert script.main(["--models", str(path), "--trials", "2", "--budget", "0.3", "--ab", "scaled", "--cases", "aa",
+                        "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["aa"]["trials"] == 2 and "ab" not in figures
+    assert len(figures["models"][0]["aa_rows"]) == 2 and figures["models"][0]["ab_rows"] == []
+    assert all(0.8 < row["speedup"] < 1.25 for row in figures["models"][0]["aa_rows"])  # the model against itself
