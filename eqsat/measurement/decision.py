@@ -140,7 +140,7 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     if feeds is None:
         feeds = runtimes.feeds_for(Program(original), candidates[-1], config.seed, config.input_shapes)
     if len(candidates) > 1:
-        per_call = runtimes.call_ms(Program(original, graph), runtime, feeds, protocol) / 1e3
+        per_call = max(runtimes.call_ms(Program(original, graph), runtime, feeds, protocol) / 1e3, 1e-9)
         if config.measure_budget / ((1 + len(candidates)) * per_call) < SCREEN_ROUNDS:
             return _screened(original, graph, candidates, names, runtime, protocol, feeds, per_call, config, say)
     if budget is not None and len(candidates) > SPLIT_CANDIDATES \
