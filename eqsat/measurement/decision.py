@@ -160,9 +160,7 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
             say(f"both faster, timed in different groups: {names[first]} against {names[second]} in a run of their own")
         return runtimes.duel(candidates[first], candidates[second], runtime, duel_protocol, feeds)
     best, decision = choose(measured.comparisons, names, config.allow_slower, gate, measured.group_of(), duel)
-    beside = {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
-              for side, i in (("original", 0), ("optimized", best + 1))}
-    return Measurement.of(measured.comparisons[best], decision, names[best], beside), measured
+    return Measurement.of(measured.comparisons[best], decision, names[best], _beside(measured, best)), measured
 
 
 def _screened(original: onnx.ModelProto, graph: Graph | None, candidates: Sequence[Program], names: Sequence[str],
@@ -200,11 +198,15 @@ def _screened(original: onnx.ModelProto, graph: Graph | None, candidates: Sequen
                                        f"rounds of every candidate ({names[pick]} {screen.comparisons[pick].speedup:.3f}x"
                                        f", {others})")
     comparisons = [cmp if k == pick else c for k, c in enumerate(screen.comparisons)]
-    beside = {f"{k}_{side}_ms": v[i] for k, v in screen.beside.items()
-              for side, i in (("original", 0), ("optimized", pick + 1))}
     measured = runtimes.Measured(comparisons, screen.beside, screen.groups, feeds,
                                  [k for k in range(len(candidates)) if k != pick])
-    return Measurement.of(cmp, decision, names[pick], beside), measured
+    return Measurement.of(cmp, decision, names[pick], _beside(screen, pick)), measured
+
+
+def _beside(measured: runtimes.Measured, candidate: int) -> dict[str, float]:
+    """The runtime's side timings of the original and of ``candidate`` (0-based), keyed for the report."""
+    return {f"{k}_{side}_ms": v[i] for k, v in measured.beside.items()
+            for side, i in (("original", 0), ("optimized", candidate + 1))}
 
 
 def measure_sizes(measured: Measurement, original: onnx.ModelProto, candidate: onnx.ModelProto, config: Settings,
