@@ -51,6 +51,7 @@ def test_the_chains_compute_the_same_function():
     np.testing.assert_allclose(_run(chain(64, 1), x), x @ WEIGHT, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.timing
 def test_one_call_is_timed_before_the_rounds_are_planned():
     slow, fast = Program(chain(256, 8)), Program(chain(256, 1))
     feeds = feeds_for(slow, fast, seed=0)
