@@ -257,11 +257,11 @@ def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSessio
     labels): "" when these sizes do not cross the guard's bound (the condition holds beyond too, or fails within:
     another of the guard's sizes, or another bound), None when the else-branch passes, else what failed."""
     near_feeds, far_feeds = feeds
-    *far, cond_far = else_s.run(None, far_feeds, QUIET)
+    *far, cond_far = else_s.run(None, _own(else_s, far_feeds), QUIET)
     if bool(np.all(cond_far)):
         return ""
-    *near, cond_near = then_s.run(None, near_feeds, QUIET)
-    *near_else, _ = else_s.run(None, near_feeds, QUIET)
+    *near, cond_near = then_s.run(None, _own(then_s, near_feeds), QUIET)
+    *near_else, _ = else_s.run(None, _own(else_s, near_feeds), QUIET)
     if not bool(np.all(cond_near)):
         return ""  # another size of the guard's is beyond its table here: not this symbol's bound
     for value, t, e, f in zip(outputs, near, near_else, far):
@@ -275,6 +275,19 @@ def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSessio
             return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} of shape {f.shape}: not the shape " \
                    f"{t.shape} it has at {sizes[0]} grown, with its values first"
     return None
+
+
+def _own(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The feeds ``sess`` takes: a branch's model keeps only the inputs it reads (a mask one branch does not)."""
+    return {i.name: feeds[i.name] for i in sess.get_inputs()}
+
+
+def _branch_feeds(then_s: ort.InferenceSession, else_s: ort.InferenceSession, seed: int, shapes: Shapes,
+                  index: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """One seeded random feed for the inputs of both branches' models: the else-branch's, and the then-branch's
+    others."""
+    return {**random_inputs(then_s, np.random.default_rng(seed + 1), shapes, index),
+            **random_inputs(else_s, np.random.default_rng(seed), shapes, index)}
 
 
 def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values: Mapping[str, int],
@@ -298,9 +311,8 @@ def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values:
             for sym in symbols(beyond):  # the symbols of the inputs the guard reads
                 for first in bounds:
                     sizes = (f"{sym}={first - 1}", f"{sym}={first} (beyond the tables)")
-                    feeds = tuple(random_inputs(else_s, np.random.default_rng(seed),
-                                                shapes_at(optimized, {**values, sym: v}), index)
-                                  for v in (first - 1, first))
+                    feeds = tuple(_branch_feeds(then_s, else_s, seed, shapes_at(optimized, {**values, sym: v}),
+                                                index) for v in (first - 1, first))
                     failed = _beyond(guard.name, then_s, else_s, guard.output, feeds, sizes)  # type: ignore[arg-type]
                     if failed:
                         return ShapesCheck(False, out.verified, out.skipped, failed)

@@ -388,6 +388,8 @@ class Run:
             sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
             say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
                                                       if shaping.static else "tuned there; the written model keeps them"))
+        if shaping.resized:
+            say(shaping.resized_text())
         blocks = None
         if self.config.blocks:
             with timer("blocks"):

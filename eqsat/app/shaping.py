@@ -22,6 +22,9 @@ from eqsat.errors import InputError, first_line
 from eqsat.generic import Original, make_generic
 from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx.interface import (
+    MAX_DEFAULT,
+    MIN_DEFAULT,
+    OTHER_DEFAULT,
     QUIET,
     Shapes,
     interface,
@@ -148,9 +151,30 @@ class Shaping:
         defaulted = [s for s in syms if s not in sized]
         if given:
             check_input_sizes(original, given)  # sizes too large to feed, before anything runs the model there
-        values = runnable_values(original, symbol_values(original, given), defaulted)
-        return cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes),
-                   defaulted, further_sizes(original, config, values))
+        values, ran = runnable_values(original, symbol_values(original, given), defaulted)
+        out = cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes),
+                  defaulted, further_sizes(original, config, values))
+        if not ran and (why := refusal(original, out.shapes, config.seed)) is not None:
+            raise out.explain(InputError(
+                f"onnxruntime cannot run the original model at the default sizes of its dynamic dimensions, nor at "
+                f"any power of two from {MIN_DEFAULT} to {MAX_DEFAULT}: {why}"))
+        return out
+
+    @property
+    def resized(self) -> dict[str, int]:
+        """The defaulted symbols tuned at another size than their default (the model refused it): symbol -> size."""
+        if self.original is None:
+            return {}
+        defaults = symbol_values(self.original, {})
+        return {s: self.values[s] for s in self.defaulted if s in defaults and self.values[s] != defaults[s]}
+
+    def resized_text(self) -> str:
+        """What :attr:`resized` means for the user, or ""."""
+        if not self.resized:
+            return ""
+        sizes = ", ".join(f"{s}={v}" for s, v in self.resized.items())
+        return (f"onnxruntime refused the default size {OTHER_DEFAULT} of {', '.join(self.resized)}: tuned, verified "
+                f"and measured at {sizes}, the nearest power of two it runs at; --input-shape sets the size you serve")
 
     def probe(self, config: OptimizeConfig) -> None:
         """Where the user gave input sizes (``--input-shape``, ``--static-shape``, ``--also-at``), raise
@@ -181,8 +205,8 @@ class Shaping:
         sizes = ", ".join(f"{s}={self.values[s]}" for s in self.defaulted)
         example = next(iter(self.shapes.items()))
         message = (f"{error} (the dynamic dimensions took their default sizes {sizes}; give sizes the model accepts "
-                   f"with --input-shape, e.g. --input-shape {example[0]}={','.join(map(str, example[1]))} with "
-                   "smaller values)")
+                   f"with --input-shape, e.g. --input-shape {example[0]}={','.join(map(str, example[1]))} with the "
+                   "sizes you run it at)")
         try:
             return type(error)(message)
         except TypeError:  # a subclass with other arguments
@@ -221,8 +245,10 @@ class Shaping:
         out = InterfaceReport(symbols=dict(self.values), shapes={k: list(v) for k, v in self.shapes.items()})
         if check is not None:
             out.verified_at, out.skipped = list(check.verified), list(check.skipped)
+        said = [self.resized_text()] if self.resized else []
         if shipped is not None and notes:
-            out.note = "; ".join(notes)
+            said += notes
+        out.note = "; ".join(said)
         if self.static and shipped is not None and self.original is not None \
                 and interface(shipped)[0] != interface(self.original)[0]:
             out.kept = False

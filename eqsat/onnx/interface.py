@@ -35,8 +35,12 @@ BATCH_PROBES = (2, 3, 4)
 """the further values a batch-like symbol is verified at: the first two that are not its representative value"""
 MIN_DEFAULT = 8
 """a default size the model refuses is halved down to this (a position table shorter than 128)"""
+MAX_DEFAULT = 4096
+"""... and, where no smaller size runs, doubled up to this (an audio waveform's samples: a convolutional front-end
+needs hundreds)"""
 OTHER_PROBES = (1, 37, 256, 64)
-"""the further values any other symbol is verified at: the first three that are not its representative value"""
+"""the further values any other symbol is verified at: the first three that are not its representative value; a
+symbol represented above them (audio samples) also at two sizes near its own (:func:`probe_values`)"""
 
 QUIET = ort.RunOptions()
 QUIET.log_severity_level = 4  # a size the model refuses is an answer here, not an error to print
@@ -199,26 +203,43 @@ def shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
     return ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items())
 
 
-def runnable_values(model: onnx.ModelProto, values: Mapping[str, int], defaulted: list[str]) -> dict[str, int]:
-    """``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
-    cannot run ``model`` there (zeros fed); as they were if it runs, or never does."""
+def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
+                    defaulted: list[str]) -> tuple[dict[str, int], bool]:
+    """(``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
+    cannot run ``model`` there (zeros fed), and where no smaller size runs, doubled (up to :data:`MAX_DEFAULT`: a
+    waveform's samples, which a convolutional front-end needs hundreds of), as they were if it runs; whether it
+    ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model
+    does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
-    halvable = [s for s in defaulted if s not in derived and values[s] == OTHER_DEFAULT]  # derived ones follow
-    if not halvable:
-        return dict(values)
+    movable = [s for s in defaulted if s not in derived and values[s] == OTHER_DEFAULT]  # derived ones follow
+    if not movable:
+        return dict(values), True
     try:
         sess = session(model)
     except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
-        return dict(values)
-    at = dict(values)
-    while True:
+        return dict(values), True
+
+    def runs(size: int | None) -> dict[str, int] | None:  # None: ``values`` as given
+        at = dict(values) if size is None else follow({**values, **{s: size for s in movable}}, derived)
         try:
             sess.run(None, zero_feeds(model, at), QUIET)
             return at
         except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
-            if at[halvable[0]] // 2 < MIN_DEFAULT:
-                return dict(values)
-            at = follow({**at, **{s: at[s] // 2 for s in halvable}}, derived)
+            return None
+
+    if (at := runs(None)) is not None:
+        return at, True
+    size = OTHER_DEFAULT // 2
+    while size >= MIN_DEFAULT:
+        if (at := runs(size)) is not None:
+            return at, True
+        size //= 2
+    size = 2 * OTHER_DEFAULT
+    while size <= MAX_DEFAULT:
+        if (at := runs(size)) is not None:
+            return at, True
+        size *= 2
+    return dict(values), False
 
 
 def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:
@@ -230,13 +251,18 @@ def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int,
 
 
 def probe_values(value: int, batch: bool) -> list[int]:
-    """The further values a symbol at ``value`` is verified at (its representative value left out).
+    """The further values a symbol at ``value`` is verified at (its representative value left out): for a symbol
+    represented above every one of :data:`OTHER_PROBES` (a waveform's samples, which refuses them all), also
+    ``value + 37`` and ``value // 2 + 1`` (odd offsets: a strided front-end's rounding).
 
-    >>> probe_values(3, batch=True), probe_values(37, batch=False)
-    ([2, 4], [1, 256, 64])
+    >>> probe_values(3, batch=True), probe_values(37, batch=False), probe_values(512, batch=False)
+    ([2, 4], [1, 256, 64], [1, 37, 256, 549, 257])
     """
     probes = BATCH_PROBES if batch else OTHER_PROBES
-    return [v for v in probes if v != value][:len(probes) - 1]
+    out = [v for v in probes if v != value][:len(probes) - 1]
+    if not batch and value > max(OTHER_PROBES):
+        out += [value + 37, value // 2 + 1]
+    return out
 
 
 def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, Shapes]]:
@@ -253,6 +279,6 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface",
+__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface",
            "interface_difference", "is_batch_like", "probe_shapes", "probe_values", "representative_shapes",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

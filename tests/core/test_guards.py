@@ -173,3 +173,24 @@ def test_a_branch_output_without_a_type_takes_the_other_branchs():
     assert taken(model, guard, "then_branch").graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
     check = verify_guards(_original(), model, {"batch": 1, "seq": 4})
     assert check.passed, check.detail
+
+
+def test_a_guard_whose_else_branch_reads_an_input_the_table_does_not_is_checked():
+    """The dynamo Mistral's mask guard: the else-branch reads ``attention_mask``, the table's Slice only the ids'
+    length; each branch's model takes its own inputs (feeding one an input it does not have is an onnxruntime
+    error, which refused every candidate of that model)."""
+    reads_m = [*_angles("e_", "freq"), helper.make_node("Cast", ["m"], ["e_mf"], to=TensorProto.FLOAT),
+               helper.make_node("ReduceSum", ["e_mf"], ["e_ms"], keepdims=0),
+               helper.make_node("Mul", ["e_ms", "zero"], ["e_mz"]), helper.make_node("Add", ["e_y", "e_mz"], ["e_w"])]
+    model, original = _guarded(reads_m, "e_w"), _original()
+    for m in (model, original):
+        m.graph.input.append(helper.make_tensor_value_info("m", TensorProto.INT64, ["batch", "seq"]))
+    (guard,) = table_guards(model)
+    within, beyond = taken(model, guard, "then_branch"), taken(model, guard, "else_branch")
+    assert [i.name for i in within.graph.input] == ["ids"] and [i.name for i in beyond.graph.input] == ["ids", "m"]
+    for seq in (3, BOUND + 4):  # the program is the original's on both sides of the bound (onnxruntime the oracle)
+        f = {"ids": np.zeros((2, seq), np.int64), "m": np.ones((2, seq), np.int64)}
+        np.testing.assert_allclose(session(model).run(None, f)[0], session(original).run(None, f)[0], rtol=1e-6)
+    check = verify_guards(original, model, {"batch": 1, "seq": 4})
+    assert check.passed, check.detail
+    assert check.verified == [f"seq={BOUND + 1} (beyond the tables)"]

@@ -283,6 +283,67 @@ def test_a_default_size_the_model_refuses_is_halved_then_asks_for_input_shape(tm
     assert code == 0, capsys.readouterr().err
 
 
+def _waveform_model(kernel: int) -> onnx.ModelProto:
+    """An audio front-end: samples [batch, samples] -> two strided 1-D convolutions (the first ``kernel`` wide,
+    so the model refuses fewer samples than that) -> Relu."""
+    rng = np.random.default_rng(3)
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 1, kernel)).astype(np.float32) / kernel ** 0.5, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 3)).astype(np.float32), "w2")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
+             helper.make_node("Conv", ["u", "w1"], ["c1"], strides=[5]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2]),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "frames"])
+    return helper.make_model(helper.make_graph(nodes, "wave", [x], [y], [w1, w2, axes]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_waveform_refusing_the_default_length_is_tuned_at_the_nearest_length_it_runs_at(tmp_path, capsys):
+    """A front-end 300 samples wide refuses 128 and every halving; 512 runs: the run is tuned, verified (also near
+    512: the fixed further lengths are all refused) and measured there, says so, and the written model equals the
+    original at other lengths and batches in onnxruntime (the oracle)."""
+    path, out, rep = tmp_path / "wave.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    model = _waveform_model(300)
+    onnx.save(model, path)
+    code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--scheduler", "none",
+                 "--cost", "analytic", "--no-measure", "--allow-slower"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    report = json.loads(rep.read_text())
+    assert report["interface"]["symbols"] == {"batch": 1, "length": 512}
+    assert "length=512" in report["interface"]["note"] and "--input-shape" in report["interface"]["note"]
+    assert "length=512" in err and "refused the default size 128" in err
+    assert "length=549" in report["interface"]["verified_at"]
+    written = onnx.load(out)
+    assert _ports(written) == _ports(model)
+    s1, s2 = session(model), session(written)
+    rng = np.random.default_rng(0)
+    for b, n in [(1, 320), (2, 777), (3, 16000)]:
+        x = rng.standard_normal((b, n)).astype(np.float32)
+        (ref,), (got,) = s1.run(None, {"samples": x}), s2.run(None, {"samples": x})
+        assert got.shape == ref.shape
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_refusing_every_default_length_asks_for_input_shape_before_any_search(tmp_path, capsys):
+    """5000 samples wide: no power of two up to 4096 runs; exit 2 naming the flag, before the search, nothing
+    written; the size the user gives then runs."""
+    path, out = tmp_path / "wide.onnx", tmp_path / "o.onnx"
+    onnx.save(_waveform_model(5000), path)
+    out.write_bytes(b"the user's file")
+    code = main(["optimize-model", str(path), "-o", str(out), "--scheduler", "none", "--cost", "analytic",
+                 "--no-measure", "--allow-slower"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot run the original model" in err and "--input-shape samples=1,128" in err, err
+    assert "imported" not in err and out.read_bytes() == b"the user's file"
+    code = main(["optimize-model", str(path), "-o", str(out), "--input-shape", "samples=1,6000", "--scheduler",
+                 "none", "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
+    assert code == 0, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag", ["--input-shape", "--static-shape"])
 def test_a_given_size_the_original_refuses_is_exit_2_naming_it_before_any_search(flag, tmp_path, capsys):
     """Positions stop at 4 and the user asks for sequence 8: onnxruntime's refusal is said with the sizes and the
