@@ -389,15 +389,17 @@ class _Finder:
     def separators(self, min_copies: int) -> list[bool]:
         """Per position of the order: whether the node there may be a cut. A cut is read by every later layer
         only through it: no edge passes over it (from a node before it to one after it) except from weight-only
-        nodes and from nodes read by at least ``min_copies`` nodes (an external input shared by every copy,
-        such as a mask). A necessary condition, checked in one pass, so that the search for blocks tries only
-        these (a skip connection around the whole stack of layers, read by fewer nodes, hides them)."""
+        nodes, from the program's inputs (the ids that the embedding's Gather reads and a mask computed later
+        reads too: external to every copy) and from nodes read by at least ``min_copies`` nodes (an external input
+        shared by every copy, such as a mask). A necessary condition, checked in one pass, so that the search for
+        blocks tries only these (a skip connection around the whole stack of layers, read by fewer nodes, hides
+        them)."""
         reach = -1  # the furthest position read by a node before the current one (edges that count)
         out: list[bool] = []
         for k, n in enumerate(self.order):
             out.append(reach <= k)
             users = self.users[id(n)]
-            if users and not self.weight_only[id(n)] and len(users) < min_copies:
+            if users and not self.weight_only[id(n)] and n.op != "input" and len(users) < min_copies:
                 reach = max(reach, max(self.index[id(u)] for u in users))
         return out
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 import sys
 
 import numpy as np
+import onnx
 import onnx_builders as ob
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from paths import SCRIPTS
 
 from eqsat import ir
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
-from eqsat.blocks import find_blocks
+from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, find_blocks
 from eqsat.onnx import export_model, import_model
 from eqsat.verify import verify
 
@@ -31,8 +33,6 @@ LAYERS = 3
 def bert(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("bert") / "bert3.onnx")
     export_bert(path, LAYERS, 64, seq=8, vocab=64)
-    import onnx
-
     return onnx.load(path)
 
 
@@ -40,8 +40,6 @@ def bert(tmp_path_factory):
 def llama(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("llama") / "llama3.onnx")
     export_llama(path, LAYERS, 64, seq=8, vocab=64)
-    import onnx
-
     return onnx.load(path)
 
 
@@ -219,4 +217,40 @@ def test_the_kernels_the_report_lists_are_the_ones_written(llama):
     for kernel, count in kernels.items():
         assert written.get(kernel.split(" (")[0], 0) == count, (kernel, count, written)
     check = verify(llama, result.optimized, seed=3)
+    assert check.passed, check.detail
+
+
+def _embedded_layers(layers: int) -> onnx.ModelProto:
+    """ids -> an embedding's Gather -> ``layers`` residual layers (h + Relu(h @ W_k) * mask), the mask computed
+    from the ids after the Gather (an edge from the graph's input over the embedding, as GPT-J's, CodeGen's and
+    Falcon's TorchScript exports write their masks)."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "emb"),
+             numpy_helper.from_array(np.array([2], np.int64), "axis2")]
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["h0"]),
+             helper.make_node("Equal", ["ids", "zero"], ["pad"]), helper.make_node("Not", ["pad"], ["keep"]),
+             helper.make_node("Cast", ["keep"], ["keepf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["keepf", "axis2"], ["mask"])]
+    inits.append(numpy_helper.from_array(np.array(0, np.int64), "zero"))
+    for k in range(layers):
+        inits.append(numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) / 3, f"w{k}"))
+        nodes += [helper.make_node("MatMul", [f"h{k}", f"w{k}"], [f"p{k}"]),
+                  helper.make_node("Relu", [f"p{k}"], [f"r{k}"]),
+                  helper.make_node("Mul", [f"r{k}", "mask"], [f"m{k}"]),
+                  helper.make_node("Add", [f"h{k}", f"m{k}"], [f"h{k + 1}"])]
+    return ob.model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+                    [helper.make_tensor_value_info(f"h{layers}", TensorProto.FLOAT, [1, 6, 8])], inits)
+
+
+def test_the_first_layer_after_an_embedding_is_a_copy_though_the_ids_are_read_again_past_it():
+    """The ids are read by the embedding's Gather and again by the mask's nodes after it: an edge from the graph's
+    input over the Gather, which is no reason for it not to be a cut (every copy reads the mask as an external
+    input). All three layers are copies (two alone are too few for the pipeline's default of three); replaying
+    the first on every copy is the original computation (onnxruntime the oracle)."""
+    model = _embedded_layers(3)
+    graph = import_model(model)
+    blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
+    assert blocks is not None and blocks.copies == 3, blocks
+    assert blocks.blocks[0].cut.op == "opaque" and blocks.blocks[0].cut.attrs[0] == "Gather"
+    check = verify(model, export_model(blocks.replay(blocks.representative)), seed=1)
     assert check.passed, check.detail
