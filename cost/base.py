@@ -45,16 +45,19 @@ def is_free(op: str, model: object = None) -> bool:
 
 
 def node_costs(snapshot: Snapshot, model: CostModel) -> list[float]:
-    """Own cost of every e-node of an :class:`~eqsat.snapshot.Snapshot` (0 for free and all-weights nodes)."""
+    """Own cost of every e-node of an :class:`~eqsat.snapshot.Snapshot` (0 for free and all-weights nodes), at the
+    element type the decoder gives it (:meth:`~eqsat.snapshot.Snapshot.dtypes`: a float16 program's operators are
+    priced as float16, as :func:`graph_cost` prices the program decoded)."""
     out: list[float] = []
     memo: dict[OpKey, float] = {}
+    dtypes = snapshot.dtypes()
     for e in snapshot.nodes:
         if is_free(e.op, model) or snapshot.all_weights[e.eclass]:
             out.append(0.0)
             continue
         shapes = tuple(snapshot.shapes[c] or () for c in e.children)
         attrs = e.attrs
-        dtype = "float32"
+        dtype = dtypes[e.children[0]] if e.children else "float32"  # as the decoder types it (ir.make)
         if e.op == "opaque":
             proto = snapshot.opaque[e.attrs[0]]
             attrs = (proto.attrs[0], proto.attrs[1], proto.attrs[2], proto.attrs[3])

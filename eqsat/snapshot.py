@@ -76,6 +76,30 @@ class Snapshot:
                         stack.append(ch)
         return sorted(seen)
 
+    def dtypes(self) -> list[str]:
+        """Each e-class's element type as the decoder writes it (:func:`eqsat.decode.build_program`): a leaf's and an
+        opaque operator's their own, any other operator's its first operand's (:func:`eqsat.ir.make`); float32
+        where no e-node of a class reaches a leaf (an unshaped proposal). Worked out once, from the leaves up."""
+        out: list[str | None] = [None] * len(self.classes)
+        firsts: dict[int, list[int]] = {}  # class -> the e-nodes whose first operand it is
+        ready: list[tuple[int, str]] = []
+        for e in self.nodes:
+            if e.op in ("input", "weight"):
+                ready.append((e.eclass, self.leaves[e.attrs[0]].dtype))
+            elif e.op == "opaque":
+                ready.append((e.eclass, self.opaque[e.attrs[0]].dtype))
+            elif not e.children:
+                ready.append((e.eclass, "float32"))
+            else:
+                firsts.setdefault(e.children[0], []).append(e.eclass)
+        while ready:
+            c, dtype = ready.pop()
+            if out[c] is not None:
+                continue
+            out[c] = dtype
+            ready.extend((parent, dtype) for parent in firsts.get(c, ()) if out[parent] is None)
+        return [d or "float32" for d in out]
+
     def restrict(self) -> Snapshot:
         """The sub-e-graph reachable from the roots, re-indexed (drops unshaped proposals)."""
         keep = self.reachable()
