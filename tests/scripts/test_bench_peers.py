@@ -202,3 +202,17 @@ def test_all_covers_the_issue_families_under_both_exporters():
     assert loaders["bert/dynamo"].func is zoo.build  # static exports by default
     args.dynamic = True  # --dynamic: every model exported with dynamic axes, as serving code does
     assert all(load.func is mod._dynamic for _, load in mod.models_from(args))
+
+
+def test_families_names_the_second_round_of_families_each_a_zoo_model():
+    """``--models families``: every model of ``zoo.FAMILIES`` under each exporter asked for, each a zoo spec (its
+    inputs, outputs and, for HuBERT, the dynamic samples axis the export writes)."""
+    mod = _script()
+    import zoo
+
+    args = type("Args", (), {"models": ["families"], "exporters": ["torchscript", "dynamo"], "opset": 18, "seed": 0,
+                             "onnx": [], "dynamic": True})()
+    labels = [label for label, _ in mod.models_from(args)]
+    assert labels == [f"{n}/{e}" for n in zoo.FAMILIES for e in ("torchscript", "dynamo")]
+    assert set(zoo.FAMILIES) <= set(zoo.SPECS) and not set(zoo.FAMILIES) & set(zoo.WIDE + zoo.UNSEEN)
+    assert zoo.SPECS["hubert_w384"].axes == ({0: "batch", 1: "samples"},)

@@ -37,6 +37,14 @@ size (``scripts/bench_peers.py --models wide``); no test builds them (an export 
     ('bert_w384', 'opt_w384', 'bloom_w384', 'neox_w384', 'phi_w384', 'vit_w384', 'swin_w384', 'convnext_w384', \
 'wav2vec2_w384', 'efficientnet_b0')
 
+:data:`FAMILIES` are a second round of families a new user tries (decoders with interleaved or partial rotary,
+multi-query attention, parallel attention and MLP; encoders with relative positions; vision models with layer scale,
+relative-position biases, spatially reduced keys; a convolutional audio front-end), at width 384 where the family
+has one; no test builds them.
+
+    >>> FAMILIES[:4]
+    ('gptj_w384', 'codegen_w384', 'falcon_w384', 'stablelm_w384')
+
 :data:`SERVING` models are issue 42's serving forms: a decoder's step against a key/value cache (one new token, the
 past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
 small for tests and at width 384 for ``scripts/bench_serving.py``; and the prefill before it (the prompt in, the
@@ -67,6 +75,9 @@ UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
 WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384", "vit_w384", "swin_w384", "convnext_w384",
         "wav2vec2_w384", "efficientnet_b0")
 SERVING = ("llama_decode", "llama_decode_w384", "llama_prefill_w384", "qwen2_prefill_w384", "qwen2_decode_w384")
+FAMILIES = ("gptj_w384", "codegen_w384", "falcon_w384", "stablelm_w384", "mistral_w384", "bigcode_w384", "deberta_w384",
+            "xlmr_w384", "deit_w384", "dinov2_w384", "beit_w384", "segformer_b0", "mobilevit_s", "regnet_y",
+            "resnet50_full", "hubert_w384")
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
@@ -311,6 +322,59 @@ def _vision_wide(family: str) -> Callable[[], torch.nn.Module]:
     return make
 
 
+def _family(name: str) -> Callable[[], torch.nn.Module]:
+    """:data:`FAMILIES`: the second round of families a new user tries (session 11), at width 384 where the family
+    has a width (4 layers, 6 heads, sequence 128), at their configs' defaults otherwise (SegFormer-B0, MobileViT-S,
+    RegNet-Y, ResNet-50 at 224 pixels); HuBERT on one second of 16 kHz audio."""
+    def make() -> torch.nn.Module:
+        import transformers as t
+
+        text = {"vocab_size": VOCAB}
+        wide = {"hidden_size": WIDTH, "num_hidden_layers": WIDE_LAYERS, "num_attention_heads": WIDE_HEADS}
+        mlp = {"intermediate_size": 4 * WIDTH}
+        image = {"image_size": FULL_IMAGE}
+        tokens, pixels = ("input_ids", "attention_mask"), ("pixel_values",)
+        gpt = {"n_embd": WIDTH, "n_layer": WIDE_LAYERS, "n_head": WIDE_HEADS, "n_positions": 512}
+        made: dict[str, Callable[[], tuple[Any, tuple[str, ...], str, dict[str, Any]]]] = {
+            "gptj_w384": lambda: (t.GPTJModel(_eager(t.GPTJConfig(**text, **gpt, rotary_dim=32))), tokens,
+                                  "last_hidden_state", {"use_cache": False}),
+            "codegen_w384": lambda: (t.CodeGenModel(_eager(t.CodeGenConfig(**text, **gpt, n_ctx=512, rotary_dim=32))),
+                                     tokens, "last_hidden_state", {"use_cache": False}),
+            "falcon_w384": lambda: (t.FalconModel(_eager(t.FalconConfig(**text, **wide))), tokens, "last_hidden_state",
+                                    {"use_cache": False}),
+            "stablelm_w384": lambda: (t.StableLmModel(_eager(t.StableLmConfig(**text, **wide, **mlp,
+                                                                              num_key_value_heads=WIDE_HEADS))), tokens,
+                                      "last_hidden_state", {"use_cache": False}),
+            "mistral_w384": lambda: (t.MistralModel(_eager(t.MistralConfig(**text, **wide, **mlp, num_key_value_heads=2,
+                                                                            head_dim=WIDTH // WIDE_HEADS))), tokens,
+                                     "last_hidden_state", {"use_cache": False}),
+            "bigcode_w384": lambda: (t.GPTBigCodeModel(_eager(t.GPTBigCodeConfig(**text, **gpt))), tokens,
+                                     "last_hidden_state", {"use_cache": False}),
+            "deberta_w384": lambda: (t.DebertaV2Model(_eager(t.DebertaV2Config(**text, **wide, **mlp))), tokens,
+                                     "last_hidden_state", {}),
+            "xlmr_w384": lambda: (t.XLMRobertaModel(_eager(t.XLMRobertaConfig(**text, **wide, **mlp)),
+                                                    add_pooling_layer=False), tokens, "last_hidden_state", {}),
+            "deit_w384": lambda: (t.DeiTModel(_eager(t.DeiTConfig(**wide, **mlp, **image)), add_pooling_layer=False),
+                                  pixels, "last_hidden_state", {}),
+            "dinov2_w384": lambda: (t.Dinov2Model(_eager(t.Dinov2Config(**wide, **image, patch_size=14))), pixels,
+                                    "last_hidden_state", {}),
+            "beit_w384": lambda: (t.BeitModel(_eager(t.BeitConfig(**wide, **mlp, **image,
+                                                                  use_relative_position_bias=True)),
+                                              add_pooling_layer=False), pixels, "last_hidden_state", {}),
+            "segformer_b0": lambda: (t.SegformerModel(_eager(t.SegformerConfig())), pixels, "last_hidden_state", {}),
+            "mobilevit_s": lambda: (t.MobileViTModel(t.MobileViTConfig(**image)), pixels, "last_hidden_state", {}),
+            "regnet_y": lambda: (t.RegNetModel(t.RegNetConfig()), pixels, "pooler_output", {}),
+            "resnet50_full": lambda: (t.ResNetModel(t.ResNetConfig(layer_type="bottleneck", depths=[3, 4, 6, 3],
+                                                                   hidden_sizes=[256, 512, 1024, 2048],
+                                                                   embedding_size=64)), pixels, "pooler_output", {}),
+            "hubert_w384": lambda: (t.HubertModel(_eager(t.HubertConfig(**wide, **mlp))), ("input_values",),
+                                    "last_hidden_state", {}),
+        }
+        model, names, field, fixed = made[name]()
+        return _Outputs(model, names, (field,), **fixed)
+    return make
+
+
 class _DecodeStep(torch.nn.Module):
     """A decoder's step against a key/value cache, as serving code exports it: ``input_ids`` [batch, 1],
     ``attention_mask`` [batch, past + 1] and, per layer, the past key and value [batch, kv_heads, past, head_dim] in;
@@ -452,7 +516,47 @@ SPECS: dict[str, Spec] = {
     "qwen2_decode_w384": _decode_spec("qwen2", True, "Qwen2 decode step at width 384 (Q/K/V biases): 4 layers, 6 "
                                       f"heads / 2 KV heads, a past of {DECODE_WIDE_PAST} in, the present out"),
 }
-assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING
+_AUDIO = ("input_values", "float", (1, 16000))
+SPECS.update({
+    "gptj_w384": Spec(_family("gptj_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                      "GPT-J decoder at width 384: 4 layers, 6 heads, interleaved partial rotary (32 of 64), parallel "
+                      "attention and MLP"),
+    "codegen_w384": Spec(_family("codegen_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                         "CodeGen decoder at width 384: GPT-J's layer with a fused QKV projection"),
+    "falcon_w384": Spec(_family("falcon_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                        "Falcon decoder at width 384: 4 layers, 6 heads, one KV head (multi-query), rotary, parallel "
+                        "attention and MLP"),
+    "stablelm_w384": Spec(_family("stablelm_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                          "StableLM decoder at width 384: 4 layers, 6 heads, partial rotary (25%), LayerNorm, SiLU MLP"),
+    "mistral_w384": Spec(_family("mistral_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                         "Mistral decoder at width 384: 4 layers, 6 heads / 2 KV heads, sliding-window mask, RMSNorm"),
+    "bigcode_w384": Spec(_family("bigcode_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                         "GPT-BigCode (StarCoder) decoder at width 384: 4 layers, multi-query attention, learned "
+                         "positions"),
+    "deberta_w384": Spec(_family("deberta_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                         "DeBERTa-v2 encoder at width 384: 4 layers, disentangled relative-position attention"),
+    "xlmr_w384": Spec(_family("xlmr_w384"), (_LONG_IDS, _LONG_MASK), ("last_hidden_state",),
+                      "XLM-RoBERTa encoder at width 384: 4 layers, 6 heads, positions from the padding mask"),
+    "deit_w384": Spec(_family("deit_w384"), (_FULL_PIXELS,), ("last_hidden_state",),
+                      "DeiT-small's size at 224 pixels: a distillation token beside the class token, 4 layers"),
+    "dinov2_w384": Spec(_family("dinov2_w384"), (_FULL_PIXELS,), ("last_hidden_state",),
+                        "DINOv2 at 224 pixels: patch 14, layer scale, position embeddings interpolated at run time"),
+    "beit_w384": Spec(_family("beit_w384"), (_FULL_PIXELS,), ("last_hidden_state",),
+                      "BEiT at 224 pixels: a relative-position bias per layer, layer scale"),
+    "segformer_b0": Spec(_family("segformer_b0"), (_FULL_PIXELS,), ("last_hidden_state",),
+                         "SegFormer-B0 encoder at 224 pixels: overlapping patch embeddings, attention over spatially "
+                         "reduced keys, Mix-FFN's depthwise convolution"),
+    "mobilevit_s": Spec(_family("mobilevit_s"), (_FULL_PIXELS,), ("last_hidden_state",),
+                        "MobileViT-S at 224 pixels: inverted residuals, transformers over unfolded patches"),
+    "regnet_y": Spec(_family("regnet_y"), (_FULL_PIXELS,), ("pooler_output",),
+                     "RegNet-Y (the config's defaults) at 224 pixels: grouped convolutions, squeeze-and-excitation"),
+    "resnet50_full": Spec(_family("resnet50_full"), (_FULL_PIXELS,), ("pooler_output",),
+                          "ResNet-50 at 224 pixels: bottleneck blocks (3, 4, 6, 3), 256-2048 channels"),
+    "hubert_w384": Spec(_family("hubert_w384"), (_AUDIO,), ("last_hidden_state",),
+                        "HuBERT encoder at width 384 on one second of 16 kHz audio (dynamic: batch and samples)",
+                        axes=({0: "batch", 1: "samples"},), out_axes={"last_hidden_state": {0: "batch", 1: "frames"}}),
+})
+assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES
 
 
 def module(name: str, seed: int = 0) -> torch.nn.Module:
@@ -593,5 +697,5 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.M
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "NAMES", "OPSETS", "SERVING", "SPECS", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
+__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "NAMES", "OPSETS", "SERVING", "SPECS", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
            "build", "export", "export_dynamic", "feeds", "module"]
