@@ -44,16 +44,15 @@ def is_free(op: str, model: object = None) -> bool:
     return op in getattr(model, "free_ops", FREE_OPS)
 
 
-def node_costs(snapshot: Snapshot, model: CostModel) -> list[float]:
-    """Own cost of every e-node of an :class:`~eqsat.snapshot.Snapshot` (0 for free and all-weights nodes), at the
-    element type the decoder gives it (:meth:`~eqsat.snapshot.Snapshot.dtypes`: a float16 program's operators are
-    priced as float16, as :func:`graph_cost` prices the program decoded)."""
-    out: list[float] = []
-    memo: dict[OpKey, float] = {}
+def node_keys(snapshot: Snapshot, model: object = None) -> list[OpKey | None]:
+    """The key every e-node of a :class:`~eqsat.snapshot.Snapshot` is priced by (None for free and all-weights
+    nodes), at the element type the decoder gives it (:meth:`~eqsat.snapshot.Snapshot.dtypes`: a float16
+    program's operators are keyed as float16, as :func:`graph_ops` keys the program decoded)."""
+    out: list[OpKey | None] = []
     dtypes = snapshot.dtypes()
     for e in snapshot.nodes:
         if is_free(e.op, model) or snapshot.all_weights[e.eclass]:
-            out.append(0.0)
+            out.append(None)
             continue
         shapes = tuple(snapshot.shapes[c] or () for c in e.children)
         attrs = e.attrs
@@ -62,7 +61,19 @@ def node_costs(snapshot: Snapshot, model: CostModel) -> list[float]:
             proto = snapshot.opaque[e.attrs[0]]
             attrs = (proto.attrs[0], proto.attrs[1], proto.attrs[2], proto.attrs[3])
             dtype = proto.dtype
-        key = OpKey(e.op, attrs, shapes, snapshot.shapes[e.eclass] or (), dtype)
+        out.append(OpKey(e.op, attrs, shapes, snapshot.shapes[e.eclass] or (), dtype))
+    return out
+
+
+def node_costs(snapshot: Snapshot, model: CostModel) -> list[float]:
+    """Own cost of every e-node of an :class:`~eqsat.snapshot.Snapshot` (0 for free and all-weights nodes), priced
+    by its :func:`node_keys` key."""
+    memo: dict[OpKey, float] = {}
+    out: list[float] = []
+    for key in node_keys(snapshot, model):
+        if key is None:
+            out.append(0.0)
+            continue
         if key not in memo:
             memo[key] = float(model.op_cost(key))
         out.append(memo[key])

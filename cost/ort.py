@@ -265,7 +265,7 @@ def reshape_dispatch(key: OpKey) -> OpKey:
     the shapes and element type. Inside a program onnxruntime's Reshape aliases its input, so it costs its
     dispatch whatever its size (timed alone, a graph input to a graph output, it would copy the tensor); and one
     key for all keeps the e-graph's price of a reshape equal to the decoded program's where the e-graph does not
-    know a shape (rank 5) or an element type (the snapshot's keys are float32; a mask's reshapes are bool).
+    know a shape (rank 5), and the same price for a mask's (bool) reshapes as for a float32 one's.
 
     >>> reshape_dispatch(OpKey("reshape", (1, 16, 32), ((16, 32),), (1, 16, 32)))
     OpKey(op='reshape', attrs=(1,), in_shapes=((1,),), out_shape=(1,), dtype='float32')
@@ -285,8 +285,10 @@ class _Builder:
     opset = OPSET
     upgrade = True
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, dtype: str = "float32"):
         self.rng = rng
+        self.dtype = np.dtype(dtype)
+        """the element type of the operands and results (a float16 program's operators are timed in float16)"""
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self.inputs: list[onnx.ValueInfoProto] = []
@@ -306,12 +308,14 @@ class _Builder:
         return name
 
     def operand(self, shape: tuple[int, ...], constant: bool) -> str:
-        """A seeded random float32 operand: an initializer, or a graph input fed at every run."""
-        value = self.rng.standard_normal(shape).astype(np.float32)
+        """A seeded random operand of the builder's element type: an initializer, or a graph input fed at every
+        run."""
+        value = self.rng.standard_normal(shape).astype(self.dtype)
         if constant:
             return self.const(value, "w")
         name = self.fresh("x")
-        self.inputs.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(shape)))
+        self.inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(self.dtype),
+                                                         list(shape)))
         self.feeds[name] = value
         return name
 
@@ -325,7 +329,7 @@ class _Builder:
         return entry.onnx(self, key.attrs, names, key.in_shapes)
 
     def model(self, outputs: list[str], key: OpKey) -> onnx.ModelProto:
-        elem = helper.np_dtype_to_tensor_dtype(np.dtype(key.dtype))
+        elem = helper.np_dtype_to_tensor_dtype(self.dtype)
         graph = helper.make_graph(self.nodes, key.op, self.inputs,
                                   [helper.make_tensor_value_info(o, elem, list(key.out_shape)) for o in outputs],
                                   initializer=self.inits)
@@ -348,8 +352,8 @@ def op_model(key: OpKey, producer: tuple[OpKey, int] | None = None,
     entry = OPS.get(key.op)
     if entry is None or entry.onnx is None or (producer is not None and OPS[producer[0].op].onnx is None):
         return None
-    b = _Builder(np.random.default_rng(0))
-    outputs = []
+    b = _Builder(np.random.default_rng(0), key.dtype if np.dtype(key.dtype).kind == "f" else "float32")
+    outputs = []  # a float key's operators timed in its type; another's (a mask's, an index's) as float32
     for _ in range(copies):
         given = {producer[1]: b.op(producer[0])} if producer is not None else None
         outputs.append(b.op(key, given))

@@ -7,7 +7,7 @@ import sys
 from rich.progress import Progress
 
 from eqsat.cost import make
-from eqsat.cost.base import OpKey, is_free
+from eqsat.cost.base import node_keys
 from eqsat.cost.cache import CostCache
 from eqsat.egglog.egraph import EGraph
 from eqsat.models import MODELS
@@ -25,18 +25,7 @@ def _profile(args) -> int:
     for rule in actions(engine.rules.values()):  # one guarded pass of every rule: the operators search creates
         engine.apply(rule.name, node_limit=args.node_limit)
     snap = eg.snapshot().restrict()
-    keys = []
-    seen = set()
-    for e in snap.nodes:
-        if is_free(e.op, cost) or snap.all_weights[e.eclass]:
-            continue
-        attrs = e.attrs if e.op != "opaque" else snap.opaque[e.attrs[0]].attrs[:4]
-        dtype = snap.opaque[e.attrs[0]].dtype if e.op == "opaque" else "float32"
-        key = OpKey(e.op, () if e.op == "enlarge" else attrs, tuple(snap.shapes[c] or () for c in e.children),
-                    snap.shapes[e.eclass] or (), dtype)
-        if key not in seen:
-            seen.add(key)
-            keys.append(key)
+    keys = list(dict.fromkeys(k for k in node_keys(snap, cost) if k is not None))  # what the run will look up
     total = 0.0
     with Progress(transient=not sys.stderr.isatty()) as bar:
         task = bar.add_task(f"profiling {label} ({len(keys)} operators)", total=len(keys))

@@ -3,7 +3,7 @@ the interface (shape-generic) or is specialized on purpose (``--static-shape``),
 
 A model with dynamic input dimensions is tuned at its representative shapes (``--input-shape`` where given, else
 :mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, any other 128, halved down to 8 while the
-model refuses it) and written shape-generic with
+model refuses it, and where no smaller size runs doubled up to 4096) and written shape-generic with
 the original's interface (:mod:`eqsat.generic`); each candidate is verified at the representative shapes and
 at further sizes of each symbol, and one that fails at any is not written. ``--static-shape NAME=D1,...``
 specializes: every input takes a fixed shape (the named ones; others their representative shape), the written
@@ -154,7 +154,8 @@ class Shaping:
         values, ran = runnable_values(original, symbol_values(original, given), defaulted)
         out = cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes),
                   defaulted, further_sizes(original, config, values))
-        if not ran and (why := refusal(original, out.shapes, config.seed)) is not None:
+        if not ran and not given and (why := refusal(original, out.shapes, config.seed)) is not None:
+            # (sizes given too: :meth:`probe` names them and the flag)
             raise out.explain(InputError(
                 f"onnxruntime cannot run the original model at the default sizes of its dynamic dimensions, nor at "
                 f"any power of two from {MIN_DEFAULT} to {MAX_DEFAULT}: {why}"))
@@ -166,7 +167,9 @@ class Shaping:
         if self.original is None:
             return {}
         defaults = symbol_values(self.original, {})
-        return {s: self.values[s] for s in self.defaulted if s in defaults and self.values[s] != defaults[s]}
+        derived = derived_symbols(list(defaults))  # they follow the resized ones (past + 1 after past)
+        return {s: self.values[s] for s in self.defaulted
+                if s in defaults and s not in derived and self.values[s] != defaults[s]}
 
     def resized_text(self) -> str:
         """What :attr:`resized` means for the user, or ""."""

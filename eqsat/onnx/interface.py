@@ -207,7 +207,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
                     defaulted: list[str]) -> tuple[dict[str, int], bool]:
     """(``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
     cannot run ``model`` there (zeros fed), and where no smaller size runs, doubled (up to :data:`MAX_DEFAULT`: a
-    waveform's samples, which a convolutional front-end needs hundreds of), as they were if it runs; whether it
+    waveform's samples, which a convolutional front-end needs hundreds of; the doubling stops where the model is
+    refused with the same error at two sizes in turn, which its size does not cause), as they were if it runs; whether it
     ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model
     does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
@@ -219,12 +220,15 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
         return dict(values), True
 
+    refusals: list[str] = []
+
     def runs(size: int | None) -> dict[str, int] | None:  # None: ``values`` as given
         at = dict(values) if size is None else follow({**values, **{s: size for s in movable}}, derived)
         try:
             sess.run(None, zero_feeds(model, at), QUIET)
             return at
-        except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
+            refusals.append(str(exc))
             return None
 
     if (at := runs(None)) is not None:
@@ -238,6 +242,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     while size <= MAX_DEFAULT:
         if (at := runs(size)) is not None:
             return at, True
+        if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
+            break
         size *= 2
     return dict(values), False
 

@@ -175,19 +175,36 @@ def test_a_branch_output_without_a_type_takes_the_other_branchs():
     assert check.passed, check.detail
 
 
-def test_a_guard_whose_else_branch_reads_an_input_the_table_does_not_is_checked():
+def _reads_m(prefix: str, value: str) -> tuple[list[onnx.NodeProto], str]:
+    """``value + 0 * sum(m)``: nodes that read the input ``m`` and change nothing."""
+    return [helper.make_node("Cast", ["m"], [f"{prefix}mf"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", [f"{prefix}mf"], [f"{prefix}ms"], keepdims=0),
+            helper.make_node("Mul", [f"{prefix}ms", "zero"], [f"{prefix}mz"]),
+            helper.make_node("Add", [value, f"{prefix}mz"], [f"{prefix}w"])], f"{prefix}w"
+
+
+@pytest.mark.parametrize("reader", ["else", "then"])
+def test_a_guard_whose_branches_read_different_inputs_is_checked(reader):
     """The dynamo Mistral's mask guard: the else-branch reads ``attention_mask``, the table's Slice only the ids'
-    length; each branch's model takes its own inputs (feeding one an input it does not have is an onnxruntime
-    error, which refused every candidate of that model)."""
-    reads_m = [*_angles("e_", "freq"), helper.make_node("Cast", ["m"], ["e_mf"], to=TensorProto.FLOAT),
-               helper.make_node("ReduceSum", ["e_mf"], ["e_ms"], keepdims=0),
-               helper.make_node("Mul", ["e_ms", "zero"], ["e_mz"]), helper.make_node("Add", ["e_y", "e_mz"], ["e_w"])]
-    model, original = _guarded(reads_m, "e_w"), _original()
+    length (and the other way round); each branch's model takes its own inputs (feeding one an input it does not
+    have is an onnxruntime error, which refused every candidate of that model)."""
+    extra, out = _reads_m("e_", "e_y")
+    model = _guarded([*_angles("e_", "freq"), *extra], out) if reader == "else" else _guarded(_angles("e_", "freq"),
+                                                                                              "e_y")
+    if reader == "then":  # the table's Slice plus nothing times m
+        guard = next(n for n in model.graph.node if n.op_type == "If")
+        then = next(a.g for a in guard.attribute if a.name == "then_branch")
+        extra, out = _reads_m("t_", "t_y")
+        then.node.extend(extra)
+        del then.output[:]
+        then.output.extend([helper.make_tensor_value_info(out, TensorProto.FLOAT, None)])
+    original = _original()
     for m in (model, original):
         m.graph.input.append(helper.make_tensor_value_info("m", TensorProto.INT64, ["batch", "seq"]))
     (guard,) = table_guards(model)
     within, beyond = taken(model, guard, "then_branch"), taken(model, guard, "else_branch")
-    assert [i.name for i in within.graph.input] == ["ids"] and [i.name for i in beyond.graph.input] == ["ids", "m"]
+    reads = {"then": [i.name for i in within.graph.input], "else": [i.name for i in beyond.graph.input]}
+    assert reads[reader] == ["ids", "m"] and reads["else" if reader == "then" else "then"] == ["ids"]
     for seq in (3, BOUND + 4):  # the program is the original's on both sides of the bound (onnxruntime the oracle)
         f = {"ids": np.zeros((2, seq), np.int64), "m": np.ones((2, seq), np.int64)}
         np.testing.assert_allclose(session(model).run(None, f)[0], session(original).run(None, f)[0], rtol=1e-6)

@@ -344,6 +344,22 @@ def test_a_model_refusing_every_default_length_asks_for_input_shape_before_any_s
     assert code == 0, capsys.readouterr().err
 
 
+def test_a_refused_given_size_beside_a_defaulted_dimension_is_said_as_the_given_one(tmp_path, capsys):
+    """Positions stop at 64, the user asks for sequence 100 and leaves another input's dimension at its default:
+    the refusal names the given shape and its flag (not the default sizes, nor the refused size as the fix)."""
+    model = _positions_model(rows=64)
+    model.graph.input.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, ["batch", "other"]))
+    model.graph.node.append(helper.make_node("ReduceSum", ["m"], ["m_sum"], keepdims=0))
+    model.graph.output.append(helper.make_tensor_value_info("m_sum", TensorProto.FLOAT, []))
+    path = tmp_path / "two.onnx"
+    onnx.save(model, path)
+    code = main(["optimize-model", str(path), "-o", str(tmp_path / "o.onnx"), "--input-shape", "x=1,100,16",
+                 "--scheduler", "none", "--cost", "analytic", "--no-measure", "--allow-slower"])
+    err = capsys.readouterr().err
+    assert code == 2 and "at the given input shapes" in err and "x=1,100,16" in err and "--input-shape" in err, err
+    assert "default sizes" not in err
+
+
 @pytest.mark.parametrize("flag", ["--input-shape", "--static-shape"])
 def test_a_given_size_the_original_refuses_is_exit_2_naming_it_before_any_search(flag, tmp_path, capsys):
     """Positions stop at 4 and the user asks for sequence 8: onnxruntime's refusal is said with the sizes and the
