@@ -208,7 +208,9 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     """(``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
     cannot run ``model`` there (zeros fed), and where no smaller size runs, doubled (up to :data:`MAX_DEFAULT`: a
     waveform's samples, which a convolutional front-end needs hundreds of; the doubling stops where the model is
-    refused with the same error at two sizes in turn, which its size does not cause), as they were if it runs; whether it
+    refused with the same error at two sizes in turn, which its size does not cause; a doubled size at which an
+    output's dynamic dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where
+    it looks like a constant), as they were if it runs; whether it
     ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model
     does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
@@ -221,15 +223,17 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         return dict(values), True
 
     refusals: list[str] = []
+    degenerate = [False]
 
     def runs(size: int | None) -> dict[str, int] | None:  # None: ``values`` as given
         at = dict(values) if size is None else follow({**values, **{s: size for s in movable}}, derived)
         try:
-            sess.run(None, zero_feeds(model, at), QUIET)
-            return at
+            outputs = sess.run(None, zero_feeds(model, at), QUIET)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             refusals.append(str(exc))
             return None
+        degenerate[0] = _degenerate(model, [np.shape(o) for o in outputs])
+        return at
 
     if (at := runs(None)) is not None:
         return at, True
@@ -241,11 +245,27 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     size = 2 * OTHER_DEFAULT
     while size <= MAX_DEFAULT:
         if (at := runs(size)) is not None:
+            while degenerate[0] and 2 * size <= MAX_DEFAULT and (more := runs(2 * size)) is not None:
+                at, size = more, 2 * size  # an output's dynamic length under MIN_DEFAULT: no size to tune at
             return at, True
         if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
             break
         size *= 2
     return dict(values), False
+
+
+def _degenerate(model: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> bool:
+    """Whether an output's dynamic dimension that is not batch-like came out shorter than :data:`MIN_DEFAULT` in a
+    run (``shapes``: the outputs' shapes there): a waveform front-end's frames at 1 in a run of 512 samples, a size
+    at which a symbol and the constant 1 cannot be told apart (a program fitted there would not run at 16000)."""
+    for port, shape in zip(interface(model)[1], shapes):
+        for k, (dim, size) in enumerate(zip(port.dims or (), shape)):
+            if not isinstance(dim, str):
+                continue
+            batch = is_batch_like(dim) if dim else k == 0
+            if not batch and size < MIN_DEFAULT:
+                return True
+    return False
 
 
 def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:

@@ -283,9 +283,9 @@ def test_a_default_size_the_model_refuses_is_halved_then_asks_for_input_shape(tm
     assert code == 0, capsys.readouterr().err
 
 
-def _waveform_model(kernel: int) -> onnx.ModelProto:
+def _waveform_model(kernel: int, stride: int = 2) -> onnx.ModelProto:
     """An audio front-end: samples [batch, samples] -> two strided 1-D convolutions (the first ``kernel`` wide,
-    so the model refuses fewer samples than that) -> Relu."""
+    so the model refuses fewer samples than that; the second of ``stride``) -> Relu."""
     rng = np.random.default_rng(3)
     w1 = numpy_helper.from_array(rng.standard_normal((4, 1, kernel)).astype(np.float32) / kernel ** 0.5, "w1")
     w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 3)).astype(np.float32), "w2")
@@ -293,7 +293,7 @@ def _waveform_model(kernel: int) -> onnx.ModelProto:
     nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
              helper.make_node("Conv", ["u", "w1"], ["c1"], strides=[5]),
              helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[2]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[stride]),
              helper.make_node("Relu", ["c2"], ["y"])]
     x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "frames"])
@@ -326,6 +326,23 @@ def test_a_waveform_refusing_the_default_length_is_tuned_at_the_nearest_length_i
         (ref,), (got,) = s1.run(None, {"samples": x}), s2.run(None, {"samples": x})
         assert got.shape == ref.shape
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_length_whose_frames_would_look_constant_is_doubled_again(tmp_path, capsys):
+    """Strides 5 and 8 after a 300-sample kernel: 512 samples run but give 6 frames (under 8: a HuBERT at 512
+    samples gives 1 frame, where a program fitted to it took the frames for a constant and failed at 16000); the
+    run is tuned at 1024 (18 frames), and the written model equals the original at 3000 samples in onnxruntime."""
+    path, out, rep = tmp_path / "wave.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    model = _waveform_model(300, stride=8)
+    onnx.save(model, path)
+    code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--scheduler", "none",
+                 "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(rep.read_text())["interface"]["symbols"] == {"batch": 1, "length": 1024}
+    x = np.random.default_rng(1).standard_normal((2, 3000)).astype(np.float32)
+    (ref,), (got,) = session(model).run(None, {"samples": x}), session(onnx.load(out)).run(None, {"samples": x})
+    assert got.shape == ref.shape == (2, 4, 68)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_a_model_refusing_every_default_length_asks_for_input_shape_before_any_search(tmp_path, capsys):
