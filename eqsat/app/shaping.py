@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from eqsat.dims import derived_symbols, follow
 from eqsat.errors import InputError, first_line
@@ -28,10 +29,12 @@ from eqsat.onnx.interface import (
     QUIET,
     Shapes,
     interface,
+    length_symbols,
     probe_shapes,
     runnable_values,
     shapes_at,
     shapes_text,
+    short_outputs,
     symbol_values,
     symbols,
 )
@@ -123,6 +126,10 @@ class Shaping:
     also: list[tuple[str, Shapes]] = field(default_factory=list)
     """``--also-at``: (label ``SYMBOL=N,...``, the input shapes there) the shipped program is verified and measured at
     besides"""
+    wider: list[tuple[str, Shapes]] = field(default_factory=list)
+    """where an output's dynamic length came out short at the given sizes (a waveform's frames at 1): a size of
+    the lengths doubled until it does not, verified at too (not measured), so that no program fitted where a
+    symbol looks like a constant ships unchecked (:meth:`probe`)"""
     last_notes: list[str] = field(default_factory=list)
     """what the last :meth:`write` could not write shape-generic (:attr:`eqsat.generic.Generic.notes`)"""
     facts: Original | None = field(default=None, repr=False)
@@ -193,12 +200,23 @@ class Shaping:
                                  f"({shapes_text(shapes)}): {why}; give sizes the model accepts")
         if not (config.input_shapes or config.static_shapes):
             return
-        why = refusal(self.original, self.shapes, config.seed)
+        sess = _session_or_none(self.original)
+        why, outputs = _attempt(sess, self.original, self.shapes, config.seed)
         if why is not None:
             flag = "--static-shape" if config.static_shapes else "--input-shape"
             raise InputError(f"onnxruntime cannot run the original model at the given input shapes "
                              f"({shapes_text(self.shapes)}): {why}; give {flag} sizes the model accepts (e.g. a "
                              "sequence no longer than its position table)")
+        if self.generic and outputs is not None and short_outputs(self.original, outputs):
+            lengths = [s for s in length_symbols(self.original) if s in self.values]
+            for times in (2, 4, 8, 16):
+                at = follow({**self.values, **{s: self.values[s] * times for s in lengths}},
+                            derived_symbols(list(self.values)))
+                shapes = shapes_at(self.original, at)
+                why, outputs = _attempt(sess, self.original, shapes, config.seed)
+                if why is None and outputs is not None and not short_outputs(self.original, outputs):
+                    self.wider = [(",".join(f"{s}={at[s]}" for s in lengths), shapes)]
+                    break
 
     def explain(self, error: InputError) -> InputError:
         """``error`` (the import failed) with a hint when a dimension took its default size: the model may not
@@ -233,7 +251,7 @@ class Shaping:
             return ShapesCheck(True)
         assert self.original is not None
         probes = probe_shapes(self.original, self.values)
-        probes += [p for p in self.also if p[0] not in dict(probes)]
+        probes += [p for p in [*self.also, *self.wider] if p[0] not in dict(probes)]
         check = verify_shapes(self.original, model, probes, seed=seed)
         if not check.passed:
             return check
@@ -265,19 +283,31 @@ def refusal(model: onnx.ModelProto, shapes: Shapes, seed: int) -> str | None:
     """onnxruntime's first line of error where it cannot run ``model`` on a seeded random feed at ``shapes`` (the
     verification's kind of inputs: token ids within their table); None where it runs, or where the model does not
     load (the importer names what is wrong with it then)."""
+    return _attempt(_session_or_none(model), model, shapes, seed)[0]
+
+
+def _session_or_none(model: onnx.ModelProto) -> ort.InferenceSession | None:
     try:
-        sess = session(model)
+        return session(model)
     except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
         return None
+
+
+def _attempt(sess: ort.InferenceSession | None, model: onnx.ModelProto, shapes: Shapes,
+             seed: int) -> tuple[str | None, list[tuple[int, ...]] | None]:
+    """(:func:`refusal`'s answer, the outputs' shapes where it ran) for a session of ``model`` (None: it does not
+    load, nothing said)."""
+    if sess is None:
+        return None, None
     try:
         feeds = random_inputs(sess, np.random.default_rng(seed), shapes, index_bounds(model))
     except InputError:  # sizes that contradict the model's, an input type eqsat cannot feed: the import says so
-        return None
+        return None, None
     try:
-        sess.run(None, feeds, QUIET)
+        outputs = sess.run(None, feeds, QUIET)
     except Exception as e:  # noqa: BLE001 - onnxruntime's errors have no common type: sizes it refuses
-        return first_line(e)
-    return None
+        return first_line(e), None
+    return None, [np.shape(o) for o in outputs]
 
 
 __all__ = ["Shaping"]

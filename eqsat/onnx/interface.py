@@ -232,7 +232,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             refusals.append(str(exc))
             return None
-        degenerate[0] = _degenerate(model, [np.shape(o) for o in outputs])
+        degenerate[0] = short_outputs(model, [np.shape(o) for o in outputs])
         return at
 
     if (at := runs(None)) is not None:
@@ -254,7 +254,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     return dict(values), False
 
 
-def _degenerate(model: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> bool:
+def short_outputs(model: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> bool:
     """Whether an output's dynamic dimension that is not batch-like came out shorter than :data:`MIN_DEFAULT` in a
     run (``shapes``: the outputs' shapes there): a waveform front-end's frames at 1 in a run of 512 samples, a size
     at which a symbol and the constant 1 cannot be told apart (a program fitted there would not run at 16000)."""
@@ -266,6 +266,14 @@ def _degenerate(model: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> bo
             if not batch and size < MIN_DEFAULT:
                 return True
     return False
+
+
+def length_symbols(model: onnx.ModelProto) -> list[str]:
+    """The model's free symbols that are not batch-like (sequences, samples, image sides): those a size is
+    doubled in (derived ones follow them)."""
+    syms = symbols(model)
+    derived = derived_symbols(list(syms))
+    return [s for s, places in syms.items() if s not in derived and not _batch(s, places)]
 
 
 def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:
@@ -305,6 +313,6 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface",
+__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
            "interface_difference", "is_batch_like", "probe_shapes", "probe_values", "representative_shapes",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

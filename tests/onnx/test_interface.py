@@ -345,6 +345,21 @@ def test_a_length_whose_frames_would_look_constant_is_doubled_again(tmp_path, ca
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_a_given_length_whose_frames_look_constant_is_verified_at_a_longer_one_too(tmp_path, capsys):
+    """The user tunes at 512 samples, where the front-end gives 6 frames: the written program is also checked at
+    1024 (18 frames), where a frames count taken for a constant would show; none of the fixed further lengths
+    (1, 37, 256, 257) runs, and 549 gives 6 frames again."""
+    path, out, rep = tmp_path / "wave.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    model = _waveform_model(300, stride=8)
+    onnx.save(model, path)
+    code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--input-shape", "samples=1,512",
+                 "--scheduler", "none", "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
+    assert code == 0, capsys.readouterr().err
+    interface = json.loads(rep.read_text())["interface"]
+    assert interface["symbols"] == {"batch": 1, "length": 512}
+    assert "length=1024" in interface["verified_at"] and "length=549" in interface["verified_at"]
+
+
 def test_a_model_refusing_every_default_length_asks_for_input_shape_before_any_search(tmp_path, capsys):
     """5000 samples wide: no power of two up to 4096 runs; exit 2 naming the flag, before the search, nothing
     written; the size the user gives then runs."""
