@@ -29,14 +29,7 @@ if ROOT not in sys.path:
 
 from eqsat.inputs import index_bounds, random_inputs  # noqa: E402
 from eqsat.measurement.clock import session_options  # noqa: E402
-
-
-def shapes_of(items: list[str]) -> dict[str, tuple[int, ...]]:
-    out = {}
-    for item in items:
-        key, _, dims = item.partition("=")
-        out[key] = tuple(int(d) for d in dims.split(","))
-    return out
+from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
 
 
 def profile(paths: list[str], rounds: int, shapes: dict[str, tuple[int, ...]], threads: int = 1,
@@ -101,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
-    rows = profile(args.programs, args.rounds, shapes_of(args.shape), args.threads, args.seed)
+    rows = profile(args.programs, args.rounds, parse_input_shapes(args.shape, "--shape"), args.threads, args.seed)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:
