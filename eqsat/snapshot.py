@@ -54,6 +54,7 @@ class Snapshot:
     """handle of every encoded IR node (``(node "nK")``) -> its e-class"""
     node_handles: dict[int, str] = field(default_factory=dict)
     """id of every encoded IR node -> its handle (see :attr:`eqsat.egglog.codec.Encoding.handles`)"""
+    _dtypes: list[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def class_of(self, node: Node) -> int | None:
         """The e-class of an IR node of the encoded program (None if it was not encoded or was dropped)."""
@@ -79,7 +80,13 @@ class Snapshot:
     def dtypes(self) -> list[str]:
         """Each e-class's element type as the decoder writes it (:func:`eqsat.decode.build_program`): a leaf's and an
         opaque operator's their own, any other operator's its first operand's (:func:`eqsat.ir.make`); float32
-        where no e-node of a class reaches a leaf (an unshaped proposal). Worked out once, from the leaves up."""
+        where no e-node of a class reaches a leaf (an unshaped proposal). Worked out once per snapshot, from the
+        leaves up (each cost model's :func:`~eqsat.cost.base.node_costs` of one snapshot reads it)."""
+        if self._dtypes is None:
+            self._dtypes = self._element_types()
+        return self._dtypes
+
+    def _element_types(self) -> list[str]:
         out: list[str | None] = [None] * len(self.classes)
         firsts: dict[int, list[int]] = {}  # class -> the e-nodes whose first operand it is
         ready: list[tuple[int, str]] = []

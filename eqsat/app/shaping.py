@@ -184,7 +184,8 @@ class Shaping:
             return ""
         sizes = ", ".join(f"{s}={v}" for s, v in self.resized.items())
         return (f"onnxruntime refused the default size {OTHER_DEFAULT} of {', '.join(self.resized)}: tuned, verified "
-                f"and measured at {sizes}, the nearest power of two it runs at; --input-shape sets the size you serve")
+                f"and measured at {sizes}, the nearest power of two at which it runs with outputs of length 8 or more; "
+                "--input-shape sets the size you serve")
 
     def probe(self, config: OptimizeConfig) -> None:
         """Where the user gave input sizes (``--input-shape``, ``--static-shape``, ``--also-at``), raise

@@ -223,7 +223,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         return dict(values), True
 
     refusals: list[str] = []
-    degenerate = [False]
+    short: set[int] = set()  # the sizes whose outputs came out short (short_outputs)
 
     def runs(size: int | None) -> dict[str, int] | None:  # None: ``values`` as given
         at = dict(values) if size is None else follow({**values, **{s: size for s in movable}}, derived)
@@ -232,7 +232,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             refusals.append(str(exc))
             return None
-        degenerate[0] = short_outputs(model, [np.shape(o) for o in outputs])
+        if size is not None and short_outputs(model, [np.shape(o) for o in outputs]):
+            short.add(size)
         return at
 
     if (at := runs(None)) is not None:
@@ -245,7 +246,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     size = 2 * OTHER_DEFAULT
     while size <= MAX_DEFAULT:
         if (at := runs(size)) is not None:
-            while degenerate[0] and 2 * size <= MAX_DEFAULT and (more := runs(2 * size)) is not None:
+            while size in short and 2 * size <= MAX_DEFAULT and (more := runs(2 * size)) is not None:
                 at, size = more, 2 * size  # an output's dynamic length under MIN_DEFAULT: no size to tune at
             return at, True
         if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
