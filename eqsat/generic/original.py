@@ -26,6 +26,10 @@ Entries = list[Mono | None] | None
 """one vector's entries as monomials (None where none fits), or None where the runs said nothing of it"""
 
 
+SPLITS = 16
+"""the most runs of halves of a batch that failed at a size (:meth:`Original.prefetch`)"""
+
+
 class Original:
     """The user's model at the symbols' ``values``, and what the rewrites of its candidates asked of it so far."""
 
@@ -41,11 +45,67 @@ class Original:
         """the runs of the original made at further sizes (batches of names), for the tests and the curious"""
         self._vectors: dict[str, Entries] = {}
         self._targets: dict[str, Entries] = {}
+        self._batch: dict[str, list[Mono]] = {}
         self._sources: dict[int, tuple[onnx.GraphProto | None, str]] = {}
 
     def vectors(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's small integer values ``names`` at every size (:func:`fit_vectors`)."""
         return self._fitted(names, self._vectors, fit_vectors)
+
+    def prefetch(self, names: Sequence[str]) -> None:
+        """The entries of those of the original's values ``names`` that are vectors of at most 8 entries at the
+        representative sizes, fitted from one batch of runs (:func:`fit_vectors`), for :meth:`prefetched`: the
+        import's rewrite asks for them a few at a time as it writes the program, and a run of the program so far
+        for each ask ran the model's prefix again and again (Swin V2's windows: 237 times). Where the batch does
+        not run at a size (a waveform's front-end at one sample), its halves are run there, down to the values
+        that do (at most :data:`SPLITS` runs of halves in all: where most values fail there, finding the few that
+        run would cost what it saves); a value is fitted here only where it ran at every size asked (else it is
+        fitted as before)."""
+        names = [n for n in dict.fromkeys(names) if n not in self._vectors and n not in self._batch]
+        if not names:
+            return
+        sizes = run_values(self.model, names, shapes=True)(self.values)
+        small = [n for n, shape in zip(names, sizes or []) if len(shape) <= 1 and (not shape or 0 < shape[0] <= 8)]
+        if not small:
+            return
+        self.runs += 1
+        batch = run_values(self.model, small, shapes=False)  # one session, kept; the halves' are not
+        seen: dict[tuple[tuple[str, int], ...], dict[str, list[int] | None]] = {}
+        left = [SPLITS]
+
+        def entries(part: tuple[str, ...], at: Mapping[str, int]) -> dict[str, list[int] | None]:
+            got = (batch if len(part) == len(small) else run_values(self.model, list(part), shapes=False))(at)
+            if got is not None:
+                return dict(zip(part, got))
+            if len(part) == 1 or left[0] <= 0:  # a value not run here is fitted as before, off the program so far
+                return dict.fromkeys(part)
+            left[0] -= 2
+            half = len(part) // 2
+            return {**entries(part[:half], at), **entries(part[half:], at)}
+
+        def at_size(at: Mapping[str, int]) -> dict[str, list[int] | None]:
+            key = tuple(sorted(at.items()))
+            if key not in seen:
+                seen[key] = entries(tuple(small), at)
+            return seen[key]
+
+        for name in small:
+            failed: list[Mapping[str, int]] = []
+
+            def run(at: Mapping[str, int], name: str = name, failed: list = failed) -> list[list[int]] | None:
+                got = at_size(at)[name]
+                if got is None:
+                    failed.append(at)
+                    return None
+                return [got]
+
+            fitted = fit_vectors(run, self.values, self.sums)
+            if fitted and not failed and all(m is not None for m in fitted[0]):
+                self._batch[name] = [m for m in fitted[0] if m is not None]
+
+    def prefetched(self, names: Sequence[str]) -> dict[str, list[Mono]]:
+        """Those of ``names`` whose entries :meth:`prefetch` fitted, with them."""
+        return {n: self._batch[n] for n in names if n in self._batch}
 
     def targets(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's values ``names`` (Reshape targets), fitted from runs at and above the
@@ -73,4 +133,4 @@ class Original:
         return [known[n] for n in names]
 
 
-__all__ = ["Entries", "Original"]
+__all__ = ["SPLITS", "Entries", "Original"]

@@ -18,6 +18,12 @@ from eqsat.onnx.symbolic import infer_node
 
 from .state import Rewrite
 
+PREFETCH_AFTER = 1.0
+"""the import's rewrite fits the original's small vectors in one batch (:func:`fit_pending`) once the runs of the
+program so far have run this many times the original's nodes (a node run again counted again): a model asking
+few cheap ones (a BERT: 19 asks of a few nodes each) fits them as it asks; one asking along its depth (Swin V2's
+windows: 237 asks of growing prefixes) switches early"""
+
 
 def probe(w: Rewrite, outputs: Iterable[str]) -> onnx.ModelProto:
     """The program written so far with ``outputs`` (value names) as its outputs, pruned to what they read."""
@@ -92,7 +98,21 @@ def fit_pending(w: Rewrite) -> None:
     names, w.fits.pending = w.fits.pending, []
     if not names:
         return
-    fitted = fit_vectors(run_values(probe(w, names), names, shapes=False), w.values, w.sums) or []
+    if w.of_original and not w.fits.prefetched and w.fits.ran >= PREFETCH_AFTER * len(w.original.graph.node):
+        # the original's own values, and the runs of prefixes so far ran more nodes than it has: every one of its
+        # small vectors fitted at once, from one batch of runs of it (fewer asks cost less than the batch)
+        w.fits.prefetched = True
+        w.facts.prefetch([o for n in w.original.graph.node for o in n.output if o in w.shape_only
+                          and w.fits.vectors.get(o) is None])
+    if w.fits.prefetched:
+        known = w.facts.prefetched(names)
+        w.fits.vectors.update(known)
+        names = [n for n in names if n not in known]
+        if not names:
+            return
+    model = probe(w, names)
+    w.fits.ran += len(model.graph.node)
+    fitted = fit_vectors(run_values(model, names, shapes=False), w.values, w.sums) or []
     for name, entries in zip(names, fitted):
         whole = [m for m in entries if m is not None]
         w.fits.vectors[name] = whole if len(whole) == len(entries) else None
@@ -138,5 +158,5 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
     return out
 
 
-__all__ = ["boundary", "fit", "fit_pending", "folded_sizes", "original_target", "probe", "small_vector",
+__all__ = ["PREFETCH_AFTER", "boundary", "fit", "fit_pending", "folded_sizes", "original_target", "probe", "small_vector",
            "vectors_read"]

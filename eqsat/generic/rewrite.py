@@ -66,7 +66,7 @@ def rewrite(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[s
     """``model`` rewritten (a copy: ``model`` is left as it was) in ``forms``, with ``original``'s interface."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    return run(Rewrite(copy, original, values, forms, facts))
+    return run(Rewrite(copy, original, values, forms, facts, of_original=model is original))
 
 
 def run(w: Rewrite) -> Generic:
@@ -101,7 +101,7 @@ def read_original(w: Rewrite) -> Rewrite:
     if found is None:
         copy = onnx.ModelProto()
         copy.CopyFrom(w.original)
-        found = Rewrite(copy, w.original, w.values, Forms.TABLES, w.facts)
+        found = Rewrite(copy, w.original, w.values, Forms.TABLES, w.facts, of_original=True)
         run(found)
         w.facts.found = found
     assert isinstance(found, Rewrite)

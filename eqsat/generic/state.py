@@ -52,6 +52,11 @@ class Fits:
     """the Reshape targets the original computes -> their entries read off its runs (None: not run yet)"""
     tried: set[str] = field(default_factory=set)
     """the values whose unknown shapes a run was asked for (each once)"""
+    ran: int = 0
+    """the nodes of the programs so far run to fit the small vectors (a node run again counted again)"""
+    prefetched: bool = False
+    """whether the original's small integer vectors were fitted in one batch (:attr:`Rewrite.of_original`), once
+    the runs of the program so far had run more nodes than it has"""
 
 
 @dataclass
@@ -102,10 +107,16 @@ class Rewrite(SizeWriter):
     new one, this rewrite's own)."""
 
     def __init__(self, model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int], forms: Forms,
-                 facts: Original | None = None):
+                 facts: Original | None = None, of_original: bool = False):
         super().__init__(model)
         self.forms = forms
         self.original = original
+        self.of_original = of_original
+        """whether ``model`` is a copy of ``original`` itself (the import's rewrite, the original read as the import
+        reads it): each value of the program written so far is then the original's of that name at every size, and
+        the sizes it computes are read off one batch of runs of the original (:meth:`.original.Original.prefetch`),
+        not off runs of the program so far, one per value written (where ``model`` is a candidate, its constants
+        were folded at the representative sizes)"""
         self.values = dict(values)
         if facts is not None and (facts.model is not original or facts.values != self.values):
             raise ValueError("the facts carried are another original's, or of other sizes")

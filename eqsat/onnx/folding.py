@@ -67,6 +67,10 @@ class ModelRuns:
         self.values = values
         self.weights = weights
         self._runtime: dict[str, Type] = {}
+        self.runs = 0
+        """the runs of (parts of) the model made for the shapes shape inference cannot give"""
+        self.ran = 0
+        """the nodes those runs ran, together (a node of a part run again counted again)"""
 
     def node_model(self, node: onnx.NodeProto, names: list[str], types: list[Type],
                     inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
@@ -127,20 +131,30 @@ class ModelRuns:
         """Shape and dtype of ``value`` from one onnxruntime run of the part of the model that ``node`` depends on
         (every value of it exposed, kept for the nodes asked about next), for operators onnx's shape inference
         cannot type (custom domains, Loop outputs, a Slice to a computed end)."""
+        if value not in self._runtime and self.ran > len(self.g.node):
+            # the parts run so far ran more nodes than the model has: every value of the model, in one run
+            try:
+                self._runtime.update(self._run_all(node, whole=True))
+            except InputError:
+                pass
         if value not in self._runtime:
             self._runtime.update(self._run_all(node))
         if value not in self._runtime:
             raise InputError(f"{node.op_type} node {node.name!r}: onnxruntime gave no value for its output {value!r}")
         return self._runtime[value]
 
-    def _part(self, node: onnx.NodeProto) -> onnx.ModelProto:
+    def _part(self, node: onnx.NodeProto, whole: bool = False) -> onnx.ModelProto:
         """The model's nodes that ``node`` depends on (``node`` with them), every value they compute an output,
         with only the inputs and initializers they read: a run of it holds what those nodes compute, not the whole
-        model's values and weights."""
+        model's values and weights. ``whole``: every node of the model (where node after node asks, each part
+        runs the one before it again: Swin V2's windows asked 48 times)."""
         producer = {o: n for n in self.g.node for o in n.output if o}
         wanted = [i for i in [*node.input, *implicit_inputs(node)] if i]
         seen: set[str] = set()
         kept: dict[int, onnx.NodeProto] = {id(node): node}
+        if whole:
+            kept = {id(n): n for n in self.g.node}
+            wanted = []
         while wanted:
             name = wanted.pop()
             if name in seen or name not in producer:
@@ -165,8 +179,10 @@ class ModelRuns:
         g.output.extend(onnx.ValueInfoProto(name=o) for n in order for o in n.output if o)
         return model
 
-    def _run_all(self, node: onnx.NodeProto) -> dict[str, Type]:
-        model = self._part(node)
+    def _run_all(self, node: onnx.NodeProto, whole: bool = False) -> dict[str, Type]:
+        self.runs += 1
+        model = self._part(node, whole)
+        self.ran += len(model.graph.node)
         g = model.graph
         for vi in g.input:
             if vi.name in self.input_shapes:

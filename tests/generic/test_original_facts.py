@@ -92,3 +92,110 @@ def test_facts_of_another_original_or_other_sizes_are_refused(bert):
         make_generic(program, bert, values, Original(other, values))
     with pytest.raises(ValueError, match="other sizes"):
         make_generic(program, bert, values, Original(bert, {**values, "seq": values["seq"] + 1}))
+
+
+def _layers(count: int = 8) -> onnx.ModelProto:
+    """x [batch, seq, 8] plus its positions (a Range of the sequence's length: a shape that reaches the data, so
+    the import rewrites the shape computations), then ``count`` layers, each a MatMul and a Relu between two
+    Reshapes whose targets are computed from the MatMul's shape, as TorchScript writes ``h.view(h.size(0),
+    h.size(1), 2, 4)``: 18 vectors the import's rewrite fits."""
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in [("ax0", [0]), ("ax02", [0, 2]), ("i0", 0), ("i1", 1), ("zero", 0), ("one", 1),
+                          ("two_four", [2, 4]), ("eight", [8])]]
+    nodes = [helper.make_node("Shape", ["x"], ["xs"]),
+             helper.make_node("Gather", ["xs", "i1"], ["xq"]),
+             helper.make_node("Range", ["zero", "xq", "one"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=onnx.TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["posf", "ax02"], ["posu"]),
+             helper.make_node("Add", ["x", "posu"], ["h0"])]
+    for k in range(count):
+        inits.append(onnx.numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{k}"))
+        h, m = f"h{k}", f"m{k}"
+        nodes += [helper.make_node("MatMul", [h, f"w{k}"], [m]),
+                  helper.make_node("Shape", [m], [f"s{k}"]),
+                  helper.make_node("Gather", [f"s{k}", "i0"], [f"b{k}"]),
+                  helper.make_node("Gather", [f"s{k}", "i1"], [f"q{k}"]),
+                  helper.make_node("Unsqueeze", [f"b{k}", "ax0"], [f"bu{k}"]),
+                  helper.make_node("Unsqueeze", [f"q{k}", "ax0"], [f"qu{k}"]),
+                  helper.make_node("Concat", [f"bu{k}", f"qu{k}", "two_four"], [f"t{k}"], axis=0),
+                  helper.make_node("Reshape", [m, f"t{k}"], [f"r{k}"]),
+                  helper.make_node("Relu", [f"r{k}"], [f"a{k}"]),
+                  helper.make_node("Concat", [f"bu{k}", f"qu{k}", "eight"], [f"u{k}"], axis=0),
+                  helper.make_node("Reshape", [f"a{k}", f"u{k}"], [f"h{k + 1}"])]
+    graph = helper.make_graph(nodes, "layers", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
+                                                                              ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info(f"h{count}", onnx.TensorProto.FLOAT,
+                                                             ["batch", "seq", 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_import_fits_the_originals_vectors_in_one_batch(monkeypatch):
+    # the import's rewrite is of the original itself: the small integer vectors it writes are the original's; once
+    # the runs of the program written so far have run more nodes than PREFETCH_AFTER times the original's (Swin
+    # V2: 237 runs of growing prefixes; here from the first), the rest are read off one batch of runs of it;
+    # what is imported is the same, byte for byte, as where each is fitted off the program so far
+    from eqsat.generic import probes
+
+    monkeypatch.setattr(probes, "PREFETCH_AFTER", 0.0)
+    model = _layers()
+    shapes = {"x": (1, 16, 8)}
+
+    def imported(batched: bool) -> tuple[bytes, int]:
+        runs = [0]
+        real = probes.run_values
+
+        def counting(model, names, shapes):
+            runs[0] += 1
+            return real(model, names, shapes)
+        with monkeypatch.context() as m:
+            m.setattr(probes, "run_values", counting)
+            if not batched:
+                m.setattr(Original, "prefetch", lambda self, names: None)
+            program = export_model(import_model(model, shapes, generic=True)).SerializeToString()
+        return program, runs[0]
+
+    batched, few = imported(True)
+    alone, many = imported(False)
+    assert batched == alone
+    assert many >= 16 and few <= many // 2, (few, many)
+    ref, got = session(model), session(export_model(import_model(model, shapes, generic=True)))
+    x = np.random.default_rng(1).standard_normal((1, 16, 8)).astype(np.float32)
+    np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def _front_end() -> onnx.ModelProto:
+    """samples [batch, length] -> a strided Conv 300 wide -> frames [batch, F, 4] -> Reshape to [batch, F, 2, 2]
+    with the target computed from the frames' shape (a vector no run at fewer than 300 samples computes)."""
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((4, 1, 300)).astype(np.float32), "w")
+    consts = [onnx.numpy_helper.from_array(np.array(v, np.int64), n)
+              for n, v in [("ax1", [1]), ("ax0", [0]), ("i0", 0), ("i1", 1), ("two", [2, 2])]]
+    nodes = [helper.make_node("Unsqueeze", ["samples", "ax1"], ["u"]),
+             helper.make_node("Conv", ["u", "w"], ["c"], strides=[5]),
+             helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Shape", ["t"], ["s"]),
+             helper.make_node("Shape", ["samples"], ["ss"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"]),
+             helper.make_node("Gather", ["s", "i1"], ["f"]),
+             helper.make_node("Unsqueeze", ["b", "ax0"], ["bu"]),
+             helper.make_node("Unsqueeze", ["f", "ax0"], ["fu"]),
+             helper.make_node("Concat", ["bu", "fu", "two"], ["target"], axis=0),
+             helper.make_node("Reshape", ["t", "target"], ["y"])]
+    graph = helper.make_graph(nodes, "front", [helper.make_tensor_value_info("samples", onnx.TensorProto.FLOAT,
+                                                                               ["batch", "length"])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT,
+                                                             ["batch", "frames", 2, 2])], [w, *consts])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_batch_that_fails_at_a_size_keeps_only_the_values_that_run_at_every_size():
+    # at 1 and 256 samples (the fit's checks below 512) the Conv refuses its input: the batch fails there, its
+    # halves are run, and only the input's own shape, which runs at every size, is fitted from the batch; the
+    # frames' shape and target are left to the runs of the program written so far
+    from eqsat.dims import Mono
+
+    facts = Original(_front_end(), {"batch": 1, "length": 512})
+    facts.prefetch(["ss", "s", "target"])
+    assert facts.prefetched(["ss", "s", "target"]) == {"ss": [Mono.symbol("batch"), Mono.symbol("length")]}
+    assert facts.runs == 1
