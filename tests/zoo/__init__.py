@@ -45,6 +45,13 @@ has one; no test builds them.
     >>> FAMILIES[:4]
     ('gptj_w384', 'codegen_w384', 'falcon_w384', 'stablelm_w384')
 
+:data:`THIRD` is a third round (:mod:`.third`: Gemma 2, GPT-Neo, MPT, Cohere, OLMo, MobileBERT, RoFormer, ESM,
+SqueezeBERT, an LSTM, ConvNeXt V2, Swin V2, PoolFormer, LeViT, MobileNetV2, BiT, CvT, PVT, FocalNet, WavLM, AST);
+no test builds them either.
+
+    >>> THIRD[:3]
+    ('mobilebert_l4', 'gemma2_w384', 'gptneo_w384')
+
 :data:`SERVING` models are issue 42's serving forms: a decoder's step against a key/value cache (one new token, the
 past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
 small for tests and at width 384 for ``scripts/bench_serving.py``; and the prefill before it (the prompt in, the
@@ -556,13 +563,16 @@ SPECS.update({
                         "HuBERT encoder at width 384 on one second of 16 kHz audio (dynamic: batch and samples)",
                         axes=({0: "batch", 1: "samples"},), out_axes={"last_hidden_state": {0: "batch", 1: "frames"}}),
 })
-assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES
+from .third import SPECS_THIRD, THIRD  # noqa: E402 - the third round's module reads this one's names
+
+SPECS.update(SPECS_THIRD)
+assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES + THIRD
 
 
 def module(name: str, seed: int = 0) -> torch.nn.Module:
     """The torch module of zoo model ``name``, with seeded random weights, in eval mode."""
     if name not in SPECS:
-        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(NAMES + EXTRA + UNSEEN + WIDE + SERVING)}")
+        raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(SPECS)}")
     torch.manual_seed(seed)
     m = SPECS[name].make().eval()
     with torch.no_grad():
@@ -697,5 +707,5 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.M
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "NAMES", "OPSETS", "SERVING", "SPECS", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
+__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "NAMES", "OPSETS", "SERVING", "SPECS", "THIRD", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
            "build", "export", "export_dynamic", "feeds", "module"]
