@@ -70,10 +70,10 @@ class Original:
             return
         self.runs += 1
         batch = run_values(self.model, small, shapes=False)  # one session, kept; the halves' are not
-        seen: dict[tuple[tuple[str, int], ...], dict[str, list[int] | None]] = {}
+        seen: dict[tuple[tuple[str, int], ...], dict[str, Sequence[int] | None]] = {}
         left = [SPLITS]
 
-        def entries(part: tuple[str, ...], at: Mapping[str, int]) -> dict[str, list[int] | None]:
+        def entries(part: tuple[str, ...], at: Mapping[str, int]) -> dict[str, Sequence[int] | None]:
             got = (batch if len(part) == len(small) else run_values(self.model, list(part), shapes=False))(at)
             if got is not None:
                 return dict(zip(part, got))
@@ -83,7 +83,7 @@ class Original:
             half = len(part) // 2
             return {**entries(part[:half], at), **entries(part[half:], at)}
 
-        def at_size(at: Mapping[str, int]) -> dict[str, list[int] | None]:
+        def at_size(at: Mapping[str, int]) -> dict[str, Sequence[int] | None]:
             key = tuple(sorted(at.items()))
             if key not in seen:
                 seen[key] = entries(tuple(small), at)
@@ -92,7 +92,7 @@ class Original:
         for name in small:
             failed: list[Mapping[str, int]] = []
 
-            def run(at: Mapping[str, int], name: str = name, failed: list = failed) -> list[list[int]] | None:
+            def run(at: Mapping[str, int], name: str = name, failed: list = failed) -> list[Sequence[int]] | None:
                 got = at_size(at)[name]
                 if got is None:
                     failed.append(at)
