@@ -46,6 +46,10 @@ MIN_BLOCK_NODES = 3
 MAX_PERIOD = 16
 """at most this many cuts of one operator and shape per block (a layer has one or two: BERT's two LayerNorms;
 a long chain that never repeats would try every period)"""
+SHARED = 2
+"""a value read by this many nodes or more may pass over a cut (:meth:`_Finder.separators`): an input the copies
+share (a mask read by every layer, or by every other one where layers alternate, GPT-Neo's global and local
+masks); a value read once beyond a cut (a skip connection around the whole stack) keeps it from being one"""
 WORK_LIMIT = 2_000_000
 """positions of the order the search for blocks may scan (its candidate blocks' spans, summed) before it settles
 for the best run found so far: a few seconds at worst (a long chain of same-shaped operators that never
@@ -390,8 +394,9 @@ class _Finder:
         """Per position of the order: whether the node there may be a cut. A cut is read by every later layer
         only through it: no edge passes over it (from a node before it to one after it) except from weight-only
         nodes, from the program's inputs (the ids that the embedding's Gather reads and a mask computed later
-        reads too: external to every copy) and from nodes read by at least ``min_copies`` nodes (an external input
-        shared by every copy, such as a mask). A necessary condition, checked in one pass, so that the search for
+        reads too: external to every copy) and from nodes read by at least :data:`SHARED` nodes (an external input
+        shared by the copies, such as a mask; GPT-Neo's global and local masks are each read by every other
+        layer). A necessary condition, checked in one pass, so that the search for
         blocks tries only these (a skip connection around the whole stack of layers, read by fewer nodes, hides
         them)."""
         reach = -1  # the furthest position read by a node before the current one (edges that count)
@@ -399,7 +404,7 @@ class _Finder:
         for k, n in enumerate(self.order):
             out.append(reach <= k)
             users = self.users[id(n)]
-            if users and not self.weight_only[id(n)] and n.op != "input" and len(users) < min_copies:
+            if users and not self.weight_only[id(n)] and n.op != "input" and len(users) < min(min_copies, SHARED):
                 reach = max(reach, max(self.index[id(u)] for u in users))
         return out
 
@@ -438,4 +443,4 @@ def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_w
     return Blocks(graph, tuple(found))
 
 
-__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]
+__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "SHARED", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]
