@@ -70,6 +70,7 @@ class ModelRuns:
         self.runs = 0
         """the runs of (parts of) the model made for the shapes shape inference cannot give"""
         self.ran = 0
+        self._whole_tried = False
         """the nodes those runs ran, together (a node of a part run again counted again)"""
 
     def node_model(self, node: onnx.NodeProto, names: list[str], types: list[Type],
@@ -131,8 +132,10 @@ class ModelRuns:
         """Shape and dtype of ``value`` from one onnxruntime run of the part of the model that ``node`` depends on
         (every value of it exposed, kept for the nodes asked about next), for operators onnx's shape inference
         cannot type (custom domains, Loop outputs, a Slice to a computed end)."""
-        if value not in self._runtime and self.ran > len(self.g.node):
-            # the parts run so far ran more nodes than the model has: every value of the model, in one run
+        if value not in self._runtime and self.ran > len(self.g.node) and not self._whole_tried:
+            # the parts run so far ran more nodes than the model has: every value of the model, in one run (tried
+            # once: where the whole model does not run at these sizes, the parts go on as before)
+            self._whole_tried = True
             try:
                 self._runtime.update(self._run_all(node, whole=True))
             except InputError:
