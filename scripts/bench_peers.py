@@ -90,20 +90,37 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
                   "serving": zoo.SERVING, "families": zoo.FAMILIES, "third": zoo.THIRD, "all": ALL}
         for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
-                load = functools.partial(_dynamic, zoo, name, exporter, args.seed) \
+                load = functools.partial(_dynamic, zoo, name, exporter, args.seed, args.weights) \
                     if name in zoo.SERVING or args.dynamic else \
-                    functools.partial(zoo.build, name, exporter, args.opset, seed=args.seed)
+                    functools.partial(zoo.build, name, exporter, args.opset, seed=args.seed, weights=args.weights)
                 out.append((f"{name}/{exporter}", load))
-    for path in args.onnx:
-        out.append((os.path.basename(path).removesuffix(".onnx"), functools.partial(onnx.load, path)))
+    for label, path in onnx_labels(args.onnx).items():
+        out.append((label, functools.partial(onnx.load, path)))
     return out
 
 
-def _dynamic(zoo: Any, name: str, exporter: str, seed: int) -> onnx.ModelProto:
+def onnx_labels(paths: list[str]) -> dict[str, str]:
+    """A label per ``--onnx`` file: its name without ``.onnx``, or, where two files share that name (two exports
+    each saved as ``model.onnx`` in a folder of its own), the folder's name and the file's
+    (``bert/model``); the same file given twice is refused, not timed twice under one label."""
+    stem = {path: os.path.basename(path).removesuffix(".onnx") for path in paths}
+    clash = {s for s in stem.values() if list(stem.values()).count(s) > 1}
+    labels: dict[str, str] = {}
+    for path in paths:
+        label = stem[path] if stem[path] not in clash else \
+            f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{stem[path]}"
+        if label in labels:
+            raise SystemExit(f"error: --onnx {path} and --onnx {labels[label]} would both be labelled {label!r} "
+                             "in the workdir; give each model a file name of its own")
+        labels[label] = path
+    return labels
+
+
+def _dynamic(zoo: Any, name: str, exporter: str, seed: int, weights: str) -> onnx.ModelProto:
     """A model exported as serving code exports it: dynamic batch and sequence, a decode step's past
     (``zoo.export_dynamic``)."""
     with tempfile.TemporaryDirectory() as tmp:
-        return zoo.export_dynamic(name, exporter, os.path.join(tmp, "model.onnx"), seed=seed)
+        return zoo.export_dynamic(name, exporter, os.path.join(tmp, "model.onnx"), seed=seed, weights=weights)
 
 
 def _line(name: str, t: dict[str, Any]) -> str:
@@ -157,7 +174,7 @@ def optimize_phase(args: argparse.Namespace) -> dict[str, Any]:
     """The optimize phase into ``args.workdir``: the manifest (see peers_workdir)."""
     os.makedirs(args.workdir, exist_ok=True)
     manifest = wd.load_manifest(args.workdir)
-    manifest.update(seed=args.seed, opset=args.opset, eqsat_commit=wd.source_commit(ROOT),
+    manifest.update(seed=args.seed, weights=args.weights, opset=args.opset, eqsat_commit=wd.source_commit(ROOT),
                     eqsat_time_limit=args.eqsat_time_limit,
                     eqsat_input_shapes={k: list(v) for k, v in args.eqsat_input_shapes.items()}, dynamic=args.dynamic)
     for label, load in models_from(args):
@@ -263,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="export every zoo model with dynamic batch and sequence axes, as serving code does (the "
                         "'serving' models always are)")
     p.add_argument("--seed", type=int, default=0, help="weights, inputs and timing order")
+    p.add_argument("--weights", choices=("init", "trained"), default="init",
+                   help="the zoo models' weights: as the family initializes them (zero biases, unit norm scales), or "
+                        "trained: every parameter its initializer leaves constant spread about its value, as training "
+                        "leaves it, so that no tool gains from a neutral bias a trained model does not have "
+                        "(zoo.spread_constants)")
     p.add_argument("--json", help="write the run's results to this JSON file (default with --workdir: "
                                   "WORKDIR/peers.json)")
     p.add_argument("--figure", help="write a bar chart (PNG) of the speedups at each thread count (default with "

@@ -43,8 +43,10 @@ monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns
    broadcast anyway dropped; a table that stops below the sizes the user's program accepts guarded by an ``If``
    whose else-branch computes the value as the user's program does;
 5. **prune** (:func:`eqsat.onnx.dataflow.prune`): the chains no longer read;
-6. **annotate** (:func:`.annotate.annotate`): the inner values' symbolic shapes as ``value_info`` (onnxruntime's
-   fusions compare their inputs' shapes).
+6. **annotate** (:func:`.annotate.annotate`): the inner values' symbolic shapes as ``value_info``, in a program
+   eqsat reads again only: a candidate written for the user carries none, as onnxruntime runs a program faster
+   without them (its memory planner; the fusions that compare shapes, SkipLayerNormalization among them, slower
+   here than what they replace).
 
 What a rewrite writes is its :class:`.state.Forms`: every form for a candidate (``EXPORT``), every form but the
 Gemm forms and the final pass for a model the importer reads again (``IMPORT``), or only the tables (``TABLES``).

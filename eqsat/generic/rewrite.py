@@ -71,7 +71,8 @@ def rewrite(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[s
 
 def run(w: Rewrite) -> Generic:
     """The passes, in order (the package's docstring): the interface declared, the nodes written one by one, the
-    final forms (Expands dropped, tables guarded), the nodes no output reads pruned, the shapes annotated."""
+    final forms (Expands dropped, tables guarded), the nodes no output reads pruned, the shapes annotated where
+    eqsat reads the program again (not in a candidate written for the user)."""
     g = w.model.graph
     (ins, outs) = interface(w.original)
     declare(w, ins)
@@ -89,7 +90,8 @@ def run(w: Rewrite) -> Generic:
     g.node.extend(w.nodes)
     note_outputs(w, outs)
     prune(w.model)
-    annotate(w)
+    if not w.final:  # a program written for the user carries no inner shapes (.annotate's docstring)
+        annotate(w)
     return Generic(w.model, w.notes, w.unnamed_constant_outputs)
 
 

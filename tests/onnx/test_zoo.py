@@ -151,6 +151,28 @@ def test_feeds_are_seeded_and_in_range():
     assert set(np.unique(mask)) <= {0, 1} and mask[0, 0] == 1
 
 
+def test_trained_weights_leave_no_parameter_constant():
+    """``weights="trained"``: the zero biases and unit norm scales a family initializes are spread, as training
+    leaves them (counted from the parameters themselves, not from the function's return); the rest is the init's
+    draw, and the same seed gives the same module."""
+    def constant(m):
+        return [n for n, p in m.named_parameters() if p.numel() > 1 and bool((p == p.flatten()[0]).all())]
+
+    init, trained, again = zoo.module("bert"), zoo.module("bert", weights="trained"), zoo.module("bert", weights="trained")
+    assert any(n.endswith("bias") for n in constant(init)) and any("LayerNorm.weight" in n for n in constant(init))
+    assert constant(trained) == []
+    for (name, p), (_, q), (_, r) in zip(init.named_parameters(), trained.named_parameters(), again.named_parameters()):
+        assert torch.equal(q, r)
+        if name not in constant(init):
+            assert torch.equal(p, q), name
+    spread = dict(trained.named_parameters())
+    bias = spread[next(n for n in constant(init) if n.endswith("bias"))]  # was 0: N(0, 0.02)
+    scale = spread[next(n for n in constant(init) if "LayerNorm.weight" in n)]  # was 1: 1 + N(0, 0.1)
+    assert 0.01 < float(bias.std()) < 0.03 and 0.05 < float(scale.std()) < 0.15 and abs(float(scale.mean()) - 1) < 0.05
+    with pytest.raises(ValueError, match="unknown weights"):
+        zoo.module("bert", weights="pretrained")
+
+
 def test_bench_roundtrip_script(tmp_path, capsys):
     """scripts/bench_roundtrip.py on one model: the table and the JSON hold onnxruntime's node counts and
     fused kinds for the three programs and the latency ratios with their intervals."""

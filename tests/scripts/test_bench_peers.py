@@ -188,7 +188,7 @@ def test_time_only_needs_an_optimized_workdir(tmp_path):
 def test_all_covers_the_issue_families_under_both_exporters():
     mod = _script()
     args = type("Args", (), {"models": ["all"], "exporters": ["torchscript", "dynamo"], "opset": 18, "seed": 0,
-                             "onnx": [], "dynamic": False})()
+                             "onnx": [], "dynamic": False, "weights": "init"})()
     labels = [label for label, _ in mod.models_from(args)]
     families = {label.split("/")[0] for label in labels}
     for wanted in ("bert", "distilbert", "gpt2", "llama", "qwen2", "t5_encoder", "vit", "whisper_encoder",
@@ -211,8 +211,48 @@ def test_families_names_the_second_round_of_families_each_a_zoo_model():
     import zoo
 
     args = type("Args", (), {"models": ["families"], "exporters": ["torchscript", "dynamo"], "opset": 18, "seed": 0,
-                             "onnx": [], "dynamic": True})()
+                             "onnx": [], "dynamic": True, "weights": "init"})()
     labels = [label for label, _ in mod.models_from(args)]
     assert labels == [f"{n}/{e}" for n in zoo.FAMILIES for e in ("torchscript", "dynamo")]
     assert set(zoo.FAMILIES) <= set(zoo.SPECS) and not set(zoo.FAMILIES) & set(zoo.WIDE + zoo.UNSEEN)
     assert zoo.SPECS["hubert_w384"].axes == ({0: "batch", 1: "samples"},)
+
+
+def test_two_onnx_files_of_one_name_each_keep_their_own_entry(tmp_path):
+    """Exports saved as ``<family>/model.onnx`` share a file name: each is labelled by its folder too, so the second
+    does not overwrite the first's original and programs in the workdir; one file given twice is refused."""
+    mod = _script()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = _mlp(tmp_path / "a" / "model.onnx"), _mlp(tmp_path / "b" / "model.onnx")
+    work = tmp_path / "work"
+    rc = mod.main(["--optimize-only", "--workdir", str(work), "--models", "", "--onnx", first, "--onnx", second,
+                   "--tools", "eqsat"])
+    assert rc == 0
+    manifest = json.loads((work / "manifest.json").read_text())
+    assert set(manifest["models"]) == {"a/model", "b/model"}
+    originals = {manifest["models"][k]["original"] for k in manifest["models"]}
+    assert len(originals) == 2 and all((work / o).exists() for o in originals)
+    assert mod.onnx_labels([first, str(tmp_path / "c.onnx")]) == {"model": first, "c": str(tmp_path / "c.onnx")}
+    with pytest.raises(SystemExit, match="file name of its own"):
+        mod.onnx_labels([first, first])
+
+
+def test_the_no_value_info_baseline_deletes_the_inner_shapes_only(tmp_path):
+    """The one-line baseline row (``no-value-info``): the input's nodes and weights as they were, its
+    ``value_info`` gone, verified like every tool's program."""
+    mod = _script()
+    path = tmp_path / "mlp.onnx"
+    model = onnx.load(_mlp(path))
+    model.graph.value_info.append(helper.make_tensor_value_info("h", TensorProto.FLOAT, [4, 16]))
+    onnx.save(model, path)
+    work = tmp_path / "work"
+    assert mod.main(["--optimize-only", "--workdir", str(work), "--models", "", "--onnx", str(path),
+                     "--tools", "no-value-info"]) == 0
+    entry = json.loads((work / "manifest.json").read_text())["models"]["mlp"]
+    tool = entry["tools"]["no-value-info"]
+    assert tool["status"] == "verified" and tool["onnx_operators"] == {"added": {}, "removed": {}}
+    program = onnx.load(work / tool["program"])
+    assert not program.graph.value_info and len(onnx.load(path).graph.value_info) == 1
+    assert [n.op_type for n in program.graph.node] == [n.op_type for n in model.graph.node]
+    assert _runs_like_the_oracle(work / tool["program"])

@@ -569,8 +569,19 @@ SPECS.update(SPECS_THIRD)
 assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES + THIRD
 
 
-def module(name: str, seed: int = 0) -> torch.nn.Module:
-    """The torch module of zoo model ``name``, with seeded random weights, in eval mode."""
+WEIGHTS = ("init", "trained")
+
+
+def module(name: str, seed: int = 0, weights: str = "init") -> torch.nn.Module:
+    """The torch module of zoo model ``name``, with seeded random weights, in eval mode.
+
+    ``weights="init"``: as the family initializes them (its biases zero, its norms' scales one, and in a model with
+    zero biases the exporter may store one zero tensor for every layer's). ``"trained"``: every parameter its
+    initializer leaves constant is spread about that value (a zero one drawn from N(0, 0.02), any other scaled by
+    1 + N(0, 0.1)), as training leaves them, so that no gain comes from a neutral bias or scale a trained model does
+    not have (:func:`spread_constants`)."""
+    if weights not in WEIGHTS:
+        raise ValueError(f"unknown weights {weights!r}; one of {', '.join(WEIGHTS)}")
     if name not in SPECS:
         raise KeyError(f"unknown zoo model {name!r}; one of {', '.join(SPECS)}")
     torch.manual_seed(seed)
@@ -585,7 +596,23 @@ def module(name: str, seed: int = 0) -> torch.nn.Module:
                 mod.running_var.uniform_(0.5, 1.5)
                 mod.weight.uniform_(0.5, 1.5)  # transformers draws some from N(0, 0.02), which zeroes the signal
                 mod.bias.uniform_(-0.2, 0.2)
+        if weights == "trained":
+            spread_constants(m, torch.Generator().manual_seed(seed + 1))
     return m
+
+
+def spread_constants(m: torch.nn.Module, gen: torch.Generator) -> int:
+    """Every floating parameter of ``m`` whose values are all equal, redrawn about that value (0: N(0, 0.02);
+    c: c * (1 + N(0, 0.1))); returns how many were redrawn."""
+    count = 0
+    for p in m.parameters():
+        if not p.is_floating_point() or p.numel() < 2 or not bool((p == p.flatten()[0]).all()):
+            continue
+        value = float(p.flatten()[0])
+        noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+        p.copy_(noise * 0.02 if value == 0.0 else value * (1.0 + 0.1 * noise))
+        count += 1
+    return count
 
 
 def feeds(name: str, seed: int = 0) -> dict[str, np.ndarray]:
@@ -621,7 +648,7 @@ def example_args(name: str, seed: int = 0) -> tuple[torch.Tensor, ...]:
     return tuple(torch.from_numpy(v) for v in feeds(name, seed).values())
 
 
-def export(name: str, exporter: str, opset: int, seed: int = 0) -> onnx.ModelProto:
+def export(name: str, exporter: str, opset: int, seed: int = 0, weights: str = "init") -> onnx.ModelProto:
     """Export zoo model ``name`` with ``exporter`` ('torchscript': ``dynamo=False``; 'dynamo': ``dynamo=True``)
     at ``opset``; raises :class:`Unsupported` (with torch's reason) when the export fails."""
     if exporter not in EXPORTERS:
@@ -629,7 +656,7 @@ def export(name: str, exporter: str, opset: int, seed: int = 0) -> onnx.ModelPro
     if (name, exporter, opset) in UNSUPPORTED:
         raise Unsupported(UNSUPPORTED[name, exporter, opset])
     spec = SPECS[name]
-    m = module(name, seed)
+    m = module(name, seed, weights)
     args = example_args(name, seed)
     input_names = [i[0] for i in spec.inputs]
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings(), \
@@ -657,20 +684,21 @@ def export(name: str, exporter: str, opset: int, seed: int = 0) -> onnx.ModelPro
     return model
 
 
-_CACHE: dict[tuple[str, str, int, int], bytes] = {}
+_CACHE: dict[tuple[str, str, int, int, str], bytes] = {}
 
 
-def build(name: str, exporter: str = "torchscript", opset: int = 17, seed: int = 0) -> onnx.ModelProto:
+def build(name: str, exporter: str = "torchscript", opset: int = 17, seed: int = 0,
+          weights: str = "init") -> onnx.ModelProto:
     """The exported model (a fresh copy each call; exports are cached per process)."""
-    key = (name, exporter, opset, seed)
+    key = (name, exporter, opset, seed, weights)
     if key not in _CACHE:
-        _CACHE[key] = export(name, exporter, opset, seed).SerializeToString()
+        _CACHE[key] = export(name, exporter, opset, seed, weights).SerializeToString()
     m = onnx.ModelProto()
     m.ParseFromString(_CACHE[key])
     return m
 
 
-def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.ModelProto:
+def export_dynamic(name: str, exporter: str, path: str, seed: int = 0, weights: str = "init") -> onnx.ModelProto:
     """Zoo model ``name`` exported with dynamic axes, the way serving code exports it (issue 27): a batch axis
     ``batch`` on every input and output, and a sequence axis ``seq`` on token inputs and on the token models'
     ``last_hidden_state`` (a model's :attr:`Spec.axes` and :attr:`Spec.out_axes` where it gives them: a decode step's
@@ -678,7 +706,7 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0) -> onnx.M
     no upper bound, so that the sequence-128 models export; traced at batch 2, since a batch of 1 lets
     ``torch.export`` specialize, e.g. ConvNeXt's guard ``batch <= 2``); written to ``path``."""
     spec = SPECS[name]
-    m, args = module(name, seed), example_args(name, seed)
+    m, args = module(name, seed, weights), example_args(name, seed)
     names = [i[0] for i in spec.inputs]
     axes = list(spec.axes) if spec.axes is not None else \
         [{0: "batch", 1: "seq"} if kind != "float" else {0: "batch"} for _, kind, _ in spec.inputs]
