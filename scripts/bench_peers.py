@@ -66,12 +66,12 @@ for path in (ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")):
 import peers_workdir as wd  # noqa: E402
 from peers_report import figure, summarize, summary_table  # noqa: E402
 from peers_timing import CONTROL, Budget, time_all  # noqa: E402
-from peers_tools import TOOLS, run_tool, tool_version  # noqa: E402
+from peers_tools import TOOLS, run_tool, tool_version, tuned_shapes  # noqa: E402
 
 from eqsat.errors import InputError  # noqa: E402
 from eqsat.measurement import timing  # noqa: E402
 from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
-from eqsat.onnx.interface import representative_shapes, shapes_text  # noqa: E402
+from eqsat.onnx.interface import shapes_text  # noqa: E402
 
 ALL = ("bert", "bert_s128", "distilbert", "gpt2", "llama", "llama_s128", "qwen2", "t5_encoder", "vit",
        "whisper_encoder", "convnext", "resnet50")
@@ -192,9 +192,8 @@ def time_model(label: str, entry: dict[str, Any], args: argparse.Namespace,
              if args.tools is None or n in args.tools}
     programs = {n: wd.load_model(args.workdir, t["program"]) for n, t in tools.items() if t["status"] == "verified"}
     # a dynamic model at the sizes eqsat tuned it for (the workdir's --eqsat-input-shape, else its defaults: batch
-    # 1, sequence 128), not at 1 for every dynamic dimension (a prefill of one token)
-    inputs = {i.name for i in original.graph.input}
-    shapes = representative_shapes(original, {k: v for k, v in (given or {}).items() if k in inputs})
+    # 1, sequence 128, a waveform's samples where its front-end runs), not at 1 for every dynamic dimension
+    shapes = tuned_shapes(original, given)
     print(f"== {label}: {len(original.graph.node)} nodes, timing {', '.join(programs) or 'no program'} at "
           f"{shapes_text(shapes)}", flush=True)
     tools[CONTROL] = {"status": "control"}

@@ -20,6 +20,7 @@ import onnx
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
+from eqsat.app.shaping import Shaping
 from eqsat.verify import verify
 
 Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto | tuple[onnx.ModelProto, dict[str, Any]]]
@@ -110,6 +111,15 @@ TOOLS: dict[str, tuple[Tool, str]] = {
 """name -> (the tool, the module that must be importable for it)"""
 
 
+def tuned_shapes(model: onnx.ModelProto, given: dict[str, tuple[int, ...]] | None = None) -> dict[str, tuple[int, ...]]:
+    """The input shapes eqsat tunes ``model`` at (``given``: the sizes it was given; ``eqsat.app.shaping.Shaping``):
+    each tool's program is verified and timed there, so that a model refused at a default size (a waveform's
+    front-end at 128 samples) is checked where it runs, at the size every tool's program was measured at."""
+    inputs = {i.name for i in model.graph.input}
+    config = OptimizeConfig().updated(input_shapes={k: tuple(v) for k, v in (given or {}).items() if k in inputs})
+    return dict(Shaping.of(model, config).shapes)
+
+
 def tool_version(name: str) -> str | None:
     """The installed version of the tool's package (None where it is absent or unnamed)."""
     module = TOOLS[name][1]
@@ -145,7 +155,8 @@ def run_tool(name: str, model: onnx.ModelProto, label: str, args: argparse.Names
     seconds = time.perf_counter() - start
     program, info = made if isinstance(made, tuple) else (made, {})
     try:
-        check = verify(model, program, seed=args.seed)
+        check = verify(model, program, seed=args.seed,
+                       input_shapes=tuned_shapes(model, getattr(args, "eqsat_input_shapes", None)))
     except Exception as exc:  # onnxruntime cannot load or run what the tool wrote
         return {"status": "invalid", "seconds": seconds, "program": program, **info,
                 "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}

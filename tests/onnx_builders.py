@@ -104,3 +104,21 @@ def ort_kernels(m: onnx.ModelProto) -> collections.Counter[str]:
         opts.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
         ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         return collections.Counter(n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node)
+
+
+def waveform_model(kernel: int, stride: int = 2) -> onnx.ModelProto:
+    """An audio front-end: samples [batch, samples] -> two strided 1-D convolutions (the first ``kernel`` wide,
+    so the model refuses fewer samples than that; the second of ``stride``) -> Relu."""
+    rng = np.random.default_rng(3)
+    w1 = numpy_helper.from_array(rng.standard_normal((4, 1, kernel)).astype(np.float32) / kernel ** 0.5, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 3)).astype(np.float32), "w2")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
+             helper.make_node("Conv", ["u", "w1"], ["c1"], strides=[5]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[stride]),
+             helper.make_node("Relu", ["c2"], ["y"])]
+    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "frames"])
+    return helper.make_model(helper.make_graph(nodes, "wave", [x], [y], [w1, w2, axes]),
+                             opset_imports=[helper.make_opsetid("", 17)])

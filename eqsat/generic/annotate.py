@@ -75,8 +75,8 @@ def annotate(w: Rewrite) -> None:
     at rank 3), and its memory planner gives each value with a known shape a buffer planned ahead, reused from a
     value freed long before (cold in the caches), where a value of unknown shape takes a block the arena freed
     last: a SegFormer-B0 program ran 8.5% faster without its 348 ``value_info``, its dense layers' Transposes
-    of the same shapes 2-4x faster; 27 programs of 15 families (eqsat's and exporters' own), 0 slower with
-    confidence, up to 9.4% faster (a dynamo BERT export), 1-3% typical (docs/benchmarks.md, ninth pass)."""
+    of the same shapes 2-4x faster; over 39 programs (eqsat's and exporters' own) none slower with confidence
+    without them, up to 9.9% faster (a dynamo RoFormer export), 1-3% typical (docs/benchmarks.md, ninth pass)."""
     g = w.model.graph
     ports = {vi.name for vi in [*g.input, *g.output]} | {t.name for t in g.initializer}
     for node in g.node:

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 import onnx
+import onnx_builders as ob
 import pytest
 import torch
 import zoo
@@ -283,30 +284,12 @@ def test_a_default_size_the_model_refuses_is_halved_then_asks_for_input_shape(tm
     assert code == 0, capsys.readouterr().err
 
 
-def _waveform_model(kernel: int, stride: int = 2) -> onnx.ModelProto:
-    """An audio front-end: samples [batch, samples] -> two strided 1-D convolutions (the first ``kernel`` wide,
-    so the model refuses fewer samples than that; the second of ``stride``) -> Relu."""
-    rng = np.random.default_rng(3)
-    w1 = numpy_helper.from_array(rng.standard_normal((4, 1, kernel)).astype(np.float32) / kernel ** 0.5, "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 3)).astype(np.float32), "w2")
-    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
-    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
-             helper.make_node("Conv", ["u", "w1"], ["c1"], strides=[5]),
-             helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], strides=[stride]),
-             helper.make_node("Relu", ["c2"], ["y"])]
-    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "frames"])
-    return helper.make_model(helper.make_graph(nodes, "wave", [x], [y], [w1, w2, axes]),
-                             opset_imports=[helper.make_opsetid("", 17)])
-
-
 def test_a_waveform_refusing_the_default_length_is_tuned_at_the_nearest_length_it_runs_at(tmp_path, capsys):
     """A front-end 300 samples wide refuses 128 and every halving; 512 runs: the run is tuned, verified (also near
     512: the fixed further lengths are all refused) and measured there, says so, and the written model equals the
     original at other lengths and batches in onnxruntime (the oracle)."""
     path, out, rep = tmp_path / "wave.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
-    model = _waveform_model(300)
+    model = ob.waveform_model(300)
     onnx.save(model, path)
     code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--scheduler", "none",
                  "--cost", "analytic", "--no-measure", "--allow-slower"])
@@ -333,7 +316,7 @@ def test_a_length_whose_frames_would_look_constant_is_doubled_again(tmp_path, ca
     samples gives 1 frame, where a program fitted to it took the frames for a constant and failed at 16000); the
     run is tuned at 1024 (18 frames), and the written model equals the original at 3000 samples in onnxruntime."""
     path, out, rep = tmp_path / "wave.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
-    model = _waveform_model(300, stride=8)
+    model = ob.waveform_model(300, stride=8)
     onnx.save(model, path)
     code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--scheduler", "none",
                  "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
@@ -350,7 +333,7 @@ def test_a_given_length_whose_frames_look_constant_is_verified_at_a_longer_one_t
     1024 (18 frames), where a frames count taken for a constant would show; none of the fixed further lengths
     (1, 37, 256, 257) runs, and 549 gives 6 frames again."""
     path, out, rep = tmp_path / "wave.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
-    model = _waveform_model(300, stride=8)
+    model = ob.waveform_model(300, stride=8)
     onnx.save(model, path)
     code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--input-shape", "samples=1,512",
                  "--scheduler", "none", "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
@@ -364,7 +347,7 @@ def test_a_model_refusing_every_default_length_asks_for_input_shape_before_any_s
     """5000 samples wide: no power of two up to 4096 runs; exit 2 naming the flag, before the search, nothing
     written; the size the user gives then runs."""
     path, out = tmp_path / "wide.onnx", tmp_path / "o.onnx"
-    onnx.save(_waveform_model(5000), path)
+    onnx.save(ob.waveform_model(5000), path)
     out.write_bytes(b"the user's file")
     code = main(["optimize-model", str(path), "-o", str(out), "--scheduler", "none", "--cost", "analytic",
                  "--no-measure", "--allow-slower"])

@@ -256,3 +256,24 @@ def test_the_no_value_info_baseline_deletes_the_inner_shapes_only(tmp_path):
     assert not program.graph.value_info and len(onnx.load(path).graph.value_info) == 1
     assert [n.op_type for n in program.graph.node] == [n.op_type for n in model.graph.node]
     assert _runs_like_the_oracle(work / tool["program"])
+
+
+def test_a_waveform_model_is_verified_and_timed_where_it_runs(tmp_path):
+    """A front-end 300 samples wide refuses the default size 128 of its dynamic samples: each tool's program is
+    verified and timed at the size eqsat tunes at (512, where the model runs), not refused as invalid there."""
+    import onnx_builders as ob
+
+    mod = _script()
+    path = tmp_path / "wave.onnx"
+    model = ob.waveform_model(300)
+    model.graph.value_info.append(helper.make_tensor_value_info("c1", TensorProto.FLOAT, ["batch", 4, None]))
+    onnx.save(model, path)
+    assert mod.tuned_shapes(model) == {"samples": (1, 512)}
+    work = tmp_path / "work"
+    assert mod.main(["--optimize-only", "--workdir", str(work), "--models", "", "--onnx", str(path),
+                     "--tools", "no-value-info"]) == 0
+    entry = json.loads((work / "manifest.json").read_text())["models"]["wave"]
+    assert entry["tools"]["no-value-info"]["status"] == "verified", entry["tools"]["no-value-info"]
+    assert mod.main(["--time-only", "--workdir", str(work), "--threads", "1", "--time-budget", "0.5"]) == 0
+    row = json.loads((work / "peers.json").read_text())["rows"][0]
+    assert row["shapes"] == {"samples": [1, 512]} and "no-value-info" in row["tools"]
