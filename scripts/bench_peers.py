@@ -8,10 +8,18 @@ its program from the same original:
 - ``onnxsim``: ``onnxsim.simplify``,
 - ``onnxslim``: ``onnxslim.slim``,
 - ``ort-transformers``: onnxruntime's transformers optimizer (``optimize_model``, model type from the name),
-- ``onnxscript``: ``onnxscript.optimizer.optimize`` then ``onnxscript.rewriter.ort_fusions.optimize_for_ort``.
+- ``onnxscript``: ``onnxscript.optimizer.optimize`` then ``onnxscript.rewriter.ort_fusions.optimize_for_ort``,
+- ``no-value-info``: the baseline of one line, the input with its ``value_info`` deleted (counted among the peers:
+  onnxruntime runs many dynamic exports faster without their inner shapes, and eqsat writes none).
+
+``--weights trained`` spreads every parameter the zoo's families initialize to a constant (zero biases, unit norm
+scales) as training leaves it (``zoo.spread_constants``), so that no tool gains from a neutral bias a trained model
+does not have. Files given with ``--onnx`` are labelled by their name, or by their folder and name where two share
+one.
 
 Each program is verified against the original in onnxruntime (``eqsat.verify``: seeded random inputs, every
-output; the peers' outputs too: they break). The verified ones are then timed together with an unchanged copy
+output; the peers' outputs too: they break), at the shapes eqsat tunes at (``peers_tools.tuned_shapes``), where
+it is timed too. The verified ones are then timed together with an unchanged copy
 of the original (the A/A control, which shows the noise) in one process, interleaved, with eqsat.measurement.timing's
 protocol (paired rounds, ORT_ENABLE_ALL on every side, the median ratio original / program with a bootstrap
 95% interval), at each ``--threads`` count, the rounds sized to the variance seen until every interval is at most
