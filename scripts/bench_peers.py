@@ -157,11 +157,15 @@ def optimize_model(label: str, load: Callable[[], onnx.ModelProto], manifest: di
                                              "nodes": len(model.graph.node), "tools": {}}
     assert entry is not None
     print(f"== {label}: {len(model.graph.node)} nodes", flush=True)
+    try:  # the sizes every tool's program is verified at, worked out once (Shaping.of runs the model)
+        shapes = tuned_shapes(model, args.eqsat_input_shapes)
+    except Exception:  # noqa: BLE001 - each tool's verification then says why
+        shapes = None
     for name in args.tools:
         if args.skip_done and name in entry["tools"]:
             print(_line(name, entry["tools"][name]) + " (kept)", flush=True)
             continue
-        result = run_tool(name, model, label, args)
+        result = run_tool(name, model, label, args, shapes)
         for stale in (f"{name}.onnx", f"{name}.report.json"):
             if os.path.exists(os.path.join(workdir, folder, stale)):
                 os.remove(os.path.join(workdir, folder, stale))

@@ -139,8 +139,10 @@ def operator_changes(original: onnx.ModelProto, program: onnx.ModelProto) -> dic
     return {"added": dict(sorted((b - a).items())), "removed": dict(sorted((a - b).items()))}
 
 
-def run_tool(name: str, model: onnx.ModelProto, label: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One tool on one model: its program (or why there is none), wall seconds, verification."""
+def run_tool(name: str, model: onnx.ModelProto, label: str, args: argparse.Namespace,
+             shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    """One tool on one model: its program (or why there is none), wall seconds, verification at ``shapes`` (the
+    model's :func:`tuned_shapes`, worked out once per model by the caller; None: here)."""
     fn, module = TOOLS[name]
     if importlib.util.find_spec(module) is None:
         return {"status": "unavailable", "reason": f"{module} is not installed (pip install -e '.[peers]')"}
@@ -155,8 +157,9 @@ def run_tool(name: str, model: onnx.ModelProto, label: str, args: argparse.Names
     seconds = time.perf_counter() - start
     program, info = made if isinstance(made, tuple) else (made, {})
     try:
-        check = verify(model, program, seed=args.seed,
-                       input_shapes=tuned_shapes(model, getattr(args, "eqsat_input_shapes", None)))
+        if shapes is None:
+            shapes = tuned_shapes(model, getattr(args, "eqsat_input_shapes", None))
+        check = verify(model, program, seed=args.seed, input_shapes=shapes)
     except Exception as exc:  # onnxruntime cannot load or run what the tool wrote
         return {"status": "invalid", "seconds": seconds, "program": program, **info,
                 "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}

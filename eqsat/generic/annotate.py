@@ -74,8 +74,8 @@ def annotate(w: Rewrite) -> None:
     slower. With them its fusions that compare shapes fire (SkipLayerNormalization, a MatMul and its bias as Gemm
     at rank 3), and, as the timings suggest, its memory planner gives each value with a known shape a buffer
     planned ahead, reused from a value freed long before (cold in the caches), where a value of unknown shape takes
-    a block the arena freed last: a SegFormer-B0 program ran 8.5% faster without its 348 ``value_info``, its dense layers' Transposes
-    of the same shapes 2-4x faster; over 39 programs (eqsat's and exporters' own) none slower with confidence
+    a block the arena freed last: a SegFormer-B0 program ran 8.5% faster without its 348 ``value_info``, its
+    dense layers' Transposes of the same shapes 2-4x faster; over 39 programs (eqsat's and exporters' own) none slower with confidence
     without them, up to 9.9% faster (a dynamo RoFormer export), 1-3% typical (docs/benchmarks.md, ninth pass)."""
     g = w.model.graph
     ports = {vi.name for vi in [*g.input, *g.output]} | {t.name for t in g.initializer}
