@@ -47,6 +47,7 @@ class Original:
         self._targets: dict[str, Entries] = {}
         self._batch: dict[str, list[Mono]] = {}
         self._sources: dict[int, tuple[onnx.GraphProto | None, str]] = {}
+        self._at: dict[tuple[str, tuple[tuple[str, int], ...]], list[int] | None] = {}
 
     def vectors(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's small integer values ``names`` at every size (:func:`fit_vectors`)."""
@@ -111,6 +112,16 @@ class Original:
         """The entries of the original's values ``names`` (Reshape targets), fitted from runs at and above the
         representative sizes (:func:`fit_runs`)."""
         return self._fitted(names, self._targets, fit_runs)
+
+    def entries_at(self, name: str, at: Mapping[str, int]) -> list[int] | None:
+        """The entries of the original's integer value ``name`` at the sizes ``at`` (None where it does not run
+        there, or computes no such value)."""
+        key = (name, tuple(sorted(at.items())))
+        if key not in self._at:
+            self.runs += 1
+            got = run_values(self.model, [name], shapes=False)(at)
+            self._at[key] = None if got is None else [int(v) for v in got[0]]
+        return self._at[key]
 
     def source(self, opset: int) -> tuple[onnx.GraphProto | None, str]:
         """The original's graph with its nodes at ``opset`` (its own where that is its opset), and why not (None:

@@ -6,15 +6,16 @@ shapes inference left unknown (:func:`fit`), each read off runs of the program w
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx
 
-from eqsat.dims import Mono, SymShape, product
+from eqsat.dims import Mono, SymShape, follow, product
 from eqsat.onnx.dataflow import prune
-from eqsat.onnx.fitting import fit_vectors, run_values
+from eqsat.onnx.fitting import Sizes, fit_vectors, run_values
 from eqsat.onnx.symbolic import infer_node
+from eqsat.onnx.targets import reshape_target
 
 from .state import Rewrite
 
@@ -130,13 +131,77 @@ def fit(w: Rewrite) -> None:
     prefix.CopyFrom(w.model)
     del prefix.graph.node[:]
     prefix.graph.node.extend(w.nodes)
-    fitted = fit_vectors(run_values(prefix, unknown, shapes=True), w.values, w.sums)
+    runs = run_values(prefix, unknown, shapes=True)
+    base: list[Sizes | None] = []
+
+    def run(at: Mapping[str, int]) -> Sizes | None:  # the run at the representative sizes kept
+        got = runs(at)
+        if not base:
+            base.append(got)
+        return got
+
+    fitted = fit_vectors(run, w.values, w.sums)
+    if base and base[0] is not None:
+        w.fits.sizes.update(zip(unknown, (list(s) for s in base[0])))
     for name, dims in zip(unknown, fitted or []):
         old = w.shapes.get(name)
         if old is None or len(old) != len(dims):
             w.shapes[name] = dims
         else:
             w.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
+
+
+def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess: list[Mono],
+           allowzero: bool) -> list[Mono] | None:
+    """A Reshape target ``guess``ed (:func:`eqsat.onnx.targets.reshape_target`) for an input of shape ``dims_in``
+    that holds an opaque symbol (:meth:`.state.Rewrite.opaque_shape`), made again where no symbol of the input is
+    at 1 (a batch of 1 hides which axis it goes with: ``[frames*batch, 384]`` and ``[frames, 384*batch]`` read
+    alike): every such symbol at 2, the target the original computes there (``name``, read off a run of it) and the
+    opaque sizes there (off a run of the program so far). None where the two guesses disagree or the runs say
+    nothing; ``guess`` where nothing is at 1. Where the original computes no ``name`` (a Reshape of a layer
+    replayed from the first one's program), the guess as networks write them: a symbol at 1 split out onto an axis
+    of 1 after it (``ones_before``: ``[frames, batch, 384]``, not ``[frames*batch, 1, 384]``), none on the last
+    axis (:func:`leading`)."""
+    ones = sorted({s for d in dims_in for s, _ in d.powers if w.values.get(s) == 1})
+    if not ones:
+        return guess
+    at = follow({**w.values, **dict.fromkeys(ones, 2)}, w.sums)
+    want = w.facts.entries_at(name, at) if name in {o for n in w.original.graph.node for o in n.output} else None
+    if want is None:
+        again = reshape_target(dims_in, target, w.sizes_at, allowzero, ones_before=True)
+        return None if again is None else leading(again, set(ones))
+    places = {s: w.places[s] for d in dims_in for s, _ in d.powers if s in w.fits.opaque}
+    names = sorted({value for value, _ in places.values()})
+    have = run_values(probe(w, names), names, shapes=True)(at)
+    if have is None:
+        return None
+    sizes = {**at, **{s: have[names.index(value)][axis] for s, (value, axis) in places.items()}}
+    again = reshape_target(dims_in, want, sizes, allowzero)
+    if again is None or [m.value(w.sizes_at) for m in again] != [m.value(w.sizes_at) for m in guess]:
+        return None  # (``target`` may hold a 0 or a -1: the guess is its sizes)
+    return again
+
+
+def leading(target: list[Mono], ones: set[str]) -> list[Mono]:
+    """``target`` with its last axis, where it is a constant times one symbol of ``ones`` (at 1 where it was read),
+    made that constant, the symbol moved to the nearest axis before it that holds another symbol:
+    ``[frames, 384*batch]`` -> ``[frames*batch, 384]``. The two are the same sizes where the symbol is 1; the
+    programs exported from networks fold a batch into the rows, not into the features, whose sizes their weights
+    fix (a batch folded with the heads, ``[frames, 6*batch, 64]``, is not on the last axis and stays).
+
+    >>> f, b, c = Mono.symbol("f"), Mono.symbol("b"), Mono.const
+    >>> [m.key() for m in leading([f, c(384) * b], {"b"})], [m.key() for m in leading([f, c(6) * b, c(64)], {"b"})]
+    (['b*f', '384'], ['f', '6*b', '64'])
+    """
+    out = list(target)
+    last = out[-1] if out else None
+    if last is None or len(last.powers) != 1 or last.powers[0][0] not in ones or last.powers[0][1] != 1:
+        return out
+    symbol = Mono.symbol(last.powers[0][0])
+    before = [i for i in range(len(out) - 1) if any(s not in ones for s, _ in out[i].powers)]
+    if before:
+        out[before[-1]], out[-1] = out[before[-1]] * symbol, last / symbol
+    return out
 
 
 def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
@@ -158,5 +223,5 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
     return out
 
 
-__all__ = ["PREFETCH_AFTER", "boundary", "fit", "fit_pending", "folded_sizes", "original_target", "probe", "small_vector",
+__all__ = ["PREFETCH_AFTER", "at_two", "boundary", "leading", "fit", "fit_pending", "folded_sizes", "original_target", "probe", "small_vector",
            "vectors_read"]

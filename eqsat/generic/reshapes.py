@@ -24,7 +24,7 @@ from eqsat.dims import Mono
 from eqsat.onnx.symbolic import int_values
 from eqsat.onnx.targets import reshape_target, resolve_target
 
-from .probes import fit, original_target
+from .probes import at_two, fit, original_target
 from .state import Rewrite
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -52,7 +52,7 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
     dims_in = w.reshaped.rows.get(node.input[0]) or w.shapes.get(node.input[0])
     if dims_in is None or any(d is None for d in dims_in):
         fit(w)
-        dims_in = w.shapes.get(node.input[0])
+        dims_in = w.opaque_shape(node.input[0])
     allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
     known = None if dims_in is None or any(d is None for d in dims_in) else [d for d in dims_in if d is not None]
     if fitted is not None:
@@ -67,7 +67,9 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
             return False
         sym = original_target(w, node.input[1], target, known)
         if sym is None:
-            sym = reshape_target(known, target, w.values, allowzero)
+            sym = reshape_target(known, target, w.sizes_at, allowzero)
+            if sym is not None and w.opaque(known):
+                sym = at_two(w, node.input[1], target, known, sym, allowzero)
         if sym is None:
             w.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
             return False
@@ -270,7 +272,7 @@ def slice_to_end(w: Rewrite, node: onnx.NodeProto) -> None:
         d = dims[a] if -len(dims) <= a < len(dims) else None
         if d is None or d.is_const:
             continue
-        if e >= d.value(w.values):
+        if e >= d.value(w.sizes_at):
             ends_v[j] = int(INT64_MAX)
             changed = True
         else:

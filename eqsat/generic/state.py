@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx
@@ -57,6 +57,10 @@ class Fits:
     prefetched: bool = False
     """whether the original's small integer vectors were fitted in one batch (:attr:`Rewrite.of_original`), once
     the runs of the program so far had run more nodes than it has"""
+    sizes: dict[str, list[int]] = field(default_factory=dict)
+    """the values whose unknown shapes a run was asked for -> their sizes at the representative sizes"""
+    opaque: dict[str, int] = field(default_factory=dict)
+    """the opaque symbols (:meth:`Rewrite.opaque_shape`) -> their sizes at the representative sizes"""
 
 
 @dataclass
@@ -161,6 +165,38 @@ class Rewrite(SizeWriter):
     def known(self) -> Mapping[str, onnx.TensorProto]:
         """The constants whose values the shape inference reads: the initializers, then the Constant nodes'."""
         return ChainMap(self.constants, self.node_constants)
+
+    @property
+    def sizes_at(self) -> dict[str, int]:
+        """The symbols' representative sizes, the opaque symbols' (:meth:`opaque_shape`) included."""
+        return {**self.values, **self.fits.opaque}
+
+    def opaque_shape(self, name: str) -> SymShape | None:
+        """``name``'s symbolic shape; in a program written for the user (:attr:`final`), each size no monomial of
+        the symbols fits (the frames of an audio front-end's strided convolutions: a floor of a quotient of the
+        samples) an **opaque symbol** of its own, ``name@axis``, read where it is needed as that size of ``name``
+        itself (its place), where a run gave its representative size (:func:`.probes.fit`). What it stands for
+        is never computed from the inputs, only read off the value, so a Reshape target keeps it (``0``) or reads
+        it; a target that lines it up with the wrong axis (a guess made at one size) fails the verification at
+        further sizes, as any guessed target does."""
+        dims, sizes = self.shapes.get(name), self.fits.sizes.get(name)
+        if not self.final or sizes is None or (dims is not None and (len(dims) != len(sizes) or None not in dims)):
+            return dims
+        out: list[Mono | None] = []
+        for axis, size in enumerate(sizes):
+            d = dims[axis] if dims is not None else None
+            if d is None:
+                symbol = f"{name}@{axis}"
+                self.places.setdefault(symbol, (name, axis))
+                self.fits.opaque[symbol] = size
+                d = Mono.symbol(symbol)
+            out.append(d)
+        self.shapes[name] = out
+        return out
+
+    def opaque(self, dims: Sequence[Mono | None]) -> bool:
+        """Whether ``dims`` holds an opaque symbol (:meth:`opaque_shape`)."""
+        return any(s in self.fits.opaque for d in dims if d is not None for s, _ in d.powers)
 
     def outputs(self) -> set[str]:
         """The program's outputs' names."""

@@ -52,7 +52,7 @@ def uniform_input(w: Rewrite, node: onnx.NodeProto, k: int) -> str:
             fit(w)
         shapes = {n: [d for d in w.shapes.get(n) or [] if d is not None] for n in names}
         shapes = {n: dims for n, dims in shapes.items() if len(dims) == len(w.shapes.get(n) or [])
-                  and any(not d.is_const for d in dims)}
+                  and any(not d.is_const for d in dims) and not w.opaque(dims)}
         if shapes:
             found = shape_patterns(probe(w, shapes), shapes, w.values)
             w.shaped.patterns.merge(found)

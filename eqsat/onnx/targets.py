@@ -85,8 +85,23 @@ def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]
     return out if product(out) == total else None
 
 
+def _ones_before(groups: list[tuple[list[int], list[int]]], sizes_out: list[int], dims_in: list[Mono],
+                 values: Mapping[str, int]) -> list[tuple[list[int], list[int]]]:
+    """``groups`` with the output axes of size 1 that open a group moved into the group before, where that group's
+    input holds a symbol at 1 (which may be split out onto them: ``[frames*batch, 384]`` -> ``[frames, batch, 384]``
+    at a batch of 1)."""
+    out = [(list(gi), list(gk)) for gi, gk in groups]
+    for g in range(1, len(out)):
+        before, here = out[g - 1], out[g]
+        if not any(values.get(s) == 1 for j in before[0] for s, _ in dims_in[j].powers):
+            continue
+        while len(here[1]) > 1 and sizes_out[here[1][0]] == 1:
+            before[1].append(here[1].pop(0))
+    return out
+
+
 def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, int],
-                   allowzero: bool = False) -> list[Mono] | None:
+                   allowzero: bool = False, ones_before: bool = False) -> list[Mono] | None:
     """The symbolic target of a Reshape of a value of symbolic shape ``dims_in`` to ``target`` (as written: 0 and
     -1 resolved at the concrete ``values``), or None when the sizes do not line up.
 
@@ -97,6 +112,12 @@ def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, 
     ['b', 's', '64']
     >>> [d.key() for d in reshape_target([b, s], [16, 1], {"b": 1, "s": 16})]  # a Flatten: b stays before s
     ['b*s', '1']
+
+    ``ones_before``: an output axis of size 1 that opens a group of axes is read as part of the group before where
+    that one's input holds a symbol at 1 (:func:`_ones_before`; the writer's reading where nothing else decides):
+
+    >>> [d.key() for d in reshape_target([s * b, Mono.const(64)], [16, 1, 64], {"b": 1, "s": 16}, ones_before=True)]
+    ['s', 'b', '64']
     """
     sizes_in = [m.value(values) for m in dims_in]
     if any(v.denominator != 1 or v <= 0 for v in sizes_in):
@@ -114,6 +135,8 @@ def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, 
     groups = _groups(ints_in, resolved)
     if groups is None:
         return None
+    if ones_before:
+        groups = _ones_before(groups, resolved, dims_in, values)
     out: list[Mono | None] = [None] * len(resolved)
     for gi, gk in groups:
         part = _assign([dims_in[j] for j in gi], [resolved[j] for j in gk], values)
