@@ -157,24 +157,22 @@ def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess:
     that holds an opaque symbol (:meth:`.state.Rewrite.opaque_shape`), made again where no symbol of the input is
     at 1 (a batch of 1 hides which axis it goes with: ``[frames*batch, 384]`` and ``[frames, 384*batch]`` read
     alike): every such symbol at 2, the target the original computes there (``name``, read off a run of it) and the
-    opaque sizes there (off a run of the program so far). None where the two guesses disagree or the runs say
-    nothing; ``guess`` where nothing is at 1. Where the original computes no ``name`` (a Reshape of a layer
-    replayed from the first one's program), the guess as networks write them: a symbol at 1 split out onto an axis
-    of 1 after it (``ones_before``: ``[frames, batch, 384]``, not ``[frames*batch, 1, 384]``), none on the last
-    axis (:func:`leading`)."""
+    opaque sizes there (off a run of the program so far). None where the two disagree; ``guess`` where nothing is
+    at 1. Where the original computes no ``name`` (a Reshape of a layer replayed from the first one's program), or
+    a run says nothing there, the guess as networks write them: a symbol at 1 split out onto an axis of 1 after it
+    (``ones_before``: ``[frames, batch, 384]``, not ``[frames*batch, 1, 384]``), none on the last axis
+    (:func:`leading`)."""
     ones = sorted({s for d in dims_in for s, _ in d.powers if w.values.get(s) == 1})
     if not ones:
         return guess
     at = follow({**w.values, **dict.fromkeys(ones, 2)}, w.sums)
     want = w.facts.entries_at(name, at) if name in {o for n in w.original.graph.node for o in n.output} else None
-    if want is None:
-        again = reshape_target(dims_in, target, w.sizes_at, allowzero, ones_before=True)
-        return None if again is None else leading(again, set(ones))
     places = {s: w.places[s] for d in dims_in for s, _ in d.powers if s in w.fits.opaque}
     names = sorted({value for value, _ in places.values()})
-    have = run_values(probe(w, names), names, shapes=True)(at)
-    if have is None:
-        return None
+    have = None if want is None else run_values(probe(w, names), names, shapes=True)(at)
+    if want is None or have is None:
+        again = reshape_target(dims_in, target, w.sizes_at, allowzero, ones_before=True)
+        return None if again is None else leading(again, set(ones))
     sizes = {**at, **{s: have[names.index(value)][axis] for s, (value, axis) in places.items()}}
     again = reshape_target(dims_in, want, sizes, allowzero)
     if again is None or [m.value(w.sizes_at) for m in again] != [m.value(w.sizes_at) for m in guess]:
@@ -223,5 +221,5 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
     return out
 
 
-__all__ = ["PREFETCH_AFTER", "at_two", "boundary", "leading", "fit", "fit_pending", "folded_sizes", "original_target", "probe", "small_vector",
-           "vectors_read"]
+__all__ = ["PREFETCH_AFTER", "at_two", "boundary", "fit", "fit_pending", "folded_sizes", "leading", "original_target",
+           "probe", "small_vector", "vectors_read"]
