@@ -12,6 +12,7 @@ is written from these facts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import onnx
@@ -48,6 +49,11 @@ class Original:
         self._batch: dict[str, list[Mono]] = {}
         self._sources: dict[int, tuple[onnx.GraphProto | None, str]] = {}
         self._at: dict[tuple[str, tuple[tuple[str, int], ...]], list[int] | None] = {}
+
+    @functools.cached_property
+    def computed(self) -> frozenset[str]:
+        """The values the original's nodes compute."""
+        return frozenset(o for n in self.model.graph.node for o in n.output if o)
 
     def vectors(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's small integer values ``names`` at every size (:func:`fit_vectors`)."""
@@ -116,6 +122,8 @@ class Original:
     def entries_at(self, name: str, at: Mapping[str, int]) -> list[int] | None:
         """The entries of the original's integer value ``name`` at the sizes ``at`` (None where it does not run
         there, or computes no such value)."""
+        if name not in self.computed:
+            return None
         key = (name, tuple(sorted(at.items())))
         if key not in self._at:
             self.runs += 1

@@ -42,8 +42,7 @@ def folded_sizes(w: Rewrite) -> dict[str, list[Mono]]:
     importer folded them at the representative sizes: torch's ``x.shape[0]`` of a batch of 1, beside a
     sequence length kept live), as monomials of the symbols read off runs of the original at further sizes;
     only those that depend on a symbol."""
-    computed = {o for n in w.original.graph.node for o in n.output if o}
-    names = [t.name for t in w.model.graph.initializer if t.name in computed
+    names = [t.name for t in w.model.graph.initializer if t.name in w.facts.computed
              and t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1 and int(np.prod(t.dims)) <= 8]
     if not names:
         return {}
@@ -166,7 +165,7 @@ def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess:
     if not ones:
         return guess
     at = follow({**w.values, **dict.fromkeys(ones, 2)}, w.sums)
-    want = w.facts.entries_at(name, at) if name in {o for n in w.original.graph.node for o in n.output} else None
+    want = w.facts.entries_at(name, at)
     places = {s: w.places[s] for d in dims_in for s, _ in d.powers if s in w.fits.opaque}
     names = sorted({value for value, _ in places.values()})
     have = None if want is None else run_values(probe(w, names), names, shapes=True)(at)
@@ -207,9 +206,8 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
     (a folded Shape computation, kept under its name): read off runs of the original at further sizes, where
     it agrees with ``target`` and the input's size."""
     if w.fits.probed is None:
-        computed = {o for n in w.original.graph.node for o in n.output if o}
         names = [n.input[1] for n in w.model.graph.node if n.op_type == "Reshape" and len(n.input) > 1
-                 and n.input[1] in computed and n.input[1] in w.constants]
+                 and n.input[1] in w.facts.computed and n.input[1] in w.constants]
         w.fits.probed = dict(zip(names, w.facts.targets(names))) if names else {}
     entries = w.fits.probed.get(name)
     if entries is None or len(entries) != len(target) or any(m is None for m in entries):
