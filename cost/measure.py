@@ -1,5 +1,8 @@
 """Operator costs measured with torch, on the CPU (median of repeats, fixed thread count) or on a GPU
-(CUDA events, cuDNN benchmark mode picking the fastest algorithm, TASO's 8 warm-ups + 32 runs).
+(cuDNN benchmark mode picking the fastest algorithm, TASO's 8 warm-ups + 32 runs, each run a CUDA-graph replay of
+``GRAPH_COPIES`` back-to-back calls timed by CUDA events: what a node costs in the program replayed as a CUDA graph,
+as ``--runtime torch-cuda`` runs it, not the Python launch loop that an eager timing measures; an operator that
+cannot be captured is timed eagerly).
 Opaque ONNX operators are timed as one-node models in onnxruntime (CPU).
 
 Each operator is timed in rounds and costs the minimum of the rounds' medians. A timing far above the
@@ -36,7 +39,7 @@ from onnx import AttributeProto, helper
 
 from eqsat.errors import InputError
 from eqsat.measurement.clock import cuda_event_ms, median_ms
-from eqsat.measurement.torch_run import exact_float32, require_torch
+from eqsat.measurement.torch_run import Replay, capture, exact_float32, require_torch
 from eqsat.ops import OPS
 
 from .analytic import AnalyticCost
@@ -68,6 +71,9 @@ REUSE_S = 0.05
 """a probe level read this recently (the previous measurement's closing one) also opens the next measurement"""
 HISTORY = 64
 """recent readings per probe that the baseline is a quantile of"""
+GRAPH_COPIES = 10
+"""calls of an operator captured in one CUDA graph (its cost: a replay's time over this); each is a node of the
+graph, as the operator is in a replayed program"""
 BASELINE_QUANTILE = 0.2
 BASELINE_CAP = 1.15
 """the baseline is at most this many times the probe's best reading ever (idle readings: 1.1-1.4x of it)"""
@@ -301,12 +307,14 @@ class TorchCost(CachedTimings):
             exact_float32(torch)  # each operator timed as the program runs it: float32, not TensorFloat-32
             self.device_name = torch.cuda.get_device_name(0)
             self.warmup, self.repeats = warmup or 8, repeats or 32
+            self.launch_us: float | None = None
+            """a node's cost in a replayed CUDA graph when its kernel does nothing (:meth:`launch`)"""
         else:
             self.threads = threads or max(1, os.cpu_count() or 1)
             torch.set_num_threads(self.threads)
             self.device_name = f"cpu-{self.threads}t"
             self.warmup, self.repeats = warmup or 3, repeats or 10
-        self.backend = f"torch-{torch.__version__}"
+        self.backend = f"torch-{torch.__version__}" + ("-graph" if device == "cuda" else "")
         self.name = f"{device}:{self.device_name}"
         super().__init__(cache, AnalyticCost("a100" if device == "cuda" else "cpu"))
         self.contention = Contention(self.cache, self.device_name, self.backend, self._probe_readers,
@@ -329,14 +337,36 @@ class TorchCost(CachedTimings):
             return self.contention.guard(lambda: robust_time(lambda n: self._round_us(run, n), estimate, self.repeats))
 
     def _round_us(self, run: Callable[[], object], n: int) -> float:
-        """One round: the median of ``n`` runs (us), by CUDA events on a GPU."""
-        return (cuda_event_ms(run, n) if self.device == "cuda" else median_ms(run, 0, n)) * 1e3
+        """One round (us a call): on the CPU the median of ``n`` runs; on a GPU the mean over ``n`` calls by CUDA
+        events, a call of a captured operator being a replay of ``GRAPH_COPIES`` of it (:func:`graph_replay`)."""
+        if self.device != "cuda":
+            return median_ms(run, 0, n) * 1e3
+        return cuda_event_ms(run, n) * 1e3 / (run.calls if isinstance(run, Replay) else 1)
 
     def _runner(self, key: OpKey) -> Callable[[], object] | None:
-        """A callable that runs the operator once on seeded random operands, or None if it cannot be run."""
+        """A callable that runs the operator once on seeded random operands (on a GPU, a replay of a CUDA graph
+        of ``GRAPH_COPIES`` calls, where it can be captured), or None if it cannot be run."""
         if key.op == "opaque":
             return _opaque_runner(key) if self.device == "cpu" else None
-        return self._torch_runner(key)
+        run = self._torch_runner(key)
+        if run is None or self.device != "cuda":
+            return run
+        return graph_replay(self.torch, run, GRAPH_COPIES) or run
+
+    def launch(self) -> float:
+        """The launch constant (us): a node's cost in a replayed CUDA graph whose kernel does nothing (a one-value
+        add), what every node of a program pays besides its kernel's work. Measured once per cost model."""
+        if self.device != "cuda":
+            raise ValueError("the launch constant is a GPU's: this cost model times on the CPU")
+        if self.launch_us is None:
+            x = self.torch.zeros(1, device="cuda")
+            run = graph_replay(self.torch, lambda: x.add(1.0), GRAPH_COPIES)
+            assert run is not None
+            with self.torch.no_grad():
+                for _ in range(self.warmup):
+                    run()
+                self.launch_us = min(self._round_us(run, self.repeats) for _ in range(3))
+        return self.launch_us
 
     def _torch_runner(self, key: OpKey) -> Callable[[], object] | None:
         fn = _torch_fn(self.torch, key)
@@ -365,6 +395,17 @@ class TorchCost(CachedTimings):
                     return probe_reading(run)
             readers.append((probe, read))
         return readers
+
+
+def graph_replay(torch: Any, run: Callable[[], object], copies: int) -> Replay | None:
+    """``copies`` calls of ``run`` captured as one CUDA graph (:func:`eqsat.measurement.torch_run.capture`, which keeps
+    ``run`` and so its operands alive with the graph); None where the operator cannot be captured (it reads a value
+    back to the host, or synchronizes)."""
+    try:
+        return capture(torch, run, (), copies, warmup=2)
+    except Exception:  # not capturable: the caller times it eagerly
+        torch.cuda.synchronize()
+        return None
 
 
 def _opaque_runner(key: OpKey) -> Callable[[], object] | None:

@@ -37,8 +37,9 @@ from eqsat.models import BENCHMARKS, MODELS, build
 from eqsat.onnx import export_model, import_model
 from eqsat.verify import verify
 
-RUNTIMES = ("ort-cpu",)
-"""runtimes this script can measure in (onnxruntime on the CPU, eqsat.measurement.timing)"""
+RUNTIMES = ("ort-cpu", "torch-cuda", "torch-cpu")
+"""runtimes this script can measure in: onnxruntime on the CPU (eqsat.measurement.timing, ``--clock``), or the IR
+program in torch (eqsat.measurement.runtimes: on a GPU replayed as a CUDA graph and timed by CUDA events)"""
 
 
 ZOO = "zoo:"
@@ -92,9 +93,16 @@ CLOCKS = {"min": min_block_ms, "median": wall_block_ms}
 """how a round summarizes a block of calls of one program: the fastest call, or the median (the pipeline's)"""
 
 
-def measure(original: Any, program: Any, args: argparse.Namespace) -> Any:
-    """Time ``program`` against ``original`` end to end in onnxruntime (eqsat.measurement.timing's protocol, ``--clock``)."""
+def measure(original: Any, program: Any, args: argparse.Namespace, graphs: tuple[Any, Any] = (None, None)) -> Any:
+    """Time ``program`` against ``original`` end to end (eqsat.measurement.timing's protocol): in onnxruntime with
+    ``--clock``, or in a torch runtime (``graphs``: the two IR programs it runs)."""
     protocol = Protocol(threads=args.threads, budget_s=args.budget, seed=args.seed)
+    if args.runtime != "ort-cpu":
+        from eqsat.measurement.runtimes import Program, compare_programs
+        from eqsat.measurement.runtimes import make as make_runtime
+
+        return compare_programs(Program(original, graphs[0]), [Program(program, graphs[1])],
+                                make_runtime(args.runtime, args.threads), protocol).comparisons[0]
     sessions = timing_sessions([original, program], protocol)
     feeds = timing_feeds(original, [sessions[0][0], sessions[1][0]], args.seed)
     runs = [[functools.partial(s.run, None, feeds) for s in side] for side in sessions]
@@ -111,6 +119,25 @@ def summary(rows: list[dict[str, Any]], costs: list[str]) -> dict[str, Any]:
     return out
 
 
+def absolute(per_model: dict[str, Any], rows: list[dict[str, Any]], costs: list[str]) -> dict[str, Any]:
+    """Each cost model's estimate of the originals' latency against the measured one, over the models: the rank
+    correlation and the mean absolute relative error of estimated over measured (the originals' measured
+    milliseconds: their median over the model's comparisons)."""
+    measured: dict[str, float] = {}
+    for name in per_model:
+        times = sorted(r["original_ms"] for r in rows if r["model"] == name)
+        if times:
+            measured[name] = times[len(times) // 2] * 1e3
+    names = list(measured)
+    out: dict[str, Any] = {"models": len(names), "measured_us": measured}
+    for c in costs:
+        est = [per_model[n]["original_estimated_us"][c] for n in names]
+        out[c] = {"spearman": spearman(est, [measured[n] for n in names]),
+                  "mean_abs_rel_error": (sum(abs(e / measured[n] - 1) for e, n in zip(est, names)) / len(names))
+                  if names else math.nan}
+    return out
+
+
 def finite(value: Any) -> Any:
     """``value`` with every NaN float replaced by None (JSON has no NaN)."""
     if isinstance(value, float) and math.isnan(value):
@@ -120,6 +147,24 @@ def finite(value: Any) -> Any:
     if isinstance(value, list):
         return [finite(v) for v in value]
     return value
+
+
+def cost_info(model: Any) -> dict[str, Any]:
+    """A cost model's name, and on a GPU its launch constant (us: a node's cost in a CUDA graph, kernel aside)."""
+    return {"name": model.name, **({"launch_us": model.launch()} if getattr(model, "device", None) == "cuda" else {})}
+
+
+def write(args: argparse.Namespace, models: dict[str, Any], per_model: dict[str, Any],
+          rows: list[dict[str, Any]]) -> None:
+    """The JSON of ``--json`` (if given): the models done so far, their rows and the summaries over them."""
+    if not args.json:
+        return
+    costs = list(models)
+    overall = {**summary(rows, costs), "absolute": absolute(per_model, rows, costs)}
+    with open(args.json, "w") as f:
+        json.dump(finite({"config": vars(args), "runtime": runtime_info(args.threads) if args.runtime == "ort-cpu"
+                          else {"name": args.runtime}, "cost_models": {c: cost_info(m) for c, m in models.items()},
+                          "per_model": per_model, "overall": overall, "rows": rows}), f, indent=2, allow_nan=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             check = verify(original, exported, seed=args.seed)
             if not check.passed:
                 raise SystemExit(f"{name} program {i} does not match the original: {check.detail}")
-            cmp = measure(original, exported, args)
+            cmp = measure(original, exported, args, (graph, program))
             est = {c: base[c] / graph_cost(program, m) for c, m in models.items()}
             row = {"model": name, "program": i, "operators": sum(program.op_counts().values()),
                    "measured_speedup": cmp.speedup, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high,
@@ -170,16 +215,17 @@ def main(argv: list[str] | None = None) -> int:
                   + "  ".join(f"{c} {v:6.3f}" for c, v in est.items()), flush=True)
         per_model[name] = {**facts, **summary(model_rows, costs), "original_estimated_us": base}
         rows += model_rows
+        write(args, models, per_model, rows)  # after each model: a run stopped at a time limit keeps what it did
     overall = summary(rows, costs)
+    overall["absolute"] = absolute(per_model, rows, costs)
     print(f"\n{'model':12} {'n':>3} " + " ".join(f"{c + ' rho':>16} {c + ' MAE':>16}" for c in costs))
     for name, s in [*per_model.items(), ("overall", overall)]:
         print(f"{name:12} {s['programs']:>3} "
               + " ".join(f"{s[c]['spearman']:>16.3f} {s[c]['mean_abs_error']:>16.3%}" for c in costs))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(finite({"config": vars(args), "runtime": runtime_info(args.threads),
-                              "cost_models": {c: m.name for c, m in models.items()}, "per_model": per_model,
-                              "overall": overall, "rows": rows}), f, indent=2, allow_nan=False)
+    ab = overall["absolute"]
+    print(f"\noriginals' latency, estimated against measured ({ab['models']} models): "
+          + "  ".join(f"{c} rho {ab[c]['spearman']:.3f} error {ab[c]['mean_abs_rel_error']:.1%}" for c in costs))
+    write(args, models, per_model, rows)
     return 0
 
 

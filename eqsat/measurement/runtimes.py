@@ -48,7 +48,7 @@ from eqsat.onnx.io import session
 from .clock import cuda_event_ms, runtime_info, wall_block_ms
 from .grouping import plan, session_bytes
 from .timing import EPOCHS, Comparison, Protocol, check_same_inputs, compare_many, timing_feeds, timing_sessions
-from .torch_run import GPU_DEVICES, TorchProgram, check_runnable, check_torch, require_torch, torch_gpu
+from .torch_run import GPU_DEVICES, TorchProgram, capture, check_runnable, check_torch, require_torch, torch_gpu
 
 RUNTIMES = ("ort-cpu", "torch-cuda", "torch-compile", "ort-cuda", "torch-cpu")
 """``--runtime`` values besides ``auto``"""
@@ -220,8 +220,10 @@ class TorchRuntime(Runtime):
                 out.append([call])
                 continue
             copies = [prog, *(prog.replica() for _ in range(min(protocol.sessions, TORCH_INSTANCES) - 1))]
-            wrap = _captured if self.mode == "cuda-graph" else _no_grad
-            out.append([wrap(torch, p.forward, xs) for p in copies])
+            if self.mode == "cuda-graph":  # each replay holds its copy's weights and the inputs it reads
+                out.append([capture(torch, p.forward, xs) for p in copies])
+            else:
+                out.append([_no_grad(torch, p.forward, xs) for p in copies])
         return out
 
     def beside(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray]) -> dict[str, list[float]]:
@@ -237,25 +239,6 @@ def _no_grad(torch: Any, fn: Callable[..., Any], xs: list[Any]) -> Callable[[], 
     def call() -> Any:
         with torch.no_grad():
             return fn(*xs)
-    return call
-
-
-def _captured(torch: Any, fn: Callable[..., Any], xs: list[Any]) -> Callable[[], Any]:
-    """``fn(*xs)`` captured as a CUDA graph (after warm-up runs on a side stream); returns its replay."""
-    with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn(*xs)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            kept = fn(*xs)  # the outputs live in the graph's memory pool, refreshed by each replay
-
-    def call() -> Any:
-        graph.replay()
-        return kept
     return call
 
 

@@ -207,6 +207,39 @@ class TorchProgram:
         return [o.detach().cpu().numpy() for o in outs]
 
 
+class Replay:
+    """``calls`` calls of ``fn(*args)`` captured as one CUDA graph (:func:`capture`); a call replays it and returns
+    the outputs, which live in the graph's memory pool and each replay rewrites. It holds ``fn`` and ``args``: the
+    graph reads the program's weights and the inputs at the addresses they had when it was captured, so they must
+    live as long as it (freed, the replay reads memory the allocator gave to others, or gave back: an illegal
+    address)."""
+
+    def __init__(self, graph: Any, outputs: Any, fn: Callable[..., Any], args: Sequence[Any], calls: int):
+        self.graph, self.outputs, self.calls = graph, outputs, calls
+        self._held = (fn, tuple(args))
+
+    def __call__(self) -> Any:
+        self.graph.replay()
+        return self.outputs
+
+
+def capture(torch: Any, fn: Callable[..., Any], args: Sequence[Any], calls: int = 1, warmup: int = 3) -> Replay:
+    """``fn(*args)`` (no gradients) called ``calls`` times back to back, captured as one CUDA graph after ``warmup``
+    calls on a side stream (which the capture needs: cuDNN and cuBLAS pick their algorithms and workspaces there).
+    Raises what torch raises where ``fn`` cannot be captured (it reads a value back to the host, or synchronizes)."""
+    with torch.no_grad():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                fn(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = fn(*args) if calls == 1 else [fn(*args) for _ in range(calls)]
+    return Replay(graph, outputs, fn, args, calls)
+
+
 def _tensor(torch: Any, value: np.ndarray, device: str) -> Any:
     """``value`` as a tensor on ``device`` (copied where numpy's array is read-only or not contiguous)."""
     array = np.asarray(value)
@@ -238,5 +271,5 @@ def _function(torch: Any, node: Node) -> Callable[..., Any]:
     return fn
 
 
-__all__ = ["GPU_DEVICES", "OVERRIDES", "TORCH_EXTRA", "TorchMissing", "TorchProgram", "UnsupportedProgram",
+__all__ = ["GPU_DEVICES", "OVERRIDES", "TORCH_EXTRA", "Replay", "TorchMissing", "TorchProgram", "UnsupportedProgram", "capture",
            "check_runnable", "check_torch", "opaque_operators", "require_torch", "torch_gpu", "torch_installed"]

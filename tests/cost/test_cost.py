@@ -109,6 +109,34 @@ def test_cuda_backend(tmp_path):
     assert all(cost.op_cost(k) > 0 for k in KEYS)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no GPU on this machine: the CUDA-graph timing "
+                    "is exercised on a lent GPU machine (scripts/gpu_check.sh)")
+def test_cuda_cost_is_the_kernel_replayed_in_a_graph_not_the_launch_loop(tmp_path):
+    """Oracles: a matrix product long enough that launching is negligible, timed eagerly by CUDA events, is what
+    the graph replay gives; a tiny operator costs about the launch constant, less than a Python loop of eager
+    launches takes per call (the wall clock over the loop, synchronized once)."""
+    from eqsat.measurement.clock import cuda_event_ms
+
+    cost = TorchCost("cuda", CostCache(str(tmp_path / "c.sqlite")))
+    n = 4096
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    for _ in range(3):
+        a @ b
+    eager_us = min(cuda_event_ms(lambda: a @ b, 5) for _ in range(3)) * 1e3
+    big = cost.measure(OpKey("matmul", (0,), ((n, n), (n, n)), (n, n)))
+    assert 0.8 < big / eager_us < 1.25, (big, eager_us)
+    launch = cost.launch()
+    tiny = cost.measure(OpKey("relu", (), ((64,),), (64,)))
+    x = torch.randn(64, device="cuda")
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(2000):
+        torch.relu(x)
+    torch.cuda.synchronize()
+    loop_us = (time.perf_counter() - t) / 2000 * 1e6
+    assert 0 < launch and 0.5 * launch < tiny < loop_us, (launch, tiny, loop_us)
+
+
 @pytest.mark.timing
 @pytest.mark.slow
 def test_make_and_cli(tmp_path, capsys):

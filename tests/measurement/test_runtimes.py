@@ -18,7 +18,7 @@ from eqsat.inputs import random_inputs
 from eqsat.measurement.runtimes import OrtRuntime, Program, check_available, compare_programs, make, resolve
 from eqsat.measurement.timing import Protocol, compare_many
 from eqsat.measurement.torch_run import TorchProgram, UnsupportedProgram
-from eqsat.models import build
+from eqsat.models import BENCHMARKS, build
 from eqsat.onnx import export_model, import_model
 from eqsat.verify import compare_outputs, session
 
@@ -181,6 +181,32 @@ def test_torch_cuda_replays_a_cuda_graph_that_matches_onnxruntime():
     measured = compare_programs(p, [p], runtime, Protocol(budget_s=0.5))
     assert measured.comparisons[0].runtime["clock"] == "cuda events"
     assert len(measured.beside["eager_ms"]) == 2 and min(measured.beside["eager_ms"]) > 0
+
+
+@pytest.mark.skipif(not GPU, reason="the CUDA-graph capture needs a GPU; torch sees none")
+def test_a_replay_holds_the_weights_and_inputs_its_graph_reads():
+    """A replica's weights and the inputs are referenced by nothing but its replay: freed, the graph read memory
+    handed to others (NaN-filled here) or given back (an illegal address, as the pipeline's run hit)."""
+    import gc
+
+    graph = build("squeezenet", small=True)
+    model = export_model(graph)
+    feeds, ref = _ort_outputs(model)
+    call = make("torch-cuda").instances([Program(model, graph)], feeds, Protocol(sessions=2))[0][-1]
+    gc.collect()
+    torch.cuda.empty_cache()
+    junk = torch.full((1 << 26,), float("nan"), device="cuda")
+    _assert_same(ref, [o.detach().cpu().numpy() for o in call()])
+    del junk
+
+
+@pytest.mark.skipif(not GPU, reason="the CUDA-graph capture needs a GPU; torch sees none")
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_torch_cuda_captures_every_builtin_model_as_onnxruntime_computes_it(name):
+    graph = build(name, small=True)
+    model = export_model(graph)
+    feeds, ref = _ort_outputs(model)  # onnxruntime on the CPU: an evaluator independent of torch
+    _assert_same(ref, make("torch-cuda").run(Program(model, graph), feeds))
 
 
 @pytest.mark.slow
