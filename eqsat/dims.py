@@ -308,6 +308,20 @@ class SymbolTable:
         return rest, powers
 
 
+    def split(self, fp: int) -> tuple[int, list[tuple[tuple[str, int], int]]]:
+        """``fp`` (a dimension no monomial fits) as a remainder times powers of the symbols' fingerprints that divide
+        it: a floor of a quotient of the samples times the batch, ``frames*batch``, is the frames' fingerprint times
+        the batch's. The remainder is ``fp`` itself where none divides it."""
+        powers = []
+        for p, key in self.symbol_of.items():
+            k = 0
+            while fp % (SCALE * p) == 0 and fp != SCALE * p:
+                fp, k = fp // (SCALE * p), k + 1
+            if k:
+                powers.append((key, k))
+        return fp, powers
+
+
 _PROCESS = SymbolTable()
 """the table outside any run (a script importing a model itself)"""
 _CURRENT: contextvars.ContextVar[SymbolTable | None] = contextvars.ContextVar("eqsat_symbols", default=None)

@@ -122,3 +122,104 @@ def waveform_model(kernel: int, stride: int = 2) -> onnx.ModelProto:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "frames"])
     return helper.make_model(helper.make_graph(nodes, "wave", [x], [y], [w1, w2, axes]),
                              opset_imports=[helper.make_opsetid("", 17)])
+
+
+AUDIO_HEADS, AUDIO_WIDTH = 2, 8
+
+
+def _ints(name: str, *values: int) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def audio_attention(static: bool, names: str = "") -> onnx.ModelProto:
+    """samples[batch, length] -> a strided Conv to [batch, 8, frames] -> [frames, batch, 8] -> heads folded with the
+    batch ``[frames, 2*batch, 4]`` (scaled) -> rows ``[frames*batch, 8]`` -> x W + b -> ``[frames, batch, 8]`` ->
+    ``[batch, frames, 8]``: a WavLM attention's reshapes. ``static``: the program at the representative sizes
+    (constant targets, named ``names`` + the original's names: another name is a target the original does not
+    compute, a layer replayed from the first one's program); else the original, its targets computed from the
+    shapes."""
+    rng = np.random.default_rng(5)
+    frames = (64 - 10) // 5 + 1  # at the representative sizes, a batch of 1 and 64 samples
+    b = 1
+    inits = [numpy_helper.from_array(rng.standard_normal((AUDIO_WIDTH, 1, 10)).astype(np.float32), "conv_w"),
+             numpy_helper.from_array(rng.standard_normal((AUDIO_WIDTH, AUDIO_WIDTH)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(AUDIO_WIDTH).astype(np.float32), "bias"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"), _ints("axes", 1)]
+    if static:
+        inits += [_ints(names + "heads_t", frames, AUDIO_HEADS * b, AUDIO_WIDTH // AUDIO_HEADS), _ints(names + "rows_t", frames * b, AUDIO_WIDTH),
+                  _ints(names + "back_t", frames, b, AUDIO_WIDTH)]
+        sizes: list[onnx.NodeProto] = []
+    else:
+        inits += [_ints("c_heads", AUDIO_HEADS), _ints("c_head", AUDIO_WIDTH // AUDIO_HEADS), _ints("c_width", AUDIO_WIDTH)]
+        sizes = [helper.make_node("Shape", ["t"], ["f1"], start=0, end=1),
+                 helper.make_node("Shape", ["t"], ["b1"], start=1, end=2),
+                 helper.make_node("Mul", ["b1", "c_heads"], ["bh"]),
+                 helper.make_node("Concat", ["f1", "bh", "c_head"], ["heads_t"], axis=0),
+                 helper.make_node("Mul", ["f1", "b1"], ["fb"]),
+                 helper.make_node("Concat", ["fb", "c_width"], ["rows_t"], axis=0),
+                 helper.make_node("Concat", ["f1", "b1", "c_width"], ["back_t"], axis=0)]
+    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
+             helper.make_node("Conv", ["u", "conv_w"], ["c"], strides=[5]),
+             helper.make_node("Transpose", ["c"], ["t"], perm=[2, 0, 1]),
+             *sizes,
+             helper.make_node("Reshape", ["t", names + "heads_t" if static else "heads_t"], ["h"]),
+             helper.make_node("Mul", ["h", "half"], ["hs"]),
+             helper.make_node("Reshape", ["hs", names + "rows_t" if static else "rows_t"], ["rows"]),
+             helper.make_node("MatMul", ["rows", "w"], ["prod"]),
+             helper.make_node("Add", ["prod", "bias"], ["lin"]),
+             helper.make_node("Reshape", ["lin", names + "back_t" if static else "back_t"], ["back"]),
+             helper.make_node("Transpose", ["back"], ["y"], perm=[1, 0, 2])]
+    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "frames", AUDIO_WIDTH])
+    return helper.make_model(helper.make_graph(nodes, "front", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def audio_position_bias() -> onnx.ModelProto:
+    """samples[batch, length] -> a strided Conv (10 wide, stride 5) -> time first ``t`` [frames, batch, 8] ->
+    attention over the frames with 2 heads folded with the batch (``[frames, 2*batch, 4]``), plus a relative
+    position bias computed from the frames read off ``t``'s shape (``Range(Shape(t)[0])``, differences of
+    positions: WavLM's) -> rows ``[frames*batch, 8]`` x W -> ``[batch, frames, 8]``. The targets are computed
+    from the shapes; at 64 samples there are 11 frames."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 1, 10)).astype(np.float32), "conv_w"),
+             numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "tenth"), _ints("axes", 1), _ints("zero", 0),
+             _ints("c_heads", 2), _ints("c_head", 4), _ints("c_width", 8),
+             numpy_helper.from_array(np.array(0, np.int64), "start"),
+             numpy_helper.from_array(np.array(1, np.int64), "step"),
+             numpy_helper.from_array(np.array(0, np.int64), "first")]
+    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
+             helper.make_node("Conv", ["u", "conv_w"], ["c"], strides=[5]),
+             helper.make_node("Transpose", ["c"], ["t"], perm=[2, 0, 1]),
+             helper.make_node("Shape", ["t"], ["f1"], start=0, end=1),
+             helper.make_node("Shape", ["t"], ["b1"], start=1, end=2),
+             helper.make_node("Mul", ["b1", "c_heads"], ["bh"]),
+             helper.make_node("Concat", ["f1", "bh", "c_head"], ["heads_t"], axis=0),
+             helper.make_node("Reshape", ["t", "heads_t"], ["h"]),
+             helper.make_node("Transpose", ["h"], ["q"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["h"], ["kt"], perm=[1, 2, 0]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Shape", ["t"], ["shape_t"]),
+             helper.make_node("Gather", ["shape_t", "first"], ["frames"], axis=0),
+             helper.make_node("Range", ["start", "frames", "step"], ["positions"]),
+             helper.make_node("Unsqueeze", ["positions", "zero"], ["row"]),
+             helper.make_node("Unsqueeze", ["positions", "axes"], ["column"]),
+             helper.make_node("Sub", ["row", "column"], ["offsets"]),
+             helper.make_node("Cast", ["offsets"], ["offsets_f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["offsets_f", "tenth"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["biased"]),
+             helper.make_node("Softmax", ["biased"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "q"], ["heads"]),
+             helper.make_node("Transpose", ["heads"], ["back_heads"], perm=[1, 0, 2]),
+             helper.make_node("Mul", ["f1", "b1"], ["fb"]),
+             helper.make_node("Concat", ["fb", "c_width"], ["rows_t"], axis=0),
+             helper.make_node("Reshape", ["back_heads", "rows_t"], ["rows"]),
+             helper.make_node("MatMul", ["rows", "w"], ["lin"]),
+             helper.make_node("Concat", ["f1", "b1", "c_width"], ["back_t"], axis=0),
+             helper.make_node("Reshape", ["lin", "back_t"], ["back"]),
+             helper.make_node("Transpose", ["back"], ["y"], perm=[1, 0, 2])]
+    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "frames", 8])
+    return helper.make_model(helper.make_graph(nodes, "bias", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)])

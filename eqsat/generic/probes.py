@@ -15,7 +15,7 @@ from eqsat.dims import Mono, SymShape, follow, product
 from eqsat.onnx.dataflow import prune
 from eqsat.onnx.fitting import Sizes, fit_vectors, run_values
 from eqsat.onnx.symbolic import infer_node
-from eqsat.onnx.targets import reshape_target
+from eqsat.onnx.targets import leading, reshape_target
 
 from .state import Rewrite
 
@@ -160,7 +160,7 @@ def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess:
     at 1. Where the original computes no ``name`` (a Reshape of a layer replayed from the first one's program), or
     a run says nothing there, the guess as networks write them: a symbol at 1 split out onto an axis of 1 after it
     (``ones_before``: ``[frames, batch, 384]``, not ``[frames*batch, 1, 384]``), none on the last axis
-    (:func:`leading`)."""
+    (:func:`eqsat.onnx.targets.leading`)."""
     ones = sorted({s for d in dims_in for s, _ in d.powers if w.values.get(s) == 1})
     if not ones:
         return guess
@@ -177,28 +177,6 @@ def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess:
     if again is None or [m.value(w.sizes_at) for m in again] != [m.value(w.sizes_at) for m in guess]:
         return None  # (``target`` may hold a 0 or a -1: the guess is its sizes)
     return again
-
-
-def leading(target: list[Mono], ones: set[str]) -> list[Mono]:
-    """``target`` with its last axis, where it is a constant times one symbol of ``ones`` (at 1 where it was read),
-    made that constant, the symbol moved to the nearest axis before it that holds another symbol:
-    ``[frames, 384*batch]`` -> ``[frames*batch, 384]``. The two are the same sizes where the symbol is 1; the
-    programs exported from networks fold a batch into the rows, not into the features, whose sizes their weights
-    fix (a batch folded with the heads, ``[frames, 6*batch, 64]``, is not on the last axis and stays).
-
-    >>> f, b, c = Mono.symbol("f"), Mono.symbol("b"), Mono.const
-    >>> [m.key() for m in leading([f, c(384) * b], {"b"})], [m.key() for m in leading([f, c(6) * b, c(64)], {"b"})]
-    (['b*f', '384'], ['f', '6*b', '64'])
-    """
-    out = list(target)
-    last = out[-1] if out else None
-    if last is None or len(last.powers) != 1 or last.powers[0][0] not in ones or last.powers[0][1] != 1:
-        return out
-    symbol = Mono.symbol(last.powers[0][0])
-    before = [i for i in range(len(out) - 1) if any(s not in ones for s, _ in out[i].powers)]
-    if before:
-        out[before[-1]], out[-1] = out[before[-1]] * symbol, last / symbol
-    return out
 
 
 def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:
@@ -219,5 +197,5 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
     return out
 
 
-__all__ = ["PREFETCH_AFTER", "at_two", "boundary", "fit", "fit_pending", "folded_sizes", "leading", "original_target",
+__all__ = ["PREFETCH_AFTER", "at_two", "boundary", "fit", "fit_pending", "folded_sizes", "original_target",
            "probe", "small_vector", "vectors_read"]

@@ -4,9 +4,11 @@ targets of its reshapes and the shapes of its opaque operators.
 A reshape's target is folded to numbers at the representative sizes (its ``Shape`` computations, its ``0`` and
 ``-1``): :func:`symbolic_target` reads which symbols each target dimension is off the input's symbolic shape
 (:func:`eqsat.onnx.targets.reshape_target`, the same reading the shape-generic writer makes), so that the
-reshape of ``[batch, seq, 768]`` to ``[batch*seq, 768]`` stays symbolic. An opaque operator's output shapes are
-inferred again at its inputs' fingerprints (:func:`opaque_fingerprints`), else read off runs of the model at
-several sizes of each symbol (:func:`fitted_fingerprints`).
+reshape of ``[batch, seq, 768]`` to ``[batch*seq, 768]`` stays symbolic; a size no monomial fits (an audio model's
+frames) is a symbol of its own there. An opaque operator's output shapes are inferred again at its inputs'
+fingerprints (:func:`opaque_fingerprints`), with the small values computed from shapes taken where every symbol is at
+its fingerprint (:func:`values_at_fingerprints`: a ``Range`` over the frames read off a shape), else read off runs of
+the model at several sizes of each symbol (:func:`fitted_fingerprints`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,22 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from ..dims import Dim, Mono, combine, derived_symbols, fingerprint, fp_of, from_mono, is_symbolic
+from ..dims import (
+    Dim,
+    Mono,
+    combine,
+    current,
+    derived_symbols,
+    fingerprint,
+    fp_of,
+    from_mono,
+    is_symbolic,
+    symbol_value,
+)
 from ..ir import Node
 from .fitting import fit_runs, run_values
 from .folding import ModelRuns
-from .targets import reshape_target
+from .targets import leading, reshape_target
 
 
 def input_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> tuple[int, ...]:
@@ -38,34 +51,77 @@ def input_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> tuple[int, ...]:
 
 def symbolic_target(shape: Sequence[int], target: Sequence[int]) -> tuple[int, ...]:
     """A reshape target (numbers, at the representative sizes) of a value of symbolic ``shape``, its dimensions
-    symbolic where the input's symbols go; the numbers unchanged where that cannot be read."""
+    symbolic where the input's symbols go; the numbers unchanged where that cannot be read.
+
+    A dimension that is no monomial of the symbols (an audio model's frames, a floor of a quotient of the samples
+    through strided convolutions) is read as a symbol of its own, so that the symbols beside it are not lost
+    (``[frames, batch, 384]`` to ``[frames*batch, 384]``); where a symbol at 1 could go with either of two axes, it
+    goes as networks write it (:func:`eqsat.onnx.targets.leading`: with the rows, not the features)."""
     monos: list[Mono] = []
     sizes: dict[str, int] = {}
-    for d in shape:
+    fps: dict[str, int] = {}
+    for k, d in enumerate(shape):
         m = d.mono if isinstance(d, Dim) else Mono.const(int(d))
         if m is None:
-            return tuple(target)
+            m = _opaque(d, f"@{k}", sizes, fps)
+        elif isinstance(d, Dim):
+            sizes.update(d.sizes or {})
         monos.append(m)
-        sizes.update((d.sizes or {}) if isinstance(d, Dim) else {})
-    out = reshape_target(monos, [int(t) for t in target], sizes)
+    ones = {s for s, v in sizes.items() if v == 1 and s not in fps}
+    out = reshape_target(monos, [int(t) for t in target], sizes, ones_before=bool(ones))
     if out is None or len(out) != len(target):
         return tuple(target)
+    if ones:
+        out = leading(out, ones)
     try:
-        dims = tuple(from_mono(m, sizes) for m in out)
+        dims = tuple(_dimension(m, sizes, fps) for m in out)
     except (KeyError, ValueError):  # a symbol never imported, or a quotient that is no whole size
         return tuple(target)
     return dims if [int(d) for d in dims] == [int(t) for t in target] else tuple(target)
 
 
+def _opaque(d: Dim, name: str, sizes: dict[str, int], fps: dict[str, int]) -> Mono:
+    """A dimension no monomial fits as a monomial: the symbols whose fingerprints divide its own
+    (:meth:`eqsat.dims.SymbolTable.split`) times a symbol ``name`` of its own for the rest (its size and fingerprint
+    put in ``sizes`` and ``fps``)."""
+    rest, powers = current().split(d.fp)
+    m, value = Mono.symbol(name), int(d)
+    for (symbol, size), k in powers:
+        for _ in range(k):
+            m, value = m * Mono.symbol(symbol), value // size if value % size == 0 else -1
+        sizes[symbol] = size
+    if value <= 0:  # the sizes do not divide it out: the whole dimension a symbol of its own
+        m, value, rest = Mono.symbol(name), int(d), d.fp
+    sizes[name], fps[name] = value, rest
+    return m
+
+
+def _dimension(m: Mono, sizes: Mapping[str, int], opaque: Mapping[str, int]) -> int:
+    """The dimension monomial ``m`` is (:func:`eqsat.dims.from_mono`), its symbols of ``opaque`` (name -> fingerprint:
+    dimensions no monomial fits) standing for those dimensions."""
+    if not any(s in opaque for s, _ in m.powers):
+        return from_mono(m, sizes)
+    value = m.value(sizes)
+    fp = m.value({s: opaque[s] if s in opaque else symbol_value(s, sizes[s]) for s, _ in m.powers})
+    if value.denominator != 1 or fp.denominator != 1:
+        raise ValueError(f"{m.key()} is no whole size at the representative sizes and the fingerprints")
+    return combine((int(value),), (int(fp),))[0]
+
+
 def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str], ins: list[Node],
-                        weights: dict[str, np.ndarray]) -> list[tuple[int, ...] | None]:
+                        weights: dict[str, np.ndarray], known: Mapping[str, np.ndarray] | None = None
+                        ) -> list[tuple[int, ...] | None]:
     """Each output shape of an opaque ``node`` at its inputs' fingerprints (onnx's shape inference on the node
-    alone); None where it is not inferred. Nothing (all None) when no input is symbolic."""
+    alone, its integer weights and the inputs' values at the fingerprints, ``known``, given as constants: a
+    ``Range`` to a number of frames read off a shape); None where it is not inferred. Nothing (all None) when no
+    input is symbolic or known there."""
+    known = known or {}
     unique = dict(zip(names, ins))
-    if not any(is_symbolic(n.shape) for n in unique.values()):
+    if not any(is_symbolic(n.shape) or name in known for name, n in unique.items()):
         return [None] * len(node.output)
     inits = [numpy_helper.from_array(weights[n.name], name) for name, n in unique.items()
              if n.op == "weight" and n.name is not None and n.name in weights and weights[n.name].dtype.kind in "iub"]
+    inits += [numpy_helper.from_array(known[name], name) for name in unique if name in known]
     model = runs.node_model(node, list(unique), [(fingerprint(n.shape), n.dtype) for n in unique.values()], inits)
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
@@ -81,6 +137,48 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
         else:
             out.append(tuple(int(d.dim_value) for d in tt.shape.dim))
     return out
+
+
+FP_VALUES_LIMIT = 64
+"""the most entries a value at the fingerprints is kept with (a shape, a size, a few positions' bounds)"""
+FP_VALUE_OPS = frozenset({"Gather", "Unsqueeze", "Squeeze", "Concat", "Add", "Sub", "Mul", "Div", "Mod", "Cast",
+                          "Slice", "Neg", "Abs", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where",
+                          "Min", "Max", "Floor", "Ceil", "Identity", "Reshape", "Sqrt"})
+"""the operators a value at the fingerprints is computed through: none makes more entries than the product of its
+inputs' (``Range``, ``ConstantOfShape``, ``Expand`` at a fingerprint would: their shapes are inferred instead)"""
+
+
+def values_at_fingerprints(runs: ModelRuns, node: onnx.NodeProto, shapes: Mapping[str, Sequence[int]],
+                           consts: Mapping[str, np.ndarray], known: Mapping[str, np.ndarray]
+                           ) -> dict[str, np.ndarray]:
+    """The small values an ONNX ``node`` computes where every symbol is at its fingerprint: a ``Shape`` that reads a
+    size no monomial fits (``shapes``: its inputs' imported shapes) its fingerprints; a computation (:data:`FP_VALUE_OPS`)
+    on such values (``known``) and small constants (``consts``), the node run on them. Read by
+    :func:`opaque_fingerprints`, so that a shape that follows a value computed from a shape (the frames of an audio
+    model's relative position bias, ``Range(Cast(Shape(x)[1]))``) is a fingerprint too, where no monomial of the
+    symbols fits it and runs of the model at nearby sizes cannot fit it (the frames change every 320 samples)."""
+    names = [i for i in node.input if i]
+    if node.op_type == "Shape":
+        shape = shapes.get(names[0]) if names else None
+        if shape is None:
+            return {}
+        attrs = {a.name: a.i for a in node.attribute}
+        picked = slice(attrs.get("start", 0), attrs.get("end", len(shape)))
+        if not any(isinstance(d, Dim) and d.mono is None for d in list(shape)[picked]):
+            return {}  # sizes that are monomials: runs of the model fit what follows them (fitted_fingerprints)
+        return {node.output[0]: np.array(fingerprint(shape), np.int64)[picked]}
+    if node.op_type not in FP_VALUE_OPS or node.domain not in ("", "ai.onnx") or not any(n in known for n in names):
+        return {}
+    feeds: dict[str, np.ndarray] = {}
+    for name in names:
+        value = known.get(name)
+        if value is None:
+            value = consts.get(name)
+        if value is None or np.asarray(value).size > FP_VALUES_LIMIT:
+            return {}
+        feeds[name] = np.asarray(value)
+    out = runs.fold(node, [], feeds) or {}
+    return {k: v for k, v in out.items() if v.dtype.kind in "iufb" and v.size <= FP_VALUES_LIMIT}
 
 
 def fitted_fingerprints(model: onnx.ModelProto, names: list[str], values: Mapping[str, int]
@@ -109,4 +207,5 @@ def opaque_shape(shape: Sequence[int], fps: tuple[int, ...] | None) -> tuple[int
     return combine(shape, fps)
 
 
-__all__ = ["fitted_fingerprints", "input_dims", "opaque_fingerprints", "opaque_shape", "symbolic_target"]
+__all__ = ["FP_VALUES_LIMIT", "FP_VALUE_OPS", "fitted_fingerprints", "input_dims", "opaque_fingerprints", "opaque_shape",
+           "symbolic_target", "values_at_fingerprints"]

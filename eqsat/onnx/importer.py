@@ -35,7 +35,14 @@ from ..ops.elementwise import binary
 from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import computed_halves_repeat, halves_repeat
 from . import origins, pool
-from .dimensions import fitted_fingerprints, input_dims, opaque_fingerprints, opaque_shape, symbolic_target
+from .dimensions import (
+    fitted_fingerprints,
+    input_dims,
+    opaque_fingerprints,
+    opaque_shape,
+    symbolic_target,
+    values_at_fingerprints,
+)
 from .external import tensor_size
 from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
 from .forms import repeated_heads
@@ -123,6 +130,7 @@ class _Importer:
         self.live = live_shapes(model) if generic else set()  # Shape nodes kept: their values meet the data
         self.generic = generic  # dynamic dimensions are symbolic (eqsat.dims)
         self.fitted = dict(fitted or {})  # opaque output -> its shape at the fingerprints, read off runs
+        self.fp_values: dict[str, np.ndarray] = {}  # opaque output -> its value at the fingerprints, where small
         self.unfitted: list[str] = []  # opaque outputs whose symbolic shape is not inferred (generic imports)
         self.g = model.graph
         self.input_shapes = dict(input_shapes)
@@ -211,6 +219,8 @@ class _Importer:
         for node in self.g.node:
             if not self._composite(node):
                 self._node(node)
+            if self.generic:
+                self._fingerprint_values(node)
         outputs, names = [], []
         for vo in self.g.output:
             names.append(vo.name)
@@ -222,6 +232,17 @@ class _Importer:
                      name=self.g.name or "model", opset=max(self.opset, 17), input_defaults=defaults,
                      interface_types=self._interface_types(outputs), domains=domains,
                      origins=origins.live(self.origins, outputs))
+
+    def _fingerprint_values(self, node: onnx.NodeProto) -> None:
+        """Keep the small values ``node`` computes where every symbol is at its fingerprint
+        (:func:`eqsat.onnx.dimensions.values_at_fingerprints`), for the shapes that follow them."""
+        if node.op_type != "Shape" and not any(i in self.fp_values for i in node.input):
+            return
+        names = [i for i in node.input if i]
+        shapes = {n: self.values[n].shape for n in names if n in self.values}
+        consts = {n: np.asarray(self.consts[n]) for n in names if n in self.consts}
+        consts.update({n: self.data(self.values[n]) for n in names if n in self.values and self.values[n].op == "weight"})
+        self.fp_values.update(values_at_fingerprints(self.runs, node, shapes, consts, self.fp_values))
 
     def small_folded(self) -> dict[str, np.ndarray] | None:
         """The small values (at most :data:`SMALL_FOLDED` entries) that this import folded (computed, not given:
@@ -472,7 +493,7 @@ class _Importer:
         names = present + implicit
         ins = [self.value(i) for i in names]
         shapes = self.runs.output_types(node, names, ins)
-        fps = opaque_fingerprints(self.runs, node, names, ins, self.weights)
+        fps = opaque_fingerprints(self.runs, node, names, ins, self.weights, self.fp_values)
         attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
         outs = [o for o in node.output]
         for k, name in enumerate(outs):

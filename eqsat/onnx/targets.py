@@ -1,6 +1,6 @@
 """The symbolic target of a Reshape: which symbols a target written at concrete sizes stands for
-(:func:`reshape_target`), and a target's 0 and -1 resolved against its input's symbolic shape
-(:func:`resolve_target`)."""
+(:func:`reshape_target`; at a symbol of 1, which axis it goes with as networks write it: :func:`leading`), and a
+target's 0 and -1 resolved against its input's symbolic shape (:func:`resolve_target`)."""
 
 from __future__ import annotations
 
@@ -168,4 +168,27 @@ def resolve_target(target: list[Mono], dims_in: list[Mono] | None, allowzero: bo
     return sizes
 
 
-__all__ = ["reshape_target", "resolve_target"]
+
+def leading(target: list[Mono], ones: set[str]) -> list[Mono]:
+    """``target`` with its last axis, where it is a constant times one symbol of ``ones`` (at 1 where it was read),
+    made that constant, the symbol moved to the nearest axis before it that holds another symbol:
+    ``[frames, 384*batch]`` -> ``[frames*batch, 384]``. The two are the same sizes where the symbol is 1; the
+    programs exported from networks fold a batch into the rows, not into the features, whose sizes their weights
+    fix (a batch folded with the heads, ``[frames, 6*batch, 64]``, is not on the last axis and stays).
+
+    >>> f, b, c = Mono.symbol("f"), Mono.symbol("b"), Mono.const
+    >>> [m.key() for m in leading([f, c(384) * b], {"b"})], [m.key() for m in leading([f, c(6) * b, c(64)], {"b"})]
+    (['b*f', '384'], ['f', '6*b', '64'])
+    """
+    out = list(target)
+    last = out[-1] if out else None
+    if last is None or len(last.powers) != 1 or last.powers[0][0] not in ones or last.powers[0][1] != 1:
+        return out
+    symbol = Mono.symbol(last.powers[0][0])
+    before = [i for i in range(len(out) - 1) if any(s not in ones for s, _ in out[i].powers)]
+    if before:
+        out[before[-1]], out[-1] = out[before[-1]] * symbol, last / symbol
+    return out
+
+
+__all__ = ["leading", "reshape_target", "resolve_target"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import audio_attention
 
 from eqsat.generic import make_generic
 from eqsat.onnx import session
@@ -18,55 +18,6 @@ from eqsat.onnx import session
 VALUES = {"batch": 1, "length": 64}
 """the representative sizes: 11 frames (a convolution 10 wide, of stride 5)"""
 SIZES = [(1, 64), (2, 64), (3, 50), (2, 101), (4, 15)]
-HEADS, WIDTH = 2, 8
-
-
-def _ints(name: str, *values: int) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.array(values, np.int64), name)
-
-
-def _front_end(static: bool, names: str = "") -> onnx.ModelProto:
-    """samples[batch, length] -> a strided Conv to [batch, 8, frames] -> [frames, batch, 8] -> heads folded with the
-    batch ``[frames, 2*batch, 4]`` (scaled) -> rows ``[frames*batch, 8]`` -> x W + b -> ``[frames, batch, 8]`` ->
-    ``[batch, frames, 8]``: a WavLM attention's reshapes. ``static``: the program at the representative sizes
-    (constant targets, named ``names`` + the original's names: another name is a target the original does not
-    compute, a layer replayed from the first one's program); else the original, its targets computed from the
-    shapes."""
-    rng = np.random.default_rng(5)
-    frames = (VALUES["length"] - 10) // 5 + 1
-    b = VALUES["batch"]
-    inits = [numpy_helper.from_array(rng.standard_normal((WIDTH, 1, 10)).astype(np.float32), "conv_w"),
-             numpy_helper.from_array(rng.standard_normal((WIDTH, WIDTH)).astype(np.float32), "w"),
-             numpy_helper.from_array(rng.standard_normal(WIDTH).astype(np.float32), "bias"),
-             numpy_helper.from_array(np.array(0.5, np.float32), "half"), _ints("axes", 1)]
-    if static:
-        inits += [_ints(names + "heads_t", frames, HEADS * b, WIDTH // HEADS), _ints(names + "rows_t", frames * b, WIDTH),
-                  _ints(names + "back_t", frames, b, WIDTH)]
-        sizes: list[onnx.NodeProto] = []
-    else:
-        inits += [_ints("c_heads", HEADS), _ints("c_head", WIDTH // HEADS), _ints("c_width", WIDTH)]
-        sizes = [helper.make_node("Shape", ["t"], ["f1"], start=0, end=1),
-                 helper.make_node("Shape", ["t"], ["b1"], start=1, end=2),
-                 helper.make_node("Mul", ["b1", "c_heads"], ["bh"]),
-                 helper.make_node("Concat", ["f1", "bh", "c_head"], ["heads_t"], axis=0),
-                 helper.make_node("Mul", ["f1", "b1"], ["fb"]),
-                 helper.make_node("Concat", ["fb", "c_width"], ["rows_t"], axis=0),
-                 helper.make_node("Concat", ["f1", "b1", "c_width"], ["back_t"], axis=0)]
-    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
-             helper.make_node("Conv", ["u", "conv_w"], ["c"], strides=[5]),
-             helper.make_node("Transpose", ["c"], ["t"], perm=[2, 0, 1]),
-             *sizes,
-             helper.make_node("Reshape", ["t", names + "heads_t" if static else "heads_t"], ["h"]),
-             helper.make_node("Mul", ["h", "half"], ["hs"]),
-             helper.make_node("Reshape", ["hs", names + "rows_t" if static else "rows_t"], ["rows"]),
-             helper.make_node("MatMul", ["rows", "w"], ["prod"]),
-             helper.make_node("Add", ["prod", "bias"], ["lin"]),
-             helper.make_node("Reshape", ["lin", names + "back_t" if static else "back_t"], ["back"]),
-             helper.make_node("Transpose", ["back"], ["y"], perm=[1, 0, 2])]
-    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "frames", WIDTH])
-    return helper.make_model(helper.make_graph(nodes, "front", [x], [y], inits),
-                             opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _runs_at_every_size(original: onnx.ModelProto, written: onnx.ModelProto) -> bool:
@@ -86,7 +37,7 @@ def _runs_at_every_size(original: onnx.ModelProto, written: onnx.ModelProto) -> 
 
 @pytest.mark.parametrize("names", ["", "copy_"], ids=["targets-the-original-computes", "targets-of-a-replayed-layer"])
 def test_a_size_no_monomial_fits_is_read_off_its_value_and_every_reshape_holds_at_every_size(names):
-    original, program = _front_end(static=False), _front_end(static=True, names=names)
+    original, program = audio_attention(static=False), audio_attention(static=True, names=names)
     assert _runs_at_every_size(original, original)
     assert not _runs_at_every_size(original, program)  # the static program is the representative sizes' only
     written = make_generic(program, original, VALUES).model
@@ -104,7 +55,7 @@ def test_the_import_rewrite_has_no_opaque_symbols():
     interface's symbols."""
     from eqsat.generic import simplify_for_import
 
-    original = _front_end(static=False)
+    original = audio_attention(static=False)
     simplified = simplify_for_import(original, {"samples": (1, 64)})
     assert simplified is not None and simplified.graph.value_info  # the import's rewrite, with its inner shapes
     params = {d.dim_param for vi in simplified.graph.value_info for d in vi.type.tensor_type.shape.dim}

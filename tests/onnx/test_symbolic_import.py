@@ -7,8 +7,9 @@ from __future__ import annotations
 import onnx
 import pytest
 import zoo
+from onnx_builders import audio_attention, audio_position_bias
 
-from eqsat.dims import Dim, Mono
+from eqsat.dims import Dim, Mono, fp_of, symbol_table, symbol_value
 from eqsat.egglog.egraph import EGraph
 from eqsat.onnx import import_model
 from eqsat.onnx.interface import shapes_at
@@ -91,3 +92,45 @@ def test_a_value_typed_by_onnxruntime_runs_only_the_part_of_the_model_it_depends
     for m in whole_runs:
         assert not any(n.op_type == "MatMul" for n in m.graph.node)
         assert not any(t.name.startswith("w") for t in m.graph.initializer)
+
+
+def _batch_power(d: int, batch_fp: int) -> int:
+    """How many times the batch's fingerprint divides a dimension's."""
+    fp, k = fp_of(d), 0
+    while isinstance(d, Dim) and fp % batch_fp == 0:
+        fp, k = fp // batch_fp, k + 1
+    return k
+
+
+def test_a_size_no_monomial_fits_keeps_the_batch_beside_it():
+    """An audio model's frames (a floor of a quotient of the samples) are no monomial of the symbols; a Reshape of
+    ``[frames, batch, 8]`` to ``[frames*batch, 8]`` and back must still carry the batch on the axes that hold it,
+    not lose it (the frames read as the constant they are at these sizes) nor put it on the features (the
+    reading at a batch of 1 is ambiguous). Oracle: the same model imported at a batch of 2, value by value."""
+    model = audio_attention(static=False)
+    with symbol_table():
+        one = import_model(model, {"samples": (1, 64)}, generic=True).nodes()
+        batch = symbol_value("batch", 1)
+        implied = [[int(d) * 2 ** _batch_power(d, batch) for d in n.shape] for n in one]
+    two = import_model(model, {"samples": (2, 64)}, generic=True).nodes()
+    assert [n.op for n in two] == [n.op for n in one]
+    assert [n.op for n in one].count("reshape") >= 4  # the heads, the rows and back: all imported
+    assert implied == [[int(d) for d in n.shape] for n in two]
+
+
+def test_a_shape_that_follows_a_size_read_off_a_shape_keeps_the_frames():
+    """A relative position bias over the frames, ``Range(Shape(t)[0])``: its shape follows a value, which runs of
+    the model at nearby sizes cannot fit (the frames change every 5 samples there; every 320 in WavLM) and no
+    monomial fits. Computed where every symbol is at its fingerprint, it has the frames' fingerprint, so the
+    attention over it keeps the frames and the batch symbolic. Oracles: onnxruntime's shapes (no value of the
+    frames' size is a constant) and the model imported at a batch of 2."""
+    model = audio_position_bias()
+    frames = (64 - 10) // 5 + 1
+    with symbol_table():
+        one = import_model(model, {"samples": (1, 64)}, generic=True).nodes()
+        batch = symbol_value("batch", 1)
+        implied = [[int(d) * 2 ** _batch_power(d, batch) for d in n.shape] for n in one]
+        assert not [n for n in one if frames in [d for d in n.shape if not isinstance(d, Dim)]]
+    two = import_model(model, {"samples": (2, 64)}, generic=True).nodes()
+    assert [n.op for n in two] == [n.op for n in one]
+    assert implied == [[int(d) for d in n.shape] for n in two]
