@@ -312,7 +312,9 @@ class SymbolTable:
         """``fp`` (a dimension no monomial fits) as a remainder times powers of the symbols' fingerprints that divide
         it: a floor of a quotient of the samples times the batch, ``frames*batch``, is the frames' fingerprint times
         the batch's. The remainder is ``fp`` itself where none divides it."""
-        powers = []
+        powers: list[tuple[tuple[str, int], int]] = []
+        if fp <= 0:  # a padding that is 0 at the fingerprints, a difference: nothing divides out
+            return fp, powers
         for p, key in self.symbol_of.items():
             k = 0
             while fp % (SCALE * p) == 0 and fp != SCALE * p:

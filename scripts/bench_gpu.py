@@ -26,6 +26,7 @@ from typing import Any
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
+from eqsat.errors import InputError
 from eqsat.measurement.runtimes import Program, feeds_for, make
 from eqsat.measurement.timing import Protocol, compare_many
 from eqsat.models import MODELS, build
@@ -63,7 +64,7 @@ def one_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     check = verify(original, result.optimized, seed=args.seed)
     row["verified_onnxruntime_cpu"] = {"passed": check.passed, "max_abs_error": check.max_abs_error}
     if not check.passed:
-        raise SystemExit(f"{name}: the returned program does not match the original: {check.detail}")
+        raise RuntimeError(f"the returned program does not match the original: {check.detail}")
     orig, opt = Program(original, graph), Program(result.optimized, result.graph)
     feeds = feeds_for(orig, opt, args.seed)
     cuda = make(args.runtime)
@@ -126,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         p.error(f"--models {','.join(unknown)}: choose from {', '.join(MODELS)}")
-    make(args.runtime)  # exit 2 with its message where torch sees no GPU
+    try:
+        make(args.runtime)
+    except InputError as e:  # torch sees no GPU: exit 2 with its message
+        p.error(str(e))
     rows: list[dict[str, Any]] = []
     for name in names:
         try:
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"config": vars(args), "rows": rows}, f, indent=2, default=str)
-    return 0
+    return 1 if any("error" in r for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -227,16 +227,21 @@ def capture(torch: Any, fn: Callable[..., Any], args: Sequence[Any], calls: int 
     """``fn(*args)`` (no gradients) called ``calls`` times back to back, captured as one CUDA graph after ``warmup``
     calls on a side stream (which the capture needs: cuDNN and cuBLAS pick their algorithms and workspaces there).
     Raises what torch raises where ``fn`` cannot be captured (it reads a value back to the host, or synchronizes)."""
-    with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                fn(*args)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = fn(*args) if calls == 1 else [fn(*args) for _ in range(calls)]
+    before = torch.cuda.current_stream()
+    try:
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(before)
+            with torch.cuda.stream(side):
+                for _ in range(warmup):
+                    fn(*args)
+            before.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = fn(*args) if calls == 1 else [fn(*args) for _ in range(calls)]
+    except Exception:
+        torch.cuda.set_stream(before)  # a failed capture's end can leave the capture stream current
+        raise
     return Replay(graph, outputs, fn, args, calls)
 
 

@@ -13,7 +13,7 @@ the model at several sizes of each symbol (:func:`fitted_fingerprints`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -61,13 +61,18 @@ def symbolic_target(shape: Sequence[int], target: Sequence[int]) -> tuple[int, .
     sizes: dict[str, int] = {}
     fps: dict[str, int] = {}
     for k, d in enumerate(shape):
-        m = d.mono if isinstance(d, Dim) else Mono.const(int(d))
+        if not isinstance(d, Dim):
+            monos.append(Mono.const(int(d)))
+            continue
+        m = d.mono
         if m is None:
             m = _opaque(d, f"@{k}", sizes, fps)
-        elif isinstance(d, Dim):
+        else:
             sizes.update(d.sizes or {})
         monos.append(m)
-    ones = {s for s, v in sizes.items() if v == 1 and s not in fps}
+    # beside a size no monomial fits, a symbol at 1 is read as networks write it; elsewhere as the e-graph's
+    # reshape rules read it (``[b*s, 64]`` to ``[s, 1, 64]`` keeps b with s there)
+    ones = {s for s, v in sizes.items() if v == 1 and s not in fps} if fps else set()
     out = reshape_target(monos, [int(t) for t in target], sizes, ones_before=bool(ones))
     if out is None or len(out) != len(target):
         return tuple(target)
@@ -121,7 +126,8 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
         return [None] * len(node.output)
     inits = [numpy_helper.from_array(weights[n.name], name) for name, n in unique.items()
              if n.op == "weight" and n.name is not None and n.name in weights and weights[n.name].dtype.kind in "iub"]
-    inits += [numpy_helper.from_array(known[name], name) for name in unique if name in known]
+    inits = [t for t in inits if t.name not in known] + [numpy_helper.from_array(known[name], name)
+                                                         for name in unique if name in known]
     model = runs.node_model(node, list(unique), [(fingerprint(n.shape), n.dtype) for n in unique.values()], inits)
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
@@ -149,36 +155,41 @@ inputs' (``Range``, ``ConstantOfShape``, ``Expand`` at a fingerprint would: thei
 
 
 def values_at_fingerprints(runs: ModelRuns, node: onnx.NodeProto, shapes: Mapping[str, Sequence[int]],
-                           consts: Mapping[str, np.ndarray], known: Mapping[str, np.ndarray]
-                           ) -> dict[str, np.ndarray]:
-    """The small values an ONNX ``node`` computes where every symbol is at its fingerprint: a ``Shape`` that reads a
-    size no monomial fits (``shapes``: its inputs' imported shapes) its fingerprints; a computation (:data:`FP_VALUE_OPS`)
-    on such values (``known``) and small constants (``consts``), the node run on them. Read by
-    :func:`opaque_fingerprints`, so that a shape that follows a value computed from a shape (the frames of an audio
-    model's relative position bias, ``Range(Cast(Shape(x)[1]))``) is a fingerprint too, where no monomial of the
-    symbols fits it and runs of the model at nearby sizes cannot fit it (the frames change every 320 samples)."""
+                           consts: Mapping[str, np.ndarray], known: Mapping[str, np.ndarray],
+                           opaque: Collection[str] = ()) -> tuple[dict[str, np.ndarray], bool]:
+    """The small values an ONNX ``node`` computes where every symbol is at its fingerprint, and whether they follow
+    a size no monomial fits: a ``Shape`` of a symbolic value (``shapes``: its inputs' imported shapes) its
+    fingerprints (following such a size where it reads one); a computation (:data:`FP_VALUE_OPS`) on such values
+    (``known``; ``opaque``: those that follow such a size) and small constants (``consts``), the node run on them.
+    Read by :func:`opaque_fingerprints` where a value follows such a size, so that a shape that follows a value
+    computed from a shape (the frames of an audio model's relative position bias, ``Range(Cast(Shape(x)[1]))``, tiled
+    by the batch read off another shape) is a fingerprint too, where no monomial of the symbols fits it and runs of
+    the model at nearby sizes cannot fit it (the frames change every 320 samples)."""
     names = [i for i in node.input if i]
     if node.op_type == "Shape":
         shape = shapes.get(names[0]) if names else None
         if shape is None:
-            return {}
+            return {}, False
         attrs = {a.name: a.i for a in node.attribute}
-        picked = slice(attrs.get("start", 0), attrs.get("end", len(shape)))
-        if not any(isinstance(d, Dim) and d.mono is None for d in list(shape)[picked]):
-            return {}  # sizes that are monomials: runs of the model fit what follows them (fitted_fingerprints)
-        return {node.output[0]: np.array(fingerprint(shape), np.int64)[picked]}
+        picked = list(shape)[slice(attrs.get("start", 0), attrs.get("end", len(shape)))]
+        if not is_symbolic(picked):
+            return {}, False
+        full = np.array(fingerprint(shape), np.int64)
+        value = full[slice(attrs.get("start", 0), attrs.get("end", len(shape)))]
+        return {node.output[0]: value}, any(isinstance(d, Dim) and d.mono is None for d in picked)
     if node.op_type not in FP_VALUE_OPS or node.domain not in ("", "ai.onnx") or not any(n in known for n in names):
-        return {}
+        return {}, False
     feeds: dict[str, np.ndarray] = {}
     for name in names:
         value = known.get(name)
         if value is None:
             value = consts.get(name)
         if value is None or np.asarray(value).size > FP_VALUES_LIMIT:
-            return {}
+            return {}, False
         feeds[name] = np.asarray(value)
     out = runs.fold(node, [], feeds) or {}
-    return {k: v for k, v in out.items() if v.dtype.kind in "iufb" and v.size <= FP_VALUES_LIMIT}
+    kept = {k: v for k, v in out.items() if v.dtype.kind in "iufb" and v.size <= FP_VALUES_LIMIT}
+    return kept, bool(kept) and any(n in opaque for n in names)
 
 
 def fitted_fingerprints(model: onnx.ModelProto, names: list[str], values: Mapping[str, int]

@@ -27,8 +27,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import ir, ops
+from ..dims import Dim, holds, is_symbolic
 from ..dims import current as current_symbols
-from ..dims import holds, is_symbolic
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
 from ..ops.elementwise import binary
@@ -130,7 +130,8 @@ class _Importer:
         self.live = live_shapes(model) if generic else set()  # Shape nodes kept: their values meet the data
         self.generic = generic  # dynamic dimensions are symbolic (eqsat.dims)
         self.fitted = dict(fitted or {})  # opaque output -> its shape at the fingerprints, read off runs
-        self.fp_values: dict[str, np.ndarray] = {}  # opaque output -> its value at the fingerprints, where small
+        self.fp_values: dict[str, np.ndarray] = {}  # a value computed from shapes -> it at the fingerprints, if small
+        self.fp_opaque: set[str] = set()  # those of fp_values that follow a size no monomial fits
         self.unfitted: list[str] = []  # opaque outputs whose symbolic shape is not inferred (generic imports)
         self.g = model.graph
         self.input_shapes = dict(input_shapes)
@@ -240,9 +241,15 @@ class _Importer:
             return
         names = [i for i in node.input if i]
         shapes = {n: self.values[n].shape for n in names if n in self.values}
-        consts = {n: np.asarray(self.consts[n]) for n in names if n in self.consts}
-        consts.update({n: self.data(self.values[n]) for n in names if n in self.values and self.values[n].op == "weight"})
-        self.fp_values.update(values_at_fingerprints(self.runs, node, shapes, consts, self.fp_values))
+        # constants the model gives (initializers, Constant nodes), not values folded at the representative sizes
+        # (a batch of 1 read off a shape is not the batch where every symbol is at its fingerprint)
+        given = {t.name for t in self.g.initializer}
+        consts = {n: np.asarray(self.consts[n]) for n in names if n in self.consts
+                  and (n in given or getattr(self._producers.get(n), "op_type", None) == "Constant")}
+        values, follows = values_at_fingerprints(self.runs, node, shapes, consts, self.fp_values, self.fp_opaque)
+        self.fp_values.update(values)
+        if follows:
+            self.fp_opaque.update(values)
 
     def small_folded(self) -> dict[str, np.ndarray] | None:
         """The small values (at most :data:`SMALL_FOLDED` entries) that this import folded (computed, not given:
@@ -493,7 +500,10 @@ class _Importer:
         names = present + implicit
         ins = [self.value(i) for i in names]
         shapes = self.runs.output_types(node, names, ins)
-        fps = opaque_fingerprints(self.runs, node, names, ins, self.weights, self.fp_values)
+        touches = any(n in self.fp_opaque for n in names) or any(
+            isinstance(d, Dim) and d.mono is None for i in ins for d in i.shape)  # a size no monomial fits
+        known = {n: self.fp_values[n] for n in names if n in self.fp_values} if touches else {}  # else runs fit it
+        fps = opaque_fingerprints(self.runs, node, names, ins, self.weights, known)
         attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
         outs = [o for o in node.output]
         for k, name in enumerate(outs):

@@ -9,9 +9,10 @@ import pytest
 import zoo
 from onnx_builders import audio_attention, audio_position_bias
 
-from eqsat.dims import Dim, Mono, fp_of, symbol_table, symbol_value
+from eqsat.dims import Dim, Mono, fp_of, from_mono, reshape_sym, symbol_table, symbol_value
 from eqsat.egglog.egraph import EGraph
 from eqsat.onnx import import_model
+from eqsat.onnx.dimensions import symbolic_target
 from eqsat.onnx.interface import shapes_at
 
 
@@ -134,3 +135,33 @@ def test_a_shape_that_follows_a_size_read_off_a_shape_keeps_the_frames():
     two = import_model(model, {"samples": (2, 64)}, generic=True).nodes()
     assert [n.op for n in two] == [n.op for n in one]
     assert implied == [[int(d) for d in n.shape] for n in two]
+
+
+def test_a_symbol_at_1_beside_monomials_is_read_as_the_e_graph_reads_it():
+    """Only beside a size no monomial fits does the import read a symbol at 1 as networks write it: elsewhere its
+    reading must be the one the e-graph's reshape rules make (``eqsat.dims.reshape_sym``, their twin: a second
+    reader of the same target), or the search's shapes and the program's would differ. ``[b*s, 64]`` to
+    ``[s, 1, 64]`` at a batch of 1 keeps b with s there."""
+    with symbol_table():
+        bs = from_mono(Mono.symbol("b") * Mono.symbol("s"), {"b": 1, "s": 128})
+        out = symbolic_target((bs, 64), (128, 1, 64))
+        assert tuple(fp_of(d) for d in out) == reshape_sym((128, 1, 64), (bs, 64))
+
+
+def test_a_dimension_whose_fingerprint_is_zero_is_read_at_once():
+    """A padding ``(-seq) % 8`` is 0 where every symbol is at its fingerprint (fingerprints are multiples of 64):
+    no symbol's fingerprint divides out of 0 (it did forever)."""
+    import signal
+
+    def late(*_args):
+        raise TimeoutError("symbolic_target did not return")
+
+    with symbol_table():
+        symbol_value("seq", 992)  # a symbol whose fingerprint could divide out
+        signal.signal(signal.SIGALRM, late)
+        signal.alarm(20)
+        try:
+            out = symbolic_target((Dim(992, 0), 64), (63488,))
+        finally:
+            signal.alarm(0)
+    assert [int(d) for d in out] == [63488]
