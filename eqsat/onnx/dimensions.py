@@ -175,8 +175,8 @@ def values_at_fingerprints(runs: ModelRuns, node: onnx.NodeProto, shapes: Mappin
         if not is_symbolic(picked):
             return {}, False
         full = np.array(fingerprint(shape), np.int64)
-        value = full[slice(attrs.get("start", 0), attrs.get("end", len(shape)))]
-        return {node.output[0]: value}, any(isinstance(d, Dim) and d.mono is None for d in picked)
+        read = full[slice(attrs.get("start", 0), attrs.get("end", len(shape)))]
+        return {node.output[0]: read}, any(isinstance(d, Dim) and d.mono is None for d in picked)
     if node.op_type not in FP_VALUE_OPS or node.domain not in ("", "ai.onnx") or not any(n in known for n in names):
         return {}, False
     feeds: dict[str, np.ndarray] = {}
