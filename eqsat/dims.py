@@ -385,11 +385,12 @@ def combine(values: Sequence[int], fps: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) if int(v) == int(f) else Dim(int(v), int(f)) for v, f in zip(values, fps))
 
 
-def from_mono(m: Mono, sizes: Mapping[str, int]) -> int:
+def from_mono(m: Mono, sizes: Mapping[str, int], fingerprints: Mapping[str, int] | None = None) -> int:
     """The dimension a monomial of the symbols is, the symbols at their representative ``sizes`` (a plain size for
-    a constant)."""
+    a constant); ``fingerprints``: the fingerprints of symbols that stand for dimensions no monomial fits."""
+    fixed = fingerprints or {}
     value = m.value(sizes)
-    fp = m.value({s: symbol_value(s, sizes[s]) for s, _ in m.powers})
+    fp = m.value({s: fixed[s] if s in fixed else symbol_value(s, sizes[s]) for s, _ in m.powers})
     if value.denominator != 1 or fp.denominator != 1:
         raise ValueError(f"{m.key()} is no whole size at the representative sizes and the fingerprints")
     return combine((int(value),), (int(fp),))[0]

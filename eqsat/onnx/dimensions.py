@@ -29,7 +29,6 @@ from ..dims import (
     fp_of,
     from_mono,
     is_symbolic,
-    symbol_value,
 )
 from ..ir import Node
 from .fitting import fit_runs, run_values
@@ -79,7 +78,7 @@ def symbolic_target(shape: Sequence[int], target: Sequence[int]) -> tuple[int, .
     if ones:
         out = leading(out, ones)
     try:
-        dims = tuple(_dimension(m, sizes, fps) for m in out)
+        dims = tuple(from_mono(m, sizes, fps) for m in out)
     except (KeyError, ValueError):  # a symbol never imported, or a quotient that is no whole size
         return tuple(target)
     return dims if [int(d) for d in dims] == [int(t) for t in target] else tuple(target)
@@ -99,18 +98,6 @@ def _opaque(d: Dim, name: str, sizes: dict[str, int], fps: dict[str, int]) -> Mo
         m, value, rest = Mono.symbol(name), int(d), d.fp
     sizes[name], fps[name] = value, rest
     return m
-
-
-def _dimension(m: Mono, sizes: Mapping[str, int], opaque: Mapping[str, int]) -> int:
-    """The dimension monomial ``m`` is (:func:`eqsat.dims.from_mono`), its symbols of ``opaque`` (name -> fingerprint:
-    dimensions no monomial fits) standing for those dimensions."""
-    if not any(s in opaque for s, _ in m.powers):
-        return from_mono(m, sizes)
-    value = m.value(sizes)
-    fp = m.value({s: opaque[s] if s in opaque else symbol_value(s, sizes[s]) for s, _ in m.powers})
-    if value.denominator != 1 or fp.denominator != 1:
-        raise ValueError(f"{m.key()} is no whole size at the representative sizes and the fingerprints")
-    return combine((int(value),), (int(fp),))[0]
 
 
 def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str], ins: list[Node],
