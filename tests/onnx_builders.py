@@ -175,12 +175,66 @@ def audio_attention(static: bool, names: str = "") -> onnx.ModelProto:
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
-def audio_position_bias() -> onnx.ModelProto:
+def audio_residual_rows(static: bool) -> onnx.ModelProto:
+    """samples[batch, length] -> a strided Conv -> ``x`` [batch, frames, 8] -> attention over the frames (2 heads)
+    with a relative position bias over ``Range(frames)`` -> ``(attention + x) @ W`` -> ``[batch, frames, 8]``.
+    ``static``: the program as a search writes it at the representative sizes (a batch of 1, 64 samples: 11
+    frames): both summands flattened to rows ``[11, 8]`` by constant targets the original does not compute, summed
+    (``Sum``), the product reshaped back by the constant ``[1, 11, 8]``; else the original (``0`` and ``-1``
+    targets). The rows' two summands hold the frames under two readings (the convolution's, the bias's), so the
+    sum's shape is unknown to shape inference and fitted off runs."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 1, 10)).astype(np.float32), "conv_w"),
+             numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "tenth"), _ints("axes", 1), _ints("zero", 0),
+             numpy_helper.from_array(np.array(0, np.int64), "start"), numpy_helper.from_array(np.array(1, np.int64), "step"),
+             numpy_helper.from_array(np.array(1, np.int64), "one")]
+    if static:
+        inits += [_ints("k_heads", 1, 11, 2, 4), _ints("k_rows", 11, 8), _ints("k_back", 1, 11, 8)]
+    else:
+        inits += [_ints("c_heads", 0, -1, 2, 4), _ints("c_merge", 0, -1, 8)]
+    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
+             helper.make_node("Conv", ["u", "conv_w"], ["c"], strides=[5]),
+             helper.make_node("Transpose", ["c"], ["x"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["x", "k_heads" if static else "c_heads"], ["h4"]),
+             helper.make_node("Transpose", ["h4"], ["q"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["h4"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Shape", ["x"], ["f1"], start=1, end=2),
+             helper.make_node("Squeeze", ["f1"], ["frames"]),
+             helper.make_node("Range", ["start", "frames", "step"], ["positions"]),
+             helper.make_node("Unsqueeze", ["positions", "zero"], ["row"]),
+             helper.make_node("Unsqueeze", ["positions", "axes"], ["column"]),
+             helper.make_node("Sub", ["row", "column"], ["offsets"]),
+             helper.make_node("Cast", ["offsets"], ["offsets_f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["offsets_f", "tenth"], ["bias"]),
+             helper.make_node("Add", ["scores", "bias"], ["biased"]),
+             helper.make_node("Softmax", ["biased"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "q"], ["heads"]),
+             helper.make_node("Transpose", ["heads"], ["back_heads"], perm=[0, 2, 1, 3])]
+    if static:
+        nodes += [helper.make_node("Reshape", ["back_heads", "k_rows"], ["a_rows"]),
+                  helper.make_node("Reshape", ["x", "k_rows"], ["x_rows"]),
+                  helper.make_node("Sum", ["a_rows", "x_rows"], ["s"]),
+                  helper.make_node("MatMul", ["s", "w"], ["p2"]),
+                  helper.make_node("Reshape", ["p2", "k_back"], ["y"])]
+    else:
+        nodes += [helper.make_node("Reshape", ["back_heads", "c_merge"], ["attn"]),
+                  helper.make_node("Add", ["attn", "x"], ["s"]),
+                  helper.make_node("MatMul", ["s", "w"], ["y"])]
+    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "frames", 8])
+    return helper.make_model(helper.make_graph(nodes, "rows", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def audio_position_bias(frames_from: str = "shape") -> onnx.ModelProto:
     """samples[batch, length] -> a strided Conv (10 wide, stride 5) -> time first ``t`` [frames, batch, 8] ->
     attention over the frames with 2 heads folded with the batch (``[frames, 2*batch, 4]``), plus a relative
-    position bias computed from the frames read off ``t``'s shape (``Range(Shape(t)[0])``, differences of
-    positions: WavLM's) -> rows ``[frames*batch, 8]`` x W -> ``[batch, frames, 8]``. The targets are computed
-    from the shapes; at 64 samples there are 11 frames."""
+    position bias over the frames (``Range(frames)``, differences of positions: WavLM's) -> rows
+    ``[frames*batch, 8]`` x W -> ``[batch, frames, 8]``. The targets are computed from the shapes; at 64 samples
+    there are 11 frames. ``frames_from``: the bias's frames read off ``t``'s shape (``"shape"``: TorchScript's
+    WavLM), or computed from the samples as the convolution does, ``(length - 10) // 5 + 1`` (``"samples"``: the
+    dynamo exporter's)."""
     rng = np.random.default_rng(6)
     inits = [numpy_helper.from_array(rng.standard_normal((8, 1, 10)).astype(np.float32), "conv_w"),
              numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"),
@@ -188,7 +242,9 @@ def audio_position_bias() -> onnx.ModelProto:
              _ints("c_heads", 2), _ints("c_head", 4), _ints("c_width", 8),
              numpy_helper.from_array(np.array(0, np.int64), "start"),
              numpy_helper.from_array(np.array(1, np.int64), "step"),
-             numpy_helper.from_array(np.array(0, np.int64), "first")]
+             numpy_helper.from_array(np.array(0, np.int64), "first"),
+             numpy_helper.from_array(np.array(10, np.int64), "c_kernel"),
+             numpy_helper.from_array(np.array(5, np.int64), "c_stride")]
     nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
              helper.make_node("Conv", ["u", "conv_w"], ["c"], strides=[5]),
              helper.make_node("Transpose", ["c"], ["t"], perm=[2, 0, 1]),
@@ -200,8 +256,13 @@ def audio_position_bias() -> onnx.ModelProto:
              helper.make_node("Transpose", ["h"], ["q"], perm=[1, 0, 2]),
              helper.make_node("Transpose", ["h"], ["kt"], perm=[1, 2, 0]),
              helper.make_node("MatMul", ["q", "kt"], ["scores"]),
-             helper.make_node("Shape", ["t"], ["shape_t"]),
-             helper.make_node("Gather", ["shape_t", "first"], ["frames"], axis=0),
+             *([helper.make_node("Shape", ["t"], ["shape_t"]),
+                helper.make_node("Gather", ["shape_t", "first"], ["frames"], axis=0)] if frames_from == "shape" else
+               [helper.make_node("Shape", ["samples"], ["length1"], start=1, end=2),
+                helper.make_node("Squeeze", ["length1"], ["length"]),
+                helper.make_node("Sub", ["length", "c_kernel"], ["span"]),
+                helper.make_node("Div", ["span", "c_stride"], ["steps"]),
+                helper.make_node("Add", ["steps", "step"], ["frames"])]),
              helper.make_node("Range", ["start", "frames", "step"], ["positions"]),
              helper.make_node("Unsqueeze", ["positions", "zero"], ["row"]),
              helper.make_node("Unsqueeze", ["positions", "axes"], ["column"]),

@@ -176,7 +176,20 @@ def values_at_fingerprints(runs: ModelRuns, node: onnx.NodeProto, shapes: Mappin
         feeds[name] = np.asarray(value)
     out = runs.fold(node, [], feeds) or {}
     kept = {k: v for k, v in out.items() if v.dtype.kind in "iufb" and v.size <= FP_VALUES_LIMIT}
-    return kept, bool(kept) and any(n in opaque for n in names)
+    return kept, bool(kept) and (any(n in opaque for n in names) or _floored(node, feeds, names, known))
+
+
+def _floored(node: onnx.NodeProto, feeds: Mapping[str, np.ndarray], names: Sequence[str],
+             known: Mapping[str, np.ndarray]) -> bool:
+    """Whether ``node`` divides a size at the fingerprints by a whole number that does not divide it: the result
+    is then no monomial of the symbols (a strided convolution's frames, computed from the samples by the exporter:
+    ``(samples - 400) // 320 + 1``), a size of its own as the convolution's output is."""
+    if node.op_type not in ("Div", "Mod") or len(names) != 2 or names[0] not in known:
+        return False
+    a, b = np.asarray(feeds[names[0]]), np.asarray(feeds[names[1]])
+    if a.dtype.kind not in "iu" or b.dtype.kind not in "iu" or not np.all(b != 0):
+        return False
+    return bool(np.any(np.mod(a, b) != 0))
 
 
 def fitted_fingerprints(model: onnx.ModelProto, names: list[str], values: Mapping[str, int]

@@ -119,13 +119,16 @@ def test_a_size_no_monomial_fits_keeps_the_batch_beside_it():
     assert implied == [[int(d) for d in n.shape] for n in two]
 
 
-def test_a_shape_that_follows_a_size_read_off_a_shape_keeps_the_frames():
+@pytest.mark.parametrize("frames_from", ["shape", "samples"])
+def test_a_shape_that_follows_a_size_read_off_a_shape_keeps_the_frames(frames_from):
     """A relative position bias over the frames, ``Range(Shape(t)[0])``: its shape follows a value, which runs of
     the model at nearby sizes cannot fit (the frames change every 5 samples there; every 320 in WavLM) and no
     monomial fits. Computed where every symbol is at its fingerprint, it has the frames' fingerprint, so the
-    attention over it keeps the frames and the batch symbolic. Oracles: onnxruntime's shapes (no value of the
-    frames' size is a constant) and the model imported at a batch of 2."""
-    model = audio_position_bias()
+    attention over it keeps the frames and the batch symbolic. The dynamo exporter computes the frames from the
+    samples instead, ``(length - 10) // 5 + 1`` (``samples``): a floor division that does not divide, no monomial
+    either (WavLM dynamo's bias was a constant and every layer after the first lost the frames). Oracles:
+    onnxruntime's shapes (no value of the frames' size is a constant) and the model imported at a batch of 2."""
+    model = audio_position_bias(frames_from)
     frames = (64 - 10) // 5 + 1
     with symbol_table():
         one = import_model(model, {"samples": (1, 64)}, generic=True).nodes()
