@@ -133,10 +133,13 @@ def fit(w: Rewrite) -> None:
     runs = run_values(prefix, unknown, shapes=True)
     base: list[Sizes | None] = []
 
-    def run(at: Mapping[str, int]) -> Sizes | None:  # the run at the representative sizes kept
+    def run(at: Mapping[str, int]) -> Sizes | None:  # the run at the representative sizes kept, and every run's sizes
         got = runs(at)
         if not base:
             base.append(got)
+        if got is not None:
+            for name, sizes in zip(unknown, got):
+                w.fits.runs.setdefault(name, []).append((dict(at), list(sizes)))
         return got
 
     fitted = fit_vectors(run, w.values, w.sums)

@@ -61,6 +61,9 @@ class Fits:
     """the values whose unknown shapes a run was asked for -> their sizes at the representative sizes"""
     opaque: dict[str, int] = field(default_factory=dict)
     """the opaque symbols (:meth:`Rewrite.opaque_shape`) -> their sizes at the representative sizes"""
+    runs: dict[str, list[tuple[dict[str, int], list[int]]]] = field(default_factory=dict)
+    """the values whose unknown shapes a run was asked for -> their sizes in each run that ran (the sizes of the
+    symbols there, its sizes)"""
 
 
 @dataclass
@@ -147,6 +150,8 @@ class Rewrite(SizeWriter):
         self.made: dict[str, onnx.NodeProto] = {}
         """value -> the node written that computes it"""
         self.fits = Fits()
+        self._splitting: set[str] = set()
+        """the values whose opaque sizes :meth:`_split_ones` is reading (a value is not read in terms of itself)"""
         self.shaped = Shaped()
         self.reshaped = Reshaped()
         self.guards = Guards()
@@ -186,13 +191,55 @@ class Rewrite(SizeWriter):
         for axis, size in enumerate(sizes):
             d = dims[axis] if dims is not None else None
             if d is None:
-                symbol = f"{name}@{axis}"
-                self.places.setdefault(symbol, (name, axis))
-                self.fits.opaque[symbol] = size
-                d = Mono.symbol(symbol)
+                d = self._split_ones(name, axis) or self._opaque_symbol(name, axis, size)
             out.append(d)
         self.shapes[name] = out
         return out
+
+    def _opaque_symbol(self, name: str, axis: int, size: int) -> Mono:
+        symbol = f"{name}@{axis}"
+        self.places.setdefault(symbol, (name, axis))
+        self.fits.opaque[symbol] = size
+        return Mono.symbol(symbol)
+
+    def _split_ones(self, name: str, axis: int) -> Mono | None:
+        """An opaque size that is a symbol at 1 times the opaque size of another value's axis (rows of ``[frames *
+        batch, 384]``: at a batch of 1 they read as the frames, so the rows reshaped to ``[batch, frames, 384]``
+        would be written ``[1, rows, 384]``): that symbol times the other's opaque symbol, where in every run of
+        the values (:func:`.probes.fit`) this size is the symbol's size times the other's, and some run had the
+        symbol above 1. None where no such value was run (the opaque size is then a symbol of its own)."""
+        runs = self.fits.runs.get(name)
+        ones = [s for s, v in self.values.items() if v == 1]
+        if not runs or not ones:
+            return None
+        mine = {tuple(sorted(at.items())): sizes[axis] for at, sizes in runs if axis < len(sizes)}
+        for symbol in ones:
+            if not any(dict(key)[symbol] > 1 for key in mine):
+                continue
+            rest = {key: size // dict(key)[symbol] for key, size in mine.items() if size % dict(key)[symbol] == 0}
+            if len(rest) != len(mine):
+                continue
+            for other, other_runs in self.fits.runs.items():
+                if other == name:
+                    continue
+                theirs = [{tuple(sorted(at.items())): sizes[k] for at, sizes in other_runs}
+                          for k in range(len(other_runs[0][1]))] if other_runs else []
+                for k, sized in enumerate(theirs):
+                    if rest.keys() <= sized.keys() and all(sized[key] == v for key, v in rest.items()):
+                        base = self.fits.sizes.get(other)
+                        if base is None or k >= len(base) or other in self._splitting:
+                            continue
+                        self._splitting.add(name)
+                        try:
+                            place = self.opaque_shape(other)
+                        finally:
+                            self._splitting.discard(name)
+                        d = place[k] if place is not None and k < len(place) else None
+                        if d is None or d.is_const or self.values.get(symbol) is None \
+                                or any(s == symbol for s, _ in d.powers):
+                            continue
+                        return Mono.symbol(symbol) * d
+        return None
 
     def opaque(self, dims: Sequence[Mono | None]) -> bool:
         """Whether ``dims`` holds an opaque symbol (:meth:`opaque_shape`)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx_builders import audio_attention
+from onnx_builders import audio_attention, audio_residual_rows
 
 from eqsat.generic import make_generic
 from eqsat.onnx import session
@@ -60,3 +60,16 @@ def test_the_import_rewrite_has_no_opaque_symbols():
     assert simplified is not None and simplified.graph.value_info  # the import's rewrite, with its inner shapes
     params = {d.dim_param for vi in simplified.graph.value_info for d in vi.type.tensor_type.shape.dim}
     assert not any("@" in p for p in params), params
+
+
+def test_rows_of_frames_times_the_batch_reshaped_batch_first_keep_the_batch():
+    """Rows ``[batch*frames, 8]`` whose shape shape inference cannot give (a sum of rows holding the frames under two
+    readings) get an opaque size fitted at a batch of 1, where it is the frames alone: reshaped back to
+    ``[batch, frames, 8]`` by the constant ``[1, 11, 8]``, the target was written ``[1, rows, 8]``, which at a batch
+    of 2 puts both sequences in one (WavLM TorchScript's search candidates: a residual sum over rows, then its
+    attention's heads). Runs at other sizes show the rows are the batch times the frames of another value, so the
+    batch is kept. Oracle: the original in onnxruntime at several sizes."""
+    original, program = audio_residual_rows(static=False), audio_residual_rows(static=True)
+    assert _runs_at_every_size(original, original)
+    assert not _runs_at_every_size(original, program)
+    assert _runs_at_every_size(original, make_generic(program, original, VALUES).model)
