@@ -17,7 +17,7 @@ from eqsat.onnx.fitting import Sizes, fit_vectors, run_values
 from eqsat.onnx.symbolic import infer_node
 from eqsat.onnx.targets import leading, reshape_target
 
-from .state import Rewrite
+from .state import Rewrite, RunKey
 
 PREFETCH_AFTER = 1.0
 """the import's rewrite fits the original's small vectors in one batch (:func:`fit_pending`) once the runs of the
@@ -133,24 +133,25 @@ def fit(w: Rewrite) -> None:
     runs = run_values(prefix, unknown, shapes=True)
     base: list[Sizes | None] = []
 
+    seen: list[tuple[RunKey, Sizes]] = []
+
     def run(at: Mapping[str, int]) -> Sizes | None:  # the run at the representative sizes kept, and every run's sizes
         got = runs(at)
         if not base:
             base.append(got)
-        if got is not None:
-            for name, sizes in zip(unknown, got):
-                w.fits.runs.setdefault(name, []).append((dict(at), list(sizes)))
+        if got is not None and w.final:
+            seen.append((tuple(sorted(at.items())), got))
         return got
 
     fitted = fit_vectors(run, w.values, w.sums)
     if base and base[0] is not None:
         w.fits.sizes.update(zip(unknown, (list(s) for s in base[0])))
-    for name, dims in zip(unknown, fitted or []):
+    for k, (name, dims) in enumerate(zip(unknown, fitted or [])):
         old = w.shapes.get(name)
-        if old is None or len(old) != len(dims):
-            w.shapes[name] = dims
-        else:
-            w.shapes[name] = [a if a is not None else b for a, b in zip(old, dims)]
+        shape = dims if old is None or len(old) != len(dims) else [a if a is not None else b for a, b in zip(old, dims)]
+        w.shapes[name] = shape
+        if None in shape and seen:  # an opaque size: its sizes in every run kept for Rewrite._split_ones
+            w.fits.runs[name] = {key: list(sizes[k]) for key, sizes in seen}
 
 
 def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess: list[Mono],

@@ -36,6 +36,10 @@ class Forms(enum.Enum):
     the import reads it (:mod:`.guards`)"""
 
 
+RunKey = tuple[tuple[str, int], ...]
+"""the symbols' sizes in one run, sorted by symbol"""
+
+
 @dataclass
 class Fits:
     """What runs of the program (or the original) at several sizes showed of the sizes it computes
@@ -61,9 +65,9 @@ class Fits:
     """the values whose unknown shapes a run was asked for -> their sizes at the representative sizes"""
     opaque: dict[str, int] = field(default_factory=dict)
     """the opaque symbols (:meth:`Rewrite.opaque_shape`) -> their sizes at the representative sizes"""
-    runs: dict[str, list[tuple[dict[str, int], list[int]]]] = field(default_factory=dict)
-    """the values whose unknown shapes a run was asked for -> their sizes in each run that ran (the sizes of the
-    symbols there, its sizes)"""
+    runs: dict[str, dict[RunKey, list[int]]] = field(default_factory=dict)
+    """in a program written for the user, the values whose shapes the runs left with a size no monomial fits ->
+    their sizes in each run that ran, by the symbols' sizes there (:meth:`Rewrite._split_ones` reads them)"""
 
 
 @dataclass
@@ -206,38 +210,33 @@ class Rewrite(SizeWriter):
         """An opaque size that is a symbol at 1 times the opaque size of another value's axis (rows of ``[frames *
         batch, 384]``: at a batch of 1 they read as the frames, so the rows reshaped to ``[batch, frames, 384]``
         would be written ``[1, rows, 384]``): that symbol times the other's opaque symbol, where in every run of
-        the values (:func:`.probes.fit`) this size is the symbol's size times the other's, and some run had the
-        symbol above 1. None where no such value was run (the opaque size is then a symbol of its own)."""
-        runs = self.fits.runs.get(name)
-        ones = [s for s, v in self.values.items() if v == 1]
-        if not runs or not ones:
-            return None
-        mine = {tuple(sorted(at.items())): sizes[axis] for at, sizes in runs if axis < len(sizes)}
+        both values (:func:`.probes.fit`) this size is the symbol's size times the other's, some run had the symbol
+        above 1 and the other's size changes from run to run. None where no such value was run (the opaque size is
+        then a symbol of its own). A reading that sizes coincide into fails the verification at further sizes, as
+        any guess does."""
+        mine = {key: sizes[axis] for key, sizes in self.fits.runs.get(name, {}).items() if axis < len(sizes)}
+        ones = [s for s, v in self.values.items() if v == 1 and s not in self.sums]
         for symbol in ones:
-            if not any(dict(key)[symbol] > 1 for key in mine):
+            at = {key: dict(key).get(symbol, 0) for key in mine}
+            if not mine or min(at.values()) < 1 or max(at.values()) < 2 or any(mine[k] % at[k] for k in mine):
                 continue
-            rest = {key: size // dict(key)[symbol] for key, size in mine.items() if size % dict(key)[symbol] == 0}
-            if len(rest) != len(mine):
+            rest = {key: size // at[key] for key, size in mine.items()}
+            if len(set(rest.values())) < 2:  # the rest the same in every run: any size could be it
                 continue
-            for other, other_runs in self.fits.runs.items():
-                if other == name:
+            for other, runs in self.fits.runs.items():
+                ranks = {len(sizes) for sizes in runs.values()}
+                if other == name or other in self._splitting or len(ranks) != 1 or not rest.keys() <= runs.keys():
                     continue
-                theirs = [{tuple(sorted(at.items())): sizes[k] for at, sizes in other_runs}
-                          for k in range(len(other_runs[0][1]))] if other_runs else []
-                for k, sized in enumerate(theirs):
-                    if rest.keys() <= sized.keys() and all(sized[key] == v for key, v in rest.items()):
-                        base = self.fits.sizes.get(other)
-                        if base is None or k >= len(base) or other in self._splitting:
-                            continue
-                        self._splitting.add(name)
-                        try:
-                            place = self.opaque_shape(other)
-                        finally:
-                            self._splitting.discard(name)
-                        d = place[k] if place is not None and k < len(place) else None
-                        if d is None or d.is_const or self.values.get(symbol) is None \
-                                or any(s == symbol for s, _ in d.powers):
-                            continue
+                for k in range(ranks.pop()):
+                    if any(runs[key][k] != v for key, v in rest.items()):
+                        continue
+                    self._splitting.add(name)
+                    try:
+                        place = self.opaque_shape(other)
+                    finally:
+                        self._splitting.discard(name)
+                    d = place[k] if place is not None and k < len(place) else None
+                    if d is not None and not d.is_const and all(s != symbol for s, _ in d.powers):
                         return Mono.symbol(symbol) * d
         return None
 
@@ -258,4 +257,4 @@ class Rewrite(SizeWriter):
                 self.shaped.pending.append(to)
 
 
-__all__ = ["Fits", "Forms", "Guards", "Reshaped", "Rewrite", "Shaped"]
+__all__ = ["Fits", "Forms", "Guards", "Reshaped", "Rewrite", "RunKey", "Shaped"]

@@ -7,8 +7,9 @@ A reshape's target is folded to numbers at the representative sizes (its ``Shape
 reshape of ``[batch, seq, 768]`` to ``[batch*seq, 768]`` stays symbolic; a size no monomial fits (an audio model's
 frames) is a symbol of its own there. An opaque operator's output shapes are inferred again at its inputs'
 fingerprints (:func:`opaque_fingerprints`), with the small values computed from shapes taken where every symbol is at
-its fingerprint (:func:`values_at_fingerprints`: a ``Range`` over the frames read off a shape), else read off runs of
-the model at several sizes of each symbol (:func:`fitted_fingerprints`).
+its fingerprint (:func:`values_at_fingerprints`: a ``Range`` over the frames read off a shape, or computed from the
+samples by an integer floor division), else read off runs of the model at several sizes of each symbol
+(:func:`fitted_fingerprints`).
 """
 
 from __future__ import annotations
@@ -147,7 +148,9 @@ def values_at_fingerprints(runs: ModelRuns, node: onnx.NodeProto, shapes: Mappin
     """The small values an ONNX ``node`` computes where every symbol is at its fingerprint, and whether they follow
     a size no monomial fits: a ``Shape`` of a symbolic value (``shapes``: its inputs' imported shapes) its
     fingerprints (following such a size where it reads one); a computation (:data:`FP_VALUE_OPS`) on such values
-    (``known``; ``opaque``: those that follow such a size) and small constants (``consts``), the node run on them.
+    (``known``; ``opaque``: those that follow such a size) and small constants (``consts``), the node run on them
+    (following such a size where an input does, or where it is an integer division that does not divide:
+    :func:`_floored`; a float ``Floor(x / 320.0)`` is not read so).
     Read by :func:`opaque_fingerprints` where a value follows such a size, so that a shape that follows a value
     computed from a shape (the frames of an audio model's relative position bias, ``Range(Cast(Shape(x)[1]))``, tiled
     by the batch read off another shape) is a fingerprint too, where no monomial of the symbols fits it and runs of
