@@ -376,7 +376,9 @@ class _Importer:
             self._opaque(node, implicit)
         else:
             self.values[node.output[0]] = mapped
-            if not sized:  # (a Reshape to a sized target is written from the IR: its target, a constant)
+            anew = ops.WRITTEN_ANEW.get(node.op_type)
+            # (a Reshape to a sized target is written from the IR: its target, a constant; a form written anew too)
+            if not sized and not (anew is not None and anew(mapped)):
                 self.record_origin([node], [node.output[0]])
         repeated = repeated_heads(self.values[node.output[0]]) if node.op_type == "Reshape" and self.generic else None
         if repeated is not None:  # transformers' repeat_kv: one operator that rules see through

@@ -39,8 +39,9 @@ operators onnxruntime fuses as epilogues; both read onnxruntime's fusions from :
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ from .matching import Matcher
 
 __all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "CONSTRUCTORS", "Ctor", "Emitter", "FREE_OPS",
            "IMPORTS", "ImportContext", "MAX_RANK", "Mapper", "Matcher", "PATTERNS", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
-           "describe", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
+           "WRITTEN_ANEW", "describe", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
            "window_out"]
 
 _ENTRIES: tuple[OpDef, ...] = (
@@ -127,6 +128,10 @@ IMPORTS: Mapping[str, Mapper] = _imports(elementwise.IMPORTS, matmul.IMPORTS, co
                                          layout.IMPORTS, batchnorm.IMPORTS, composite.IMPORTS)
 """ONNX op type (default domain) -> its mapper to the IR (:mod:`eqsat.ops.mapping`), joined from the family
 modules' ``IMPORTS``"""
+
+WRITTEN_ANEW: Mapping[str, Callable[[Any], bool]] = MappingProxyType({"Conv": conv.one_d})
+"""ONNX op type -> whether a node's mapped IR value is a form the runtime runs faster than the node (a 1-D Conv as
+the 2-D one): the exporter writes that form even where the program keeps the node unchanged (no origin record)"""
 
 
 def _patterns(*tables: Mapping[str, Matcher | tuple[Matcher, ...]]) -> Mapping[str, tuple[Matcher, ...]]:
