@@ -175,6 +175,20 @@ def audio_attention(static: bool, names: str = "") -> onnx.ModelProto:
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _biased_attention() -> list[onnx.NodeProto]:
+    """``heads = softmax(scores + 0.1 * (i - j)) @ q`` over positions ``Range(frames)`` (a relative position bias;
+    the names ``start``, ``step``, ``zero``, ``axes`` and ``tenth`` are the builder's constants)."""
+    return [helper.make_node("Range", ["start", "frames", "step"], ["positions"]),
+            helper.make_node("Unsqueeze", ["positions", "zero"], ["row"]),
+            helper.make_node("Unsqueeze", ["positions", "axes"], ["column"]),
+            helper.make_node("Sub", ["row", "column"], ["offsets"]),
+            helper.make_node("Cast", ["offsets"], ["offsets_f"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["offsets_f", "tenth"], ["bias"]),
+            helper.make_node("Add", ["scores", "bias"], ["biased"]),
+            helper.make_node("Softmax", ["biased"], ["p"], axis=-1),
+            helper.make_node("MatMul", ["p", "q"], ["heads"])]
+
+
 def audio_residual_rows(static: bool) -> onnx.ModelProto:
     """samples[batch, length] -> a strided Conv -> ``x`` [batch, frames, 8] -> attention over the frames (2 heads)
     with a relative position bias over ``Range(frames)`` -> ``(attention + x) @ W`` -> ``[batch, frames, 8]``.
@@ -202,15 +216,7 @@ def audio_residual_rows(static: bool) -> onnx.ModelProto:
              helper.make_node("MatMul", ["q", "kt"], ["scores"]),
              helper.make_node("Shape", ["x"], ["f1"], start=1, end=2),
              helper.make_node("Squeeze", ["f1"], ["frames"]),
-             helper.make_node("Range", ["start", "frames", "step"], ["positions"]),
-             helper.make_node("Unsqueeze", ["positions", "zero"], ["row"]),
-             helper.make_node("Unsqueeze", ["positions", "axes"], ["column"]),
-             helper.make_node("Sub", ["row", "column"], ["offsets"]),
-             helper.make_node("Cast", ["offsets"], ["offsets_f"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["offsets_f", "tenth"], ["bias"]),
-             helper.make_node("Add", ["scores", "bias"], ["biased"]),
-             helper.make_node("Softmax", ["biased"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "q"], ["heads"]),
+             *_biased_attention(),
              helper.make_node("Transpose", ["heads"], ["back_heads"], perm=[0, 2, 1, 3])]
     if static:
         nodes += [helper.make_node("Reshape", ["back_heads", "k_rows"], ["a_rows"]),
@@ -263,15 +269,7 @@ def audio_position_bias(frames_from: str = "shape") -> onnx.ModelProto:
                 helper.make_node("Sub", ["length", "c_kernel"], ["span"]),
                 helper.make_node("Div", ["span", "c_stride"], ["steps"]),
                 helper.make_node("Add", ["steps", "step"], ["frames"])]),
-             helper.make_node("Range", ["start", "frames", "step"], ["positions"]),
-             helper.make_node("Unsqueeze", ["positions", "zero"], ["row"]),
-             helper.make_node("Unsqueeze", ["positions", "axes"], ["column"]),
-             helper.make_node("Sub", ["row", "column"], ["offsets"]),
-             helper.make_node("Cast", ["offsets"], ["offsets_f"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["offsets_f", "tenth"], ["bias"]),
-             helper.make_node("Add", ["scores", "bias"], ["biased"]),
-             helper.make_node("Softmax", ["biased"], ["p"], axis=-1),
-             helper.make_node("MatMul", ["p", "q"], ["heads"]),
+             *_biased_attention(),
              helper.make_node("Transpose", ["heads"], ["back_heads"], perm=[1, 0, 2]),
              helper.make_node("Mul", ["f1", "b1"], ["fb"]),
              helper.make_node("Concat", ["fb", "c_width"], ["rows_t"], axis=0),
