@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -174,7 +175,31 @@ def _reshape_rules() -> list[str]:
 
 
 def _reshape_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
+    """A Reshape; one that only inserts or removes axes of 1 beside a size no monomial of the symbols fits (the frames
+    of a 1-D convolution written 2-D) an Unsqueeze or a Squeeze, which hold at every size with no target to write
+    (the shape-generic writer reads such a size off runs at nearby sizes, where a strided convolution's frames may
+    not change)."""
+    if shapes and any(getattr(d, "mono", 0) is None for d in (*shapes[0], *attrs)):
+        if (axes := _unit_axes(shapes[0], attrs)) is not None:
+            return em.emit("Unsqueeze", ins + [em.const(np.array(axes, dtype=np.int64), "axes")], "unsqueeze")
+        if (axes := _unit_axes(attrs, shapes[0])) is not None:
+            return em.emit("Squeeze", ins + [em.const(np.array(axes, dtype=np.int64), "axes")], "squeeze")
     return em.emit("Reshape", ins + [em.const(np.array(attrs, dtype=np.int64), "shape")], "reshape")
+
+
+def _unit_axes(short: Sequence[int], long: Sequence[int]) -> list[int] | None:
+    """The axes of ``long`` that are a constant 1 and whose removal leaves ``short`` (each size compared with its
+    symbols, :attr:`eqsat.dims.Dim.fp`); None where there are none such."""
+    def fp(d: int) -> int:
+        return int(getattr(d, "fp", d))
+    ones = [k for k, d in enumerate(long) if not hasattr(d, "mono") and int(d) == 1]
+    extra = len(long) - len(short)
+    if extra <= 0 or extra > len(ones):
+        return None
+    for axes in itertools.combinations(ones, extra):
+        if [fp(d) for k, d in enumerate(long) if k not in axes] == [fp(d) for d in short]:
+            return list(axes)
+    return None
 
 
 RESHAPE = OpDef("reshape", "the same elements in a new shape (egglog: ranks 1-4)", "target shape", _reshape_shape,
