@@ -13,8 +13,8 @@ kept, a large negative value where masked: what BERT's ``get_extended_attention_
   LayerNormalization (``addnorm``, eps 1e-12);
 * the feed-forward block: ``linear`` to 4 D, GELU (erf), ``linear`` back to D, residual Add + LayerNormalization.
 
-The weights are named for their place (``layer0.query.weight``, ...: :func:`weight_names`), so that a second
-evaluator can compute the same forward from them (tests/models/test_models_encoder.py).
+The weights are named for their place (``layer{i}.{part}.{weight,bias}``: ``layer0.query.weight``, ...), so that a
+second evaluator can compute the same forward from them (tests/models/test_models_encoder.py).
 """
 
 from __future__ import annotations
@@ -27,15 +27,6 @@ from .builder import Builder
 
 EPS = 1e-12
 """BERT's LayerNormalization epsilon"""
-
-PARTS = ("query", "key", "value", "attention.output", "attention.norm", "intermediate", "output", "output.norm")
-"""each layer's parametrized parts, in the order their weights are made"""
-
-
-def weight_names(layer: int) -> list[str]:
-    """The names of one layer's weights in the order they are made: ``layer{i}.{part}.{weight,bias}``."""
-    return [f"layer{layer}.{part}.{kind}" for part in PARTS for kind in ("weight", "bias")]
-
 
 def _linear(b: Builder, x: Node, n: int, name: str) -> Node:
     """x @ W + bias, W [k, n] (the transposed torch Linear weight the exporters fold into an initializer)."""
@@ -78,4 +69,4 @@ def encoder(seed: int = 0, layers: int = 2, seq: int = 128, hidden: int = 64, he
     return b.graph([x])
 
 
-__all__ = ["EPS", "PARTS", "encoder", "weight_names"]
+__all__ = ["EPS", "encoder"]

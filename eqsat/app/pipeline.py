@@ -54,7 +54,7 @@ from .report import (
     VerificationReport,
 )
 from .result import Result
-from .selection import IMPORTED, Extracted, candidates_phase, same_operators, same_program, with_imported
+from .selection import IMPORTED, Extracted, Written, candidates_phase, same_operators, same_program, with_imported
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
@@ -63,18 +63,12 @@ Progress = Callable[[str], None]
 
 # -- the phases ----------------------------------------------------------------------------------------------
 
-def import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph]:
-    """(the original ONNX model, its IR graph) from a model, a path or a graph; the graph at the shapes
-    ``config.input_shapes`` and ``config.static_shapes`` give (a dynamic dimension neither fixes: its
-    representative size, :mod:`eqsat.app.shaping`)."""
-    original, graph, _ = shaped_import_phase(model, config)
-    return original, graph
-
-
 def shaped_import_phase(model: onnx.ModelProto | Graph | str,
                         config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph, Shaping]:
-    """:func:`import_phase` with the run's :class:`~eqsat.app.shaping.Shaping` of the original's dynamic
-    dimensions."""
+    """(the original ONNX model, its IR graph, the run's :class:`~eqsat.app.shaping.Shaping` of the original's
+    dynamic dimensions) from a model, a path or a graph; the graph at the shapes ``config.input_shapes`` and
+    ``config.static_shapes`` give (a dynamic dimension neither fixes: its representative size,
+    :mod:`eqsat.app.shaping`)."""
     if isinstance(model, Graph):
         return export_model(model), model, Shaping.of(None, config)
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
@@ -154,10 +148,10 @@ def extract_phase(egraph: EGraph, config: OptimizeConfig, cost_model: CostModel,
 
 def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: CostModel,
                  shaping: Shaping | None = None, blocks: Blocks | None = None,
-                 rest: Graph | None = None) -> tuple[Graph, onnx.ModelProto]:
+                 rest: Graph | None = None) -> Written:
     """The extracted program as IR and as a checked ONNX model (written shape-generic with the original's
-    interface where ``shaping`` says so). Its recomputed cost must equal the extractor's DAG cost (one costing,
-    two paths: a disagreement is a bug). Where a weight pool is current, the model refers to its weights
+    interface where ``shaping`` says so, with what that write could not make generic). Its recomputed cost must
+    equal the extractor's DAG cost (one costing, two paths: a disagreement is a bug). Where a weight pool is current, the model refers to its weights
     (:meth:`eqsat.onnx.pool.WeightPool.slim`). With ``blocks`` (``graph`` is then their representative), the program
     is replayed on every copy (:meth:`Blocks.replay`) first, with ``rest`` (:func:`rest_phase`) outside them."""
     program = build_program(snap, ext.choice, graph)
@@ -169,18 +163,19 @@ def export_phase(snap: Snapshot, ext: Extraction, graph: Graph, cost_model: Cost
     return written_input(program, shaping)
 
 
-def written_input(graph: Graph, shaping: Shaping | None = None) -> tuple[Graph, onnx.ModelProto]:
-    """``graph`` written as every candidate is: exported, shape-generic where ``shaping`` says so, referring to the
-    current weight pool's weights (no copy kept per candidate), checked. Given the imported program, no rule
-    applied, this is the :data:`~eqsat.app.selection.IMPORTED` candidate; :func:`export_phase` writes each
-    extracted program through it."""
+def written_input(graph: Graph, shaping: Shaping | None = None) -> Written:
+    """``graph`` written as every candidate is: exported, shape-generic where ``shaping`` says so (with what could
+    not be made generic), referring to the current weight pool's weights (no copy kept per candidate), checked.
+    Given the imported program, no rule applied, this is the :data:`~eqsat.app.selection.IMPORTED` candidate;
+    :func:`export_phase` writes each extracted program through it."""
     model = export_model(graph)
+    notes: list[str] = []
     if shaping is not None:
-        model = shaping.write(model)
+        model, notes = shaping.write(model)
     if (weights := pool.current()) is not None:
         model = weights.slim(model)
     onnx_io.check(model)
-    return graph, model
+    return Written(graph, model, notes)
 
 
 def verify_phase(original: onnx.ModelProto, optimized: onnx.ModelProto, config: OptimizeConfig,
@@ -216,14 +211,14 @@ class Built:
     shapes: ShapesCheck | None = None
     """the check at the further shapes of a shape-generic run"""
     notes: list[str] = field(default_factory=list)
-    """what its shape-generic write could not make generic (:attr:`Shaping.last_notes`)"""
+    """what its shape-generic write could not make generic (:meth:`Shaping.write`)"""
     check: VerificationReport | None = None
     """its check against the original (a further candidate's; the first's is :attr:`Checked.verification`)"""
 
 
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
                      config: OptimizeConfig, cost_model: CostModel,
-                     first: tuple[Graph, onnx.ModelProto] | None = None,
+                     first: Written | None = None,
                      shaping: Shaping | None = None, blocks: Blocks | None = None,
                      rest: Graph | None = None, verifier: Verifier | None = None,
                      say: Callable[[str], None] = lambda _msg: None) -> list[Built]:
@@ -242,14 +237,14 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
         if len(built) >= config.candidates:
             break
         if k == 0 and first is not None:
-            program, model = first
+            program, model, notes = first
         elif c.written is not None:
-            program, model = c.written
+            program, model, notes = c.written
         else:
             try:
                 assert c.extraction is not None
-                program, model = export_phase(c.snapshot or snap, c.extraction, template, c.cost_model, shaping,
-                                              blocks, rest)
+                program, model, notes = export_phase(c.snapshot or snap, c.extraction, template, c.cost_model,
+                                                     shaping, blocks, rest)
             except Exception as e:  # noqa: BLE001 - a further candidate only: the run goes on without it
                 if k == 0 or isinstance(e, MemoryError):
                     raise
@@ -269,9 +264,8 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
                 weights.drop_pages()
             memory.release()  # its export's and session's transients: not kept while the next is exported
         b = Built(program, model, entry, same_program(graph, program) and same_operators(original, model),
+                  notes=list(notes),
                   check=VerificationReport.of(check, config.seed) if built or first is None else None)
-        if shaping is not None and not (k == 0 and first is not None):
-            b.notes = list(shaping.last_notes)
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
         built.append(b)
@@ -442,7 +436,6 @@ class Run:
         with timer("export"):
             first = export_phase(found.snap, found.ext, imp.searched, found.cost_model, imp.shaping, imp.blocks,
                                  found.rest)
-            first_notes = list(imp.shaping.last_notes)
         with timer("verify"):
             verifier = verifier_of(imp.original, config)
             verification, edge_failure = verify_phase(imp.original, first[1], config, verifier)
@@ -460,7 +453,6 @@ class Run:
             self.say(f"verified: max abs error {verification.max_abs_error:.2e}"
                      + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
         head = built[0]
-        head.notes = first_notes
         head.entry.max_abs_error = verification.max_abs_error
         head.entry.verified = verification.verified and (head.shapes is None or head.shapes.passed)
         if edge_failure:
@@ -545,6 +537,6 @@ def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
         e.beside = {key: values[k + 1] for key, values in all_.beside.items()}
 
 
-__all__ = ["Built", "OptimizeConfig", "Result", "build_candidates", "candidates_phase", "encode_phase", "export_phase",
-           "extract_phase", "ilp_seconds", "import_phase", "optimize", "rest_phase", "search_phase", "shapes_phase",
+__all__ = ["Built", "OptimizeConfig", "Result", "Written", "build_candidates", "candidates_phase", "encode_phase",
+           "export_phase", "extract_phase", "ilp_seconds", "optimize", "rest_phase", "search_phase", "shapes_phase",
            "shaped_import_phase", "verifier_of", "verify_phase", "written_input"]

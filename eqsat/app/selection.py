@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import onnx
 
@@ -31,15 +32,17 @@ from eqsat.cost.measure import timing_until
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import PathState
+from eqsat.onnx import fusions
 from eqsat.snapshot import Snapshot
 
 from .config import OptimizeConfig, ilp_seconds
 
-UNFUSED = frozenset({"ewsum"})
+UNFUSED = fusions.UNFUSED
 """element-wise operators that compute each element from the operands' elements at its place and that onnxruntime
-fuses with no neighbour (``ewsum`` is ONNX Sum, written so that it is not fused): on operands of its own shape, one is
-the same kernel on the same data whether its operands were reshaped first or its result after. (Add, Mul, Gelu are
-not: whether a Reshape stands between one and its producer or consumer decides onnxruntime's fusions.)"""
+fuses with no neighbour (:data:`eqsat.onnx.fusions.UNFUSED`: ``ewsum`` is ONNX Sum, written so that it is not fused):
+on operands of its own shape, one is the same kernel on the same data whether its operands were reshaped first or its
+result after. (Add, Mul, Gelu are not: whether a Reshape stands between one and its producer or consumer decides
+onnxruntime's fusions.)"""
 ROWWISE = frozenset({"layernorm", "rmsnorm"})
 """operators that compute each row (the last axis) from the operand's row at its place and parameters along the
 last axis: the same kernel whether the rows are gathered in [1, 128, 768] or in [128, 768], where their operand is
@@ -127,6 +130,15 @@ def other_cost_name(cost_name: str) -> str:
     return "analytic"
 
 
+class Written(NamedTuple):
+    """A program as written for the user (:func:`eqsat.app.pipeline.written_input`): its IR, its ONNX model, and
+    what its shape-generic write could not make generic (:meth:`eqsat.app.shaping.Shaping.write`)."""
+
+    program: Graph
+    model: onnx.ModelProto
+    notes: list[str]
+
+
 @dataclass
 class Extracted:
     """One candidate: its name, how it was produced, its extraction and the cost model that extraction's DAG cost
@@ -139,7 +151,7 @@ class Extracted:
     extraction: Extraction | None
     cost_model: CostModel
     snapshot: Snapshot | None = None
-    written: tuple[Graph, onnx.ModelProto] | None = None
+    written: Written | None = None
 
 
 IMPORTED = "imported"
@@ -148,7 +160,7 @@ simplifications (shape computations folded into its shape-generic forms, constan
 composites the import recognized written in the forms onnxruntime fuses), which the peers' simplifiers also make"""
 
 
-def with_imported(extracted: list[Extracted], written: tuple[Graph, onnx.ModelProto], original: onnx.ModelProto,
+def with_imported(extracted: list[Extracted], written: Written, original: onnx.ModelProto,
                   config: OptimizeConfig, cost_model: CostModel) -> list[Extracted]:
     """The candidates with the :data:`IMPORTED` one second (after the final extractor's, so that it is among the
     first ``--candidates`` and in the measurement's first group), where more than one candidate is measured and

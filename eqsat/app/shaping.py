@@ -130,8 +130,6 @@ class Shaping:
     """where an output's dynamic length came out short at the given sizes (a waveform's frames at 1): a size of
     the lengths doubled until it does not, verified at too (not measured), so that no program fitted where a
     symbol looks like a constant ships unchecked (:meth:`probe`)"""
-    last_notes: list[str] = field(default_factory=list)
-    """what the last :meth:`write` could not write shape-generic (:attr:`eqsat.generic.Generic.notes`)"""
     facts: Original | None = field(default=None, repr=False)
     """what the writer learnt of the original, carried from one candidate's :meth:`write` to the next"""
 
@@ -234,16 +232,16 @@ class Shaping:
         except TypeError:  # a subclass with other arguments
             return InputError(message)
 
-    def write(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """A candidate as written: shape-generic with the original's interface, unless specialized."""
+    def write(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+        """A candidate as written: shape-generic with the original's interface, unless specialized; with what could
+        not be written shape-generic (:attr:`eqsat.generic.Generic.notes`; none where the run is not generic)."""
         if not self.generic:
-            return model
+            return model, []
         assert self.original is not None
         if self.facts is None or self.facts.model is not self.original or self.facts.values != self.values:
             self.facts = Original(self.original, self.values)
         written = make_generic(model, self.original, self.values, self.facts)
-        self.last_notes = list(written.notes)
-        return written.model
+        return written.model, list(written.notes)
 
     def check(self, model: onnx.ModelProto, seed: int) -> ShapesCheck:
         """A written candidate at the further shapes, then its table guards' else-branches beyond their bounds

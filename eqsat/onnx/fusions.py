@@ -24,6 +24,10 @@ defeats it. The predicates state the constraints the code reads:
 * :func:`valid_as_pads`: a Conv or pooling node's ``auto_pad`` VALID as explicit zero pads, the form
   :data:`PAD_CONV` folds a preceding Pad into. Read by :mod:`eqsat.onnx.export` for the user's nodes it writes
   back.
+* :data:`UNFUSED`: the element-wise IR operators written in a spelling that fuses with no neighbour. Read by
+  :func:`eqsat.app.selection.same_program`.
+* :data:`BIAS_PRODUCERS`: the producers whose bias :data:`MATMUL_ADD` and :data:`CONV_ADD` fold in. Read by
+  :mod:`eqsat.onnx.neutral` (``DENSE``: whose zero bias it drops).
 
 The rules between a fused kernel and a spelling that stays unfused (``rules/ours/spelling.py``:
 :data:`SKIP_LAYER_NORM` and the ``Sum`` that defeats it) and the operator table's emitters (:mod:`eqsat.ops`,
@@ -154,6 +158,17 @@ FUSIONS: tuple[Fusion, ...] = (MATMUL_ADD, GEMM_ACTIVATION, MATMUL_SCALE, MATMUL
                                PAD_CONV)
 """every fusion eqsat relies on"""
 
+UNFUSED = frozenset({"ewsum"})
+"""the element-wise IR operators whose spelling onnxruntime fuses with no neighbour: ``ewsum``, written as ONNX Sum,
+the spelling that defeats :data:`SKIP_LAYER_NORM`. On operands of its own shape one is the same kernel on the same
+data whether a Reshape stands before or after it (Add, Mul, Gelu are not: a Reshape between one and its producer or
+consumer decides a fusion)"""
+
+BIAS_PRODUCERS = (MATMUL_ADD.producer, MATMUL_ADD.kernel, CONV_ADD.producer)
+"""the ONNX producers a bias folds into (MatMul and Gemm, whose ``C`` it is: :data:`MATMUL_ADD`; Conv:
+:data:`CONV_ADD`): a zero bias after one is dropped with no fusion lost, where a bias added to anything else may be
+part of a form onnxruntime fuses (a LayerNorm's zero shift, an RMSNorm's unit scale)"""
+
 DENSE_RANKS = (2, 3)
 """the ranks of the IR's dense layers ([rows, N], [B, S, N]): the bias signatures :func:`epilogue` reads as
 :data:`MATMUL_ADD`'s"""
@@ -245,7 +260,7 @@ def epilogue(op: str, in_shapes: Sequence[Shape], out_shape: Shape) -> tuple[Fus
     return None
 
 
-__all__ = ["CONV_ACTIVATION", "CONV_ADD", "CONV_BN", "CONV_MUL", "DENSE_RANKS", "FUSIONS", "GELU", "GEMM_ACTIVATION",
-           "MATMUL_ADD", "MATMUL_SCALE", "MATMUL_TRANSPOSE", "PAD_CONV", "QUICK_GELU", "SIMPLIFIED_LAYER_NORM",
-           "SKIP_LAYER_NORM", "WINDOWED", "Fusion", "activation_fusion", "channel_operand", "epilogue", "row_bias",
+__all__ = ["BIAS_PRODUCERS", "CONV_ACTIVATION", "CONV_ADD", "CONV_BN", "CONV_MUL", "DENSE_RANKS", "FUSIONS", "GELU",
+           "GEMM_ACTIVATION", "MATMUL_ADD", "MATMUL_SCALE", "MATMUL_TRANSPOSE", "PAD_CONV", "QUICK_GELU",
+           "SIMPLIFIED_LAYER_NORM", "SKIP_LAYER_NORM", "UNFUSED", "WINDOWED", "Fusion", "activation_fusion", "channel_operand", "epilogue", "row_bias",
            "static_shape_needed", "stripped", "valid_as_pads"]

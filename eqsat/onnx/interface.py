@@ -4,7 +4,8 @@ symbols), the shapes a run tunes at and the shapes its result is verified at.
 A dynamic dimension is a symbol: its ``dim_param`` name, or for an unnamed one ``INPUT:AXIS``. Two inputs naming the
 same ``dim_param`` share the symbol (they take one value). A run tunes and measures at one **representative**
 shape: the user's ``--input-shape`` where given, else :data:`BATCH_DEFAULT` for a batch-like symbol and
-:data:`OTHER_DEFAULT` for any other (:func:`representative_shapes`); the result is verified there and at
+:data:`OTHER_DEFAULT` for any other (:func:`symbol_values`), a default the model refuses moved to a size it runs at
+(:func:`runnable_values`), the shapes there by :func:`shapes_at`; the result is verified there and at
 :func:`probe_values` of each symbol, one symbol changed at a time.
 
 >>> is_batch_like("batch_size"), is_batch_like("N"), is_batch_like("sequence")
@@ -48,8 +49,6 @@ QUIET.log_severity_level = 4  # a size the model refuses is an answer here, not 
 _BATCH = re.compile(r"^(n|b|bs|batch|batch_?size|batch_?dim|.*batch.*)$", re.IGNORECASE)
 
 Shapes = dict[str, tuple[int, ...]]
-Dim = int | str
-"""a dimension of the interface: a size, or the symbol it is"""
 
 
 def is_batch_like(symbol: str) -> bool:
@@ -63,7 +62,8 @@ class Port:
 
     name: str
     elem_type: int
-    dims: tuple[Dim, ...] | None
+    dims: tuple[int | str, ...] | None
+    """each a size, or the symbol it is"""
 
     def shown(self) -> str:
         dims = "?" if self.dims is None else ",".join(map(str, self.dims))
@@ -74,7 +74,7 @@ def _port(vi: onnx.ValueInfoProto, declared_only: bool = False) -> Port:
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return Port(vi.name, tt.elem_type, None)
-    dims: list[Dim] = []
+    dims: list[int | str] = []
     for k, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value"):  # a static size (0 included: the importer refuses it by name)
             dims.append(int(d.dim_value))
@@ -277,14 +277,6 @@ def length_symbols(model: onnx.ModelProto) -> list[str]:
     return [s for s, places in syms.items() if s not in derived and not _batch(s, places)]
 
 
-def representative_shapes(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) -> Shapes:
-    """The shapes a run tunes and measures at: the user's (``given``) completed for every other dynamic input
-    (a symbol the user sized keeps that size everywhere; others take the defaults)."""
-    shapes = shapes_at(model, symbol_values(model, given))
-    shapes.update(given)
-    return shapes
-
-
 def probe_values(value: int, batch: bool) -> list[int]:
     """The further values a symbol at ``value`` is verified at (its representative value left out): for a symbol
     represented above every one of :data:`OTHER_PROBES` (a waveform's samples, which refuses them all), also
@@ -315,5 +307,5 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
 
 
 __all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
-           "interface_difference", "is_batch_like", "probe_shapes", "probe_values", "representative_shapes",
+           "interface_difference", "is_batch_like", "probe_shapes", "probe_values",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

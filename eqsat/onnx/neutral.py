@@ -18,15 +18,17 @@ import numpy as np
 import onnx
 
 from .folding import dtype_name
+from .fusions import BIAS_PRODUCERS
 from .pool import array_of
 from .subgraphs import rename_outer, subgraphs
 
 NEUTRAL = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}
 """op type -> the constant it passes its other operand through with"""
 
-DENSE = ("MatMul", "Gemm", "Conv")
-"""the producers whose zero bias :func:`without_neutral` drops: a bias added to anything else may be part of a form
-onnxruntime fuses (a LayerNorm's zero shift, an RMSNorm's unit scale: dropped, the norm is no longer fused)"""
+DENSE = BIAS_PRODUCERS
+"""the producers whose zero bias :func:`without_neutral` drops (:data:`eqsat.onnx.fusions.BIAS_PRODUCERS`: MatMul,
+Gemm, Conv): a bias added to anything else may be part of a form onnxruntime fuses (a LayerNorm's zero shift, an
+RMSNorm's unit scale: dropped, the norm is no longer fused)"""
 
 OPTIONAL_ZERO = {"Gemm": 2, "Conv": 2}
 """op type -> the position of an optional additive operand that is nothing where it is all zero"""

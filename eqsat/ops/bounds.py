@@ -10,15 +10,18 @@ ranges over its type's finite values). Float rounding is monotonic, so
 an interval computed exactly in float64 from float32 bounds still holds after each float32 operation rounds.
 
 >>> import numpy as np
+>>> import onnx
 >>> from eqsat import ir
 >>> m = ir.input_("m", (2, 1, 1, 8), dtype="bool")
->>> cast = ir.opaque("Cast", [m], (2, 1, 1, 8), "float32", attr_bytes=(_cast_to(1),))
+>>> to_float = onnx.helper.make_attribute("to", onnx.TensorProto.FLOAT).SerializeToString()
+>>> cast = ir.opaque("Cast", [m], (2, 1, 1, 8), "float32", attr_bytes=(to_float,))
 >>> lowest = ir.weight("lowest", (1, 1, 1, 1))
 >>> mask = ir.make("ewmul", [ir.opaque("Sub", [ir.weight("one", ()), cast], (2, 1, 1, 8)), lowest])
 >>> weights = {"one": np.float32(1), "lowest": np.finfo(np.float32).min}
->>> bool(value_range(mask, weights)[0] == np.finfo(np.float32).min), is_finite(mask, weights)
-(True, True)
->>> is_finite(ir.input_("mask", (1, 1, 4, 4)), {}), is_finite(ir.input_("mask", (1, 1, 4, 4)), {}, True)
+>>> bool(value_range(mask, weights)[0] == np.finfo(np.float32).min)  # finite: an interval, not None
+True
+>>> x = ir.input_("mask", (1, 1, 4, 4))
+>>> value_range(x, {}) is not None, value_range(x, {}, finite_inputs=True) is not None
 (False, True)
 """
 
@@ -43,11 +46,6 @@ _ONNX_LAYOUT = {"Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Transp
 otherwise; Pad's constant and Trilu's zeros are read from the operands and 0 below)"""
 _BOOLEAN = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf"}
 """ONNX operators whose output is boolean whatever their operands hold (a comparison with NaN is false)"""
-
-
-def _cast_to(elem_type: int) -> bytes:
-    """A serialized ``to`` attribute (the doctest's Cast)."""
-    return onnx.helper.make_attribute("to", elem_type).SerializeToString()
 
 
 def _type_range(dtype: str) -> Range | None:
@@ -192,18 +190,13 @@ def value_range(node: Any, weights: Mapping[str, Any], finite_inputs: bool = Fal
     return _Ranges(weights, finite_inputs, known).of(node)
 
 
-def is_finite(node: Any, weights: Mapping[str, Any], finite_inputs: bool = False) -> bool:
-    """Whether every element ``node`` computes is finite (not NaN, not infinite) on every input."""
-    return value_range(node, weights, finite_inputs) is not None
-
-
 def finite_masks(nodes: Iterable[Any], weights: Mapping[str, Any], vouched: bool = False,
                  known: Mapping[str, Range] | None = None) -> frozenset[int]:
     """The ids of the nodes among ``nodes`` that are an ``attention``'s mask operand and finite on every input
-    (:func:`is_finite`; every one where the user ``vouched`` for them, ``--assume-finite-masks``): the e-graph
-    marks them ``Finite``, and only an attention masked by one becomes a runtime kernel (``attention_kernel``),
-    whose fully masked rows differ from the decomposition's where a mask holds -inf (the decomposition gives NaN
-    there, the kernel finite values). ``known``: as :func:`value_range`'s."""
+    (:func:`value_range` gives them an interval; every one where the user ``vouched`` for them,
+    ``--assume-finite-masks``): the e-graph marks them ``Finite``, and only an attention masked by one becomes a
+    runtime kernel (``attention_kernel``), whose fully masked rows differ from the decomposition's where a mask holds
+    -inf (the decomposition gives NaN there, the kernel finite values). ``known``: as :func:`value_range`'s."""
     ranges = _Ranges(weights, False, known)
     masks = {id(n.inputs[3]): n.inputs[3] for n in nodes if n.op == "attention" and len(n.inputs) == 4}
     return frozenset(i for i, m in masks.items() if vouched or ranges.of(m) is not None)

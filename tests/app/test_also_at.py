@@ -1,6 +1,6 @@
 """``--also-at``: further sizes of the dynamic dimensions the shipped program is verified and measured at, beside the
-representative shapes (issue 42, point 4): the report gives the figure at each, and a program slower with
-confidence at any of them is not shipped."""
+representative shapes (the sizes a served model also runs at): the report gives the figure at each, and a program
+slower with confidence at any of them is not shipped."""
 
 from __future__ import annotations
 

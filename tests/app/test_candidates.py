@@ -19,9 +19,9 @@ from eqsat.app.pipeline import (
     encode_phase,
     export_phase,
     extract_phase,
-    import_phase,
     optimize,
     search_phase,
+    shaped_import_phase,
 )
 from eqsat.app.selection import same_program
 from eqsat.cost import make, node_costs
@@ -94,7 +94,7 @@ def test_the_other_ilp_gets_only_what_the_time_limit_left(monkeypatch):
     from eqsat.app.config import ILP_FLOOR_SECONDS
 
     config = OptimizeConfig.of(budget=2, cost="analytic", time_limit=20.0, candidates=4, seed=1)
-    _, graph = import_phase(build("squeezenet", small=True), config)
+    _, graph, _ = shaped_import_phase(build("squeezenet", small=True), config)
     cost_model = make("analytic")
     egraph, search = encode_phase(graph, config)
     search_phase(egraph, config, search, cost_model, lambda _m: None)
@@ -121,7 +121,7 @@ def _squeezenet_candidates():
     config, the original, its IR, the cost model, the grown e-graph's snapshot, the first extraction and the
     candidates."""
     config = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=4, seed=1)
-    original, graph = import_phase(build("squeezenet", small=True), config)
+    original, graph, _ = shaped_import_phase(build("squeezenet", small=True), config)
     cost_model = make("analytic")
     egraph, search = encode_phase(graph, config)
     search_phase(egraph, config, search, cost_model, lambda _m: None)
@@ -180,7 +180,7 @@ def test_path_states_are_the_programs_the_search_stood_in():
     candidates they are exported from their own e-graph and verify against the original."""
     config = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=4, seed=1,
                                prelude=False)  # the prelude jumps to the final cost: no state between
-    original, graph = import_phase(build("squeezenet", small=True), config)
+    original, graph, _ = shaped_import_phase(build("squeezenet", small=True), config)
     cost_model = make("analytic")
     egraph, search = encode_phase(graph, config)
     report = search_phase(egraph, config, search, cost_model, lambda _m: None)
@@ -217,7 +217,7 @@ def test_only_the_first_of_equally_priced_states_is_kept_and_never_without_measu
     it, nor one priced as a kept one; at most ``keep_states``, the cheapest; the final price's states are left
     out of the path. Without measured selection the pipeline keeps none."""
     config = OptimizeConfig.of(budget=2, cost="analytic", candidates=3, seed=1)
-    _, graph = import_phase(ob.residual_block(), config)
+    _, graph, _ = shaped_import_phase(ob.residual_block(), config)
     egraph, search = encode_phase(graph, config)
     env = Env(egraph, [], make("analytic"), search, keep_states=2)
     for label, cost in [("start", 10.0), ("step 1", 12.0), ("step 2", 8.0), ("step 3", 8.0), ("step 4", 6.0),
@@ -226,7 +226,7 @@ def test_only_the_first_of_equally_priced_states_is_kept_and_never_without_measu
     # kept: step 2 (8), then step 4 (6); step 5 (7) displaces step 2; step 6 is priced as step 4, the final price
     assert [(s.label, s.cost_us) for s in env.path_states()] == [("step 5", 7.0)]
     assert all(s.extraction.dag_cost > 0 for s in env.path_states())
-    squeezenet = import_phase(build("squeezenet", small=True), config)[1]  # keeps a state when measuring (above)
+    squeezenet = shaped_import_phase(build("squeezenet", small=True), config)[1]  # keeps a state when measuring (above)
     for options in ({"measure": False}, {"candidates": 1}):
         quiet = OptimizeConfig.of(budget=2, cost="analytic", seed=1, **options)
         eg, sc = encode_phase(squeezenet, quiet)

@@ -85,7 +85,7 @@ def test_report_same_as_output_for_builtin_model(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-# 7a. files the input owns and targets that are not regular files (round 3, severe 1 and 2) ------------------
+# 7a. files the input owns and targets that are not regular files (never written over nor replaced) ----------
 
 def _with_external_data(tmp_path: Path, location: str = "in.onnx.data") -> tuple[Path, Path]:
     """in.onnx keeping its weight in the external data file ``location`` beside it; (model, data file)."""

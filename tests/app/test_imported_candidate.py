@@ -18,9 +18,9 @@ from eqsat.app.pipeline import (
     encode_phase,
     export_phase,
     extract_phase,
-    import_phase,
     optimize,
     search_phase,
+    shaped_import_phase,
     written_input,
 )
 from eqsat.app.selection import IMPORTED, same_operators, with_imported
@@ -47,7 +47,7 @@ def _with_zero_added(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _phases(model: onnx.ModelProto):
-    original, graph = import_phase(model, CONFIG)
+    original, graph, _ = shaped_import_phase(model, CONFIG)
     cost_model = make("analytic")
     egraph, search = encode_phase(graph, CONFIG)
     search_phase(egraph, CONFIG, search, cost_model, lambda _m: None)

@@ -20,7 +20,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.inputs import EDGES, edge_draws
 from eqsat.onnx import session
 from eqsat.onnx.importer import import_model
-from eqsat.ops.bounds import finite_masks, is_finite, value_range
+from eqsat.ops.bounds import finite_masks, value_range
 from eqsat.rules import RuleEngine, by_name
 from eqsat.verify import Verifier
 
@@ -216,6 +216,11 @@ def test_an_int64_padding_mask_is_not_finite_and_onnxruntime_agrees():
     source = ir.input_("m", (1, 1, 1, 4), "int64")
     assert value_range(_hf_mask(source), WEIGHTS) is None
     assert np.isneginf(_hf_mask_values(np.array([[[[1, 0, -1, 1]]]], np.int64))).any()
+
+
+def is_finite(node, weights, finite_inputs: bool = False) -> bool:
+    """Whether the analysis claims every element of ``node`` finite: it gives an interval (None: unknown)."""
+    return value_range(node, weights, finite_inputs) is not None
 
 
 def test_inputs_weights_and_where():

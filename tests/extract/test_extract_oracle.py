@@ -309,6 +309,7 @@ print("RESULT", r.dag_cost, r.notes, flush=True)
 """
 
 
+@pytest.mark.timing
 def test_sigint_during_scip_raises_keyboard_interrupt(tmp_path):
     log = tmp_path / "scip.log"
     child = subprocess.Popen([sys.executable, "-c", CHILD.format(tests=str(TESTS), log=str(log))],

@@ -8,10 +8,9 @@ in onnxruntime at several sizes of each axis."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 import zoo
-from onnx import TensorProto, helper, numpy_helper
+from decode_helpers import DIM, HIDDEN, KV_HEADS, decode_step
 
 from eqsat import optimize
 from eqsat.app.config import OptimizeConfig
@@ -24,70 +23,8 @@ from eqsat.onnx.fitting import fit_vectors
 from eqsat.onnx.interface import derived_symbols, interface, probe_shapes, runnable_values, symbol_values
 from eqsat.onnx.symbolic import concat_length
 
-HEADS, KV_HEADS, DIM = 4, 2, 4
-HIDDEN = HEADS * DIM
 SIZES = [(1, 127), (2, 127), (3, 5), (1, 0), (2, 1), (1, 300)]
 """(batch, past): the representative sizes and others of each axis, an empty past included"""
-
-
-def _decode_step() -> onnx.ModelProto:
-    """One attention layer's decode step: x[batch, 1, 16] -> q (4 heads) and k, v (2 KV heads, grouped), k and v
-    appended to the past ([batch, 2, past, 4]) as the present outputs, the KV heads repeated to 4 by an Unsqueeze,
-    an Expand and a Reshape whose targets are computed from the present's shape (as the exporters write
-    ``repeat_kv``), the padding mask [batch, past + 1] added as a large negative bias, softmax, and the heads
-    merged back."""
-    rng = np.random.default_rng(0)
-
-    def w(name: str, *shape: int) -> onnx.TensorProto:
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
-
-    def ints(name: str, *values: int) -> onnx.TensorProto:
-        return numpy_helper.from_array(np.array(values, np.int64), name)
-
-    inits = [w("wq", HIDDEN, HIDDEN), w("wk", HIDDEN, KV_HEADS * DIM), w("wv", HIDDEN, KV_HEADS * DIM),
-             ints("q_heads", 0, 1, HEADS, DIM), ints("kv_heads", 0, 1, KV_HEADS, DIM), ints("merged", 0, 1, HIDDEN),
-             ints("i0", 0), ints("i2", 2), ints("rep", HEADS // KV_HEADS), ints("kvh", KV_HEADS), ints("nh", HEADS),
-             ints("d", DIM), ints("ax2", 2), ints("ax12", 1, 2),
-             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-             numpy_helper.from_array(np.array(-1e4, np.float32), "neg"),
-             numpy_helper.from_array(np.array(DIM ** -0.5, np.float32), "scale")]
-    n = helper.make_node
-    nodes = [
-        n("MatMul", ["x", "wq"], ["q0"]), n("Reshape", ["q0", "q_heads"], ["q1"]),
-        n("Transpose", ["q1"], ["q"], perm=[0, 2, 1, 3]),
-        *[node for kv in ("k", "v") for node in (
-            n("MatMul", ["x", f"w{kv}"], [f"{kv}0"]), n("Reshape", [f"{kv}0", "kv_heads"], [f"{kv}1"]),
-            n("Transpose", [f"{kv}1"], [f"{kv}_new"], perm=[0, 2, 1, 3]),
-            n("Concat", [f"past_{kv}", f"{kv}_new"], [f"present_{kv}"], axis=2),
-            n("Shape", [f"present_{kv}"], [f"{kv}_shape"]),
-            n("Gather", [f"{kv}_shape", "i0"], [f"{kv}_b"], axis=0),
-            n("Gather", [f"{kv}_shape", "i2"], [f"{kv}_len"], axis=0),
-            n("Concat", [f"{kv}_b", "kvh", "rep", f"{kv}_len", "d"], [f"{kv}_expand_to"], axis=0),
-            n("Concat", [f"{kv}_b", "nh", f"{kv}_len", "d"], [f"{kv}_reshape_to"], axis=0),
-            n("Unsqueeze", [f"present_{kv}", "ax2"], [f"{kv}_u"]),
-            n("Expand", [f"{kv}_u", f"{kv}_expand_to"], [f"{kv}_e"]),
-            n("Reshape", [f"{kv}_e", f"{kv}_reshape_to"], [f"{kv}_all"]))],
-        n("Transpose", ["k_all"], ["kt"], perm=[0, 1, 3, 2]),
-        n("MatMul", ["q", "kt"], ["s0"]), n("Mul", ["s0", "scale"], ["s1"]),
-        n("Cast", ["attention_mask"], ["m0"], to=TensorProto.FLOAT), n("Sub", ["one", "m0"], ["m1"]),
-        n("Mul", ["m1", "neg"], ["m2"]), n("Unsqueeze", ["m2", "ax12"], ["bias"]),
-        n("Add", ["s1", "bias"], ["s2"]), n("Softmax", ["s2"], ["p"], axis=-1),
-        n("MatMul", ["p", "v_all"], ["c0"]), n("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3]),
-        n("Reshape", ["c1", "merged"], ["y"]),
-    ]
-    cache = ["batch", KV_HEADS, "past", DIM]
-    present = ["batch", KV_HEADS, "past + 1", DIM]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, HIDDEN]),
-              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "past + 1"]),
-              helper.make_tensor_value_info("past_k", TensorProto.FLOAT, cache),
-              helper.make_tensor_value_info("past_v", TensorProto.FLOAT, cache)]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, HIDDEN]),
-               helper.make_tensor_value_info("present_k", TensorProto.FLOAT, present),
-               helper.make_tensor_value_info("present_v", TensorProto.FLOAT, present)]
-    model = helper.make_model(helper.make_graph(nodes, "decode_step", inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model, full_check=True)
-    return model
 
 
 def _feeds(rng: np.random.Generator, batch: int, past: int) -> dict[str, np.ndarray]:
@@ -102,7 +39,7 @@ def test_a_symbol_written_as_arithmetic_of_others_takes_their_values():
     derived = derived_symbols(["batch", "past", "past + 1", "2*past - 3", "s0 + s1", "past + x", "past+1.5"])
     assert sorted(derived) == ["2*past - 3", "past + 1"]  # s0, s1, x are not symbols here; 1.5 is no size
     assert derived["2*past - 3"]({"past": 10}) == 17
-    model = _decode_step()
+    model = decode_step()
     assert symbol_values(model, {}) == {"batch": 1, "past + 1": 129, "past": 128}
     # given the cache, the mask follows; given only the mask, the past is solved for
     assert symbol_values(model, {"past_k": (2, KV_HEADS, 127, DIM)})["past + 1"] == 128
@@ -133,7 +70,7 @@ def test_sizes_fitted_from_runs_may_be_a_sum_symbol_but_a_constant_stays_one():
 
 def test_a_default_past_the_model_refuses_is_halved_with_its_mask():
     """runnable_values halves the free symbol and the derived one follows (it never loops on the derived one)."""
-    model = _decode_step()
+    model = decode_step()
     values, ran = runnable_values(model, {"batch": 1, "past": 128, "past + 1": 128}, ["past", "past + 1"])
     assert ran and values == {"batch": 1, "past": 64, "past + 1": 65}  # 128 beside 128 refused; 64 beside 65 runs
 
@@ -141,7 +78,7 @@ def test_a_default_past_the_model_refuses_is_halved_with_its_mask():
 def test_random_inputs_give_the_mask_one_more_than_the_past():
     """The verification's and the timing's feeds where no shape is given (every free symbol 1) or only the cache's
     is: onnxruntime runs the original on them (the oracle), the mask one longer than the past."""
-    model = _decode_step()
+    model = decode_step()
     sess = session(model)
     for fixed, past in (({}, 1), ({"past_k": (2, KV_HEADS, 9, DIM)}, 9)):
         feeds = random_inputs(sess, np.random.default_rng(0), fixed)
@@ -160,7 +97,7 @@ def test_a_concat_of_the_past_and_the_new_entries_is_the_symbol_of_their_sum():
 
 
 def test_a_decode_step_is_written_for_every_past_length_and_batch():
-    model = _decode_step()
+    model = decode_step()
     values = symbol_values(model, {"past_k": (1, KV_HEADS, 127, DIM)})
     shapes = {"x": (1, 1, HIDDEN), "attention_mask": (1, 128), "past_k": (1, KV_HEADS, 127, DIM),
               "past_v": (1, KV_HEADS, 127, DIM)}

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import pytest
 import zoo
+from decode_helpers import KV_HEADS, decode_step
 from onnx import TensorProto, helper, numpy_helper
-from test_generic_cache import KV_HEADS, _decode_step
 
 from eqsat import ops
 from eqsat.cost.ort import runtime_nodes
@@ -121,7 +121,7 @@ def test_a_grouped_kernel_is_attention_over_the_repeated_heads(upgrade):
 def test_the_mask_length_fingerprints_as_the_past_plus_one():
     """In a decode step the mask [batch, past + 1] adds to the scores over the Concat of the past and the new key:
     one fingerprint, the past's plus one, so the masked attention imports whole, over repeated heads."""
-    model = _decode_step()
+    model = decode_step()
     shapes = {"x": (1, 1, 16), "attention_mask": (1, 128), "past_k": (1, KV_HEADS, 127, 4),
               "past_v": (1, KV_HEADS, 127, 4)}
     with symbol_table():

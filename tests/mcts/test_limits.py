@@ -23,8 +23,8 @@ from eqsat.models import build
 from eqsat.rules import by_name, taso_rules
 
 # the TASO rules of the random scheduler's path on NASNet-A (small, seed 2) that reached 1909 e-nodes
-# and then let taso_s106 take the e-graph to 2029 > 2000 (issue 12 item 4); ours left out, so the state
-# does not move when our rules change
+# and then let taso_s106 take the e-graph to 2029 > 2000 (one application past the node limit); ours left out, so
+# the state does not move when our rules change
 NASNET_PATH = ("taso_s023 taso_s027 taso_s027 taso_s120 taso_s059 taso_s090 taso_s061 taso_m08 taso_s023 taso_m08 "
                "taso_s059 taso_s122 taso_s122 taso_m02 taso_s023 taso_s122 taso_s090 taso_s120 taso_s122 taso_m11 "
                "taso_s120 taso_s122 taso_s120 taso_s122 taso_s122 taso_s114 taso_s120 taso_s027 taso_s120 taso_s106 "
@@ -162,7 +162,7 @@ def _two_projections() -> ir.Graph:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_mcts_stops_as_saturated_only_when_no_action_changes_the_egraph(seed):
     """Budget 1 with live no-op actions (rules already applied still match): a simulation that expands a
-    no-op must not end the search while another action still changes the e-graph (issue 12 item 5)."""
+    no-op must not end the search while another action still changes the e-graph."""
     eg = EGraph.from_graph(_two_projections())
     singles = [r for r in taso_rules() if r.kind == "single"]
     env = Env(eg, singles, make("analytic"), SearchConfig(budget=1, depth=1, seed=seed, node_limit=3000))

@@ -24,7 +24,7 @@ from eqsat.dims import Mono
 from eqsat.generic import make_generic
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.fitting import fit_sizes
-from eqsat.onnx.interface import probe_shapes, representative_shapes, symbol_values
+from eqsat.onnx.interface import probe_shapes, shapes_at, symbol_values
 from eqsat.onnx.live import live_shapes
 from eqsat.onnx.targets import reshape_target
 from eqsat.rules.rule import Rule
@@ -117,8 +117,8 @@ def _torch_export(exporter: str, path: str) -> onnx.ModelProto:
 # -- the representative shape and the probes -------------------------------------------------------------------
 def test_representative_shape_defaults_and_the_users_choice():
     model = _heads_model()
-    assert representative_shapes(model, {}) == {"x": (1, 128, 64)}  # batch-like 1, any other dynamic axis 128
-    assert representative_shapes(model, {"x": (4, 9, 64)}) == {"x": (4, 9, 64)}
+    assert shapes_at(model, symbol_values(model, {})) == {"x": (1, 128, 64)}  # batch-like 1, any other axis 128
+    assert shapes_at(model, symbol_values(model, {"x": (4, 9, 64)})) == {"x": (4, 9, 64)}
     values = symbol_values(model, {})
     labels = [label for label, _ in probe_shapes(model, values)]
     assert labels == ["batch=2", "batch=3", "seq=1", "seq=37", "seq=256"]  # 2+ further sizes per axis

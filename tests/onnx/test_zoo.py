@@ -92,10 +92,10 @@ DYNAMIC_SIZES = {"ids": [(1, 128), (2, 128), (3, 128), (2, 1), (2, 37)], "float"
 @pytest.mark.parametrize("name,exporter", [("bert_s128", "dynamo"), ("convnext", "dynamo"),
                                            ("t5_encoder", "torchscript")])
 def test_dynamic_export_matches_torch_at_several_sizes(name, exporter, tmp_path):
-    """The zoo's dynamic-axes exports (issue 27): the sequence-128 models export under dynamo (the sequence axis
-    had a maximum of 64), ConvNeXt too (traced at batch 2: at batch 1 torch.export guards ``batch <= 2``); the
-    exported model keeps ``batch``/``seq`` on its inputs and computes what the torch module computes at 3 sizes
-    of each axis."""
+    """The zoo's dynamic-axes exports (as serving code exports them): the sequence-128 models export under dynamo
+    (the sequence axis had a maximum of 64), ConvNeXt too (traced at batch 2: at batch 1 torch.export guards
+    ``batch <= 2``); the exported model keeps ``batch``/``seq`` on its inputs and computes what the torch module
+    computes at 3 sizes of each axis."""
     model = zoo.export_dynamic(name, exporter, str(tmp_path / "m.onnx"))
     spec = zoo.SPECS[name]
     tokens = any(kind == "ids" for _, kind, _ in spec.inputs)

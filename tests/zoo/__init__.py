@@ -1,5 +1,5 @@
 """A real-model zoo for tests and benchmarks: small random-weight models of real architectures, exported to
-ONNX with torch's two exporters at opsets 17 and 18 (issue 14, point 4).
+ONNX with torch's two exporters at opsets 17 and 18 (both exporters a user may have used).
 
 Every model is built from a tiny random config (``transformers``' own model classes, ``from_config``;
 nothing downloaded), seeded with ``torch.manual_seed(seed)``, in eval mode, with static shapes (batch 1,
@@ -16,20 +16,20 @@ MobileNet-v2, EfficientNet and LLaMA. Every other combination exports.
     >>> NAMES
     ('bert', 'gpt2', 'vit', 'resnet', 'mobilenetv2', 'efficientnet', 'llama')
 
-:data:`EXTRA` models (issue 26's families: a Qwen2-like decoder with grouped KV heads, sequence-128 variants)
+:data:`EXTRA` models (further families: a Qwen2-like decoder with grouped KV heads, sequence-128 variants)
 are built only by the tests and benchmarks that name them; the tests that run over :data:`NAMES` leave them out.
 
     >>> EXTRA
     ('qwen2', 'bert_s128', 'llama_s128')
 
-:data:`UNSEEN` models are the families issue 26 names beyond the zoo's (DistilBERT, a T5 encoder, a Whisper
+:data:`UNSEEN` models are further families beyond the zoo's (DistilBERT, a T5 encoder, a Whisper
 encoder, ConvNeXt, a ResNet-50-like bottleneck network) at their natural input sizes (sequence 128, 224x224
 images, 256 audio frames); only ``scripts/bench_peers.py`` and the tests that name one build them.
 
     >>> UNSEEN
     ('distilbert', 't5_encoder', 'whisper_encoder', 'convnext', 'resnet50')
 
-:data:`WIDE` models are issue 41's families at a realistic width: 384 wide, 4 layers, 6 heads, sequence 128, ids and
+:data:`WIDE` models are common families at a realistic width: 384 wide, 4 layers, 6 heads, sequence 128, ids and
 an attention mask in (a BERT encoder; OPT, BLOOM, GPT-NeoX and Phi decoders, no cache), for the peers table at that
 size (``scripts/bench_peers.py --models wide``); no test builds them (an export takes seconds, a run a minute).
 
@@ -52,7 +52,7 @@ no test builds them either.
     >>> THIRD[:3]
     ('mobilebert_l4', 'gemma2_w384', 'gptneo_w384')
 
-:data:`SERVING` models are issue 42's serving forms: a decoder's step against a key/value cache (one new token, the
+:data:`SERVING` models are the serving forms: a decoder's step against a key/value cache (one new token, the
 past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
 small for tests and at width 384 for ``scripts/bench_serving.py``; and the prefill before it (the prompt in, the
 cache out).
@@ -699,7 +699,7 @@ def build(name: str, exporter: str = "torchscript", opset: int = 17, seed: int =
 
 
 def export_dynamic(name: str, exporter: str, path: str, seed: int = 0, weights: str = "init") -> onnx.ModelProto:
-    """Zoo model ``name`` exported with dynamic axes, the way serving code exports it (issue 27): a batch axis
+    """Zoo model ``name`` exported with dynamic axes, the way serving code exports it: a batch axis
     ``batch`` on every input and output, and a sequence axis ``seq`` on token inputs and on the token models'
     ``last_hidden_state`` (a model's :attr:`Spec.axes` and :attr:`Spec.out_axes` where it gives them: a decode step's
     ``past`` and ``past + 1``). TorchScript at opset 17 (``dynamic_axes``), dynamo at opset 18 (``dynamic_shapes``:
