@@ -187,7 +187,7 @@ def constant_operands(key: OpKey) -> frozenset[int]:
         return frozenset({1, 2})
     if key.op == "batchnorm":
         return frozenset(range(1, len(shapes)))
-    if key.op in ("rotary", "rope"):  # the caches: constants the importer checked (eqsat.ops.rotary)
+    if key.op in ("rotary", "rope", "rotary_part", "rope_part"):  # the caches: constants the importer checked (eqsat.ops.rotary)
         return frozenset({1, 2})
     if key.op in ("ewadd", "ewmul") and len(shapes) == 2:
         small = [k for k, s in enumerate(shapes) if tuple(s) != tuple(key.out_shape)]

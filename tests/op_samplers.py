@@ -182,6 +182,19 @@ def _rotary(kernel: bool) -> Callable[[np.random.Generator], Sample]:
     return sample
 
 
+def _rotary_part(kernel: bool) -> Callable[[np.random.Generator], Sample]:
+    """x [..., S, D] with D even (rank 4 for the kernel, 3 or 4 else), r even and at most D, cos and sin of one
+    shape, each dimension 1 or x's (for the kernel, 1 at the heads' axis, 1 or 2), the last r."""
+    def sample(rng: np.random.Generator) -> Sample:
+        rank = 4 if kernel else int(rng.integers(3, 5))
+        x = tuple(_dims(rng, rank - 1)) + (2 * int(rng.integers(1, 5)),)
+        r = 2 * int(rng.integers(1, x[-1] // 2 + 1))
+        heads = int(rng.integers(1, 3))
+        table = tuple(1 if (kernel and k == heads) or rng.random() < 0.4 else d for k, d in enumerate(x[:-1])) + (r,)
+        return (r, int(rng.integers(0, 2))), [x, table, table]
+    return sample
+
+
 def _grouped(sample: Callable[[np.random.Generator], Sample]) -> Callable[[np.random.Generator], Sample]:
     """The kernels' draws, half of those of rank 4 grouped: q with r times the heads of kt and v (r 2 or 3), the
     mask's heads 1 or q's."""
@@ -209,7 +222,7 @@ SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "gelu": _gelu, "layernorm": _norm(2), "softmax": _softmax, "silu": _elementwise, "rmsnorm": _norm(1),
     "linear": _linear, "attention": _attention, "scale": _scale, "ewsum": _broadcast, "addnorm": _addnorm,
     "sdpa": _grouped(_attention), "rotary": _rotary(False), "rope": _rotary(True), "sdpa_causal": _grouped(_causal),
-    "repeat_heads": _repeat_heads,
+    "repeat_heads": _repeat_heads, "rotary_part": _rotary_part(False), "rope_part": _rotary_part(True),
 }
 COMPUTED = sorted(SAMPLERS)
 """the operators with semantics, sorted: each has a sampler"""

@@ -5,6 +5,7 @@ program), and the independent check that two programs compute the same: both exp
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -72,6 +73,18 @@ def choose(eg: EGraph, graph: ir.Graph | ir.Node, root_op: str,
         assert picks, f"no such {root_op} in an output's e-class: {[snap.nodes[n].op for n in snap.classes[root]]}"
         choice[root] = picks[0]
     return build_program(snap, choice, g)
+
+
+def as_kernels(graph: ir.Graph, ops: dict[str, str]) -> ir.Graph:
+    """``graph`` with each node of an operator in ``ops`` written as the operator it maps to (a decomposition as
+    the runtime kernel a rule rewrites it to: ``{"rotary": "rope"}``), the same operands and attributes."""
+    built: dict[int, ir.Node] = {}
+    for node in ir.topo_order(list(graph.outputs)):
+        ins = tuple(built[id(i)] for i in node.inputs)
+        op = ops.get(node.op, node.op)
+        built[id(node)] = node if op == node.op and ins == node.inputs else \
+            ir.Node(op, ins, node.attrs, node.shape, node.dtype, node.name)
+    return dataclasses.replace(graph, outputs=tuple(built[id(o)] for o in graph.outputs), origins=())
 
 
 class _PricedLayout:

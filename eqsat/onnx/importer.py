@@ -34,6 +34,7 @@ from ..ir import Graph, Node, Origin, leaf_name
 from ..ops.elementwise import binary
 from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import computed_halves_repeat, halves_repeat
+from ..ops.rotary_part import tables_repeat
 from . import origins, pool
 from .dimensions import (
     fitted_fingerprints,
@@ -214,7 +215,7 @@ class _Importer:
         defaults = {vi.name: self.consts.pop(vi.name) for vi in self.g.input if vi.name in self.consts}
         inputs = [self._default_input(vi.name, defaults[vi.name]) if vi.name in defaults else self._graph_input(vi)
                   for vi in self.g.input]
-        self.composites = find_composites(self.g, {**self.folded, **self.consts}, self.opset)
+        self.composites = find_composites(self.g, {**self.folded, **self.consts}, self.opset, self.live)
         self._covered: dict[str, Match] = {n.output[0]: m for m in self.composites for n in m.nodes}
         self._producers = {o: n for n in self.g.node for o in n.output if o}
         for node in self.g.node:
@@ -260,7 +261,7 @@ class _Importer:
         if not folded:
             return None
         known = {k: v for k, v in self.consts.items() if k in given}
-        more = find_composites(self.g, {**folded, **known}, self.opset)
+        more = find_composites(self.g, {**folded, **known}, self.opset, self.live)
         return folded if len(more) > len(self.composites) else None
 
     def record_origin(self, nodes: list[onnx.NodeProto], outputs: list[str]) -> None:
@@ -338,6 +339,9 @@ class _Importer:
             shape = np.array(self.values[ins[0]].shape, dtype=np.int64)
             a = onnx_attrs(node)
             self.consts[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
+            return
+        if node.op_type == "Shape" and node.output[0] in self.folded and node.output[0] not in self.live:
+            self.consts[node.output[0]] = self.folded[node.output[0]]  # of a value inside a composite (its shape known)
             return
         if any(ins + implicit) and all((i == "" or i in self.consts) for i in ins + implicit) \
                 and node.domain in ("", "ai.onnx") and node.op_type not in NONDETERMINISTIC | QUANTIZATION:
@@ -450,6 +454,10 @@ class _Importer:
             if match.op == "rotary" and not all(halves_repeat(self._table(i)) or self._computed_table(i)
                                                 for i in match.inputs[1:]):
                 attrs = None  # cos and sin, now folded, are not rotary caches: the nodes one by one
+            if match.op == "rotary_part" and attrs is not None and not all(
+                    tables_repeat(attrs, self._table(i)) or not attrs[1] and self._computed_table(i)
+                    for i in match.inputs[1:]):
+                attrs = None  # likewise: the entries the operator reads must repeat
             if floats(ins) is not None and attrs is not None:
                 try:
                     mapped = self.make(match.op, ins, attrs)

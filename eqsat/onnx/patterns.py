@@ -57,7 +57,7 @@ output. Each node belongs to at most one match.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +91,8 @@ class Match:
         """The IR attributes given the operands' shapes; None when the match does not hold at these ranks (a
         Softmax axis out of range, or not the last where it must be): the importer then takes its nodes one by one."""
         rank = len(shapes[0])
+        if self.op in ops.IMPORT_ATTRS:
+            return ops.IMPORT_ATTRS[self.op](self.attrs, shapes)
         if self.last_axis is not None and resolve_axis(self.last_axis, rank) != rank - 1:
             return None
         if self.op == "softmax":
@@ -100,11 +102,11 @@ class Match:
 
 
 def find_composites(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray] | None = None,
-                    opset: int = 13) -> list[Match]:
+                    opset: int = 13, kept: Collection[str] = ()) -> list[Match]:
     """The composites in ``graph`` (its top level), in graph order of their anchors; ``consts`` are the values
     known besides the Constant nodes (the importer's initializers); ``opset`` is the model's (ai.onnx): it decides
-    what a Softmax computes."""
-    v = View(graph, consts or {}, opset, implicit_inputs)
+    what a Softmax computes; ``kept``, the ``Shape`` values a shape-generic program keeps (:class:`View`)."""
+    v = View(graph, consts or {}, opset, implicit_inputs, kept)
     claimed: set[int] = set()
     matches = []
     for node in v.nodes:

@@ -59,6 +59,7 @@ from . import (
     opaque,
     pool,
     rotary,
+    rotary_part,
 )
 from .base import (
     ACT_NONE,
@@ -83,7 +84,7 @@ from .mapping import ImportContext, Mapper
 from .matching import Matcher
 
 __all__ = ["ACT_NONE", "ACT_RELU", "ACT_SIGMOID", "ACT_TANH", "CONSTRUCTORS", "Ctor", "Emitter", "FREE_OPS",
-           "IMPORTS", "ImportContext", "MAX_RANK", "Mapper", "Matcher", "PATTERNS", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
+           "IMPORTS", "IMPORT_ATTRS", "ImportContext", "MAX_RANK", "Mapper", "Matcher", "PATTERNS", "NotEvaluable", "OPS", "OpDef", "SAME", "Shape", "activation", "broadcast", "conv_pad",
            "WRITTEN_ANEW", "describe", "evaluate", "get", "infer_shape", "shape_rules", "shape_term", "volume",
            "window_out"]
 
@@ -99,7 +100,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     composite.SCALE, attention.ATTENTION,
     opaque.OPAQUE, leaf.NOOP,
     elementwise.EWSUM, norm.ADDNORM, attention.SDPA, rotary.ROTARY, rotary.ROPE,
-    attention.SDPA_CAUSAL, heads.REPEAT_HEADS,
+    attention.SDPA_CAUSAL, heads.REPEAT_HEADS, rotary_part.ROTARY_PART, rotary_part.ROPE_PART,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""
 
@@ -142,11 +143,18 @@ def _patterns(*tables: Mapping[str, Matcher | tuple[Matcher, ...]]) -> Mapping[s
     return MappingProxyType(joined)
 
 
-PATTERNS: Mapping[str, tuple[Matcher, ...]] = _patterns(attention.PATTERNS, composite.PATTERNS, norm.PATTERNS, rotary.PATTERNS)
+PATTERNS: Mapping[str, tuple[Matcher, ...]] = _patterns(attention.PATTERNS, composite.PATTERNS, norm.PATTERNS,
+                                                         rotary_part.PATTERNS, rotary.PATTERNS)
 """op type of an anchor node -> the matchers of composites that start there (:mod:`eqsat.ops.matching`), in this
-order (a MatMul is an attention's before a linear's; a LayerNormalization an addnorm's before a layernorm's), joined
+order (a MatMul is an attention's before a linear's; a LayerNormalization an addnorm's before a layernorm's; an Add
+a partial rotary's before a whole one's), joined
 from the family modules' ``PATTERNS`` (one matcher per anchor, or a tuple tried in order); the first match that
 holds is taken"""
+
+IMPORT_ATTRS: Mapping[str, Callable[[tuple, Sequence[Shape]], tuple | None]] = MappingProxyType(
+    dict(rotary_part.IMPORT_ATTRS))
+"""IR op -> its matches' IR attributes given the operands' shapes (None: the match does not hold at these shapes),
+where a matcher cannot read them off the nodes alone (:meth:`eqsat.onnx.patterns.Match.ir_attrs`)"""
 
 
 def get(op: str) -> OpDef:

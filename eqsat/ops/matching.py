@@ -11,7 +11,7 @@ joins them (an anchor's matchers are tried in the order of the family modules th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 import onnx
@@ -27,8 +27,11 @@ class View:
     its subgraphs read), and the scalar constants."""
 
     def __init__(self, graph: onnx.GraphProto, consts: Mapping[str, np.ndarray], opset: int,
-                 implicit: Callable[[onnx.NodeProto], list[str]]):
+                 implicit: Callable[[onnx.NodeProto], list[str]], kept: Collection[str] = ()):
         self.opset = opset
+        self.kept = frozenset(kept)
+        """values of ``Shape`` nodes the program keeps (their values meet the data at every size): such a Shape reads
+        its operand even where its value is known at one size"""
         self.nodes = list(graph.node)  # one Python object per node, kept: ids below stay valid
         self.order = {id(n): k for k, n in enumerate(self.nodes)}
         self.producer: dict[str, onnx.NodeProto] = {}
@@ -110,15 +113,21 @@ class View:
         return axes is not None and list(axes) == [-1]  # type: ignore[call-overload]
 
     def valid(self, nodes: list[onnx.NodeProto], output: str) -> bool:
-        """No value inside the match is read outside it or is a graph output."""
+        """No value inside the match is read outside it or is a graph output (a ``Shape`` whose value is known, as
+        a static import folds it, reads no value)."""
         inside = {id(n) for n in nodes}
         if not all(n.output and n.output[0] for n in nodes):  # the importer keys covered nodes by it
             return False
         for n in nodes:
             for o in n.output:
-                if o and o != output and (o in self.outputs or any(id(r) not in inside for r in self.readers.get(o, []))):
+                if o and o != output and (o in self.outputs or any(id(r) not in inside and not self._known_shape(r)
+                                                                   for r in self.readers.get(o, []))):
                     return False
         return True
+
+    def _known_shape(self, node: onnx.NodeProto) -> bool:
+        return node.op_type == "Shape" and node.domain in ("", "ai.onnx") and bool(node.output) \
+            and node.output[0] in self.consts and node.output[0] not in self.kept
 
 
 Found = tuple[str, tuple, tuple[str, ...], list[onnx.NodeProto], str]

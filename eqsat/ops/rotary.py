@@ -120,19 +120,19 @@ ROTARY = OpDef("rotary", "x * cos + rotate_half(x) * sin, the first halves of co
                _torch, _flops, _bytes)
 
 
-def _key(dims: Sequence[int]) -> tuple[int, ...]:
+def sizes_key(dims: Sequence[int]) -> tuple[int, ...]:
     """``dims`` as compared for every value of the symbols: a symbolic dimension (:class:`eqsat.dims.Dim`) by its
     fingerprint, so that a batch of 1 in the cache is not taken for a symbolic batch at 1."""
     return tuple(dim_fp(d) for d in dims)
 
 
-def _sizes(em: Emitter, x: str, b: int, s: int, h: int) -> str:
+def cache_sizes(em: Emitter, x: str, b: int, s: int, h: int, seq_axis: int = 2) -> str:
     """The caches' shape [b, s, h]: a constant, or, where b or s is symbolic, x's own sizes read at run time
-    (``Shape`` of x's axes 0 and 2, and h), which a shape-generic program keeps."""
+    (``Shape`` of x's axes 0 and ``seq_axis``, and h), which a shape-generic program keeps."""
     if not any(hasattr(d, "fp") for d in (b, s)):
         return em.const(np.array([b, s, h], dtype=np.int64), "shape")
     batch = em.emit("Shape", [x], "rope", start=0, end=1)
-    seq = em.emit("Shape", [x], "rope", start=2, end=3)
+    seq = em.emit("Shape", [x], "rope", start=seq_axis, end=seq_axis + 1)
     return em.emit("Concat", [batch, seq, em.const(np.array([h], dtype=np.int64), "half")], "rope", axis=0)
 
 
@@ -145,8 +145,8 @@ def _rope_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
     for t in (cos, sin):  # [cb, 1, cs, D] -> [B, S, D / 2]
         t = em.emit("Reshape", [t, em.const(np.array([cb, cs, d], dtype=np.int64), "shape")], "rope")
         t = _halves(em, t, 3, d // 2, False)
-        if _key((cb, cs)) != _key((b, s)):
-            t = em.emit("Expand", [t, _sizes(em, x, b, s, d // 2)], "rope")
+        if sizes_key((cb, cs)) != sizes_key((b, s)):
+            t = em.emit("Expand", [t, cache_sizes(em, x, b, s, d // 2)], "rope")
         caches.append(t)
     return emit_newer(em, "RotaryEmbedding", [x, *caches], "rope")
 
@@ -242,7 +242,7 @@ def computed_halves_repeat(name: str, producer: Callable[[str], onnx.NodeProto |
     def flat(x: str) -> bool:  # constant along the last axis: broadcast over it (a last dimension 1 at every size)
         value = const(x)
         dims = value.shape if value is not None else shape(x)
-        return dims is not None and (len(dims) == 0 or _key(dims[-1:]) == (1,))
+        return dims is not None and (len(dims) == 0 or sizes_key(dims[-1:]) == (1,))
 
     ins, rank = list(n.input), len(out)
     if n.op_type == "Concat":
@@ -253,7 +253,7 @@ def computed_halves_repeat(name: str, producer: Callable[[str], onnx.NodeProto |
     if n.op_type in _PAIRWISE:
         return len(ins) == 2 and all(each(x) or flat(x) for x in ins) and not all(flat(x) for x in ins)
     before = shape(ins[0])
-    if before is None or len(before) == 0 or _key(before[-1:]) != _key(out[-1:]):  # equal at every size
+    if before is None or len(before) == 0 or sizes_key(before[-1:]) != sizes_key(out[-1:]):  # equal at every size
         return False
     if n.op_type == "Transpose":
         perm = next((list(a.ints) for a in n.attribute if a.name == "perm"), None)

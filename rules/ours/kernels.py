@@ -20,6 +20,9 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
 * ``rotary_kernel``: rotary(x, cos, sin) -> rope(x, cos, sin) where cos and sin are [1 or B, 1, S, D] (one angle
   per position, shared by the heads): the rotary embedding LLaMA and Qwen exports decompose (which onnxruntime
   never fuses) as opset 23's ``RotaryEmbedding``.
+* ``rotary_part_kernel``: rotary_part(x, cos, sin) -> rope_part(x, cos, sin) where cos and sin are shared by
+  the heads (at axis 1 or 2): a partial rotary embedding (Phi, GPT-NeoX) or one of neighbouring pairs (GPT-J,
+  CodeGen; :mod:`eqsat.ops.rotary_part`) as opset 23's ``RotaryEmbedding`` (``rotary_embedding_dim``, ``interleaved``).
 * ``attention_grouped``: sdpa(q, transpose(repeat_heads(k, r)), repeat_heads(v, r)[, mask]) -> sdpa(q,
   transpose(k), v[, mask]), and ``sdpa_causal`` alike: grouped-query attention (transformers' ``repeat_kv``, which a
   shape-generic import reads as ``repeat_heads``: :mod:`eqsat.ops.heads`) read by the kernel over the unrepeated
@@ -130,6 +133,19 @@ def _rotary_instance(rng):
     return [ir.make("rotary", [x, ir.input_("cos", table), ir.input_("sin", table)])]
 
 
+def _part_instance(rng):
+    """A ``rotary_part`` of rank 4 (r the whole last axis or part of it; pairs or halves) whose cos and sin are shared
+    by the heads, at axis 1 or at axis 2, or, as near misses, one of rank 3 or with cos and sin per head."""
+    rank = 3 if rng.random() < 0.2 else 4
+    heads = 1 if rng.random() < 0.5 else 2
+    x_shape = tuple(dim(rng, 1, 3) for _ in range(rank - 2)) + (dim(rng, 1, 5), 2 * dim(rng, 2, 4))
+    r = x_shape[-1] if rng.random() < 0.5 else 2 * dim(rng, 1, x_shape[-1] // 2)
+    table = tuple(1 if k == heads and rank == 4 and rng.random() < 0.8 else d if rng.random() < 0.7 else 1
+                  for k, d in enumerate(x_shape[:-1])) + (r,)
+    x = ir.input_("x", x_shape)
+    return [ir.make("rotary_part", [x, ir.input_("cos", table), ir.input_("sin", table)], (r, int(rng.random() < 0.5)))]
+
+
 GROUPED_PERM = "(S4 0 1 3 2)"
 """the keys' transposition an attention reads (kt = k with its last two axes swapped)"""
 
@@ -186,4 +202,9 @@ rules = [
     Rule("rotary_kernel", "single", "ours", "rotary(x, cos, sin) -> rope(x, cos, sin), cos and sin [1 or B, 1, S, D]",
          (("(= root (Rotary x cos sin)) (= (S4 c0 1 s d) (shape cos))", "(Pend root (Rope x cos sin))"),),
          example=_rotary_instance),
+    Rule("rotary_part_kernel", "single", "ours",
+         "rotary_part(x, cos, sin) -> rope_part(x, cos, sin), cos and sin [1 or B, 1, S, r] or [1 or B, S, 1, r]",
+         (("(= root (RotaryPart r il x cos sin)) (= (S4 c0 1 s d) (shape cos))", "(Pend root (RopePart r il x cos sin))"),
+          ("(= root (RotaryPart r il x cos sin)) (= (S4 c0 s 1 d) (shape cos))", "(Pend root (RopePart r il x cos sin))")),
+         example=_part_instance),
 ]

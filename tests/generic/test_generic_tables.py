@@ -7,13 +7,13 @@ the original."""
 from __future__ import annotations
 
 import collections
-import dataclasses
 
 import numpy as np
 import onnx
 import pytest
 import zoo
 from onnx import TensorProto, helper, numpy_helper
+from rule_cases import as_kernels
 
 from eqsat import ir
 from eqsat.dims import Mono
@@ -208,18 +208,6 @@ def test_the_qkv_merge_fires_on_the_generic_import_as_on_the_static_one(tmp_path
     assert found[True] == found[False] and found[False][0] >= 2 and found[False][2] >= 1, found
 
 
-def _with_rope(graph: ir.Graph) -> ir.Graph:
-    """``graph`` with each ``rotary`` node written as the runtime kernel ``rope`` (what rule rotary_kernel
-    rewrites it to)."""
-    built: dict[int, ir.Node] = {}
-    for node in ir.topo_order(list(graph.outputs)):
-        ins = tuple(built[id(i)] for i in node.inputs)
-        op = "rope" if node.op == "rotary" else node.op
-        built[id(node)] = node if op == node.op and ins == node.inputs else \
-            ir.Node(op, ins, node.attrs, node.shape, node.dtype, node.name)
-    return dataclasses.replace(graph, outputs=tuple(built[id(o)] for o in graph.outputs), origins=())
-
-
 def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs_at_every_size(tmp_path):
     """The dynamo LLaMA's rotary embeddings are imported as ``rotary`` on the generic import as on the static one
     (their cos and sin: Slices of constant tables whose halves repeat); written as opset 23's RotaryEmbedding,
@@ -230,7 +218,7 @@ def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs
     counts = [collections.Counter(n.op for n in ir.topo_order(list(import_model(model, shapes, generic=g).outputs)))
               for g in (False, True)]
     assert counts[0]["rotary"] == counts[1]["rotary"] == 2
-    graph = _with_rope(import_model(model, shapes, generic=True))
+    graph = as_kernels(import_model(model, shapes, generic=True), {"rotary": "rope"})
     generic = make_generic(export_model(graph), model, {"batch": 1, "seq": 16}).model
     ops = collections.Counter(n.op_type for n in _taken(generic))
     assert ops["RotaryEmbedding"] == 2 and ops["Cos"] == ops["Sin"] == 0, ops
@@ -259,7 +247,7 @@ def test_the_rotary_kernels_halves_of_a_table_are_computed_beyond_it_as_the_orig
 
     monkeypatch.setattr(tables, "TABLE_SIZE", 64)
     model = zoo.export_dynamic(name, "dynamo", str(tmp_path / f"{name}.onnx"))
-    graph = _with_rope(import_model(model, {"input_ids": (1, 16)}, generic=True))
+    graph = as_kernels(import_model(model, {"input_ids": (1, 16)}, generic=True), {"rotary": "rope"})
     program = export_model(graph)
     consts = {t.name for t in program.graph.initializer}
     imported = {n.input[0] for n in program.graph.node  # the import's tables: Slices of a constant to a size
