@@ -280,15 +280,18 @@ def length_symbols(model: onnx.ModelProto) -> list[str]:
 def probe_values(value: int, batch: bool) -> list[int]:
     """The further values a symbol at ``value`` is verified at (its representative value left out): for a symbol
     represented above every one of :data:`OTHER_PROBES` (a waveform's samples, which refuses them all), also
-    ``value + 37`` and ``value // 2 + 1`` (odd offsets: a strided front-end's rounding).
+    ``value + 37``, ``value // 2 + 1`` and ``2 * value + 37`` (odd offsets: a strided front-end's rounding; the
+    last well above it, so that a size derived from it, a waveform's frames, is larger there than at every size
+    verified below: a constant that equals such a size at ``value`` fails there, where it may pass below, as a Slice
+    to a constant end does).
 
     >>> probe_values(3, batch=True), probe_values(37, batch=False), probe_values(512, batch=False)
-    ([2, 4], [1, 256, 64], [1, 37, 256, 549, 257])
+    ([2, 4], [1, 256, 64], [1, 37, 256, 549, 257, 1061])
     """
     probes = BATCH_PROBES if batch else OTHER_PROBES
     out = [v for v in probes if v != value][:len(probes) - 1]
     if not batch and value > max(OTHER_PROBES):
-        out += [value + 37, value // 2 + 1]
+        out += [value + 37, value // 2 + 1, 2 * value + 37]
     return out
 
 
