@@ -261,16 +261,24 @@ def expand(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono]) -> bool:
 
 
 def slice_to_end(w: Rewrite, node: onnx.NodeProto) -> None:
-    """A Slice that ran to the end of a symbolic axis (its end at the axis' size) now runs to its end."""
-    dims = w.shapes.get(node.input[0])
+    """A Slice that ran to the end of a symbolic axis (its end at the axis' size) now runs to its end. An axis whose
+    size no monomial of the symbols fits (an audio model's pooled frames, which SEW slices to the shorter of two
+    equal lengths) is read as its opaque symbol (:meth:`.state.Rewrite.opaque_shape`), so an end at its size runs
+    to its end too: a constant there would cut every longer input to the tuned size."""
     starts, ends, axes = (w.constants.get(node.input[k]) for k in (1, 2, 3))
-    if dims is None or starts is None or ends is None or axes is None:
+    if starts is None or ends is None or axes is None:
+        return
+    dims = w.shapes.get(node.input[0])
+    if (dims is None or any(d is None for d in dims)) and w.final:  # the import's rewrite keeps such sizes unknown
+        fit(w)
+        dims = w.opaque_shape(node.input[0])
+    if dims is None:
         return
     ends_v, axes_v = int_values(ends), int_values(axes)
     changed = False
     for j, (e, a) in enumerate(zip(ends_v, axes_v)):
         d = dims[a] if -len(dims) <= a < len(dims) else None
-        if d is None or d.is_const:
+        if d is None or d.is_const or e < 0:  # a negative end counts from the axis' end: at every size
             continue
         if e >= d.value(w.sizes_at):
             ends_v[j] = int(INT64_MAX)

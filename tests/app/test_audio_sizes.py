@@ -55,3 +55,21 @@ def test_a_pooled_and_padded_audio_encoder_matches_the_original_above_its_tuned_
         want, got = _run(original, x), _run(result.optimized, x)
         assert got.shape == want.shape, (samples, got.shape, want.shape)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_input_written_shape_generic_keeps_the_frames_a_slice_reads_off_an_equal_length():
+    """SEW slices the pooled frames and the positional convolution's output to the shorter of the two lengths, which
+    are equal at every size and no monomial of the samples: the Slice's end, folded at the tuned size, must be
+    written to run to the axis' end, not as the constant 6 (which cut every longer waveform to 12 frames). The input
+    written with no rule applied (every candidate's base) against the original in onnxruntime."""
+    from eqsat.app.pipeline import shaped_import_phase, written_input
+
+    original = _sew()
+    _, graph, shaping = shaped_import_phase(original, OptimizeConfig.of(cost="analytic", measure=False))
+    written = written_input(graph, shaping).model
+    rng = np.random.default_rng(1)
+    for samples in (16000, 8229, 24037):
+        x = rng.standard_normal((1, samples)).astype(np.float32)
+        want, got = _run(original, x), _run(written, x)
+        assert got.shape == want.shape, (samples, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
