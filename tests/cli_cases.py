@@ -1,6 +1,6 @@
 """The command line as the hostile-user tests drive it (tests/app/test_cli_bad_input.py,
-tests/app/test_unusual_models.py): the fast flags, a small model, the CLI run in this process with its one error
-line, and the checks on what a run leaves behind."""
+tests/app/test_refused_models.py, test_unusual_models.py, test_unusual_environments.py): the fast flags, a small
+model, the CLI run in this process with its one error line, and the checks on what a run leaves behind."""
 
 from __future__ import annotations
 

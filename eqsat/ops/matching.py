@@ -11,7 +11,7 @@ joins them (an anchor's matchers are tried in the order of the family modules th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -140,3 +140,38 @@ Matcher = Callable[[View, onnx.NodeProto], "Found | None"]
 def binary_matmul(mm: onnx.NodeProto) -> bool:
     """A MatMul with both operands and its output named (the anchor the MatMul matchers start from)."""
     return len(mm.input) == 2 and all(mm.input) and bool(mm.output) and bool(mm.output[0])
+
+
+def const_ints(v: View, name: str) -> list[int] | None:
+    """The values of ``name``, a constant of an integer type, flattened (None where it is no such constant)."""
+    a = v.consts.get(name)
+    return None if a is None or a.dtype.kind not in "iu" else [int(x) for x in a.reshape(-1)]
+
+
+def slice_of(v: View, name: str) -> tuple[str, int, int, int, int] | None:
+    """``name = Slice(x, [start], [end], [axis][, [step]])`` of one axis, its bounds constants (the step 1 where it
+    is not given): (x, start, end, step, axis) as written."""
+    n = v.made_by(name, "Slice")
+    if n is None or len(n.input) < 4 or not n.input[0]:
+        return None
+    starts, ends, axes = (const_ints(v, i) for i in n.input[1:4])
+    steps = const_ints(v, n.input[4]) if len(n.input) > 4 and n.input[4] else [1]
+    if starts is None or ends is None or axes is None or steps is None \
+            or not len(starts) == len(ends) == len(axes) == len(steps) == 1:
+        return None
+    return n.input[0], starts[0], ends[0], steps[0], axes[0]
+
+
+def sum_of_products(v: View, add: onnx.NodeProto) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto, str, str, str, str]]:
+    """Every reading of ``add`` as ``Add(Mul(x, cos), Mul(turned, sin))``, the form of the rotary embeddings'
+    decompositions: (the first Mul, the second, x, cos, turned, sin) for each operand order of the Add and of either
+    Mul; none where the Add's two operands are one value or not both two-operand Muls."""
+    if len(add.input) != 2 or add.input[0] == add.input[1]:
+        return
+    for a, b in (add.input, list(reversed(add.input))):
+        mul1, mul2 = v.made_by(a, "Mul"), v.made_by(b, "Mul")
+        if mul1 is None or mul2 is None or len(mul1.input) != 2 or len(mul2.input) != 2:
+            continue
+        for x, cos in (mul1.input, list(reversed(mul1.input))):
+            for turned, sin in (mul2.input, list(reversed(mul2.input))):
+                yield mul1, mul2, x, cos, turned, sin

@@ -34,7 +34,7 @@ import onnx
 
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, dim_fp, emit_newer, fail, newer_allowed, volume
 from .egglog_text import dim_vars, rule, shape_of
-from .matching import Found, Matcher, View
+from .matching import Found, Matcher, View, const_ints, slice_of, sum_of_products
 
 RANKS = (3, 4)
 
@@ -54,16 +54,23 @@ def _shape(op: str, kernel: bool) -> Callable[[tuple, Sequence[Shape]], Shape]:
     return shape
 
 
+def table_rule(name: str, term: str, x: list[str], c: list[str], last: str, conds: Sequence[str],
+               attrs: Sequence[str] = (), heads: Sequence[str] = ()) -> str:
+    """The shape rule ``name`` of ``e = (term)``, an operator on (x, cos, sin) of x's shape: x of dimensions ``x``,
+    ``attrs`` (conditions on the attributes), cos of dimensions ``c`` but the last ``last``, sin of cos's shape,
+    ``conds``, each other dimension of cos 1 or x's, ``heads`` (a kernel's conditions on cos)."""
+    broadcast = [f"(= 0 (* (- {a} {b}) (- {a} 1)))" for a, b in zip(c[:-1], x[:-1])]
+    return rule(name, [f"(= e ({term}))", *attrs, f"(= {shape_of(x)} (shape x))",
+                       f"(= {shape_of(c[:-1] + [last])} (shape cos))", "(= (shape cos) (shape sin))", *conds,
+                       *broadcast, *heads], [f"(set (shape e) {shape_of(x)})"])
+
+
 def _rules(ctor: str, kernel: bool) -> list[str]:
     out = []
     for r in ((4,) if kernel else RANKS):
         x, c = dim_vars("x", r), dim_vars("c", r)
-        conds = [f"(= 0 (* (- {a} {b}) (- {a} 1)))" for a, b in zip(c[:-1], x[:-1])]
-        if kernel:
-            conds.append(f"(= {c[1]} 1)")
-        out.append(rule(f"shape_{ctor}{r}", [f"(= e ({ctor} x cos sin))", f"(= {shape_of(x)} (shape x))",
-                                             f"(= {shape_of(c[:-1] + [x[-1]])} (shape cos))", "(= (shape cos) (shape sin))",
-                                             f"(= 0 (% {x[-1]} 2))", *conds], [f"(set (shape e) {shape_of(x)})"]))
+        out.append(table_rule(f"shape_{ctor}{r}", f"{ctor} x cos sin", x, c, x[-1], [f"(= 0 (% {x[-1]} 2))"],
+                              heads=[f"(= {c[1]} 1)"] if kernel else []))
     return out
 
 
@@ -162,44 +169,29 @@ ROPE = OpDef("rope", "rotary as one runtime kernel (ONNX RotaryEmbedding, opset 
 
 
 # -- rotary embeddings in ONNX graphs (:mod:`eqsat.ops.matching`) ------------------------------------------------------
-def _ints(v: View, name: str) -> list[int] | None:
-    a = v.consts.get(name)
-    return None if a is None or a.dtype.kind not in "iu" else [int(x) for x in a.reshape(-1)]
-
-
 def _half(v: View, name: str, rank: int, d: int) -> tuple[str, int] | None:
     """``name = Slice(x, [a], [b], [last axis][, [1]])``, x of rank ``rank``: (x, 0) for the first half of x's
     last dimension ``d``, (x, 1) for the second."""
-    n = v.made_by(name, "Slice")
-    if n is None or len(n.input) < 4 or not n.input[0]:
+    s = slice_of(v, name)
+    if s is None or s[3] != 1 or s[4] not in (-1, rank - 1):
         return None
-    starts, ends, axes = (_ints(v, i) for i in n.input[1:4])
-    steps = _ints(v, n.input[4]) if len(n.input) > 4 and n.input[4] else [1]
-    if starts is None or ends is None or axes is None or steps != [1] or len(starts) != 1 or len(ends) != 1 \
-            or axes[0] not in (-1, rank - 1):
-        return None
+    x, start, end = s[:3]
     h = d // 2
-    if starts[0] == 0 and ends[0] == h:
-        return n.input[0], 0
-    if starts[0] in (h, -h) and ends[0] >= d:
-        return n.input[0], 1
+    if start == 0 and end == h:
+        return x, 0
+    if start in (h, -h) and end >= d:
+        return x, 1
     return None
 
 
 def _rotary(v: View, add: onnx.NodeProto) -> Found | None:
     """``Add(Mul(x, cos), Mul(Concat(Neg(Slice(x, h:)), Slice(x, :h), axis=-1), sin))`` (either operand order of
-    each Add and Mul), cos and sin constants of x's rank whose halves along the last axis are equal."""
-    if len(add.input) != 2 or add.input[0] == add.input[1]:
-        return None
-    for a, b in (add.input, reversed(add.input)):
-        mul1, mul2 = v.made_by(a, "Mul"), v.made_by(b, "Mul")
-        if mul1 is None or mul2 is None or len(mul1.input) != 2 or len(mul2.input) != 2:
-            continue
-        for x, cos in (mul1.input, reversed(mul1.input)):
-            for turned, sin in (mul2.input, reversed(mul2.input)):
-                found = _rest(v, add, mul1, mul2, x, cos, turned, sin)
-                if found is not None:
-                    return found
+    each Add and Mul: :func:`~eqsat.ops.matching.sum_of_products`), cos and sin constants of x's rank whose halves
+    along the last axis are equal."""
+    for mul1, mul2, x, cos, turned, sin in sum_of_products(v, add):
+        found = _rest(v, add, mul1, mul2, x, cos, turned, sin)
+        if found is not None:
+            return found
     return None
 
 
@@ -274,7 +266,7 @@ def _rest(v: View, add: onnx.NodeProto, mul1: onnx.NodeProto, mul2: onnx.NodePro
         return None
     neg = v.made_by(cat.input[0], "Neg")
     first_slice = v.made_by(cat.input[1], "Slice")
-    ends = _ints(v, first_slice.input[2]) if first_slice is not None and len(first_slice.input) > 2 else None
+    ends = const_ints(v, first_slice.input[2]) if first_slice is not None and len(first_slice.input) > 2 else None
     if first_slice is None or neg is None or not neg.input or ends is None or len(ends) != 1 or ends[0] <= 0:
         return None
     d = 2 * ends[0]

@@ -43,9 +43,9 @@ import numpy as np
 import onnx
 
 from .base import Ctor, Emitter, NotEvaluable, OpDef, Shape, emit_newer, fail, newer_allowed, volume
-from .egglog_text import dim_vars, rule, shape_of
-from .matching import Found, Matcher, View
-from .rotary import RANKS, cache_sizes, halves_repeat, sizes_key
+from .egglog_text import dim_vars
+from .matching import Found, Matcher, View, const_ints, slice_of, sum_of_products
+from .rotary import RANKS, cache_sizes, halves_repeat, sizes_key, table_rule
 
 _TO_END = 2 ** 31
 """a Slice end at least this large runs to the end of its axis (the exporters write INT64_MAX)"""
@@ -84,14 +84,11 @@ def _rules(ctor: str, kernel: bool) -> list[str]:
     out = []
     for rank in ((4,) if kernel else RANKS):
         x, c = dim_vars("x", rank), dim_vars("c", rank)
-        conds = [f"(= 0 (* (- {a} {b}) (- {a} 1)))" for a, b in zip(c[:-1], x[:-1])]
-        heads = [f"(= {c[1]} 1)", f"(= {c[2]} 1)"] if kernel else [None]
+        heads = [[f"(= {c[1]} 1)"], [f"(= {c[2]} 1)"]] if kernel else [[]]  # the heads at axis 1 or 2
         for k, head in enumerate(heads):
-            out.append(rule(f"shape_{ctor}{rank}_{k}", [f"(= e ({ctor} r il x cos sin))", "(= 0 (* il (- il 1)))", f"(= {shape_of(x)} (shape x))",
-                                                         f"(= {shape_of(c[:-1] + ['r'])} (shape cos))",
-                                                         "(= (shape cos) (shape sin))", "(= 0 (% r 2))", "(> r 0)",
-                                                         f"(<= r {x[-1]})", *conds, *([head] if head else [])],
-                            [f"(set (shape e) {shape_of(x)})"]))
+            out.append(table_rule(f"shape_{ctor}{rank}_{k}", f"{ctor} r il x cos sin", x, c, "r",
+                                  ["(= 0 (% r 2))", "(> r 0)", f"(<= r {x[-1]})"], attrs=["(= 0 (* il (- il 1)))"],
+                                  heads=head))
     return out
 
 
@@ -237,30 +234,12 @@ def tables_repeat(attrs: tuple, table: np.ndarray | None) -> bool:
 # -- in ONNX graphs (:mod:`eqsat.ops.matching`) ------------------------------------------------------------------
 # The matcher does not know x's rank: it records the axes it read (``last``: of x's rank, to be its last; ``pair``:
 # of x's rank plus one, to be the new last axis), which :func:`ir_attrs` checks against the operands' shapes.
-def _ints(v: View, name: str) -> list[int] | None:
-    a = v.consts.get(name)
-    return None if a is None or a.dtype.kind not in "iu" else [int(x) for x in a.reshape(-1)]
-
-
-def _slice_of(v: View, name: str) -> tuple[str, int, int, int, int] | None:
-    """``name = Slice(x, [start], [end], [axis], [step])`` of one axis: (x, start, end, step, axis)."""
-    n = v.made_by(name, "Slice")
-    if n is None or len(n.input) < 4 or not n.input[0]:
-        return None
-    starts, ends, axes = (_ints(v, i) for i in n.input[1:4])
-    steps = _ints(v, n.input[4]) if len(n.input) > 4 and n.input[4] else [1]
-    if starts is None or ends is None or axes is None or steps is None \
-            or not len(starts) == len(ends) == len(axes) == len(steps) == 1 or starts[0] < 0 or steps[0] < 1:
-        return None
-    return n.input[0], starts[0], ends[0], steps[0], axes[0]
-
-
 def _unsqueezed(v: View, name: str) -> tuple[str, int] | None:
     """``name = Unsqueeze(y, [axis])``: (y, axis)."""
     n = v.made_by(name, "Unsqueeze")
     if n is None or not n.input:
         return None
-    axes = _ints(v, n.input[1]) if len(n.input) > 1 and n.input[1] else v.attr(n, "axes")
+    axes = const_ints(v, n.input[1]) if len(n.input) > 1 and n.input[1] else v.attr(n, "axes")
     return (n.input[0], int(axes[0])) if isinstance(axes, list) and len(axes) == 1 else None
 
 
@@ -277,14 +256,14 @@ class _Turned:
         self.half = 0
         reshape = v.made_by(name, "Reshape")
         cat = v.made_by(reshape.input[0], "Concat") if reshape is not None and reshape.input else None
-        target = _ints(v, reshape.input[1]) if reshape is not None and len(reshape.input) > 1 else None
+        target = const_ints(v, reshape.input[1]) if reshape is not None and len(reshape.input) > 1 else None
         if reshape is None or cat is None or len(cat.input) != 2 or target is None \
                 or v.attr(reshape, "allowzero", 0) != 0:
             return
         odd, even = (_unsqueezed(v, i) for i in cat.input)
         neg = v.made_by(odd[0], "Neg") if odd is not None else None
-        first = _slice_of(v, even[0]) if even is not None else None
-        second = _slice_of(v, neg.input[0]) if neg is not None and neg.input else None
+        first = slice_of(v, even[0]) if even is not None else None
+        second = slice_of(v, neg.input[0]) if neg is not None and neg.input else None
         if first is None or second is None or odd is None or even is None or neg is None or first[0] != second[0] \
                 or first[1:4:2] != (0, 2) or second[1:4:2] != (1, 2) or first[4] != second[4]:
             return
@@ -307,8 +286,8 @@ class _Halves:
         self.pair: list[int] = []
         cat = v.made_by(name, "Concat")
         neg = v.made_by(cat.input[0], "Neg") if cat is not None and len(cat.input) == 2 else None
-        second = _slice_of(v, neg.input[0]) if neg is not None and neg.input else None
-        first = _slice_of(v, cat.input[1]) if cat is not None and neg is not None else None
+        second = slice_of(v, neg.input[0]) if neg is not None and neg.input else None
+        first = slice_of(v, cat.input[1]) if cat is not None and neg is not None else None
         if cat is None or neg is None or first is None or second is None or first[0] != second[0] \
                 or first[1] != 0 or not 0 < first[2] < _TO_END or first[3] != 1 or second[1:4:2] != (first[2], 1):
             return
@@ -321,21 +300,14 @@ def _rotary_part(v: View, add: onnx.NodeProto) -> Found | None:
     """``Add(Mul(x, cos), Mul(turn(x), sin))`` (either operand order of each Add and Mul; :class:`_Turned`,
     :class:`_Halves`); where x = Slice(y, :r) is concatenated before Slice(y, r:) along the last axis, the Concat's
     value over y (a rotation of halves only so)."""
-    if len(add.input) != 2 or add.input[0] == add.input[1]:
-        return None
-    for a, b in (add.input, list(reversed(add.input))):
-        mul1, mul2 = v.made_by(a, "Mul"), v.made_by(b, "Mul")
-        if mul1 is None or mul2 is None or len(mul1.input) != 2 or len(mul2.input) != 2:
-            continue
-        for x, cos in (mul1.input, list(reversed(mul1.input))):
-            for turned, sin in (mul2.input, list(reversed(mul2.input))):
-                for kind in (_Turned, _Halves):
-                    t = kind(v, turned)
-                    if t.x is None or t.x != x or x in v.consts or cos == sin or x in (cos, sin):
-                        continue
-                    found = _partial(v, add, t, [*t.nodes, mul1, mul2, add], cos, sin)
-                    if found is not None:
-                        return found
+    for mul1, mul2, x, cos, turned, sin in sum_of_products(v, add):
+        for kind in (_Turned, _Halves):
+            t = kind(v, turned)
+            if t.x is None or t.x != x or x in v.consts or cos == sin or x in (cos, sin):
+                continue
+            found = _partial(v, add, t, [*t.nodes, mul1, mul2, add], cos, sin)
+            if found is not None:
+                return found
     return None
 
 
@@ -345,9 +317,9 @@ def _partial(v: View, add: onnx.NodeProto, t: _Turned | _Halves, nodes: list[onn
     where x = Slice(y, 0:r) and the Add's only reader is Concat(Add, Slice(y, r:)) along the last axis."""
     x = t.x
     assert x is not None
-    head = _slice_of(v, x)
+    head = slice_of(v, x)
     cat = v.sole_reader(add.output[0], "Concat")
-    tail = _slice_of(v, cat.input[1]) if cat is not None and len(cat.input) == 2 and cat.input[0] == add.output[0] \
+    tail = slice_of(v, cat.input[1]) if cat is not None and len(cat.input) == 2 and cat.input[0] == add.output[0] \
         else None
     rest = (t.ends, tuple(t.pair), t.target, t.interleaved, t.half)
     if head is not None and tail is not None and cat is not None and head[0] == tail[0] not in v.consts \

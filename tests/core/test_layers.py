@@ -6,21 +6,32 @@ pyproject.toml's package-dir: ``rules/`` is ``eqsat.rules`` and so on), and it h
 inside functions and under ``if TYPE_CHECKING`` included: an import deferred into a function hides a
 cycle from Python, not from the design.
 
-The floors, from the bottom:
+The floors, from the bottom (the root folder ``eqsat/`` holds modules of several floors: :data:`ROOT_FLOORS` puts
+each on its own by name, and a test checks that none is left out):
 
 * ``eqsat.errors``: the basement, the exception hierarchy every layer raises; it imports nothing of eqsat.
   (It is a package of its own here so that the operator table may raise ShapeError without a cycle.)
 * ``eqsat.ops``: the operator table.
-* ``eqsat``: the ground floor, the root modules (ir, shapes, snapshot, decode, verify, inputs,
-  progress, ...), the ``eqsat.onnx`` package (ONNX <-> IR) and the ``eqsat.egglog`` package (schema, codec,
-  runtime wrapper).
-* ``eqsat.generic``: the shape-generic writer, on the ground floor only (the ONNX layer among it). The ground floor
-  imports it once, in :data:`UPWARD`: the importer's generic import starts from the writer's forms.
-* ``eqsat.measurement``: timing end to end, the shipping gate and the ship decision, on the ground floor only.
-* ``eqsat.rules``, ``eqsat.extract``, ``eqsat.cost``, ``eqsat.models``: each on the ground floor only
-  (extract and cost share the e-graph data through ``eqsat.snapshot``); ``eqsat.cost`` times operators with
-  ``eqsat.measurement``'s clocks and session settings.
-* ``eqsat.mcts``: rules, extract and cost, and the ground floor.
+* ``eqsat.core`` (no package of that name: root modules): the IR and what it is made of, and the plain data and
+  tools every floor above may use: ``ir``, ``dims``, ``shapes``, ``evaluate`` (the IR's numpy semantics),
+  ``snapshot`` (the e-graph as plain data), ``memory``, ``progress``. Importing ``eqsat`` (the facade) counts as
+  importing this floor: Python imports the facade anyway as the parent of every ``eqsat.*`` module, and its
+  top-level imports stay here (checked).
+* ``eqsat.egglog`` (schema, codec, runtime wrapper) and ``eqsat.onnx`` (ONNX <-> IR), side by side on
+  ``eqsat.core``, neither importing the other: the ONNX layer is imported by the floors that must never load
+  egglog (the cost models, measurement, the shape-generic writer).
+* ``eqsat`` (the root modules over the ONNX layer): ``inputs`` and ``verify`` (feeds and checks in onnxruntime),
+  ``decode`` (e-graph -> IR, carrying the ONNX origins over) and ``blocks`` (repeated blocks of a program); on
+  ``eqsat.onnx`` and below, no egglog.
+* ``eqsat.generic``: the shape-generic writer, on the ONNX layer and below, no egglog. The ONNX layer imports it
+  once, in :data:`UPWARD`: the importer's generic import starts from the writer's forms (the one cycle between
+  floors, eqsat.onnx -> eqsat.generic -> eqsat.onnx, goes through it; a test checks that every cycle does).
+* ``eqsat.measurement``: timing end to end, the shipping gate and the ship decision, on the root folder's floors
+  but egglog.
+* ``eqsat.rules`` and ``eqsat.models``: each on the root folder's floors only (:data:`GROUND`);
+  ``eqsat.extract`` and ``eqsat.cost`` the same but egglog (extract and cost share the e-graph data through
+  ``eqsat.snapshot``); ``eqsat.cost`` times operators with ``eqsat.measurement``'s clocks and session settings.
+* ``eqsat.mcts``: rules, extract and cost, and the root folder's floors.
 * ``eqsat.app``: the pipeline, config, report and CLI, on top of everything.
 
 :data:`UPWARD` names the few imports against the floors that are there on purpose, each by its importing module
@@ -29,9 +40,8 @@ is still there, deferred into a function, so that the list cannot go stale.
 
 ``eqsat/__init__.py`` is the public facade and is exempt as an importer: its one upward import
 (``eqsat.app``, deferred to the first use of ``eqsat.optimize``) is what a facade is for, and its
-top-level imports stay on the ground floor. ``eqsat/__main__.py`` (``python -m eqsat``) must live in the
-root folder but is the CLI's entry point: it counts as part of ``eqsat.app``. Importing ``eqsat`` from below counts as importing the
-ground floor: Python imports the facade anyway as the parent of every ``eqsat.*`` module.
+top-level imports stay on ``eqsat.core`` and ``eqsat.errors``. ``eqsat/__main__.py`` (``python -m eqsat``) must
+live in the root folder but is the CLI's entry point: it counts as part of ``eqsat.app``.
 """
 
 from __future__ import annotations
@@ -49,30 +59,48 @@ from paths import REPO
 FACADE = "eqsat"
 ENTRY = "eqsat.__main__"
 """``python -m eqsat``: the CLI's entry point, on the top floor wherever Python wants its file"""
-GROUND = {"eqsat", "eqsat.ops", "eqsat.errors"}
+CORE = "eqsat.core"
+"""the floor of the root modules the IR is made of (no package of that name)"""
+ROOT = "eqsat"
+"""the floor of the root modules over the ONNX layer"""
+ROOT_FLOORS: dict[str, str] = {
+    "eqsat.errors": "eqsat.errors",
+    **{f"eqsat.{m}": CORE for m in ("ir", "dims", "shapes", "evaluate", "snapshot", "memory", "progress")},
+    **{f"eqsat.{m}": ROOT for m in ("inputs", "verify", "decode", "blocks")},
+}
+"""module of the root folder -> its floor (the facade and the CLI's entry point apart: see the docstring)"""
+BOTTOM = {CORE, "eqsat.ops", "eqsat.errors"}
+NO_EGGLOG_GROUND = BOTTOM | {"eqsat.onnx", ROOT}
+"""the floors of the root folder, egglog's apart"""
+GROUND = NO_EGGLOG_GROUND | {"eqsat.egglog"}
+"""the floors of the root folder"""
 ALLOWED: dict[str, set[str]] = {
     "eqsat.errors": set(),
     "eqsat.ops": {"eqsat.errors"},
-    "eqsat": {"eqsat.ops", "eqsat.errors"},
+    CORE: {"eqsat.ops", "eqsat.errors"},
+    "eqsat.egglog": BOTTOM,
+    "eqsat.onnx": BOTTOM,
+    ROOT: BOTTOM | {"eqsat.onnx"},
+    "eqsat.generic": NO_EGGLOG_GROUND,
+    "eqsat.measurement": NO_EGGLOG_GROUND,
     "eqsat.rules": GROUND,
-    "eqsat.extract": GROUND,
-    "eqsat.cost": GROUND | {"eqsat.measurement"},
+    "eqsat.extract": NO_EGGLOG_GROUND,
+    "eqsat.cost": NO_EGGLOG_GROUND | {"eqsat.measurement"},
     "eqsat.models": GROUND,
-    "eqsat.generic": GROUND,
-    "eqsat.measurement": GROUND,
     "eqsat.mcts": GROUND | {"eqsat.rules", "eqsat.extract", "eqsat.cost", "eqsat.measurement"},
     "eqsat.app": GROUND | {"eqsat.generic", "eqsat.measurement", "eqsat.rules", "eqsat.extract", "eqsat.cost",
                            "eqsat.models", "eqsat.mcts"},
 }
-"""package -> the other packages it may import"""
+"""floor -> the other floors it may import"""
 UPWARD: dict[tuple[str, str], str] = {
     ("eqsat.onnx.importer", "eqsat.generic"): "a generic import (import_model(generic=True)) starts from the forms "
                                              "the shape-generic writer gives the shape computations (simplified)",
 }
 """(importing module, imported package) -> why: imports against the floors, on purpose (see the docstring)"""
 SUBPACKAGES = ("eqsat.app", "eqsat.ops", "eqsat.rules", "eqsat.extract", "eqsat.mcts", "eqsat.cost", "eqsat.models",
-               "eqsat.generic", "eqsat.measurement")
-NO_EGGLOG = ("eqsat.extract", "eqsat.cost")
+               "eqsat.generic", "eqsat.measurement", "eqsat.onnx", "eqsat.egglog")
+NO_EGGLOG = (CORE, "eqsat.onnx", ROOT, "eqsat.generic", "eqsat.measurement", "eqsat.extract", "eqsat.cost")
+"""the floors that never import the egglog library (those of :data:`NO_EGGLOG_GROUND` and the ones on them alone)"""
 
 
 @dataclass(frozen=True)
@@ -130,14 +158,17 @@ def imports(name: str, path: Path, known: set[str], root: Path = REPO) -> list[I
 
 
 def package_of(module: str) -> str:
-    if module == "eqsat.errors":
-        return "eqsat.errors"
+    """The floor of a module (or of the module a name is imported from)."""
     if module == ENTRY:
         return "eqsat.app"
+    if module == FACADE:
+        return CORE
+    if module in ROOT_FLOORS:
+        return ROOT_FLOORS[module]
     for package in SUBPACKAGES:
         if module == package or module.startswith(package + "."):
             return package
-    return "eqsat"
+    return ROOT  # a root module not in ROOT_FLOORS (test_every_root_module_is_on_a_floor fails on it)
 
 
 def package_edges(root: Path = REPO, upward: dict[tuple[str, str], str] | None = None
@@ -259,7 +290,26 @@ def test_the_imports_against_the_floors_are_the_listed_ones_each_deferred():
                          capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False", "importing eqsat.onnx imported the shape-generic writer"
     every = package_edges(upward={})
-    assert ("eqsat", "eqsat.generic") in every, "the checker no longer sees the listed import"
+    assert ("eqsat.onnx", "eqsat.generic") in every, "the checker no longer sees the listed import"
+    listed = {(package_of(module), package) for module, package in UPWARD}
+    for cycle in find_cycles(every):  # eqsat.onnx -> eqsat.generic -> eqsat.onnx: hidden by a listed import only
+        assert listed & set(zip(cycle, cycle[1:])), "a cycle through no listed import:\n" + describe(cycle, every)
+
+
+def test_every_root_module_is_on_a_floor():
+    """Each module of the root folder has its floor in :data:`ROOT_FLOORS` (but the facade and the CLI's entry
+    point), and the facade's top-level imports stay on the floors it counts as (see the docstring)."""
+    dirs = package_dirs()
+    mods = modules(dirs)
+    root = [name for name, path in mods.items() if path.parent == dirs[FACADE] and path.name != "__init__.py"]
+    missing = sorted(set(root) - set(ROOT_FLOORS) - {ENTRY})
+    assert not missing, f"put each in ROOT_FLOORS (tests/core/test_layers.py): {missing}"
+    assert not set(ROOT_FLOORS) - set(root), "ROOT_FLOORS names a module the root folder no longer has"
+    tree = ast.parse(mods[FACADE].read_text())
+    top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    found = [imp for imp in imports(FACADE, mods[FACADE], set(mods)) if imp.target.split(".")[0] == "eqsat"
+             and int(imp.where.split(":")[1]) in {node.lineno for node in top}]
+    assert found and all(package_of(imp.target) in {CORE, "eqsat.errors"} for imp in found), [i.where for i in found]
 
 
 def test_extractors_and_cost_models_never_import_egglog():
@@ -267,7 +317,7 @@ def test_extractors_and_cost_models_never_import_egglog():
     known = set(mods)
     found = [imp.where for name, path in mods.items() if package_of(name) in NO_EGGLOG
              for imp in imports(name, path, known) if imp.target.split(".")[0] == "egglog"]
-    assert not found, "egglog imported by an extractor or cost model:\n" + "\n".join(found)
+    assert not found, "egglog imported on a floor of NO_EGGLOG (an extractor, a cost model, ...):\n" + "\n".join(found)
     code = ("import sys, eqsat.extract, eqsat.cost, eqsat.extract.ilp, eqsat.cost.measure, eqsat.snapshot; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'egglog'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
@@ -279,22 +329,30 @@ def write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """A small source tree under ``root``: relative path -> text."""
+    for rel, text in files.items():
+        write(root / rel, text)
+
+
 def test_checker_finds_a_cycle_hidden_in_a_function_through_mapped_folders(tmp_path):
     """The checker itself: a cycle eqsat.rules -> eqsat.extract -> eqsat.rules where one import is relative,
     one sits inside a function, and the folders are mapped by package-dir like the real project."""
-    write(tmp_path / "pyproject.toml", '[tool.setuptools]\npackage-dir = { "eqsat" = "eqsat", '
-                                       '"eqsat.rules" = "rules", "eqsat.extract" = "extract" }\n')
-    write(tmp_path / "eqsat/__init__.py", "import eqsat.app\n")  # the facade: exempt
-    write(tmp_path / "eqsat/ir.py", "from . import errors\n")
-    write(tmp_path / "eqsat/errors.py", "")
-    write(tmp_path / "rules/__init__.py", "")
-    write(tmp_path / "rules/engine.py", "from eqsat import ir\nfrom .sub import x\n")
-    write(tmp_path / "rules/sub.py", "def f():\n    from eqsat.extract.base import g\n")
-    write(tmp_path / "extract/__init__.py", "")
-    write(tmp_path / "extract/base.py", "from eqsat.rules import engine\n")
+    write_tree(tmp_path, {
+        "pyproject.toml": '[tool.setuptools]\npackage-dir = { "eqsat" = "eqsat", "eqsat.rules" = "rules", '
+                          '"eqsat.extract" = "extract" }\n',
+        "eqsat/__init__.py": "import eqsat.app\n",  # the facade: exempt
+        "eqsat/ir.py": "from . import errors\n",
+        "eqsat/errors.py": "",
+        "rules/__init__.py": "",
+        "rules/engine.py": "from eqsat import ir\nfrom .sub import x\n",
+        "rules/sub.py": "def f():\n    from eqsat.extract.base import g\n",
+        "extract/__init__.py": "",
+        "extract/base.py": "from eqsat.rules import engine\n",
+    })
     edges = package_edges(tmp_path)
-    assert set(edges) == {("eqsat.rules", "eqsat"), ("eqsat.rules", "eqsat.extract"), ("eqsat.extract", "eqsat.rules"),
-                          ("eqsat", "eqsat.errors")}
+    assert set(edges) == {("eqsat.rules", CORE), ("eqsat.rules", "eqsat.extract"), ("eqsat.extract", "eqsat.rules"),
+                          (CORE, "eqsat.errors")}
     assert edges[("eqsat.rules", "eqsat.extract")] == ["rules/sub.py:2: from eqsat.extract.base import g"]
     cycles = find_cycles(edges)
     assert cycles == [["eqsat.extract", "eqsat.rules", "eqsat.extract"]]
@@ -302,26 +360,48 @@ def test_checker_finds_a_cycle_hidden_in_a_function_through_mapped_folders(tmp_p
     assert "extract/base.py:1: from eqsat.rules import engine" in message and "rules/sub.py:2" in message
 
 
+def test_checker_puts_the_root_modules_on_their_floors(tmp_path):
+    """The checker itself: in the root folder, the IR reading a check (inside a function) is an import up, from
+    eqsat.core to the floor over the ONNX layer, and closes a cycle with the check's import of the IR; the ONNX
+    layer importing egglog is one sideways."""
+    write_tree(tmp_path, {
+        "pyproject.toml": '[tool.setuptools]\npackage-dir = { "eqsat" = "eqsat" }\n',
+        "eqsat/__init__.py": "from .ir import Graph\n",
+        "eqsat/ir.py": "def f():\n    from .verify import check\n",
+        "eqsat/verify.py": "from eqsat.ir import Graph\nfrom .onnx.io import session\n",
+        "eqsat/onnx/__init__.py": "",
+        "eqsat/onnx/io.py": "from ..egglog import EGraph\n",
+        "eqsat/egglog/__init__.py": "from eqsat import Graph\n",
+    })
+    edges = package_edges(tmp_path)
+    assert set(edges) == {(CORE, ROOT), (ROOT, CORE), (ROOT, "eqsat.onnx"), ("eqsat.onnx", "eqsat.egglog"),
+                          ("eqsat.egglog", CORE)}
+    assert edges[(CORE, ROOT)] == ["eqsat/ir.py:2: from .verify import check"]
+    assert find_cycles(edges) == [[ROOT, CORE, ROOT]]
+    assert sorted((a, b) for a, b in edges if b not in ALLOWED[a]) == [(CORE, ROOT), ("eqsat.onnx", "eqsat.egglog")]
+
+
 def module_edges(package: str, root: Path = REPO) -> dict[tuple[str, str], list[str]]:
-    """(importing module, imported module) -> the importing lines, between the modules of one subpackage (its
-    ``__init__``, the facade that re-exports them, exempt as an importer)."""
+    """(importing module, imported module) -> the importing lines, between the modules of one subpackage or floor
+    of the root folder (its ``__init__``, the facade that re-exports them, exempt as an importer)."""
     mods = modules(package_dirs(root))
     known = set(mods)
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
     for name, path in mods.items():
-        if name == package or package_of(name) != package:
+        if name in (package, FACADE) or package_of(name) != package:
             continue
         for imp in imports(name, path, known, root):
-            if imp.target in known and imp.target not in (package, name) and package_of(imp.target) == package:
+            if (imp.target in known and imp.target not in (package, name, FACADE)
+                    and package_of(imp.target) == package):
                 edges[(name, imp.target)].append(imp.where)
     return dict(edges)
 
 
 def test_no_import_cycle_between_the_modules_of_a_subpackage():
-    """Inside a subpackage too (eqsat.mcts's search and parallel once imported each other, one side inside a
-    function): each module depends on the ones below it."""
+    """Inside a subpackage or a floor of the root folder too (eqsat.mcts's search and parallel once imported each
+    other, one side inside a function): each module depends on the ones below it."""
     found = []
-    for package in SUBPACKAGES:
+    for package in (*SUBPACKAGES, CORE, ROOT):
         edges = module_edges(package)
         found += [describe(c, edges) for c in find_cycles(edges)]
     assert not found, "import cycles between modules:\n" + "\n".join(found)
