@@ -3,15 +3,18 @@ different weights), chained one after the other, like the layers of a transforme
 
 :func:`find_blocks` looks for them: a block runs from a *cut* (a node every later layer reads only through
 it, such as the residual stream after a layer's last norm) to the next cut of the same operator and shape. Its
-body is every node on a path between the two cuts, plus the weight-only nodes (a transposed weight) only it
-reads; nothing in it other than its output may be read from outside it. Nodes the body reads from outside
-(an attention mask computed once, a weight shared by every layer) are its *external* inputs, the same nodes
-for every copy. Two blocks are copies when their bodies hash alike with the cut as a hole, their private
-weights by shape and dtype only, and their external inputs by identity.
+body is every node on a path between the two cuts, plus the nodes only it reads: weight-only nodes (a transposed
+weight) and, after the cut, values it computes from external inputs alone (a layer's own slice of a shared
+ALiBi table). Nothing in it other than its output may be read from outside it, except by the program's outputs:
+a node of the body that is a program output (a prefill's present key and value, one pair a layer) is a *side
+output* of the block. Nodes the body reads from outside (an attention mask computed once, a weight shared by
+every layer) are its *external* inputs, the same nodes for every copy. Two blocks are copies when their bodies
+hash alike with the cut as a hole (the side outputs at the same places), their private weights by shape and dtype
+only, and their external inputs by identity.
 
 :attr:`Blocks.representative` is one copy as a program of its own (inputs: the cut and the external inputs;
-its own weights); :meth:`Blocks.replay` puts an optimized version of it in place of every copy, each with
-its own weights, and returns the whole program.
+its own weights; outputs: its output, then its side outputs); :meth:`Blocks.replay` puts an optimized version of
+it in place of every copy, each with its own weights, and returns the whole program.
 
 >>> import numpy as np
 >>> from eqsat import ir
@@ -77,6 +80,8 @@ class Block:
     """ids of the block's nodes (its output and private weight-only nodes included; not the cut)"""
     weights: tuple[Node, ...]
     externals: tuple[Node, ...]
+    sides: tuple[Node, ...] = ()
+    """the nodes of the body other than its output that are program outputs (read by nothing outside it)"""
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,13 +104,15 @@ class Blocks:
         first = self.blocks[0]
         return {"copies": self.copies, "nodes_per_block": self.nodes_per_block,
                 "weights_per_block": len(first.weights), "external_inputs": len(first.externals),
+                "side_outputs": len(first.sides),
                 "cut": f"{first.cut.op} {list(first.cut.shape)}",
                 "operators": dict(sorted(_op_counts(self.graph, first).items()))}
 
     @functools.cached_property
     def representative(self) -> Graph:
         """The first copy as a program: inputs ``block_in`` (the cut) and ``block_ext_K`` (its external inputs
-        that are not weights), its weights (private and shared) by their names, output ``block_out``."""
+        that are not weights), its weights (private and shared) by their names, outputs ``block_out`` and
+        ``block_side_K`` (its side outputs)."""
         first = self.blocks[0]
         leaf: dict[int, Node] = {id(first.cut): ir.input_("block_in", first.cut.shape, first.cut.dtype)}
         inputs = [leaf[id(first.cut)]]
@@ -113,8 +120,9 @@ class Blocks:
             if e.op != "weight":
                 leaf[id(e)] = ir.input_(f"block_ext_{k}", e.shape, e.dtype)
                 inputs.append(leaf[id(e)])
-        out = _rebuild([first.output], dict(leaf), stop=first.body)[0]
-        return Graph(tuple(inputs), (out,), ("block_out",), _weights_of(self.graph, [out]),
+        outs = tuple(_rebuild([first.output, *first.sides], dict(leaf), stop=first.body))
+        names = ("block_out", *(f"block_side_{k}" for k in range(len(first.sides))))
+        return Graph(tuple(inputs), outs, names, _weights_of(self.graph, outs),
                      name=f"{self.graph.name}-block", opset=self.graph.opset, domains=dict(self.graph.domains))
 
     def external_ranges(self) -> dict[str, tuple[float, float]]:
@@ -143,8 +151,9 @@ class Blocks:
         named = dict(zip((id(o) for o in self.graph.outputs), self.graph.output_names))
         reads = [o for o in self.graph.outputs] + [b.cut for b in self.blocks] + \
             [e for b in self.blocks for e in b.externals]
+        sides = {id(n) for b in self.blocks for n in b.sides}  # outputs the copies compute
         targets = [n for n in {id(n): n for n in reads}.values()
-                   if id(n) not in memo and n.op not in origins.LEAVES]
+                   if id(n) not in memo and id(n) not in sides and n.op not in origins.LEAVES]
         names = tuple(named.get(id(n)) or _unique(f"rest_read_{k}", taken) for k, n in enumerate(targets))
         outputs = tuple(_rebuild(targets, memo))
         program = Graph((*self.graph.inputs, *leaves), outputs, names, _weights_of(self.graph, outputs),
@@ -178,7 +187,9 @@ class Blocks:
             shared = {ir.leaf_name(e): e for e in b.externals if e.op == "weight"}
             inner = {id(x): reads[ir.leaf_name(x)] if x.op == "input" else
                      own.get(ir.leaf_name(x)) or shared[ir.leaf_name(x)] for x in leaves}
-            done[id(b.output)] = new[id(of_leaf[ir.leaf_name(leaf)])] = _rebuild(program.outputs, dict(inner))[0]
+            out, *sides = _rebuild(program.outputs, dict(inner))
+            done[id(b.output)] = new[id(of_leaf[ir.leaf_name(leaf)])] = out
+            done.update(zip((id(n) for n in b.sides), sides))
         outs = tuple(mapped(o) for o in self.graph.outputs)
         return dataclasses.replace(self.graph, outputs=outs,
                                    origins=origins.live(_remap(rest.origins, new, outs), outs))
@@ -188,8 +199,8 @@ class Blocks:
 class Rest:
     """The operators outside the blocks as a program of their own (the embeddings, a mask computed once, the
     head): its inputs are the model's and one ``block_out_K`` per copy (its output); its outputs are the
-    model's outputs computed outside the blocks and the nodes the blocks read (the first cut, their external
-    inputs), :attr:`targets` in order."""
+    model's outputs computed outside the blocks (not the copies' side outputs) and the nodes the blocks read (the
+    first cut, their external inputs), :attr:`targets` in order."""
 
     program: Graph
     targets: tuple[Node, ...]
@@ -314,9 +325,12 @@ class _Finder:
                 continue
             body.add(id(n))
             stack.extend(n.inputs)
-        # private weight-only nodes: every user in the block (users before their inputs: reverse order)
-        pending = [-self.index[id(c)] for k in body for c in self.order[self.index[k]].inputs
-                   if id(c) not in body and self.weight_only[id(c)]]
+        # private nodes, every user in the block (users before their inputs: reverse order): weight-only ones, and
+        # those after the cut that it does not reach (a layer's own slice of a shared table)
+        def private(c: Node) -> bool:
+            return id(c) not in body and (self.weight_only[id(c)] or (c.op != "input" and self.index[id(c)] > lo))
+
+        pending = [-self.index[id(c)] for k in body for c in self.order[self.index[k]].inputs if private(c)]
         heapq.heapify(pending)  # the latest position first
         while pending:
             c = self.order[-heapq.heappop(pending)]
@@ -325,12 +339,14 @@ class _Finder:
             if all(id(u) in body for u in self.users[id(c)]):
                 body.add(id(c))
                 for x in c.inputs:
-                    heapq.heappush(pending, -self.index[id(x)])
-        for k in body:
-            if k != id(out) and (k in self.outputs or any(id(u) not in body for u in self.users[k])):
+                    if private(x):
+                        heapq.heappush(pending, -self.index[id(x)])
+        for k in body:  # read from outside only as a program output (a side output)
+            if k != id(out) and any(id(u) not in body for u in self.users[k]):
                 return None
         weights: list[Node] = []
         externals: list[Node] = []
+        sides: list[Node] = []
         memo: dict[int, int] = {}
         for n in _inside_order(out, body):  # canonical: the DFS from out, children in order
             if n is cut:
@@ -342,8 +358,11 @@ class _Finder:
                 weights.append(n)
                 memo[id(n)] = self._key(("weight", n.shape, n.dtype))
             else:
-                memo[id(n)] = self._key((n.op, n.attrs, n.shape, n.dtype, tuple(memo[id(c)] for c in n.inputs)))
-        found = Block(cut, out, frozenset(body), tuple(weights), tuple(dict.fromkeys(externals)))
+                side = n is not out and id(n) in self.outputs
+                if side:
+                    sides.append(n)
+                memo[id(n)] = self._key((n.op, n.attrs, n.shape, n.dtype, tuple(memo[id(c)] for c in n.inputs), side))
+        found = Block(cut, out, frozenset(body), tuple(weights), tuple(dict.fromkeys(externals)), tuple(sides))
         return found, memo[id(out)]
 
     def _key(self, key: tuple) -> int:
