@@ -105,7 +105,7 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
                         weights: dict[str, np.ndarray], known: Mapping[str, np.ndarray] | None = None
                         ) -> list[tuple[int, ...] | None]:
     """Each output shape of an opaque ``node`` at its inputs' fingerprints (onnx's shape inference on the node
-    alone, its integer weights and the inputs' values at the fingerprints, ``known``, given as constants: a
+    alone, its small integer weights and the inputs' values at the fingerprints, ``known``, given as constants: a
     ``Range`` to a number of frames read off a shape); None where it is not inferred. Nothing (all None) when no
     input is symbolic or known there."""
     known = known or {}
@@ -113,12 +113,19 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
     if not any(is_symbolic(n.shape) or name in known for name, n in unique.items()):
         return [None] * len(node.output)
     inits = [numpy_helper.from_array(weights[n.name], name) for name, n in unique.items()
-             if n.op == "weight" and n.name is not None and n.name in weights and weights[n.name].dtype.kind in "iub"]
+             if n.op == "weight" and n.name is not None and n.name in weights and weights[n.name].dtype.kind in "iub"
+             and weights[n.name].size <= FP_VALUES_LIMIT]  # shape-like (the values data propagation reads)
     inits = [t for t in inits if t.name not in known] + [numpy_helper.from_array(known[name], name)
                                                          for name in unique if name in known]
-    model = runs.node_model(node, list(unique), [(fingerprint(n.shape), n.dtype) for n in unique.values()], inits)
+    fps = [(fingerprint(n.shape), n.dtype) for n in unique.values()]
+    model = runs.node_model(node, list(unique), fps, inits)
+    given = {t.name for t in inits}
+    # onnx's data propagation builds the values of an integer input it is not given, at its shape: at the
+    # fingerprints, Longformer's chunk indices (a Gather's, 166M entries) took gigabytes; such a value sizes nothing
+    propagate = not any(name not in given and _integer(dtype) and int(np.prod(shape, dtype=object)) > FP_VALUES_LIMIT
+                        for name, (shape, dtype) in zip(unique, fps))
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=propagate)
     except Exception:  # noqa: BLE001 - no inference: no symbolic shape
         return [None] * len(node.output)
     found = {v.name: v for v in list(inferred.graph.output) + list(inferred.graph.value_info)}
@@ -131,6 +138,13 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
         else:
             out.append(tuple(int(d.dim_value) for d in tt.shape.dim))
     return out
+
+
+def _integer(dtype: str) -> bool:
+    try:
+        return np.dtype(dtype).kind in "iub"
+    except TypeError:  # a type numpy does not name (bfloat16): a float
+        return False
 
 
 FP_VALUES_LIMIT = 64
