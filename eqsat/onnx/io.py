@@ -281,6 +281,15 @@ def _restore(done: list[tuple[str, str | None]]) -> None:
             os.replace(backup, target)
 
 
+_HELD = threading.Event()
+
+
+def signals_held() -> bool:
+    """Whether the results are being renamed into place with SIGINT and SIGTERM held back (the command line's
+    watchdog, :mod:`eqsat.app.watchdog`, waits for the write to finish)."""
+    return _HELD.is_set()
+
+
 @contextlib.contextmanager
 def _signals_held() -> Iterator[Callable[[], bool]]:
     """Hold back SIGINT and SIGTERM: they are noted, and passed on to the previous handlers on exit (a Ctrl-C
@@ -291,9 +300,11 @@ def _signals_held() -> Iterator[Callable[[], bool]]:
     caught: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
+    _HELD.set()
     try:
         yield lambda: bool(caught)
     finally:
+        _HELD.clear()
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         if caught:
