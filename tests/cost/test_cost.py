@@ -222,10 +222,14 @@ def _steady(cost):
 def test_contended_timing_is_remeasured_and_a_lasting_outlier_never_cached(tmp_path):
     key = OpKey("conv2d", (1, 1, -1, -1, 0), ((1, 3, 8, 8), (4, 3, 3, 3)), (1, 4, 8, 8))
     limit = OUTLIER_FACTOR * max(AnalyticCost().op_cost(key), ESTIMATE_FLOOR_US)
-    path = str(tmp_path / "c.sqlite")
-    # a burst over the warm-up and the first two rounds: re-measured, the quiet rounds' time is cached
-    burst = _steady(_Contended("cpu", CostCache(path), threads=1, warmup=1, repeats=5, slow_calls=1 + 2 * 5))
-    us = burst.op_cost(key)
+    # a burst over the warm-up and the first two rounds: re-measured, the quiet rounds' time is cached (a spike of
+    # this shared host's own inside the quiet rounds reads as contention too: up to three tries, each afresh)
+    for attempt in range(3):
+        path = str(tmp_path / f"c{attempt}.sqlite")
+        burst = _steady(_Contended("cpu", CostCache(path), threads=1, warmup=1, repeats=5, slow_calls=1 + 2 * 5))
+        us = burst.op_cost(key)
+        if burst.outliers == 0:
+            break
     assert us < limit < 5000 and burst.outliers == 0
     assert CostCache(path).get(burst.device_name, burst.backend, key) == us
     # contention through every round: used for this run, never cached, timed afresh next time
