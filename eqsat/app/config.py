@@ -108,8 +108,8 @@ class OptimizeConfig:
                                        "assumptions name it", "--assume-finite-masks")
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
         "doc": "input name -> the shape to tune and measure at (--input-shape NAME=D1,D2,...); the written model "
-               "keeps the original's dynamic dimensions. Inputs not given: a batch-like dynamic dimension 1, any "
-               "other 128 (the report's interface.shapes)"})
+               "keeps the original's dynamic dimensions. Inputs not given: a batch-like dynamic dimension 1, an "
+               "image's side 224, any other 128 (the report's interface.shapes)"})
     also_at: tuple[dict[str, int], ...] = field(default=(), metadata={
         "doc": "further sizes of the dynamic dimensions to verify and measure the shipped program at (--also-at "
                "SYMBOL=N[,SYMBOL=N...], repeatable; e.g. past=511 beside a decode step tuned at past 127): a "

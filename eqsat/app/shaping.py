@@ -2,8 +2,8 @@
 the interface (shape-generic) or is specialized on purpose (``--static-shape``), and the shapes it is verified at.
 
 A model with dynamic input dimensions is tuned at its representative shapes (``--input-shape`` where given, else
-:mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, any other 128, halved down to 8 while the
-model refuses it, and where no smaller size runs doubled up to 4096) and written shape-generic with
+:mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, an image's side 224, any other 128, halved
+down to 8 while the model refuses it, and where no smaller size runs doubled up to 4096) and written shape-generic with
 the original's interface (:mod:`eqsat.generic`); each candidate is verified at the representative shapes and
 at further sizes of each symbol, and one that fails at any is not written. ``--static-shape NAME=D1,...``
 specializes: every input takes a fixed shape (the named ones; others their representative shape), the written
@@ -19,13 +19,12 @@ import onnx
 import onnxruntime as ort
 
 from eqsat.dims import derived_symbols, follow
-from eqsat.errors import InputError, first_line
+from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
 from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx.interface import (
     MAX_DEFAULT,
     MIN_DEFAULT,
-    OTHER_DEFAULT,
     QUIET,
     Shapes,
     interface,
@@ -163,7 +162,7 @@ class Shaping:
             # (sizes given too: :meth:`probe` names them and the flag)
             raise out.explain(InputError(
                 f"onnxruntime cannot run the original model at the default sizes of its dynamic dimensions, nor at "
-                f"any power of two from {MIN_DEFAULT} to {MAX_DEFAULT}: {why}"))
+                f"their halves and doubles from {MIN_DEFAULT} to {MAX_DEFAULT}: {why}"))
         return out
 
     @property
@@ -181,8 +180,10 @@ class Shaping:
         if not self.resized:
             return ""
         sizes = ", ".join(f"{s}={v}" for s, v in self.resized.items())
-        return (f"onnxruntime refused the default size {OTHER_DEFAULT} of {', '.join(self.resized)}: tuned, verified "
-                f"and measured at {sizes}, the nearest power of two at which it runs with outputs of length 8 or more; "
+        defaults = symbol_values(self.original, {}) if self.original is not None else {}
+        refused = ", ".join(f"{defaults[s]} of {s}" for s in self.resized)
+        return (f"onnxruntime refused the default size {refused}: tuned, verified and measured at {sizes}, the "
+                f"nearest halving or doubling at which it runs with outputs of length 8 or more; "
                 "--input-shape sets the size you serve")
 
     def probe(self, config: OptimizeConfig) -> None:
@@ -220,7 +221,7 @@ class Shaping:
     def explain(self, error: InputError) -> InputError:
         """``error`` (the import failed) with a hint when a dimension took its default size: the model may not
         accept it (a position table shorter than the default 128), and ``--input-shape`` chooses another."""
-        if not self.defaulted:
+        if not self.defaulted or isinstance(error, ModelRefused):  # no size would change it
             return error
         sizes = ", ".join(f"{s}={self.values[s]}" for s in self.defaulted)
         example = next(iter(self.shapes.items()))

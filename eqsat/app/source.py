@@ -25,7 +25,8 @@ def add_model_source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--small", action="store_true", help="the reduced size of a built-in model (fast)")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1,D2,...",
                    help="the shape to tune and measure at (repeatable); the written model keeps the dynamic "
-                        "dimensions. Default: a batch-like dynamic dimension 1, any other 128")
+                        "dimensions. Default: a batch-like dynamic dimension 1, an image's side 224, "
+                        "any other 128")
     p.add_argument("--static-shape", action="append", metavar="NAME=D1,D2,...",
                    help="specialize the written model to this input shape (repeatable): the interface changes")
 

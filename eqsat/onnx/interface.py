@@ -3,9 +3,9 @@ symbols), the shapes a run tunes at and the shapes its result is verified at.
 
 A dynamic dimension is a symbol: its ``dim_param`` name, or for an unnamed one ``INPUT:AXIS``. Two inputs naming the
 same ``dim_param`` share the symbol (they take one value). A run tunes and measures at one **representative**
-shape: the user's ``--input-shape`` where given, else :data:`BATCH_DEFAULT` for a batch-like symbol and
-:data:`OTHER_DEFAULT` for any other (:func:`symbol_values`), a default the model refuses moved to a size it runs at
-(:func:`runnable_values`), the shapes there by :func:`shapes_at`; the result is verified there and at
+shape: the user's ``--input-shape`` where given, else :data:`BATCH_DEFAULT` for a batch-like symbol,
+:data:`IMAGE_DEFAULT` for an image's side and :data:`OTHER_DEFAULT` for any other (:func:`symbol_values`), a default
+the model refuses moved to a size it runs at (:func:`runnable_values`), the shapes there by :func:`shapes_at`; the result is verified there and at
 :func:`probe_values` of each symbol, one symbol changed at a time.
 
 >>> is_batch_like("batch_size"), is_batch_like("N"), is_batch_like("sequence")
@@ -30,8 +30,12 @@ from .io import session
 
 BATCH_DEFAULT = 1
 """the representative value of a batch-like symbol (a ``dim_param`` named like a batch, or an unnamed axis 0)"""
+IMAGE_DEFAULT = 224
+"""the representative value of an image's side (:func:`is_image_side`): the size vision models are trained and fed
+at most (ImageNet's 224), where a power of two is often refused (Swin's windows of 7 patches of 4) or runs another
+path (its padding)"""
 OTHER_DEFAULT = 128
-"""the representative value of every other symbol (a sequence, an image side, ...)"""
+"""the representative value of every other symbol (a sequence, audio samples, ...)"""
 BATCH_PROBES = (2, 3, 4)
 """the further values a batch-like symbol is verified at: the first two that are not its representative value"""
 MIN_DEFAULT = 8
@@ -123,6 +127,38 @@ def _batch(symbol: str, places: list[tuple[str, int]]) -> bool:
     return is_batch_like(symbol)
 
 
+_FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+
+
+def is_image_side(model: onnx.ModelProto, places: Sequence[tuple[str, int]]) -> bool:
+    """Whether a symbol sizing ``places`` (input, axis) is an image's side: every place is a spatial axis of a 4-D
+    floating-point input with 1 to 4 channels, declared static, and both its sides dynamic (axes 2 and 3 of
+    ``[N, C, H, W]``, or 1 and 2 of channels-last ``[N, H, W, C]``; a cache ``[batch, heads, past, 64]`` is not
+    one)."""
+    ports = {p.name: p for p in interface(model)[0]}
+
+    def spatial(name: str, axis: int) -> bool:
+        port = ports.get(name)
+        if port is None or port.elem_type not in _FLOATS or port.dims is None or len(port.dims) != 4:
+            return False
+        for k, sides in ((1, (2, 3)), (3, (1, 2))):
+            channels = port.dims[k]
+            if isinstance(channels, int) and 1 <= channels <= 4 and axis in sides \
+                    and all(isinstance(port.dims[j], str) for j in sides):
+                return True
+        return False
+
+    return bool(places) and all(spatial(name, axis) for name, axis in places)
+
+
+def default_value(model: onnx.ModelProto, symbol: str, places: Sequence[tuple[str, int]]) -> int:
+    """The representative value of a free symbol the user did not size: :data:`BATCH_DEFAULT` for a batch-like
+    one, :data:`IMAGE_DEFAULT` for an image's side, :data:`OTHER_DEFAULT` for any other."""
+    if _batch(symbol, list(places)):
+        return BATCH_DEFAULT
+    return IMAGE_DEFAULT if is_image_side(model, places) else OTHER_DEFAULT
+
+
 def _solve(f: Callable[[Mapping[str, int]], int], known: Mapping[str, int], free: str, target: int) -> int | None:
     """The value of ``free`` at which ``f`` (linear in it; the other symbols at ``known``) is ``target``, or None."""
     try:
@@ -159,8 +195,8 @@ def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) 
             if solved is not None:
                 values[unknown[0]] = solved
     for sym, places in syms.items():
-        if sym not in derived:
-            values.setdefault(sym, BATCH_DEFAULT if _batch(sym, places) else OTHER_DEFAULT)
+        if sym not in derived and sym not in values:
+            values[sym] = default_value(model, sym, places)
     for sym, f in derived.items():
         v = f(values)
         if sym in values and values[sym] != v:
@@ -205,16 +241,18 @@ def shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
 
 def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
                     defaulted: list[str]) -> tuple[dict[str, int], bool]:
-    """(``values`` with the ``defaulted`` non-batch symbols halved (down to :data:`MIN_DEFAULT`) while onnxruntime
-    cannot run ``model`` there (zeros fed), and where no smaller size runs, doubled (up to :data:`MAX_DEFAULT`: a
-    waveform's samples, which a convolutional front-end needs hundreds of; the doubling stops where the model is
-    refused with the same error at two sizes in turn, which its size does not cause; a doubled size at which an
-    output's dynamic dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where
-    it looks like a constant), as they were if it runs; whether it
-    ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model
-    does not load: the importer names what is wrong with it))."""
+    """(``values`` with the ``defaulted`` non-batch symbols at their defaults (:func:`default_value`) halved
+    together (while each stays at least :data:`MIN_DEFAULT`) while onnxruntime cannot run ``model`` there (zeros
+    fed), and where no smaller size runs, doubled (while each stays at most :data:`MAX_DEFAULT`: a waveform's
+    samples, which a convolutional front-end needs hundreds of; the doubling stops where the model is refused with
+    the same error at two sizes in turn, which its size does not cause; a doubled size at which an output's dynamic
+    dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where it looks like
+    a constant), as they were if it runs; whether it ran at one: False where it never did, True where it did or
+    nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
-    movable = [s for s in defaulted if s not in derived and values[s] == OTHER_DEFAULT]  # derived ones follow
+    syms = symbols(model)
+    start = {s: default_value(model, s, syms.get(s, [])) for s in defaulted if s not in derived}
+    movable = {s: v for s, v in start.items() if v != BATCH_DEFAULT and values[s] == v}  # derived ones follow
     if not movable:
         return dict(values), True
     try:
@@ -223,35 +261,39 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         return dict(values), True
 
     refusals: list[str] = []
-    short: set[int] = set()  # the sizes whose outputs came out short (short_outputs)
+    short: set[int] = set()  # the shifts whose outputs came out short (short_outputs)
 
-    def runs(size: int | None) -> dict[str, int] | None:  # None: ``values`` as given
-        at = dict(values) if size is None else follow({**values, **{s: size for s in movable}}, derived)
+    def sizes(shift: int) -> dict[str, int]:  # each default doubled ``shift`` times (halved where negative)
+        return {s: v << shift if shift >= 0 else v >> -shift for s, v in movable.items()}
+
+    def runs(shift: int | None) -> dict[str, int] | None:  # None: ``values`` as given
+        at = dict(values) if shift is None else follow({**values, **sizes(shift)}, derived)
         try:
             outputs = sess.run(None, zero_feeds(model, at), QUIET)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             refusals.append(str(exc))
             return None
-        if size is not None and short_outputs(model, [np.shape(o) for o in outputs]):
-            short.add(size)
+        if shift is not None and short_outputs(model, [np.shape(o) for o in outputs]):
+            short.add(shift)
         return at
 
     if (at := runs(None)) is not None:
         return at, True
-    size = OTHER_DEFAULT // 2
-    while size >= MIN_DEFAULT:
-        if (at := runs(size)) is not None:
+    shift = -1
+    while min(sizes(shift).values()) >= MIN_DEFAULT:
+        if (at := runs(shift)) is not None:
             return at, True
-        size //= 2
-    size = 2 * OTHER_DEFAULT
-    while size <= MAX_DEFAULT:
-        if (at := runs(size)) is not None:
-            while size in short and 2 * size <= MAX_DEFAULT and (more := runs(2 * size)) is not None:
-                at, size = more, 2 * size  # an output's dynamic length under MIN_DEFAULT: no size to tune at
+        shift -= 1
+    shift = 1
+    while max(sizes(shift).values()) <= MAX_DEFAULT:
+        if (at := runs(shift)) is not None:
+            while shift in short and max(sizes(shift + 1).values()) <= MAX_DEFAULT \
+                    and (more := runs(shift + 1)) is not None:
+                at, shift = more, shift + 1  # an output's dynamic length under MIN_DEFAULT: no size to tune at
             return at, True
         if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
             break
-        size *= 2
+        shift += 1
     return dict(values), False
 
 
@@ -309,6 +351,6 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
+__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
            "interface_difference", "is_batch_like", "probe_shapes", "probe_values",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]
