@@ -22,6 +22,11 @@ class InputError(EqsatError):
     exit_code = 2
 
 
+class ModelRefused(InputError):
+    """A model refused whatever sizes its dynamic dimensions are given (onnxruntime cannot load it, it draws random
+    numbers, ...): the message suggests no ``--input-shape``."""
+
+
 class DynamicShapeError(InputError):
     """A model input has a symbolic or unknown dimension."""
 

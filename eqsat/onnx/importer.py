@@ -36,6 +36,7 @@ from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import computed_halves_repeat, halves_repeat
 from ..ops.rotary_part import tables_repeat
 from . import origins, pool
+from .determinism import check_deterministic
 from .dimensions import (
     fitted_fingerprints,
     input_dims,
@@ -200,6 +201,7 @@ class _Importer:
             raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
                              "(convert it with onnx.version_converter.convert_version(model, 13))")
         check_bfloat16(self.model)
+        check_deterministic(self.model)
         check_loads(self.model, self.source)
         shared = pool.current()  # where a run's pool is current, large weights are its (mapped) arrays: no copy
         for init in self.g.initializer:

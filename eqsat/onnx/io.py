@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto
 
-from ..errors import InputError
+from ..errors import ModelRefused
 from . import pool, staging
 from .external import (
     Weights,
@@ -151,7 +151,7 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
     for kind, values in (("input", g.input), ("output", g.output)):
         for v in values:
             if v.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-                raise InputError(f"model {kind} {v.name!r} has dtype bfloat16, which onnxruntime cannot feed or return "
+                raise ModelRefused(f"model {kind} {v.name!r} has dtype bfloat16, which onnxruntime cannot feed or return "
                                  "from Python on CPU, so eqsat cannot verify the optimized model; convert the model's "
                                  f"{kind}s to float32 or float16 (e.g. a Cast at the model's edge)")
     bf16 = TensorProto.BFLOAT16
@@ -164,7 +164,7 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
     try:
         session(model)
     except Exception as exc:
-        raise InputError(f"the model computes in bfloat16, which onnxruntime's CPU provider cannot run here "
+        raise ModelRefused(f"the model computes in bfloat16, which onnxruntime's CPU provider cannot run here "
                          f"({str(exc).splitlines()[0]}); eqsat verifies every model in onnxruntime: convert the "
                          "model to float32 or float16") from exc
 

@@ -23,7 +23,7 @@ import onnx.inliner
 import onnxruntime as ort
 from onnx import helper
 
-from ..errors import InputError
+from ..errors import InputError, ModelRefused
 from ..ir import Graph
 from .io import inference_session
 from .reading import gib
@@ -182,7 +182,7 @@ def check_loads(model: onnx.ModelProto, source: str | None = None) -> None:
                                      "Load model failed: ").replace(copy.group(1), source or "the model"))
         node = next((n for n in model.graph.node if f"{n.domain}:{n.op_type}(" in reason), None)
         where = f"{node.op_type} node {node.name!r} (domain {node.domain}): " if node is not None else ""
-        raise InputError(f"{source + ': ' if source else ''}{where}onnxruntime cannot load the model: "
+        raise ModelRefused(f"{source + ': ' if source else ''}{where}onnxruntime cannot load the model: "
                          f"{reason[:500]}; eqsat verifies every result in onnxruntime, so it cannot optimize this "
                          "model") from None
 
