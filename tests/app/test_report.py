@@ -71,6 +71,26 @@ def test_changes_say_where_the_estimate_moved_and_the_cli_prints_them(capsys):
     assert "where the gain came from" in err and all(c.op in err for c in changes)
 
 
+def test_the_summary_of_a_run_returning_the_original_shows_the_originals_figures(capsys):
+    """The file written is the input: its column says so and holds the input's latency, not the candidate's
+    (a sweep's GLPN showed 67.825 ms beside the original's 68.904 for a model that was the original)."""
+    from dataclasses import replace
+
+    from eqsat.app.cli import _summary
+    from eqsat.measurement.decision import Measurement, Returned
+
+    r = optimize(ob.attention(), OptimizeConfig.of(scheduler="mcts", allow_slower=True, seed=0, **FAST)).report
+    timed = Measurement(68.904, 67.825, 1.012, 0.992, 1.033, 0.995, 30, 1, 9.0, {"name": "ort-cpu"}, "original",
+                        "not faster with confidence")
+    _summary(replace(r, returned=Returned("original", "not faster with confidence"), measured=timed))
+    err = capsys.readouterr().err
+    assert "returned (the original)" in err and err.count("68.904") == 2 and "67.825" not in err, err
+    assert "the original returned (the candidate timed: 1.012x in ort-cpu)" in " ".join(err.split())  # (wrapped)
+    _summary(replace(r, measured=replace(timed, decision="ship")))
+    err = capsys.readouterr().err
+    assert "optimized" in err and "67.825" in err and "measured 1.012x (ort-cpu)" in " ".join(err.split())
+
+
 def build_graph_of(model):
     from eqsat.onnx.importer import import_model
 
