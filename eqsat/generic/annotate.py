@@ -59,9 +59,12 @@ def note_outputs(w: Rewrite, outs: Sequence[Port]) -> None:
             continue
         for k, (want, have) in enumerate(zip(port.dims, got)):
             if isinstance(want, str) and have is not None and have.is_const:
-                note = f"output {port.name!r} axis {k} is {have.key()} where the original's is {want or 'dynamic'}"
+                unnamed = bool(want) and want not in w.places and want not in w.sums
+                note = (f"output {port.name!r} axis {k} is {have.key()} at every size; the original declares it "
+                        f"{want!r}, a name no input carries, and so does the written model" if unnamed else
+                        f"output {port.name!r} axis {k} is {have.key()} where the original's is {want or 'dynamic'}")
                 w.notes.append(note)
-                if want and want not in w.places and want not in w.sums:
+                if unnamed:
                     w.unnamed_constant_outputs.append(note)
 
 
