@@ -242,7 +242,8 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
             for name, a, b in zip((o.name for o in s1.get_outputs()), ref, got):
                 ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
                 if not ok:
-                    shapes_ab = f"shape {np.shape(b)} vs {np.shape(a)}" if np.shape(a) != np.shape(b) else \
+                    shapes_ab = f"shape {np.shape(b)} where the original's is {np.shape(a)}" \
+                        if np.shape(a) != np.shape(b) else \
                         f"max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
                     return ShapesCheck(False, out.verified, out.skipped, f"at {label} output {name!r} differs: "
                                        + shapes_ab)
@@ -268,8 +269,8 @@ def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSessio
         t, e, f = np.asarray(t), np.asarray(e), np.asarray(f)
         ok, e_abs, _ = compare_outputs(t, e)
         if not ok:
-            return f"at {sizes[0]} the else-branch of {name!r} differs from its table for {value!r} " \
-                   f"(max abs error {e_abs:.3g})"
+            return f"at {sizes[0]} a table eqsat wrote in place of a computation of the original differs from that " \
+                   f"computation (max abs error {e_abs:.3g}; the guard {name!r}, its value {value!r})"
         grew = f.shape != t.shape and f.ndim == t.ndim and all(a >= b for a, b in zip(f.shape, t.shape))
         if not grew or not compare_outputs(t, f[tuple(slice(0, n) for n in t.shape)])[0]:
             return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} of shape {f.shape}: not the shape " \
