@@ -28,6 +28,7 @@ from eqsat.onnx.interface import (
     QUIET,
     Shapes,
     interface,
+    is_batch_like,
     length_symbols,
     probe_shapes,
     runnable_values,
@@ -224,10 +225,12 @@ class Shaping:
         if not self.defaulted or isinstance(error, ModelRefused):  # no size would change it
             return error
         sizes = ", ".join(f"{s}={self.values[s]}" for s in self.defaulted)
-        example = next(iter(self.shapes.items()))
+        name, shape = next(iter(self.shapes.items()))
+        place = {at: sym for sym, places in (symbols(self.original) if self.original else {}).items()
+                 for at in places if sym in self.defaulted and not is_batch_like(sym)}
+        dims = [f"<{place[name, k]}>" if (name, k) in place else str(v) for k, v in enumerate(shape)]
         message = (f"{error} (the dynamic dimensions took their default sizes {sizes}; give sizes the model accepts "
-                   f"with --input-shape, e.g. --input-shape {example[0]}={','.join(map(str, example[1]))} with the "
-                   "sizes you run it at)")
+                   f"with --input-shape, e.g. --input-shape {name}={','.join(dims)} with the sizes you run it at)")
         try:
             return type(error)(message)
         except TypeError:  # a subclass with other arguments
