@@ -91,13 +91,15 @@ def guard_tables(w: Rewrite, found: Callable[[], Rewrite]) -> None:
             needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
         else_nodes = [n for n in w.nodes if id(n) in moved]
         else_outs = []
-        for sliced, user, _ in members:
+        for sliced, user, prefix in members:
             if user in copied:
                 else_nodes += copied[user][0]
+            value = _as_table(w, copied[user][1] if user in copied else user, user, sliced, prefix,
+                              {o: n for n in else_nodes for o in n.output if o}, else_nodes)
             out = w.fresh(f"{sliced}_else")
-            else_nodes.append(helper.make_node("Identity", [copied[user][1] if user in copied else user], [out],
-                                               name=out))
+            else_nodes.append(helper.make_node("Identity", [value], [out], name=out))
             else_outs.append(out)
+        else_nodes = _needed(else_nodes, set(else_outs))
         then_outs = [n.output[0] for _, n in then_nodes]
         gone = moved | {id(n) for _, n in then_nodes}
         w.nodes = [n for n in w.nodes if id(n) not in gone]
@@ -126,6 +128,43 @@ def guard_tables(w: Rewrite, found: Callable[[], Rewrite]) -> None:
                                 else_branch=branch(else_nodes, else_outs, "beyond"))
         w.nodes.append(node)
     w.nodes = _topological(w.nodes)
+
+
+def _as_table(w: Rewrite, value: str, user: str, sliced: str, prefix: Prefix, made: Mapping[str, onnx.NodeProto],
+              nodes: list[onnx.NodeProto]) -> str:
+    """The else-branch's ``value`` (the user's value ``user``, or the original's chain computing it) at the
+    then-branch's shape: the table holds size 1 on the value's repeated symbolic axes (the Slice's readers
+    broadcast it, or expand it after the If), where the user's value has its full size (DeBERTa's relative
+    positions expanded to ``[batch*heads, seq, seq]``), so that both branches give one value of one shape, which
+    the guard's check compares. An Expand to the full size read as its input where that has the table's shape
+    already, else its first entry along those axes (a Slice, appended to ``nodes``); the value itself where it
+    has size 1 there."""
+    cut = [a for a in range(prefix.table.ndim) if a not in prefix.axes and prefix.table.shape[a] == 1]
+    have, want = w.shapes.get(user), w.shapes.get(sliced)
+    if have is not None and len(have) == prefix.table.ndim:
+        cut = [a for a in cut if have[a] is None or not have[a].is_const]
+    if not cut:
+        return value
+    node = made.get(value)
+    if node is not None and node.op_type == "Expand" and node.domain in ("", "ai.onnx") and want is not None \
+            and None not in want and w.shapes.get(node.input[0]) == want:
+        return node.input[0]
+    out = w.fresh(f"{sliced}_first")
+    nodes.append(helper.make_node("Slice", [value, w.const(np.zeros(len(cut), np.int64), "starts"),
+                                            w.const(np.ones(len(cut), np.int64), "ends"),
+                                            w.const(np.array(cut, np.int64), "axes")], [out], name=out))
+    return out
+
+
+def _needed(nodes: list[onnx.NodeProto], outs: set[str]) -> list[onnx.NodeProto]:
+    """The ``nodes`` the values ``outs`` are computed from (an Expand :func:`_as_table` read through left out),
+    in their order."""
+    needed, kept = set(outs), []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output if o):
+            kept.append(node)
+            needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
+    return kept[::-1]
 
 
 def reads_table(w: Rewrite, user: str, made: Mapping[str, onnx.NodeProto]) -> bool:
