@@ -325,15 +325,20 @@ def probe_values(value: int, batch: bool) -> list[int]:
     ``value + 37``, ``value // 2 + 1`` and ``2 * value + 37`` (odd offsets: a strided front-end's rounding; the
     last well above it, so that a size derived from it, a waveform's frames, is larger there than at every size
     verified below: a constant that equals such a size at ``value`` fails there, where it may pass below, as a Slice
-    to a constant end does).
+    to a constant end does); any other symbol also at twice its value where that is not among them (an image's side
+    at 448: a windowed model refuses 1, 37 and 256, and the sizes it takes are multiples of the one it was tuned at).
 
     >>> probe_values(3, batch=True), probe_values(37, batch=False), probe_values(512, batch=False)
-    ([2, 4], [1, 256, 64], [1, 37, 256, 549, 257, 1061])
+    ([2, 4], [1, 256, 64, 74], [1, 37, 256, 549, 257, 1061])
+    >>> probe_values(128, batch=False), probe_values(224, batch=False)
+    ([1, 37, 256], [1, 37, 256, 448])
     """
     probes = BATCH_PROBES if batch else OTHER_PROBES
     out = [v for v in probes if v != value][:len(probes) - 1]
     if not batch and value > max(OTHER_PROBES):
         out += [value + 37, value // 2 + 1, 2 * value + 37]
+    elif not batch and 2 * value not in out:
+        out.append(2 * value)
     return out
 
 
