@@ -14,18 +14,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from eqsat.dims import Mono, derived_symbols
 from eqsat.errors import first_line
-from eqsat.onnx.fitting import fit_runs, fit_vectors, run_values
-from eqsat.onnx.interface import symbols
+from eqsat.onnx.fitting import Sizes, fit_runs, fit_vectors, run_values
+from eqsat.onnx.interface import QUIET, symbols, zero_feeds
+from eqsat.onnx.io import session
 from eqsat.onnx.kernels import UpgradeError, converted
+
+from .keys import Key, batch_key
 
 Entries = list[Mono | None] | None
 """one vector's entries as monomials (None where none fits), or None where the runs said nothing of it"""
 
+
+Runs = dict[tuple[Key, bool, tuple[tuple[str, int], ...]], list[int] | None]
+"""runs of programs at further sizes, by the content key of the value run (:mod:`.keys`; a batch's that failed:
+:func:`.keys.batch_key`), whether its shape or its entries were asked, and the sizes"""
 
 SPLITS = 16
 """the most runs of halves of a batch that failed at a size (:meth:`Original.prefetch`)"""
@@ -49,11 +59,52 @@ class Original:
         self._batch: dict[str, list[Mono]] = {}
         self._sources: dict[int, tuple[onnx.GraphProto | None, str]] = {}
         self._at: dict[tuple[str, tuple[tuple[str, int], ...]], list[int] | None] = {}
+        self._refused: dict[tuple[tuple[str, int], ...], bool] = {}
+        self._whole: Any = None
+        """a session of the whole original (:meth:`refuses`)"""
+        self._sized: Runs = {}
+        """(a value's content key, shapes or entries, the sizes) -> what a run there gave (None: it failed)"""
+        self.probed = 0
+        """the runs of programs so far (:meth:`runs_of`) made, and those read from earlier rewrites' runs"""
+        self.reread = 0
 
     @functools.cached_property
     def computed(self) -> frozenset[str]:
         """The values the original's nodes compute."""
         return frozenset(o for n in self.model.graph.node for o in n.output if o)
+
+    @functools.cached_property
+    def constants(self) -> dict[str, list[int]]:
+        """The original's integer constants of at most 8 entries (its initializers, its Constant nodes' values):
+        name -> entries, the same at every size."""
+        out: dict[str, list[int]] = {}
+        tensors = [*self.model.graph.initializer, *(a.t for n in self.model.graph.node
+                                                     if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                                                     for a in n.attribute if a.name == "value" and a.HasField("t"))]
+        names = [*(t.name for t in self.model.graph.initializer),
+                 *(n.output[0] for n in self.model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                   for a in n.attribute if a.name == "value" and a.HasField("t"))]
+        for name, t in zip(names, tensors):
+            if t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and len(t.dims) <= 1 \
+                    and int(np.prod(t.dims)) <= 8 and not t.external_data:
+                out[name] = [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
+        return out
+
+    def refuses(self, at: Mapping[str, int]) -> bool:
+        """Whether onnxruntime cannot run the original at the sizes ``at`` (its outputs' shapes asked, on zeros;
+        each size run once): the runs that fit sizes are not read there (:data:`eqsat.onnx.fitting.REFUSED`)."""
+        key = tuple(sorted(at.items()))
+        if key == tuple(sorted(self.values.items())):
+            return False
+        if key not in self._refused:  # (a run of the whole model, not a fit of its values: not counted in runs)
+            try:
+                if self._whole is None:
+                    self._whole = session(self.model)
+                self._whole.run(None, zero_feeds(self.model, at), QUIET)
+                self._refused[key] = False
+            except Exception:  # noqa: BLE001 - sizes it refuses (or a model it cannot load: every size refused)
+                self._refused[key] = True
+        return self._refused[key]
 
     def vectors(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's small integer values ``names`` at every size (:func:`fit_vectors`)."""
@@ -110,6 +161,49 @@ class Original:
             if fitted and not failed and all(m is not None for m in fitted[0]):
                 self._batch[name] = [m for m in fitted[0] if m is not None]
 
+    def runs_of(self, model: Callable[[], onnx.ModelProto], names: Sequence[str], keys: Mapping[str, Key | None],
+                shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
+        """:func:`run_values` of ``names`` (their shapes, or entries), whose runs are kept under the values'
+        content ``keys`` (:mod:`.keys`) and read back where an earlier rewrite ran the same computation at the same
+        sizes; ``model`` (the program so far) is made only where some value must run. A run that failed is kept
+        under its batch of values: the same batch fails again without a run, and so does every batch holding a
+        value that failed alone (a run computes every value it asks for)."""
+        runners: dict[tuple[str, ...], Callable[[Mapping[str, int]], Sizes | None]] = {}
+        program: list[onnx.ModelProto] = []
+
+        def run(at: Mapping[str, int]) -> Sizes | None:
+            where = tuple(sorted(at.items()))
+            slots = {n: (k, shapes, where) for n in names if (k := keys.get(n)) is not None}
+            if any(slot in self._sized and self._sized[slot] is None for slot in slots.values()):
+                self.reread += 1
+                return None
+            missing = tuple(n for n in names if n not in slots or slots[n] not in self._sized)
+            fresh: dict[str, Sequence[int]] = {}
+            if missing:
+                batch = None if any(n not in slots for n in missing) else batch_key([slots[n][0] for n in missing])
+                if batch is not None and (batch, shapes, where) in self._sized:
+                    self.reread += 1
+                    return None
+                if missing not in runners:
+                    if not program:
+                        program.append(model())
+                    runners[missing] = run_values(program[0], list(missing), shapes)
+                got = runners[missing](at)
+                self.probed += 1
+                if got is None:
+                    if batch is not None:
+                        self._sized[batch, shapes, where] = None
+                    return None
+                for k, n in enumerate(missing):
+                    if n in slots:
+                        self._sized[slots[n]] = list(got[k])
+                fresh = dict(zip(missing, got))
+            else:
+                self.reread += 1
+            return [fresh[n] if n in fresh else self._sized[slots[n]] or [] for n in names]
+
+        return run
+
     def prefetched(self, names: Sequence[str]) -> dict[str, list[Mono]]:
         """Those of ``names`` whose entries :meth:`prefetch` fitted, with them."""
         return {n: self._batch[n] for n in names if n in self._batch}
@@ -124,7 +218,7 @@ class Original:
         there, or computes no such value)."""
         if name not in self.computed:
             return None
-        key = (name, tuple(sorted(at.items())))
+        key = (name, tuple(sorted(at.items())))  # (the runs that fitted its entries kept them: :meth:`_fitted`)
         if key not in self._at:
             self.runs += 1
             got = run_values(self.model, [name], shapes=False)(at)
@@ -146,7 +240,16 @@ class Original:
         missing = [n for n in dict.fromkeys(names) if n not in known]
         if missing:
             self.runs += 1
-            fitted = fit(run_values(self.model, missing, shapes=False), self.values, self.sums) or []
+            batch = run_values(self.model, missing, shapes=False)
+
+            def run(at: Mapping[str, int]) -> Sequence[Sequence[int]] | None:  # each run's entries kept (entries_at)
+                got = batch(at)
+                key = tuple(sorted(at.items()))
+                for k, name in enumerate(missing):
+                    self._at.setdefault((name, key), None if got is None else [int(v) for v in got[k]])
+                return got
+
+            fitted = fit(run, self.values, self.sums) or []
             for k, name in enumerate(missing):
                 known[name] = fitted[k] if k < len(fitted) else None
         return [known[n] for n in names]

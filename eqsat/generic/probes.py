@@ -17,6 +17,7 @@ from eqsat.onnx.fitting import Sizes, fit_vectors, run_values
 from eqsat.onnx.symbolic import infer_node
 from eqsat.onnx.targets import leading, reshape_target
 
+from .keys import Key
 from .state import Rewrite, RunKey
 
 PREFETCH_AFTER = 1.0
@@ -55,6 +56,14 @@ def folded_sizes(w: Rewrite) -> dict[str, list[Mono]]:
                 and all(s in w.places for m in whole for s, _ in m.powers):
             out[name] = whole
     return out
+
+
+def keys(w: Rewrite) -> dict[str, Key | None]:
+    """The content keys of the values of the program written so far (:mod:`.keys`): runs of an earlier rewrite
+    of the same model that computed a value alike are read back (:meth:`.original.Original.runs_of`)."""
+    inits = {t.name for t in w.model.graph.initializer}
+    inputs = [i for i in w.model.graph.input if i.name not in inits]
+    return w.fits.keys.of_nodes(inputs, w.nodes, w.known)
 
 
 def boundary(w: Rewrite) -> set[str]:
@@ -110,9 +119,12 @@ def fit_pending(w: Rewrite) -> None:
         names = [n for n in names if n not in known]
         if not names:
             return
-    model = probe(w, names)
-    w.fits.ran += len(model.graph.node)
-    fitted = fit_vectors(run_values(model, names, shapes=False), w.values, w.sums) or []
+    def program() -> onnx.ModelProto:
+        model = probe(w, names)
+        w.fits.ran += len(model.graph.node)
+        return model
+
+    fitted = fit_vectors(w.facts.runs_of(program, names, keys(w), shapes=False), w.values, w.sums) or []
     for name, entries in zip(names, fitted):
         whole = [m for m in entries if m is not None]
         w.fits.vectors[name] = whole if len(whole) == len(entries) else None
@@ -126,11 +138,15 @@ def fit(w: Rewrite) -> None:
     if not unknown:
         return
     w.fits.tried.update(unknown)  # each value fitted once: a run of a prefix of a large model is not cheap
-    prefix = onnx.ModelProto()
-    prefix.CopyFrom(w.model)
-    del prefix.graph.node[:]
-    prefix.graph.node.extend(w.nodes)
-    runs = run_values(prefix, unknown, shapes=True)
+
+    def prefix() -> onnx.ModelProto:
+        model = onnx.ModelProto()
+        model.CopyFrom(w.model)
+        del model.graph.node[:]
+        model.graph.node.extend(w.nodes)
+        return model
+
+    runs = w.facts.runs_of(prefix, unknown, keys(w), shapes=True)
     base: list[Sizes | None] = []
 
     seen: list[tuple[RunKey, Sizes]] = []

@@ -20,11 +20,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from eqsat.dims import Mono
+from eqsat.dims import Mono, follow, product
+from eqsat.onnx.fitting import above, run_values
 from eqsat.onnx.symbolic import int_values
 from eqsat.onnx.targets import reshape_target, resolve_target
 
-from .probes import at_two, fit, original_target
+from .probes import at_two, fit, original_target, probe
 from .state import Rewrite
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -65,11 +66,13 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
         if known is None:
             w.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
             return False
-        sym = original_target(w, node.input[1], target, known)
+        sym = constant_target(w, node.input[1], target, known) or original_target(w, node.input[1], target, known)
         if sym is None:
             sym = reshape_target(known, target, w.sizes_at, allowzero)
             if sym is not None and w.opaque(known):
                 sym = at_two(w, node.input[1], target, known, sym, allowzero)
+        if sym is None:  # the sizes do not decide it: as the original computes it, under another name
+            sym = alike_target(w, node.input[1], target, known)
         if sym is None:
             w.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
             return False
@@ -87,6 +90,40 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
         return False
     write_target(w, node, sym, known or [], allowzero)
     return False
+
+
+def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono]) -> list[Mono] | None:
+    """The symbolic target of a Reshape whose target is a constant of the original (of that name and those entries,
+    a ``-1`` in it and no ``0``: ``[-1, 49, 384]``, the windows of a Swin layer): the original reshapes to it at
+    every size, so its entries stay as they are and its ``-1`` takes the rest of the input's size (``known``). A
+    target of entries that are each 1 or a symbol at 1 is read otherwise (as the sizes it groups: ``[batch *
+    windows, 49, 384]`` at a batch and windows of 1 reads as ``[batch, windows * 49, 384]``), which is wrong where
+    the batch or the windows grow. None where the original holds no such constant, or it does not line up."""
+    if w.facts.constants.get(name) != target or target.count(-1) != 1 or 0 in target:
+        return None
+    return resolve_target([Mono.const(t) for t in target], known, False)
+
+
+def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono]) -> list[Mono] | None:
+    """The symbolic target of a Reshape whose constant target the original computes under another name (the import
+    folded it and named it anew): the targets the original's Reshapes compute (their entries read off runs of it at
+    further sizes: :meth:`.original.Original.targets`) of the same entries at the representative sizes that line up
+    with the input (``known``), where they all read alike. A target the sizes alone do not decide (``[1, 8, 8, 8]``
+    of ``[batch, height * width / 16, 8]``: which of the two 8s is the height's) is read as the original computes
+    it. None where none is, or two read otherwise."""
+    if name in w.facts.computed:
+        return None
+    names = [n.input[1] for n in w.original.graph.node if n.op_type == "Reshape" and n.domain in ("", "ai.onnx")
+             and len(n.input) > 1 and n.input[1] in w.facts.computed]
+    found: dict[str, list[Mono]] = {}
+    for entries in w.facts.targets(list(dict.fromkeys(names))) if names else []:
+        if entries is None or len(entries) != len(target) or any(m is None for m in entries):
+            continue
+        out = [m for m in entries if m is not None]
+        if [m.value(w.values) for m in out] == target and all(m.coef > 0 for m in out) \
+                and product(out) == product(known):
+            found[",".join(m.key() for m in out)] = out
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def write_target(w: Rewrite, node: onnx.NodeProto, sym: list[Mono], known: list[Mono], allowzero: bool) -> None:
@@ -264,7 +301,9 @@ def slice_to_end(w: Rewrite, node: onnx.NodeProto) -> None:
     """A Slice that ran to the end of a symbolic axis (its end at the axis' size) now runs to its end. An axis whose
     size no monomial of the symbols fits (an audio model's pooled frames, which SEW slices to the shorter of two
     equal lengths) is read as its opaque symbol (:meth:`.state.Rewrite.opaque_shape`), so an end at its size runs
-    to its end too: a constant there would cut every longer input to the tuned size."""
+    to its end too: a constant there would cut every longer input to the tuned size. A start or end inside such an
+    axis that the original computes from the axis' size (``torch.roll``'s ``-shift % size``, folded at the
+    representative sizes) is written counting from the axis' end (:func:`from_end`)."""
     starts, ends, axes = (w.constants.get(node.input[k]) for k in (1, 2, 3))
     if starts is None or ends is None or axes is None:
         return
@@ -274,21 +313,62 @@ def slice_to_end(w: Rewrite, node: onnx.NodeProto) -> None:
         dims = w.opaque_shape(node.input[0])
     if dims is None:
         return
-    ends_v, axes_v = int_values(ends), int_values(axes)
-    changed = False
-    for j, (e, a) in enumerate(zip(ends_v, axes_v)):
-        d = dims[a] if -len(dims) <= a < len(dims) else None
-        if d is None or d.is_const or e < 0:  # a negative end counts from the axis' end: at every size
+    axes_v = int_values(axes)
+    for k, bounds in ((1, starts), (2, ends)):
+        values = int_values(bounds)
+        changed = False
+        for j, (e, a) in enumerate(zip(values, axes_v)):
+            d = dims[a] if -len(dims) <= a < len(dims) else None
+            if d is None or d.is_const or e < 0:  # a negative bound counts from the axis' end: at every size
+                continue
+            size = int(d.value(w.sizes_at))
+            if k == 2 and e >= size:
+                values[j] = int(INT64_MAX)
+                changed = True
+            elif 0 < e < size and len(values) == len(axes_v) \
+                    and from_end(w, node, node.input[k], j, e, a % len(dims), size):
+                values[j] = e - size
+                changed = True
+            elif k == 2:
+                w.notes.append(f"Slice {node.name!r} ends at {e}, inside the dynamic axis {d.key()}: kept as the "
+                               "original has it")
+        if changed:
+            node.input[k] = w.const(np.array(values, np.int64), "ends" if k == 2 else "starts")
+
+
+def from_end(w: Rewrite, node: onnx.NodeProto, name: str, j: int, e: int, axis: int, size: int) -> bool:
+    """Whether entry ``j`` of a Slice bound ``name`` (``e`` at the representative sizes, inside ``axis`` of the
+    sliced value, of ``size`` there) is that axis' size less ``size - e`` at every size: where the original computes
+    ``name`` (the program holds it folded), at a further size of each symbol (one above a symbol at 1 or 2, else
+    twice it: :func:`eqsat.onnx.fitting.above`), its entry there (a run of the original) and the axis' size there (a
+    run of the program so far, kept for the other Slices of the value: :attr:`.state.Fits.axes`) are that, in every
+    run where both ran, and the axis' size changed in one of them. What no run shows stays as the original has it."""
+    if name not in w.facts.computed:
+        return False
+    free = {s: v for s, v in w.values.items() if s not in w.sums}
+    sizes = [follow({**w.values, s: n}, w.sums) for s, v in free.items() for n in (above(v) or [v + 1])]
+    value = node.input[0]
+    seen = w.fits.axes.setdefault(value, {})
+    runs: list = []
+    grew = False
+    for at in sizes:
+        want = w.facts.entries_at(name, at)
+        if want is None or j >= len(want):
             continue
-        if e >= d.value(w.sizes_at):
-            ends_v[j] = int(INT64_MAX)
-            changed = True
-        else:
-            w.notes.append(f"Slice {node.name!r} ends at {e}, inside the dynamic axis {d.key()}: kept as the "
-                           "original has it")
-    if changed:
-        node.input[2] = w.const(np.array(ends_v, np.int64), "ends")
+        key = tuple(sorted(at.items()))
+        if key not in seen:
+            if not runs:
+                runs.append(run_values(probe(w, [value]), [value], shapes=True))
+            got = runs[0](at)
+            seen[key] = None if got is None else list(got[0])
+        have = seen[key]
+        if have is None or axis >= len(have):
+            continue
+        if want[j] != have[axis] - (size - e):
+            return False
+        grew |= have[axis] != size
+    return grew
 
 
-__all__ = ["collapse", "expand", "gathered", "identity_reshape", "read_shape", "reshape", "slice_to_end", "split_rows",
-           "write_target", "written_target"]
+__all__ = ["alike_target", "collapse", "constant_target", "expand", "from_end", "gathered", "identity_reshape",
+           "read_shape", "reshape", "slice_to_end", "split_rows", "write_target", "written_target"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from eqsat.onnx.dataflow import prune, shape_only
+from eqsat.onnx.fitting import REFUSED, run_values
 from eqsat.onnx.interface import interface, symbol_values
 from eqsat.onnx.symbolic import infer_node
 
@@ -21,7 +22,16 @@ from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_
 from .state import Forms, Rewrite
 from .tables import pattern_key
 from .uniform import flat_gather, grid_gather
-from .values import IDENTITIES, identity, rotary_positions, spread, unexpand, uniform_input
+from .values import (
+    BROADCASTING,
+    IDENTITIES,
+    broadcast_sizes,
+    identity,
+    rotary_positions,
+    spread,
+    unexpand,
+    uniform_input,
+)
 
 
 @dataclass
@@ -40,7 +50,19 @@ def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapp
     (every form: :data:`~.state.Forms.EXPORT`); ``model`` itself is left as it was. ``facts``: what the rewrites
     of earlier candidates learnt of ``original`` (:class:`.original.Original`, one per model: the original is then
     run at further sizes once per model, not per candidate); None: learnt anew."""
-    return rewrite(model, original, values, Forms.EXPORT, facts)
+    written = rewrite(model, original, values, Forms.EXPORT, facts)
+    return written if runs_where(written.model, model, values) else Generic(
+        model, [*written.notes, "the program written shape-generic fails at the representative sizes: kept as "
+                "exported (its sizes constants)"])
+
+
+def runs_where(written: onnx.ModelProto, model: onnx.ModelProto, values: Mapping[str, int]) -> bool:
+    """Whether ``written`` runs at the symbols' ``values``, where ``model`` (as exported, its sizes constants) does:
+    a write that breaks the program at the very sizes it was exported at is not kept (the candidate is then the
+    program as exported, which the verification at further sizes refuses as any program not written for them)."""
+    outputs = [o.name for o in written.graph.output]
+    return run_values(written, outputs, shapes=True)(values) is not None \
+        or run_values(model, [o.name for o in model.graph.output], shapes=True)(values) is None
 
 
 def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto | None:
@@ -51,9 +73,11 @@ def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple
     an output axis is constant where the original names it with a name of its own (TorchScript's
     ``Concatpresent.0.key_dim_3`` for a head size) does not count: the import keeps the original's interface, and every
     candidate is written from the original and verified at several sizes."""
+    values = symbol_values(model, input_shapes)
+    facts = Original(model, values)  # the second try reads the first's runs
     for forms in (Forms.IMPORT, Forms.TABLES):  # every form (the e-graph starts near the static program's size)
         try:
-            written = rewrite(model, model, symbol_values(model, input_shapes), forms)
+            written = rewrite(model, model, values, forms, facts)
         except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
             continue
         if set(written.notes) <= set(written.unnamed_constant_outputs):
@@ -73,6 +97,16 @@ def run(w: Rewrite) -> Generic:
     """The passes, in order (the package's docstring): the interface declared, the nodes written one by one, the
     final forms (Expands dropped, tables guarded), the nodes no output reads pruned, the shapes annotated where
     eqsat reads the program again (not in a candidate written for the user)."""
+    # a program written for the user: the runs that fit sizes read only where the original runs (the import's
+    # rewrite reads them everywhere: the import folds what it computes from the shapes at one size anyway)
+    token = REFUSED.set(w.facts.refuses if w.final else None)
+    try:
+        return _run(w)
+    finally:
+        REFUSED.reset(token)
+
+
+def _run(w: Rewrite) -> Generic:
     g = w.model.graph
     (ins, outs) = interface(w.original)
     declare(w, ins)
@@ -178,6 +212,8 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
     for out in node.output:
         if out in inferred:
             elem, shape = inferred[out]
+            if standard and w.final and node.op_type in BROADCASTING and shape is not None and None in shape:
+                shape = broadcast_sizes(w, node, shape)
             w.types.setdefault(out, elem)
             w.shapes.setdefault(out, shape)
         if small_vector(w, out):
@@ -187,4 +223,5 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
             w.shaped.pending.append(out)
 
 
-__all__ = ["Generic", "make_generic", "read_original", "rewrite", "run", "simplify_for_import", "write_node"]
+__all__ = ["Generic", "make_generic", "read_original", "rewrite", "run", "runs_where", "simplify_for_import",
+           "write_node"]

@@ -15,6 +15,7 @@ import onnx
 
 from eqsat.dims import Mono, SymShape
 
+from .keys import Keys
 from .original import Original
 from .sizes import SizeWriter
 from .tables import Prefix
@@ -65,6 +66,11 @@ class Fits:
     """the values whose unknown shapes a run was asked for -> their sizes at the representative sizes"""
     opaque: dict[str, int] = field(default_factory=dict)
     """the opaque symbols (:meth:`Rewrite.opaque_shape`) -> their sizes at the representative sizes"""
+    axes: dict[str, dict[RunKey, list[int] | None]] = field(default_factory=dict)
+    """the values a Slice's bounds were read against (:func:`.reshapes.from_end`) -> their sizes in each run of
+    the program so far (None: it did not run there)"""
+    keys: Keys = field(default_factory=Keys)
+    """the content keys of the program's values (:func:`.probes.keys`), its constants' digests kept for the rewrite"""
     runs: dict[str, dict[RunKey, list[int]]] = field(default_factory=dict)
     """in a program written for the user, the values whose shapes the runs left with a size no monomial fits ->
     their sizes in each run that ran, by the symbols' sizes there (:meth:`Rewrite._split_ones` reads them)"""

@@ -251,6 +251,43 @@ def rotary_positions(w: Rewrite, node: onnx.NodeProto) -> None:
     node.input.append(positions)
 
 
+def broadcast_sizes(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymShape:
+    """The output ``shape`` of a broadcasting ``node`` (:data:`BROADCASTING`) with each size the shape inference left
+    unknown, where its inputs' sizes there are monomials that differ (``[batch, c@2*c@3, 48] + [batch,
+    49*t@1*t@3, 48]``: the embeddings and the windows merged back, each read its own way), written as one of them.
+    The program runs only where the inputs' sizes there are equal or 1, so where every one of them that is not the
+    constant 1 has the same size above 1 at the representative sizes (opaque ones included), the output's size is
+    any of them: the one of fewest opaque symbols (:meth:`.state.Rewrite.opaque_shape`), then of fewest symbols.
+    Where one is unknown, or is 1 at the representative sizes (a symbol at 1 may broadcast), or two differ there, it
+    stays unknown (a run fits it: :func:`.probes.fit`)."""
+    inputs = [w.shapes.get(name) for name in node.input if name]  # (a Where's condition broadcasts too)
+    width = len(shape)
+    one = Mono.const(1)
+    out = list(shape)
+    for axis, d in enumerate(shape):
+        if d is not None:
+            continue
+        sizes: list[Mono] = []
+        for dims in inputs:
+            if dims is None:
+                sizes = []
+                break
+            k = len(dims) - width + axis
+            if k < 0:
+                continue
+            m = dims[k]
+            if m is None:
+                sizes = []
+                break
+            if m != one:
+                sizes.append(m)
+        values = {m.value(w.sizes_at) for m in sizes}
+        if not sizes or len(values) != 1 or next(iter(values)) <= 1:
+            continue
+        out[axis] = min(sizes, key=lambda m: (sum(s in w.fits.opaque for s, _ in m.powers), len(m.powers)))
+    return out
+
+
 def _broadcast(shapes: list[list[Mono]]) -> list[Mono] | None:
     """The shape numpy's broadcasting gives ``shapes`` (None where two sizes differ and neither is 1)."""
     width = max((len(s) for s in shapes), default=0)
@@ -264,5 +301,5 @@ def _broadcast(shapes: list[list[Mono]]) -> list[Mono] | None:
     return out
 
 
-__all__ = ["BROADCASTING", "BROADCAST_SLOTS", "IDENTITIES", "as_pattern", "broadcast_anyway", "identity",
-           "rotary_positions", "spread", "unexpand", "uniform_input"]
+__all__ = ["BROADCASTING", "BROADCAST_SLOTS", "IDENTITIES", "as_pattern", "broadcast_anyway", "broadcast_sizes",
+           "identity", "rotary_positions", "spread", "unexpand", "uniform_input"]

@@ -11,6 +11,7 @@ where the model refuses those (a position table that ends at the representative 
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
@@ -35,9 +36,18 @@ Probes = tuple[tuple[int, Sizes], tuple[int, Sizes]]
 """a symbol's two further runs: (its value, the run) each"""
 
 
-def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[str, int]) -> list[list[Mono | None]]:
+def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[str, int],
+              flat: Mapping[str, Sequence[Sizes]] | None = None) -> list[list[Mono | None]]:
     """Each value's sizes in ``base`` (the run at ``values``) as monomials, from ``grown`` (symbol -> its two
-    further runs, None where they failed)."""
+    further runs, None where they failed). ``flat``: for a symbol whose two runs failed, the runs that varied it
+    alone and ran, one of them above its value: a size the same in each of them does not depend on it (power 0), so
+    that a symbol the model refuses at most sizes (an image side that runs at multiples of 224 only) leaves the sizes
+    of the others (the batch) fitted.
+
+    >>> fit_sizes([[1, 56]], {"b": ((2, [[2, 56]]), (3, [[3, 56]])), "h": None}, {"b": 1, "h": 224},
+    ...           {"h": [[[1, 112]]]})
+    [[Mono(coef=Fraction(1, 1), powers=(('b', 1),)), None]]
+    """
     out: list[list[Mono | None]] = []
     for k, sizes in enumerate(base):
         fitted: list[Mono | None] = []
@@ -45,6 +55,9 @@ def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[s
             powers: dict[str, int] | None = {} if size > 0 else None
             for sym, value in values.items():
                 runs = grown.get(sym)
+                if powers is not None and runs is None and (flat or {}).get(sym) \
+                        and all(len(run[k]) == len(sizes) and run[k][axis] == size for run in (flat or {})[sym]):
+                    continue
                 if powers is None or runs is None or any(len(run[k]) != len(sizes) for _, run in runs):
                     powers = None
                     break
@@ -93,26 +106,108 @@ def fit_runs(run: Callable[[Mapping[str, int]], Sizes | None],
              values: Mapping[str, int], sums: Sums | None = None) -> list[list[Mono | None]] | None:
     """:func:`fit_sizes` over the runs ``run`` makes at ``values`` and at two more sizes of each symbol (one and
     two above its value, else, where the model refuses those, one and two below; a :data:`Sums` symbol follows its
-    own); None when the run at ``values`` fails."""
+    own), each entry checked at twice the value (:func:`above`) and, where it is wrong there, fitted from twice and
+    three times it (:func:`multiples`) instead; None when the run at ``values`` fails. An entry no fit reproduces
+    in every run that ran (:func:`agrees`) is None."""
     sums = sums or {}
     base = run(values)
     if base is None:
         return None
     seen: list[tuple[Mapping[str, int], Sizes]] = [(values, base)]
-    grown: dict[str, Probes | None] = {}
+    near: dict[str, Probes | None] = {}
     free = {s: v for s, v in values.items() if s not in sums}
+    runs = _Runs(run, values, sums, seen)
     for sym, value in free.items():
-        grown[sym] = None
-        for steps in ((1, 2), (-1, -2)):
-            one, two = value + steps[0], value + steps[1]
+        near[sym] = None
+        for one, two in ((value + 1, value + 2), (value - 1, value - 2)):
             if two < 1:
                 continue
-            first, second = run(_at(values, sums, sym, one)), run(_at(values, sums, sym, two))
-            if first is not None and second is not None:
-                grown[sym] = ((one, first), (two, second))
-                seen += [(_at(values, sums, sym, one), first), (_at(values, sums, sym, two), second)]
+            near[sym] = runs.pair(sym, one, two)
+            if near[sym] is not None:
                 break
-    return _with_sums(fit_sizes(base, grown, free), seen, sums)
+        for size in above(value):
+            runs.at(sym, size)
+    return _fitted(base, near, free, {}, seen, sums, runs)
+
+
+REFUSED: contextvars.ContextVar[Callable[[Mapping[str, int]], bool] | None] = \
+    contextvars.ContextVar("REFUSED", default=None)
+"""where set (the writer sets it to the user's model's: :meth:`eqsat.generic.original.Original.refuses`), the sizes
+at which the model the programs fitted stand for refuses to run: a run there is not read (a prefix of it runs where
+the whole does not, and what it computes there is no size the model has: a Swin V2's windows at a side of 16, padded
+up to one window, where it runs at multiples of 32 only)"""
+
+
+class _Runs:
+    """The runs of one fit, each size run once: ``seen`` gets each run that ran (its symbols' sizes, its sizes), at
+    sizes the model does not refuse (:data:`REFUSED`)."""
+
+    def __init__(self, run: Callable[[Mapping[str, int]], Sizes | None], values: Mapping[str, int], sums: Sums,
+                 seen: list):
+        self.run, self.values, self.sums, self.seen = run, values, sums, seen
+        self.done: dict[tuple[str, int], Sizes | None] = {}
+
+    def at(self, sym: str, size: int) -> Sizes | None:
+        if (sym, size) not in self.done:
+            at = _at(self.values, self.sums, sym, size)
+            got = self.run(at)
+            refused = REFUSED.get()
+            got = self.done[sym, size] = None if got is None or refused is not None and refused(at) else got
+            if got is not None:
+                self.seen.append((at, got))
+        return self.done[sym, size]
+
+    def pair(self, sym: str, one: int, two: int) -> Probes | None:
+        first, second = self.at(sym, one), self.at(sym, two)
+        return None if first is None or second is None else ((one, first), (two, second))
+
+    def ran(self, sym: str) -> list[tuple[int, Sizes]]:
+        return [(size, got) for (s, size), got in self.done.items() if s == sym and got is not None]
+
+
+def agrees(m: Mono, at: Mapping[str, int], size: int) -> bool:
+    """Whether ``m`` at the sizes ``at`` is ``size`` as a program computes it from the inputs' sizes
+    (:class:`eqsat.generic.sizes.SizeWriter`: the product of the symbols, times the numerator, floor-divided by the
+    denominator): ``1/4*height`` is 8 at a height of 33, as a strided convolution's output is.
+
+    >>> agrees(Mono.const(Fraction(1, 4)) * Mono.symbol("h"), {"h": 33}, 8), agrees(Mono.symbol("h"), {"h": 3}, 2)
+    (True, False)
+    """
+    value = m.value(at)
+    if value == size:
+        return True
+    return all(p > 0 for _, p in m.powers) and m.coef > 0 and value.numerator // value.denominator == size
+
+
+def _fitted(base: Sizes, near: Mapping[str, Probes | None], free: Mapping[str, int],
+            flat: Mapping[str, Sequence[Sizes]], seen: Sequence[tuple[Mapping[str, int], Sizes]], sums: Sums,
+            runs: _Runs) -> list[list[Mono | None]]:
+    """Each entry fitted from the runs near the symbols' values (``near``), or, where that fit is not every run's
+    (:func:`agrees`: a size that is the same near the value and grows above it, a count of windows rounded up),
+    from their multiples (:func:`multiples`, run only then); None where neither is. A symbol whose runs near it
+    failed and that ran above it leaves the entries it does not change fitted (``flat``: :func:`fit_sizes`)."""
+    for sym, value in free.items():
+        ran = runs.ran(sym)
+        if sym not in flat and any(size > value for size, _ in ran):
+            flat = {**flat, sym: [got for _, got in ran]}
+    fitted = _with_sums(fit_sizes(base, near, free, flat), seen, sums)
+
+    def good(m: Mono | None, k: int, j: int) -> bool:
+        return m is not None and all(len(r[k]) == len(base[k]) and agrees(m, at, r[k][j]) for at, r in seen)
+
+    if all(good(m, k, j) for k, row in enumerate(fitted) for j, m in enumerate(row)):
+        return fitted
+    far = dict(near)
+    for sym, value in free.items():
+        for one, two in multiples(value):
+            far[sym] = runs.pair(sym, one, two) or near[sym]
+    for sym, value in free.items():
+        ran = runs.ran(sym)
+        if any(size > value for size, _ in ran):
+            flat = {**flat, sym: [got for _, got in ran]}  # (the multiples' runs too)
+    other = _with_sums(fit_sizes(base, far, free, flat), seen, sums) if far != near else fitted
+    return [[m if good(m, k, j) else o if good(o, k, j) else None for j, (m, o) in enumerate(zip(row, other[k]))]
+            for k, row in enumerate(fitted)]
 
 
 def further_sizes(value: int) -> tuple[tuple[int, int], list[int]]:
@@ -127,16 +222,61 @@ def further_sizes(value: int) -> tuple[tuple[int, int], list[int]]:
     return (value + 1, value + 2), [value + 4]
 
 
+ABOVE_AT_MOST = 4096
+"""the largest size :func:`above` checks a fit at (a run of a prefix at twice a long sequence costs its attention's
+square)"""
+
+
+def _knows() -> bool:
+    """Whether the runs say where the model itself runs (:data:`REFUSED` set): only then are they read above the
+    value (:func:`above`, :func:`multiples`); a prefix of a model that refuses the sizes above its position table
+    still runs there, clamped, and says nothing of it."""
+    return REFUSED.get() is not None
+
+
+def above(value: int) -> list[int]:
+    """The size above ``value`` that a fit from sizes below it (:func:`further_sizes`) is checked at too: twice it
+    (where a model runs at few sizes, a multiple of its window or patch grid, twice the one it was tuned at is the
+    likeliest to run), unless that is above :data:`ABOVE_AT_MOST`. A size that is the same at and below ``value``
+    is not always constant: a count of windows rounded up (``ceil(side / 32 / 7)``) is 1 at every side up to the
+    representative 224, and 2 at 448.
+
+    Where the runs say where the model runs (:data:`REFUSED`), only then:
+
+    >>> token = REFUSED.set(lambda at: False)
+    >>> above(224), above(1), above(4096)
+    ([448], [], [])
+    >>> REFUSED.reset(token); above(224)
+    []
+    """
+    return [2 * value] if 2 < value and 2 * value <= ABOVE_AT_MOST and _knows() else []
+
+
+def multiples(value: int) -> list[tuple[int, int]]:
+    """The two sizes a symbol at ``value`` is fitted from where the model refuses the sizes near it (a Swin V2 of
+    traced window padding runs at multiples of its 224 pixels only): twice and three times it, where
+    :func:`above` checks at twice it.
+
+    >>> token = REFUSED.set(lambda at: False)
+    >>> multiples(224), multiples(2)
+    ([(448, 672)], [])
+    >>> REFUSED.reset(token)
+    """
+    return [(2 * value, 3 * value)] if above(value) else []
+
+
 def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
                 values: Mapping[str, int], sums: Sums | None = None) -> list[list[Mono | None]] | None:
     """Integer vectors' entries (``run``: their entries, or sizes, at given sizes) as monomials, None where no
     monomial fits every run (every entry of a vector whose length changes); None when the run at ``values`` fails.
 
     Each symbol is fitted from two sizes below its value (above it where it is 1 or 2: a model often refuses
-    sizes above the one it was tuned at, while its shape computations, clamped, still run there), and every
-    fitted entry is checked at further sizes (1 and half the value; or four above). An entry of 0 or below
-    (``0`` and ``-1`` in a Reshape target) is a constant where every run agrees. A :data:`Sums` symbol follows its
-    own, and an entry that is one of them in every run is read as it.
+    sizes above the one it was tuned at, while its shape computations, clamped, still run there; twice and three
+    times it where those fits are wrong at twice it or the model refuses the sizes below too: :func:`multiples`),
+    and every fitted entry is checked at further sizes (1 and half the value, and twice it: :func:`above`; or four
+    above) as a program computes it (:func:`agrees`). An entry of 0 or below (``0`` and ``-1`` in a Reshape target)
+    is a constant where every run agrees. A :data:`Sums` symbol follows its own, and an entry that is one of them
+    in every run is read as it.
 
     >>> b, s, minus = Mono.symbol("b"), Mono.symbol("s"), Mono.const(-1)
     >>> fit_vectors(lambda at: [[at["b"], at["s"], -1], [at["s"] if at["s"] > 40 else 0]], {"b": 1, "s": 64}) \\
@@ -148,16 +288,15 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
     if base is None:
         return None
     seen: list[tuple[dict[str, int], Sizes]] = [(dict(values), base)]
-    grown: dict[str, Probes | None] = {}
+    near: dict[str, Probes | None] = {}
     free = {s: v for s, v in values.items() if s not in sums}
+    runs = _Runs(run, values, sums, seen)
     for sym, value in free.items():
         steps, checks = further_sizes(value)
-        one, two = ((size, run(_at(values, sums, sym, size))) for size in steps)
-        grown[sym] = None if one[1] is None or two[1] is None else ((one[0], one[1]), (two[0], two[1]))
-        for size, got in [one, two, *((size, run(_at(values, sums, sym, size))) for size in checks)]:
-            if got is not None:
-                seen.append((_at(values, sums, sym, size), got))
-    fitted = _with_sums(fit_sizes(base, grown, free), seen, sums)
+        near[sym] = runs.pair(sym, *steps)
+        for size in [*checks, *above(value)]:
+            runs.at(sym, size)
+    fitted = _fitted(base, near, free, {}, seen, sums, runs)
     # an entry the same in every run is a constant only where every symbol was varied in some run that ran (a
     # symbol whose every further run failed says nothing of the entries it sizes)
     varied = {sym for at, _ in seen[1:] for sym in free if at[sym] != values[sym]} == set(free)
@@ -170,7 +309,7 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
         for j, m in enumerate(entries):
             if m is None and varied and len({r[k][j] for _, r in seen}) == 1 and len(seen) > 1 + len(free):
                 m = Mono.const(base[k][j])
-            vector.append(None if m is None or any(m.value(at) != r[k][j] for at, r in seen) else m)
+            vector.append(None if m is None or not all(agrees(m, at, r[k][j]) for at, r in seen) else m)
         out.append(vector)
     return out
 
@@ -203,4 +342,4 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
     return run
 
 
-__all__ = ["POWERS", "Probes", "Sums", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_values"]
+__all__ = ["ABOVE_AT_MOST", "POWERS", "REFUSED", "Probes", "above", "agrees", "multiples", "Sums", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_values"]

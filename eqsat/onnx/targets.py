@@ -71,7 +71,10 @@ def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]
         tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
                  [j for j in range(len(rest)) if rest[j] == v],
                  [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
-                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1]]
+                 [j for j in range(len(rest)) if (rest[j] / v).denominator == 1],
+                 # a size a fraction of the symbol (``length / 2`` frames of a stride-2 convolution onto ``[1, 32]``):
+                 # the first axis above 1 that holds no symbol yet, its coefficient the fraction
+                 [j for j in range(len(rest)) if rest[j] > 1 and not given[j] and total.coef.denominator != 1]]
         j = next((t[0] for t in tiers if t), None)
         if j is None:
             return None
@@ -79,7 +82,7 @@ def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]
         given[j].append(s)
     out = []
     for r, syms in zip(rest, given):
-        if r.denominator != 1:
+        if r.denominator != 1 and not syms:
             return None
         out.append(product([Mono.const(r), *(Mono.symbol(s) for s in syms)]))
     return out if product(out) == total else None
@@ -97,6 +100,24 @@ def _ones_before(groups: list[tuple[list[int], list[int]]], sizes_out: list[int]
             continue
         while len(here[1]) > 1 and sizes_out[here[1][0]] == 1:
             before[1].append(here[1].pop(0))
+    return out
+
+
+def _ones_to_rest(groups: list[tuple[list[int], list[int]]], sizes_in: list[int],
+                  rest: int) -> list[tuple[list[int], list[int]]]:
+    """``groups`` with the input axes of size 1 at a boundary between two groups moved into the group whose output
+    holds the target's ``-1`` (``rest``): a target written with ``-1`` gives the sizes that change to it, so an
+    axis of a symbol at 1 goes there (``[batch, wh, ww, 4, 4, 16]`` at 1 window of 16 to ``[-1, 16, 16]``: the
+    windows join the batch on the ``-1``, not the 16 positions after them). A group keeps one input axis at least."""
+    out = [(list(gi), list(gk)) for gi, gk in groups]
+    for g in range(1, len(out)):
+        before, here = out[g - 1], out[g]
+        if rest in before[1]:
+            while len(here[0]) > 1 and sizes_in[here[0][0]] == 1:
+                before[0].append(here[0].pop(0))
+        elif rest in here[1]:
+            while len(before[0]) > 1 and sizes_in[before[0][-1]] == 1:
+                here[0].insert(0, before[0].pop())
     return out
 
 
@@ -118,6 +139,13 @@ def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, 
 
     >>> [d.key() for d in reshape_target([s * b, Mono.const(64)], [16, 1, 64], {"b": 1, "s": 16}, ones_before=True)]
     ['s', 'b', '64']
+
+    A target written with ``-1`` takes the input's axes of size 1 at a group's boundary onto its ``-1``
+    (:func:`_ones_to_rest`):
+
+    >>> w, c = Mono.symbol("w"), Mono.const
+    >>> [d.key() for d in reshape_target([b, w, c(4), c(4), c(16)], [-1, 16, 16], {"b": 1, "w": 1})]
+    ['b*w', '16', '16']
     """
     sizes_in = [m.value(values) for m in dims_in]
     if any(v.denominator != 1 or v <= 0 for v in sizes_in):
@@ -137,6 +165,8 @@ def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, 
         return None
     if ones_before:
         groups = _ones_before(groups, resolved, dims_in, values)
+    if target.count(-1) == 1:
+        groups = _ones_to_rest(groups, ints_in, target.index(-1))
     out: list[Mono | None] = [None] * len(resolved)
     for gi, gk in groups:
         part = _assign([dims_in[j] for j in gi], [resolved[j] for j in gk], values)
