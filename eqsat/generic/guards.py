@@ -142,7 +142,7 @@ def _as_table(w: Rewrite, value: str, user: str, sliced: str, prefix: Prefix, ma
     cut = [a for a in range(prefix.table.ndim) if a not in prefix.axes and prefix.table.shape[a] == 1]
     have, want = w.shapes.get(user), w.shapes.get(sliced)
     if have is not None and len(have) == prefix.table.ndim:
-        cut = [a for a in cut if have[a] is None or not have[a].is_const]
+        cut = [a for a in cut if (d := have[a]) is None or not d.is_const]
     if not cut:
         return value
     node = made.get(value)

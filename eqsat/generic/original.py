@@ -194,9 +194,9 @@ class Original:
                     if batch is not None:
                         self._sized[batch, shapes, where] = None
                     return None
-                for k, n in enumerate(missing):
+                for i, n in enumerate(missing):
                     if n in slots:
-                        self._sized[slots[n]] = list(got[k])
+                        self._sized[slots[n]] = list(got[i])
                 fresh = dict(zip(missing, got))
             else:
                 self.reread += 1
