@@ -90,6 +90,20 @@ class Original:
                 out[name] = [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
         return out
 
+    @functools.cached_property
+    def computed_targets(self) -> list[str]:
+        """The Reshape targets the original computes (not constants), each once."""
+        return list(dict.fromkeys(n.input[1] for n in self.model.graph.node if n.op_type == "Reshape"
+                                  and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1] in self.computed))
+
+    @functools.cached_property
+    def reshape_constants(self) -> frozenset[tuple[int, ...]]:
+        """The entries of the original's Reshape targets that are constants (:attr:`constants`): a target of these
+        entries is one the original reshapes to at every size, under whatever name the import gave it."""
+        return frozenset(tuple(self.constants[n.input[1]]) for n in self.model.graph.node
+                         if n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and len(n.input) > 1
+                         and n.input[1] in self.constants)
+
     def refuses(self, at: Mapping[str, int]) -> bool:
         """Whether onnxruntime cannot run the original at the sizes ``at`` (its outputs' shapes asked, on zeros;
         each size run once): the runs that fit sizes are not read there (:data:`eqsat.onnx.fitting.REFUSED`)."""
@@ -210,8 +224,10 @@ class Original:
 
     def targets(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's values ``names`` (Reshape targets), fitted from runs at and above the
-        representative sizes (:func:`fit_runs`)."""
-        return self._fitted(names, self._targets, fit_runs)
+        representative sizes (:func:`fit_runs`). The first run fits every Reshape target the original computes
+        with them: a writer asks for the targets it keeps by name, then for those it reads alike
+        (:func:`.reshapes.alike_target`), and the second question reads the first's run."""
+        return self._fitted(names, self._targets, fit_runs, self.computed_targets)
 
     def entries_at(self, name: str, at: Mapping[str, int]) -> list[int] | None:
         """The entries of the original's integer value ``name`` at the sizes ``at`` (None where it does not run
@@ -236,8 +252,10 @@ class Original:
         return self._sources[opset]
 
     def _fitted(self, names: Sequence[str], known: dict[str, Entries],
-                fit: Callable[..., list[list[Mono | None]] | None]) -> list[Entries]:
+                fit: Callable[..., list[list[Mono | None]] | None], also: Sequence[str] = ()) -> list[Entries]:
         missing = [n for n in dict.fromkeys(names) if n not in known]
+        if missing:
+            missing += [n for n in dict.fromkeys(also) if n not in known and n not in missing]
         if missing:
             self.runs += 1
             batch = run_values(self.model, missing, shapes=False)

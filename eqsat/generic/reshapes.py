@@ -71,6 +71,11 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
             sym = reshape_target(known, target, w.sizes_at, allowzero)
             if sym is not None and w.opaque(known):
                 sym = at_two(w, node.input[1], target, known, sym, allowzero)
+            elif sym is not None and any(w.values.get(s) == 1 for m in known for s, _ in m.powers):
+                # a symbol at 1 hides which axis it goes with ([1, 6*batch, 64] to [-1, 384] reads as [1,
+                # 384*batch] and as [batch, 384]; [1, batch, 384] to [1, 6, 64] as [batch, 6, 64] and as
+                # [1, 6*batch, 64]): as the original computes it, where it does
+                sym = alike_target(w, node.input[1], target, known) or sym
         if sym is None:  # the sizes do not decide it: as the original computes it, under another name
             sym = alike_target(w, node.input[1], target, known)
         if sym is None:
@@ -98,8 +103,12 @@ def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono])
     every size, so its entries stay as they are and its ``-1`` takes the rest of the input's size (``known``). A
     target of entries that are each 1 or a symbol at 1 is read otherwise (as the sizes it groups: ``[batch *
     windows, 49, 384]`` at a batch and windows of 1 reads as ``[batch, windows * 49, 384]``), which is wrong where
-    the batch or the windows grow. None where the original holds no such constant, or it does not line up."""
-    if w.facts.constants.get(name) != target or target.count(-1) != 1 or 0 in target:
+    the batch or the windows grow. A constant the import named anew is read alike where the original reshapes to
+    one of those entries (``[-1, 384]``, the pooled rows of a vision tower, which at batch 1 otherwise reads as
+    ``[1, 384 * batch]``). None where the original holds no such constant, or it does not line up."""
+    if target.count(-1) != 1 or 0 in target:
+        return None
+    if w.facts.constants.get(name) != target and tuple(target) not in w.facts.reshape_constants:
         return None
     return resolve_target([Mono.const(t) for t in target], known, False)
 
@@ -113,14 +122,17 @@ def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono]) ->
     it. None where none is, or two read otherwise."""
     if name in w.facts.computed:
         return None
-    names = [n.input[1] for n in w.original.graph.node if n.op_type == "Reshape" and n.domain in ("", "ai.onnx")
-             and len(n.input) > 1 and n.input[1] in w.facts.computed]
+    names = w.facts.computed_targets
+    whole = list(target)  # its -1 as the size it takes here (the import writes [-1, 384] for [batch, 384])
+    rest = int(np.prod([t for t in target if t != -1]))
+    if target.count(-1) == 1 and rest > 0:
+        whole[target.index(-1)] = int(np.prod([int(m.value(w.values)) for m in known])) // rest
     found: dict[str, list[Mono]] = {}
-    for entries in w.facts.targets(list(dict.fromkeys(names))) if names else []:
+    for entries in w.facts.targets(names) if names else []:
         if entries is None or len(entries) != len(target) or any(m is None for m in entries):
             continue
         out = [m for m in entries if m is not None]
-        if [m.value(w.values) for m in out] == target and all(m.coef > 0 for m in out) \
+        if [m.value(w.values) for m in out] == whole and all(m.coef > 0 for m in out) \
                 and product(out) == product(known):
             found[",".join(m.key() for m in out)] = out
     return next(iter(found.values())) if len(found) == 1 else None

@@ -8,7 +8,8 @@ original in onnxruntime at each batch.
 
 The parts of that fix, one at a time, on small inputs: a fit checked above the tuned size (:func:`fit_vectors`), a
 symbol refused near its value leaving the others' sizes fitted (:func:`fit_sizes`), a size as a program computes
-it (floor division: :func:`agrees`), a target written with -1 (:func:`reshape_target`)."""
+it (floor division: :func:`agrees`), a target written with -1 (:func:`reshape_target`); and a constant target the
+import names anew (a vision tower's pooled rows ``[-1, width]``, which SigLIP's export reshapes to) kept constant."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.dims import Mono
 from eqsat.generic import make_generic
@@ -119,3 +121,48 @@ def test_a_target_written_with_minus_one_takes_the_windows_at_one():
     b, wh, ww, c = Mono.symbol("b"), Mono.symbol("wh"), Mono.symbol("ww"), Mono.const
     out = reshape_target([b, wh, ww, c(4), c(4), c(16)], [-1, 16, 16], {"b": 1, "wh": 1, "ww": 1})
     assert out == [b * wh * ww, c(16), c(16)]
+
+
+def _pooled(computed: bool, width: int = 6) -> onnx.ModelProto:
+    """Rows split into two heads, laid out as torch's multi-head attention pooling lays them (``[1, batch * 2,
+    width / 2]``), joined back by a constant target ``[-1, width]`` (``[1, width * batch]`` at a batch of 1 reads
+    alike) or, as TorchScript exports it, one computed from the input's shape (``[batch, width]``), then
+    projected."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Reshape", ["x", "heads"], ["split"]),
+             helper.make_node("Unsqueeze", ["split", "axes"], ["first"]),
+             helper.make_node("Reshape", ["first", "rows"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "w"], ["out"])]
+    if computed:
+        nodes[2:2] = [helper.make_node("Shape", ["x"], ["shape"], end=1),
+                      helper.make_node("Concat", ["shape", "width"], ["rows"], axis=0)]
+    inits = [numpy_helper.from_array(np.array([-1, width // 2], np.int64), "heads"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([width], np.int64) if computed else np.array([-1, width], np.int64),
+                                     "width" if computed else "rows"),
+             numpy_helper.from_array(rng.standard_normal((width, 3)).astype(np.float32), "w")]
+    graph = helper.make_graph(nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                              ["batch", 2, width // 2])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["constant", "computed"])
+def test_a_target_named_anew_is_read_for_every_batch(computed):
+    original = _pooled(computed)
+    shapes = {"x": (1, 2, 3)}
+    program = export_model(import_model(original, shapes, generic=True))
+    for init in program.graph.initializer:  # the import may keep the name: name every constant anew, as SigLIP's
+        if init.data_type == TensorProto.INT64:
+            old, init.name = init.name, init.name + "_anew"
+            for node in program.graph.node:
+                node.input[:] = [init.name if i == old else i for i in node.input]
+    written = make_generic(program, original, symbol_values(original, shapes)).model
+    want, got = session(original), session(written)
+    rng = np.random.default_rng(1)
+    for size in [(1, 2, 3), (2, 2, 3), (3, 2, 3)]:
+        x = rng.standard_normal(size).astype(np.float32)
+        expected = want.run(None, {"x": x})[0]
+        actual = got.run(None, {"x": x})[0]
+        assert actual.shape == expected.shape, size
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
