@@ -224,10 +224,8 @@ class Original:
 
     def targets(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's values ``names`` (Reshape targets), fitted from runs at and above the
-        representative sizes (:func:`fit_runs`). The first run fits every Reshape target the original computes
-        with them: a writer asks for the targets it keeps by name, then for those it reads alike
-        (:func:`.reshapes.alike_target`), and the second question reads the first's run."""
-        return self._fitted(names, self._targets, fit_runs, self.computed_targets)
+        representative sizes (:func:`fit_runs`)."""
+        return self._fitted(names, self._targets, fit_runs)
 
     def entries_at(self, name: str, at: Mapping[str, int]) -> list[int] | None:
         """The entries of the original's integer value ``name`` at the sizes ``at`` (None where it does not run
@@ -252,10 +250,8 @@ class Original:
         return self._sources[opset]
 
     def _fitted(self, names: Sequence[str], known: dict[str, Entries],
-                fit: Callable[..., list[list[Mono | None]] | None], also: Sequence[str] = ()) -> list[Entries]:
+                fit: Callable[..., list[list[Mono | None]] | None]) -> list[Entries]:
         missing = [n for n in dict.fromkeys(names) if n not in known]
-        if missing:
-            missing += [n for n in dict.fromkeys(also) if n not in known and n not in missing]
         if missing:
             self.runs += 1
             batch = run_values(self.model, missing, shapes=False)

@@ -48,8 +48,10 @@ def read_shape(w: Rewrite, node: onnx.NodeProto) -> bool:
 
 def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool:
     """A Reshape's target written shape-generic: its symbolic target (``fitted``: read off the shape vector that
-    computes it; else guessed from the constant target and its input's shape) with 0 and -1. One to its input's
-    own shape is dropped (its output read as its input: True)."""
+    computes it; else the original's constant or computed target of those entries, or guessed from the constant
+    target and its input's shape, read as the original computes it where a symbol at 1 leaves the guess open:
+    :func:`alike_target`) with 0 and -1. One to its input's own shape is dropped (its output read as its input:
+    True)."""
     dims_in = w.reshaped.rows.get(node.input[0]) or w.shapes.get(node.input[0])
     if dims_in is None or any(d is None for d in dims_in):
         fit(w)
@@ -108,25 +110,33 @@ def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono])
     ``[1, 384 * batch]``). None where the original holds no such constant, or it does not line up."""
     if target.count(-1) != 1 or 0 in target:
         return None
-    if w.facts.constants.get(name) != target and tuple(target) not in w.facts.reshape_constants:
+    if w.facts.constants.get(name) == target:
+        return resolve_target([Mono.const(t) for t in target], known, False)
+    if tuple(target) not in w.facts.reshape_constants:
         return None
-    return resolve_target([Mono.const(t) for t in target], known, False)
+    # named anew: the entries may be a symbol's size that equals a constant of the original by chance ([-1, 128]
+    # of [batch, seq] at a sequence of 128): kept only where the -1 takes a whole product of the input's sizes
+    sym = resolve_target([Mono.const(t) for t in target], known, False)
+    whole = sym is not None and all(m.coef.denominator == 1 and all(p > 0 for _, p in m.powers) for m in sym)
+    return sym if whole else None
 
 
 def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono]) -> list[Mono] | None:
     """The symbolic target of a Reshape whose constant target the original computes under another name (the import
     folded it and named it anew): the targets the original's Reshapes compute (their entries read off runs of it at
     further sizes: :meth:`.original.Original.targets`) of the same entries at the representative sizes that line up
-    with the input (``known``), where they all read alike. A target the sizes alone do not decide (``[1, 8, 8, 8]``
-    of ``[batch, height * width / 16, 8]``: which of the two 8s is the height's) is read as the original computes
-    it. None where none is, or two read otherwise."""
+    with the input (``known``), where they all read alike (a ``-1`` of ``target`` read as the size it takes). A
+    target the sizes alone do not decide (``[1, 8, 8, 8]`` of ``[batch, height * width / 16, 8]``: which of the two
+    8s is the height's; ``[-1, 384]`` of ``[1, 6 * batch, 64]``: ``[batch, 384]`` or ``[1, 384 * batch]``) is read as
+    the original computes it, also over the reading its sizes suggest (:func:`reshape`). None where none is, or two
+    read otherwise."""
     if name in w.facts.computed:
         return None
     names = w.facts.computed_targets
     whole = list(target)  # its -1 as the size it takes here (the import writes [-1, 384] for [batch, 384])
     rest = int(np.prod([t for t in target if t != -1]))
-    if target.count(-1) == 1 and rest > 0:
-        whole[target.index(-1)] = int(np.prod([int(m.value(w.values)) for m in known])) // rest
+    if target.count(-1) == 1 and rest > 0:  # (an opaque size of the input: no computed target's product is its)
+        whole[target.index(-1)] = int(np.prod([int(m.value(w.sizes_at)) for m in known])) // rest
     found: dict[str, list[Mono]] = {}
     for entries in w.facts.targets(names) if names else []:
         if entries is None or len(entries) != len(target) or any(m is None for m in entries):

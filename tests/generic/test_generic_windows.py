@@ -147,22 +147,52 @@ def _pooled(computed: bool, width: int = 6) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
-@pytest.mark.parametrize("computed", [False, True], ids=["constant", "computed"])
-def test_a_target_named_anew_is_read_for_every_batch(computed):
-    original = _pooled(computed)
-    shapes = {"x": (1, 2, 3)}
+def _written_anew(original: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """The generic import's program of ``original``, every integer constant named anew (the import may keep a
+    name; SigLIP's are new), written for every size."""
     program = export_model(import_model(original, shapes, generic=True))
-    for init in program.graph.initializer:  # the import may keep the name: name every constant anew, as SigLIP's
+    for init in program.graph.initializer:
         if init.data_type == TensorProto.INT64:
             old, init.name = init.name, init.name + "_anew"
             for node in program.graph.node:
                 node.input[:] = [init.name if i == old else i for i in node.input]
-    written = make_generic(program, original, symbol_values(original, shapes)).model
+    return make_generic(program, original, symbol_values(original, shapes)).model
+
+
+def _agree(original: onnx.ModelProto, written: onnx.ModelProto, sizes: list[dict[str, tuple[int, ...]]]) -> None:
     want, got = session(original), session(written)
     rng = np.random.default_rng(1)
-    for size in [(1, 2, 3), (2, 2, 3), (3, 2, 3)]:
-        x = rng.standard_normal(size).astype(np.float32)
-        expected = want.run(None, {"x": x})[0]
-        actual = got.run(None, {"x": x})[0]
-        assert actual.shape == expected.shape, size
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    for size in sizes:
+        feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in size.items()}
+        for expected, actual in zip(want.run(None, feeds), got.run(None, feeds)):
+            assert actual.shape == expected.shape, size
+            np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["constant", "computed"])
+def test_a_target_named_anew_is_read_for_every_batch(computed):
+    original = _pooled(computed)
+    written = _written_anew(original, {"x": (1, 2, 3)})
+    _agree(original, written, [{"x": (1, 2, 3)}, {"x": (2, 2, 3)}, {"x": (3, 2, 3)}])
+
+
+def test_a_target_named_anew_equal_to_a_constant_by_chance_follows_the_sequence():
+    """A target computed from the sequence (``[-1, seq]``, ``[-1, 6]`` at a sequence of 6) equal to another
+    Reshape's constant target (``[-1, 6]``): read as a constant, the rows would be ``2 * batch * seq / 6`` (at a
+    sequence of 7 onnxruntime refuses it, at 12 the shape is transposed)."""
+    nodes = [helper.make_node("Reshape", ["z", "six"], ["rows"]),
+             helper.make_node("MatMul", ["rows", "w"], ["projected"]),
+             helper.make_node("Shape", ["x"], ["length"], start=2),
+             helper.make_node("Concat", ["rest", "length"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"]),
+             helper.make_node("Relu", ["flat"], ["out"])]
+    inits = [numpy_helper.from_array(np.array([-1, 6], np.int64), "six"),
+             numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+             numpy_helper.from_array(np.ones((6, 2), np.float32), "w")]
+    graph = helper.make_graph(nodes, "chance", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, "seq"]),
+                                                helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 3, 2])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["rows", "seq"]),
+                               helper.make_tensor_value_info("projected", TensorProto.FLOAT, ["batch", 2])], inits)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    written = _written_anew(original, {"x": (1, 2, 6), "z": (1, 3, 2)})
+    _agree(original, written, [{"x": (b, 2, s), "z": (b, 3, 2)} for b, s in [(1, 6), (2, 7), (3, 12)]])
