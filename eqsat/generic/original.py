@@ -91,18 +91,21 @@ class Original:
         return out
 
     @functools.cached_property
-    def computed_targets(self) -> list[str]:
-        """The Reshape targets the original computes (not constants), each once."""
+    def reshape_targets(self) -> list[str]:
+        """The names of the original's Reshape targets, each once."""
         return list(dict.fromkeys(n.input[1] for n in self.model.graph.node if n.op_type == "Reshape"
-                                  and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1] in self.computed))
+                                  and n.domain in ("", "ai.onnx") and len(n.input) > 1))
+
+    @functools.cached_property
+    def computed_targets(self) -> list[str]:
+        """The Reshape targets the original computes (not constants)."""
+        return [name for name in self.reshape_targets if name in self.computed]
 
     @functools.cached_property
     def reshape_constants(self) -> frozenset[tuple[int, ...]]:
         """The entries of the original's Reshape targets that are constants (:attr:`constants`): a target of these
         entries is one the original reshapes to at every size, under whatever name the import gave it."""
-        return frozenset(tuple(self.constants[n.input[1]]) for n in self.model.graph.node
-                         if n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and len(n.input) > 1
-                         and n.input[1] in self.constants)
+        return frozenset(tuple(self.constants[name]) for name in self.reshape_targets if name in self.constants)
 
     def refuses(self, at: Mapping[str, int]) -> bool:
         """Whether onnxruntime cannot run the original at the sizes ``at`` (its outputs' shapes asked, on zeros;
