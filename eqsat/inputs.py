@@ -159,6 +159,14 @@ def random_inputs(sess: ort.InferenceSession, rng: np.random.Generator,
     return feeds
 
 
+def unmasked(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` with every bool input and every integer input that indexes nothing (:func:`index_bounds`: a mask's,
+    a flag's, drawn from ``[0, SAFE_INT_HIGH)``) set to ones: the input as a batch without padding feeds it."""
+    bounds = index_bounds(model)
+    return {name: np.ones_like(v) if v.dtype == np.bool_ or (v.dtype.kind in "iu" and name not in bounds) else v
+            for name, v in feeds.items()}
+
+
 EDGES = ("rows of -inf", "a NaN", "near the range")
 """the edge draws of :func:`edge_inputs`, by name"""
 NONFINITE_EDGES = ("rows of -inf", "a NaN")

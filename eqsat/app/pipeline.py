@@ -27,7 +27,7 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction
-from eqsat.inputs import EDGES, NONFINITE_EDGES
+from eqsat.inputs import EDGES, NONFINITE_EDGES, unmasked
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.measurement import runtimes
@@ -35,7 +35,7 @@ from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, 
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
-from eqsat.onnx import export_model, import_model, load_model, pool
+from eqsat.onnx import export_model, import_model, load_model, pool, softmax_floor
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
@@ -58,6 +58,8 @@ from .selection import IMPORTED, Extracted, Written, candidates_phase, same_oper
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
+FLOORED = "+floored"
+"""the suffix of a candidate's name written floored by :func:`floored_phase`"""
 
 
 
@@ -272,6 +274,44 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
     return built
 
 
+def floored_phase(built: list[Built], first_passed: bool, original: onnx.ModelProto,
+                  feeds: Mapping[str, np.ndarray] | None, config: OptimizeConfig, verifier: Verifier) -> list[Built]:
+    """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`), where the end-to-end
+    measurement decides (onnxruntime on the CPU, ``--candidates`` more than 1) and some candidate's scores reach
+    the range where onnxruntime's ``exp`` is slow with every mask fed as kept (:func:`eqsat.inputs.unmasked`: a
+    causal mask, not the random padding of the measurement's masks, is what a user's unpadded input meets too):
+    the first as it is, then the first floored, then each further candidate floored in its place, each that has
+    such scores (named ``NAME+floored``, checked as a further candidate); else ``built`` as it is.
+    ``first_passed``: whether the first candidate passed its check (its entry is marked later)."""
+    if config.candidates < 2 or not config.measure or feeds is None or not first_passed \
+            or runtimes.resolve(config.runtime) != "ort-cpu":
+        return built
+    kept = unmasked(original, feeds)
+    deeps = [softmax_floor.deep_softmaxes(b.model, kept)
+             if (k == 0 or b.entry.verified) and (b.shapes is None or b.shapes.passed) else []
+             for k, b in enumerate(built)]
+    if not any(deeps):
+        return built
+    out: list[Built] = []
+    for k, (b, deep) in enumerate(zip(built, deeps)):
+        if k == 0 or not deep:
+            out.append(b)
+        if not deep:
+            continue
+        model = softmax_floor.floored(b.model, deep)
+        check = verifier.check(model)
+        source = (f"{b.entry.name} with the scores of {len(deep)} Softmax floored {softmax_floor.FLOOR:g} below their "
+                  f"row's maximum (onnxruntime's exp is slow where masked scores underflow)")
+        entry = Candidate(f"{b.entry.name}{FLOORED}", b.entry.estimated_cost, dict(b.entry.operators), source,
+                          verified=check.passed, max_abs_error=check.max_abs_error,
+                          note="" if check.passed else f"not measured: {check.detail}", costs=dict(b.entry.costs))
+        # the floor's nodes keep their operand's shape and compute no shape: the check at the further shapes is the
+        # unfloored candidate's (made by build_candidates; a candidate that failed it is not floored)
+        out.append(Built(b.program, model, entry, False, shapes=b.shapes, notes=list(b.notes),
+                         check=VerificationReport.of(check, config.seed)))
+    return out
+
+
 def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCheck:
     """Check a candidate at the further shapes of a shape-generic run (the interface at each); one that fails is
     marked unverified, with the failure (it is not written)."""
@@ -446,6 +486,8 @@ class Run:
             built = build_candidates(found.snap, extracted, imp.graph, imp.original, config, found.cost_model,
                                      first, imp.shaping, imp.blocks, found.rest, verifier, self.say)
             feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
+            built = floored_phase(built, verification.verified and not edge_failure, imp.original, feeds, config,
+                                  verifier)
             verifier.close()
         if edge_failure:
             self.say(f"the extracted program left out: {edge_failure}")

@@ -3,7 +3,8 @@ writing models (:mod:`.io`, staged in :mod:`.staging`, the input's metadata kept
 the weights shared by every session (:mod:`.pool`), ONNX -> IR (:mod:`.importer`, through the
 operator table's mappers (:data:`eqsat.ops.IMPORTS`), with the composites of :mod:`.patterns` and what onnxruntime
 folds and types in :mod:`.folding`), IR -> ONNX (:mod:`.export`, in the spellings of :mod:`.forms`; runtime kernels of a
-newer opset through the opset upgrade of :mod:`.kernels`), subgraph
+newer opset through the opset upgrade of :mod:`.kernels`; a written program's masked Softmax scores floored by
+:mod:`.softmax_floor`), subgraph
 attributes (:mod:`.subgraphs`) and the provenance of imported nodes (:mod:`.origins`). Dynamic axes: the interface
 and its representative sizes (:mod:`.interface`), sizes as monomials of its symbols (:mod:`.symbolic`), the IR's
 symbolic dimensions at import (:mod:`.dimensions`, reading Reshape targets with :mod:`.targets`), sizes fitted from

@@ -1,0 +1,122 @@
+"""The floored candidates (eqsat.app.pipeline.floored_phase): where a candidate's Softmax scores are masked (a causal
+mask: deep whatever the input's padding), the run also measures the candidates with those scores floored
+(eqsat.onnx.softmax_floor), each checked against the original; where nothing is masked, or the measurement cannot decide,
+the candidates are as before. Oracles: onnxruntime's outputs of the original model, on inputs drawn here."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_builders as ob
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.app.config import OptimizeConfig
+from eqsat.app.pipeline import (
+    FLOORED,
+    build_candidates,
+    candidates_phase,
+    encode_phase,
+    export_phase,
+    extract_phase,
+    floored_phase,
+    optimize,
+    search_phase,
+    shaped_import_phase,
+    verifier_of,
+)
+from eqsat.cost import make
+from eqsat.onnx import session
+
+CONFIG = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=3, seed=1, measure_budget=0.3,
+                           runtime="ort-cpu")
+S, D = 24, 16
+LOWEST = np.finfo(np.float32).min
+
+
+def _decoder_attention(causal: bool) -> onnx.ModelProto:
+    """One head of attention over x [1, S, D], its scores masked causally with the lowest float (as transformers'
+    decoders write it) or not masked, an output projection after."""
+    rng = np.random.default_rng(5)
+    w = {n: numpy_helper.from_array((rng.standard_normal((D, D)) * 0.3).astype(np.float32), n)
+         for n in ("wq", "wk", "wv", "wo")}
+    mask = np.where(np.tril(np.ones((S, S), bool)), 0.0, LOWEST) if causal else np.zeros((S, S))
+    inits = [*w.values(), numpy_helper.from_array(mask.astype(np.float32), "mask"),
+             numpy_helper.from_array(np.array(D ** -0.5, np.float32), "scale")]
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("MatMul", ["x", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Add", ["ss", "mask"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["c"]), helper.make_node("MatMul", ["c", "wo"], ["y"])]
+    return ob.model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, D])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, S, D])], inits)
+
+
+def _built(model: onnx.ModelProto, config: OptimizeConfig = CONFIG):
+    original, graph, _ = shaped_import_phase(model, config)
+    cost_model = make("analytic")
+    egraph, search = encode_phase(graph, config)
+    search_phase(egraph, config, search, cost_model, lambda _m: None)
+    snap, ext = extract_phase(egraph, config, cost_model, 0.0)
+    extracted = candidates_phase(snap, ext, config, cost_model, 0.0)
+    first = export_phase(snap, ext, graph, cost_model)
+    verifier = verifier_of(original, config)
+    verifier.check(first[1])
+    built = build_candidates(snap, extracted, graph, original, config, cost_model, first, verifier=verifier)
+    return original, built, verifier
+
+
+def test_a_causally_masked_program_gets_floored_candidates_that_compute_the_original():
+    original, built, verifier = _built(_decoder_attention(causal=True))
+    feeds = verifier.first_inputs()
+    out = floored_phase(built, True, original, feeds, CONFIG, verifier)
+    names = [b.entry.name for b in out]
+    assert names[0] == built[0].entry.name and names[1] == built[0].entry.name + FLOORED
+    assert len(out) == len(built) + 1
+    for b in out[2:]:  # each further candidate floored in its place, unless it runs no Softmax (a kernel's)
+        assert b.entry.name.endswith(FLOORED) or "Softmax" not in [n.op_type for n in b.model.graph.node]
+    want_session = session(original)
+    rng = np.random.default_rng(9)
+    xs = [rng.standard_normal((1, S, D)).astype(np.float32) * scale for scale in (1.0, 30.0)]
+    edge = xs[0].copy()
+    edge[0, 3, 2] = np.nan  # a NaN in one position's features: the masks add it to every row, all NaN
+    for b in [b for b in out if b.entry.name.endswith(FLOORED)]:
+        assert b.entry.verified and b.check is not None and b.check.verified
+        ops = [n.op_type for n in b.model.graph.node]
+        assert "Softmax" in ops and ops.count("Max") == ops.count("Softmax")
+        got_session = session(b.model)
+        for x in [*xs, edge]:
+            want, got = want_session.run(None, {"x": x})[0], got_session.run(None, {"x": x})[0]
+            assert np.array_equal(np.isnan(got), np.isnan(want))
+            scale = float(np.abs(want[np.isfinite(want)]).max()) if np.isfinite(want).any() else 1.0
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_a_first_candidate_without_softmax_leaves_the_others_floored():
+    """Where the first runs attention as a kernel (no Softmax to floor), the further candidates that hold one are
+    still floored, and the first stays first."""
+    original, built, verifier = _built(_decoder_attention(causal=True))
+    softmax = ["Softmax" in [n.op_type for n in b.model.graph.node] for b in built]
+    assert not all(softmax) and any(softmax)  # the kernels candidate runs opset 23's Attention
+    built[0].entry.verified = True  # checked by _built (the pipeline marks the first's entry after this phase)
+    reordered = [built[softmax.index(False)]] + [b for b, s in zip(built, softmax) if s]
+    out = floored_phase(reordered, True, original, verifier.first_inputs(), CONFIG, verifier)
+    assert [b.entry.name for b in out] == [reordered[0].entry.name] + [b.entry.name + FLOORED for b in reordered[1:]]
+    assert all(b.entry.verified for b in out[1:])
+
+
+def test_an_unmasked_program_and_a_single_candidate_run_are_left_as_they_were():
+    original, built, verifier = _built(_decoder_attention(causal=False))
+    assert floored_phase(built, True, original, verifier.first_inputs(), CONFIG, verifier) is built
+    original, built, verifier = _built(_decoder_attention(causal=True))
+    feeds = verifier.first_inputs()
+    for config in (CONFIG.updated(candidates=1), CONFIG.updated(measure=False)):
+        assert floored_phase(built, True, original, feeds, config, verifier) is built
+    assert floored_phase(built, False, original, feeds, CONFIG, verifier) is built  # the first failed its check
+
+
+def test_a_run_measures_the_floored_candidates():
+    result = optimize(_decoder_attention(causal=True), CONFIG)
+    floored = [c for c in result.report.candidates if c.name.endswith(FLOORED)]
+    assert floored and all(c.verified and c.speedup is not None for c in floored)
+    assert all(c.ci_low <= c.speedup <= c.ci_high for c in floored)
