@@ -60,6 +60,18 @@ def _candidates(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if n.op_type == "Softmax" and n.domain in ("", "ai.onnx")]
 
 
+def _prefix(model: onnx.ModelProto, stem: str) -> str:
+    """``stem`` or ``stem`` numbered, so that no name of ``model``'s graph starts with it (a model floored before,
+    eqsat's own output, holds ``eqsat_floor`` names already)."""
+    g = model.graph
+    names = {v.name for v in [*g.input, *g.output, *g.initializer]} | {n.name for n in g.node}
+    names |= {o for n in g.node for o in n.output}
+    k, prefix = 0, stem
+    while any(n.startswith(prefix) for n in names):
+        k, prefix = k + 1, f"{stem}{k + 1}"
+    return prefix
+
+
 def _axis(node: onnx.NodeProto) -> int:
     return next((int(a.i) for a in node.attribute if a.name == "axis"), -1)
 
@@ -76,8 +88,9 @@ def deep_softmaxes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> l
     added_nodes: list[onnx.NodeProto] = []
     added_inits: list[onnx.TensorProto] = []
     probes: list[tuple[str, str]] = []  # (Softmax output, probe output)
+    stem = _prefix(model, "eqsat_deep")
     for k, node in enumerate(nodes):
-        base = f"eqsat_deep_{k}"
+        base = f"{stem}_{k}"
         axes_in, attrs = _axes(model, _axis(node), base, added_inits)
         x = node.input[0]
         added_nodes += [helper.make_node("ReduceMax", [x, *axes_in], [f"{base}_max"], keepdims=1, **attrs),
@@ -108,17 +121,18 @@ def floored(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     wanted = {n.output[0] for n in _candidates(out)} & set(outputs)
-    inits: list[onnx.TensorProto] = [numpy_helper.from_array(np.array(-FLOOR, np.float32), "eqsat_floor")]
+    stem = _prefix(out, "eqsat_floor")
+    inits: list[onnx.TensorProto] = [numpy_helper.from_array(np.array(-FLOOR, np.float32), stem)]
     nodes: list[onnx.NodeProto] = []
     for k, node in enumerate(out.graph.node):
         if node.op_type == "Softmax" and node.output[0] in wanted:
-            base = f"eqsat_floor_{k}"
+            base = f"{stem}_{k}"
             axes_in, attrs = _axes(out, _axis(node), base, inits)
             x = node.input[0]
             nodes += [helper.make_node("ReduceMax", [x, *axes_in], [f"{base}_max"], name=f"{base}_max", keepdims=1,
                                        **attrs),
                       helper.make_node("Sub", [x, f"{base}_max"], [f"{base}_gap"], name=f"{base}_gap"),
-                      helper.make_node("Max", [f"{base}_gap", "eqsat_floor"], [f"{base}_x"], name=f"{base}_x")]
+                      helper.make_node("Max", [f"{base}_gap", stem], [f"{base}_x"], name=f"{base}_x")]
             node.input[0] = f"{base}_x"
         nodes.append(node)
     del out.graph.node[:]

@@ -117,3 +117,17 @@ def test_the_probe_leaves_softmax_of_other_types_and_old_opsets_alone():
     old = _softmax_model(12)  # flattens at its axis: not floored
     assert deep_softmaxes(old, {"x": x.astype(np.float32)}) == []
     assert [n.op_type for n in floored(old, ["y"]).graph.node] == ["Softmax"]
+
+
+def test_a_model_floored_before_is_floored_again_under_names_of_its_own():
+    """eqsat's output given back to eqsat: its ``eqsat_floor`` names are taken, the second floor's are new."""
+    m = _softmax_model(17, mask=_causal())
+    twice = floored(floored(m, ["y"]), ["y"])
+    onnx.checker.check_model(twice)
+    names = [o for n in twice.graph.node for o in n.output] + [t.name for t in twice.graph.initializer]
+    assert len(names) == len(set(names)) and [n.op_type for n in twice.graph.node].count("Max") == 2
+    x = _inputs()["edges"]
+    want = session(m).run(None, {"x": x})[0]
+    got = session(twice).run(None, {"x": x})[0]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7, equal_nan=True)
