@@ -159,12 +159,24 @@ def random_inputs(sess: ort.InferenceSession, rng: np.random.Generator,
     return feeds
 
 
+def _mask_like(name: str, v: np.ndarray, bounds: Mapping[str, int]) -> bool:
+    """A bool input, or an integer input that indexes nothing (:func:`index_bounds`: a mask's, a flag's, drawn from
+    ``[0, SAFE_INT_HIGH)``)."""
+    return v.dtype == np.bool_ or (v.dtype.kind in "iu" and name not in bounds)
+
+
 def unmasked(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``feeds`` with every bool input and every integer input that indexes nothing (:func:`index_bounds`: a mask's,
-    a flag's, drawn from ``[0, SAFE_INT_HIGH)``) set to ones: the input as a batch without padding feeds it."""
+    """``feeds`` with every mask-like input (:func:`_mask_like`) set to ones: the input as a batch without padding
+    feeds it."""
     bounds = index_bounds(model)
-    return {name: np.ones_like(v) if v.dtype == np.bool_ or (v.dtype.kind in "iu" and name not in bounds) else v
-            for name, v in feeds.items()}
+    return {name: np.ones_like(v) if _mask_like(name, v, bounds) else v for name, v in feeds.items()}
+
+
+def one_row(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> bool:
+    """Whether every mask-like input of ``feeds`` (:func:`_mask_like`) of rank 2 or more holds one row (its first
+    dimension 1): a batch a server never pads."""
+    bounds = index_bounds(model)
+    return all(v.shape[0] == 1 for name, v in feeds.items() if v.ndim >= 2 and _mask_like(name, v, bounds))
 
 
 EDGES = ("rows of -inf", "a NaN", "near the range")

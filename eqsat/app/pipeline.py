@@ -27,7 +27,7 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction
-from eqsat.inputs import EDGES, NONFINITE_EDGES, unmasked
+from eqsat.inputs import EDGES, NONFINITE_EDGES, one_row, unmasked
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.measurement import runtimes
@@ -278,15 +278,17 @@ def floored_phase(built: list[Built], first_passed: bool, original: onnx.ModelPr
                   feeds: Mapping[str, np.ndarray] | None, config: OptimizeConfig, verifier: Verifier) -> list[Built]:
     """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`), where the end-to-end
     measurement decides (onnxruntime on the CPU, ``--candidates`` more than 1) and some candidate's scores reach
-    the range where onnxruntime's ``exp`` is slow with every mask fed as kept (:func:`eqsat.inputs.unmasked`: a
-    causal mask, not the random padding of the measurement's masks, is what a user's unpadded input meets too):
+    the range where onnxruntime's ``exp`` is slow: tuned at a batch of one row (:func:`eqsat.inputs.one_row`), which
+    is never padded, with every mask fed as kept (:func:`eqsat.inputs.unmasked`: a causal mask, not the random
+    padding of the measurement's masks, is what such an input meets); at a batch of several rows, which a server
+    pads to the longest, on the measurement's own inputs, their masks drawn with masked places:
     the first as it is, then the first floored, then each further candidate floored in its place, each that has
     such scores (named ``NAME+floored``, checked as a further candidate); else ``built`` as it is.
     ``first_passed``: whether the first candidate passed its check (its entry is marked later)."""
     if config.candidates < 2 or not config.measure or feeds is None or not first_passed \
             or runtimes.resolve(config.runtime) != "ort-cpu":
         return built
-    kept = unmasked(original, feeds)
+    kept = unmasked(original, feeds) if one_row(original, feeds) else feeds
     deeps = [softmax_floor.deep_softmaxes(b.model, kept)
              if (k == 0 or b.entry.verified) and (b.shapes is None or b.shapes.passed) else []
              for k, b in enumerate(built)]

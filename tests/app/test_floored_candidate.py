@@ -120,3 +120,47 @@ def test_a_run_measures_the_floored_candidates():
     floored = [c for c in result.report.candidates if c.name.endswith(FLOORED)]
     assert floored and all(c.verified and c.speedup is not None for c in floored)
     assert all(c.ci_low <= c.speedup <= c.ci_high for c in floored)
+
+
+def _encoder_attention(batch: int) -> onnx.ModelProto:
+    """One head of attention over x [batch, S, D] under a padding mask input [batch, S] of 1 (kept) and 0, made
+    additive with the lowest float as transformers' encoders write it."""
+    rng = np.random.default_rng(6)
+    w = {n: numpy_helper.from_array((rng.standard_normal((D, D)) * 0.3).astype(np.float32), n)
+         for n in ("wq", "wk", "wv")}
+    inits = [*w.values(), numpy_helper.from_array(np.array(D ** -0.5, np.float32), "scale"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(LOWEST, np.float32), "lowest"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("MatMul", ["x", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Cast", ["mask"], ["mf"], to=TensorProto.FLOAT),
+             helper.make_node("Sub", ["one", "mf"], ["inv"]), helper.make_node("Mul", ["inv", "lowest"], ["add"]),
+             helper.make_node("Unsqueeze", ["add", "axis1"], ["addu"]),
+             helper.make_node("Add", ["ss", "addu"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    return ob.model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, S, D]),
+                            helper.make_tensor_value_info("mask", TensorProto.INT64, [batch, S])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, S, D])], inits)
+
+
+def test_a_padding_mask_is_floored_where_the_batch_has_several_rows_only():
+    """A batch of one row is never padded: its masks fed as kept, nothing is deep. A batch of several rows is
+    padded by a server: the measurement's own masks (drawn with masked places) make the scores deep, and the floored
+    candidates compute the original on right-padded rows and a row masked throughout."""
+    original, built, verifier = _built(_encoder_attention(1))
+    assert floored_phase(built, True, original, verifier.first_inputs(), CONFIG, verifier) is built
+    original, built, verifier = _built(_encoder_attention(2))
+    out = floored_phase(built, True, original, verifier.first_inputs(), CONFIG, verifier)
+    floored = [b for b in out if b.entry.name.endswith(FLOORED)]
+    assert floored and all(b.entry.verified for b in floored)
+    x = np.random.default_rng(4).standard_normal((2, S, D)).astype(np.float32)
+    padded = np.ones((2, S), np.int64)
+    padded[0, S // 2:] = 0
+    for mask in (padded, np.stack([padded[0], np.zeros(S, np.int64)])):  # the second row masked throughout
+        want = session(original).run(None, {"x": x, "mask": mask})[0]
+        for b in floored:
+            got = session(b.model).run(None, {"x": x, "mask": mask})[0]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
