@@ -272,9 +272,13 @@ def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSessio
             return f"at {sizes[0]} a table eqsat wrote in place of a computation of the original differs from that " \
                    f"computation (max abs error {e_abs:.3g}; the guard {name!r}, its value {value!r})"
         grew = f.shape != t.shape and f.ndim == t.ndim and all(a >= b for a, b in zip(f.shape, t.shape))
-        if not grew or not compare_outputs(t, f[tuple(slice(0, n) for n in t.shape)])[0]:
-            return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} of shape {f.shape}: not the shape " \
-                   f"{t.shape} it has at {sizes[0]} grown, with its values first"
+        if not grew:
+            beside = "the shape it has" if f.shape == t.shape else f"not grown from its shape {t.shape}"
+            return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} of shape {f.shape}, {beside} at " \
+                   f"{sizes[0]}: a value the guard stands for must grow beyond its table"
+        if not compare_outputs(t, f[tuple(slice(0, n) for n in t.shape)])[0]:
+            return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} grown to {f.shape} from {t.shape} " \
+                   f"at {sizes[0]}, but its first values are not the then-branch's there"
     return None
 
 
