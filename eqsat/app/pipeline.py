@@ -275,43 +275,62 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
 
 
 def floored_phase(built: list[Built], first_passed: bool, original: onnx.ModelProto,
-                  feeds: Mapping[str, np.ndarray] | None, config: OptimizeConfig, verifier: Verifier) -> list[Built]:
+                  feeds: Mapping[str, np.ndarray] | None, config: OptimizeConfig, verifier: Verifier,
+                  say: Callable[[str], None] = lambda _msg: None) -> list[Built]:
     """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`), where the end-to-end
     measurement decides (onnxruntime on the CPU, ``--candidates`` more than 1) and some candidate's scores reach
     the range where onnxruntime's ``exp`` is slow: tuned at a batch of one row (:func:`eqsat.inputs.one_row`), which
     is never padded, with every mask fed as kept (:func:`eqsat.inputs.unmasked`: a causal mask, not the random
     padding of the measurement's masks, is what such an input meets); at a batch of several rows, which a server
     pads to the longest, on the measurement's own inputs, their masks drawn with masked places:
-    the first as it is, then the first floored, then each further candidate floored in its place, each that has
-    such scores (named ``NAME+floored``, checked as a further candidate); else ``built`` as it is.
-    ``first_passed``: whether the first candidate passed its check (its entry is marked later)."""
+    the first as it is, then the first floored, then each further candidate floored in its place where its floored
+    copy passes its check against the original (else as it was), each named ``NAME+floored``; else ``built`` as it
+    is. ``first_passed``: whether the first candidate passed its check (its entry is marked later). An optional
+    step: a candidate whose probe or floor fails (a bug) is kept as it was, with a line to ``say``."""
     if config.candidates < 2 or not config.measure or feeds is None or not first_passed \
             or runtimes.resolve(config.runtime) != "ort-cpu":
         return built
     kept = unmasked(original, feeds) if one_row(original, feeds) else feeds
-    deeps = [softmax_floor.deep_softmaxes(b.model, kept)
-             if (k == 0 or b.entry.verified) and (b.shapes is None or b.shapes.passed) else []
-             for k, b in enumerate(built)]
-    if not any(deeps):
-        return built
     out: list[Built] = []
-    for k, (b, deep) in enumerate(zip(built, deeps)):
-        if k == 0 or not deep:
-            out.append(b)
-        if not deep:
-            continue
-        model = softmax_floor.floored(b.model, deep)
-        check = verifier.check(model)
-        source = (f"{b.entry.name} with the scores of {len(deep)} Softmax floored {softmax_floor.FLOOR:g} below their "
-                  f"row's maximum (onnxruntime's exp is slow where masked scores underflow)")
-        entry = Candidate(f"{b.entry.name}{FLOORED}", b.entry.estimated_cost, dict(b.entry.operators), source,
-                          verified=check.passed, max_abs_error=check.max_abs_error,
-                          note="" if check.passed else f"not measured: {check.detail}", costs=dict(b.entry.costs))
-        # the floor's nodes keep their operand's shape and compute no shape: the check at the further shapes is the
-        # unfloored candidate's (made by build_candidates; a candidate that failed it is not floored)
-        out.append(Built(b.program, model, entry, False, shapes=b.shapes, notes=list(b.notes),
-                         check=VerificationReport.of(check, config.seed)))
+    for k, b in enumerate(built):
+        floored = None
+        if (k == 0 or b.entry.verified) and (b.shapes is None or b.shapes.passed):
+            try:
+                floored = _floored(b, kept, config, verifier)
+            except Exception as e:  # noqa: BLE001 - an optional form: the run goes on with the candidate as it is
+                if isinstance(e, MemoryError):
+                    raise
+                say(f"candidate {b.entry.name}: its floored form left out ({type(e).__name__}: {first_line(e, 200)}); "
+                    "this is a bug, please report it")
+            if (weights := pool.current()) is not None:
+                weights.drop_pages()
+            memory.release()
+        if k == 0:
+            out += [b] if floored is None else [b, floored]
+        else:
+            out.append(floored if floored is not None and floored.entry.verified else b)
+    if not any(o.entry.name.endswith(FLOORED) for o in out):
+        return built
     return out
+
+
+def _floored(b: Built, feeds: Mapping[str, np.ndarray], config: OptimizeConfig, verifier: Verifier) -> Built | None:
+    """``b`` floored where its probe on ``feeds`` finds deep Softmax scores, checked against the original; None
+    where none is deep."""
+    deep = softmax_floor.deep_softmaxes(b.model, feeds)
+    if not deep:
+        return None
+    model = softmax_floor.floored(b.model, deep)
+    check = verifier.check(model)
+    source = (f"{b.entry.name} with the scores of {len(deep)} Softmax floored {softmax_floor.FLOOR:g} below their "
+              f"row's maximum (onnxruntime's exp is slow where masked scores underflow)")
+    entry = Candidate(f"{b.entry.name}{FLOORED}", b.entry.estimated_cost, dict(b.entry.operators), source,
+                      verified=check.passed, max_abs_error=check.max_abs_error,
+                      note="" if check.passed else f"not measured: {check.detail}", costs=dict(b.entry.costs))
+    # the floor's nodes keep their operand's shape and compute no shape: the check at the further shapes is the
+    # unfloored candidate's (made by build_candidates; a candidate that failed it is not floored)
+    return Built(b.program, model, entry, False, shapes=b.shapes, notes=list(b.notes),
+                 check=VerificationReport.of(check, config.seed))
 
 
 def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCheck:
@@ -489,7 +508,7 @@ class Run:
                                      first, imp.shaping, imp.blocks, found.rest, verifier, self.say)
             feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
             built = floored_phase(built, verification.verified and not edge_failure, imp.original, feeds, config,
-                                  verifier)
+                                  verifier, self.say)
             verifier.close()
         if edge_failure:
             self.say(f"the extracted program left out: {edge_failure}")

@@ -14,9 +14,11 @@ is that Softmax on the differences it computes itself (``x - max``, the same flo
 maximum is the lowest float, ``max - FLOOR`` rounds to ``max``, and a ``-inf`` beside a row of lowest floats, as two
 added masks make, would weigh as much as they.) It differs from ``Softmax(x)`` only where an entry lies more than
 ``FLOOR`` below its row's maximum: its weight becomes ``e^-FLOOR / sum`` instead of less than that, so each output
-moves by less than ``n * e^-FLOOR`` of its scale (``n`` the row's length; 1e-20 at a million keys: far below
-float32's resolution). Non-finite scores keep their results: ``Max`` propagates NaN (a NaN score, or a NaN
-maximum, makes the row NaN, as without the floor), a row of ``-inf`` throughout (``-inf - -inf``) and a row with
+moves by less than ``n * e^-FLOOR`` of the row's scale (``n`` the row's length; 1e-20 at a million keys: far below
+float32's resolution). That bound is absolute: a masked weight that was 0 becomes 8.8e-27, which a consumer that
+tells zero apart (a ``Log`` after the Softmax: ``-inf`` becomes -60) shows; the check against the original refuses
+such a program. Non-finite scores keep their results: ``Max`` propagates NaN (onnxruntime 1.19 on; a NaN score, or a
+NaN maximum, makes the row NaN, as without the floor), a row of ``-inf`` throughout (``-inf - -inf``) and a row with
 ``+inf`` stay NaN, and a row masked throughout with one finite fill stays uniform.
 
 Whether it pays depends on the scores' values, which no operator timing on random operands sees, so it is not a
@@ -98,10 +100,10 @@ def deep_softmaxes(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> l
                         helper.make_node("ReduceMin", [f"{base}_gap"], [f"{base}_min"], keepdims=0)]
         probes.append((node.output[0], f"{base}_min"))
     n_nodes, n_inits, n_outputs = len(g.node), len(g.initializer), len(g.output)
-    g.node.extend(added_nodes)
-    g.initializer.extend(added_inits)
-    g.output.extend(helper.make_empty_tensor_value_info(p) for _, p in probes)
     try:
+        g.node.extend(added_nodes)
+        g.initializer.extend(added_inits)
+        g.output.extend(helper.make_empty_tensor_value_info(p) for _, p in probes)
         s = session(model)
         wanted = [p for _, p in probes]
         floats = {o.name for o in s.get_outputs() if o.type == "tensor(float)"}

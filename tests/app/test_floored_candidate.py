@@ -33,7 +33,7 @@ S, D = 24, 16
 LOWEST = np.finfo(np.float32).min
 
 
-def _decoder_attention(causal: bool) -> onnx.ModelProto:
+def _decoder_attention(causal: bool, log: bool = False) -> onnx.ModelProto:
     """One head of attention over x [1, S, D], its scores masked causally with the lowest float (as transformers'
     decoders write it) or not masked, an output projection after."""
     rng = np.random.default_rng(5)
@@ -48,8 +48,11 @@ def _decoder_attention(causal: bool) -> onnx.ModelProto:
              helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Mul", ["s", "scale"], ["ss"]),
              helper.make_node("Add", ["ss", "mask"], ["sm"]), helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
              helper.make_node("MatMul", ["p", "v"], ["c"]), helper.make_node("MatMul", ["c", "wo"], ["y"])]
-    return ob.model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, D])],
-                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, S, D])], inits)
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, S, D])]
+    if log:  # the log-weights as a second output: -inf where masked, which a floor would make -60
+        nodes.append(helper.make_node("Log", ["p"], ["logp"]))
+        outputs.append(helper.make_tensor_value_info("logp", TensorProto.FLOAT, [1, S, S]))
+    return ob.model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, S, D])], outputs, inits)
 
 
 def _built(model: onnx.ModelProto, config: OptimizeConfig = CONFIG):
@@ -164,3 +167,16 @@ def test_a_padding_mask_is_floored_where_the_batch_has_several_rows_only():
         for b in floored:
             got = session(b.model).run(None, {"x": x, "mask": mask})[0]
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
+def test_a_floor_the_check_refuses_leaves_the_candidates_as_they_were():
+    """Where a consumer tells a masked weight of 0 from e^-60 (its log: -inf against -60), each floored copy fails
+    its check against the original: the first's is listed unverified beside it, each further candidate is kept as it
+    was, verified and measured."""
+    original, built, verifier = _built(_decoder_attention(causal=True, log=True))
+    built[0].entry.verified = True  # checked by _built (the pipeline marks the first's entry after this phase)
+    out = floored_phase(built, True, original, verifier.first_inputs(), CONFIG, verifier)
+    assert [b.entry.name for b in out] == [built[0].entry.name, built[0].entry.name + FLOORED,
+                                          *[b.entry.name for b in built[1:]]]
+    assert not out[1].entry.verified and "infinit" in out[1].entry.note
+    assert out[2:] == built[1:] and all(b.entry.verified for b in out[2:])
