@@ -62,7 +62,6 @@ FLOORED = "+floored"
 """the suffix of a candidate's name written floored by :func:`floored_phase`"""
 
 
-
 # -- the phases ----------------------------------------------------------------------------------------------
 
 def shaped_import_phase(model: onnx.ModelProto | Graph | str,
@@ -277,16 +276,12 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
 def floored_phase(built: list[Built], first_passed: bool, original: onnx.ModelProto,
                   feeds: Mapping[str, np.ndarray] | None, config: OptimizeConfig, verifier: Verifier,
                   say: Callable[[str], None] = lambda _msg: None) -> list[Built]:
-    """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`), where the end-to-end
-    measurement decides (onnxruntime on the CPU, ``--candidates`` more than 1) and some candidate's scores reach
-    the range where onnxruntime's ``exp`` is slow: tuned at a batch of one row (:func:`eqsat.inputs.one_row`), which
-    is never padded, with every mask fed as kept (:func:`eqsat.inputs.unmasked`: a causal mask, not the random
-    padding of the measurement's masks, is what such an input meets); at a batch of several rows, which a server
-    pads to the longest, on the measurement's own inputs, their masks drawn with masked places:
-    the first as it is, then the first floored, then each further candidate floored in its place where its floored
-    copy passes its check against the original (else as it was), each named ``NAME+floored``; else ``built`` as it
-    is. ``first_passed``: whether the first candidate passed its check (its entry is marked later). An optional
-    step: a candidate whose probe or floor fails (a bug) is kept as it was, with a line to ``say``."""
+    """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`; ort-cpu, more than
+    one candidate, the first passed its check): the first, the first floored, then each further one floored in its
+    place where that passes its check (each ``NAME+floored``); ``built`` itself where no Softmax is deep. The probe's
+    inputs: at one row (:func:`eqsat.inputs.one_row`, never padded) every mask kept (:func:`eqsat.inputs.unmasked`:
+    a causal mask is deep, an unpadded encoder not); at several rows, which a server pads, the measurement's own.
+    A probe or floor that fails (a bug) leaves its candidate as it was, with a line to ``say``."""
     if config.candidates < 2 or not config.measure or feeds is None or not first_passed \
             or runtimes.resolve(config.runtime) != "ort-cpu":
         return built
