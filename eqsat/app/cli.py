@@ -158,7 +158,7 @@ def _summary(r: Report) -> None:
         t.add_row("measured latency (ms)", f"{m.original_ms:.3f}", f"{m.original_ms if returned else m.optimized_ms:.3f}")
     ops = r.to_json()["operators"]
     t.add_row("operators", str(sum(ops["original"].values())), str(sum(ops["optimized"].values())))
-    con = Console(stderr=True)
+    con = Console(stderr=True, soft_wrap=True)
     con.print(t)
     speed = f"estimated speedup {r.estimated_speedup:.3f}x" if r.estimated_speedup else ""
     if m and returned:

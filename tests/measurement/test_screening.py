@@ -107,6 +107,7 @@ def test_the_report_and_the_summary_name_the_candidates_a_screening_run_timed(tm
     from eqsat.measurement import decision
 
     monkeypatch.setattr(decision, "SCREEN_ROUNDS", 10**9)
+    monkeypatch.setenv("COLUMNS", "60")  # a narrow terminal: a candidate's line is not wrapped, whatever its figures
     out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
     code = main(["optimize-model", "--model", "squeezenet", "--small", "-o", str(out), "--report", str(rep),
                  "--candidates", "3", "--budget", "2", "--cost", "analytic", "--ilp-time-limit", "2",
@@ -119,3 +120,5 @@ def test_the_report_and_the_summary_name_the_candidates_a_screening_run_timed(tm
     assert "screening run" in report["measured"]["reason"]
     err = capsys.readouterr().err
     assert sum("(screening run)" in line for line in err.splitlines()) == len(screened)
+    for c in screened:  # the name and its mark on one line
+        assert any(f"{c['name']}:" in line and line.endswith("(screening run)") for line in err.splitlines())
