@@ -319,11 +319,11 @@ def _floored(b: Built, feeds: Mapping[str, np.ndarray], config: OptimizeConfig, 
     check = verifier.check(model)
     source = (f"{b.entry.name} with the scores of {len(deep)} Softmax floored {softmax_floor.FLOOR:g} below their "
               f"row's maximum (onnxruntime's exp is slow where masked scores underflow)")
-    entry = Candidate(f"{b.entry.name}{FLOORED}", b.entry.estimated_cost, dict(b.entry.operators), source,
-                      verified=check.passed, max_abs_error=check.max_abs_error,
-                      note="" if check.passed else f"not measured: {check.detail}", costs=dict(b.entry.costs))
-    # the floor's nodes keep their operand's shape and compute no shape: the check at the further shapes is the
-    # unfloored candidate's (made by build_candidates; a candidate that failed it is not floored)
+    entry = Candidate(f"{b.entry.name}{FLOORED}", b.entry.estimated_cost,
+                      softmax_floor.counted(b.entry.operators, b.model, model), source, verified=check.passed,
+                      max_abs_error=check.max_abs_error, costs=dict(b.entry.costs),
+                      note="" if check.passed else f"not measured: {check.detail}")
+    # the floor computes no shape: the check at further shapes is the unfloored one's (build_candidates')
     return Built(b.program, model, entry, False, shapes=b.shapes, notes=list(b.notes),
                  check=VerificationReport.of(check, config.seed))
 

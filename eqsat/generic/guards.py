@@ -77,8 +77,8 @@ def guard_tables(w: Rewrite, found: Callable[[], Rewrite]) -> None:
                 if chain is not None:
                     copied[user] = chain
                 else:
-                    w.notes.append(f"the value {user!r} reads a table the import wrote: beyond its bound the "
-                                   "written program stops where the original runs")
+                    w.notes.append(f"the value {user!r} reads a table the import wrote, which stops at its bound: "
+                                   "the written program is kept only where the original stops below it too")
         moved: set[int] = set()
         needed = {m[1] for m in members if m[1] not in copied}
         for node in reversed(w.nodes):

@@ -29,6 +29,7 @@ and the end-to-end measurement decides between the program with and without (``e
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -141,3 +142,14 @@ def floored(model: onnx.ModelProto, outputs: Sequence[str]) -> onnx.ModelProto:
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(inits)
     return out
+
+
+def counted(operators: Mapping[str, int], model: onnx.ModelProto, floored_model: onnx.ModelProto) -> dict[str, int]:
+    """A program's operator counts (``operators``, a report's: IR operators and the ONNX ones it holds opaque) with
+    the nodes :func:`floored` added to ``model`` in ``floored_model`` counted by their ONNX type."""
+    out = dict(operators)
+    before = Counter(n.op_type for n in model.graph.node)
+    for op, n in (Counter(n.op_type for n in floored_model.graph.node) - before).items():
+        out[op] = out.get(op, 0) + n
+    return out
+

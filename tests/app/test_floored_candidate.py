@@ -87,6 +87,11 @@ def test_a_causally_masked_program_gets_floored_candidates_that_compute_the_orig
         assert b.entry.verified and b.check is not None and b.check.verified
         ops = [n.op_type for n in b.model.graph.node]
         assert "Softmax" in ops and ops.count("Max") == ops.count("Softmax")
+        plain = next(p for p in built if p.entry.name + FLOORED == b.entry.name)  # the report counts the floor's nodes
+        for op in ("ReduceMax", "Sub", "Max"):
+            added = ops.count(op) - [n.op_type for n in plain.model.graph.node].count(op)
+            assert added == ops.count("Softmax") and \
+                b.entry.operators.get(op, 0) == plain.entry.operators.get(op, 0) + added, op
         got_session = session(b.model)
         for x in [*xs, edge]:
             want, got = want_session.run(None, {"x": x})[0], got_session.run(None, {"x": x})[0]

@@ -97,6 +97,25 @@ def test_a_wrong_else_branch_is_refused(broken, expected):
     assert not check.passed and expected in check.detail and "table_if" in check.detail
 
 
+def test_an_else_branch_that_stops_at_the_bound_passes_where_the_original_stops_there_too():
+    """ConvBERT's unfold indices: a table the import wrote, whose else-branch stops at the bound as the table does;
+    the original adds a buffer of ``BOUND`` rows (its position embeddings), so onnxruntime refuses it past the bound
+    and no input it takes reaches the else-branch. The same else-branch beside an original that runs on is refused
+    (``test_a_wrong_else_branch_is_refused``'s "table")."""
+    nodes = _angles("o_", "freq") + [helper.make_node("Slice", ["buffer", "starts", "len", "axes"], ["o_b"]),
+                                     helper.make_node("Add", ["o_y", "o_b"], ["y"])]
+    inits = [_c("buffer", np.zeros((BOUND, 4), np.float32)), _c("starts", np.array([0])), _c("axes", np.array([0]))]
+    original = _model(nodes, inits)
+    model = _guarded([helper.make_node("Slice", ["table", "starts", "len", "axes"], ["e_y"])], "e_y")
+    for seq in (1, 5, BOUND):
+        np.testing.assert_allclose(_run(model, seq), _run(original, seq), rtol=1e-6)
+    with pytest.raises(Exception):  # the oracle: onnxruntime refuses the original past its buffer
+        _run(original, BOUND + 1)
+    check = verify_guards(original, model, {"batch": 1, "seq": 4})
+    assert check.passed, check.detail
+    assert check.skipped == [f"seq={BOUND + 1} (beyond the tables)"] and check.verified == []
+
+
 def _grid(prefix: str) -> list[onnx.NodeProto]:
     """``10 * rows[:, None] + cols`` for ``ids``' and ``m``'s lengths, any lengths."""
     nodes = []
