@@ -109,7 +109,7 @@ def test_an_else_branch_that_stops_at_the_bound_passes_where_the_original_stops_
     model = _guarded([helper.make_node("Slice", ["table", "starts", "len", "axes"], ["e_y"])], "e_y")
     for seq in (1, 5, BOUND):
         np.testing.assert_allclose(_run(model, seq), _run(original, seq), rtol=1e-6)
-    with pytest.raises(Exception):  # the oracle: onnxruntime refuses the original past its buffer
+    with pytest.raises(Exception, match="[Bb]roadcast"):  # the oracle: onnxruntime refuses the original past it
         _run(original, BOUND + 1)
     check = verify_guards(original, model, {"batch": 1, "seq": 4})
     assert check.passed, check.detail
