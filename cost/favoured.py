@@ -23,17 +23,28 @@ KERNEL_OPS = frozenset(op for op, d in OPS.items() if d.kernel)
 FACTOR = 0.5
 """a kernel's estimate is multiplied by this"""
 
+ATTENTION_KERNELS = frozenset(op for op, d in OPS.items() if d.kernel and d.kernel.startswith("Attention"))
+"""the IR's operators written as the runtime's attention kernel (``sdpa``, ``sdpa_causal``)"""
+
+AVOIDED = 1000.0
+"""an avoided kernel's estimate is multiplied by this: the program computes that attention as its decomposition
+(a Softmax) wherever the e-graph holds one (the candidate whose masked scores :mod:`eqsat.onnx.softmax_floor` floors;
+onnxruntime's kernel computes the masked scores inside, where no floor reaches them)"""
+
 
 @dataclass
 class KernelsFavoured:
-    """``base`` with each :data:`KERNEL_OPS` operator's estimate times ``factor``."""
+    """``base`` with the estimate of each of ``ops`` (by default every :data:`KERNEL_OPS` operator) times
+    ``factor``: below 1 the kernels favoured, above 1 avoided."""
 
     base: CostModel
     factor: float = FACTOR
+    ops: frozenset[str] = KERNEL_OPS
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.name = f"{self.base.name}, kernels x{self.factor:g}"
+        what = "kernels" if self.ops == KERNEL_OPS else "+".join(sorted(self.ops))
+        self.name = f"{self.base.name}, {what} x{self.factor:g}"
 
     @property
     def free_ops(self) -> frozenset[str] | set[str]:
@@ -41,7 +52,7 @@ class KernelsFavoured:
 
     def op_cost(self, key: OpKey) -> float:
         cost = self.base.op_cost(key)
-        return cost * self.factor if key.op in KERNEL_OPS else cost
+        return cost * self.factor if key.op in self.ops else cost
 
 
-__all__ = ["FACTOR", "KERNEL_OPS", "KernelsFavoured"]
+__all__ = ["ATTENTION_KERNELS", "AVOIDED", "FACTOR", "KERNEL_OPS", "KernelsFavoured"]

@@ -172,6 +172,26 @@ def unmasked(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[st
     return {name: np.ones_like(v) if _mask_like(name, v, bounds) else v for name, v in feeds.items()}
 
 
+def served(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray] | None, seed: int = 0
+           ) -> dict[str, np.ndarray] | None:
+    """``feeds`` with each mask-like input (:func:`_mask_like`) of rank 2 (``[batch, positions]``) as a server feeds
+    it, the batch padded on the right to its longest row: the first row kept throughout, each other row kept up to a
+    length drawn (seeded) from 1 to every position. A batch of one row is not padded: all kept. The inputs a program
+    is timed on (:func:`eqsat.measurement.timing.timing_feeds`): masked at random, as the verification draws them,
+    about half of each row would be masked, where a masked score can cost several times an unmasked one
+    (:mod:`eqsat.onnx.softmax_floor`). Other inputs as they were; None for None."""
+    if feeds is None:
+        return None
+    bounds, rng = index_bounds(model), np.random.default_rng(seed)
+    out = dict(feeds)
+    for name, v in feeds.items():
+        if v.ndim == 2 and v.size and _mask_like(name, v, bounds):
+            rows, width = v.shape
+            kept = np.concatenate([[width], rng.integers(1, width + 1, rows - 1)])
+            out[name] = (np.arange(width)[None, :] < kept[:, None]).astype(v.dtype)
+    return out
+
+
 def one_row(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> bool:
     """Whether every mask-like input of ``feeds`` (:func:`_mask_like`) of rank 2 or more holds one row (its first
     dimension 1): a batch a server never pads."""

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from .dims import derived_symbols, follow
 from .errors import InputError, first_line
 from .inputs import EDGES, NONFINITE_EDGES, edge_draws, index_bounds, random_inputs
 from .onnx.branches import guard_bounds, table_guards, taken
@@ -194,7 +195,8 @@ class Verifier:
 
     def first_inputs(self) -> dict[str, np.ndarray] | None:
         """The first draw's inputs, when every candidate checked took the same input shapes (they are then the
-        inputs :func:`eqsat.measurement.timing.timing_feeds` gives for the same seed); None otherwise."""
+        inputs :func:`eqsat.measurement.timing.timing_feeds` gives for the same seed, but for the masks it feeds
+        as served: :func:`eqsat.inputs.served`); None otherwise."""
         return self.runs[next(iter(self.runs))][0][0] if len(self.runs) == 1 and self.draws else None
 
     def close(self) -> None:
@@ -274,39 +276,46 @@ def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSessio
         grew = f.shape != t.shape and f.ndim == t.ndim and all(a >= b for a, b in zip(f.shape, t.shape))
         if not grew:
             beside = "the shape it has" if f.shape == t.shape else f"not grown from its shape {t.shape}"
-            return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} of shape {f.shape}, {beside} at " \
-                   f"{sizes[0]}: a value the guard stands for must grow beyond its table"
+            return Stops(f"at {sizes[1]} the else-branch of {name!r} gives {value!r} of shape {f.shape}, {beside} "
+                         f"at {sizes[0]}: a value the guard stands for must grow beyond its table")
         if not compare_outputs(t, f[tuple(slice(0, n) for n in t.shape)])[0]:
             return f"at {sizes[1]} the else-branch of {name!r} gives {value!r} grown to {f.shape} from {t.shape} " \
                    f"at {sizes[0]}, but its first values are not the then-branch's there"
     return None
 
 
-BEYOND_PROBES = (0, 1, 64)
-"""the sizes past a guard's first size beyond its table at which the original is run when the else-branch fails
-there: refused at each, the guard is never taken on an input the original takes"""
+class Stops(str):
+    """The failure of an else-branch that gives its then-branch's value beyond the table (it stops where the table
+    does, as ConvBERT's indices of an unfold the import made a table of): the one failure :func:`refuses` may excuse."""
 
 
-def refuses(original: onnx.ModelProto, values: Mapping[str, int], sym: str, first: int, seed: int = 0,
-            index: Mapping[str, int] | None = None) -> bool:
-    """Whether onnxruntime refuses to run ``original`` on seeded random inputs with the symbol ``sym`` at ``first``
-    and at each further size of :data:`BEYOND_PROBES` (the others at ``values``): a model that stops below a guard's
-    bound (BERT's position embeddings at 512 rows) never runs where the guard takes its else-branch. Run only where
-    an else-branch fails (a model refused fails at its first node that cannot take the size)."""
-    try:
-        sess = session(original, prepacking=False)
-    except Exception:  # noqa: BLE001 - the original loaded before this: not a refusal of a size
-        return False
+BEYOND_RUN = 9
+"""the original is refused at this many consecutive sizes, from the last within the table on, before a guard's
+else-branch that stops at the table is excused (:func:`refuses`: a size the original needs a multiple of, up to
+this, or a power of two up to the table's, is among them)"""
+
+
+def refuses(sess: ort.InferenceSession, original: onnx.ModelProto, values: Mapping[str, int], sym: str, first: int,
+            seed: int = 0, index: Mapping[str, int] | None = None) -> bool:
+    """Whether the original (``sess``) stops below a guard's table along ``sym``: onnxruntime runs it, on seeded random
+    inputs, with ``sym`` one above its representative size (the control: the others, and the symbols derived from
+    it, follow; a model whose inputs' sizes must agree otherwise is never excused), and refuses it at each of
+    :data:`BEYOND_RUN` consecutive sizes from the table's last (``first - 1``) on (BERT's position embeddings stop
+    at 512 rows: every longer input fails at their Add). No input the original takes then reaches the sizes where a
+    guard's else-branch that stops at the table (:class:`Stops`) is taken."""
     index = index_bounds(original) if index is None else index
-    for extra in BEYOND_PROBES:
-        feeds = random_inputs(sess, np.random.default_rng(seed), shapes_at(original, {**values, sym: first + extra}),
-                              index)
+    derived = derived_symbols(list(symbols(original)))
+
+    def runs(v: int) -> bool:
+        shapes = shapes_at(original, follow({**values, sym: v}, derived))
+        feeds = random_inputs(sess, np.random.default_rng(seed), shapes, index)
         try:
             sess.run(None, feeds, QUIET)
         except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
-            continue
-        return False
-    return True
+            return False
+        return True
+
+    return runs(values[sym] + 1) and not any(runs(v) for v in range(first - 1, first - 1 + BEYOND_RUN))
 
 
 def _own(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -331,11 +340,14 @@ def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values:
     grows them, their first rows the then-branch's at the last size within. Each model computes only the guard's
     outputs: a long input costs its Shape and the values the else-branch reads. A guard that cannot be checked
     (no size reaches its bound, its branches do not load apart) fails the check: a wrong model is worse than a
-    slow one. An else-branch that fails at sizes the original itself refuses (:func:`refuses`: a model that stops
-    below the table, at its position embeddings' rows) is no failure: those sizes are skipped, the guard checked.
-    The labels say ``beyond``."""
+    slow one. An else-branch that stops at the table (:class:`Stops`) where the original itself stops below it
+    (:func:`refuses`: at its position embeddings' rows) is no failure: those sizes are skipped, the guard checked;
+    every other failure is one. The symbols derived from ``sym`` (``past + 1``) follow it. The labels say
+    ``beyond``."""
     out = ShapesCheck(True)
     index = index_bounds(original)
+    derived = derived_symbols(list(symbols(original)))
+    own: list[ort.InferenceSession] = []  # the original's session, made where an else-branch stops at its table
     for guard in table_guards(optimized):
         bounds = sorted(set(guard_bounds(optimized, guard) or []))
         checked = False
@@ -345,13 +357,16 @@ def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values:
             for sym in symbols(beyond):  # the symbols of the inputs the guard reads
                 for first in bounds:
                     sizes = (f"{sym}={first - 1}", f"{sym}={first} (beyond the tables)")
-                    feeds = tuple(_branch_feeds(then_s, else_s, seed, shapes_at(optimized, {**values, sym: v}),
-                                                index) for v in (first - 1, first))
+                    feeds = tuple(_branch_feeds(then_s, else_s, seed,
+                                                shapes_at(optimized, follow({**values, sym: v}, derived)), index)
+                                  for v in (first - 1, first))
                     failed = _beyond(guard.name, then_s, else_s, guard.output, feeds, sizes)  # type: ignore[arg-type]
-                    if failed and refuses(original, values, sym, first, seed, index):
-                        out.skipped.append(sizes[1])  # no input the original takes reaches the else-branch
-                        checked = True
-                        continue
+                    if isinstance(failed, Stops) and sym not in derived:
+                        own = own or [session(original, prepacking=False)]
+                        if refuses(own[0], original, values, sym, first, seed, index):
+                            out.skipped.append(sizes[1])  # no input the original takes reaches the else-branch
+                            checked = True
+                            continue
                     if failed:
                         return ShapesCheck(False, out.verified, out.skipped, failed)
                     if failed is None:

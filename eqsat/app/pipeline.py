@@ -27,7 +27,7 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction
-from eqsat.inputs import EDGES, NONFINITE_EDGES, one_row, unmasked
+from eqsat.inputs import EDGES, NONFINITE_EDGES, one_row, served, unmasked
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.measurement import runtimes
@@ -501,7 +501,7 @@ class Run:
                                           found.cost_model)
             built = build_candidates(found.snap, extracted, imp.graph, imp.original, config, found.cost_model,
                                      first, imp.shaping, imp.blocks, found.rest, verifier, self.say)
-            feeds = verifier.first_inputs()  # the measurement's inputs, drawn already
+            feeds = served(imp.original, verifier.first_inputs(), config.seed)  # the measurement's: as timing_feeds
             built = floored_phase(built, verification.verified and not edge_failure, imp.original, feeds, config,
                                   verifier, self.say)
             verifier.close()

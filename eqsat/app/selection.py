@@ -2,7 +2,8 @@
 programs are distinct (:func:`same_program`: two that run the same kernels on the same data are timed once).
 
 The final stage extracts up to K distinct programs (:func:`candidates_phase`, in order: the final extractor's optimum of
-the grown e-graph, greedy-dag's, greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
+the grown e-graph, greedy-dag's, greedy-dag's avoiding the runtime's attention kernel (its masked scores floored
+later: :data:`SOFTMAX`), greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
 ILP's under another cost model, the main extractor's programs of the cheapest
 states the search stood in before its last one, greedy-tree's); each is verified
 and timed end to end against the original in one interleaved run (:func:`eqsat.measurement.runtimes.compare_programs`).
@@ -27,11 +28,12 @@ import onnx
 
 from eqsat import extract as extractors
 from eqsat.cost import CostModel, make, node_costs
-from eqsat.cost.favoured import KERNEL_OPS, KernelsFavoured
+from eqsat.cost.favoured import ATTENTION_KERNELS, AVOIDED, KERNEL_OPS, KernelsFavoured
 from eqsat.cost.measure import timing_until
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import PathState
+from eqsat.measurement import runtimes
 from eqsat.onnx import fusions
 from eqsat.snapshot import Snapshot
 
@@ -171,10 +173,18 @@ def with_imported(extracted: list[Extracted], written: Written, original: onnx.M
     return [*extracted[:1], Extracted(IMPORTED, source, None, cost_model, written=written), *extracted[1:]]
 
 
+SOFTMAX = "softmax"
+"""the candidate that computes its attention as a Softmax where the runtime's attention kernel was chosen
+(:data:`eqsat.cost.favoured.AVOIDED`; onnxruntime's CPU only): its masked scores can be floored
+(:func:`eqsat.app.pipeline.floored_phase`), which the kernel's cannot"""
+
+
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
                      elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
     """The candidate extractions, in this order: of the grown e-graph the final
-    extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's favouring the runtime's kernels
+    extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's avoiding the runtime's attention
+    kernel where the e-graph holds one and the runtime is onnxruntime's CPU (named :data:`SOFTMAX`), greedy-dag's
+    favouring the runtime's kernels
     where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named ``kernels``), the ILP's
     under the other cost model (cheap: at
     most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left); the programs of the states
@@ -196,6 +206,10 @@ def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     if first.extractor != "greedy-dag":
         out.append(Extracted("greedy-dag", f"greedy-dag under {cost_model.name}",
                              extractors.extract("greedy-dag", snap, costs), cost_model))
+    if runtimes.resolve(config.runtime) == "ort-cpu" and any(e.op in ATTENTION_KERNELS for e in snap.nodes):
+        avoided = KernelsFavoured(cost_model, AVOIDED, ATTENTION_KERNELS)  # the program a floor can speed up
+        out.append(Extracted(SOFTMAX, f"greedy-dag under {avoided.name}",
+                             extractors.extract("greedy-dag", snap, node_costs(snap, avoided)), avoided))
     if any(e.op in KERNEL_OPS for e in snap.nodes):  # the program taking the runtime's kernels, measured too
         favoured = KernelsFavoured(cost_model)
         out.append(Extracted("kernels", f"greedy-dag under {favoured.name}",
@@ -217,5 +231,5 @@ def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     return out
 
 
-__all__ = ["IMPORTED", "OTHER_ILP_SECONDS", "ROWWISE", "UNFUSED", "Extracted", "candidates_phase", "other_cost_name",
+__all__ = ["IMPORTED", "OTHER_ILP_SECONDS", "ROWWISE", "SOFTMAX", "UNFUSED", "Extracted", "candidates_phase", "other_cost_name",
            "same_operators", "same_program", "with_imported"]

@@ -38,7 +38,7 @@ import onnx
 import onnxruntime as ort
 
 from eqsat import memory
-from eqsat.inputs import index_bounds, random_inputs
+from eqsat.inputs import index_bounds, random_inputs, served
 from eqsat.onnx.io import is_large, weight_bytes
 from eqsat.verify import feed_shapes
 
@@ -398,9 +398,13 @@ def check_same_inputs(sessions: Sequence[ort.InferenceSession]) -> None:
 def timing_feeds(original: onnx.ModelProto, sessions: Sequence[ort.InferenceSession], seed: int,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
     """The seeded random inputs both programs are timed on (the verification's: ``input_shapes`` fix dynamic
-    dimensions, integer inputs range over the axis they index); ``sessions``: the original's and another's."""
+    dimensions, integer inputs range over the axis they index), with their masks as a server feeds them
+    (:func:`eqsat.inputs.served`: a padded batch, a row alone unpadded); ``sessions``: the original's and another's."""
     shapes = feed_shapes(sessions[0], sessions[-1], input_shapes)
-    return random_inputs(sessions[0], np.random.default_rng(seed), shapes, index_bounds(original))
+    feeds = served(original, random_inputs(sessions[0], np.random.default_rng(seed), shapes, index_bounds(original)),
+                   seed)
+    assert feeds is not None
+    return feeds
 
 
 def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, protocol: Protocol = Protocol(),

@@ -113,6 +113,41 @@ def test_a_first_candidate_without_softmax_leaves_the_others_floored():
     assert all(b.entry.verified for b in out[1:])
 
 
+def test_where_the_e_graph_holds_the_attention_kernel_a_candidate_computes_the_softmax_and_is_floored():
+    """The candidate that avoids the runtime's attention kernel (named ``softmax``): onnxruntime's Attention computes
+    the masked scores inside, where no floor reaches them; its decomposition can be floored. Oracles: the written
+    models' operators, and onnxruntime's outputs of the original."""
+    from eqsat.app.selection import SOFTMAX
+    from eqsat.cost.favoured import ATTENTION_KERNELS
+
+    graph_original, graph, _ = shaped_import_phase(_decoder_attention(causal=True), CONFIG)
+    egraph, search = encode_phase(graph, CONFIG)
+    cost_model = make("analytic")
+    search_phase(egraph, CONFIG, search, cost_model, lambda _m: None)
+    snap, ext = extract_phase(egraph, CONFIG, cost_model, 0.0)
+    assert any(e.op in ATTENTION_KERNELS for e in snap.nodes)  # the rules wrote the kernel into the e-graph
+    extracted = candidates_phase(snap, ext, CONFIG, cost_model, 0.0)
+    (softmax,) = [e for e in extracted if e.name == SOFTMAX]
+    chosen = {snap.nodes[n].op for n in softmax.extraction.choice.values()}
+    assert not chosen & ATTENTION_KERNELS and chosen & {"attention", "softmax"}
+    for runtime in ("torch-cpu", "ort-cuda"):  # only where the floor applies: onnxruntime's CPU
+        other = CONFIG.updated(runtime=runtime)
+        assert SOFTMAX not in [e.name for e in candidates_phase(snap, ext, other, cost_model, 0.0)]
+    config = CONFIG.updated(candidates=len(extracted) + 1)
+    first = export_phase(snap, ext, graph, cost_model)
+    verifier = verifier_of(graph_original, config)
+    verifier.check(first[1])
+    built = build_candidates(snap, [softmax, *extracted], graph, graph_original, config, cost_model, first,
+                             verifier=verifier)
+    out = floored_phase(built, True, graph_original, verifier.first_inputs(), config, verifier)
+    (floored,) = [b for b in out if b.entry.name == SOFTMAX + FLOORED]
+    ops = [n.op_type for n in floored.model.graph.node]
+    assert "Attention" not in ops and "Softmax" in ops and "Max" in ops and floored.entry.verified
+    x = np.random.default_rng(3).standard_normal((1, S, D)).astype(np.float32)
+    want, got = session(graph_original).run(None, {"x": x})[0], session(floored.model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_an_unmasked_program_and_a_single_candidate_run_are_left_as_they_were():
     original, built, verifier = _built(_decoder_attention(causal=False))
     assert floored_phase(built, True, original, verifier.first_inputs(), CONFIG, verifier) is built

@@ -97,23 +97,59 @@ def test_a_wrong_else_branch_is_refused(broken, expected):
     assert not check.passed and expected in check.detail and "table_if" in check.detail
 
 
-def test_an_else_branch_that_stops_at_the_bound_passes_where_the_original_stops_there_too():
-    """ConvBERT's unfold indices: a table the import wrote, whose else-branch stops at the bound as the table does;
-    the original adds a buffer of ``BOUND`` rows (its position embeddings), so onnxruntime refuses it past the bound
-    and no input it takes reaches the else-branch. The same else-branch beside an original that runs on is refused
-    (``test_a_wrong_else_branch_is_refused``'s "table")."""
-    nodes = _angles("o_", "freq") + [helper.make_node("Slice", ["buffer", "starts", "len", "axes"], ["o_b"]),
-                                     helper.make_node("Add", ["o_y", "o_b"], ["y"])]
-    inits = [_c("buffer", np.zeros((BOUND, 4), np.float32)), _c("starts", np.array([0])), _c("axes", np.array([0]))]
-    original = _model(nodes, inits)
-    model = _guarded([helper.make_node("Slice", ["table", "starts", "len", "axes"], ["e_y"])], "e_y")
-    for seq in (1, 5, BOUND):
+def _stopping(extra: list[onnx.NodeProto], inits: list[onnx.TensorProto], inputs=()) -> onnx.ModelProto:
+    """The original's angles plus zero times a value ``extra`` computes (``z``): the same values wherever it runs,
+    and onnxruntime refuses it wherever ``extra`` fails."""
+    nodes = _angles("o_", "freq") + extra + [helper.make_node("Mul", ["z", "zero"], ["z0"]),
+                                             helper.make_node("Add", ["o_y", "z0"], ["y"])]
+    model = _model(nodes, inits)
+    model.graph.input.extend(inputs)
+    return model
+
+
+def _stops_at_table() -> onnx.ModelProto:
+    """A guard whose else-branch reads the table too: beyond it, it gives the value at the table's last size."""
+    return _guarded([helper.make_node("Slice", ["table", "starts", "len", "axes"], ["e_y"])], "e_y")
+
+
+def _sum_of(name: str) -> list[onnx.NodeProto]:
+    return [helper.make_node("ReduceSum", [name], [f"{name}_s"], keepdims=0),
+            helper.make_node("Cast", [f"{name}_s"], ["z"], to=TensorProto.FLOAT)]
+
+
+def test_an_else_branch_that_stops_at_the_table_passes_where_the_original_stops_below_it():
+    """ConvBERT's unfold indices: a table the import wrote, whose else-branch stops at the table as the table does;
+    the original adds a buffer of fewer rows than the table (its position embeddings), so onnxruntime refuses it
+    at every longer input and none reaches the else-branch."""
+    buffer = [helper.make_node("Slice", ["buffer", "b_starts", "len", "b_axes"], ["b"]),
+              helper.make_node("Add", ["o_y", "b"], ["zb"]), *_sum_of("zb")]
+    original = _stopping(buffer, [_c("buffer", np.zeros((BOUND - 2, 4), np.float32)), _c("b_starts", np.array([0])),
+                                  _c("b_axes", np.array([0]))])
+    model = _stops_at_table()
+    for seq in (1, 5, BOUND - 2):
         np.testing.assert_allclose(_run(model, seq), _run(original, seq), rtol=1e-6)
     with pytest.raises(Exception, match="[Bb]roadcast"):  # the oracle: onnxruntime refuses the original past it
-        _run(original, BOUND + 1)
+        _run(original, BOUND - 1)
     check = verify_guards(original, model, {"batch": 1, "seq": 4})
     assert check.passed, check.detail
     assert check.skipped == [f"seq={BOUND + 1} (beyond the tables)"] and check.verified == []
+
+
+def test_an_else_branch_that_stops_at_the_table_is_refused_where_the_original_runs_at_some_longer_size():
+    """The original refuses most sizes beyond the table but not all: a length it needs a multiple of 4 of (a
+    window), or a second input whose length must agree with the ids' (its own symbol): the written program would
+    differ at a size the original runs at (seq 12; seq = mseq = 20), so the guard fails."""
+    window = [helper.make_node("Reshape", ["ids", "four"], ["w"]), *_sum_of("w")]
+    multiple = _stopping(window, [_c("four", np.array([-1, 4]))])
+    mask = [helper.make_node("Add", ["ids", "mask"], ["both"]), *_sum_of("both")]
+    agreeing = _stopping(mask, [], [helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "mseq"])])
+    runs = {"multiple": (multiple, {"ids": np.zeros((1, 12), np.int64)}, {"batch": 1, "seq": 4}),
+            "agreeing": (agreeing, {"ids": np.zeros((1, 20), np.int64), "mask": np.zeros((1, 20), np.int64)},
+                         {"batch": 1, "seq": 4, "mseq": 4})}
+    for original, feeds, values in runs.values():
+        session(original).run(None, feeds)  # the oracle: the original runs beyond the table
+        check = verify_guards(original, _stops_at_table(), values)
+        assert not check.passed and "must grow beyond its table" in check.detail
 
 
 def _grid(prefix: str) -> list[onnx.NodeProto]:

@@ -1,4 +1,4 @@
-"""The mask-like inputs of a feed (eqsat.inputs.unmasked, one_row): bool inputs and integer inputs that index
+"""The mask-like inputs of a feed (eqsat.inputs.unmasked, one_row, served): bool inputs and integer inputs that index
 nothing are a model's masks and flags; token ids (Gather indices) are not. Oracle: the model built here, whose
 inputs' uses are known."""
 
@@ -8,7 +8,9 @@ import numpy as np
 import onnx_builders as ob
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.inputs import one_row, unmasked
+from eqsat.inputs import one_row, served, unmasked
+from eqsat.measurement.timing import timing_feeds
+from eqsat.onnx import session
 
 
 def _model(batch: int):
@@ -45,3 +47,34 @@ def test_one_row_reads_the_masks_leading_dimension_only():
     two = {"ids": np.zeros((2, 6), np.int64), "mask": np.ones((2, 6), np.int64), "keep": np.ones((2, 6), bool)}
     assert not one_row(_model(2), two)
     assert one_row(_model(2), {"ids": two["ids"]})  # no mask at all: nothing a server pads
+
+
+def _padded_rows(mask: np.ndarray) -> list[int]:
+    """Each row's kept length, where the row is kept up to it and masked after it (a right-padded row); asserted."""
+    lengths = []
+    for row in np.asarray(mask, np.int64):
+        n = int(row.sum())
+        assert np.array_equal(row, (np.arange(row.size) < n).astype(np.int64)), row
+        lengths.append(n)
+    return lengths
+
+
+def test_timed_masks_are_a_padded_batch_and_a_single_row_is_kept_throughout():
+    """The inputs a program is timed on (timing_feeds, and the pipeline's served verification draw): masks as a
+    server pads a batch, not masked at random; token ids as drawn. Oracle: the rows read one by one."""
+    rng = np.random.default_rng(0)
+    feeds = {"ids": rng.integers(0, 10, (8, 6)), "mask": rng.integers(0, 2, (8, 6)),
+             "keep": rng.integers(0, 2, (8, 6)).astype(bool)}
+    out = served(_model(8), feeds, seed=3)
+    assert np.array_equal(out["ids"], feeds["ids"]) and out["mask"].dtype == np.int64 and out["keep"].dtype == np.bool_
+    for name in ("mask", "keep"):
+        lengths = _padded_rows(out[name])
+        assert lengths[0] == 6 and all(1 <= n <= 6 for n in lengths) and min(lengths) < 6  # some row padded
+    assert all(np.array_equal(served(_model(8), feeds, seed=3)[k], out[k]) for k in out)  # seeded
+    one = served(_model(1), {k: v[:1] for k, v in feeds.items()}, seed=3)
+    assert one["mask"].all() and one["keep"].all()
+    assert served(_model(1), None) is None
+    model = _model(8)
+    timed = timing_feeds(model, [session(model), session(model)], 3)
+    assert _padded_rows(timed["mask"])[0] == 6 and _padded_rows(timed["keep"])[0] == 6
+    assert timed["ids"].max() < 10  # still drawn over the table they index
