@@ -30,7 +30,7 @@ from eqsat.extract import Extraction
 from eqsat.inputs import EDGES, NONFINITE_EDGES, one_row, served, unmasked
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
-from eqsat.measurement import runtimes
+from eqsat.measurement import floor_probe, runtimes
 from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure, measure_sizes
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
@@ -276,14 +276,14 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
 def floored_phase(built: list[Built], first_passed: bool, original: onnx.ModelProto,
                   feeds: Mapping[str, np.ndarray] | None, config: OptimizeConfig, verifier: Verifier,
                   say: Callable[[str], None] = lambda _msg: None) -> list[Built]:
-    """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`; ort-cpu, more than
-    one candidate, the first passed its check): the first, the first floored, then each further one floored in its
-    place where that passes its check (each ``NAME+floored``); ``built`` itself where no Softmax is deep. The probe's
-    inputs: at one row (:func:`eqsat.inputs.one_row`, never padded) every mask kept (:func:`eqsat.inputs.unmasked`:
-    a causal mask is deep, an unpadded encoder not); at several rows, which a server pads, the measurement's own.
-    A probe or floor that fails (a bug) leaves its candidate as it was, with a line to ``say``."""
+    """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`; ort-cpu on a CPU where
+    it pays, :mod:`eqsat.measurement.floor_probe`; more than one candidate, the first passed its check): the first,
+    the first floored, then each further one floored in its place where that passes its check (``NAME+floored``);
+    ``built`` itself where no Softmax is deep. The probe's inputs: at one row (:func:`eqsat.inputs.one_row`) every
+    mask kept (:func:`eqsat.inputs.unmasked`: a causal mask is deep, an unpadded encoder not); at several rows, which
+    a server pads, the measurement's own. A probe or floor that fails leaves its candidate as it was (``say``)."""
     if config.candidates < 2 or not config.measure or feeds is None or not first_passed \
-            or runtimes.resolve(config.runtime) != "ort-cpu":
+            or runtimes.resolve(config.runtime) != "ort-cpu" or not floor_probe.floor_pays()[0]:
         return built
     kept = unmasked(original, feeds) if one_row(original, feeds) else feeds
     out: list[Built] = []

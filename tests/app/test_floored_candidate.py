@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_builders as ob
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.config import OptimizeConfig
@@ -25,11 +26,19 @@ from eqsat.app.pipeline import (
     verifier_of,
 )
 from eqsat.cost import make
+from eqsat.measurement import floor_probe
 from eqsat.onnx import session
 
 CONFIG = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=3, seed=1, measure_budget=0.3,
                            runtime="ort-cpu")
 S, D = 24, 16
+
+
+@pytest.fixture(autouse=True)
+def _floor_pays(monkeypatch):
+    """The floor taken as paying on this CPU (whether it does is the host's: floor_probe measures it); the tests
+    of a CPU where it does not set it so themselves."""
+    monkeypatch.setattr(floor_probe, "floor_pays", lambda: (True, 0.5))
 LOWEST = np.finfo(np.float32).min
 
 
@@ -146,6 +155,14 @@ def test_where_the_e_graph_holds_the_attention_kernel_a_candidate_computes_the_s
     x = np.random.default_rng(3).standard_normal((1, S, D)).astype(np.float32)
     want, got = session(graph_original).run(None, {"x": x})[0], session(floored.model).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_on_a_cpu_where_the_floor_does_not_pay_the_candidates_are_left_as_they_were(monkeypatch):
+    original, built, verifier = _built(_decoder_attention(causal=True))
+    feeds = verifier.first_inputs()
+    assert len(floored_phase(built, True, original, feeds, CONFIG, verifier)) > len(built)  # where it pays: floored
+    monkeypatch.setattr(floor_probe, "floor_pays", lambda: (False, 1.3))
+    assert floored_phase(built, True, original, feeds, CONFIG, verifier) is built
 
 
 def test_an_unmasked_program_and_a_single_candidate_run_are_left_as_they_were():
