@@ -33,7 +33,7 @@ from eqsat.cost.measure import timing_until
 from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import PathState
-from eqsat.measurement import runtimes
+from eqsat.measurement import floor_probe, runtimes
 from eqsat.onnx import fusions
 from eqsat.snapshot import Snapshot
 
@@ -183,7 +183,7 @@ def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
                      elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
     """The candidate extractions, in this order: of the grown e-graph the final
     extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's avoiding the runtime's attention
-    kernel where the e-graph holds one and the runtime is onnxruntime's CPU (named :data:`SOFTMAX`), greedy-dag's
+    kernel where the e-graph holds one and the floor pays on onnxruntime's CPU (named :data:`SOFTMAX`), greedy-dag's
     favouring the runtime's kernels
     where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named ``kernels``), the ILP's
     under the other cost model (cheap: at
@@ -206,7 +206,8 @@ def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     if first.extractor != "greedy-dag":
         out.append(Extracted("greedy-dag", f"greedy-dag under {cost_model.name}",
                              extractors.extract("greedy-dag", snap, costs), cost_model))
-    if runtimes.resolve(config.runtime) == "ort-cpu" and any(e.op in ATTENTION_KERNELS for e in snap.nodes):
+    if runtimes.resolve(config.runtime) == "ort-cpu" and any(e.op in ATTENTION_KERNELS for e in snap.nodes) \
+            and floor_probe.floor_pays()[0]:  # where no floor is made, the kernel's decomposition is no candidate
         avoided = KernelsFavoured(cost_model, AVOIDED, ATTENTION_KERNELS)  # the program a floor can speed up
         out.append(Extracted(SOFTMAX, f"greedy-dag under {avoided.name}",
                              extractors.extract("greedy-dag", snap, node_costs(snap, avoided)), avoided))

@@ -152,4 +152,3 @@ def counted(operators: Mapping[str, int], model: onnx.ModelProto, floored_model:
     for op, n in (Counter(n.op_type for n in floored_model.graph.node) - before).items():
         out[op] = out.get(op, 0) + n
     return out
-

@@ -122,7 +122,7 @@ def test_a_first_candidate_without_softmax_leaves_the_others_floored():
     assert all(b.entry.verified for b in out[1:])
 
 
-def test_where_the_e_graph_holds_the_attention_kernel_a_candidate_computes_the_softmax_and_is_floored():
+def test_where_the_e_graph_holds_the_attention_kernel_a_candidate_computes_the_softmax_and_is_floored(monkeypatch):
     """The candidate that avoids the runtime's attention kernel (named ``softmax``): onnxruntime's Attention computes
     the masked scores inside, where no floor reaches them; its decomposition can be floored. Oracles: the written
     models' operators, and onnxruntime's outputs of the original."""
@@ -142,6 +142,9 @@ def test_where_the_e_graph_holds_the_attention_kernel_a_candidate_computes_the_s
     for runtime in ("torch-cpu", "ort-cuda"):  # only where the floor applies: onnxruntime's CPU
         other = CONFIG.updated(runtime=runtime)
         assert SOFTMAX not in [e.name for e in candidates_phase(snap, ext, other, cost_model, 0.0)]
+    with monkeypatch.context() as m:  # nor where the floor does not pay on the CPU: no floor would be made
+        m.setattr(floor_probe, "floor_pays", lambda: (False, 1.3))
+        assert SOFTMAX not in [e.name for e in candidates_phase(snap, ext, CONFIG, cost_model, 0.0)]
     config = CONFIG.updated(candidates=len(extracted) + 1)
     first = export_phase(snap, ext, graph, cost_model)
     verifier = verifier_of(graph_original, config)
