@@ -221,37 +221,73 @@ def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes:
                   seed: int = 0, draws: int = 1) -> ShapesCheck:
     """Check that ``optimized`` keeps ``original``'s interface (names, element types, ``dim_param`` names) and
     computes its outputs at each of ``probes`` ((label, input shapes): one symbol changed at a time), ``draws``
-    seeded random inputs each. A shape the original refuses is skipped; the first failure ends the check."""
-    changed = interface_difference(original, optimized)
-    if changed:
-        return ShapesCheck(False, detail=f"the interface changed: {changed}")
-    s1, s2 = session(original, prepacking=False), session(optimized, prepacking=False)  # checked, not timed
-    bounds = index_bounds(original)
-    out = ShapesCheck(True)
-    for label, shapes in probes:
-        rng = np.random.default_rng(seed)
-        for _ in range(draws):
-            feeds = random_inputs(s1, rng, shapes, bounds)
-            try:
-                ref = s1.run(None, feeds, QUIET)
-            except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
+    seeded random inputs each. A shape the original refuses is skipped; the first failure ends the check.
+    Several candidates against one original: :class:`ShapesVerifier`."""
+    return ShapesVerifier(original, probes, seed, draws).check(optimized)
+
+
+class ShapesVerifier:
+    """:func:`verify_shapes` of several candidates against one original: the original's session is built once and
+    its outputs at each probe computed once, when a candidate first reaches that probe; each candidate's session
+    lives only while it is checked. Every candidate sees the inputs :func:`verify_shapes` would give it."""
+
+    def __init__(self, original: onnx.ModelProto, probes: Sequence[tuple[str, Shapes]], seed: int = 0,
+                 draws: int = 1):
+        self.original, self.probes, self.seed, self.draws = original, list(probes), seed, draws
+        self._session: ort.InferenceSession | None = None
+        self._runs: dict[str, list[tuple[dict[str, np.ndarray], list]] | None] = {}
+        """probe label -> each draw's inputs and the original's outputs on them; None where the original refuses
+        the probe's shapes"""
+
+    def _reference(self, label: str, shapes: Shapes) -> list[tuple[dict[str, np.ndarray], list]] | None:
+        if label not in self._runs:
+            if self._session is None:
+                self._session = session(self.original, prepacking=False)  # checked, not timed
+            rng, bounds = np.random.default_rng(self.seed), index_bounds(self.original)
+            runs: list[tuple[dict[str, np.ndarray], list]] | None = []
+            for _ in range(self.draws):
+                feeds = random_inputs(self._session, rng, shapes, bounds)
+                try:
+                    runs.append((feeds, self._session.run(None, feeds, QUIET)))  # type: ignore[union-attr]
+                except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
+                    runs = None
+                    break
+            self._runs[label] = runs
+        return self._runs[label]
+
+    def check(self, optimized: onnx.ModelProto) -> ShapesCheck:
+        """``optimized`` checked against the original at every probe (:func:`verify_shapes`)."""
+        changed = interface_difference(self.original, optimized)
+        if changed:
+            return ShapesCheck(False, detail=f"the interface changed: {changed}")
+        s2 = session(optimized, prepacking=False)  # checked, not timed
+        names = [o.name for o in s2.get_outputs()]
+        out = ShapesCheck(True)
+        for label, shapes in self.probes:
+            runs = self._reference(label, shapes)
+            if runs is None:
                 out.skipped.append(label)
-                break
-            try:
-                got = s2.run(None, feeds, QUIET)
-            except Exception as exc:  # noqa: BLE001
-                return ShapesCheck(False, out.verified, out.skipped, f"at {label} onnxruntime fails: {first_line(exc)}")
-            for name, a, b in zip((o.name for o in s1.get_outputs()), ref, got):
-                ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
-                if not ok:
-                    shapes_ab = f"shape {np.shape(b)} where the original's is {np.shape(a)}" \
-                        if np.shape(a) != np.shape(b) else \
-                        f"max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
-                    return ShapesCheck(False, out.verified, out.skipped, f"at {label} output {name!r} differs: "
-                                       + shapes_ab)
-        else:
+                continue
+            for feeds, ref in runs:
+                try:
+                    got = s2.run(None, feeds, QUIET)
+                except Exception as exc:  # noqa: BLE001
+                    return ShapesCheck(False, out.verified, out.skipped,
+                                       f"at {label} onnxruntime fails: {first_line(exc)}")
+                for name, a, b in zip(names, ref, got):
+                    ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
+                    if not ok:
+                        shapes_ab = f"shape {np.shape(b)} where the original's is {np.shape(a)}" \
+                            if np.shape(a) != np.shape(b) else \
+                            f"max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
+                        return ShapesCheck(False, out.verified, out.skipped, f"at {label} output {name!r} differs: "
+                                           + shapes_ab)
             out.verified.append(label)
-    return out
+        return out
+
+    def close(self) -> None:
+        """Release the original's session and outputs (a later check builds them again)."""
+        self._session, self._runs = None, {}
 
 
 def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSession, outputs: Sequence[str],

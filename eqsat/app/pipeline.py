@@ -406,8 +406,7 @@ class Run:
     :meth:`imported` -> :meth:`searched` -> :meth:`checked` -> :meth:`result`."""
 
     def __init__(self, config: OptimizeConfig, say: Progress, extra_rules: Sequence[Rule] = ()):
-        self.config, self.say, self.extra_rules = config, say, extra_rules
-        self.timer = PhaseTimer()
+        self.config, self.say, self.extra_rules, self.timer = config, say, extra_rules, PhaseTimer()
         self.weights = pool.current()
         self.whole_limit = config.search.time_limit
         """--time-limit, for the whole model: what the search leaves, the gate may use"""
@@ -505,6 +504,7 @@ class Run:
             built = floored_phase(built, verification.verified and not edge_failure, imp.original, feeds, config,
                                   verifier, self.say)
             verifier.close()
+            imp.shaping.close()
         if edge_failure:
             self.say(f"the extracted program left out: {edge_failure}")
         else:

@@ -40,7 +40,7 @@ from eqsat.onnx.interface import (
 )
 from eqsat.onnx.io import session
 from eqsat.onnx.prepare import check_input_sizes
-from eqsat.verify import ShapesCheck, verify_guards, verify_shapes
+from eqsat.verify import ShapesCheck, ShapesVerifier, verify_guards
 
 from .config import OptimizeConfig
 from .report import InterfaceReport
@@ -132,6 +132,9 @@ class Shaping:
     symbol looks like a constant ships unchecked (:meth:`probe`)"""
     facts: Original | None = field(default=None, repr=False)
     """what the writer learnt of the original, carried from one candidate's :meth:`write` to the next"""
+    checks: ShapesVerifier | None = field(default=None, repr=False)
+    """the original's runs at the further shapes, carried from one candidate's :meth:`check` to the next (until
+    :meth:`close`)"""
 
     @property
     def generic(self) -> bool:
@@ -253,14 +256,20 @@ class Shaping:
         if not self.generic:
             return ShapesCheck(True)
         assert self.original is not None
-        probes = probe_shapes(self.original, self.values)
-        probes += [p for p in [*self.also, *self.wider] if p[0] not in dict(probes)]
-        check = verify_shapes(self.original, model, probes, seed=seed)
+        if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed:
+            probes = probe_shapes(self.original, self.values)
+            probes += [p for p in [*self.also, *self.wider] if p[0] not in dict(probes)]
+            self.checks = ShapesVerifier(self.original, probes, seed)
+        check = self.checks.check(model)
         if not check.passed:
             return check
         guards = verify_guards(self.original, model, self.values, seed=seed)
         return ShapesCheck(guards.passed, check.verified + guards.verified, check.skipped + guards.skipped,
                            guards.detail)
+
+    def close(self) -> None:
+        """Release the original's runs at the further shapes (a later :meth:`check` makes them again)."""
+        self.checks = None
 
     def report(self, shipped: onnx.ModelProto | None, check: ShapesCheck | None,
                notes: list[str] | None = None) -> InterfaceReport:

@@ -187,3 +187,52 @@ def test_a_candidate_onnxruntime_cannot_run_fails_verification_with_its_error():
     assert verify(_reshaped([3, 4]), _reshaped([4, 3])).passed is False  # runs, other shape: a mismatch
     with pytest.raises(InputError, match="cannot run the original"):
         verify(_reshaped([5, 4]), _reshaped([3, 4]))
+
+
+# -- several candidates at further shapes --------------------------------------------------------
+def _shaped(nodes: list, inits: list | None = None) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])
+    c = numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32), "c")
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], [c, *(inits or [])]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_candidates_checked_at_further_shapes_against_one_run_of_the_original(monkeypatch):
+    import eqsat.verify as verify_module
+    from eqsat.verify import ShapesVerifier, verify_shapes
+
+    # the original runs only where batch x seq is even (a Reshape to pairs of rows and back)
+    pairs = numpy_helper.from_array(np.array([-1, 2, 8], np.int64), "pairs")
+    original = _shaped([helper.make_node("Reshape", ["x", "pairs"], ["p"]), helper.make_node("Shape", ["x"], ["sx"]),
+                        helper.make_node("Reshape", ["p", "sx"], ["r"]), helper.make_node("Add", ["r", "c"], ["y"])],
+                       [pairs])
+    same = _shaped([helper.make_node("Add", ["c", "x"], ["y"])])
+    # the first row's result spread over the batch: right at batch 1 only
+    starts, ends, axes = (numpy_helper.from_array(np.array([v], np.int64), n) for v, n in ((0, "s"), (1, "e"),
+                                                                                           (0, "a")))
+    first_row = _shaped([helper.make_node("Slice", ["x", "s", "e", "a"], ["x0"]), helper.make_node("Shape", ["x"], ["sh"]),
+                         helper.make_node("Expand", ["x0", "sh"], ["xe"]), helper.make_node("Add", ["xe", "c"], ["y"])],
+                        [starts, ends, axes])
+    probes = [("batch=2", {"x": (2, 6, 8)}), ("seq=5", {"x": (1, 5, 8)}), ("seq=8", {"x": (1, 8, 8)})]
+    built = []
+    real = verify_module.session
+    monkeypatch.setattr(verify_module, "session", lambda m, **kw: built.append(m) or real(m, **kw))
+    checks = ShapesVerifier(original, probes)
+    verdicts = [checks.check(m) for m in (first_row, same, first_row, same)]
+    # the original's session once for all four (beside each candidate's own)
+    assert sum(m is original for m in built) == 1 and len(built) == 5
+    monkeypatch.undo()
+    for model, got in zip((first_row, same, first_row, same), verdicts):
+        fresh = verify_shapes(original, model, probes)  # a check of its own: the same verdict, the same sizes
+        assert (got.passed, got.verified, got.skipped, got.detail) == \
+               (fresh.passed, fresh.verified, fresh.skipped, fresh.detail)
+    assert not verdicts[0].passed and "batch=2" in verdicts[0].detail
+    # the original refuses an odd number of rows: skipped, not verified, for every candidate
+    assert verdicts[1].passed and verdicts[1].verified == ["batch=2", "seq=8"] and verdicts[1].skipped == ["seq=5"]
+    assert verdicts[3].verified == verdicts[1].verified
+    # the check is independent of the cache: onnxruntime's own outputs at batch 2 differ for the wrong candidate
+    x = np.random.default_rng(1).standard_normal((2, 6, 8)).astype(np.float32)
+    assert not np.allclose(session(original).run(None, {"x": x})[0], session(first_row).run(None, {"x": x})[0])
+    checks.close()
+    assert checks.check(same).verified == ["batch=2", "seq=8"]
