@@ -452,9 +452,32 @@ class _Finder:
         return best
 
 
-def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_weights: int = 0) -> Blocks | None:
-    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies of at least
-    ``min_weights`` weights of their own, together at least ``min_cover`` of its nodes), or None."""
+def _split(n: Node) -> bool:
+    return n.op == "addnorm" and n.inputs[0].shape == n.inputs[1].shape == n.shape
+
+
+def addnorms_split(graph: Graph) -> Graph | None:
+    """``graph`` with every ``addnorm`` of two operands of its shape written as the ``layernorm`` of their
+    ``ewadd`` (the same function, :mod:`eqsat.ops.norm`; the search's ``addnorm_fuse`` relates them), or None
+    where it has none. A pre-norm decoder's last residual Add is read by the final norm alone, so the import
+    fused the two: split, its last layer ends in the same operator as the others (:func:`find_blocks`). The
+    origins of the split nodes are dropped (their ONNX nodes are written anew)."""
+    if not any(_split(n) for n in graph.nodes()):
+        return None
+    new: dict[int, Node] = {}
+    for n in graph.nodes():  # children first
+        inputs = tuple(new.get(id(c), c) for c in n.inputs)
+        if _split(n):
+            a, b, gamma, beta = inputs
+            new[id(n)] = ir.make("layernorm", [ir.make("ewadd", [a, b]), gamma, beta], n.attrs)
+        elif any(x is not y for x, y in zip(inputs, n.inputs)):
+            new[id(n)] = dataclasses.replace(n, inputs=inputs)
+    outputs = tuple(new.get(id(o), o) for o in graph.outputs)
+    kept = [o for o in graph.origins if not any(_split(x) for x in o.expansion)]
+    return dataclasses.replace(graph, outputs=outputs, origins=_remap(kept, new, outputs))
+
+
+def _found(graph: Graph, min_copies: int, min_cover: float, min_weights: int) -> Blocks | None:
     finder = _Finder(graph)
     found = finder.best(min_copies, min_weights)
     if not found or sum(len(b.body) for b in found) < min_cover * len(finder.order):
@@ -462,4 +485,17 @@ def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_w
     return Blocks(graph, tuple(found))
 
 
-__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "SHARED", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]
+def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_weights: int = 0) -> Blocks | None:
+    """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies of at least
+    ``min_weights`` weights of their own, together at least ``min_cover`` of its nodes), or None. Where more
+    copies are found with its ``addnorm`` nodes split (:func:`addnorms_split`: a pre-norm decoder's last layer),
+    the blocks are those of the split program (:attr:`Blocks.graph`)."""
+    found = _found(graph, min_copies, min_cover, min_weights)
+    split = addnorms_split(graph)
+    other = _found(split, min_copies, min_cover, min_weights) if split is not None else None
+    if other is not None and (found is None or other.copies > found.copies):
+        return other
+    return found
+
+
+__all__ = ["DEFAULT_MIN_COPIES", "addnorms_split", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "SHARED", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]

@@ -289,3 +289,53 @@ def test_a_value_read_on_both_sides_of_the_first_cut_leaves_the_first_layer_a_co
     assert check.passed, check.detail
     monkeypatch.setattr(blocks_module, "SHARED", DEFAULT_MIN_COPIES)
     assert find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS) is None
+
+
+def _prenorm_layers(layers: int) -> onnx.ModelProto:
+    """ids -> an embedding's Gather -> ``layers`` pre-norm residual layers (h + Relu(LayerNorm(h) @ W_k)) -> a
+    final LayerNorm: the last residual Add is read by the final norm alone, so the import fuses the two (an
+    ``addnorm``), and the last layer ends in another operator than the others."""
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "emb"),
+             numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "g"),
+             numpy_helper.from_array(np.linspace(-0.1, 0.1, 8).astype(np.float32), "b")]
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["h0"])]
+    for k in range(layers):
+        inits.append(numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) / 3, f"w{k}"))
+        nodes += [helper.make_node("LayerNormalization", [f"h{k}", "g", "b"], [f"n{k}"], axis=-1),
+                  helper.make_node("MatMul", [f"n{k}", f"w{k}"], [f"p{k}"]),
+                  helper.make_node("Relu", [f"p{k}"], [f"r{k}"]),
+                  helper.make_node("Add", [f"h{k}", f"r{k}"], [f"h{k + 1}"])]
+    nodes.append(helper.make_node("LayerNormalization", [f"h{layers}", "g", "b"], ["y"], axis=-1))
+    return ob.model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8])], inits)
+
+
+def test_a_pre_norm_stack_whose_last_add_is_fused_with_the_final_norm_is_all_copies():
+    """The last layer's residual Add, fused with the final norm at import, is split again for the search for
+    blocks (``addnorms_split``): every layer a copy, the final norm alone outside them; replaying the first copy
+    on every one, with the rest as imported, is the original computation (onnxruntime the oracle)."""
+    model = _prenorm_layers(4)
+    graph = import_model(model)
+    assert graph.op_counts()["addnorm"] == 1  # what the import makes of the last Add and the final norm
+    blocks = find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
+    assert blocks is not None and blocks.copies == 4, blocks
+    assert "addnorm" not in blocks.graph.op_counts()
+    assert blocks.rest.program.op_counts()["layernorm"] == 1 and blocks.rest.operators == 2  # the Gather, the norm
+    whole = blocks.replay(blocks.representative)
+    check = verify(model, export_model(whole), seed=1)
+    assert check.passed, check.detail
+    # the oracle can fail: a rest whose final norm reads something else than the last copy's output
+    rest = blocks.rest.program
+    leaves = {ir.leaf_name(n): n for n in rest.inputs}
+    at = rest.output_names.index("y")
+    wrong = list(rest.outputs)
+    norm = wrong[at]
+    wrong[at] = ir.make("layernorm", [leaves["block_out_2"], *norm.inputs[1:]], norm.attrs)
+    changed = ir.Graph(rest.inputs, tuple(wrong), rest.output_names, rest.weights)
+    assert not verify(model, export_model(blocks.replay(blocks.representative, changed)), seed=1).passed
+    # a stack whose layers all end alike keeps its graph (BERT's post-norm addnorms are its cuts)
+    bert_like = find_blocks(import_model(_embedded_layers(3)), DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER,
+                            DEFAULT_MIN_WEIGHTS)
+    assert bert_like is not None and "addnorm" not in bert_like.graph.op_counts()
+
