@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ir
+from .dims import fingerprint
 from .ir import Graph, Node, Origin, topo_order
 from .onnx import origins
 from .ops.bounds import value_range
@@ -90,6 +91,9 @@ class Blocks:
 
     graph: Graph
     blocks: tuple[Block, ...]
+    split: bool = False
+    """whether :attr:`graph` is the imported program with its addnorms split (:func:`addnorms_split`): the whole
+    program :meth:`replay` gives fuses them again"""
 
     @property
     def copies(self) -> int:
@@ -191,6 +195,8 @@ class Blocks:
             done[id(b.output)] = new[id(of_leaf[ir.leaf_name(leaf)])] = out
             done.update(zip((id(n) for n in b.sides), sides))
         outs = tuple(mapped(o) for o in self.graph.outputs)
+        if self.split:
+            outs = _fused(outs)
         return dataclasses.replace(self.graph, outputs=outs,
                                    origins=origins.live(_remap(rest.origins, new, outs), outs))
 
@@ -452,8 +458,37 @@ class _Finder:
         return best
 
 
+def _alike(*shapes: Sequence[int]) -> bool:
+    """Whether the shapes are one, the symbolic dimensions' fingerprints too (a batch of 1 is no constant 1)."""
+    return all(tuple(s) == tuple(shapes[0]) and fingerprint(s) == fingerprint(shapes[0]) for s in shapes[1:])
+
+
 def _split(n: Node) -> bool:
-    return n.op == "addnorm" and n.inputs[0].shape == n.inputs[1].shape == n.shape
+    return n.op == "addnorm" and _alike(n.inputs[0].shape, n.inputs[1].shape, n.shape)
+
+
+def _fused(outputs: Sequence[Node]) -> tuple[Node, ...]:
+    """The inverse of :func:`addnorms_split` on the program rooted at ``outputs``: each ``layernorm`` of an
+    ``ewadd`` of two operands of its shape that it alone reads, an ``addnorm`` again (both are written as the same
+    Add and LayerNormalization; as one operator the program reads as the import's where the search changed
+    nothing)."""
+    readers: dict[int, int] = {}
+    order = ir.topo_order(outputs)
+    for n in order:
+        for c in n.inputs:
+            readers[id(c)] = readers.get(id(c), 0) + 1
+    for o in outputs:
+        readers[id(o)] = readers.get(id(o), 0) + 1  # a program output is read outside it
+    new: dict[int, Node] = {}
+    for n in order:
+        inputs = tuple(new.get(id(c), c) for c in n.inputs)
+        add = inputs[0] if n.op == "layernorm" else None
+        if add is not None and add.op == "ewadd" and readers.get(id(n.inputs[0])) == 1 \
+                and _alike(add.inputs[0].shape, add.inputs[1].shape, n.shape):
+            new[id(n)] = ir.make("addnorm", [*add.inputs, *inputs[1:]], n.attrs)
+        elif any(x is not y for x, y in zip(inputs, n.inputs)):
+            new[id(n)] = dataclasses.replace(n, inputs=inputs)
+    return tuple(new.get(id(o), o) for o in outputs)
 
 
 def addnorms_split(graph: Graph) -> Graph | None:
@@ -477,22 +512,25 @@ def addnorms_split(graph: Graph) -> Graph | None:
     return dataclasses.replace(graph, outputs=outputs, origins=_remap(kept, new, outputs))
 
 
-def _found(graph: Graph, min_copies: int, min_cover: float, min_weights: int) -> Blocks | None:
+def _found(graph: Graph, min_copies: int, min_cover: float, min_weights: int, split: bool = False) -> Blocks | None:
     finder = _Finder(graph)
     found = finder.best(min_copies, min_weights)
     if not found or sum(len(b.body) for b in found) < min_cover * len(finder.order):
         return None
-    return Blocks(graph, tuple(found))
+    return Blocks(graph, tuple(found), split)
 
 
 def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_weights: int = 0) -> Blocks | None:
     """The repeated blocks of ``graph`` covering the most operators (at least ``min_copies`` copies of at least
     ``min_weights`` weights of their own, together at least ``min_cover`` of its nodes), or None. Where more
     copies are found with its ``addnorm`` nodes split (:func:`addnorms_split`: a pre-norm decoder's last layer),
-    the blocks are those of the split program (:attr:`Blocks.graph`)."""
+    the blocks are those of the split program (:attr:`Blocks.graph`; only tried where the operators outside the
+    copies are as many as a copy's: one may be a layer left out)."""
     found = _found(graph, min_copies, min_cover, min_weights)
+    if found is not None and found.rest.operators < found.nodes_per_block:
+        return found  # no layer left outside the copies
     split = addnorms_split(graph)
-    other = _found(split, min_copies, min_cover, min_weights) if split is not None else None
+    other = _found(split, min_copies, min_cover, min_weights, split=True) if split is not None else None
     if other is not None and (found is None or other.copies > found.copies):
         return other
     return found

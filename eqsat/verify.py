@@ -235,24 +235,25 @@ class ShapesVerifier:
                  draws: int = 1):
         self.original, self.probes, self.seed, self.draws = original, list(probes), seed, draws
         self._session: ort.InferenceSession | None = None
-        self._runs: dict[str, list[tuple[dict[str, np.ndarray], list]] | None] = {}
-        """probe label -> each draw's inputs and the original's outputs on them; None where the original refuses
-        the probe's shapes"""
+        self._runs: dict[str, tuple[list[tuple[dict[str, np.ndarray], list]], bool]] = {}
+        """probe label -> the draws the original ran (their inputs and its outputs), and whether it refused the
+        next one (the probe is then skipped, once the candidate matched on those before it)"""
 
-    def _reference(self, label: str, shapes: Shapes) -> list[tuple[dict[str, np.ndarray], list]] | None:
+    def _reference(self, label: str, shapes: Shapes) -> tuple[list[tuple[dict[str, np.ndarray], list]], bool]:
         if label not in self._runs:
             if self._session is None:
                 self._session = session(self.original, prepacking=False)  # checked, not timed
             rng, bounds = np.random.default_rng(self.seed), index_bounds(self.original)
-            runs: list[tuple[dict[str, np.ndarray], list]] | None = []
+            runs: list[tuple[dict[str, np.ndarray], list]] = []
+            refused = False
             for _ in range(self.draws):
                 feeds = random_inputs(self._session, rng, shapes, bounds)
                 try:
-                    runs.append((feeds, self._session.run(None, feeds, QUIET)))  # type: ignore[union-attr]
+                    runs.append((feeds, self._session.run(None, feeds, QUIET)))
                 except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
-                    runs = None
+                    refused = True
                     break
-            self._runs[label] = runs
+            self._runs[label] = runs, refused
         return self._runs[label]
 
     def check(self, optimized: onnx.ModelProto) -> ShapesCheck:
@@ -264,10 +265,7 @@ class ShapesVerifier:
         names = [o.name for o in s2.get_outputs()]
         out = ShapesCheck(True)
         for label, shapes in self.probes:
-            runs = self._reference(label, shapes)
-            if runs is None:
-                out.skipped.append(label)
-                continue
+            runs, refused = self._reference(label, shapes)
             for feeds, ref in runs:
                 try:
                     got = s2.run(None, feeds, QUIET)
@@ -282,7 +280,7 @@ class ShapesVerifier:
                             f"max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
                         return ShapesCheck(False, out.verified, out.skipped, f"at {label} output {name!r} differs: "
                                            + shapes_ab)
-            out.verified.append(label)
+            (out.skipped if refused else out.verified).append(label)
         return out
 
     def close(self) -> None:

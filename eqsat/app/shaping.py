@@ -256,9 +256,10 @@ class Shaping:
         if not self.generic:
             return ShapesCheck(True)
         assert self.original is not None
-        if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed:
-            probes = probe_shapes(self.original, self.values)
-            probes += [p for p in [*self.also, *self.wider] if p[0] not in dict(probes)]
+        probes = probe_shapes(self.original, self.values)
+        probes += [p for p in [*self.also, *self.wider] if p[0] not in dict(probes)]
+        if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed \
+                or self.checks.probes != probes:
             self.checks = ShapesVerifier(self.original, probes, seed)
         check = self.checks.check(model)
         if not check.passed:

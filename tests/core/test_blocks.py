@@ -18,6 +18,7 @@ from paths import SCRIPTS
 from eqsat import ir
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
+from eqsat.app.selection import same_program
 from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, find_blocks
 from eqsat.onnx import export_model, import_model
 from eqsat.verify import verify
@@ -291,10 +292,11 @@ def test_a_value_read_on_both_sides_of_the_first_cut_leaves_the_first_layer_a_co
     assert find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS) is None
 
 
-def _prenorm_layers(layers: int) -> onnx.ModelProto:
+def _prenorm_layers(layers: int, post: bool = False) -> onnx.ModelProto:
     """ids -> an embedding's Gather -> ``layers`` pre-norm residual layers (h + Relu(LayerNorm(h) @ W_k)) -> a
     final LayerNorm: the last residual Add is read by the final norm alone, so the import fuses the two (an
-    ``addnorm``), and the last layer ends in another operator than the others."""
+    ``addnorm``), and the last layer ends in another operator than the others. ``post``: post-norm layers
+    (LayerNorm(h + Relu(h @ W_k)), an addnorm each) and no final norm."""
     rng = np.random.default_rng(7)
     inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "emb"),
              numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "g"),
@@ -302,11 +304,18 @@ def _prenorm_layers(layers: int) -> onnx.ModelProto:
     nodes = [helper.make_node("Gather", ["emb", "ids"], ["h0"])]
     for k in range(layers):
         inits.append(numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) / 3, f"w{k}"))
+        if post:
+            nodes += [helper.make_node("MatMul", [f"h{k}", f"w{k}"], [f"p{k}"]),
+                      helper.make_node("Relu", [f"p{k}"], [f"r{k}"]),
+                      helper.make_node("Add", [f"h{k}", f"r{k}"], [f"s{k}"]),
+                      helper.make_node("LayerNormalization", [f"s{k}", "g", "b"], [f"h{k + 1}"], axis=-1)]
+            continue
         nodes += [helper.make_node("LayerNormalization", [f"h{k}", "g", "b"], [f"n{k}"], axis=-1),
                   helper.make_node("MatMul", [f"n{k}", f"w{k}"], [f"p{k}"]),
                   helper.make_node("Relu", [f"p{k}"], [f"r{k}"]),
                   helper.make_node("Add", [f"h{k}", f"r{k}"], [f"h{k + 1}"])]
-    nodes.append(helper.make_node("LayerNormalization", [f"h{layers}", "g", "b"], ["y"], axis=-1))
+    nodes.append(helper.make_node("Identity" if post else "LayerNormalization",
+                                  [f"h{layers}", "g", "b"][:1 if post else 3], ["y"], **({} if post else {"axis": -1})))
     return ob.model(nodes, [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8])], inits)
 
@@ -334,8 +343,12 @@ def test_a_pre_norm_stack_whose_last_add_is_fused_with_the_final_norm_is_all_cop
     wrong[at] = ir.make("layernorm", [leaves["block_out_2"], *norm.inputs[1:]], norm.attrs)
     changed = ir.Graph(rest.inputs, tuple(wrong), rest.output_names, rest.weights)
     assert not verify(model, export_model(blocks.replay(blocks.representative, changed)), seed=1).passed
-    # a stack whose layers all end alike keeps its graph (BERT's post-norm addnorms are its cuts)
-    bert_like = find_blocks(import_model(_embedded_layers(3)), DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER,
-                            DEFAULT_MIN_WEIGHTS)
-    assert bert_like is not None and "addnorm" not in bert_like.graph.op_counts()
+    # the whole program fuses the split norm again: with nothing changed, it is the imported program
+    assert whole.op_counts()["addnorm"] == 1 and same_program(graph, whole)
+    config = OptimizeConfig.of(scheduler="none", cost="analytic", measure=False)
+    assert optimize(model, config).report.returned.program == "original"
+    # a post-norm stack, whose addnorms are its cuts, keeps its graph
+    post = import_model(_prenorm_layers(4, post=True))
+    kept = find_blocks(post, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
+    assert kept is not None and not kept.split and kept.graph is post and post.op_counts()["addnorm"] == 4
 

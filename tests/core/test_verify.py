@@ -236,3 +236,43 @@ def test_candidates_checked_at_further_shapes_against_one_run_of_the_original(mo
     assert not np.allclose(session(original).run(None, {"x": x})[0], session(first_row).run(None, {"x": x})[0])
     checks.close()
     assert checks.check(same).verified == ["batch=2", "seq=8"]
+
+
+def test_a_probe_the_original_refuses_on_a_later_draw_still_checks_the_draws_before_it():
+    """The original gathers from a table of 4 at an index computed from its input: some draws at batch 2 it
+    refuses (the index past the table), and those before them it runs. A candidate wrong everywhere fails on a
+    draw the original ran, whether the original refuses a later one or not; it passes nowhere (onnxruntime's own
+    runs of the original on the verification's draws say which it ran)."""
+    from eqsat.verify import ShapesVerifier
+
+    def model(wrong: bool) -> onnx.ModelProto:
+        inits = [numpy_helper.from_array(np.arange(4, dtype=np.float32), "tab"),
+                 numpy_helper.from_array(np.array(2.6, np.float32), "k"),
+                 numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+        nodes = [helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0), helper.make_node("Mul", ["mx", "k"], ["m"]),
+                 helper.make_node("Cast", ["m"], ["ix"], to=TensorProto.INT64),
+                 helper.make_node("Gather", ["tab", "ix"], ["v"]), helper.make_node("Add", ["x", "v"], ["y0"]),
+                 helper.make_node("Add", ["y0", "two"], ["y"]) if wrong else helper.make_node("Identity", ["y0"], ["y"])]
+        return ob.model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], inits)
+
+    original, wrong = model(False), model(True)
+    probe = [("batch=2", {"x": (2, 3)})]
+    first_ran = later_refused = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        s = session(original)
+        ran = []
+        for _ in range(2):
+            feeds = random_inputs(s, rng, {"x": (2, 3)}, index_bounds(original))
+            try:
+                s.run(None, feeds)
+                ran.append(True)
+            except Exception:  # noqa: BLE001 - the original refuses this draw
+                ran.append(False)
+                break
+        got = ShapesVerifier(original, probe, seed, draws=2).check(wrong)
+        assert not got.passed if ran[0] else (got.passed and got.skipped == ["batch=2"]), (seed, ran, got)
+        first_ran += ran[0]
+        later_refused += ran == [True, False]
+    assert first_ran and later_refused  # both cases were met
