@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -467,6 +467,21 @@ def _split(n: Node) -> bool:
     return n.op == "addnorm" and _alike(n.inputs[0].shape, n.inputs[1].shape, n.shape)
 
 
+def _rewritten(order: Iterable[Node], rewrite: Callable[[Node, tuple[Node, ...]], Node | None]) -> dict[int, Node]:
+    """The nodes of ``order`` (children first) rebuilt: each one's inputs remapped through those already rebuilt,
+    then ``rewrite(node, inputs)`` where it gives a replacement; the replaced and rebuilt nodes by id (a node none
+    of whose inputs changed and that ``rewrite`` keeps is not in it: its identity stays)."""
+    new: dict[int, Node] = {}
+    for n in order:
+        inputs = tuple(new.get(id(c), c) for c in n.inputs)
+        replaced = rewrite(n, inputs)
+        if replaced is not None:
+            new[id(n)] = replaced
+        elif any(x is not y for x, y in zip(inputs, n.inputs)):
+            new[id(n)] = dataclasses.replace(n, inputs=inputs)
+    return new
+
+
 def _fused(outputs: Sequence[Node]) -> tuple[Node, ...]:
     """The inverse of :func:`addnorms_split` on the program rooted at ``outputs``: each ``layernorm`` of an
     ``ewadd`` of two operands of its shape that it alone reads, an ``addnorm`` again (both are written as the same
@@ -479,15 +494,15 @@ def _fused(outputs: Sequence[Node]) -> tuple[Node, ...]:
             readers[id(c)] = readers.get(id(c), 0) + 1
     for o in outputs:
         readers[id(o)] = readers.get(id(o), 0) + 1  # a program output is read outside it
-    new: dict[int, Node] = {}
-    for n in order:
-        inputs = tuple(new.get(id(c), c) for c in n.inputs)
+
+    def fuse(n: Node, inputs: tuple[Node, ...]) -> Node | None:
         add = inputs[0] if n.op == "layernorm" else None
         if add is not None and add.op == "ewadd" and readers.get(id(n.inputs[0])) == 1 \
                 and _alike(add.inputs[0].shape, add.inputs[1].shape, n.shape):
-            new[id(n)] = ir.make("addnorm", [*add.inputs, *inputs[1:]], n.attrs)
-        elif any(x is not y for x, y in zip(inputs, n.inputs)):
-            new[id(n)] = dataclasses.replace(n, inputs=inputs)
+            return ir.make("addnorm", [*add.inputs, *inputs[1:]], n.attrs)
+        return None
+
+    new = _rewritten(order, fuse)
     return tuple(new.get(id(o), o) for o in outputs)
 
 
@@ -499,14 +514,13 @@ def addnorms_split(graph: Graph) -> Graph | None:
     origins of the split nodes are dropped (their ONNX nodes are written anew)."""
     if not any(_split(n) for n in graph.nodes()):
         return None
-    new: dict[int, Node] = {}
-    for n in graph.nodes():  # children first
-        inputs = tuple(new.get(id(c), c) for c in n.inputs)
-        if _split(n):
-            a, b, gamma, beta = inputs
-            new[id(n)] = ir.make("layernorm", [ir.make("ewadd", [a, b]), gamma, beta], n.attrs)
-        elif any(x is not y for x, y in zip(inputs, n.inputs)):
-            new[id(n)] = dataclasses.replace(n, inputs=inputs)
+    def split(n: Node, inputs: tuple[Node, ...]) -> Node | None:
+        if not _split(n):
+            return None
+        a, b, gamma, beta = inputs
+        return ir.make("layernorm", [ir.make("ewadd", [a, b]), gamma, beta], n.attrs)
+
+    new = _rewritten(graph.nodes(), split)  # children first
     outputs = tuple(new.get(id(o), o) for o in graph.outputs)
     kept = [o for o in graph.origins if not any(_split(x) for x in o.expansion)]
     return dataclasses.replace(graph, outputs=outputs, origins=_remap(kept, new, outputs))
@@ -536,4 +550,5 @@ def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_w
     return found
 
 
-__all__ = ["DEFAULT_MIN_COPIES", "addnorms_split", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "SHARED", "WORK_LIMIT", "Block", "Blocks", "Rest", "find_blocks"]
+__all__ = ["DEFAULT_MIN_COPIES", "DEFAULT_MIN_COVER", "DEFAULT_MIN_WEIGHTS", "MAX_PERIOD", "MIN_BLOCK_NODES", "SHARED", "WORK_LIMIT", "Block", "Blocks",
+           "Rest", "addnorms_split", "find_blocks"]
