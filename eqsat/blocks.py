@@ -103,6 +103,12 @@ class Blocks:
     def nodes_per_block(self) -> int:
         return len(self.blocks[0].body)
 
+    @functools.cached_property
+    def operators_per_block(self) -> int:
+        """A copy's operators (its weights and other leaves not counted, as :attr:`Rest.operators`)."""
+        body = self.blocks[0].body
+        return sum(1 for n in self.graph.nodes() if id(n) in body and n.op not in origins.LEAVES)
+
     def describe(self) -> dict[str, object]:
         """What the report says of them."""
         first = self.blocks[0]
@@ -541,7 +547,7 @@ def find_blocks(graph: Graph, min_copies: int = 2, min_cover: float = 0.0, min_w
     the blocks are those of the split program (:attr:`Blocks.graph`; only tried where the operators outside the
     copies are as many as a copy's: one may be a layer left out)."""
     found = _found(graph, min_copies, min_cover, min_weights)
-    if found is not None and found.rest.operators < found.nodes_per_block:
+    if found is not None and found.rest.operators < found.operators_per_block:
         return found  # no layer left outside the copies
     split = addnorms_split(graph)
     other = _found(split, min_copies, min_cover, min_weights, split=True) if split is not None else None

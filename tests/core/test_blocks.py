@@ -292,11 +292,12 @@ def test_a_value_read_on_both_sides_of_the_first_cut_leaves_the_first_layer_a_co
     assert find_blocks(graph, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS) is None
 
 
-def _prenorm_layers(layers: int, post: bool = False) -> onnx.ModelProto:
+def _prenorm_layers(layers: int, post: bool = False, own: bool = False) -> onnx.ModelProto:
     """ids -> an embedding's Gather -> ``layers`` pre-norm residual layers (h + Relu(LayerNorm(h) @ W_k)) -> a
     final LayerNorm: the last residual Add is read by the final norm alone, so the import fuses the two (an
     ``addnorm``), and the last layer ends in another operator than the others. ``post``: post-norm layers
-    (LayerNorm(h + Relu(h @ W_k)), an addnorm each) and no final norm."""
+    (LayerNorm(h + Relu(h @ W_k)), an addnorm each) and no final norm. ``own``: each pre-norm layer's norm has its
+    own scale and shift (more weights in a copy than operators outside the copies)."""
     rng = np.random.default_rng(7)
     inits = [numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "emb"),
              numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "g"),
@@ -304,13 +305,18 @@ def _prenorm_layers(layers: int, post: bool = False) -> onnx.ModelProto:
     nodes = [helper.make_node("Gather", ["emb", "ids"], ["h0"])]
     for k in range(layers):
         inits.append(numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) / 3, f"w{k}"))
+        norm = ["g", "b"]
+        if own:
+            norm = [f"g{k}", f"b{k}"]
+            inits += [numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), f"g{k}"),
+                      numpy_helper.from_array(rng.uniform(-0.1, 0.1, 8).astype(np.float32), f"b{k}")]
         if post:
             nodes += [helper.make_node("MatMul", [f"h{k}", f"w{k}"], [f"p{k}"]),
                       helper.make_node("Relu", [f"p{k}"], [f"r{k}"]),
                       helper.make_node("Add", [f"h{k}", f"r{k}"], [f"s{k}"]),
                       helper.make_node("LayerNormalization", [f"s{k}", "g", "b"], [f"h{k + 1}"], axis=-1)]
             continue
-        nodes += [helper.make_node("LayerNormalization", [f"h{k}", "g", "b"], [f"n{k}"], axis=-1),
+        nodes += [helper.make_node("LayerNormalization", [f"h{k}", *norm], [f"n{k}"], axis=-1),
                   helper.make_node("MatMul", [f"n{k}", f"w{k}"], [f"p{k}"]),
                   helper.make_node("Relu", [f"p{k}"], [f"r{k}"]),
                   helper.make_node("Add", [f"h{k}", f"r{k}"], [f"h{k + 1}"])]
@@ -347,6 +353,12 @@ def test_a_pre_norm_stack_whose_last_add_is_fused_with_the_final_norm_is_all_cop
     assert whole.op_counts()["addnorm"] == 1 and same_program(graph, whole)
     config = OptimizeConfig.of(scheduler="none", cost="analytic", measure=False)
     assert optimize(model, config).report.returned.program == "original"
+    # layers with more weights of their own (a copy's nodes) than operators outside the copies: still split
+    own = _prenorm_layers(4, own=True)
+    found = find_blocks(import_model(own), DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
+    assert found is not None and found.copies == 4 and found.split, found
+    assert found.nodes_per_block == 7 and found.operators_per_block == 4  # unsplit, 5 operators outside the copies
+    assert verify(own, export_model(found.replay(found.representative)), seed=1).passed
     # a post-norm stack, whose addnorms are its cuts, keeps its graph
     post = import_model(_prenorm_layers(4, post=True))
     kept = find_blocks(post, DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
