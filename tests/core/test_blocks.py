@@ -357,7 +357,13 @@ def test_a_pre_norm_stack_whose_last_add_is_fused_with_the_final_norm_is_all_cop
     own = _prenorm_layers(4, own=True)
     found = find_blocks(import_model(own), DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
     assert found is not None and found.copies == 4 and found.split, found
-    assert found.nodes_per_block == 7 and found.operators_per_block == 4  # unsplit, 5 operators outside the copies
+    # a copy: its 3 weights and 6 operators (norm, the 3-d MatMul as Reshape-MatMul-Reshape, Relu, Add); unsplit,
+    # 7 operators outside the copies (the Gather and the last layer): fewer than a copy's nodes, not its operators
+    from eqsat.blocks import _found  # the search without the split: the old criterion would not have split
+
+    unsplit = _found(import_model(own), DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS)
+    assert unsplit is not None and unsplit.copies == 3
+    assert found.operators_per_block <= unsplit.rest.operators < found.nodes_per_block == found.operators_per_block + 3
     assert verify(own, export_model(found.replay(found.representative)), seed=1).passed
     # a post-norm stack, whose addnorms are its cuts, keeps its graph
     post = import_model(_prenorm_layers(4, post=True))
