@@ -491,8 +491,9 @@ class Run:
         with timer("export"):
             first = export_phase(found.snap, found.ext, imp.searched, found.cost_model, imp.shaping, imp.blocks,
                                  found.rest)
-        with timer("verify"):
-            verifier = verifier_of(imp.original, config)
+        # the verifier's sessions and the original's outputs at each size let go even where a check raises
+        with timer("verify"), contextlib.closing(verifier_of(imp.original, config)) as verifier, \
+                contextlib.closing(imp.shaping):
             verification, edge_failure = verify_phase(imp.original, first[1], config, verifier)
             extracted = found.extracted
             if config.candidates > 1 and config.measure:
@@ -503,8 +504,6 @@ class Run:
             feeds = served(imp.original, verifier.first_inputs(), config.seed)  # the measurement's: as timing_feeds
             built = floored_phase(built, verification.verified and not edge_failure, imp.original, feeds, config,
                                   verifier, self.say)
-            verifier.close()
-            imp.shaping.close()
         if edge_failure:
             self.say(f"the extracted program left out: {edge_failure}")
         else:

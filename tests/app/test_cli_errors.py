@@ -17,6 +17,7 @@ from eqsat.app import cli
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import VerificationError
 from eqsat.rules.rule import Rule
+from eqsat.verify import Verifier
 
 UNSOUND = Rule("unsound_relu_drop", "single", "ours", "relu(x) -> x", (("(= root (Relu x))", "(Pend root x)"),))
 """a deliberately wrong rule: relu(x) = x; every program it reaches differs from the original"""
@@ -119,11 +120,15 @@ def test_info(good):
     assert rc == 0 and "conv2d 2" in out and "opaque (no rules): none" in out
 
 
-def test_unsound_rule_fails_verification_in_the_api(good):
+def test_unsound_rule_fails_verification_in_the_api(good, monkeypatch):
     config = OptimizeConfig.of(scheduler="tensat", k_multi=0, cost="analytic", final_extractor="greedy-dag",
                                measure=False)
+    closed: list[Verifier] = []  # the verifier's sessions let go though the check raised
+    monkeypatch.setattr(Verifier, "close", lambda self: closed.append(self))
     with pytest.raises(VerificationError, match="does not match the original"):
         optimize(str(good), config, extra_rules=[UNSOUND])
+    assert len(closed) == 1
+    monkeypatch.undo()
     assert outputs_match(str(good), optimize(str(good), config).optimized)  # without the rule, the run verifies
 
 
