@@ -44,6 +44,9 @@ class ExtractOptions:
     extractor makes its own"""
     log_file: str | None = None
     """ilp: the file SCIP writes its log to"""
+    stall_seconds: float | None = None
+    """ilp: seconds without a better program, after the root node, at which SCIP stops (None: the ILP's default,
+    ``eqsat.extract.ilp.STALL_SECONDS``; ``math.inf``: never)"""
     share: bool = True
     """greedy-dag: run the sharing pass (``share.improve``) after the greedy one"""
 

@@ -4,6 +4,8 @@
 * a brute-force optimum (every choice of the reachable classes) on small random and grown e-graphs;
 * greedy-dag's estimate is its program's DAG cost (thousands of random cyclic e-graphs);
 * the ILP's warm start is feasible for SCIP (checkSol), and the ILP is never dearer than greedy-dag;
+* the ILP's stall limit: a stop where the root leaves a gap, never dearer than the warm start nor cheaper than the
+  optimum counted by brute force over a hitting set's subsets; with the default limit the optimum itself;
 * Ctrl-C during SCIP's solve raises KeyboardInterrupt (a real SCIP run in a subprocess, real SIGINT).
 """
 
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from extract_cases import random_cyclic_spec, snapshot
 from paths import TESTS
@@ -239,6 +242,46 @@ def test_warm_start_is_feasible_for_scip_on_random_cyclic_egraphs():
         assert model.model.checkSol(sol, printreason=False), f"seed {seed}"
         bite += picked_edges_inside_sccs(model, snap, warm.choice) > 1
     assert bite > 20  # programs with several chosen edges inside one SCC, where equal ranks were infeasible
+
+
+def hitting_set(seed: int, shared: int, roots: int, choices: int = 3):
+    """An e-graph whose roots each pick one of ``choices`` shared leaf classes (costs 5-9): the cheapest program is
+    a weighted hitting set, whose LP relaxation leaves a gap at SCIP's root node. Returns the snapshot, the costs
+    and each root's children as a bit mask over the leaves."""
+    rng = random.Random(seed)
+    spec = [(j, "leaf", [], rng.randint(5, 9)) for j in range(shared)]
+    masks = []
+    for r in range(roots):
+        picks = rng.sample(range(shared), choices)
+        spec += [(shared + r, "pick", [j], 0) for j in picks]
+        masks.append(sum(1 << j for j in picks))
+    snap, costs = snapshot(spec, list(range(shared, shared + roots)))
+    return snap, costs, masks
+
+
+def hitting_optimum(costs, masks, shared: int) -> float:
+    """The cheapest set of leaves meeting every root's mask, over every subset (numpy, ``2**shared`` of them)."""
+    subsets = np.arange(1 << shared, dtype=np.int64)
+    meets = np.ones(len(subsets), dtype=bool)
+    for mask in masks:
+        meets &= (subsets & mask) != 0
+    bits = (subsets[:, None] >> np.arange(shared)) & 1
+    return float((bits[meets] @ np.asarray(costs[:shared])).min())
+
+
+def test_ilp_stall_stops_scip_and_is_between_the_optimum_and_the_warm_start():
+    snap, costs, masks = hitting_set(6, 16, 48)
+    best = hitting_optimum(costs, masks, 16)
+    warm = greedy_dag.extract(snap, costs)
+    assert warm.dag_cost > best  # a program SCIP can improve on
+    stalled = extract("ilp", snap, costs, ExtractOptions(time_limit=30.0, warm_start=warm, stall_seconds=0.0))
+    assert any("without a better program" in n for n in stalled.notes), stalled.notes
+    assert not stalled.optimal and stalled.gap > 0
+    assert oracle_dag_cost(snap, stalled.choice, costs) == pytest.approx(stalled.dag_cost)
+    assert best - 1e-9 <= stalled.dag_cost <= warm.dag_cost + 1e-9
+    full = extract("ilp", snap, costs, ExtractOptions(time_limit=30.0, warm_start=warm))  # the default stall
+    assert full.optimal and not full.notes
+    assert oracle_dag_cost(snap, full.choice, costs) == pytest.approx(best)
 
 
 # -- grown e-graphs (real model, real rules) ---------------------------------------------------------------
