@@ -4,6 +4,7 @@ whole model (its version converter, its checker) on a model too large for one pr
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import tempfile
@@ -271,10 +272,60 @@ def infer_shapes_aside(model: onnx.ModelProto, **kwargs: bool) -> onnx.ModelProt
     return shape_inference.infer_shapes(skeleton, **kwargs)
 
 
+RUNTIME_DOMAIN = "ai.onnx.eqsat.runtime"
+"""the domain :func:`for_checker` moves onnxruntime's own operators of the ONNX domain to, for onnx's checker"""
+
+
+@functools.cache
+def runtime_operators() -> frozenset[str]:
+    """The operators onnxruntime's CPU provider registers in the ONNX domain that ONNX itself has no schema for
+    (``SimplifiedLayerNormalization``, as onnxruntime-genai's model builder writes it: a model onnxruntime runs)."""
+    from onnxruntime.capi import _pybind_state
+
+    return frozenset(d.op_name for d in _pybind_state.get_all_opkernel_def()
+                     if d.domain in ("", "ai.onnx") and d.provider == "CPUExecutionProvider"
+                     and not onnx.defs.has(d.op_name))
+
+
+def runtime_nodes(model: onnx.ModelProto) -> bool:
+    """Whether ``model``'s main graph holds a node of :func:`runtime_operators` in the ONNX domain."""
+    ops = {n.op_type for n in model.graph.node if n.domain in ("", "ai.onnx")}
+    return bool(ops and ops & runtime_operators())
+
+
+def for_checker(skeleton: onnx.ModelProto) -> onnx.ModelProto:
+    """``skeleton`` as onnx's checker takes it: where it holds onnxruntime's own operators of the ONNX domain
+    (:func:`runtime_nodes`), a copy with those nodes in :data:`RUNTIME_DOMAIN`, a domain the checker has no schemas
+    of and so checks the rest around (onnxruntime is what runs and verifies every model eqsat reads and writes);
+    else ``skeleton`` itself. Its weights are copied: give it a skeleton (:func:`set_weights_aside`)."""
+    if not runtime_nodes(skeleton):
+        return skeleton
+    out = onnx.ModelProto()
+    out.CopyFrom(skeleton)
+    ops = runtime_operators()
+    for node in out.graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type in ops:
+            node.domain = RUNTIME_DOMAIN
+    out.opset_import.add(domain=RUNTIME_DOMAIN, version=1)
+    return out
+
+
 def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
     """onnx.checker on a model whose weights are set aside (:func:`set_weights_aside`), from a file beside an empty
     one at the stubs' location: the checker asks only that an external data file exists, and shape inference
-    reads the weights' shapes and types, which the stubs keep."""
+    reads the weights' shapes and types, which the stubs keep. A weight still kept in a file of its own (a model
+    read without its external data, whose files were checked first) is checked as a stub too; onnxruntime's own
+    operators of the ONNX domain are checked around (:func:`for_checker`)."""
+    skeleton = for_checker(skeleton)
+    if any(t.data_location == TensorProto.EXTERNAL and all(e.value != ASIDE for e in t.external_data if e.key == "location")
+           for t in skeleton.graph.initializer):
+        moved = onnx.ModelProto()
+        moved.CopyFrom(skeleton)
+        for t in moved.graph.initializer:
+            if t.data_location == TensorProto.EXTERNAL:
+                del t.external_data[:]
+                t.external_data.add(key="location", value=ASIDE)
+        skeleton = moved
     with tempfile.TemporaryDirectory(prefix="eqsat-") as tmp:
         open(os.path.join(tmp, ASIDE), "wb").close()
         path = os.path.join(tmp, "model.onnx")
@@ -282,5 +333,5 @@ def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
         onnx.checker.check_model(path, full_check=full_check)
 
 
-__all__ = ["ALIGNMENT", "ALIGN_THRESHOLD", "ASIDE", "DATA_SUFFIX", "EXTERNAL_THRESHOLD", "check_aside", "data_file",
+__all__ = ["ALIGNMENT", "ALIGN_THRESHOLD", "ASIDE", "DATA_SUFFIX", "EXTERNAL_THRESHOLD", "RUNTIME_DOMAIN", "check_aside", "data_file", "for_checker", "runtime_nodes", "runtime_operators",
            "goes_out", "infer_shapes_aside", "put_weights_back", "save_external", "save_streamed", "set_weights_aside", "tensor_bytes", "tensor_size"]

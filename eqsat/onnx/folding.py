@@ -55,6 +55,18 @@ def constant_value(attr: onnx.AttributeProto) -> np.ndarray:
     return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES.get(attr.name))
 
 
+
+GATHERS = {"Gather": 1, "GatherElements": 1, "GatherND": 1}
+"""operators that read an integer operand as indices: op type -> its position"""
+
+
+def indices_read(graph: onnx.GraphProto) -> set[str]:
+    """The values ``graph``'s nodes read as indices (:data:`GATHERS`): a run that only needs sizes feeds them zeros,
+    which index every axis, and every other integer input ones, an attention mask keeping every position (a zero
+    mask would mask them all, which some kernels refuse: onnxruntime's GroupQueryAttention reads the sequence
+    lengths off the mask, and a length of -1 is out of its range)."""
+    return {n.input[k] for n in graph.node if (k := GATHERS.get(n.op_type)) is not None and len(n.input) > k}
+
 class ModelRuns:
     """onnxruntime and onnx on the model being imported. ``values`` and ``weights`` are the importer's (read when
     asked: the input leaves for a run of the model, the integer weights shape inference may read)."""
@@ -195,13 +207,14 @@ class ModelRuns:
         rng = np.random.default_rng(0)
         feeds: dict[str, np.ndarray] = {}
         initialized = {t.name for t in g.initializer}
+        indices = indices_read(g)
         for vi in g.input:
             leaf = self.values.get(vi.name)
             if leaf is None or leaf.op != "input" or vi.name in initialized:
                 continue
             dt = np.dtype(leaf.dtype)
             feeds[vi.name] = rng.standard_normal(leaf.shape).astype(dt) if dt.kind == "f" else \
-                np.ones(leaf.shape, dt) if dt.kind == "b" else np.zeros(leaf.shape, dt)
+                np.zeros(leaf.shape, dt) if vi.name in indices else np.ones(leaf.shape, dt)
         try:
             sess = session(model)
             names = [o.name for o in sess.get_outputs()]

@@ -26,6 +26,7 @@ import onnxruntime as ort
 
 from ..dims import derived_symbols, follow
 from ..errors import InputError
+from .folding import indices_read
 from .io import session
 
 BATCH_DEFAULT = 1
@@ -207,13 +208,18 @@ def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) 
 
 
 def zero_feeds(model: onnx.ModelProto, at: Mapping[str, int]) -> dict[str, np.ndarray]:
-    """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read."""
+    """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read. An
+    integer input that no node reads as indices is ones (:func:`eqsat.onnx.folding.indices_read`: an attention
+    mask keeping every position, which every kernel takes)."""
     feeds = {}
+    indices = indices_read(model.graph)
     for port in interface(model)[0]:
         if port.dims is None:
             continue
         shape = [d if isinstance(d, int) else at.get(d or f"{port.name}:{k}", 1) for k, d in enumerate(port.dims)]
-        feeds[port.name] = np.zeros(shape, onnx.helper.tensor_dtype_to_np_dtype(port.elem_type))
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(port.elem_type)
+        ones = np.dtype(dtype).kind in "iu" and port.name not in indices
+        feeds[port.name] = (np.ones if ones else np.zeros)(shape, dtype)
     return feeds
 
 

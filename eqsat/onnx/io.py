@@ -25,6 +25,7 @@ from .external import (
     data_file,
     data_size,
     goes_out,
+    runtime_nodes,
     save_external,
     save_streamed,
     set_weights_aside,
@@ -136,7 +137,9 @@ def check(model: onnx.ModelProto, full: bool = True) -> None:
     current weight pool is checked where its references resolve; a model too large for one message with its weights
     set aside (:func:`check_aside`)."""
     weights = pool.current()
-    if weights is not None and weights.refers(model):
+    if runtime_nodes(model):  # onnxruntime's own operators of the ONNX domain, checked around (for_checker)
+        check_aside(set_weights_aside(model)[0], full_check=full)
+    elif weights is not None and weights.refers(model):
         with weights.as_path(model) as path:
             onnx.checker.check_model(path, full_check=full)
     elif is_large(model):

@@ -12,7 +12,7 @@ import onnx
 from onnx import external_data_helper, helper
 
 from ..errors import InputError
-from .external import check_aside, set_weights_aside, tensor_bytes
+from .external import check_aside, runtime_nodes, set_weights_aside, tensor_bytes
 from .io import not_regular
 
 MAX_MODEL_BYTES = 2**31 - 1
@@ -106,7 +106,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise InputError(f"{p}: not an ONNX model (no graph found); is the file of another format?")
     tensors = check_external_data(model, p)
     try:
-        if tensors:
+        if tensors and not runtime_nodes(model):
             onnx.checker.check_model(p)  # from the file: the weights are not loaded yet, the message stays small
         else:  # from the file it would load the weights a second time, beside those just read
             check_loaded(model)
