@@ -316,16 +316,17 @@ def check_aside(skeleton: onnx.ModelProto, full_check: bool = True) -> None:
     reads the weights' shapes and types, which the stubs keep. A weight still kept in a file of its own (a model
     read without its external data, whose files were checked first) is checked as a stub too; onnxruntime's own
     operators of the ONNX domain are checked around (:func:`for_checker`)."""
-    skeleton = for_checker(skeleton)
-    if any(t.data_location == TensorProto.EXTERNAL and all(e.value != ASIDE for e in t.external_data if e.key == "location")
-           for t in skeleton.graph.initializer):
-        moved = onnx.ModelProto()
-        moved.CopyFrom(skeleton)
-        for t in moved.graph.initializer:
-            if t.data_location == TensorProto.EXTERNAL:
-                del t.external_data[:]
-                t.external_data.add(key="location", value=ASIDE)
-        skeleton = moved
+    given, skeleton = skeleton, for_checker(skeleton)  # a copy where it moves nodes, else the caller's model
+    elsewhere = [k for k, t in enumerate(skeleton.graph.initializer) if t.data_location == TensorProto.EXTERNAL
+                 and all(e.value != ASIDE for e in t.external_data if e.key == "location")]
+    if elsewhere:
+        if skeleton is given:  # the caller's: changed in a copy only
+            skeleton = onnx.ModelProto()
+            skeleton.CopyFrom(given)
+        for k in elsewhere:
+            t = skeleton.graph.initializer[k]
+            del t.external_data[:]
+            t.external_data.add(key="location", value=ASIDE)
     with tempfile.TemporaryDirectory(prefix="eqsat-") as tmp:
         open(os.path.join(tmp, ASIDE), "wb").close()
         path = os.path.join(tmp, "model.onnx")

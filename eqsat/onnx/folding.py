@@ -55,7 +55,6 @@ def constant_value(attr: onnx.AttributeProto) -> np.ndarray:
     return np.array(helper.get_attribute_value(attr), dtype=_CONSTANT_DTYPES.get(attr.name))
 
 
-
 GATHERS = {"Gather": 1, "GatherElements": 1, "GatherND": 1}
 """operators that read an integer operand as indices: op type -> its position"""
 
@@ -66,6 +65,7 @@ def indices_read(graph: onnx.GraphProto) -> set[str]:
     mask would mask them all, which some kernels refuse: onnxruntime's GroupQueryAttention reads the sequence
     lengths off the mask, and a length of -1 is out of its range)."""
     return {n.input[k] for n in graph.node if (k := GATHERS.get(n.op_type)) is not None and len(n.input) > k}
+
 
 class ModelRuns:
     """onnxruntime and onnx on the model being imported. ``values`` and ``weights`` are the importer's (read when
