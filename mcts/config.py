@@ -62,7 +62,8 @@ class SearchConfig:
                                     least=1)
     seed: int = option(0, "seed of every random choice (search, verification inputs, timing order)", "--seed",
                        least=0)
-    time_limit: float = option(45.0, "seconds of search plus extraction (the search leaves a fifth of it, at most "
+    time_limit: float = option(45.0, "seconds of import, search and extraction (the import counts up to half of it; "
+                                     "the search leaves a fifth, at most "
                                      "--ilp-time-limit, to the final ILP); the default keeps a run of a zoo model, "
                                      "measurement included, within a minute on 2 cores",
                                "--time-limit", seconds=True)

@@ -43,9 +43,11 @@ REGISTRIES: dict[str, Callable[[], list[str]]] = {
 """registry name (a field's ``choices``) -> the names it accepts"""
 
 ILP_FLOOR_SECONDS = 0.1
+"""the least time the ILP gets: SCIP then returns its greedy warm start"""
 ILP_SHARE = 0.2
 """the share of ``--time-limit`` kept for the final ILP (at most ``--ilp-time-limit``): :func:`search_seconds`"""
-"""the least time the ILP gets: SCIP then returns its greedy warm start"""
+IMPORT_SHARE = 0.5
+"""at most this share of ``--time-limit`` is charged to the import (:func:`after_import`)"""
 
 
 @dataclass
@@ -261,12 +263,20 @@ def search_seconds(config: OptimizeConfig) -> float:
     return max(ILP_FLOOR_SECONDS, limit - min(config.ilp_time_limit, ILP_SHARE * limit))
 
 
+def after_import(limit: float, import_seconds: float) -> float:
+    """What ``--time-limit`` leaves the search and extraction after an import of ``import_seconds``: the import
+    counts against it (a large model's import, runs of the original at several sizes included, took 6 s of a 45 s
+    limit that the search then used whole, and the run went past a minute), but at most :data:`IMPORT_SHARE` of it,
+    so a slow import still leaves the search half."""
+    return max((1 - IMPORT_SHARE) * limit, limit - import_seconds)
+
+
 def ilp_seconds(config: OptimizeConfig, elapsed: float) -> float:
     """The ILP's time limit: what ``--time-limit`` (search plus extraction) leaves after ``elapsed`` seconds,
     at most ``--ilp-time-limit`` and at least 0.1 s (SCIP then returns its greedy warm start)."""
     return max(ILP_FLOOR_SECONDS, min(config.ilp_time_limit, config.search.time_limit - elapsed))
 
 
-__all__ = ["ILP_FLOOR_SECONDS", "ILP_SHARE", "OptimizeConfig", "REGISTRIES", "SearchConfig", "available_mb",
-           "bounded_workers", "choices", "flag", "ilp_seconds",
+__all__ = ["ILP_FLOOR_SECONDS", "ILP_SHARE", "IMPORT_SHARE", "OptimizeConfig", "REGISTRIES", "SearchConfig", "available_mb",
+           "after_import", "bounded_workers", "choices", "flag", "ilp_seconds",
            "options", "search_seconds", "validate", "value_type"]

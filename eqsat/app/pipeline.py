@@ -44,7 +44,7 @@ from eqsat.verify import ShapesCheck, Verifier
 
 from .api_guard import api_arguments
 from .blockwise import blocks_entry, blocks_seconds, rest_share
-from .config import OptimizeConfig, ilp_seconds, search_seconds
+from .config import OptimizeConfig, after_import, ilp_seconds, search_seconds
 from .report import (
     Candidate,
     EGraphSize,
@@ -409,7 +409,8 @@ class Run:
         self.config, self.say, self.extra_rules, self.timer = config, say, extra_rules, PhaseTimer()
         self.weights = pool.current()
         self.whole_limit = config.search.time_limit
-        """--time-limit, for the whole model: what the search leaves, the gate may use"""
+        """--time-limit, for the whole model, less the import (:func:`after_import`): what the search leaves, the
+        gate may use"""
 
     @contextlib.contextmanager
     def released(self) -> Iterator[None]:
@@ -426,7 +427,9 @@ class Run:
         say, timer = self.say, self.timer
         with timer("import"):
             original, graph, shaping = shaped_import_phase(model, self.config)
-        self.config = replace(self.config, input_shapes={**shaping.shapes, **self.config.input_shapes})
+        self.whole_limit = after_import(self.config.search.time_limit, timer.total("import"))
+        self.config = replace(self.config.updated(time_limit=self.whole_limit),
+                              input_shapes={**shaping.shapes, **self.config.input_shapes})
         if not isinstance(model, onnx.ModelProto) and self.weights is not None:  # read here: no one else holds it
             self.weights.drop_pages()  # the import read them: not kept while slim compares the model's bytes with them
             original = self.weights.slim(original)
@@ -455,7 +458,8 @@ class Run:
 
     def searched(self, imp: Imported) -> Searched:
         """Encode, search (the operators outside the blocks first, with their share of the time), extract the
-        candidates; ``--time-limit`` bounds the rest's search, this search and the extraction together."""
+        candidates; ``--time-limit`` less the import (:meth:`imported`) bounds the rest's search, this search and the
+        extraction together."""
         config, say, timer, blocks = self.config, self.say, self.timer, imp.blocks
         with timer("encode"):
             # --cost auto: the operators timed in the end-to-end runtime (eqsat.cost.resolve_auto)

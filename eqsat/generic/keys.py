@@ -18,15 +18,23 @@ from collections.abc import Iterable, Mapping, Sequence
 import onnx
 
 Key = bytes
+_ABSENT = object()
 
 
 class Keys:
     """The content keys of one program's values (:func:`of_nodes`), and the digests of the constants read so far
     (each constant hashed once; a constant is held here, so its ``id`` names it while the digest is kept: one per
-    rewrite, whose program holds the constants anyway)."""
+    rewrite, whose program holds the constants anyway). A node's key is kept by its serialized bytes and its
+    inputs' keys, so a program asked again (the rewrite asks after each fit, its prefix a little longer each time:
+    a Swin's import asked 149 times) hashes again only the nodes that changed or are new."""
 
     def __init__(self) -> None:
         self._tensors: dict[int, tuple[onnx.TensorProto, Key]] = {}
+        self._nodes: dict[bytes, tuple[tuple[str, ...], tuple[str, ...], bytes | None]] = {}
+        """a node's bytes -> its inputs, its outputs, and what its key hashes before its inputs' keys (None: it
+        has a subgraph)"""
+        self._made: dict[tuple[bytes, tuple[Key, ...]], list[Key]] = {}
+        """(what a node's key hashes first, its inputs' keys) -> the key of each of its outputs, by index"""
 
     def tensor(self, t: onnx.TensorProto) -> Key:
         """A constant's key: its element type, shape and data (a reference to external data: where it lies)."""
@@ -50,6 +58,16 @@ class Keys:
         self._tensors[id(t)] = (t, key)
         return key
 
+    def _node(self, node: onnx.NodeProto) -> tuple[tuple[str, ...], tuple[str, ...], bytes | None]:
+        raw = node.SerializeToString()
+        held = self._nodes.get(raw)
+        if held is None:
+            subgraph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+            head = None if subgraph else b"node:%s:%s:" % (node.domain.encode(), node.op_type.encode()) + b"".join(
+                a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name))
+            held = self._nodes[raw] = (tuple(node.input), tuple(node.output), head)
+        return held
+
     def of_nodes(self, inputs: Iterable[onnx.ValueInfoProto], nodes: Iterable[onnx.NodeProto],
                  constants: Mapping[str, onnx.TensorProto]) -> dict[str, Key | None]:
         """Each value ``nodes`` compute (in order) -> its key; None where it reads a subgraph, a value neither
@@ -58,31 +76,30 @@ class Keys:
         keys: dict[str, Key | None] = {
             i.name: b"input:%s:%s" % (i.name.encode(), i.type.SerializeToString(deterministic=True)) for i in inputs}
         for node in nodes:
+            names, outputs, head = self._node(node)
             ins: list[Key | None] = []
-            for name in node.input:
-                if not name:
-                    ins.append(b"")
-                elif name in keys:
-                    ins.append(keys[name])
-                elif name in constants:
-                    ins.append(self.tensor(constants[name]))
-                else:
-                    ins.append(None)
-            subgraph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-            if subgraph or any(k is None for k in ins):
-                keys.update((o, None) for o in node.output if o)
+            for name in names:
+                key = keys.get(name, _ABSENT) if name else b""
+                if key is _ABSENT:
+                    key = self.tensor(constants[name]) if name in constants else None
+                ins.append(key)  # type: ignore[arg-type]
+            if head is None or None in ins:
+                keys.update((o, None) for o in outputs if o)
                 continue
-            h = hashlib.blake2b(digest_size=20)
-            h.update(b"node:%s:%s:" % (node.domain.encode(), node.op_type.encode()))
-            for a in sorted(node.attribute, key=lambda a: a.name):
-                h.update(a.SerializeToString(deterministic=True))
-            for k in ins:
-                h.update(b"|" + (k or b""))
-            for index, o in enumerate(node.output):
-                if o:
+            made = self._made.get((head, tuple(ins)))  # type: ignore[arg-type]
+            if made is None:
+                h = hashlib.blake2b(head, digest_size=20)
+                for k in ins:
+                    h.update(b"|" + (k or b""))
+                made = []
+                for index in range(len(outputs)):
                     out = h.copy()
                     out.update(b"#%d" % index)
-                    keys[o] = out.digest()
+                    made.append(out.digest())
+                self._made[(head, tuple(ins))] = made  # type: ignore[arg-type]
+            for o, key in zip(outputs, made):
+                if o:
+                    keys[o] = key
         return keys
 
 

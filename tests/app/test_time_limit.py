@@ -1,4 +1,4 @@
-"""``--time-limit`` end to end: it bounds the search and the extraction of a whole run, the
+"""``--time-limit`` end to end: it bounds the import, the search and the extraction of a whole run, the
 operators outside repeated blocks included, and a short limit still returns the prelude's program (our rules
 saturated first). Tolerances are generous: a loaded CI machine runs these."""
 
@@ -28,7 +28,7 @@ def test_the_time_limit_bounds_search_and_extraction_of_a_run_with_repeated_bloc
     wall = time.perf_counter() - start
     r = result.report
     assert r.blocks is not None and r.blocks["found"] is not None  # the rest and one copy searched
-    bounded = sum(r.times.get(p, 0.0) for p in ("rest", "search", "extract"))
+    bounded = sum(r.times.get(p, 0.0) for p in ("import", "rest", "search", "extract"))
     assert bounded <= limit + SLACK, r.times
     # the rest is import, export, verification and a measurement of at most its budget plus minimum rounds
     assert wall <= limit + 2.0 + 30.0, r.times
@@ -50,3 +50,17 @@ def test_a_short_time_limit_returns_the_programme_of_the_whole_prelude():
         [(st.rule, st.enodes) for st in full.search.steps[:k]]
     assert short.optimized_cost <= full.search.steps[k - 1].cost_us + 1e-9
     assert short.optimized_cost < short.original_cost
+
+
+def test_the_import_counts_against_the_time_limit_up_to_half_of_it():
+    """The search's own limit (the report's ``config.search.time_limit``; greedy-dag's extraction takes no time of
+    its own) is what the limit leaves after the import the phase timer clocked, at least half of the limit."""
+    model = export_model(encoder(layers=2, seq=16, hidden=32))
+    options = dict(cost="analytic", budget=2, depth=1, measure=False, blocks=False, final_extractor="greedy-dag",
+                   seed=0)
+    for limit in (30.0, 0.02):  # an import of a few hundredths of a second: the second limit's half is left
+        r = optimize(model, OptimizeConfig.of(time_limit=limit, **options)).report
+        took = r.times["import"]
+        assert took > 0.0
+        searched = r.to_json()["config"]["search"]["time_limit"]
+        assert searched == pytest.approx(max(limit / 2, limit - took), rel=1e-9), (limit, took, searched)

@@ -116,3 +116,23 @@ def test_a_failed_run_is_kept_for_its_batch_and_a_value_failing_alone_fails_ever
     assert facts.runs_of(program, ["a", "b"], keys, shapes=True)({"n": 16}) is None and facts.probed == 4
     assert facts.runs_of(program, ["a", "b"], keys, shapes=True)({"n": 8}) == [[1], [8]] and facts.probed == 4
     assert len(made) == 3  # the program made only for the asks that ran
+
+
+def test_a_program_changed_in_place_is_keyed_as_a_new_one_would_be():
+    """The keys are kept across asks (a node hashed once): a node whose attribute, input or operator changed in
+    place between two asks is keyed as a fresh :class:`Keys` keys it (the oracle: no ask before), not as before."""
+    model = _program("a_")
+    keys = Keys()
+    before = _keys(model, keys)
+    gather, concat = model.graph.node[1], model.graph.node[2]
+    gather.attribute[0].i = -1  # the axis, in place
+    after = _keys(model, keys)
+    assert after == _keys(model) and after["a_size"] != before["a_size"] and after["a_shape"] == before["a_shape"]
+    concat.input[0], concat.input[1] = concat.input[1], concat.input[0]
+    swapped = _keys(model, keys)
+    assert swapped == _keys(model) and swapped["a_target"] != after["a_target"]
+    concat.op_type = "Sum"
+    assert _keys(model, keys) == _keys(model) and _keys(model, keys)["a_target"] != swapped["a_target"]
+    gather.attribute[0].i = 0  # back: the first keys again
+    concat.op_type, concat.input[0], concat.input[1] = "Concat", concat.input[1], concat.input[0]
+    assert _keys(model, keys) == before
