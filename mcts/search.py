@@ -6,7 +6,9 @@ untried action that changes the e-graph (the root probes every rule's matches; d
 actions lazily, those known to match in this search first), runs a random rollout of up to ``depth + 1``
 steps (priced once, at its end), backs the discounted return up the path, and pops. ``parallel.Forest``
 runs ``workers`` such trees and merges their roots before each real step; ``no_gain_steps`` decisions in a
-row without a cost decrease in any simulation end the search (``StopReason.NO_GAIN``). After ``budget`` simulations the root child with the best mean value is
+row that spent their budget without a cost decrease in any simulation end the search (``StopReason.NO_GAIN``), as
+do ``no_gain_short`` such decisions that their share of the time cut short (the finishing phase then gets a tenth of
+the time limit, not the rest of it). After ``budget`` simulations the root child with the best mean value is
 applied for real; if every root child tried so far changed nothing, the untried root actions are tried
 too, so that the search stops as saturated only when no action changes the e-graph. The node limit is
 checked on the e-graph after every step, simulated (the simulation ends there, its pop discards the
@@ -301,7 +303,7 @@ class MCTS:
         env.remember("start", cost)
         report = SearchReport(StopReason.STEP_LIMIT, initial_cost_us=cost, best_cost_us=cost)
         forest = Forest(self, cfg.workers)
-        idle = 0
+        idle = idle_short = 0  # decisions in a row without a gain: that spent their budget, that were cut short
         try:
             if cfg.prelude:
                 # the whole time limit if it needs it: its program is what a short time limit returns
@@ -321,9 +323,17 @@ class MCTS:
                     break
                 # a decision its share of the time cut short (few simulations) is no evidence that nothing pays
                 if merged.gained:
-                    idle = 0
+                    idle = idle_short = 0
                 elif merged.planned >= cfg.budget * forest.answered:  # the trees that answered in time
                     idle += 1
+                else:
+                    idle_short += 1
+                if cfg.no_gain_short and idle_short >= cfg.no_gain_short:
+                    # decisions its share cut short found nothing: the finishing phase gets its own share (as
+                    # after a search to the deadline), not the rest of a time limit that the tree search could not use
+                    report.stop_reason = StopReason.NO_GAIN
+                    end = min(end, time.perf_counter() + cfg.time_limit * FINISH_SHARE)
+                    break
                 if cfg.no_gain_steps and idle >= cfg.no_gain_steps:
                     report.stop_reason = StopReason.NO_GAIN
                     break

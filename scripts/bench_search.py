@@ -91,9 +91,9 @@ def simulations_per_second(report: dict) -> float:
 
 
 def wall_time(record: dict) -> float:
-    """The seconds a run's ``--time-limit`` bounds: its search plus its extraction."""
+    """The seconds a run's ``--time-limit`` bounds: its import, its search and its extraction."""
     times = record["report"]["times"]
-    return times["search"] + times["extract"]
+    return times.get("import", 0.0) + times.get("rest", 0.0) + times["search"] + times["extract"]
 
 
 def equal_time_spec(model: str, small: bool, base, scheduler: str, given: float) -> RunSpec:
