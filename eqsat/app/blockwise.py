@@ -45,8 +45,8 @@ def blocks_entry(config: OptimizeConfig, blocks: Blocks | None,
             "treatment": f"the first of {blocks.copies} copies searched and extracted alone (its cut and external "
                          f"inputs as inputs, its weights as leaves); each candidate program replayed on every "
                          f"copy with the copy's own weights and the whole program verified; {outside}; search and "
-                         f"extraction within {config.search.time_limit:.1f} s (--time-limit in proportion to the "
-                         f"nodes searched); no rewrite crosses a block's boundary (--no-blocks: the whole-model "
+                         f"extraction within {config.search.time_limit:.1f} s (--time-limit less the import, in "
+                         f"proportion to the nodes searched); no rewrite crosses a block's boundary (--no-blocks: the whole-model "
                          f"search)"}
 
 
