@@ -37,7 +37,8 @@ class StopReason(StrEnum):
     BUDGET = "budget"
     """MCTS had no simulation budget (budget 0), so it could not plan a step"""
     NO_GAIN = "no_gain"
-    """MCTS: no simulation found a cost decrease in ``no_gain_steps`` consecutive real decisions"""
+    """MCTS: no simulation found a cost decrease in ``no_gain_steps`` consecutive real decisions that spent their
+    budget, or in ``no_gain_short`` that their share of the time cut short"""
     NO_SEARCH = "no_search"
     """no scheduler ran (``--scheduler none``)"""
 

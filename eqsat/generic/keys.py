@@ -1,6 +1,7 @@
 """Content keys of the values a program computes: a digest of the computation that makes each one (its operator,
-its attributes and the keys of its inputs, down to the program's inputs by name and its constants by content), the
-same in two programs exactly where they compute the value alike, whatever the names in them.
+its number of outputs, its attributes and the keys of its inputs, down to the program's inputs by name and its
+constants by content), the same in two programs exactly where they compute the value alike, whatever the names in
+them.
 
 The runs at further sizes that fit the sizes a program computes (:mod:`.probes`) are kept under these keys in the
 :class:`.original.Original` of the run (:meth:`.original.Original.runs_of`), so that a candidate's rewrite reads
@@ -63,7 +64,9 @@ class Keys:
         held = self._nodes.get(raw)
         if held is None:
             subgraph = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-            head = None if subgraph else b"node:%s:%s:" % (node.domain.encode(), node.op_type.encode()) + b"".join(
+            # its number of outputs too: a Split without sizes cuts its input into as many parts as it has outputs
+            head = None if subgraph else b"node:%s:%s:%d:" % (
+                node.domain.encode(), node.op_type.encode(), len(node.output)) + b"".join(
                 a.SerializeToString(deterministic=True) for a in sorted(node.attribute, key=lambda a: a.name))
             held = self._nodes[raw] = (tuple(node.input), tuple(node.output), head)
         return held
@@ -86,7 +89,8 @@ class Keys:
             if head is None or None in ins:
                 keys.update((o, None) for o in outputs if o)
                 continue
-            made = self._made.get((head, tuple(ins)))  # type: ignore[arg-type]
+            memo = (head, tuple(ins))
+            made = self._made.get(memo)  # type: ignore[arg-type]
             if made is None:
                 h = hashlib.blake2b(head, digest_size=20)
                 for k in ins:
@@ -96,7 +100,7 @@ class Keys:
                     out = h.copy()
                     out.update(b"#%d" % index)
                     made.append(out.digest())
-                self._made[(head, tuple(ins))] = made  # type: ignore[arg-type]
+                self._made[memo] = made  # type: ignore[index]
             for o, key in zip(outputs, made):
                 if o:
                     keys[o] = key

@@ -136,3 +136,18 @@ def test_a_program_changed_in_place_is_keyed_as_a_new_one_would_be():
     gather.attribute[0].i = 0  # back: the first keys again
     concat.op_type, concat.input[0], concat.input[1] = "Concat", concat.input[1], concat.input[0]
     assert _keys(model, keys) == before
+
+
+def test_nodes_alike_but_for_their_number_of_outputs_key_every_output():
+    """Two Splits of one input into two and three parts (no ``split`` input: equal parts) compute different values:
+    every output of each gets a key, the one a fresh :class:`Keys` gives, and the two Splits' first parts differ
+    in what they compute only through the number of outputs."""
+    nodes = [helper.make_node("Split", ["x"], ["a0", "a1"], axis=1),
+             helper.make_node("Split", ["x"], ["b0", "b1", "b2"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])], [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    keys = Keys()
+    kept = _keys(model, keys)
+    assert all(kept[o] is not None for o in ("a0", "a1", "b0", "b1", "b2"))
+    assert _keys(model, keys) == kept == _keys(model)
+    assert len({kept["a0"], kept["a1"], kept["b0"], kept["b1"], kept["b2"]}) == 5

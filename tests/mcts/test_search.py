@@ -86,7 +86,7 @@ def test_time_limit_holds():
     g = build("nasrnn", small=True)
     t = time.perf_counter()
     result = optimize(g, OptimizeConfig.of(scheduler="mcts", time_limit=2.0, seed=0, cost="analytic", budget=128,
-                                           depth=10, measure=False))
+                                           depth=10, measure=False, no_gain_short=0))  # the time limit alone
     r = result.report
     assert r.search.stop_reason == StopReason.TIME_LIMIT
     assert r.times["search"] < 2.0 + 5.0  # one simulation past the deadline at most

@@ -203,6 +203,7 @@ def test_decisions_cut_short_by_their_share_do_not_stop_the_search_as_no_gain():
     assert len(sims) >= 3, sims
 
 
+@pytest.mark.timing
 def test_decisions_cut_short_without_a_gain_stop_the_search_after_no_gain_short_of_them():
     """Where no rule lowers the cost (a chain of adds) and every decision is cut short by its share (a budget never
     spent), ``no_gain_short`` such decisions in a row end the search as no_gain; with 0 it goes on (to saturation
@@ -219,6 +220,7 @@ def test_decisions_cut_short_without_a_gain_stop_the_search_after_no_gain_short_
     assert going.stop_reason != StopReason.NO_GAIN and len(going.steps) > 2, (going.stop_reason, going.steps)
 
 
+@pytest.mark.timing
 def test_after_a_no_gain_short_stop_the_finishing_phase_gets_a_tenth_of_the_limit(monkeypatch):
     """The tree search that stopped because its cut-short decisions found nothing leaves the finishing phase a tenth
     of the time limit, not the rest of it (here more than a tenth was left)."""
