@@ -187,7 +187,8 @@ class Shaping:
         defaults = symbol_values(self.original, {}) if self.original is not None else {}
         refused = ", ".join(f"{defaults[s]} of {s}" for s in self.resized)
         return (f"onnxruntime refused the default size {refused}: tuned, verified and measured at {sizes}, the "
-                f"nearest halving or doubling at which it runs with outputs of length 8 or more; "
+                f"nearest halving or doubling at which it runs with outputs of length 8 or more (the others back at "
+                f"their defaults where it runs there); "
                 "--input-shape sets the size you serve")
 
     def probe(self, config: OptimizeConfig) -> None:

@@ -52,6 +52,10 @@ QUIET = ort.RunOptions()
 QUIET.log_severity_level = 4  # a size the model refuses is an answer here, not an error to print
 
 _BATCH = re.compile(r"^(n|b|bs|batch|batch_?size|batch_?dim|.*batch.*)$", re.IGNORECASE)
+_NOT_SIDE = re.compile(r"seq|past|total|cache|kv|head|token|len", re.IGNORECASE)
+"""a symbol named like a sequence, a cache or a head's size is not an image's side, whatever its input's shape"""
+_CACHE = re.compile(r"past|cache|present", re.IGNORECASE)
+"""an input named like a key/value cache is not an image (``[batch, 2, past, 64]``: two key/value heads)"""
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -135,12 +139,15 @@ def is_image_side(model: onnx.ModelProto, places: Sequence[tuple[str, int]]) -> 
     """Whether a symbol sizing ``places`` (input, axis) is an image's side: every place is a spatial axis of a 4-D
     floating-point input with 1 to 4 channels, declared static, and both its sides dynamic (axes 2 and 3 of
     ``[N, C, H, W]``, or 1 and 2 of channels-last ``[N, H, W, C]``; a cache ``[batch, heads, past, 64]`` is not
-    one)."""
+    one, nor is one with up to four heads where its input or the symbol is named like a cache or a sequence:
+    ``past_key_values.0.key`` of ``[batch_size, 2, past_sequence_length, kv_cache_dim]``)."""
     ports = {p.name: p for p in interface(model)[0]}
 
     def spatial(name: str, axis: int) -> bool:
         port = ports.get(name)
         if port is None or port.elem_type not in _FLOATS or port.dims is None or len(port.dims) != 4:
+            return False
+        if _CACHE.search(name) or any(isinstance(d, str) and _NOT_SIDE.search(d) for d in port.dims[1:]):
             return False
         for k, sides in ((1, (2, 3)), (3, (1, 2))):
             channels = port.dims[k]
@@ -253,7 +260,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     samples, which a convolutional front-end needs hundreds of; the doubling stops where the model is refused with
     the same error at two sizes in turn, which its size does not cause; a doubled size at which an output's dynamic
     dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where it looks like
-    a constant), as they were if it runs; whether it ran at one: False where it never did, True where it did or
+    a constant), then each moved symbol back at its default where the model still runs there (only some sizes were
+    refused; an image's sides together; repeated while one more goes back), as they were if it runs; whether it ran at one: False where it never did, True where it did or
     nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
     syms = symbols(model)
@@ -283,12 +291,40 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
             short.add(shift)
         return at
 
+    def restored(at: dict[str, int]) -> dict[str, int]:
+        """``at`` with each moved symbol back at its default where the model still runs (one of several sizes
+        refused it: a head's size of 64 among sequences of 128), again while one more goes back (a sequence's
+        length back once the total length it is part of is)."""
+        sides = [s for s in movable if is_image_side(model, syms.get(s, []))]
+        groups = ([sides] if sides else []) + [[s] for s in movable if s not in sides]  # an image stays square
+        if len(groups) < 2:
+            return at
+        refused: set[tuple[tuple[str, int], ...]] = set()
+        changed = True
+        while changed:
+            changed = False
+            for group in groups:
+                trial = follow({**at, **{s: movable[s] for s in group}}, derived)
+                key = tuple(sorted(trial.items()))
+                if all(at[s] == movable[s] for s in group) or key in refused:
+                    continue
+                try:
+                    outputs = sess.run(None, zero_feeds(model, trial), QUIET)
+                except Exception:  # noqa: BLE001 - refused there: the symbol stays moved
+                    refused.add(key)
+                    continue
+                if short_outputs(model, [np.shape(o) for o in outputs]):
+                    refused.add(key)
+                else:
+                    at, changed = trial, True
+        return at
+
     if (at := runs(None)) is not None:
         return at, True
     shift = -1
     while min(sizes(shift).values()) >= MIN_DEFAULT:
         if (at := runs(shift)) is not None:
-            return at, True
+            return restored(at), True
         shift -= 1
     shift = 1
     while max(sizes(shift).values()) <= MAX_DEFAULT:
@@ -296,7 +332,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
             while shift in short and max(sizes(shift + 1).values()) <= MAX_DEFAULT \
                     and (more := runs(shift + 1)) is not None:
                 at, shift = more, shift + 1  # an output's dynamic length under MIN_DEFAULT: no size to tune at
-            return at, True
+            return restored(at), True
         if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
             break
         shift += 1

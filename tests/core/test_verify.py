@@ -276,3 +276,34 @@ def test_a_probe_the_original_refuses_on_a_later_draw_still_checks_the_draws_bef
         first_ran += ran[0]
         later_refused += ran == [True, False]
     assert first_ran and later_refused  # both cases were met
+
+
+def _compare_by_element(ref: np.ndarray, got: np.ndarray) -> tuple[bool, float, float]:
+    """The contract of :func:`compare_outputs` on finite outputs, element by element in Python floats (the oracle)."""
+    rtol = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}[ref.dtype.name]
+    refs, gots = [float(v) for v in ref.ravel()], [float(v) for v in got.ravel()]
+    scale = max(abs(v) for v in refs)
+    atol = rtol * max(scale, 1e-6) * 0.1
+    errs = [abs(g - r) for r, g in zip(refs, gots)]
+    ok = all(e <= atol + rtol * abs(r) for e, r in zip(errs, refs))
+    return ok, max(errs), max(e / max(abs(r), scale, 1e-12) for e, r in zip(errs, refs))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_finite_outputs_are_compared_as_the_contract_says_element_by_element(dtype):
+    """Finite outputs (the fast path) near the tolerance's edge, tiny and near the type's range: the same verdict and
+    errors as the element-by-element oracle."""
+    rng = np.random.default_rng(3)
+    top = float(np.finfo(dtype).max)
+    for trial in range(300):
+        n = int(rng.integers(1, 40))
+        ref = (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 4)).astype(dtype)
+        if trial % 10 == 0:
+            ref[0] = dtype(top * 0.9)
+        rel = rng.choice([0.0, 1e-4, 9e-4, 1e-3, 1.1e-3, 2e-2], size=n)
+        got = (ref.astype(np.float64) * (1 + rel * rng.choice([-1, 1], size=n))).astype(dtype)
+        got = np.where(np.isfinite(got), got, ref)
+        ok, e_abs, e_rel = compare_outputs(ref, got)
+        want_ok, want_abs, want_rel = _compare_by_element(ref, got)
+        assert ok == want_ok, (ref, got)
+        assert e_abs == pytest.approx(want_abs, rel=1e-12, abs=0) and e_rel == pytest.approx(want_rel, rel=1e-12)

@@ -1,0 +1,84 @@
+"""Where onnxruntime refuses a model at the default sizes of its dynamic dimensions because of one of them (a head's
+size that must be 64, named as a symbol by onnxruntime-genai's builder: ``kv_cache_dim``), the others stay at their
+defaults: the run halves them together until the model runs, then puts each back where the model still runs there.
+The oracle is onnxruntime: the sizes chosen run, and the written model equals the original at sizes it was not
+tuned at."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from eqsat.app.cli import main
+from eqsat.onnx import session
+from eqsat.onnx.interface import OTHER_DEFAULT, runnable_values, symbol_values
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _head_model() -> onnx.ModelProto:
+    """``q [batch, seq, dim]`` times a ``[64, 8]`` weight (so ``dim`` must be 64), plus the mask's first ``seq``
+    positions (``Gather`` of ``range(seq)`` from ``mask [batch, total]``: refused where seq > total)."""
+    w = helper.make_tensor("w", F, [64, 8], np.linspace(-1, 1, 512, dtype=np.float32))
+    nodes = [helper.make_node("MatMul", ["q", "w"], ["qw"]),
+             helper.make_node("Shape", ["q"], ["qs"], start=1, end=2),
+             helper.make_node("Squeeze", ["qs"], ["seq"]),
+             helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", I64, [], [0])),
+             helper.make_node("Constant", [], ["one"], value=helper.make_tensor("o", I64, [], [1])),
+             helper.make_node("Range", ["zero", "seq", "one"], ["idx"]),
+             helper.make_node("Gather", ["mask", "idx"], ["kept"], axis=1),
+             helper.make_node("Cast", ["kept"], ["keptf"], to=F),
+             helper.make_node("Unsqueeze", ["keptf", "two"], ["kept3"]),
+             helper.make_node("Add", ["qw", "kept3"], ["y"])]
+    two = helper.make_tensor("two", I64, [1], [2])
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("q", F, ["batch", "seq", "dim"]),
+                                               helper.make_tensor_value_info("mask", I64, ["batch", "total"])],
+                              [helper.make_tensor_value_info("y", F, ["batch", "seq", 8])], [w, two])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_only_the_refused_symbol_moves_from_its_default():
+    """``dim`` refuses 128 and runs at 64 with the others halved too; ``seq`` goes back to 128 only once ``total``
+    has (seq <= total), so one pass in order would have left it at 64."""
+    model = _head_model()
+    values, ran = runnable_values(model, symbol_values(model, {}), ["batch", "seq", "dim", "total"])
+    assert ran and values == {"batch": 1, "seq": OTHER_DEFAULT, "dim": 64, "total": OTHER_DEFAULT}
+    sess = session(model)
+    sess.run(None, {"q": np.zeros((1, values["seq"], 64), np.float32),
+                    "mask": np.ones((1, values["total"]), np.int64)})  # the oracle: onnxruntime runs there
+
+
+def test_a_model_refusing_one_default_is_optimized_at_the_others_and_equals_the_original(tmp_path, capsys):
+    model = _head_model()
+    path, out, rep = tmp_path / "h.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(model, path)
+    code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--scheduler", "none",
+                 "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(rep.read_text())
+    assert report["interface"]["symbols"] == {"batch": 1, "seq": 128, "dim": 64, "total": 128}
+    assert "128 of dim" in report["interface"]["note"] and "of seq" not in report["interface"]["note"]
+    original, written = session(model), session(onnx.load(out))
+    rng = np.random.default_rng(0)
+    for batch, seq, total in ((2, 5, 9), (1, 200, 300)):
+        feeds = {"q": rng.standard_normal((batch, seq, 64)).astype(np.float32),
+                 "mask": rng.integers(0, 2, (batch, total)).astype(np.int64)}
+        np.testing.assert_allclose(written.run(None, feeds)[0], original.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, dims", [
+    ("past_key_values.0.key", ["batch_size", 2, "past_sequence_length", "kv_cache_dim"]),  # genai's builder
+    ("past_key_values.0.key", ["batch", 2, "p", "d"]),  # named as a cache
+    ("x", ["batch", 2, "past_sequence_length", "head_size"]),  # its sides named as a sequence and a head
+])
+def test_a_cache_of_up_to_four_heads_is_not_an_image(name, dims):
+    nodes = [helper.make_node("Identity", [name], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(name, F, dims)],
+                              [helper.make_tensor_value_info("y", F, dims)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    values = symbol_values(model, {})
+    assert all(values[d] == OTHER_DEFAULT for d in dims[2:]), values
