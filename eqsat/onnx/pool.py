@@ -297,10 +297,13 @@ class WeightPool:
 
     def stage(self, model: onnx.ModelProto) -> tuple[str, dict[str, ort.OrtValue]]:
         """``model`` written into the pool's folder with its large initializers as references into the pool's file
-        (the path of that small file, to build a session from and remove once built), and the shared values."""
+        (the path of that small file, to build a session from and remove once built), and the shared values: those
+        of the initializers that only weights' inputs read (:func:`weights_only`); the others onnxruntime reads from
+        the file as any external data."""
         slim = self.slim(model)
+        safe = weights_only(slim.graph)
         shared = {t.name: e.value(tuple(t.dims)) for t in slim.graph.initializer
-                  if (e := self._referenced(t)) is not None}
+                  if t.name in safe and (e := self._referenced(t)) is not None}
         fd, path = tempfile.mkstemp(suffix=".onnx", prefix="model-", dir=self.folder)
         with os.fdopen(fd, "wb") as f:
             f.write(slim.SerializeToString())
@@ -358,6 +361,43 @@ class WeightPool:
         """Remove the pool's folder (sessions built on it must be gone: they read the mapped arrays)."""
         self.entries.clear()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+WEIGHT_INPUTS: dict[tuple[str, str], frozenset[int]] = {
+    ("", "MatMul"): frozenset({1}), ("", "Gemm"): frozenset({1}), ("", "Conv"): frozenset({1}),
+    ("", "ConvTranspose"): frozenset({1}), ("", "Gather"): frozenset({0}), ("", "LSTM"): frozenset({1, 2}),
+    ("", "GRU"): frozenset({1, 2}), ("", "RNN"): frozenset({1, 2}), ("com.microsoft", "FusedMatMul"): frozenset({1}),
+    ("com.microsoft", "MatMulNBits"): frozenset({1}), ("com.microsoft", "FusedConv"): frozenset({1}),
+}
+"""(domain, operator) -> the inputs that are its weights: an initializer only these read is handed to onnxruntime as
+a shared value (``SessionOptions.add_initializer``). Any other is not: onnxruntime's graph optimizers may rewrite an
+initializer in place under its name (the transpose optimizer transposes a constant that a Transpose is pushed
+through: YOLOS's detection position table, a ``Concat`` input after a ``Transpose``), and the session then runs
+with the shared value unchanged: a shape error where the table is not square, wrong values where it is."""
+
+
+def weights_only(graph: onnx.GraphProto) -> set[str]:
+    """The initializers of ``graph`` that only :data:`WEIGHT_INPUTS` read (none read by a subgraph, none an output)."""
+    reads: dict[str, bool] = {}
+
+    def sub_reads(g: onnx.GraphProto) -> None:
+        for node in g.node:
+            for name in node.input:
+                reads[name] = False
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    sub_reads(sub)
+
+    for node in graph.node:
+        weights = WEIGHT_INPUTS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type), frozenset())
+        for k, name in enumerate(node.input):
+            reads[name] = reads.get(name, True) and k in weights
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                sub_reads(sub)
+    for out in graph.output:
+        reads[out.name] = False
+    return {t.name for t in graph.initializer if reads.get(t.name, False)}
 
 
 def array_of(t: TensorProto) -> np.ndarray:

@@ -232,3 +232,46 @@ def test_a_shape_generic_rewrite_reads_pooled_constants() -> None:
         feeds = {"mask": rng.integers(0, 2, (b, 1, s, s)).astype(np.int64),
                  "x": rng.standard_normal((b, 1, s, s)).astype(np.float32)}
         np.testing.assert_array_equal(got.run(None, feeds)[0], want.run(None, feeds)[0])
+
+
+@pytest.mark.parametrize("rows", [128, 160])
+def test_a_table_the_transpose_optimizer_rewrites_is_not_shared(rows: int) -> None:
+    """``Transpose -> Add(table) -> Transpose back``: onnxruntime's transpose optimizer cancels the two and transposes
+    the table in place under its name. Handed over as a shared value, the session ran with the untransposed table:
+    wrong values where it is square (128), a shape error where not (160; YOLOS's detection position table).
+    Pooled, the session now computes what numpy and onnxruntime without the pool do."""
+    table = np.random.default_rng(1).standard_normal((1, rows, 128)).astype(np.float32)  # 64 KiB and more: pooled
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), helper.make_node("Add", ["t", "table"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["y"], perm=[0, 2, 1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 128, rows])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 128, rows])],
+                              [numpy_helper.from_array(table, "table")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((2, 128, rows)).astype(np.float32)
+    want = (x.transpose(0, 2, 1) + table).transpose(0, 2, 1)
+    with weight_pool.pooled() as pool:
+        got = onnx_io.session(model).run(None, {"x": x})[0]
+        timed = timing_session(model, threads=1).run(None, {"x": x})[0]
+        assert [k[0] for k in pool.entries] == ["table"]  # pooled all the same: one copy in the pool's file
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(timed, want, rtol=1e-6, atol=1e-6)
+    plain = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(plain.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_only_initializers_read_as_weights_are_shared() -> None:
+    """A MatMul's weight is shared; one also read by an Add, one read in a subgraph, or one that is an output, not."""
+    big = np.zeros((128, 128), np.float32)
+    inner = helper.make_graph([helper.make_node("Identity", ["w_sub"], ["o"])], "then", [],
+                              [helper.make_tensor_value_info("o", TensorProto.FLOAT, [128, 128])])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("MatMul", ["h", "w_add"], ["h2"]),
+             helper.make_node("Add", ["h2", "w_add"], ["h3"]), helper.make_node("MatMul", ["h3", "w_sub"], ["h4"]),
+             helper.make_node("If", ["c"], ["o"], then_branch=inner, else_branch=inner),
+             helper.make_node("MatMul", ["h4", "w_out"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 128]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 128]),
+                               helper.make_tensor_value_info("o", TensorProto.FLOAT, [128, 128]),
+                               helper.make_tensor_value_info("w_out", TensorProto.FLOAT, [128, 128])],
+                              [numpy_helper.from_array(big, n) for n in ("w", "w_add", "w_sub", "w_out")])
+    assert weight_pool.weights_only(graph) == {"w"}
