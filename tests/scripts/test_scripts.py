@@ -53,17 +53,28 @@ def _reproduce(monkeypatch):
 
 
 def timed_run(spec):
-    """Stands in for one experiment in the scheduling test: records where and when it ran."""
+    """Stands in for one experiment in the scheduling test: records where and when it ran. A light run ends only
+    once a heavy one has (a file in ``EQSAT_TEST_HEAVY_DONE``'s folder, at most 30 s): on a loaded machine the heavy
+    worker may start seconds late, and the light worker would otherwise have taken every light run by then."""
     import time
 
     start = time.time()
-    time.sleep(0.05 if spec.model == "vit-huge" else 0.4)
+    mark = os.path.join(os.environ["EQSAT_TEST_HEAVY_DONE"], "done")
+    if spec.model == "vit-huge":
+        time.sleep(0.05)
+        with open(mark, "w"):
+            pass
+    else:
+        time.sleep(0.4)
+        while not os.path.exists(mark) and time.time() < start + 30:
+            time.sleep(0.01)
     return {"pid": os.getpid(), "start": start, "end": time.time()}
 
 
 @pytest.mark.timing
-def test_reproduce_runs_heavy_models_one_at_a_time(monkeypatch):
+def test_reproduce_runs_heavy_models_one_at_a_time(monkeypatch, tmp_path):
     RunSpec = _reproduce(monkeypatch).RunSpec
+    monkeypatch.setenv("EQSAT_TEST_HEAVY_DONE", str(tmp_path))  # the spawned workers inherit it (timed_run)
     import dispatch
 
     assert dispatch.heavy(RunSpec.of("vit-huge")) and dispatch.heavy(RunSpec.of("vit-large"))
