@@ -218,6 +218,24 @@ def test_families_names_the_second_round_of_families_each_a_zoo_model():
     assert zoo.SPECS["hubert_w384"].axes == ({0: "batch", 1: "samples"},)
 
 
+def test_fourth_names_the_fourth_round_each_a_zoo_model_with_its_own_axes():
+    """``--models fourth``: BART, T5, Whisper, YOLOS, MobileNetV1 and Mamba under each exporter asked for, each a zoo
+    spec; an encoder-decoder's decoder ids and output have their own length (``dec_seq``), not the encoder's."""
+    mod = _script()
+    import zoo
+
+    args = type("Args", (), {"models": ["fourth"], "exporters": ["torchscript"], "opset": 18, "seed": 0,
+                             "onnx": [], "dynamic": True, "weights": "init"})()
+    labels = [label for label, _ in mod.models_from(args)]
+    assert labels == [f"{n}/torchscript" for n in zoo.FOURTH] and len(labels) == 6
+    assert set(zoo.FOURTH) <= set(zoo.SPECS) and not set(zoo.FOURTH) & set(zoo.THIRD + zoo.FAMILIES + zoo.WIDE)
+    for name in ("bart_w384", "t5_w384", "whisper_w384"):
+        spec = zoo.SPECS[name]
+        assert spec.axes is not None and spec.axes[-1] == {0: "batch", 1: "dec_seq"}
+        assert spec.out_axes == {"last_hidden_state": {0: "batch", 1: "dec_seq"}}
+        assert [i[0] for i in spec.inputs][-1] == "decoder_input_ids"
+
+
 def test_two_onnx_files_of_one_name_each_keep_their_own_entry(tmp_path):
     """Exports saved as ``<family>/model.onnx`` share a file name: each is labelled by its folder too, so the second
     does not overwrite the first's original and programs in the workdir; one file given twice is refused."""
