@@ -261,8 +261,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     the same error at two sizes in turn, which its size does not cause; a doubled size at which an output's dynamic
     dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where it looks like
     a constant), then each moved symbol back at its default where the model still runs there (only some sizes were
-    refused; an image's sides together; repeated while one more goes back), as they were if it runs; whether it ran at one: False where it never did, True where it did or
-    nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
+    refused; an image's sides together; repeated while one more goes back), as they were if it runs; whether it
+    ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
     syms = symbols(model)
     start = {s: default_value(model, s, syms.get(s, [])) for s in defaulted if s not in derived}
@@ -280,14 +280,19 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     def sizes(shift: int) -> dict[str, int]:  # each default doubled ``shift`` times (halved where negative)
         return {s: v << shift if shift >= 0 else v >> -shift for s, v in movable.items()}
 
-    def runs(shift: int | None) -> dict[str, int] | None:  # None: ``values`` as given
-        at = dict(values) if shift is None else follow({**values, **sizes(shift)}, derived)
+    def is_short(at: dict[str, int]) -> bool | None:  # None: refused there; else whether an output came out short
         try:
             outputs = sess.run(None, zero_feeds(model, at), QUIET)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             refusals.append(str(exc))
             return None
-        if shift is not None and short_outputs(model, [np.shape(o) for o in outputs]):
+        return short_outputs(model, [np.shape(o) for o in outputs])
+
+    def runs(shift: int | None) -> dict[str, int] | None:  # None: ``values`` as given
+        at = dict(values) if shift is None else follow({**values, **sizes(shift)}, derived)
+        if (was_short := is_short(at)) is None:
+            return None
+        if shift is not None and was_short:
             short.add(shift)
         return at
 
@@ -308,15 +313,10 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
                 key = tuple(sorted(trial.items()))
                 if all(at[s] == movable[s] for s in group) or key in refused:
                     continue
-                try:
-                    outputs = sess.run(None, zero_feeds(model, trial), QUIET)
-                except Exception:  # noqa: BLE001 - refused there: the symbol stays moved
-                    refused.add(key)
-                    continue
-                if short_outputs(model, [np.shape(o) for o in outputs]):
-                    refused.add(key)
-                else:
+                if is_short(trial) is False:
                     at, changed = trial, True
+                else:  # refused there, or an output short: the symbol stays moved
+                    refused.add(key)
         return at
 
     if (at := runs(None)) is not None:
