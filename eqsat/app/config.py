@@ -73,7 +73,8 @@ class OptimizeConfig:
     measure_budget: float = option(10.0, "seconds of timed rounds in the end-to-end comparison (eqsat.measurement.timing; the "
                                          "minimum rounds always run; where the gate's pilot finds the rounds too "
                                          "noisy for a 2% gain, it may extend them, up to 3x, into what the search "
-                                         "and extraction left of --time-limit)", "--measure-budget", seconds=True)
+                                         "and extraction left of --time-limit, and to 40 rounds whatever is left: "
+                                         "a slow program's)", "--measure-budget", seconds=True)
     measure_threads: int = option(1, "intra-op threads of the end-to-end comparison (onnxruntime, torch on the CPU)",
                                   least=1)
     memory_budget: int | None = option(None, "MiB the timed sessions of the end-to-end comparison may hold together "

@@ -56,6 +56,15 @@ SCREEN_SHARE = 0.3
 """the screening run's share of ``--measure-budget`` (the gate's budget is what is left, at least half)"""
 SCREEN_MIN_ROUNDS = 3
 """rounds the screening run takes at least"""
+SCREEN_SESSIONS = 1
+"""sessions per program in the screening run: its few rounds only pick the candidate the gate then times on
+sessions of its own, and each session of a slow program costs a build and an untimed first call (five sessions
+of six 330 ms programs, warmed, took 20 s of a 23 s screening)"""
+GATE_FLOOR_ROUNDS = 40
+"""the rounds a gated comparison may always extend to (where the pilot's spread asks for them), up to EXTENSION x
+``--measure-budget`` of rounds, whatever the search left of ``--time-limit``: ten seconds are 15 rounds of a 330 ms
+program (Whisper at 3000 frames), too few for the gate to resolve a 7% gain on a noisy host; a program of 80 ms
+or less affords 40 rounds within the budget anyway"""
 @dataclass
 class Measurement:
     """The end-to-end comparison (eqsat.measurement.timing.Comparison's fields, milliseconds) and the decision taken on it."""
@@ -123,7 +132,8 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
     pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
     EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
-    timed rounds. Where the budget affords the original and every candidate fewer than :data:`SCREEN_ROUNDS`
+    timed rounds; except that a slow program's gate may always extend to :data:`GATE_FLOOR_ROUNDS` rounds, up
+    to EXTENSION x the budget (a 330 ms program's 10 s are 15 rounds). Where the budget affords the original and every candidate fewer than :data:`SCREEN_ROUNDS`
     rounds (slow programs), the candidates are screened first (:func:`_screened`) and only the fastest is gated.
     Else, where the memory budget cannot hold one session of every program (the measurement then runs in
     groups, each re-timing the original), only the first :data:`SPLIT_CANDIDATES` candidates are timed (the
@@ -136,7 +146,8 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     budget = memory_budget(original, config)
     extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
     protocol = TimingProtocol(threads=config.measure_threads, budget_s=config.measure_budget, seed=config.seed, gate=gate,
-                        memory_bytes=budget, max_budget_s=config.measure_budget + extension)
+                              memory_bytes=budget, max_budget_s=config.measure_budget + extension,
+                              floor_rounds=GATE_FLOOR_ROUNDS, floor_max_s=EXTENSION * config.measure_budget)
     if feeds is None:
         feeds = runtimes.feeds_for(Program(original), candidates[-1], config.seed, config.input_shapes)
     if len(candidates) > 1:
@@ -181,14 +192,17 @@ def _screened(original: onnx.ModelProto, graph: Graph | None, candidates: Sequen
     screen = runtimes.compare_programs(
         Program(original, graph), candidates, runtime,
         replace(protocol, gate=None, budget_s=SCREEN_SHARE * config.measure_budget, max_budget_s=None,
-                min_rounds=SCREEN_MIN_ROUNDS, max_rounds=max(SCREEN_MIN_ROUNDS, protocol.max_rounds), family=None),
+                min_rounds=SCREEN_MIN_ROUNDS, max_rounds=max(SCREEN_MIN_ROUNDS, protocol.max_rounds), family=None,
+                sessions=SCREEN_SESSIONS),
         feeds=feeds, say=say)
     pick = max(range(len(candidates)), key=lambda k: screen.comparisons[k].speedup)  # the first of equals
     spent = time.perf_counter() - start
     budget_s = max(protocol.budget_s - spent, protocol.budget_s / 2)
+    floor_max_s = max((protocol.floor_max_s or EXTENSION * config.measure_budget) - spent, budget_s)
     gated = runtimes.compare_programs(
         Program(original, graph), [candidates[pick]], runtime,
-        replace(protocol, budget_s=budget_s, max_budget_s=max(protocol.extended_budget_s - spent, budget_s)),
+        replace(protocol, budget_s=budget_s, max_budget_s=max(protocol.extended_budget_s - spent, budget_s),
+                floor_max_s=floor_max_s),
         feeds=feeds, say=say)
     cmp = gated.comparisons[0]
     _, decision = choose([cmp], [names[pick]], config.allow_slower, protocol.gate)

@@ -356,12 +356,13 @@ def _timed_run(runtime: Runtime, programs: Sequence[Program], feeds: Mapping[str
     sessions each than the gate's units need (``Gate.min_clusters``: large models, or many candidates in the memory
     budget) renewed every few rounds, so that the gate's units are session pairs, never the rounds."""
 
-    def build() -> list[list[Callable[[], Any]]]:
+    def build(sessions: int | None = None) -> list[list[Callable[[], Any]]]:
+        p = protocol if sessions is None else replace(protocol, sessions=max(1, min(sessions, protocol.sessions)))
         weights = pool.current()
         if weights is None:
-            return runtime.instances(programs, feeds, protocol)
+            return runtime.instances(programs, feeds, p)
         with weights.dropping():  # the sessions read (and prepack) what they keep: the mapped pages may go
-            return runtime.instances(programs, feeds, protocol)
+            return runtime.instances(programs, feeds, p)
 
     start = time.perf_counter()
     first = [build()]

@@ -94,6 +94,12 @@ class Protocol:
     max_budget_s: float | None = None
     """with a gate: the seconds of timed rounds at most when the pilot's spread asks for more rounds than
     ``budget_s`` affords (None: EXTENSION x ``budget_s``; ``budget_s``: never extended)"""
+    floor_rounds: int = 0
+    """with a gate: the rounds the extended budget affords at least, whatever ``max_budget_s`` says, where they
+    take at most ``floor_max_s`` seconds (a slow program's: ten seconds are 15 rounds of a 330 ms program, too few
+    session pairs for the gate to resolve a 7% gain on a noisy host); 0: none"""
+    floor_max_s: float | None = None
+    """the seconds ``floor_rounds`` may take at most (None: EXTENSION x ``budget_s``)"""
 
     @property
     def extended_budget_s(self) -> float:
@@ -107,6 +113,8 @@ class Protocol:
             raise ValueError(f"rounds: need 2 <= min_rounds ({self.min_rounds}) <= max_rounds ({self.max_rounds})")
         if self.budget_s <= 0 or self.warmup < 1 or self.max_repeats < 1 or self.threads < 1 or self.sessions < 1:
             raise ValueError("budget_s must be positive and warmup, max_repeats, threads and sessions at least 1")
+        if self.floor_rounds < 0 or (self.floor_max_s is not None and self.floor_max_s <= 0):
+            raise ValueError(f"floor_rounds ({self.floor_rounds}) must be at least 0 and floor_max_s positive")
         if self.max_budget_s is not None and self.max_budget_s < self.budget_s:
             raise ValueError(f"max_budget_s ({self.max_budget_s}) must be at least budget_s ({self.budget_s})")
 
@@ -209,6 +217,8 @@ Calls = Callable[[], Any] | Sequence[Callable[[], Any]]
 """one program: a callable, or several interchangeable instances of it (sessions)"""
 BlockClock = Callable[[Callable[[], Any], int], float]
 """(call, n) -> milliseconds per call over a block of ``n`` calls (the round's summary of one program)"""
+Renew = Callable[[int | None], Sequence[Calls]]
+"""(sessions) -> new instances of every program, at most ``sessions`` each (None: as many as the protocol builds)"""
 
 
 def _instances(calls: Calls) -> list[Callable[[], Any]]:
@@ -226,7 +236,7 @@ def compare_calls(calls_a: Calls, calls_b: Calls, protocol: Protocol = Protocol(
 
 
 def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), runtime: dict[str, Any] | None = None,
-                 clock: BlockClock = wall_block_ms, renew: Callable[[], Sequence[Calls]] | None = None) -> list[Comparison]:
+                 clock: BlockClock = wall_block_ms, renew: Renew | None = None) -> list[Comparison]:
     """Time the original (``programs[0]``) against each other program in one interleaved run: every round
     times each program in a seeded random order (under a gate one call each, where the rounds allow; else a block
     of about ``block_s``), and each comparison pairs the original's time with the other program's in the same round. ``clock`` times a block (wall clock by default; CUDA events
@@ -237,8 +247,9 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     for large models, or beside many candidates): what
     differs between two sessions of one program (memory placement) is then drawn again each epoch, and the
     gate's standard error counts the session pairs of every epoch as its units (:data:`EPOCHS` epochs planned over
-    the budget's rounds, the last one longer where the gate extends them; with few units, the interval is wide), where one session pair for the whole run would show its difference as a gain. The caller keeps no
-    reference to ``programs`` then, so that the dropped sessions are freed."""
+    the budget's rounds, the last one longer where the gate extends them; with few units, the interval is wide), where one session pair for the whole run would show its difference as a gain. An
+    epoch before the last is given no more sessions than its rounds use. The caller keeps no reference to
+    ``programs`` then, so that the dropped sessions are freed."""
     p = protocol
     if len(programs) < 2:
         raise ValueError(f"need the original and at least one other program, got {len(programs)}")
@@ -247,14 +258,11 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     k = len(inst)
     start = time.perf_counter()
     rng = np.random.default_rng(p.seed)
-    warm: list[list[float]] = [[] for _ in inst]
-    for i in range(p.warmup):  # alternated; stop early (after two each) when a call is a large part of the budget
-        for which in rng.permutation(k):  # (no loop variable left holding an instance that renew would drop)
-            warm[which].extend([clock(call, 1) / 1e3 for call in inst[which]])
-        if i >= 1 and time.perf_counter() - start > 0.2 * p.budget_s:
-            break
-    skip = max(len(x) for x in inst)  # the first call of each instance allocates
-    per_call = max(max(statistics.median(w[skip:] or w) for w in warm), 1e-7)
+    per_call = _warm_up(inst, p, rng, clock, start)
+    if p.gate is not None and p.floor_rounds:  # a slow program's gate may always reach floor_rounds
+        floor_s = min(p.floor_rounds * k * per_call, EXTENSION * p.budget_s if p.floor_max_s is None else p.floor_max_s)
+        if floor_s > p.extended_budget_s:
+            p = replace(p, max_budget_s=floor_s)
     pairs = p.budget_s / (k * per_call)  # how many rounds of one call per program the budget affords
     extended = p.extended_budget_s / (k * per_call)  # ... and the extended budget
     if p.gate is not None:  # one call of each program a round, unless the extended budget affords more than the gate's
@@ -272,8 +280,8 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     def run_round(r: int) -> None:
         nonlocal epoch
         if every and r and r % every == 0 and epoch < EPOCHS - 1:  # at most EPOCHS - 1 renewals, however extended
-            _renew(inst, renew, clock)
-            epoch += 1
+            epoch += 1  # an epoch before the last runs `every` rounds: no more sessions than they use
+            _renew(inst, renew, clock, every if epoch < EPOCHS - 1 else None)
         for which in rng.permutation(k):
             series[which].append(clock(inst[which][r % len(inst[which])], repeats))
         for j in range(1, k):  # labelled now: a renewal may change how many sessions a program has
@@ -306,15 +314,36 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     return out
 
 
-def _renew(inst: list[list[Callable[[], Any]]], renew: Callable[[], Sequence[Calls]] | None,
-           clock: BlockClock) -> None:
-    """Replace every program's instances by new ones from ``renew`` (the old freed first), each called once
-    untimed (its first call allocates)."""
+def _warm_up(inst: list[list[Callable[[], Any]]], p: Protocol, rng: np.random.Generator, clock: BlockClock,
+             start: float) -> float:
+    """The untimed calls before the rounds, alternated between the programs in a seeded order; returns the
+    seconds of the slowest program's call. The first pass calls every instance once (its first call allocates);
+    the passes after it (``p.warmup`` passes in all, at least two where there are) call every instance again
+    while a pass costs little against the budget, else the first instance of each program alone, once: what
+    the per-call estimate needs (a 330 ms program of five sessions warmed twice each spent more seconds in
+    warm-up than in its rounds)."""
+    k = len(inst)
+    first: list[list[float]] = [[] for _ in inst]
+    for which in rng.permutation(k):  # (no loop variable left holding an instance that renew would drop)
+        first[which].extend(clock(call, 1) / 1e3 for call in inst[which])
+    cheap = time.perf_counter() - start <= 0.1 * p.budget_s
+    warm: list[list[float]] = [[] for _ in inst]
+    for i in range(1, p.warmup):
+        for which in rng.permutation(k):
+            warm[which].extend(clock(call, 1) / 1e3 for call in (inst[which] if cheap else inst[which][:1]))
+        if not cheap or time.perf_counter() - start > 0.2 * p.budget_s:
+            break
+    return max(max(statistics.median(w or f) for w, f in zip(warm, first)), 1e-7)
+
+
+def _renew(inst: list[list[Callable[[], Any]]], renew: Renew | None, clock: BlockClock, sessions: int | None) -> None:
+    """Replace every program's instances by new ones from ``renew`` (the old freed first; at most ``sessions``
+    each, None: as many as it builds), each called once untimed (its first call allocates)."""
     assert renew is not None
     inst.clear()
     gc.collect()
     memory.release()
-    inst.extend(_instances(c) for c in renew())
+    inst.extend(_instances(c) for c in renew(sessions))
     for side in inst:
         for call in side:
             clock(call, 1)

@@ -18,7 +18,7 @@ from timing_cases import SESSIONS, paired_rounds
 from eqsat.app.config import OptimizeConfig
 from eqsat.measurement import decision, runtimes
 from eqsat.measurement.gate import Gate, Sequential, replay, replay_plan, rounds_for_power, spread, spread_bound
-from eqsat.measurement.timing import EXTENSION, Protocol, compare_many
+from eqsat.measurement.timing import EPOCH_LABELS, EXTENSION, Protocol, compare_many
 
 BASE = 100
 """the rounds a budget plans before any data (the pilot is its first look)"""
@@ -164,6 +164,34 @@ def test_the_pipeline_extends_the_measurement_only_into_what_the_search_left(mon
             decision.measure(model, model, config, runtime=runtimes.make("ort-cpu"), spare_s=spare)
     assert [p.extended_budget_s for p in seen] == [4.0, 6.0, EXTENSION * 4.0, 4.0]
     assert all(p.budget_s == 4.0 and p.gate is not None for p in seen)
+    # a slow program's floor of rounds, whatever is spare (compare_many applies it once a call is timed)
+    assert all(p.floor_rounds == decision.GATE_FLOOR_ROUNDS and p.floor_max_s == EXTENSION * 4.0 for p in seen)
+
+
+def test_a_slow_programs_gate_may_always_reach_its_floor_of_rounds():
+    """Two programs of 250 ms a call on a synthetic clock (an A/A, noisy: open at every look, the pilot asks for
+    far more rounds than any cap): without spare time the budget's 10 s plan 20 rounds; with a floor of 40 rounds
+    up to 30 s the gate plans 40 (20 s), up to 15 s 30; a 1 ms program's floor is within its budget and changes
+    nothing."""
+    def planned(ms: float, **floor) -> int:
+        rng = np.random.default_rng(0)
+
+        def clock(call, repeats):  # no noise in the warm-up's calls (the first 2 x 5): the per-call estimate is exact
+            clock.calls += 1
+            return float(call() * (1.0 if clock.calls <= 10 else math.exp(rng.normal(0.0, 0.1))))
+        clock.calls = 0
+        [c] = compare_many([lambda: ms, lambda: ms], Protocol(budget_s=10.0, max_budget_s=10.0, gate=Gate(), **floor),
+                           clock=clock)
+        assert c.rounds == c.planned and c.looks == Gate().looks  # open throughout: every planned round ran
+        return c.planned
+
+    assert planned(250.0) == 20
+    assert planned(250.0, floor_rounds=40, floor_max_s=30.0) == 40
+    assert planned(250.0, floor_rounds=40, floor_max_s=15.0) == 30
+    assert planned(250.0, floor_rounds=10, floor_max_s=30.0) == 20  # the budget affords more than the floor
+    assert planned(1.0, floor_rounds=40, floor_max_s=30.0) == planned(1.0)
+    with pytest.raises(ValueError, match="floor_rounds"):
+        Protocol(floor_rounds=-1)
 
 
 
@@ -201,7 +229,10 @@ def test_renewed_rounds_share_a_label_exactly_when_they_ran_on_the_same_pair_of_
             ran.append((call.program, call.uid))
         return value
 
-    def renew():
+    asked: list[int | None] = []
+
+    def renew(sessions):
+        asked.append(sessions)
         n = next(renewals)
         renewed.append(n)
         out = [[Call(0) for _ in range(n)], [Call(1) for _ in range(n)]]
@@ -223,3 +254,7 @@ def test_renewed_rounds_share_a_label_exactly_when_they_ran_on_the_same_pair_of_
         for q in range(r):
             assert (labels[r] == labels[q]) == (pairs[r] == pairs[q]), (r, q)
     assert renewed == [4, 2, 3, 4][:EPOCHS - 1] and len(set(pairs)) == 3 + 4 + 2 + 3 + 4  # every epoch's pairs
+    # each epoch before the last asked for no more sessions than its rounds use; the last (extended) for all
+    epoch_rounds = [sum(1 for x in labels if x // EPOCH_LABELS == e) for e in range(EPOCHS)]
+    assert asked[-1] is None and len(asked) == EPOCHS - 1
+    assert all(n == epoch_rounds[e + 1] for e, n in enumerate(asked[:-1])) and epoch_rounds[-1] >= epoch_rounds[0]

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.config import OptimizeConfig
-from eqsat.measurement.decision import SCREEN_ROUNDS, measure
+from eqsat.measurement.decision import SCREEN_ROUNDS, SCREEN_SESSIONS, measure
 from eqsat.measurement.runtimes import OrtRuntime, Program, call_ms, feeds_for
 from eqsat.measurement.timing import Protocol
 
@@ -74,6 +74,7 @@ def test_slow_programs_are_screened_and_the_fastest_candidate_is_gated_alone():
     gated = measured.comparisons[1]
     assert gated.planned > 0 and gated.runtime["sessions_per_program"] >= 1  # the gate's rounds
     assert all(measured.comparisons[k].planned == 0 for k in (0, 2))  # the screening's figures, no gate's
+    assert all(measured.comparisons[k].runtime["sessions_per_program"] == SCREEN_SESSIONS for k in (0, 2))
     assert "screening run" in measurement.reason and "same" in measurement.reason
     x = measured.feeds["x"]
     np.testing.assert_allclose(_run(chain(256, 1), x), _run(original, x), rtol=1e-4, atol=1e-4)

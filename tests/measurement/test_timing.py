@@ -4,6 +4,7 @@ otherwise hand back the user's model untouched."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import onnx
@@ -14,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.measurement.clock import runtime_info
-from eqsat.measurement.timing import Comparison, Protocol, compare, decide, session_count, speedup_ci
+from eqsat.measurement.timing import Comparison, Protocol, compare, compare_many, decide, session_count, speedup_ci
 
 
 def synthetic_rounds(rng: np.random.Generator, ratio: float, n: int, noise: float = 0.1):
@@ -108,6 +109,28 @@ def test_same_model_against_itself_is_not_called_faster():
     r = results[0]
     assert r.rounds >= Protocol().min_rounds and r.runtime["intra_op_threads"] == 1
     assert r.runtime["graph_optimization_level"] == "ORT_ENABLE_ALL" and r.runtime["sessions_per_program"] >= 1
+
+
+def test_warm_up_calls_every_session_but_a_slow_programs_first_alone_after_its_allocating_call():
+    """Three instances (sessions) of each of two programs, two timed rounds (they call instances 0 and 1): a
+    program of no work is warmed five passes over every instance; one whose first pass costs more than a tenth of
+    the budget (30 ms calls, a 0.5 s budget) calls every instance once (its first call allocates), then the first
+    instance of each program once more, for the per-call estimate."""
+    def counted(sleep_s: float) -> list[list[int]]:
+        calls = [[0] * 3 for _ in range(2)]
+
+        def make(prog: int, inst: int):
+            def call():
+                calls[prog][inst] += 1
+                time.sleep(sleep_s)
+            return call
+        compare_many([[make(p, i) for i in range(3)] for p in range(2)],
+                     Protocol(budget_s=10.0 if sleep_s == 0 else 0.5, min_rounds=2, max_rounds=2, warmup=5,
+                              max_repeats=1))
+        return calls
+
+    assert counted(0.0) == [[6, 6, 5]] * 2  # 5 warm-up passes, then rounds 0 and 1
+    assert counted(0.03) == [[3, 2, 1]] * 2  # 1 allocating pass, instance 0 once more, then the two rounds
 
 
 def test_session_count_is_bounded_by_the_budget_and_by_weight_memory():
