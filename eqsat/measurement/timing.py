@@ -328,7 +328,7 @@ def _warm_up(inst: list[list[Callable[[], Any]]], p: Protocol, rng: np.random.Ge
         first[which].extend(clock(call, 1) / 1e3 for call in inst[which])
     cheap = time.perf_counter() - start <= 0.1 * p.budget_s
     warm: list[list[float]] = [[] for _ in inst]
-    for i in range(1, p.warmup):
+    for _ in range(1, p.warmup):
         for which in rng.permutation(k):
             warm[which].extend(clock(call, 1) / 1e3 for call in (inst[which] if cheap else inst[which][:1]))
         if not cheap or time.perf_counter() - start > 0.2 * p.budget_s:
