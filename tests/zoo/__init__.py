@@ -52,8 +52,8 @@ no test builds them either.
     >>> THIRD[:3]
     ('mobilebert_l4', 'gemma2_w384', 'gptneo_w384')
 
-:data:`FOURTH` is a fourth round (:mod:`.fourth`: BART, T5, Whisper, YOLOS, MobileNetV1, Mamba); no test builds
-them.
+:data:`FOURTH` is a fourth round (:mod:`.fourth`: BART, T5, Whisper, YOLOS, MobileNetV1, Mamba); :data:`FIFTH` a
+fifth (:mod:`.fifth`: Qwen3, Phi-3, Gemma 3, ModernBERT, Pegasus, Hiera); no test builds them.
 
 :data:`SERVING` models are the serving forms: a decoder's step against a key/value cache (one new token, the
 past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
@@ -66,7 +66,7 @@ cache out).
 The zoo is a package: this module holds the names, the shapes and :class:`Spec`, and builds and exports the models
 (:func:`module`, :func:`build`, :func:`export_dynamic`, the inputs); :mod:`.models` the torch modules and specs of
 :data:`NAMES`, :data:`EXTRA`, :data:`UNSEEN`, :data:`WIDE` and :data:`FAMILIES`; :mod:`.serving` the decode steps and
-prefills of :data:`SERVING`; :mod:`.third` the :data:`THIRD` round, :mod:`.fourth` the :data:`FOURTH`. Their
+prefills of :data:`SERVING`; :mod:`.third` the :data:`THIRD` round, :mod:`.fourth` the :data:`FOURTH`, :mod:`.fifth` the :data:`FIFTH`. Their
 builders call :func:`_eager` through this module (``zoo._eager``), so that a caller that replaces it
 (``scripts/bench_default.py``'s ``resized``) sees every config.
 """
@@ -162,6 +162,7 @@ def _eager(config):
     return config
 
 
+from .fifth import FIFTH, SPECS_FIFTH  # noqa: E402
 from .fourth import FOURTH, SPECS_FOURTH  # noqa: E402
 from .models import SPECS_FAMILIES, SPECS_MODELS  # noqa: E402 - the models' modules read this one's names
 from .serving import DECODE_PAST as DECODE_PAST  # noqa: E402 - re-exported
@@ -169,9 +170,10 @@ from .serving import DECODE_WIDE_PAST as DECODE_WIDE_PAST  # noqa: E402
 from .serving import SPECS_SERVING  # noqa: E402
 from .third import SPECS_THIRD, THIRD  # noqa: E402
 
-SPECS: dict[str, Spec] = {**SPECS_MODELS, **SPECS_SERVING, **SPECS_FAMILIES, **SPECS_THIRD, **SPECS_FOURTH}
+SPECS: dict[str, Spec] = {**SPECS_MODELS, **SPECS_SERVING, **SPECS_FAMILIES, **SPECS_THIRD, **SPECS_FOURTH,
+                          **SPECS_FIFTH}
 """zoo model name -> its :class:`Spec`, in the order of the name lists (checked below)"""
-assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES + THIRD + FOURTH
+assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES + THIRD + FOURTH + FIFTH
 
 
 WEIGHTS = ("init", "trained")
@@ -340,5 +342,5 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0, weights: 
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "FOURTH", "NAMES", "OPSETS", "SERVING", "SPECS", "THIRD", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
+__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "FIFTH", "FOURTH", "NAMES", "OPSETS", "SERVING", "SPECS", "THIRD", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
            "build", "export", "export_dynamic", "feeds", "module"]
