@@ -542,6 +542,7 @@ class Run:
             _record(timed, comparisons)
             for k in comparisons.screened:
                 timed[k].entry.note = ("screened out: timed in a short screening run beside the other candidates, "
+                                       "one session each, "
                                        "without the gate (its figures); the fastest there was gated alone")
             for b in timed[len(comparisons.comparisons):]:
                 b.entry.note = (f"not measured: the memory budget times the original and few candidates at a time, "

@@ -163,8 +163,9 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     measured = runtimes.compare_programs(Program(original, graph), candidates, runtime, protocol,
                                          input_shapes=config.input_shapes, feeds=feeds, say=say)
     share = 2 / (1 + len(candidates))  # of the budget and of its extension, as a group of two would have
-    duel_protocol = replace(protocol, budget_s=protocol.budget_s * share,
-                            max_budget_s=protocol.extended_budget_s * share, family=None)
+    duel_protocol = replace(protocol, budget_s=protocol.budget_s * share, max_budget_s=protocol.extended_budget_s * share,
+                            floor_max_s=None if protocol.floor_max_s is None else protocol.floor_max_s * share,
+                            family=None)
 
     def duel(first: int, second: int) -> Comparison:  # candidates of two groups, timed against each other
         if say is not None:

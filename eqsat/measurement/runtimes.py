@@ -307,7 +307,8 @@ def compare_programs(original: Program, candidates: Sequence[Program], runtime: 
         share = len(group) / len(programs)  # of the budget, and of the gate's extended budget
         p = protocol if len(groups) == 1 else replace(
             protocol, family=len(candidates), budget_s=protocol.budget_s * share,
-            max_budget_s=protocol.extended_budget_s * share)
+            max_budget_s=protocol.extended_budget_s * share,
+            floor_max_s=None if protocol.floor_max_s is None else protocol.floor_max_s * share)
         comparisons.extend(_timed_run(runtime, group, feeds, p, info))
         gc.collect()  # this group's sessions are gone before the next group's are built
         memory.release()

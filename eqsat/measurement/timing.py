@@ -15,7 +15,8 @@ stops at the first look where every candidate is resolved (faster, or surely not
 gate's (trimmed mean of the paired log ratios, cluster-robust t), whose false-ship rate is designed. At the first
 look (the pilot) the rounds are planned again from the spread seen (:class:`eqsat.measurement.gate.Sequential`), so that a
 2% gain resolves on a loaded machine too: the budget is extended up to ``Protocol.max_budget_s`` where the
-spread asks for more rounds than ``budget_s`` affords (a quiet machine's does not).
+spread asks for more rounds than ``budget_s`` affords (a quiet machine's does not), and a slow program's rounds up
+to ``Protocol.floor_rounds`` within ``Protocol.floor_max_s``.
 
 >>> lo = speedup_ci([2.0, 2.1, 1.9, 2.0, 2.2], [1.0, 1.05, 0.95, 1.0, 1.1])
 >>> round(lo.speedup, 3), lo.ci_low > 1.5
@@ -95,11 +96,12 @@ class Protocol:
     """with a gate: the seconds of timed rounds at most when the pilot's spread asks for more rounds than
     ``budget_s`` affords (None: EXTENSION x ``budget_s``; ``budget_s``: never extended)"""
     floor_rounds: int = 0
-    """with a gate: the rounds the extended budget affords at least, whatever ``max_budget_s`` says, where they
-    take at most ``floor_max_s`` seconds (a slow program's: ten seconds are 15 rounds of a 330 ms program, too few
-    session pairs for the gate to resolve a 7% gain on a noisy host); 0: none"""
+    """with a gate: the rounds the pilot's plan may reach whatever ``max_budget_s`` affords, or as many of them as
+    ``floor_max_s`` seconds of calls hold (a slow program's: ten seconds are 15 rounds of a 330 ms program, too few
+    for the gate to resolve a 7% gain on a noisy host); those seconds are then the rounds' time limit; 0: none"""
     floor_max_s: float | None = None
-    """the seconds ``floor_rounds`` may take at most (None: EXTENSION x ``budget_s``)"""
+    """the seconds of calls ``floor_rounds`` may take at most, and the rounds' time limit where the floor applies
+    (None: EXTENSION x ``budget_s``)"""
 
     @property
     def extended_budget_s(self) -> float:
@@ -247,8 +249,9 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     for large models, or beside many candidates): what
     differs between two sessions of one program (memory placement) is then drawn again each epoch, and the
     gate's standard error counts the session pairs of every epoch as its units (:data:`EPOCHS` epochs planned over
-    the budget's rounds, the last one longer where the gate extends them; with few units, the interval is wide), where one session pair for the whole run would show its difference as a gain. An
-    epoch before the last is given no more sessions than its rounds use. The caller keeps no reference to
+    the budget's rounds, the last one longer where the gate extends them; with few units, the interval is wide), where one session pair for the whole run would show its difference as a gain. A
+    renewed epoch before the last is given no more sessions than its rounds use (the first epoch's are built
+    before the rounds are planned). The caller keeps no reference to
     ``programs`` then, so that the dropped sessions are freed."""
     p = protocol
     if len(programs) < 2:
@@ -259,12 +262,11 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     start = time.perf_counter()
     rng = np.random.default_rng(p.seed)
     per_call = _warm_up(inst, p, rng, clock, start)
-    if p.gate is not None and p.floor_rounds:  # a slow program's gate may always reach floor_rounds
-        floor_s = min(p.floor_rounds * k * per_call, EXTENSION * p.budget_s if p.floor_max_s is None else p.floor_max_s)
-        if floor_s > p.extended_budget_s:
-            p = replace(p, max_budget_s=floor_s)
     pairs = p.budget_s / (k * per_call)  # how many rounds of one call per program the budget affords
     extended = p.extended_budget_s / (k * per_call)  # ... and the extended budget
+    floor = _floor(p, k * per_call, extended)
+    if floor:  # a slow program's gate may reach floor_rounds: its seconds the time limit, the rounds its cap
+        p = replace(p, max_budget_s=max(p.floor_max_s or EXTENSION * p.budget_s, p.extended_budget_s))
     if p.gate is not None:  # one call of each program a round, unless the extended budget affords more than the gate's
         repeats = min(max(math.ceil(extended / p.gate.max_rounds), 1), p.max_repeats)
     else:
@@ -294,7 +296,7 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     if p.gate is not None:  # renewing: the epochs' pairs are the units however few (a wide interval, never a narrow one)
         gate = replace(p.gate, min_clusters=2, clustered=True) if every else p.gate
         seq = Sequential(gate, p.family or k - 1, int(max(pairs // repeats, p.min_rounds)),
-                         int(max(extended // repeats, p.min_rounds)))
+                         int(max(extended // repeats, p.min_rounds, floor)))
         return _sequential(p, seq, run_round, series, pair, repeats, start, t0, runtime)
     rounds = int(min(max(pairs // repeats, p.min_rounds), p.max_rounds))
     for r in range(rounds):
@@ -314,24 +316,35 @@ def compare_many(programs: Sequence[Calls], protocol: Protocol = Protocol(), run
     return out
 
 
+def _floor(p: Protocol, round_s: float, extended: float) -> int:
+    """The rounds ``p.floor_rounds`` asks the gate's cap to reach (0: none beyond what the extended budget affords):
+    at most as many as ``p.floor_max_s`` holds at ``round_s`` seconds a round, counted in rounds, not seconds, so
+    that a renewal's builds and the division's rounding take none of them."""
+    if p.gate is None or not p.floor_rounds:
+        return 0
+    held = math.floor((p.floor_max_s or EXTENSION * p.budget_s) / round_s + 1e-9)
+    floor = min(p.floor_rounds, held)
+    return floor if floor > int(extended) else 0
+
+
 def _warm_up(inst: list[list[Callable[[], Any]]], p: Protocol, rng: np.random.Generator, clock: BlockClock,
              start: float) -> float:
     """The untimed calls before the rounds, alternated between the programs in a seeded order; returns the
     seconds of the slowest program's call. The first pass calls every instance once (its first call allocates);
-    the passes after it (``p.warmup`` passes in all, at least two where there are) call every instance again
-    while a pass costs little against the budget, else the first instance of each program alone, once: what
-    the per-call estimate needs (a 330 ms program of five sessions warmed twice each spent more seconds in
+    the passes after it (``p.warmup`` passes in all) call every instance again while the passes so far cost at
+    most a fifth of the budget (the first at least one more), else, where the first pass alone cost more, the
+    first instance of each program alone, once: what the per-call estimate needs (a 330 ms program of five sessions warmed twice each spent more seconds in
     warm-up than in its rounds)."""
     k = len(inst)
     first: list[list[float]] = [[] for _ in inst]
     for which in rng.permutation(k):  # (no loop variable left holding an instance that renew would drop)
         first[which].extend(clock(call, 1) / 1e3 for call in inst[which])
-    cheap = time.perf_counter() - start <= 0.1 * p.budget_s
+    cheap = time.perf_counter() - start <= 0.2 * p.budget_s
     warm: list[list[float]] = [[] for _ in inst]
     for _ in range(1, p.warmup):
         for which in rng.permutation(k):
             warm[which].extend(clock(call, 1) / 1e3 for call in (inst[which] if cheap else inst[which][:1]))
-        if not cheap or time.perf_counter() - start > 0.2 * p.budget_s:
+        if not cheap or time.perf_counter() - start > 0.2 * p.budget_s:  # (the second pass always runs)
             break
     return max(max(statistics.median(w or f) for w, f in zip(warm, first)), 1e-7)
 

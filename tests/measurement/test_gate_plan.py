@@ -173,23 +173,25 @@ def test_a_slow_programs_gate_may_always_reach_its_floor_of_rounds():
     far more rounds than any cap): without spare time the budget's 10 s plan 20 rounds; with a floor of 40 rounds
     up to 30 s the gate plans 40 (20 s), up to 15 s 30; a 1 ms program's floor is within its budget and changes
     nothing."""
-    def planned(ms: float, **floor) -> int:
+    def planned(ms: float, programs: int = 2, **floor) -> int:
         rng = np.random.default_rng(0)
 
-        def clock(call, repeats):  # no noise in the warm-up's calls (the first 2 x 5): the per-call estimate is exact
+        def clock(call, repeats):  # no noise in the warm-up's calls (5 passes): the per-call estimate is exact
             clock.calls += 1
-            return float(call() * (1.0 if clock.calls <= 10 else math.exp(rng.normal(0.0, 0.1))))
+            return float(call() * (1.0 if clock.calls <= 5 * programs else math.exp(rng.normal(0.0, 0.1))))
         clock.calls = 0
-        [c] = compare_many([lambda: ms, lambda: ms], Protocol(budget_s=10.0, max_budget_s=10.0, gate=Gate(), **floor),
-                           clock=clock)
-        assert c.rounds == c.planned and c.looks == Gate().looks  # open throughout: every planned round ran
-        return c.planned
+        cs = compare_many([lambda: ms] * programs, Protocol(budget_s=10.0, max_budget_s=10.0, gate=Gate(), **floor),
+                          clock=clock)
+        assert all(c.rounds == c.planned == cs[0].planned for c in cs)  # every planned round ran
+        assert cs[0].looks == Gate().looks  # open throughout
+        return cs[0].planned
 
     assert planned(250.0) == 20
     assert planned(250.0, floor_rounds=40, floor_max_s=30.0) == 40
     assert planned(250.0, floor_rounds=40, floor_max_s=15.0) == 30
     assert planned(250.0, floor_rounds=10, floor_max_s=30.0) == 20  # the budget affords more than the floor
     assert planned(1.0, floor_rounds=40, floor_max_s=30.0) == planned(1.0)
+    assert planned(100.0, programs=3, floor_rounds=40, floor_max_s=30.0) == 40  # 30 / 0.3 s: rounds, not 39.99
     with pytest.raises(ValueError, match="floor_rounds"):
         Protocol(floor_rounds=-1)
 
