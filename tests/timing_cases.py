@@ -35,3 +35,26 @@ def paired_rounds(rng: np.random.Generator, ratio: float, n: int, noise: float =
         spike = np.where(rng.random(n) < spikes, np.exp(np.abs(rng.normal(0, 0.3, n))), 1.0)
         sides.append(scale * load * offset * spike * np.exp(rng.normal(0, noise, n)))
     return sides[0], sides[1], pairs
+
+
+class VirtualTime:
+    """The timing protocol's clock of seconds (``eqsat.measurement.timing.time``) for a synthetic block clock:
+    it advances only by what the block clock says the timed calls took, so that the rounds a budget holds, its
+    deadlines and the pace an extension is planned from do not depend on how fast or loaded the host is.
+    :meth:`install` puts it in place of the module's ``time`` and returns the block clock wrapped to advance it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def install(self, monkeypatch, clock):
+        from eqsat.measurement import timing
+        monkeypatch.setattr(timing, "time", self)
+
+        def timed(call, repeats: int) -> float:
+            ms = clock(call, repeats)
+            self.now += ms * repeats / 1e3
+            return ms
+        return timed

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import onnx_builders as ob
 import pytest
-from timing_cases import SESSIONS, paired_rounds
+from timing_cases import SESSIONS, VirtualTime, paired_rounds
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.measurement import decision, runtimes
@@ -106,26 +106,27 @@ def test_a_program_two_percent_faster_ships_with_the_planned_rounds(noise):
     assert max(rounds) <= rounds_for_power(0.2, gate.gain, gate.power, gate, units=SESSIONS)  # bounded by the cap
 
 
-def synthetic_clock(ratio: float, noise: float, seed: int):
+def synthetic_clock(monkeypatch, ratio: float, noise: float, seed: int):
     """A block clock for callables that do nothing: program 0 (the original) takes ``ratio`` ms a call and
-    program 1 takes 1 ms, each block's median lognormally noisy; the rounds cost no wall time."""
+    program 1 takes 1 ms, each block's median lognormally noisy; the protocol's seconds are the clock's
+    (:class:`VirtualTime`), not the host's."""
     rng = np.random.default_rng(seed)
 
     def clock(call, repeats: int) -> float:
         return float(call() * math.exp(rng.normal(0.0, noise)))
 
-    return clock, [lambda: ratio, lambda: 1.0]
+    return VirtualTime().install(monkeypatch, clock), [lambda: ratio, lambda: 1.0]
 
 
-def test_compare_many_follows_the_plan_up_to_the_extended_budget():
+def test_compare_many_follows_the_plan_up_to_the_extended_budget(monkeypatch):
     """A noisy 5% gain timed on a synthetic clock, four seeds: every comparison still open at the pilot extends
     its plan past the budget's rounds (at most EXTENSION times them) and ships; with max_budget_s = budget_s the
     plan stays the budget's."""
     gate, extended = Gate(), 0
     for seed in range(4):
-        clock, programs = synthetic_clock(1.05, 0.25, seed)
+        clock, programs = synthetic_clock(monkeypatch, 1.05, 0.25, seed)
         [fixed] = compare_many(programs, Protocol(budget_s=2.0, max_budget_s=2.0, gate=gate, seed=seed), clock=clock)
-        clock, programs = synthetic_clock(1.05, 0.25, seed)
+        clock, programs = synthetic_clock(monkeypatch, 1.05, 0.25, seed)
         [c] = compare_many(programs, Protocol(budget_s=2.0, gate=gate, seed=seed), clock=clock)
         base = fixed.planned
         assert fixed.rounds <= base and fixed.looks <= gate.looks
@@ -248,7 +249,8 @@ def test_renewed_rounds_share_a_label_exactly_when_they_ran_on_the_same_pair_of_
         seen["clusters"] = list(clusters[0])
         return look(self, original_ms, candidates_ms, clusters, cap=cap)
     monkeypatch.setattr(gate_mod.Sequential, "look", spy)
-    [c] = compare_many(first, Protocol(budget_s=2.0, gate=Gate(), seed=0, warmup=2), clock=clock, renew=renew)
+    timed = VirtualTime().install(monkeypatch, clock)  # the rounds' seconds are the clock's, not the host's
+    [c] = compare_many(first, Protocol(budget_s=2.0, gate=Gate(), seed=0, warmup=2), clock=timed, renew=renew)
     labels, ran = seen["clusters"], ran[warm:]
     assert len(labels) == c.rounds and len(ran) == 2 * c.rounds
     pairs = [tuple(sorted(ran[2 * r:2 * r + 2])) for r in range(c.rounds)]  # (original's instance, candidate's)
