@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -27,15 +27,15 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction
-from eqsat.inputs import EDGES, NONFINITE_EDGES, one_row, served, unmasked
+from eqsat.inputs import EDGES, NONFINITE_EDGES, served
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
-from eqsat.measurement import floor_probe, runtimes
+from eqsat.measurement import runtimes
 from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure, measure_sizes
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
-from eqsat.onnx import export_model, import_model, load_model, pool, softmax_floor
+from eqsat.onnx import export_model, import_model, load_model, pool
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
@@ -45,6 +45,7 @@ from eqsat.verify import ShapesCheck, Verifier
 from .api_guard import api_arguments
 from .blockwise import blocks_entry, blocks_seconds, rest_share
 from .config import OptimizeConfig, after_import, ilp_seconds, search_seconds
+from .floored import floored_phase
 from .report import (
     Candidate,
     EGraphSize,
@@ -54,12 +55,19 @@ from .report import (
     VerificationReport,
 )
 from .result import Result
-from .selection import IMPORTED, Extracted, Written, candidates_phase, same_operators, same_program, with_imported
+from .selection import (
+    IMPORTED,
+    Built,
+    Extracted,
+    Written,
+    candidates_phase,
+    same_operators,
+    same_program,
+    with_imported,
+)
 from .shaping import Shaping
 
 Progress = Callable[[str], None]
-FLOORED = "+floored"
-"""the suffix of a candidate's name written floored by :func:`floored_phase`"""
 
 
 # -- the phases ----------------------------------------------------------------------------------------------
@@ -201,22 +209,6 @@ def verifier_of(original: onnx.ModelProto, config: OptimizeConfig) -> Verifier:
                     edges=edges)
 
 
-@dataclass
-class Built:
-    """A candidate exported and checked: its program, ONNX model, report entry and whether it may be measured."""
-
-    program: Graph
-    model: onnx.ModelProto
-    entry: Candidate
-    same_as_original: bool
-    shapes: ShapesCheck | None = None
-    """the check at the further shapes of a shape-generic run"""
-    notes: list[str] = field(default_factory=list)
-    """what its shape-generic write could not make generic (:meth:`Shaping.write`)"""
-    check: VerificationReport | None = None
-    """its check against the original (a further candidate's; the first's is :attr:`Checked.verification`)"""
-
-
 def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Graph, original: onnx.ModelProto,
                      config: OptimizeConfig, cost_model: CostModel,
                      first: Written | None = None,
@@ -271,61 +263,6 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
             shapes_phase(b, shaping, config)
         built.append(b)
     return built
-
-
-def floored_phase(built: list[Built], first_passed: bool, original: onnx.ModelProto,
-                  feeds: Mapping[str, np.ndarray] | None, config: OptimizeConfig, verifier: Verifier,
-                  say: Callable[[str], None] = lambda _msg: None) -> list[Built]:
-    """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`; ort-cpu on a CPU where
-    it pays, :mod:`eqsat.measurement.floor_probe`; more than one candidate, the first passed its check): the first,
-    the first floored, then each further one floored in its place where that passes its check (``NAME+floored``);
-    ``built`` itself where no Softmax is deep. The probe's inputs: at one row (:func:`eqsat.inputs.one_row`) every
-    mask kept (:func:`eqsat.inputs.unmasked`: a causal mask is deep, an unpadded encoder not); at several rows, which
-    a server pads, the measurement's own. A probe or floor that fails leaves its candidate as it was (``say``)."""
-    if config.candidates < 2 or not config.measure or feeds is None or not first_passed \
-            or runtimes.resolve(config.runtime) != "ort-cpu" or not floor_probe.floor_pays()[0]:
-        return built
-    kept = unmasked(original, feeds) if one_row(original, feeds) else feeds
-    out: list[Built] = []
-    for k, b in enumerate(built):
-        floored = None
-        if (k == 0 or b.entry.verified) and (b.shapes is None or b.shapes.passed):
-            try:
-                floored = _floored(b, kept, config, verifier)
-            except Exception as e:  # noqa: BLE001 - an optional form: the run goes on with the candidate as it is
-                if isinstance(e, MemoryError):
-                    raise
-                say(f"candidate {b.entry.name}: its floored form left out ({type(e).__name__}: {first_line(e, 200)}); "
-                    "this is a bug, please report it")
-            if (weights := pool.current()) is not None:
-                weights.drop_pages()
-            memory.release()
-        if k == 0:
-            out += [b] if floored is None else [b, floored]
-        else:
-            out.append(floored if floored is not None and floored.entry.verified else b)
-    if not any(o.entry.name.endswith(FLOORED) for o in out):
-        return built
-    return out
-
-
-def _floored(b: Built, feeds: Mapping[str, np.ndarray], config: OptimizeConfig, verifier: Verifier) -> Built | None:
-    """``b`` floored where its probe on ``feeds`` finds deep Softmax scores, checked against the original; None
-    where none is deep."""
-    deep = softmax_floor.deep_softmaxes(b.model, feeds)
-    if not deep:
-        return None
-    model = softmax_floor.floored(b.model, deep)
-    check = verifier.check(model)
-    source = (f"{b.entry.name} with the scores of {len(deep)} Softmax floored {softmax_floor.FLOOR:g} below their "
-              f"row's maximum (onnxruntime's exp is slow where masked scores underflow)")
-    entry = Candidate(f"{b.entry.name}{FLOORED}", b.entry.estimated_cost,
-                      softmax_floor.counted(b.entry.operators, b.model, model), source, verified=check.passed,
-                      max_abs_error=check.max_abs_error, costs=dict(b.entry.costs),
-                      note="" if check.passed else f"not measured: {check.detail}")
-    # the floor computes no shape: the check at further shapes is the unfloored one's (build_candidates')
-    return Built(b.program, model, entry, False, shapes=b.shapes, notes=list(b.notes),
-                 check=VerificationReport.of(check, config.seed))
 
 
 def shapes_phase(b: Built, shaping: Shaping, config: OptimizeConfig) -> ShapesCheck:

@@ -21,7 +21,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import onnx
@@ -36,8 +36,10 @@ from eqsat.mcts import PathState
 from eqsat.measurement import floor_probe, runtimes
 from eqsat.onnx import fusions
 from eqsat.snapshot import Snapshot
+from eqsat.verify import ShapesCheck
 
 from .config import OptimizeConfig, ilp_seconds
+from .report import Candidate, VerificationReport
 
 UNFUSED = fusions.UNFUSED
 """element-wise operators that compute each element from the operands' elements at its place and that onnxruntime
@@ -156,6 +158,22 @@ class Extracted:
     written: Written | None = None
 
 
+@dataclass
+class Built:
+    """A candidate exported and checked: its program, ONNX model, report entry and whether it may be measured."""
+
+    program: Graph
+    model: onnx.ModelProto
+    entry: Candidate
+    same_as_original: bool
+    shapes: ShapesCheck | None = None
+    """the check at the further shapes of a shape-generic run"""
+    notes: list[str] = field(default_factory=list)
+    """what its shape-generic write could not make generic (:meth:`Shaping.write`)"""
+    check: VerificationReport | None = None
+    """its check against the original (a further candidate's; the first's is :attr:`Checked.verification`)"""
+
+
 IMPORTED = "imported"
 """the candidate that is the input as eqsat writes it, no rule applied (:func:`with_imported`): the exporter's own
 simplifications (shape computations folded into its shape-generic forms, constants and identities dropped, the
@@ -176,7 +194,7 @@ def with_imported(extracted: list[Extracted], written: Written, original: onnx.M
 SOFTMAX = "softmax"
 """the candidate that computes its attention as a Softmax where the runtime's attention kernel was chosen
 (:data:`eqsat.cost.favoured.AVOIDED`; onnxruntime's CPU only): its masked scores can be floored
-(:func:`eqsat.app.pipeline.floored_phase`), which the kernel's cannot"""
+(:func:`eqsat.app.floored.floored_phase`), which the kernel's cannot"""
 
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,

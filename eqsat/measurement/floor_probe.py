@@ -7,7 +7,7 @@ masked ``[1, 6, 128, 128]`` Softmax took 5-6x an unmasked one and the MatMul rea
 made decoders 8-26% faster; on an AMD EPYC the penalty was about 2x, the floor's three more passes cost more than
 they saved, and the floored candidates were slower (``docs/benchmarks.md``, seventeenth and eighteenth passes).
 Where they do not pay, floored copies would only take the place of the unfloored further candidates
-(:func:`eqsat.app.pipeline.floored_phase`). So :func:`floor_pays` times the attention core that the floor changes, a
+(:func:`eqsat.app.floored.floored_phase`). So :func:`floor_pays` times the attention core that the floor changes, a
 causally masked Softmax and the MatMul with the values after it, as written and floored, interleaved in one process
 at one thread, and says whether the floored one is faster by :data:`MARGIN`.
 """

@@ -1,4 +1,4 @@
-"""The floored candidates (eqsat.app.pipeline.floored_phase): where a candidate's Softmax scores are masked (a causal
+"""The floored candidates (eqsat.app.floored.floored_phase): where a candidate's Softmax scores are masked (a causal
 mask: deep whatever the input's padding), the run also measures the candidates with those scores floored
 (eqsat.onnx.softmax_floor), each checked against the original; where nothing is masked, or the measurement cannot decide,
 the candidates are as before. Oracles: onnxruntime's outputs of the original model, on inputs drawn here."""
@@ -12,14 +12,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.config import OptimizeConfig
+from eqsat.app.floored import FLOORED, floored_phase
 from eqsat.app.pipeline import (
-    FLOORED,
     build_candidates,
     candidates_phase,
     encode_phase,
     export_phase,
     extract_phase,
-    floored_phase,
     optimize,
     search_phase,
     shaped_import_phase,
