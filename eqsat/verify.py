@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -241,8 +241,11 @@ class ShapesVerifier:
     lives only while it is checked. Every candidate sees the inputs :func:`verify_shapes` would give it."""
 
     def __init__(self, original: onnx.ModelProto, probes: Sequence[tuple[str, Shapes]], seed: int = 0,
-                 draws: int = 1):
+                 draws: int = 1, near: Sequence[tuple[str, str, Shapes]] = ()):
         self.original, self.probes, self.seed, self.draws = original, list(probes), seed, draws
+        self.near = list(near)
+        """(symbol, label, shapes) checked where the original refuses every probe labelled ``symbol=...``
+        (:func:`eqsat.onnx.interface.near_shapes`)"""
         self._session: ort.InferenceSession | None = None
         self._runs: dict[str, tuple[list[tuple[dict[str, np.ndarray], list]], bool]] = {}
         """probe label -> the draws the original ran (their inputs and its outputs), and whether it refused the
@@ -273,7 +276,7 @@ class ShapesVerifier:
         s2 = session(optimized, prepacking=False)  # checked, not timed
         names = [o.name for o in s2.get_outputs()]
         out = ShapesCheck(True)
-        for label, shapes in self.probes:
+        for label, shapes in self._probes(out):
             runs, refused = self._reference(label, shapes)
             for feeds, ref in runs:
                 try:
@@ -291,6 +294,15 @@ class ShapesVerifier:
                                            + shapes_ab)
             (out.skipped if refused else out.verified).append(label)
         return out
+
+    def _probes(self, out: ShapesCheck) -> Iterator[tuple[str, Shapes]]:
+        """The probes, then each near one whose symbol's probes the original refused, every one (``out.skipped``
+        so far: read as the near ones are reached)."""
+        yield from self.probes
+        for sym, label, shapes in self.near:
+            own = [lb for lb, _ in self.probes if lb.startswith(f"{sym}=")]
+            if own and all(lb in out.skipped for lb in own):
+                yield label, shapes
 
     def close(self) -> None:
         """Release the original's session and outputs (a later check builds them again)."""

@@ -25,7 +25,7 @@ from eqsat.onnx.importer import parse_input_shapes, parse_sizes
 from eqsat.onnx.io import external_data_files
 from eqsat.progress import progress_printer
 
-from . import cost_cli, models_cli, rules_cli, watchdog
+from . import cost_cli, memory_guard, models_cli, rules_cli, watchdog
 from .config import OptimizeConfig, choices, options, value_type
 from .guards import check_not_a_stream, check_output_path, check_replaceable, late_write_errors, tolerant_stderr
 from .pipeline import optimize
@@ -281,12 +281,15 @@ def main(argv: Sequence[str] | None = None, *, process: bool = False) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None  # SIGTERM ends like Ctrl-C
     disarm = watchdog.arm() if process and in_main else None  # ... even inside a long native call
+    unwatch = memory_guard.arm() if process else None  # a message before the system's out-of-memory killer
     rc = 1
     try:
         with tolerant_stderr():  # a full or closed stderr must not stop the run
             rc = _run(args, quiet_after_interrupt=process and in_main)
             return rc
     finally:
+        if unwatch is not None:
+            unwatch()
         if disarm is not None and rc != 130:
             disarm()
         if in_main and not (process and rc == 130):

@@ -30,6 +30,7 @@ from eqsat.onnx.interface import (
     interface,
     is_batch_like,
     length_symbols,
+    near_shapes,
     probe_shapes,
     runnable_values,
     shapes_at,
@@ -259,9 +260,10 @@ class Shaping:
         assert self.original is not None
         probes = probe_shapes(self.original, self.values)
         probes += [p for p in [*self.also, *self.wider] if p[0] not in dict(probes)]
+        near = near_shapes(self.original, self.values)
         if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed \
-                or self.checks.probes != probes:
-            self.checks = ShapesVerifier(self.original, probes, seed)
+                or self.checks.probes != probes or self.checks.near != near:
+            self.checks = ShapesVerifier(self.original, probes, seed, near=near)
         check = self.checks.check(model)
         if not check.passed:
             return check

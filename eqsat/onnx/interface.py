@@ -398,6 +398,38 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
+NEAR = (3, 4), (5, 4)
+"""the fractions of its representative value a symbol is verified at besides where the original refuses each of
+its :func:`probe_values` (:func:`near_shapes`)"""
+
+
+def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, str, Shapes]]:
+    """(symbol, label, shapes) to verify a shape-generic result at where the original refuses every one of the
+    symbol's :func:`probe_shapes` (a traced model that runs between half and twice its tuned length only: a program
+    that fixed a size computed from the symbol would otherwise pass unchecked): each symbol that is not batch-like at
+    :data:`NEAR`'s fractions of its value (3/4 and 5/4), the others at their representative values.
+
+    >>> import onnx.helper as h
+    >>> m = h.make_model(h.make_graph([h.make_node("Identity", ["x"], ["y"])], "g",
+    ...     [h.make_tensor_value_info("x", 1, ["batch", "seq"])], [h.make_tensor_value_info("y", 1, ["batch", "seq"])]))
+    >>> [(sym, label, shapes["x"]) for sym, label, shapes in near_shapes(m, {"batch": 1, "seq": 128})]
+    [('seq', 'seq=96 (near its size: the others refused)', (1, 96)), ('seq', 'seq=160 (near its size: the others refused)', (1, 160))]
+    """
+    out: list[tuple[str, str, Shapes]] = []
+    syms = symbols(model)
+    derived = derived_symbols(list(syms))
+    for sym, places in syms.items():
+        value = values[sym]
+        if sym in derived or _batch(sym, places) or value < 8:
+            continue
+        for num, den in NEAR:
+            v = value * num // den
+            if v != value and v not in probe_values(value, False):
+                out.append((sym, f"{sym}={v} (near its size: the others refused)",
+                            shapes_at(model, follow({**values, sym: v}, derived))))
+    return out
+
+
+__all__ = ["BATCH_DEFAULT", "NEAR", "near_shapes", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
            "interface_difference", "is_batch_like", "probe_shapes", "probe_values",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

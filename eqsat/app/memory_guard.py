@@ -1,0 +1,114 @@
+"""A stop with a message before the machine runs out of memory. A model whose runs at the sizes it is tuned at
+need more memory than the machine has (a mixture-of-experts decoder whose shape probes run it at several batch
+sizes) would otherwise end with the system's out-of-memory killer: the process gone without a word, no report.
+:func:`arm` starts a thread that reads the memory the machine (or the process's cgroup) has left every
+:data:`EVERY_S` seconds; once less than :data:`LOW_SHARE` of it is left while this process holds at least
+:data:`OWN_SHARE` of it (another program's memory is not this run's to answer for), it says so, waits for a
+result being renamed into place to be done (as the interrupt's watchdog does), and ends the process with
+:data:`EXIT_CODE`, nothing written."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from eqsat.onnx import io as onnx_io
+
+EXIT_CODE = 4
+EVERY_S = 0.1
+LOW_SHARE = 0.08
+"""the share of the machine's memory left below which the run stops (at least :data:`LOW_BYTES`)"""
+LOW_BYTES = 512 << 20
+OWN_SHARE = 0.4
+"""the share of the machine's memory this process must hold for the stop to be its own"""
+CGROUP = "/sys/fs/cgroup"
+
+
+@dataclass(frozen=True)
+class Reading:
+    total: int
+    """bytes the process may use in all: the machine's memory, or its cgroup's limit where that is lower"""
+    available: int
+    """bytes of it still free to take"""
+    own: int
+    """bytes this process holds (its resident set)"""
+
+
+def _kb(path: str, *fields: str) -> list[int]:
+    out = {}
+    with open(path) as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name in fields:
+                out[name] = int(rest.split()[0]) * 1024
+    return [out[f] for f in fields]
+
+
+def _cgroup() -> tuple[int, int] | None:
+    """(limit, used) of the process's cgroup (v2) where it sets a limit; used without the file cache the kernel
+    reclaims before it kills (``inactive_file``)."""
+    try:
+        with open(os.path.join(CGROUP, "memory.max")) as f:
+            limit = f.read().strip()
+        with open(os.path.join(CGROUP, "memory.current")) as f:
+            used = int(f.read().strip())
+        with open(os.path.join(CGROUP, "memory.stat")) as f:
+            cache = next((int(line.split()[1]) for line in f if line.startswith("inactive_file ")), 0)
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else (int(limit), used - cache)
+
+
+def read() -> Reading | None:
+    """The memory now (None where /proc cannot be read: not Linux)."""
+    try:
+        total, available = _kb("/proc/meminfo", "MemTotal", "MemAvailable")
+        (own,) = _kb("/proc/self/status", "VmRSS")
+    except (OSError, ValueError, KeyError):
+        return None
+    group = _cgroup()
+    if group is not None and group[0] < total:
+        total, available = group[0], min(available, group[0] - group[1])
+    return Reading(total, available, own)
+
+
+def too_low(r: Reading, low_share: float = LOW_SHARE, own_share: float = OWN_SHARE) -> bool:
+    """Whether the run should stop: little memory left, most of it taken by this process."""
+    return r.available < max(low_share * r.total, LOW_BYTES) and r.own >= own_share * r.total
+
+
+def arm(low_share: float = LOW_SHARE, own_share: float = OWN_SHARE,
+        every_s: float = EVERY_S) -> Callable[[], None]:
+    """Watch the memory from a daemon thread; the function that stops watching. Nothing is watched where the
+    memory cannot be read."""
+    if read() is None:
+        return lambda: None
+    stop = threading.Event()
+    threading.Thread(target=_watch, args=(stop, low_share, own_share, every_s), name="eqsat-memory",
+                     daemon=True).start()
+    return stop.set
+
+
+def _watch(stop: threading.Event, low_share: float, own_share: float, every_s: float) -> None:
+    while not stop.wait(every_s):
+        r = read()
+        if r is None or not too_low(r, low_share, own_share):
+            continue
+        while onnx_io.signals_held():
+            time.sleep(0.1)
+        gib = 1 << 30
+        try:
+            print(f"eqsat: error: stopped before the machine ran out of memory: this run held "
+                  f"{r.own / gib:.1f} GiB of {r.total / gib:.1f} GiB, {r.available / gib:.1f} GiB left; the "
+                  "model's runs at the sizes it is tuned and checked at need more memory than this machine has: "
+                  "tune it at smaller sizes (--input-shape NAME=DIMS, e.g. a shorter sequence) or run it on a "
+                  "machine with more memory; no output was written or changed", file=sys.stderr, flush=True)
+        finally:
+            os._exit(EXIT_CODE)
+
+
+__all__ = ["EXIT_CODE", "Reading", "arm", "read", "too_low"]
