@@ -33,6 +33,7 @@ def _sixth(name: str) -> Callable[[], torch.nn.Module]:
 
         layers = {"num_hidden_layers": WIDE_LAYERS, "num_attention_heads": WIDE_HEADS, "intermediate_size": _FFN}
         dec = {"hidden_size": WIDTH, "num_key_value_heads": 2, "vocab_size": _WORDS, "max_position_embeddings": 512,
+               "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                **layers}
         vit = {"hidden_size": WIDTH, "image_size": 224, "patch_size": 16, **layers}
         tokens, pixels, out, no_cache = ("input_ids", "attention_mask"), ("pixel_values",), "last_hidden_state", \
