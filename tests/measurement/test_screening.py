@@ -21,6 +21,10 @@ WIDTH = 512
 WEIGHT = np.random.default_rng(1).standard_normal((WIDTH, WIDTH)).astype(np.float32) / WIDTH**0.5
 CONFIG = OptimizeConfig.of(measure_budget=1.0, runtime="ort-cpu")
 PROTOCOL = Protocol(budget_s=1.0)
+SLOW_ROWS = 1024
+"""rows of the slow programs: eight products take about 18 ms on this kind of machine, so that a budget of 1 s
+affords four of them fewer than SCREEN_ROUNDS rounds with a margin of three (at 256 rows, 4.4 ms on an idle host,
+the margin was under 1.2 and a fast host did not screen)"""
 
 
 def chain(rows: int, products: int) -> onnx.ModelProto:
@@ -62,8 +66,8 @@ def test_one_call_is_timed_before_the_rounds_are_planned():
 
 @pytest.mark.timing
 def test_slow_programs_are_screened_and_the_fastest_candidate_is_gated_alone():
-    original = chain(256, 8)
-    candidates = [Program(chain(256, 8)), Program(chain(256, 1)), Program(chain(256, 8))]
+    original = chain(SLOW_ROWS, 8)
+    candidates = [Program(chain(SLOW_ROWS, 8)), Program(chain(SLOW_ROWS, 1)), Program(chain(SLOW_ROWS, 8))]
     said: list[str] = []
     measurement, measured = measure(original, candidates, CONFIG, names=["same", "fast", "same-too"], say=said.append)
     per_call = call_ms(Program(original), OrtRuntime(), measured.feeds, PROTOCOL) / 1e3
@@ -77,7 +81,7 @@ def test_slow_programs_are_screened_and_the_fastest_candidate_is_gated_alone():
     assert all(measured.comparisons[k].runtime["sessions_per_program"] == SCREEN_SESSIONS for k in (0, 2))
     assert "screening run" in measurement.reason and "same" in measurement.reason
     x = measured.feeds["x"]
-    np.testing.assert_allclose(_run(chain(256, 1), x), _run(original, x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_run(chain(SLOW_ROWS, 1), x), _run(original, x), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.timing
@@ -85,7 +89,7 @@ def test_an_a_a_of_slow_programs_is_screened_and_the_original_returned():
     """The gate's designed false-ship rate is 1%: one of two seeded runs may ship, both at most 1e-4 of the time."""
     decisions = []
     for seed in (0, 1):
-        measurement, measured = measure(chain(256, 8), [Program(chain(256, 8)), Program(chain(256, 8))],
+        measurement, measured = measure(chain(SLOW_ROWS, 8), [Program(chain(SLOW_ROWS, 8)), Program(chain(SLOW_ROWS, 8))],
                                         CONFIG.updated(seed=seed))
         assert len(measured.screened) == 1
         decisions.append(measurement.decision)
