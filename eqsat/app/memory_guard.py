@@ -3,9 +3,10 @@ need more memory than the machine has (a mixture-of-experts decoder whose shape 
 sizes) would otherwise end with the system's out-of-memory killer: the process gone without a word, no report.
 :func:`arm` starts a thread that reads the memory the machine (or the process's cgroup) has left every
 :data:`EVERY_S` seconds; once less than :data:`LOW_SHARE` of it is left while this process holds at least
-:data:`OWN_SHARE` of it (another program's memory is not this run's to answer for), it says so, waits for a
-result being renamed into place to be done (as the interrupt's watchdog does), and ends the process with
-:data:`EXIT_CODE`, nothing written."""
+:data:`OWN_SHARE` of it (another program's memory is not this run's to answer for), it says so and ends the
+process with :data:`EXIT_CODE`, nothing written. Once the results are being renamed into place (the run's last
+step, :func:`eqsat.onnx.io.signals_held`), it stops watching: a stop then would leave them written while saying
+they were not."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ EVERY_S = 0.1
 LOW_SHARE = 0.08
 """the share of the machine's memory left below which the run stops (at least :data:`LOW_BYTES`)"""
 LOW_BYTES = 512 << 20
+"""the least memory left below which the run stops (an eighth of the memory where that is less)"""
 OWN_SHARE = 0.4
 """the share of the machine's memory this process must hold for the stop to be its own"""
 CGROUP = "/sys/fs/cgroup"
@@ -77,8 +79,10 @@ def read() -> Reading | None:
 
 
 def too_low(r: Reading, low_share: float = LOW_SHARE, own_share: float = OWN_SHARE) -> bool:
-    """Whether the run should stop: little memory left, most of it taken by this process."""
-    return r.available < max(low_share * r.total, LOW_BYTES) and r.own >= own_share * r.total
+    """Whether the run should stop: little memory left (``low_share`` of it, at least :data:`LOW_BYTES` but at most
+    an eighth of a small machine's or cgroup's), most of it taken by this process."""
+    low = max(low_share * r.total, min(LOW_BYTES, r.total / 8))
+    return r.available < low and r.own >= own_share * r.total
 
 
 def arm(low_share: float = LOW_SHARE, own_share: float = OWN_SHARE,
@@ -95,11 +99,15 @@ def arm(low_share: float = LOW_SHARE, own_share: float = OWN_SHARE,
 
 def _watch(stop: threading.Event, low_share: float, own_share: float, every_s: float) -> None:
     while not stop.wait(every_s):
+        if onnx_io.signals_held():  # the results are being put in place: the run is ending, and a stop now would
+            while onnx_io.signals_held():  # leave them written while it says nothing was; it is let finish
+                time.sleep(0.05)
+            return
         r = read()
         if r is None or not too_low(r, low_share, own_share):
             continue
-        while onnx_io.signals_held():
-            time.sleep(0.1)
+        if onnx_io.signals_held():  # (began since the check above)
+            continue
         gib = 1 << 30
         try:
             print(f"eqsat: error: stopped before the machine ran out of memory: this run held "
