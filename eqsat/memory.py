@@ -38,11 +38,12 @@ SAMPLE_EVERY_S = 0.005
 """how often :func:`watch` samples the resident size of a phase that stays below the run's peak so far"""
 
 
-def _status_kb(*fields: str) -> tuple[int, ...] | None:
-    """The ``fields`` lines of /proc/self/status in kB, or None without /proc."""
+def proc_kb(*fields: str, path: str = STATUS) -> tuple[int, ...] | None:
+    """The ``fields`` lines of a /proc file of ``NAME: value kB`` lines (/proc/self/status, /proc/meminfo) in kB, or
+    None without /proc or any of them."""
     found: dict[str, int] = {}
     try:
-        with open(STATUS, encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             for line in f:
                 key = line.split(":", 1)[0]
                 if key in fields:
@@ -57,12 +58,12 @@ def _lifetime_peak_kb() -> int:
 
 
 def _peak_kb() -> int:
-    got = _status_kb("VmHWM")
+    got = proc_kb("VmHWM")
     return got[0] if got is not None else _lifetime_peak_kb()
 
 
 def _rss_kb() -> int:
-    got = _status_kb("VmRSS")
+    got = proc_kb("VmRSS")
     return got[0] if got is not None else _lifetime_peak_kb()
 
 
@@ -124,4 +125,4 @@ def release() -> bool:
     return bool(libc is not None and libc.malloc_trim(0))
 
 
-__all__ = ["SAMPLE_EVERY_S", "Peak", "release", "watch"]
+__all__ = ["SAMPLE_EVERY_S", "Peak", "proc_kb", "release", "watch"]

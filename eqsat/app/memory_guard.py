@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from eqsat.memory import proc_kb
 from eqsat.onnx import io as onnx_io
 
 EXIT_CODE = 4
@@ -40,16 +41,6 @@ class Reading:
     """bytes this process holds (its resident set)"""
 
 
-def _kb(path: str, *fields: str) -> list[int]:
-    out = {}
-    with open(path) as f:
-        for line in f:
-            name, _, rest = line.partition(":")
-            if name in fields:
-                out[name] = int(rest.split()[0]) * 1024
-    return [out[f] for f in fields]
-
-
 def _cgroup() -> tuple[int, int] | None:
     """(limit, used) of the process's cgroup (v2) where it sets a limit; used without the file cache the kernel
     reclaims before it kills (``inactive_file``)."""
@@ -67,11 +58,10 @@ def _cgroup() -> tuple[int, int] | None:
 
 def read() -> Reading | None:
     """The memory now (None where /proc cannot be read: not Linux)."""
-    try:
-        total, available = _kb("/proc/meminfo", "MemTotal", "MemAvailable")
-        (own,) = _kb("/proc/self/status", "VmRSS")
-    except (OSError, ValueError, KeyError):
+    machine, status = proc_kb("MemTotal", "MemAvailable", path="/proc/meminfo"), proc_kb("VmRSS")
+    if machine is None or status is None:
         return None
+    total, available, own = machine[0] * 1024, machine[1] * 1024, status[0] * 1024
     group = _cgroup()
     if group is not None and group[0] < total:
         total, available = group[0], min(available, group[0] - group[1])
