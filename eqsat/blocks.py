@@ -42,6 +42,7 @@ from . import ir
 from .dims import fingerprint
 from .ir import Graph, Node, Origin, topo_order
 from .onnx import origins
+from .onnx.dataflow import unique_name
 from .ops.bounds import value_range
 
 MIN_BLOCK_NODES = 3
@@ -155,7 +156,7 @@ class Blocks:
         memo: dict[int, Node] = {}
         leaves = []
         for k, b in enumerate(self.blocks):
-            leaf = ir.input_(_unique(f"block_out_{k}", taken), b.output.shape, b.output.dtype)
+            leaf = ir.input_(unique_name(f"block_out_{k}", taken), b.output.shape, b.output.dtype)
             memo[id(b.output)] = leaf
             leaves.append(leaf)
         named = dict(zip((id(o) for o in self.graph.outputs), self.graph.output_names))
@@ -164,7 +165,7 @@ class Blocks:
         sides = {id(n) for b in self.blocks for n in b.sides}  # outputs the copies compute
         targets = [n for n in {id(n): n for n in reads}.values()
                    if id(n) not in memo and id(n) not in sides and n.op not in origins.LEAVES]
-        names = tuple(named.get(id(n)) or _unique(f"rest_read_{k}", taken) for k, n in enumerate(targets))
+        names = tuple(named.get(id(n)) or unique_name(f"rest_read_{k}", taken) for k, n in enumerate(targets))
         outputs = tuple(_rebuild(targets, memo))
         program = Graph((*self.graph.inputs, *leaves), outputs, names, _weights_of(self.graph, outputs),
                         name=f"{self.graph.name}-rest", opset=self.graph.opset, domains=dict(self.graph.domains),
@@ -224,16 +225,6 @@ class Rest:
     def operators(self) -> int:
         """Operators computed outside the blocks (leaves not counted)."""
         return sum(1 for n in self.program.nodes() if n.op not in origins.LEAVES)
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    """``name``, or ``name_K`` with the least K not in ``taken``; added to ``taken``."""
-    out, k = name, 0
-    while out in taken:
-        k += 1
-        out = f"{name}_{k}"
-    taken.add(out)
-    return out
 
 
 def _weights_of(graph: Graph, outputs: Sequence[Node]) -> dict[str, np.ndarray]:

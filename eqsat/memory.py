@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
+import os
 import resource
 import threading
 from collections.abc import Iterator
@@ -125,4 +126,45 @@ def release() -> bool:
     return bool(libc is not None and libc.malloc_trim(0))
 
 
-__all__ = ["SAMPLE_EVERY_S", "Peak", "proc_kb", "release", "watch"]
+CGROUP = "/sys/fs/cgroup"
+"""where the process's cgroup (v2) says its memory limit (:func:`read`)"""
+
+
+@dataclass(frozen=True)
+class Reading:
+    total: int
+    """bytes the process may use in all: the machine's memory, or its cgroup's limit where that is lower"""
+    available: int
+    """bytes of it still free to take"""
+    own: int
+    """bytes this process holds (its resident set)"""
+
+
+def _cgroup() -> tuple[int, int] | None:
+    """(limit, used) of the process's cgroup (v2) where it sets a limit; used without the file cache the kernel
+    reclaims before it kills (``inactive_file``)."""
+    try:
+        with open(os.path.join(CGROUP, "memory.max")) as f:
+            limit = f.read().strip()
+        with open(os.path.join(CGROUP, "memory.current")) as f:
+            used = int(f.read().strip())
+        with open(os.path.join(CGROUP, "memory.stat")) as f:
+            cache = next((int(line.split()[1]) for line in f if line.startswith("inactive_file ")), 0)
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else (int(limit), used - cache)
+
+
+def read() -> Reading | None:
+    """The memory now (None where /proc cannot be read: not Linux)."""
+    machine, status = proc_kb("MemTotal", "MemAvailable", path="/proc/meminfo"), proc_kb("VmRSS")
+    if machine is None or status is None:
+        return None
+    total, available, own = machine[0] * 1024, machine[1] * 1024, status[0] * 1024
+    group = _cgroup()
+    if group is not None and group[0] < total:
+        total, available = group[0], min(available, group[0] - group[1])
+    return Reading(total, available, own)
+
+
+__all__ = ["CGROUP", "SAMPLE_EVERY_S", "Peak", "Reading", "proc_kb", "read", "release", "watch"]

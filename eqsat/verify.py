@@ -12,6 +12,7 @@ import onnxruntime as ort
 from .dims import derived_symbols, follow
 from .errors import InputError, first_line
 from .inputs import EDGES, NONFINITE_EDGES, edge_draws, index_bounds, random_inputs
+from .onnx import footprint
 from .onnx.branches import guard_bounds, table_guards, taken
 from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, shapes_text, symbols
 from .onnx.io import session
@@ -222,7 +223,8 @@ class ShapesCheck:
     verified: list[str] = field(default_factory=list)
     """the labels of the shapes both models ran at and agreed"""
     skipped: list[str] = field(default_factory=list)
-    """the labels of the shapes the original itself refuses (onnxruntime fails on it): not a check"""
+    """the labels of the shapes the original itself refuses (onnxruntime fails on it), and of those a run at
+    would not fit in memory (with what it would take): not a check"""
     detail: str = ""
 
 
@@ -250,9 +252,16 @@ class ShapesVerifier:
         self._runs: dict[str, tuple[list[tuple[dict[str, np.ndarray], list]], bool]] = {}
         """probe label -> the draws the original ran (their inputs and its outputs), and whether it refused the
         next one (the probe is then skipped, once the candidate matched on those before it)"""
+        self.too_large: dict[str, str] = {}
+        """probe label -> why it is not run: the memory a run there would take (:mod:`eqsat.onnx.footprint`)"""
 
     def _reference(self, label: str, shapes: Shapes) -> tuple[list[tuple[dict[str, np.ndarray], list]], bool]:
         if label not in self._runs:
+            try:
+                footprint.check(shapes)
+            except footprint.TooLarge as exc:  # not run: a skip, saying why (the original does not refuse it)
+                self._runs[label], self.too_large[label] = ([], True), exc.short()
+                return self._runs[label]
             if self._session is None:
                 self._session = session(self.original, prepacking=False)  # checked, not timed
             rng, bounds = np.random.default_rng(self.seed), index_bounds(self.original)
@@ -276,7 +285,8 @@ class ShapesVerifier:
         s2 = session(optimized, prepacking=False)  # checked, not timed
         names = [o.name for o in s2.get_outputs()]
         out = ShapesCheck(True)
-        for label, shapes in self._probes(out):
+        refusals: set[str] = set()
+        for label, shapes in self._probes(refusals):
             runs, refused = self._reference(label, shapes)
             for feeds, ref in runs:
                 try:
@@ -292,21 +302,25 @@ class ShapesVerifier:
                             f"max abs error {e_abs:.3g}, max rel error {e_rel:.3g}"
                         return ShapesCheck(False, out.verified, out.skipped, f"at {label} output {name!r} differs: "
                                            + shapes_ab)
-            (out.skipped if refused else out.verified).append(label)
+            if refused:
+                refusals.add(label)
+                out.skipped.append(f"{label} ({self.too_large[label]})" if label in self.too_large else label)
+            else:
+                out.verified.append(label)
         return out
 
-    def _probes(self, out: ShapesCheck) -> Iterator[tuple[str, Shapes]]:
-        """The probes, then each near one whose symbol's probes the original refused, every one (``out.skipped``
-        so far: read as the near ones are reached)."""
+    def _probes(self, refusals: set[str]) -> Iterator[tuple[str, Shapes]]:
+        """The probes, then each near one whose symbol's probes were all skipped (``refusals`` so far: read as the
+        near ones are reached)."""
         yield from self.probes
         for sym, label, shapes in self.near:
             own = [lb for lb, _ in self.probes if lb.startswith(f"{sym}=")]
-            if own and all(lb in out.skipped for lb in own):
+            if own and all(lb in refusals for lb in own):
                 yield label, shapes
 
     def close(self) -> None:
         """Release the original's session and outputs (a later check builds them again)."""
-        self._session, self._runs = None, {}
+        self._session, self._runs, self.too_large = None, {}, {}
 
 
 def _beyond(name: str, then_s: ort.InferenceSession, else_s: ort.InferenceSession, outputs: Sequence[str],

@@ -15,9 +15,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from eqsat.memory import proc_kb
+from eqsat.memory import Reading, read
 from eqsat.onnx import io as onnx_io
 
 EXIT_CODE = 4
@@ -28,46 +27,6 @@ LOW_BYTES = 512 << 20
 """the least memory left below which the run stops (an eighth of the memory where that is less)"""
 OWN_SHARE = 0.4
 """the share of the machine's memory this process must hold for the stop to be its own"""
-CGROUP = "/sys/fs/cgroup"
-
-
-@dataclass(frozen=True)
-class Reading:
-    total: int
-    """bytes the process may use in all: the machine's memory, or its cgroup's limit where that is lower"""
-    available: int
-    """bytes of it still free to take"""
-    own: int
-    """bytes this process holds (its resident set)"""
-
-
-def _cgroup() -> tuple[int, int] | None:
-    """(limit, used) of the process's cgroup (v2) where it sets a limit; used without the file cache the kernel
-    reclaims before it kills (``inactive_file``)."""
-    try:
-        with open(os.path.join(CGROUP, "memory.max")) as f:
-            limit = f.read().strip()
-        with open(os.path.join(CGROUP, "memory.current")) as f:
-            used = int(f.read().strip())
-        with open(os.path.join(CGROUP, "memory.stat")) as f:
-            cache = next((int(line.split()[1]) for line in f if line.startswith("inactive_file ")), 0)
-    except (OSError, ValueError):
-        return None
-    return None if limit == "max" else (int(limit), used - cache)
-
-
-def read() -> Reading | None:
-    """The memory now (None where /proc cannot be read: not Linux)."""
-    machine, status = proc_kb("MemTotal", "MemAvailable", path="/proc/meminfo"), proc_kb("VmRSS")
-    if machine is None or status is None:
-        return None
-    total, available, own = machine[0] * 1024, machine[1] * 1024, status[0] * 1024
-    group = _cgroup()
-    if group is not None and group[0] < total:
-        total, available = group[0], min(available, group[0] - group[1])
-    return Reading(total, available, own)
-
-
 def too_low(r: Reading, low_share: float = LOW_SHARE, own_share: float = OWN_SHARE) -> bool:
     """Whether the run should stop: little memory left (``low_share`` of it, at least :data:`LOW_BYTES` but at most
     an eighth of a small machine's or cgroup's), most of it taken by this process."""

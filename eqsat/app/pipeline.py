@@ -35,7 +35,7 @@ from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, 
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
-from eqsat.onnx import export_model, import_model, load_model, pool
+from eqsat.onnx import export_model, footprint, import_model, load_model, pool
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
@@ -81,6 +81,7 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
     if isinstance(model, Graph):
         return export_model(model), model, Shaping.of(None, config)
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    footprint.watch(original)  # the runs at further sizes from here on: those that would not fit left out
     shaping = Shaping.of(original, config)
     shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
     try:
@@ -285,13 +286,14 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
 
     ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
     unusable config before any work, VerificationError when the optimized model does not match. Every
-    onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`), and its symbolic
-    dimensions are numbered in a table of its own (:func:`eqsat.dims.symbol_table`)."""
+    onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`), its symbolic
+    dimensions are numbered in a table of its own (:func:`eqsat.dims.symbol_table`), and its runs at sizes whose
+    memory would not fit are left out (:mod:`eqsat.onnx.footprint`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
     # the run's symbolic dimensions in a table of its own (eqsat.dims.symbol_table); an IR graph given was imported
     # in the caller's table, where its Dims are read
     symbols = contextlib.nullcontext() if isinstance(model, Graph) else dims.symbol_table()
-    with pool.pooled(), symbols:
+    with pool.pooled(), symbols, footprint.limited():
         return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
 
 

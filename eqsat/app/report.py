@@ -183,7 +183,8 @@ class InterfaceReport:
     verified_at: list[str] = field(default_factory=list)
     """the further sizes (``SYMBOL=N``) the returned program matched the original at"""
     skipped: list[str] = field(default_factory=list)
-    """further sizes the original itself refuses (not checked)"""
+    """further sizes the original itself refuses, and those a run at would not fit in memory, with what it would
+    take (:mod:`eqsat.onnx.footprint`): not checked"""
     note: str = ""
 
 

@@ -85,4 +85,19 @@ def _captured(node: onnx.NodeProto) -> set[str]:
     return out
 
 
-__all__ = ["SHAPE_READERS", "UNFOLDABLE", "needed", "prune", "shape_only"]
+def unique_name(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_K`` with the least K that is not in ``taken``; added to ``taken``.
+
+    >>> taken = {"a", "a_1"}
+    >>> unique_name("a", taken), unique_name("b", taken), sorted(taken)
+    ('a_2', 'b', ['a', 'a_1', 'a_2', 'b'])
+    """
+    out, k = name, 0
+    while out in taken:
+        k += 1
+        out = f"{name}_{k}"
+    taken.add(out)
+    return out
+
+
+__all__ = ["unique_name", "SHAPE_READERS", "UNFOLDABLE", "needed", "prune", "shape_only"]

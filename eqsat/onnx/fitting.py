@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from ..dims import Mono, follow
 from . import pool
-from .dataflow import prune
+from .dataflow import prune, unique_name
 from .interface import QUIET, zero_feeds
 from .io import session
 
@@ -316,27 +316,31 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
 
 def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
     """A run of ``model`` (one session, built once, of the nodes ``names`` depend on) giving ``names``: their shapes
-    (``shapes``) or their integer entries; None at sizes onnxruntime cannot run it at."""
+    (``shapes``: each one's Shape computed in the run, the value itself freed once read) or their integer entries;
+    None at sizes onnxruntime cannot run it at (or whose memory would not fit: :mod:`eqsat.onnx.footprint`)."""
     weights = pool.current()
     if weights is not None:  # a copy referring to the pool for its weights (the session reads them there)
         probe = weights.slim(model)
     else:
         probe = onnx.ModelProto()
         probe.CopyFrom(model)
+    asked = names
+    if shapes:  # each value's Shape asked, not the value: a large one freed once read (not kept to the run's end)
+        taken = {o for n in probe.graph.node for o in n.output} | {n for n in names}
+        asked = [unique_name(f"{n}.shape", taken) for n in names]
+        probe.graph.node.extend(onnx.helper.make_node("Shape", [n], [s]) for n, s in zip(names, asked))
     del probe.graph.output[:]
-    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in asked)
     prune(probe)  # only what ``names`` depend on is run (a Reshape target: the input's Shape, not the model)
     sess: list[ort.InferenceSession] = []
 
     def run(at: Mapping[str, int]) -> Sizes | None:
         try:
             if not sess:
-                sess.append(session(probe))
-            got = sess[0].run(names, zero_feeds(model, at), QUIET)
+                sess.append(session(probe, optimized=not shapes))
+            got = sess[0].run(asked, zero_feeds(model, at), QUIET)
         except Exception:  # noqa: BLE001 - sizes it cannot run at (or a model it cannot load): nothing learnt
             return None
-        if shapes:
-            return [[int(d) for d in np.shape(v)] for v in got]
         return [[int(v) for v in np.asarray(r).reshape(-1)] for r in got]
 
     return run

@@ -26,6 +26,7 @@ import onnxruntime as ort
 
 from ..dims import derived_symbols, follow
 from ..errors import InputError
+from . import footprint
 from .folding import indices_read
 from .io import session
 
@@ -217,16 +218,19 @@ def symbol_values(model: onnx.ModelProto, given: Mapping[str, tuple[int, ...]]) 
 def zero_feeds(model: onnx.ModelProto, at: Mapping[str, int]) -> dict[str, np.ndarray]:
     """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read. An
     integer input that no node reads as indices is ones (:func:`eqsat.onnx.folding.indices_read`: an attention
-    mask keeping every position, which every kernel takes)."""
+    mask keeping every position, which every kernel takes). :class:`eqsat.onnx.footprint.TooLarge` where the run's
+    memory limit says a run there would not fit (:func:`eqsat.onnx.footprint.check`): every caller reads it as
+    sizes the model cannot run at."""
+    ports = [p for p in interface(model)[0] if p.dims is not None]
+    shapes = {p.name: [d if isinstance(d, int) else at.get(d or f"{p.name}:{k}", 1) for k, d in enumerate(p.dims)]
+              for p in ports if p.dims is not None}
+    footprint.check(shapes)
     feeds = {}
     indices = indices_read(model.graph)
-    for port in interface(model)[0]:
-        if port.dims is None:
-            continue
-        shape = [d if isinstance(d, int) else at.get(d or f"{port.name}:{k}", 1) for k, d in enumerate(port.dims)]
+    for port in ports:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(port.elem_type)
         ones = np.dtype(dtype).kind in "iu" and port.name not in indices
-        feeds[port.name] = (np.ones if ones else np.zeros)(shape, dtype)
+        feeds[port.name] = (np.ones if ones else np.zeros)(shapes[port.name], dtype)
     return feeds
 
 

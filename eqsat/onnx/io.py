@@ -173,13 +173,24 @@ def check_bfloat16(model: onnx.ModelProto) -> None:
 
 
 def session(model: onnx.ModelProto | bytes | str, threads: int | None = None,
-            prepacking: bool = False) -> ort.InferenceSession:
+            prepacking: bool = False, optimized: bool = True) -> ort.InferenceSession:
     """A CPU onnxruntime session of ``model`` (a ModelProto of any size, serialized bytes or a path), with warnings
     silenced, to compute values (timed sessions: :func:`eqsat.measurement.clock.timing_session`); ``threads``: that many
     intra-op threads and one inter-op thread (default: onnxruntime's); ``prepacking``: MatMul weights copied into
-    onnxruntime's packed layout, as a timed session does (off by default: a copy of them saved)."""
+    onnxruntime's packed layout, as a timed session does (off by default: a copy of them saved). Its values are
+    allocated without onnxruntime's memory arena: each freed as its run is done, where an arena keeps the largest
+    run's memory (rounded up to a power of two) for as long as the session lives (a probe at a batch of 5 of a
+    mixture-of-experts decoder took 11 GB, kept while the next session's runs took as much again); its nodes run in
+    onnxruntime's priority-based order, which runs a Shape as soon as it can (in the default order a probe asking
+    the Shapes of eight [256, 3072, 384] values held them all at once: 6.2 GiB, not 1.1). Not
+    ``optimized``: the graph run as written (no Shape of a value whose size onnxruntime infers folded to that size:
+    the value is computed, and a size it refuses fails)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    opts.enable_cpu_mem_arena = False
+    opts.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    if not optimized:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if threads:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
