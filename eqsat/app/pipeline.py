@@ -81,8 +81,8 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
     if isinstance(model, Graph):
         return export_model(model), model, Shaping.of(None, config)
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
-    footprint.watch(original)  # the runs at further sizes from here on: those that would not fit left out
     shaping = Shaping.of(original, config)
+    footprint.watch(original, shaping.shapes)  # the runs at further sizes from here on: those that would not fit left out
     shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
     try:
         return original, import_model(original, shaping.shapes, generic=shaping.generic,

@@ -326,7 +326,8 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
         probe.CopyFrom(model)
     asked = names
     if shapes:  # each value's Shape asked, not the value: a large one freed once read (not kept to the run's end)
-        taken = {o for n in probe.graph.node for o in n.output} | {n for n in names}
+        taken = {o for n in probe.graph.node for o in n.output} | {vi.name for vi in probe.graph.input} \
+            | {t.name for t in probe.graph.initializer} | set(names)
         asked = [unique_name(f"{n}.shape", taken) for n in names]
         probe.graph.node.extend(onnx.helper.make_node("Shape", [n], [s]) for n, s in zip(names, asked))
     del probe.graph.output[:]

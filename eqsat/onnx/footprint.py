@@ -7,10 +7,16 @@ mixture-of-experts decoder whose experts gather their weights per token (transfo
 ``[tokens*top_k, 3072, 384]`` tensor per layer) takes 2 GB at a batch of 1 and 11.5 GB at a batch of 5, and two
 such sessions alive at once took a 24 GB machine down. :class:`Limit` estimates a run's peak before it is made
 (:func:`activation_bytes`: the values alive at once as the nodes run in order, their sizes from onnx's shape
-inference at those shapes) and refuses one whose estimate is over its budget; where a :class:`Limit` is current
-(:data:`LIMIT`, set for a run by :func:`limited`), :func:`eqsat.onnx.interface.zero_feeds` raises
-:class:`TooLarge` for such shapes, which every probe reads as sizes the model cannot run at, and the verification
-skips them, saying so.
+inference at those shapes) and refuses one whose estimate is over its budget, but never the run at the sizes
+tuned at, nor one estimated no larger; where a :class:`Limit` is current (:data:`LIMIT`, set for a run by
+:func:`limited`), :func:`eqsat.onnx.interface.zero_feeds` raises :class:`TooLarge` for such shapes, which every
+probe reads as sizes the model cannot run at (a prefix of the model that a probe runs is estimated itself: the
+position ids of 4096 tokens are cheap where the model at 4096 tokens is not), and the check at further sizes
+(:class:`eqsat.verify.ShapesVerifier`) skips them, saying so. What follows from that depends on the memory the
+machine has: a shape fit that a run at twice a size checked goes unchecked there, and a table of positions whose
+largest length is searched for (:mod:`eqsat.generic.tables`) may stop shorter (its guard computes the rest as the
+original does). The runs on random inputs are not estimated (the check at the tuned sizes, a guard's check beyond
+its table).
 
 The estimate leaves out the weights (the run's pool holds them once, :mod:`eqsat.onnx.pool`) and counts a value
 whose shape inference cannot size as nothing. Measured on that decoder at a batch of 3: estimated 3.6 GB, the run's
@@ -23,9 +29,11 @@ peak 3.5 GB above the session's resident memory before it.
 >>> m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
 >>> activation_bytes(m, {"x": (1, 1000)}), activation_bytes(m, {"x": (4, 1000)})  # x, its tile, the sum: 4 bytes each
 (1004004, 4016004)
->>> lim = Limit(m, budget=2_000_000)
->>> lim.estimate({"x": (1, 1000)}) <= lim.budget < lim.estimate({"x": (4, 1000)})
-True
+>>> lim = Limit(m, budget=2_000_000, tuned={"x": (1, 1000)})
+>>> lim.check({"x": (1, 1000)}); lim.check({"x": (4, 1000)})
+Traceback (most recent call last):
+...
+eqsat.onnx.footprint.TooLarge: a run there would take about 4.02 MB of memory (this run leaves 2 MB to one: eqsat.onnx.footprint)
 """
 
 from __future__ import annotations
@@ -48,8 +56,9 @@ SMALL_INIT = 64
 """initializers of at most this many entries keep their values in the copy shape inference reads (a Reshape's
 target, a Slice's ends); larger ones are read as inputs of their type and shape"""
 GROWTH_POWER = 2
-"""a value's size grows at most as this power of the growth of the inputs' (attention's scores, a sequence's
-square): an estimate at the shapes the run is tuned at, grown so, that fits is not made again"""
+"""a value's size grows at most as this power of the growth of the largest-growing input (attention's scores, a
+sequence's square; the further sizes change one symbol at a time): where the estimate at the tuned shapes, grown
+so, fits, no estimate is made"""
 
 Shapes = Mapping[str, Sequence[int]]
 
@@ -59,7 +68,7 @@ class TooLarge(Exception):
 
     def __init__(self, needed: int, budget: int):
         super().__init__(f"a run there would take about {gb(needed)} of memory (this run leaves {gb(budget)} "
-                         "to one)")
+                         "to one: eqsat.onnx.footprint)")
         self.needed, self.budget = needed, budget
 
     def short(self) -> str:
@@ -74,10 +83,10 @@ class TooLarge(Exception):
 def gb(n: int) -> str:
     """``n`` bytes as people read them.
 
-    >>> gb(9_100_000_000), gb(300 << 20)
-    ('9.1 GB', '0.31 GB')
+    >>> gb(9_100_000_000), gb(300 << 20), gb(13_000)
+    ('9.1 GB', '315 MB', '0.013 MB')
     """
-    return f"{n / 1e9:.2g} GB" if n < 1e9 else f"{n / 1e9:.1f} GB"
+    return f"{n / 1e6:.3g} MB" if n < 1e9 else f"{n / 1e9:.1f} GB"
 
 
 def _light(model: onnx.ModelProto, shapes: Shapes) -> onnx.ModelProto:
@@ -162,50 +171,72 @@ def activation_bytes(model: onnx.ModelProto, shapes: Shapes) -> int:
 
 class Limit:
     """The runs that fit a ``budget`` (bytes; by default :data:`SHARE` of the memory left now, none where that
-    cannot be read), estimated on ``model`` (the user's: the prefixes of it and the programs rewritten from it that
-    a run of eqsat runs take about as much; :func:`watch` sets it; None: every run fits): each shapes' estimated once
-    (:func:`activation_bytes`), and not at all where the estimate at the first shapes asked, grown by
-    :data:`GROWTH_POWER` of the inputs' growth, fits."""
+    cannot be read), estimated on ``model`` (the user's, :meth:`watch`; None: every run fits): those at the
+    ``tuned`` input shapes, and every run estimated at most as large, always fit (the run tuned at is the one the
+    user runs). The estimates on ``model`` are kept per shapes; an estimate is not made at all where the tuned
+    one, grown by :data:`GROWTH_POWER` of the inputs' growth, fits (not where an input was empty or absent there:
+    an empty past key/value cache)."""
 
-    def __init__(self, model: onnx.ModelProto | None = None, budget: int | None = None):
+    def __init__(self, model: onnx.ModelProto | None = None, budget: int | None = None,
+                 tuned: Shapes | None = None):
         if budget is None:
             memory = read_memory()
             budget = int(SHARE * memory.available) if memory is not None else 1 << 62
         self.budget = budget
         self.model: onnx.ModelProto | None = None
-        self.watch(model)
+        self.watch(model, tuned)
 
-    def watch(self, model: onnx.ModelProto | None) -> None:
-        """Estimate on ``model`` from now on."""
+    def watch(self, model: onnx.ModelProto | None, tuned: Shapes | None = None) -> None:
+        """Estimate on ``model`` from now on, its runs at ``tuned`` (its inputs' shapes; an input not named: its
+        fixed sizes, a dynamic one at 1) fitting whatever they take."""
         self.model = model
         self._known: dict[tuple, int] = {}
-        self._first: tuple[dict[str, int], int] | None = None
+        self._base: tuple[dict[str, int], int] | None = None
+        self.tuned = 0
+        """the estimate at the tuned shapes"""
+        if model is not None and tuned is not None:
+            shapes = {**_fixed(model), **tuned}
+            self.tuned = self.estimate(shapes)
+            self._base = {k: math.prod(v) for k, v in shapes.items()}, self.tuned
 
-    def estimate(self, shapes: Shapes) -> int:
-        """The estimated bytes of a run at ``shapes`` (0 without a model): exact (:func:`activation_bytes`) where the
-        bound from the first estimate does not already say it fits."""
+    @property
+    def allowed(self) -> int:
+        """The most a run may take: the budget, or the run at the tuned shapes where it takes more."""
+        return max(self.budget, self.tuned)
+
+    def estimate(self, shapes: Shapes, model: onnx.ModelProto | None = None) -> int:
+        """The estimated bytes of a run at ``shapes`` (0 without a model) of ``model`` (by default the one
+        watched; another, a prefix of it that a probe runs, is estimated itself, where the bound from the tuned
+        estimate does not already say it fits)."""
         if self.model is None:
             return 0
-        key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
-        if key in self._known:
-            return self._known[key]
         numel = {k: math.prod(v) for k, v in shapes.items()}
-        if self._first is not None:
-            base, at = self._first
-            growth = max([1.0] + [numel[k] / base[k] for k in numel if base.get(k)])
-            bound = int(at * growth ** GROWTH_POWER)
-            if bound <= self.budget:
-                return bound
-        got = self._known[key] = activation_bytes(self.model, shapes)
-        if self._first is None:
-            self._first = numel, got
-        return got
+        if self._base is not None:
+            base, at = self._base
+            if all(base.get(k, 0) > 0 for k in numel):
+                growth = max([1.0] + [numel[k] / base[k] for k in numel])
+                bound = int(at * growth ** GROWTH_POWER)
+                if bound <= self.allowed:
+                    return bound
+        if model is not None and model is not self.model:
+            return activation_bytes(model, shapes)
+        key = tuple(sorted((k, tuple(v)) for k, v in shapes.items()))
+        if key not in self._known:
+            self._known[key] = activation_bytes(self.model, shapes)
+        return self._known[key]
 
-    def check(self, shapes: Shapes) -> None:
-        """:class:`TooLarge` where a run at ``shapes`` would not fit."""
-        needed = self.estimate(shapes)
-        if needed > self.budget:
-            raise TooLarge(needed, self.budget)
+    def check(self, shapes: Shapes, model: onnx.ModelProto | None = None) -> None:
+        """:class:`TooLarge` where a run of ``model`` (by default the one watched) at ``shapes`` would not fit."""
+        needed = self.estimate(shapes, model)
+        if needed > self.allowed:
+            raise TooLarge(needed, self.allowed)
+
+
+def _fixed(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Each input's shape with its fixed sizes, a dynamic one at 1."""
+    inits = {t.name for t in model.graph.initializer}
+    return {vi.name: [d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim]
+            for vi in model.graph.input if vi.name not in inits and vi.type.HasField("tensor_type")}
 
 
 LIMIT: contextvars.ContextVar[Limit | None] = contextvars.ContextVar("LIMIT", default=None)
@@ -213,10 +244,11 @@ LIMIT: contextvars.ContextVar[Limit | None] = contextvars.ContextVar("LIMIT", de
 
 
 @contextlib.contextmanager
-def limited(model: onnx.ModelProto | None = None, budget: int | None = None) -> Iterator[Limit]:
+def limited(model: onnx.ModelProto | None = None, budget: int | None = None,
+            tuned: Shapes | None = None) -> Iterator[Limit]:
     """The runs made while this holds limited by one :class:`Limit` (estimated on ``model``, or on the one
     :func:`watch` gives it later)."""
-    lim = Limit(model, budget)
+    lim = Limit(model, budget, tuned)
     token = LIMIT.set(lim)
     try:
         yield lim
@@ -224,20 +256,20 @@ def limited(model: onnx.ModelProto | None = None, budget: int | None = None) -> 
         LIMIT.reset(token)
 
 
-def watch(model: onnx.ModelProto) -> None:
-    """The current :class:`Limit`'s runs estimated on ``model`` from now on (the user's model, once loaded);
-    nothing where none is current."""
+def watch(model: onnx.ModelProto, tuned: Shapes | None = None) -> None:
+    """The current :class:`Limit`'s runs estimated on ``model`` from now on (the user's model, once loaded), those
+    at the ``tuned`` input shapes always made (:meth:`Limit.watch`); nothing where none is current."""
     lim = LIMIT.get()
     if lim is not None:
-        lim.watch(model)
+        lim.watch(model, tuned)
 
 
-def check(shapes: Shapes) -> None:
-    """:class:`TooLarge` where the current :class:`Limit` says a run at ``shapes`` would not fit; nothing where
-    none is current."""
+def check(shapes: Shapes, model: onnx.ModelProto | None = None) -> None:
+    """:class:`TooLarge` where the current :class:`Limit` says a run of ``model`` (by default the one it watches)
+    at ``shapes`` would not fit; nothing where none is current."""
     lim = LIMIT.get()
     if lim is not None:
-        lim.check(shapes)
+        lim.check(shapes, model)
 
 
 __all__ = ["GROWTH_POWER", "LIMIT", "Limit", "SHARE", "SMALL_INIT", "TooLarge", "activation_bytes", "check", "gb",

@@ -219,12 +219,12 @@ def zero_feeds(model: onnx.ModelProto, at: Mapping[str, int]) -> dict[str, np.nd
     """Zeros for every input of ``model``, its symbols at ``at`` (a symbol not given: 1); only sizes are read. An
     integer input that no node reads as indices is ones (:func:`eqsat.onnx.folding.indices_read`: an attention
     mask keeping every position, which every kernel takes). :class:`eqsat.onnx.footprint.TooLarge` where the run's
-    memory limit says a run there would not fit (:func:`eqsat.onnx.footprint.check`): every caller reads it as
-    sizes the model cannot run at."""
+    memory limit says a run of ``model`` there would not fit (:func:`eqsat.onnx.footprint.check`): every caller
+    reads it as sizes the model cannot run at."""
     ports = [p for p in interface(model)[0] if p.dims is not None]
     shapes = {p.name: [d if isinstance(d, int) else at.get(d or f"{p.name}:{k}", 1) for k, d in enumerate(p.dims)]
               for p in ports if p.dims is not None}
-    footprint.check(shapes)
+    footprint.check(shapes, model)
     feeds = {}
     indices = indices_read(model.graph)
     for port in ports:
@@ -408,8 +408,8 @@ its :func:`probe_values` (:func:`near_shapes`)"""
 
 
 def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, str, Shapes]]:
-    """(symbol, label, shapes) to verify a shape-generic result at where the original refuses every one of the
-    symbol's :func:`probe_shapes` (a traced model that runs between half and twice its tuned length only: a program
+    """(symbol, label, shapes) to verify a shape-generic result at where every one of the symbol's
+    :func:`probe_shapes` is skipped, refused by the original or too large for the memory (a traced model that runs between half and twice its tuned length only: a program
     that fixed a size computed from the symbol would otherwise pass unchecked): each symbol that is not batch-like at
     :data:`NEAR`'s fractions of its value (3/4 and 5/4), the others at their representative values.
 
@@ -417,7 +417,7 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
     >>> m = h.make_model(h.make_graph([h.make_node("Identity", ["x"], ["y"])], "g",
     ...     [h.make_tensor_value_info("x", 1, ["batch", "seq"])], [h.make_tensor_value_info("y", 1, ["batch", "seq"])]))
     >>> [(sym, label, shapes["x"]) for sym, label, shapes in near_shapes(m, {"batch": 1, "seq": 128})]
-    [('seq', 'seq=96 (near its size: the others refused)', (1, 96)), ('seq', 'seq=160 (near its size: the others refused)', (1, 160))]
+    [('seq', 'seq=96 (near its size: the others skipped)', (1, 96)), ('seq', 'seq=160 (near its size: the others skipped)', (1, 160))]
     """
     out: list[tuple[str, str, Shapes]] = []
     syms = symbols(model)
@@ -429,7 +429,7 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
         for num, den in NEAR:
             v = value * num // den
             if v != value and v not in probe_values(value, False):
-                out.append((sym, f"{sym}={v} (near its size: the others refused)",
+                out.append((sym, f"{sym}={v} (near its size: the others skipped)",
                             shapes_at(model, follow({**values, sym: v}, derived))))
     return out
 

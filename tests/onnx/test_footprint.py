@@ -5,12 +5,16 @@ onnxruntime's runs of the original and a candidate at the sizes a check names.""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.memory import Reading, watch
+from eqsat.memory import Reading
 from eqsat.onnx import footprint
 from eqsat.onnx.fitting import run_values
 from eqsat.onnx.interface import probe_shapes, zero_feeds
@@ -70,23 +74,77 @@ def test_the_estimate_is_the_brute_force_peak_of_the_values_alive(shape: tuple[i
     assert footprint.activation_bytes(model, {"x": shape}) == brute_force_peak(model, shape)
 
 
-def test_a_run_takes_about_the_memory_estimated_and_gives_it_back() -> None:
-    """A session for checks (:func:`eqsat.onnx.io.session`, no arena) at a size whose values take ~300 MB: its run's
-    resident peak within a factor of two of the estimate, and that memory given back when the run ends."""
+RUN_ONCE = """
+import json, sys
+import numpy as np, onnx
+from eqsat.memory import proc_kb
+from eqsat.onnx.io import session
+model = onnx.load(sys.argv[1])
+sess = session(model)
+feeds = {"x": np.zeros(json.loads(sys.argv[2]), np.float32)}
+before = proc_kb("VmRSS")[0]
+sess.run(None, feeds)
+print(json.dumps({"before": before, "peak": proc_kb("VmHWM")[0], "after": proc_kb("VmRSS")[0]}))
+"""
+
+
+def test_a_run_takes_about_the_memory_estimated_and_gives_it_back(tmp_path) -> None:
+    """A session for checks (:func:`eqsat.onnx.io.session`: no arena, priority-based order) at a size whose values
+    take ~300 MB, run once in a process of its own: the rise of its resident high-water mark (the kernel's, exact
+    whatever the load) within a factor of two of the estimate, and that memory given back when the run ends."""
     model, shape = wide(width=512), (4, 2048, 32)
     estimate = footprint.activation_bytes(model, {"x": shape})
     assert estimate > 200 << 20
-    sess = session(model)
-    feeds = {"x": np.zeros(shape, np.float32)}
-    with watch() as before:
-        pass
-    with watch() as ran:
-        sess.run(None, feeds)
-    with watch() as after:
-        pass
-    grew = (ran.mb - before.mb) * 2**20
+    onnx.save(model, str(tmp_path / "wide.onnx"))
+    out = subprocess.run([sys.executable, "-c", RUN_ONCE, str(tmp_path / "wide.onnx"), json.dumps(shape)],
+                         capture_output=True, text=True, timeout=300, check=True)
+    kb = json.loads(out.stdout.strip().splitlines()[-1])
+    grew = (kb["peak"] - kb["before"]) * 1024
     assert estimate / 2 < grew < 2 * estimate, (grew, estimate)
-    assert (after.mb - before.mb) * 2**20 < estimate / 4, (after.mb, before.mb)
+    assert (kb["after"] - kb["before"]) * 1024 < estimate / 4, kb
+
+
+def test_the_tuned_run_and_any_no_larger_always_fit_and_a_prefix_is_estimated_itself() -> None:
+    """A budget below the run tuned at: that run and a smaller one are made, a larger one is not; a prefix of the
+    model (its MatMul alone) at the larger size is estimated on its own values and made."""
+    model = wide()
+    tuned = {"x": (2, 64, 32)}
+    lim = footprint.Limit(model, budget=1, tuned=tuned)
+    lim.check(tuned)
+    lim.check({"x": (1, 64, 32)})
+    with pytest.raises(footprint.TooLarge):
+        lim.check({"x": (3, 64, 32)})
+    prefix = onnx.ModelProto()
+    prefix.CopyFrom(model)
+    del prefix.graph.node[3:], prefix.graph.output[:]
+    prefix.graph.output.extend([onnx.ValueInfoProto(name="h")])
+    assert footprint.activation_bytes(prefix, {"x": (3, 64, 32)}) <= lim.tuned
+    lim.check({"x": (3, 64, 32)}, prefix)
+
+
+def test_an_input_empty_where_tuned_is_estimated_at_every_size() -> None:
+    """An empty past (a decode's first step) tuned at 0 rows says nothing of the growth: a long past is estimated,
+    and refused over the budget."""
+    past = helper.make_tensor_value_info("past", TensorProto.FLOAT, ["batch", "past", 64])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, 64])
+    graph = helper.make_graph([helper.make_node("Concat", ["past", "x"], ["y"], axis=1)], "cache", [past, x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "total", 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lim = footprint.Limit(model, budget=10 << 20, tuned={"past": (1, 0, 64), "x": (1, 1, 64)})
+    with pytest.raises(footprint.TooLarge):
+        lim.check({"past": (1, 50_000, 64), "x": (1, 1, 64)})
+
+
+def test_a_shape_probe_names_its_shapes_apart_from_every_value_of_the_model() -> None:
+    """An initializer already named as the probe would name the Shape it asks (``y.shape``): the probe still
+    reads ``y``'s shape, as a run of the whole model shows it (the oracle)."""
+    model = wide()
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros(2, np.float32), "y.shape"))
+    model.graph.input.append(helper.make_tensor_value_info("y.shape_1", TensorProto.FLOAT, [2]))
+    run = run_values(model, ["y"], shapes=True)
+    whole = session(model).run(["y"], {"x": np.zeros((3, 64, 32), np.float32),
+                                       "y.shape_1": np.zeros(2, np.float32)})[0]
+    assert run({"batch": 3, "seq": 64}) == [list(whole.shape)] == [[3, 64]]
 
 
 def budget_between(model: onnx.ModelProto, fits: dict, over: dict) -> int:
