@@ -27,6 +27,7 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, VerificationError, first_line
 from eqsat.extract import Extraction
+from eqsat.generic import carried as original_facts
 from eqsat.inputs import EDGES, NONFINITE_EDGES, served
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
@@ -287,13 +288,14 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
     unusable config before any work, VerificationError when the optimized model does not match. Every
     onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`), its symbolic
-    dimensions are numbered in a table of its own (:func:`eqsat.dims.symbol_table`), and its runs at sizes whose
-    memory would not fit are left out (:mod:`eqsat.onnx.footprint`)."""
+    dimensions are numbered in a table of its own (:func:`eqsat.dims.symbol_table`), its runs at sizes whose
+    memory would not fit are left out (:mod:`eqsat.onnx.footprint`), and what the import's shape-generic rewrite of
+    the model learnt is read by every candidate's (:func:`eqsat.generic.original.carried`)."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
     # the run's symbolic dimensions in a table of its own (eqsat.dims.symbol_table); an IR graph given was imported
     # in the caller's table, where its Dims are read
     symbols = contextlib.nullcontext() if isinstance(model, Graph) else dims.symbol_table()
-    with pool.pooled(), symbols, footprint.limited():
+    with pool.pooled(), symbols, footprint.limited(), original_facts():
         return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
 
 

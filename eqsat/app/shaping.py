@@ -132,7 +132,8 @@ class Shaping:
     the lengths doubled until it does not, verified at too (not measured), so that no program fitted where a
     symbol looks like a constant ships unchecked (:meth:`probe`)"""
     facts: Original | None = field(default=None, repr=False)
-    """what the writer learnt of the original, carried from one candidate's :meth:`write` to the next"""
+    """what the writer learnt of the original, carried from the import's rewrite of it (:meth:`Original.of`) and from
+    one candidate's :meth:`write` to the next"""
     checks: ShapesVerifier | None = field(default=None, repr=False)
     """the original's runs at the further shapes, carried from one candidate's :meth:`check` to the next (until
     :meth:`close`)"""
@@ -247,8 +248,8 @@ class Shaping:
         if not self.generic:
             return model, []
         assert self.original is not None
-        if self.facts is None or self.facts.model is not self.original or self.facts.values != self.values:
-            self.facts = Original(self.original, self.values)
+        if self.facts is None or self.facts.values != self.values:  # (the import's, where the run carried it)
+            self.facts = Original.of(self.original, self.values)
         written = make_generic(model, self.original, self.values, self.facts)
         return written.model, list(written.notes)
 

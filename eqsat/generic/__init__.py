@@ -6,7 +6,8 @@ The API:
 
 - :func:`make_generic` ``(model, original, values, facts=None) ->`` :class:`Generic` (``.model``, ``.notes``): a
   candidate as written for the user (:mod:`eqsat.app.shaping`); ``facts``, an :class:`Original` made once per
-  model, carries what runs of the original showed from one candidate to the next (:mod:`.original`). The notes say what could not be written shape-generic; the
+  model (:meth:`Original.of`: within a run's :func:`carried` scope, the import's own), carries what runs of the original
+  showed from one candidate to the next (:mod:`.original`). The notes say what could not be written shape-generic; the
   result is a best effort, which :func:`eqsat.verify.verify_shapes` runs at several values of each symbol (a
   program that fails at any is not written).
 - :func:`simplify_for_import` ``(model, input_shapes) -> model | None``: the forms a generic import starts from
@@ -55,7 +56,7 @@ As many kernels as the static program, size computations included, is the aim (`
 
 from __future__ import annotations
 
-from .original import Original
+from .original import Original, carried
 from .rewrite import Generic, make_generic, simplify_for_import
 
-__all__ = ["Generic", "Original", "make_generic", "simplify_for_import"]
+__all__ = ["Generic", "Original", "carried", "make_generic", "simplify_for_import"]

@@ -12,8 +12,11 @@ is written from these facts.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import hashlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,12 +43,67 @@ Runs = dict[tuple[Key, bool, tuple[tuple[str, int], ...]], list[int] | None]
 SPLITS = 16
 """the most runs of halves of a batch that failed at a size (:meth:`Original.prefetch`)"""
 
+SMALL_VALUES = 1024
+"""initializers of at most this many elements are read by value into a model's digest (:func:`_content`)"""
+
+_CARRIED: contextvars.ContextVar[dict[tuple[str, tuple[tuple[str, int], ...]], Original] | None] = \
+    contextvars.ContextVar("eqsat_originals", default=None)
+
+
+@contextlib.contextmanager
+def carried() -> Iterator[None]:
+    """A scope (one run of :func:`eqsat.app.pipeline.optimize`) in which :meth:`Original.of` gives one
+    :class:`Original` per model and sizes: what the import's rewrite of the user's model learnt (its runs, its
+    values' symbolic shapes) is read by every candidate's rewrite, not learnt again."""
+    token = _CARRIED.set({})
+    try:
+        yield
+    finally:
+        _CARRIED.reset(token)
+
+
+def _content(model: onnx.ModelProto) -> str:
+    """A digest of ``model``'s program (its nodes, interface, initializers' names, types and sizes, the small ones'
+    values: the sizes and axes a program computes with; not the weights'): two copies of one model read alike."""
+    g = model.graph
+    graph = onnx.GraphProto(node=g.node, input=g.input, output=g.output, value_info=g.value_info)  # (no weights copied)
+    digest = hashlib.sha256(graph.SerializeToString(deterministic=True))
+    for t in model.graph.initializer:
+        digest.update(f"{t.name}:{t.data_type}:{list(t.dims)};".encode())
+        if int(np.prod(t.dims)) <= SMALL_VALUES and not t.external_data:
+            digest.update(t.SerializeToString(deterministic=True))
+    for o in model.opset_import:
+        digest.update(f"{o.domain}:{o.version};".encode())
+    return digest.hexdigest()
+
 
 class Original:
     """The user's model at the symbols' ``values``, and what the rewrites of its candidates asked of it so far."""
 
+    @classmethod
+    def of(cls, model: onnx.ModelProto, values: Mapping[str, int]) -> Original:
+        """The one of ``model`` at ``values`` in the run's scope (:func:`carried`), made where it has none; a new
+        one outside a scope."""
+        scope = _CARRIED.get()
+        if scope is None:
+            return cls(model, values)
+        key = (_content(model), tuple(sorted(values.items())))
+        if key not in scope:
+            scope[key] = cls(model, values)
+        return scope[key]
+
+    def stands_for(self, model: onnx.ModelProto) -> bool:
+        """Whether ``model`` is this one's, or a copy of it (the import read the user's model as prepared)."""
+        if model is self.model or any(model is m for m in self._copies):
+            return True
+        if _content(model) != self.content:
+            return False
+        self._copies.append(model)
+        return True
+
     def __init__(self, model: onnx.ModelProto, values: Mapping[str, int]):
         self.model = model
+        self._copies: list[onnx.ModelProto] = []
         self.values = dict(values)
         self.sums = derived_symbols(list(symbols(model)))
         """the interface's symbols written as arithmetic of others (``past + 1``)"""
@@ -64,9 +122,17 @@ class Original:
         """a session of the whole original (:meth:`refuses`)"""
         self._sized: Runs = {}
         """(a value's content key, shapes or entries, the sizes) -> what a run there gave (None: it failed)"""
+        self.shapes: dict[str, list[Mono]] = {}
+        """the symbolic shapes of the original's values as a rewrite of the original itself knew them (each size a
+        monomial of the symbols), read by the next one instead of runs (:func:`.probes.fit`)"""
         self.probed = 0
         """the runs of programs so far (:meth:`runs_of`) made, and those read from earlier rewrites' runs"""
         self.reread = 0
+
+    @functools.cached_property
+    def content(self) -> str:
+        """The digest of the original's program (:func:`_content`)."""
+        return _content(self.model)
 
     @functools.cached_property
     def computed(self) -> frozenset[str]:
@@ -272,4 +338,4 @@ class Original:
         return [known[n] for n in names]
 
 
-__all__ = ["SPLITS", "Entries", "Original"]
+__all__ = ["SMALL_VALUES", "SPLITS", "Entries", "Original", "carried"]

@@ -92,7 +92,7 @@ def vectors_read(w: Rewrite, node: onnx.NodeProto) -> dict[int, list[Mono]]:
     read = [k for k, name in enumerate(node.input) if name in w.fits.vectors]
     if not read:
         return {}
-    inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums)
+    inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums, w.sized)
     outs = [o for o in node.output if o]
     if all(o in inferred and small_vector(w, o, *inferred[o]) for o in outs) \
             and not any(o in w.outputs() for o in outs):
@@ -135,6 +135,11 @@ def fit(w: Rewrite) -> None:
     the program so far in onnxruntime (:mod:`eqsat.onnx.fitting`)."""
     unknown = [o for n in w.nodes for o in n.output if o and o not in w.fits.tried
                and (w.shapes.get(o) is None or any(d is None for d in w.shapes[o] or []))]
+    if w.of_original:  # the original's values a rewrite of it before knew (the import's)
+        for name in unknown:
+            if name in w.facts.shapes:
+                w.shapes[name] = list(w.facts.shapes[name])
+        unknown = [name for name in unknown if name not in w.facts.shapes]
     if not unknown:
         return
     w.fits.tried.update(unknown)  # each value fitted once: a run of a prefix of a large model is not cheap

@@ -74,7 +74,7 @@ def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple
     ``Concatpresent.0.key_dim_3`` for a head size) does not count: the import keeps the original's interface, and every
     candidate is written from the original and verified at several sizes."""
     values = symbol_values(model, input_shapes)
-    facts = Original(model, values)  # the second try reads the first's runs
+    facts = Original.of(model, values)  # the second try reads the first's runs; the candidates' rewrites, both
     for forms in (Forms.IMPORT, Forms.TABLES):  # every form (the e-graph starts near the static program's size)
         try:
             written = rewrite(model, model, values, forms, facts)
@@ -120,6 +120,9 @@ def _run(w: Rewrite) -> Generic:
     if w.every_form and w.final:
         unexpand(w)
         guard_tables(w, lambda: read_original(w))
+    if w.of_original:  # the original's values' symbolic shapes, for the next rewrite of it (:func:`.probes.fit`)
+        w.facts.shapes.update((name, [d for d in shape if d is not None]) for name, shape in w.shapes.items()
+                              if name in w.facts.computed and shape is not None and None not in shape)
     del g.node[:]
     g.node.extend(w.nodes)
     note_outputs(w, outs)
@@ -208,11 +211,12 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
             node.input[k] = w.vector(monos, w.shapes.get(node.input[k]) == [])
     w.nodes.append(node)
     w.made.update((o, node) for o in node.output if o)
-    inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums)
+    inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums, w.sized)
     for out in node.output:
         if out in inferred:
             elem, shape = inferred[out]
-            if standard and w.final and node.op_type in BROADCASTING and shape is not None and None in shape:
+            if standard and w.final and (node.op_type in BROADCASTING or node.op_type == "MatMul") and shape is not None \
+                    and None in shape:
                 shape = broadcast_sizes(w, node, shape)
             w.types.setdefault(out, elem)
             w.shapes.setdefault(out, shape)

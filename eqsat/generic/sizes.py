@@ -31,6 +31,8 @@ class SizeWriter:
         self.cache: dict[str, str] = {}
         self.nodes: list[onnx.NodeProto] = []
         self.ports: list[str] = []
+        self.written: dict[str, list[Mono]] = {}
+        """the vectors :meth:`vector` wrote (name -> entries), which shape inference reads as sizes"""
 
     def fresh(self, base: str) -> str:
         while True:
@@ -62,21 +64,23 @@ class SizeWriter:
         input's ``Shape`` where they are its sizes, else the entries computed from the inputs' shapes (one
         ``Gather`` of consecutive sizes of an input, constants between, joined by a ``Concat``)."""
         key = ("scalar:" if scalar else "vector:") + ",".join(m.key() for m in monos)
-        if key in self.cache:
-            return self.cache[key]
+        if key not in self.cache:
+            self.cache[key] = self._vector(monos, scalar)
+            if not scalar:
+                self.written[self.cache[key]] = list(monos)
+        return self.cache[key]
+
+    def _vector(self, monos: list[Mono], scalar: bool) -> str:
         if all(m.is_const for m in monos):
             values = [int(m.coef) for m in monos]
-            self.cache[key] = self.const(np.array(values[0] if scalar else values, np.int64), "shape")
-            return self.cache[key]
+            return self.const(np.array(values[0] if scalar else values, np.int64), "shape")
         if scalar:
             got = self._dim(monos[0], scalar=True)
             assert got is not None
-            self.cache[key] = got
             return got
         port = next((p for p in self.ports if self.shapes.get(p) == monos), None)
         if port is not None:
-            self.cache[key] = self._shape_of(port)
-            return self.cache[key]
+            return self._shape_of(port)
         pieces: list[str] = []
         for kind, payload in self._plan(monos):
             if kind == "const":
@@ -88,8 +92,7 @@ class SizeWriter:
                 dim = self._dim(payload)
                 assert dim is not None
                 pieces.append(dim)
-        self.cache[key] = pieces[0] if len(pieces) == 1 else self.emit("Concat", pieces, "shape", len(monos), axis=0)
-        return self.cache[key]
+        return pieces[0] if len(pieces) == 1 else self.emit("Concat", pieces, "shape", len(monos), axis=0)
 
     def _plan(self, monos: list[Mono]) -> list[tuple[str, Any]]:
         """The pieces :meth:`vector` joins for ``monos`` (not a constant, not an input's whole shape): runs of

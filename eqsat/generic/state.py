@@ -135,7 +135,7 @@ class Rewrite(SizeWriter):
         not off runs of the program so far, one per value written (where ``model`` is a candidate, its constants
         were folded at the representative sizes)"""
         self.values = dict(values)
-        if facts is not None and (facts.model is not original or facts.values != self.values):
+        if facts is not None and (facts.values != self.values or not facts.stands_for(original)):
             raise ValueError("the facts carried are another original's, or of other sizes")
         self.facts = facts or Original(original, values)
         """what runs of the original show, worked out once per model"""
@@ -180,6 +180,12 @@ class Rewrite(SizeWriter):
     def known(self) -> Mapping[str, onnx.TensorProto]:
         """The constants whose values the shape inference reads: the initializers, then the Constant nodes'."""
         return ChainMap(self.constants, self.node_constants)
+
+    @property
+    def sized(self) -> Mapping[str, list[Mono] | None]:
+        """The int64 size vectors whose entries are known as monomials: those written from the symbols, then those
+        fitted (:attr:`Fits.vectors`), which shape inference reads as a Reshape's or a Tile's sizes."""
+        return ChainMap(self.written, self.fits.vectors)  # type: ignore[arg-type]
 
     @property
     def sizes_at(self) -> dict[str, int]:

@@ -259,12 +259,17 @@ def broadcast_sizes(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymSha
     constant 1 has the same size above 1 at the representative sizes (opaque ones included), the output's size is
     any of them: the one of fewest opaque symbols (:meth:`.state.Rewrite.opaque_shape`), then of fewest symbols.
     Where one is unknown, or is 1 at the representative sizes (a symbol at 1 may broadcast), or two differ there, it
-    stays unknown (a run fits it: :func:`.probes.fit`)."""
+    stays unknown (a run fits it: :func:`.probes.fit`). A MatMul's batch axes (all but its last two, where both its
+    inputs are matrices or above) broadcast alike."""
     inputs = [w.shapes.get(name) for name in node.input if name]  # (a Where's condition broadcasts too)
     width = len(shape)
+    if node.op_type == "MatMul":
+        if any(dims is None or len(dims) < 2 for dims in inputs) or width < 2:
+            return shape
+        inputs, width = [dims[:-2] for dims in inputs if dims is not None], width - 2
     one = Mono.const(1)
     out = list(shape)
-    for axis, d in enumerate(shape):
+    for axis, d in enumerate(shape[:width]):
         if d is not None:
             continue
         sizes: list[Mono] = []

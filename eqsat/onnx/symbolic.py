@@ -5,13 +5,14 @@ carried as a ``dim_param`` (:meth:`~eqsat.dims.Mono.key`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from eqsat.dims import Mono, SymShape
+from eqsat.dims import Mono, SymShape, product
 
 
 def _type_proto(elem: int, shape: SymShape | None, keys: dict[str, Mono]) -> onnx.TypeProto:
@@ -49,12 +50,14 @@ SMALL_CONSTANT = 64
 def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], types: Mapping[str, int],
                constants: Mapping[str, onnx.TensorProto], opsets: Sequence[onnx.OperatorSetIdProto],
                sums: Mapping[str, Callable[[Mapping[str, int]], int]] | None = None,
+               vectors: Mapping[str, Sequence[Mono] | None] | None = None,
                ) -> dict[str, tuple[int, SymShape | None]]:
     """(element type, symbolic shape) of each output of ``node``, from its inputs' (``shapes``, ``types``; the
     small integer ``constants`` by value), by onnx's shape inference on a one-node model. Outputs it cannot type
     are left out. ``sums``: the interface's symbols that are sums of others (``past + 1``:
     :func:`eqsat.onnx.interface.derived_symbols`), which a Concat's axis may be (a cache's past and its new
-    entries)."""
+    entries). ``vectors``: the int64 size vectors whose entries are known as monomials (a Reshape target computed
+    from the inputs' shapes), which the operators of :data:`COMPLETED` read as a constant one."""
     keys: dict[str, Mono] = {}
     inputs, inits = [], []
     for name in dict.fromkeys(i for i in node.input if i):
@@ -78,6 +81,12 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     for vi in inferred.graph.value_info:
         if vi.name in node.output and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             out[vi.name] = _read(vi.type, keys)
+    if node.op_type in COMPLETED and node.domain in ("", "ai.onnx") and node.output and node.output[0] in out:
+        elem, shape = out[node.output[0]]
+        if shape is None or None in shape:
+            done = COMPLETED[node.op_type](node, shapes, _Sizes(constants, vectors or {}))
+            if done is not None and (shape is None or len(shape) == len(done)):
+                out[node.output[0]] = (elem, done if shape is None else [a or b for a, b in zip(shape, done)])
     if node.op_type == "Concat" and sums and node.output[0] in out:
         elem, shape = out[node.output[0]]
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
@@ -86,6 +95,111 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
             shape[axis] = concat_length([shapes.get(i) for i in node.input if i], axis, sums)
             out[node.output[0]] = (elem, shape)
     return out
+
+
+def _whole(shape: SymShape | None) -> list[Mono] | None:
+    return None if shape is None or any(d is None for d in shape) else [d for d in shape if d is not None]
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """Where a node's size vector (a Reshape target, a Tile's repeats) is read: a small integer constant, or a
+    vector whose entries are known as monomials."""
+
+    constants: Mapping[str, onnx.TensorProto]
+    vectors: Mapping[str, Sequence[Mono] | None]
+
+    def entries(self, node: onnx.NodeProto, k: int) -> list[Mono] | None:
+        name = node.input[k] if len(node.input) > k else ""
+        const = self.constants.get(name)
+        if const is not None:
+            if const.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
+                    or int(np.prod(const.dims)) > SMALL_CONSTANT:
+                return None
+            return [Mono.const(v) for v in int_values(const)]
+        got = self.vectors.get(name)
+        return None if got is None else list(got)
+
+
+def _is(m: Mono, n: int) -> bool:
+    return m.is_const and m.coef == n
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == name), default)
+
+
+def _size(m: Mono) -> Mono | None:
+    """``m`` where it is a size at every value of the symbols (a positive coefficient, no symbol divided)."""
+    return m if m.coef > 0 and all(p > 0 for _, p in m.powers) else None
+
+
+def _reshaped(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    dims, target = _whole(shapes.get(node.input[0])), sizes.entries(node, 1)
+    if dims is None or target is None:
+        return None
+    free = [k for k, t in enumerate(target) if _is(t, -1)]
+    allowzero = _attr(node, "allowzero", 0)
+    out: list[Mono | None] = []
+    for k, t in enumerate(target):
+        if _is(t, 0) and not allowzero:
+            if k >= len(dims):
+                return None
+            out.append(dims[k])
+        elif k in free or _size(t) is None and not _is(t, 0):
+            out.append(None)
+        else:
+            out.append(t)
+    if len(free) > 1 or sum(d is None for d in out) > len(free):
+        return None
+    if free:
+        rest = product([d for d in out if d is not None])
+        if rest.coef == 0:
+            return None
+        out[free[0]] = _size(product(dims) / rest)
+    return out
+
+
+def _flattened(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    dims = _whole(shapes.get(node.input[0]))
+    if dims is None:
+        return None
+    axis = _attr(node, "axis", 1)
+    axis = axis + len(dims) if axis < 0 else axis
+    return [product(dims[:axis]), product(dims[axis:])] if 0 <= axis <= len(dims) else None
+
+
+def _tiled(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    shape, repeats = shapes.get(node.input[0]), sizes.entries(node, 1)
+    if shape is None or repeats is None or len(repeats) != len(shape):
+        return None
+    return [None if d is None or _size(r) is None else d * r for d, r in zip(shape, repeats)]
+
+
+def _expanded(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    shape, target = shapes.get(node.input[0]), sizes.entries(node, 1)
+    if shape is None or target is None:
+        return None
+    rank = max(len(shape), len(target))
+    ins = [Mono.const(1)] * (rank - len(shape)) + list(shape)
+    wants = [Mono.const(1)] * (rank - len(target)) + target
+    out: list[Mono | None] = []
+    for d, t in zip(ins, wants):
+        if _is(t, 1) or t == d:
+            out.append(d)
+        elif d is not None and _is(d, 1) and _size(t) is not None:
+            out.append(t)
+        else:
+            out.append(None)  # a symbol broadcast to another size: the run decides (or fails)
+    return out
+
+
+COMPLETED: dict[str, Callable[[onnx.NodeProto, Mapping[str, SymShape | None], _Sizes], SymShape | None]] = {
+    "Reshape": _reshaped, "Flatten": _flattened, "Tile": _tiled, "Expand": _expanded}
+"""the operators whose output sizes onnx's inference leaves unknown where they are products of symbols (a Reshape's
+``-1`` over ``[batch*seq, 384]``, a Flatten, a Tile of a symbolic axis): each given by monomial arithmetic from its
+input's symbolic shape and its size vector, constant or of known monomials (``infer_node`` fills the sizes onnx left
+unknown only)"""
 
 
 PROBES = (1009, 2003, 3001, 4001, 5003, 6007, 7001, 8009, 9001, 10007, 11003, 12007)
@@ -131,4 +245,4 @@ def int_values(t: onnx.TensorProto) -> list[int]:
     return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
 
 
-__all__ = ["SMALL_CONSTANT", "concat_length", "constant_shape", "infer_node", "int_values"]
+__all__ = ["COMPLETED", "SMALL_CONSTANT", "concat_length", "constant_shape", "infer_node", "int_values"]

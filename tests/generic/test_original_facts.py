@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import pytest
 import zoo
-from onnx import helper
+from onnx import helper, numpy_helper
 
-from eqsat.generic import Original, make_generic
+from eqsat.generic import Original, make_generic, simplify_for_import
 from eqsat.generic import original as original_module
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.interface import symbol_values
@@ -88,8 +88,13 @@ def test_what_is_written_from_carried_facts_computes_what_the_original_does(bert
 def test_facts_of_another_original_or_other_sizes_are_refused(bert):
     values = symbol_values(bert, SHAPES)
     program = _candidates(bert)[0]
+    copy = onnx.ModelProto()
+    copy.CopyFrom(bert)  # a copy of the original (the import reads the user's model as prepared): its facts are read
+    assert make_generic(program, bert, values, Original(copy, values)).model == \
+        make_generic(program, bert, values, Original(bert, values)).model
     other = onnx.ModelProto()
     other.CopyFrom(bert)
+    other.graph.node[-1].output[0] += "_other"  # another program
     with pytest.raises(ValueError, match="another original"):
         make_generic(program, bert, values, Original(other, values))
     with pytest.raises(ValueError, match="other sizes"):
@@ -205,3 +210,44 @@ def test_a_batch_that_fails_at_a_size_keeps_only_the_values_that_run_at_every_si
     facts.prefetch(["ss", "s", "target"])
     assert facts.prefetched(["ss", "s", "target"]) == {"ss": [Mono.symbol("batch"), Mono.symbol("length")]}
     assert facts.runs == 1
+
+
+def test_the_import_s_facts_are_carried_to_the_candidates_within_a_run(tmp_path):
+    """Within a run's scope (eqsat.generic.carried) the import's rewrite of the user's model and the candidates'
+    share one Original: the symbolic shapes it knew of the original's values are carried (each the shape
+    onnxruntime computes at other sizes), so a candidate's rewrite runs less (a Llama's: the original read as the
+    import read it, for its guarded tables, fits none of its values again), the programs written are the bytes
+    written without it, and outside a scope each ask makes its own."""
+    llama = zoo.export_dynamic("llama", "torchscript", str(tmp_path / "llama.onnx"))
+    shapes = {i.name: (1, 64) for i in llama.graph.input}
+    values = symbol_values(llama, shapes)
+    program = export_model(import_model(llama, shapes, generic=True))
+    fresh = Original(llama, values)
+    alone = make_generic(program, llama, values, fresh).model
+    with original_module.carried():
+        simplify_for_import(llama, shapes)
+        copy = onnx.ModelProto()
+        copy.CopyFrom(llama)
+        facts = Original.of(copy, values)
+        assert Original.of(llama, values) is facts
+        other = onnx.ModelProto()
+        other.CopyFrom(llama)
+        small = next(t for t in other.graph.initializer if len(t.dims) == 1 and t.dims[0] <= 64)
+        small.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(small) + 1, small.name))
+        assert Original.of(other, values) is not facts  # a small initializer's values differ: read as another model
+        assert len(facts.shapes) >= 50  # the values' symbolic shapes the import's rewrite knew
+        before = facts.runs + facts.probed
+        assert make_generic(program, llama, values, facts).model == alone
+        assert facts.runs + facts.probed - before < fresh.runs + fresh.probed  # fewer runs than learning it anew
+    assert Original.of(llama, values) is not facts
+    names = sorted(facts.shapes)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(llama)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    sess = session(probe)
+    rng = np.random.default_rng(5)
+    for batch, seq in [(2, 5), (3, 37)]:
+        got = sess.run(None, zoo.sized_feeds("llama", rng, batch, seq))
+        for name, value in zip(names, got):
+            assert [int(m.value({"batch": batch, "seq": seq})) for m in facts.shapes[name]] == list(value.shape), name

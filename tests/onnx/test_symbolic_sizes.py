@@ -1,0 +1,105 @@
+"""The sizes onnx's shape inference leaves unknown where they are products of symbols (a Reshape's ``-1`` over
+``[batch*seq, 384]``, a Flatten, a Tile or an Expand of a symbolic axis) are given as monomials by
+:func:`eqsat.onnx.symbolic.infer_node`: each checked against the shapes onnxruntime computes at several sizes where
+the symbols vary apart (the oracle), and none given where the sizes do not decide them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.dims import Mono
+from eqsat.onnx.symbolic import infer_node
+
+B, S = Mono.symbol("batch"), Mono.symbol("seq")
+C = Mono.const
+SIZES = ({"batch": 1, "seq": 8}, {"batch": 3, "seq": 5}, {"batch": 2, "seq": 11})
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _ints(name: str, values: list[int]) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+def _model(node: onnx.NodeProto, shape: list[Mono], inits: list[onnx.TensorProto],
+           before: list[onnx.NodeProto] = ()) -> onnx.ModelProto:
+    dims = [int(m.coef) if m.is_const else m.key() for m in shape]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info(node.output[0], TensorProto.FLOAT, None)
+    graph = helper.make_graph([*before, node], "g", [x], [y], initializer=inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def _ort_shapes(model: onnx.ModelProto, shape: list[Mono]) -> list[tuple[int, ...]]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = []
+    for at in SIZES:
+        x = np.zeros([int(m.value(at)) for m in shape], np.float32)
+        out.append(sess.run(None, {"x": x})[0].shape)
+    return out
+
+
+def _inferred(node: onnx.NodeProto, shape: list[Mono], inits: list[onnx.TensorProto],
+              vectors: dict[str, list[Mono]] | None = None) -> list[Mono | None] | None:
+    shapes: dict[str, list[Mono] | None] = {"x": shape}
+    types = {"x": TensorProto.FLOAT}
+    for name, entries in (vectors or {}).items():  # a vector computed at run time: typed, its values unknown to onnx
+        shapes[name], types[name] = [C(len(entries))], TensorProto.INT64
+    got = infer_node(node, shapes, types, {t.name: t for t in inits}, OPSET, vectors=vectors)
+    return got[node.output[0]][1] if node.output[0] in got else None
+
+
+CASES = [
+    ("rows", "Reshape", [B, S, C(384)], [-1, 384], {}),
+    ("copied", "Reshape", [B, S, C(384)], [0, -1, 64], {}),
+    ("heads", "Reshape", [B * S, C(384)], [-1, 6, 64], {}),
+    ("back", "Reshape", [B * S, C(6), C(64)], [0, 384], {}),
+    ("flat", "Flatten", [B, S, C(6), C(64)], None, {"axis": 2}),
+    ("flat_last", "Flatten", [B, S, C(6)], None, {"axis": -1}),
+    ("flat_all", "Flatten", [B, S, C(6)], None, {"axis": 0}),
+    ("tiled", "Tile", [B * S, C(1), C(384)], [1, 2, 1], {}),
+    ("tiled_axis", "Tile", [B, S], [3, 1], {}),
+    ("expanded", "Expand", [B, C(1), S], [1, 4, 1], {}),
+    ("expanded_rank", "Expand", [S, C(1)], [2, 1, 5], {}),
+]
+
+
+@pytest.mark.parametrize("name,op,shape,sizes,attrs", CASES, ids=[c[0] for c in CASES])
+def test_sizes_are_what_onnxruntime_computes(name, op, shape, sizes, attrs):
+    inits = [] if sizes is None else [_ints("sizes", sizes)]
+    node = helper.make_node(op, ["x", *(["sizes"] if inits else [])], ["y"], **attrs)
+    got = _inferred(node, shape, inits)
+    assert got is not None and None not in got, got
+    runs = _ort_shapes(_model(node, shape, inits), shape)
+    assert [tuple(int(m.value(at)) for m in got) for at in SIZES] == runs
+
+
+def test_a_size_vector_of_monomials_is_read_as_the_sizes_it_holds():
+    # the target [batch, seq, 6, 64] computed at run time from x's shape: its entries known as monomials
+    shape = [B, S, C(384)]
+    before = [helper.make_node("Shape", ["x"], ["dims"], start=0, end=2),
+              helper.make_node("Concat", ["dims", "heads"], ["target"], axis=0)]
+    inits = [_ints("heads", [6, 64])]
+    node = helper.make_node("Reshape", ["x", "target"], ["y"])
+    assert _inferred(node, shape, inits) in (None, [None] * 4)  # onnx alone: the target's values unknown
+    got = _inferred(node, shape, inits, {"target": [B, S, C(6), C(64)]})
+    assert got == [B, S, C(6), C(64)]
+    assert [tuple(int(m.value(at)) for m in got) for at in SIZES] == _ort_shapes(_model(node, shape, inits, before),
+                                                                                  shape)
+    tile = helper.make_node("Tile", ["x", "target3"], ["y"])
+    assert _inferred(tile, shape, [], {"target3": [C(1), C(2), C(1)]}) == [B, S * C(2), C(384)]
+
+
+@pytest.mark.parametrize("op,shape,sizes", [
+    ("Reshape", [B, S, C(384)], [C(-1), C(-1)]),  # two free sizes: not a valid target
+    ("Reshape", [B, S, C(384)], [C(-1), S / B]),  # a size no monomial of sizes holds
+    ("Expand", [B, C(1)], [S, C(4)]),  # one symbol broadcast to another: the sizes do not say which is 1
+    ("Tile", [B, S], [C(2), S / B]),
+])
+def test_sizes_the_symbols_do_not_decide_stay_unknown(op, shape, sizes):
+    node = helper.make_node(op, ["x", "sizes"], ["y"])
+    got = _inferred(node, shape, [], {"sizes": sizes})
+    assert got is None or None in got
