@@ -248,7 +248,8 @@ class Shaping:
         if not self.generic:
             return model, []
         assert self.original is not None
-        if self.facts is None or self.facts.values != self.values:  # (the import's, where the run carried it)
+        if self.facts is None or self.facts.values != self.values or not self.facts.stands_for(self.original):
+            # (the import's, where the run carried it)
             self.facts = Original.of(self.original, self.values)
         written = make_generic(model, self.original, self.values, self.facts)
         return written.model, list(written.notes)

@@ -23,10 +23,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from eqsat.dims import Mono, derived_symbols
+from eqsat.dims import Mono, SymShape, derived_symbols
 from eqsat.errors import first_line
 from eqsat.onnx.fitting import Sizes, fit_runs, fit_vectors, run_values
-from eqsat.onnx.interface import QUIET, symbols, zero_feeds
+from eqsat.onnx.footprint import static_shapes
+from eqsat.onnx.interface import QUIET, shapes_at, symbols, zero_feeds
 from eqsat.onnx.io import session
 from eqsat.onnx.kernels import UpgradeError, converted
 
@@ -90,20 +91,16 @@ class Original:
         key = (_content(model), tuple(sorted(values.items())))
         if key not in scope:
             scope[key] = cls(model, values)
-        return scope[key]
+        got = scope[key]
+        got.model = model  # the latest asker's copy (the run's slimmed one, not the weights the import read)
+        return got
 
     def stands_for(self, model: onnx.ModelProto) -> bool:
         """Whether ``model`` is this one's, or a copy of it (the import read the user's model as prepared)."""
-        if model is self.model or any(model is m for m in self._copies):
-            return True
-        if _content(model) != self.content:
-            return False
-        self._copies.append(model)
-        return True
+        return model is self.model or _content(model) == self.content
 
     def __init__(self, model: onnx.ModelProto, values: Mapping[str, int]):
         self.model = model
-        self._copies: list[onnx.ModelProto] = []
         self.values = dict(values)
         self.sums = derived_symbols(list(symbols(model)))
         """the interface's symbols written as arithmetic of others (``past + 1``)"""
@@ -128,6 +125,31 @@ class Original:
         self.probed = 0
         """the runs of programs so far (:meth:`runs_of`) made, and those read from earlier rewrites' runs"""
         self.reread = 0
+
+    def learn(self, shapes: Mapping[str, SymShape | None]) -> None:
+        """Keep the symbolic ``shapes`` a rewrite of the original itself knew of its values (:attr:`shapes`): those
+        whose sizes at the representative sizes are the original's there (:attr:`static`); a value the rewrite
+        wrote in another form (a Split of rows, not of ``[batch, seq, hidden]``) is not the original's."""
+        if not shapes:
+            return
+        for name, shape in shapes.items():
+            at = self.static.get(name)
+            if at is None or shape is None or None in shape or name not in self.computed:
+                continue
+            whole = [d for d in shape if d is not None]
+            if [d.value(self.values) for d in whole] == list(at):
+                self.shapes[name] = whole
+
+    @functools.cached_property
+    def static(self) -> dict[str, tuple[int, ...]]:
+        """The original's values' shapes at its representative sizes: read off one run of it there (each value's
+        Shape), else as onnx's inference gives them (:func:`eqsat.onnx.footprint.static_shapes`: a value it
+        cannot size is left out)."""
+        names = sorted(self.computed)
+        got = run_values(self.model, names, shapes=True)(self.values)
+        if got is not None:
+            return {name: tuple(int(d) for d in shape) for name, shape in zip(names, got)}
+        return static_shapes(self.model, shapes_at(self.model, self.values))
 
     @functools.cached_property
     def content(self) -> str:

@@ -121,8 +121,7 @@ def _run(w: Rewrite) -> Generic:
         unexpand(w)
         guard_tables(w, lambda: read_original(w))
     if w.of_original:  # the original's values' symbolic shapes, for the next rewrite of it (:func:`.probes.fit`)
-        w.facts.shapes.update((name, [d for d in shape if d is not None]) for name, shape in w.shapes.items()
-                              if name in w.facts.computed and shape is not None and None not in shape)
+        w.facts.learn(w.shapes)
     del g.node[:]
     g.node.extend(w.nodes)
     note_outputs(w, outs)

@@ -140,15 +140,33 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return out
 
 
+def _inferred(model: onnx.ModelProto, shapes: Shapes) -> onnx.ModelProto:
+    """A weightless copy of ``model`` (:func:`_light`) with its values' shapes inferred at the input ``shapes``."""
+    light = _light(model, shapes)
+    try:
+        return onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except Exception:  # noqa: BLE001 - an operator shape inference refuses: the inputs' sizes alone
+        return light
+
+
+def static_shapes(model: onnx.ModelProto, shapes: Shapes) -> dict[str, tuple[int, ...]]:
+    """The shapes onnx's inference (its size computations propagated) gives ``model``'s values at the input
+    ``shapes``: those it sizes fully."""
+    out: dict[str, tuple[int, ...]] = {}
+    inferred = _inferred(model, shapes).graph
+    for vi in [*inferred.value_info, *inferred.output]:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") \
+                and all(d.HasField("dim_value") for d in tt.shape.dim):
+            out.setdefault(vi.name, tuple(int(d.dim_value) for d in tt.shape.dim))
+    return out
+
+
 def activation_bytes(model: onnx.ModelProto, shapes: Shapes) -> int:
     """The most bytes of the inputs and computed values alive at once when ``model``'s nodes run in order at the
     input ``shapes`` (a value freed after the last node that reads it; the inputs and outputs kept); the weights are
     not counted, nor a value onnx's shape inference cannot size."""
-    light = _light(model, shapes)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
-    except Exception:  # noqa: BLE001 - an operator shape inference refuses: the inputs' sizes alone
-        inferred = light
+    inferred = _inferred(model, shapes)
     inits = {t.name for t in model.graph.initializer}
     size = {vi.name: _bytes(vi) for vi in [*inferred.graph.value_info, *inferred.graph.output,
                                              *inferred.graph.input]}
@@ -272,5 +290,5 @@ def check(shapes: Shapes, model: onnx.ModelProto | None = None) -> None:
         lim.check(shapes, model)
 
 
-__all__ = ["GROWTH_POWER", "LIMIT", "Limit", "SHARE", "SMALL_INIT", "TooLarge", "activation_bytes", "check", "gb",
+__all__ = ["GROWTH_POWER", "LIMIT", "Limit", "SHARE", "SMALL_INIT", "TooLarge", "activation_bytes", "check", "gb", "static_shapes",
            "limited", "watch"]

@@ -98,7 +98,11 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
 
 
 def _whole(shape: SymShape | None) -> list[Mono] | None:
-    return None if shape is None or any(d is None for d in shape) else [d for d in shape if d is not None]
+    """``shape``'s sizes where each is known and a monomial of integer coefficient: one of a fractional coefficient
+    stands for a floor (``floor(h/4)`` after a strided Conv), which a product of monomials does not keep."""
+    if shape is None or any(d is None or d.coef.denominator != 1 for d in shape):
+        return None
+    return [d for d in shape if d is not None]
 
 
 @dataclass(frozen=True)
@@ -130,8 +134,8 @@ def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
 
 
 def _size(m: Mono) -> Mono | None:
-    """``m`` where it is a size at every value of the symbols (a positive coefficient, no symbol divided)."""
-    return m if m.coef > 0 and all(p > 0 for _, p in m.powers) else None
+    """``m`` where it is a size at every value of the symbols (a positive integer coefficient, no symbol divided)."""
+    return m if m.coef > 0 and m.coef.denominator == 1 and all(p > 0 for _, p in m.powers) else None
 
 
 def _reshaped(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
@@ -173,7 +177,8 @@ def _tiled(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _
     shape, repeats = shapes.get(node.input[0]), sizes.entries(node, 1)
     if shape is None or repeats is None or len(repeats) != len(shape):
         return None
-    return [None if d is None or _size(r) is None else d * r for d, r in zip(shape, repeats)]
+    return [None if d is None or d.coef.denominator != 1 or _size(r) is None else d * r
+            for d, r in zip(shape, repeats)]
 
 
 def _expanded(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:

@@ -14,7 +14,9 @@ import onnx
 import onnx_builders as ob
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.generic import make_generic
+from eqsat.generic import Original, make_generic
+from eqsat.generic.rewrite import rewrite
+from eqsat.generic.state import Forms
 from eqsat.onnx import session
 
 VALUES = {"batch": 2, "seq": 5}
@@ -177,3 +179,27 @@ def test_an_expand_that_its_readers_broadcast_anyway_goes():
         for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
             assert have.shape == want.shape
             np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_shapes_carried_from_the_import_are_the_original_s():
+    """The import's rewrite writes the Split of rows (its outputs ``[batch*seq, 24]``, where the original's are
+    ``[batch, seq, 24]``); what it carries to the next rewrite of the original (eqsat.generic.Original.shapes) is
+    only what holds of the original's values: each shape carried is onnxruntime's for that value of the original
+    at other sizes."""
+    original = _layer(static=False)
+    facts = Original(original, VALUES)
+    written = rewrite(original, original, VALUES, Forms.IMPORT, facts).model
+    assert any(n.op_type == "Split" and n.input[0] != "wide" for n in written.graph.node)  # the rows split
+    assert len(facts.shapes) >= 5 and "wide" in facts.shapes
+    names = sorted(facts.shapes)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(original)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    sess = session(probe)
+    rng = np.random.default_rng(2)
+    for batch, seq in [(2, 5), (3, 7)]:
+        feeds = {"x": rng.standard_normal((batch, seq, 24)).astype(np.float32),
+                 "mask": np.ones((batch, seq), np.int64)}
+        for name, value in zip(names, sess.run(None, feeds)):
+            assert [int(d.value({"batch": batch, "seq": seq})) for d in facts.shapes[name]] == list(value.shape), name

@@ -5,6 +5,8 @@ the symbols vary apart (the oracle), and none given where the sizes do not decid
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -103,3 +105,26 @@ def test_sizes_the_symbols_do_not_decide_stay_unknown(op, shape, sizes):
     node = helper.make_node(op, ["x", "sizes"], ["y"])
     got = _inferred(node, shape, [], {"sizes": sizes})
     assert got is None or None in got
+
+
+def test_an_expand_to_a_vector_of_monomials_is_read_as_its_sizes():
+    shape = [B, C(1), S]
+    before = [helper.make_node("Shape", ["x"], ["b"], start=0, end=1),
+              helper.make_node("Shape", ["x"], ["s"], start=2, end=3),
+              helper.make_node("Concat", ["b", "four", "s"], ["target"], axis=0)]
+    inits = [_ints("four", [4])]
+    node = helper.make_node("Expand", ["x", "target"], ["y"])
+    got = _inferred(node, shape, inits, {"target": [B, C(4), S]})
+    assert got == [B, C(4), S]
+    assert [tuple(int(m.value(at)) for m in got) for at in SIZES] == _ort_shapes(_model(node, shape, inits, before),
+                                                                                  shape)
+
+
+def test_a_floored_size_is_not_multiplied():
+    # [8, h/4, w/4] after a strided Conv is [8, floor(h/4), floor(w/4)]: their product is not h*w/16 (h = w = 18:
+    # 16, not 20.25), so a Flatten of it stays unknown (a run fits it)
+    h, w = Mono.symbol("h"), Mono.symbol("w")
+    quarter = Mono.const(Fraction(1, 4))
+    node = helper.make_node("Flatten", ["x"], ["y"], axis=1)
+    got = _inferred(node, [C(8), quarter * h, quarter * w], [])
+    assert got is None or got[1] is None
