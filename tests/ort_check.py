@@ -42,3 +42,17 @@ def outputs_match(original: onnx.ModelProto | str, optimized: onnx.ModelProto | 
             if x.shape != y.shape or not np.allclose(x, y, rtol=rtol, atol=rtol * scale):
                 return False
     return True
+
+
+def assert_symbolic_shapes(model: onnx.ModelProto, shapes: dict, runs: list[tuple[dict[str, int], dict]]) -> None:
+    """Each value of ``model`` named in ``shapes`` (name -> its sizes as monomials of the symbols, ``.value(at)``)
+    has those sizes in onnxruntime at each run's symbol values ``at``, fed ``feeds`` (``runs``: (at, feeds))."""
+    names = sorted(shapes)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    sess = _session(probe)
+    for at, feeds in runs:
+        for name, value in zip(names, sess.run(None, feeds)):
+            assert [int(d.value(at)) for d in shapes[name]] == list(value.shape), (name, at)
