@@ -137,6 +137,8 @@ class Original:
             if at is None or shape is None or None in shape or name not in self.computed:
                 continue
             whole = [d for d in shape if d is not None]
+            if any(s not in self.values for d in whole for s, _ in d.powers):
+                continue  # an opaque size (``value@axis``: :meth:`.state.Rewrite.opaque_shape`) is no symbol's
             if [d.value(self.values) for d in whole] == list(at):
                 self.shapes[name] = whole
 
@@ -227,7 +229,9 @@ class Original:
         names = [n for n in dict.fromkeys(names) if n not in self._vectors and n not in self._batch]
         if not names:
             return
-        sizes = run_values(self.model, names, shapes=True)(self.values)
+        static = self.static  # (one run of every value at these sizes, which the rewrite's learn reads too)
+        sizes = [static[n] for n in names] if all(n in static for n in names) \
+            else run_values(self.model, names, shapes=True)(self.values)
         small = [n for n, shape in zip(names, sizes or []) if len(shape) <= 1 and (not shape or 0 < shape[0] <= 8)]
         if not small:
             return

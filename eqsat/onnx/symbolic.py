@@ -62,8 +62,7 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     inputs, inits = [], []
     for name in dict.fromkeys(i for i in node.input if i):
         const = constants.get(name)
-        if const is not None and const.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
-                and int(np.prod(const.dims)) <= SMALL_CONSTANT:
+        if const is not None and _small_ints(const):
             inits.append(const)
             inputs.append(helper.make_value_info(name, helper.make_tensor_type_proto(
                 const.data_type, list(const.dims))))
@@ -89,12 +88,18 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
                 out[node.output[0]] = (elem, done if shape is None else [a or b for a, b in zip(shape, done)])
     if node.op_type == "Concat" and sums and node.output[0] in out:
         elem, shape = out[node.output[0]]
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        axis = _attr(node, "axis", 0)
         if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] is None:
             shape = list(shape)
             shape[axis] = concat_length([shapes.get(i) for i in node.input if i], axis, sums)
             out[node.output[0]] = (elem, shape)
     return out
+
+
+def _small_ints(const: onnx.TensorProto) -> bool:
+    """Whether shape inference reads ``const`` by value: integers, at most :data:`SMALL_CONSTANT` of them."""
+    return const.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
+        and int(np.prod(const.dims)) <= SMALL_CONSTANT
 
 
 def _whole(shape: SymShape | None) -> list[Mono] | None:
@@ -117,10 +122,7 @@ class _Sizes:
         name = node.input[k] if len(node.input) > k else ""
         const = self.constants.get(name)
         if const is not None:
-            if const.data_type not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) \
-                    or int(np.prod(const.dims)) > SMALL_CONSTANT:
-                return None
-            return [Mono.const(v) for v in int_values(const)]
+            return [Mono.const(v) for v in int_values(const)] if _small_ints(const) else None
         got = self.vectors.get(name)
         return None if got is None else list(got)
 

@@ -3,7 +3,8 @@
 and the tokens, each read its own way), are written as one of them (eqsat.generic.values.broadcast_sizes): the
 program runs only where they are equal. A MatMul's batch axes broadcast so; its last two axes never. Where the
 two differ at the representative sizes, or one is a symbol at 1 there (it may broadcast), the size stays unknown
-(a run fits it). Each size given is checked against onnxruntime's at the representative sizes."""
+(a run fits it). Each size given is checked against onnxruntime's at the representative sizes; through the
+writer, the MatMul's is given without a run."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.dims import Mono
+from eqsat.generic import Original, make_generic
 from eqsat.generic.values import broadcast_sizes
 from eqsat.onnx.symbolic import infer_node
 
@@ -58,3 +60,30 @@ def test_an_add_s_axis_read_two_ways_is_one_of_them():
 def test_a_symbol_at_one_may_broadcast_so_its_size_stays_unknown():
     got = _written("MatMul", [S, C(12), C(8)], [B, C(8), C(1)])  # batch is 1 here: [seq] or [batch] at other sizes
     assert got[0] is None and got[1:] == [C(12), C(1)]
+
+
+def test_a_matmul_s_batch_axis_read_two_ways_is_written_without_a_run():
+    """In the writer (eqsat.generic.make_generic): the experts' rows ``[2*seq, 12, 8]`` by the tokens
+    ``[2*batch*seq, 8, 1]`` at a batch of 1 (a mixture of experts' batched MatMul), then a Reshape that reads the
+    product's shape: its size is one of the two readings, so no run of the program so far fits it (the writer
+    made 10 there before), and the program written computes the original's output (onnxruntime on both)."""
+    nodes = [helper.make_node("Tile", ["a0", "rep"], ["a"]),
+             helper.make_node("Reshape", ["b0", "t"], ["b1"]),
+             helper.make_node("Tile", ["b1", "rep"], ["b"]),
+             helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Reshape", ["m", "t2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a0", TensorProto.FLOAT, ["seq", 12, 8]),
+                                           helper.make_tensor_value_info("b0", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 24])],
+                              [numpy_helper.from_array(np.array(v, np.int64), n)
+                               for n, v in (("rep", [2, 1, 1]), ("t", [-1, 8, 1]), ("t2", [-1, 6, 24]))])
+    model = helper.make_model(graph, opset_imports=OPSET)
+    facts = Original(model, VALUES)
+    written = make_generic(model, model, VALUES, facts).model
+    assert facts.probed == 0
+    rng = np.random.default_rng(0)
+    feeds = {"a0": rng.standard_normal((6, 12, 8)).astype(np.float32),
+             "b0": rng.standard_normal((1, 6, 8)).astype(np.float32)}
+    want, got = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+                 for m in (model, written))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
