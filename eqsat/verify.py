@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -231,7 +232,7 @@ class ShapesCheck:
 def verify_shapes(original: onnx.ModelProto, optimized: onnx.ModelProto, probes: Sequence[tuple[str, Shapes]],
                   seed: int = 0, draws: int = 1) -> ShapesCheck:
     """Check that ``optimized`` keeps ``original``'s interface (names, element types, ``dim_param`` names) and
-    computes its outputs at each of ``probes`` ((label, input shapes): one symbol changed at a time), ``draws``
+    computes its outputs at each of ``probes`` ((label, input shapes): one symbol changed, or all at once), ``draws``
     seeded random inputs each. A shape the original refuses is skipped; the first failure ends the check.
     Several candidates against one original: :class:`ShapesVerifier`."""
     return ShapesVerifier(original, probes, seed, draws).check(optimized)
@@ -362,6 +363,10 @@ BEYOND_RUN = 9
 """the original is refused at this many consecutive sizes, from the last within the table on, before a guard's
 else-branch that stops at the table is excused (:func:`refuses`: a size the original needs a multiple of, up to
 this, or a power of two up to the table's, is among them)"""
+BEYOND_SECONDS = 20.0
+"""the longest a run of the original beyond a guard's table may be estimated to take (:func:`refuses`): a longer
+one is not made, and the guard is not excused (a CLIP text model's table of the batch's indices, 4096 long: one run
+of the original at a batch of 4096 took over ten minutes)"""
 
 
 def refuses(sess: ort.InferenceSession, original: onnx.ModelProto, values: Mapping[str, int], sym: str, first: int,
@@ -371,20 +376,39 @@ def refuses(sess: ort.InferenceSession, original: onnx.ModelProto, values: Mappi
     it, follow; a model whose inputs' sizes must agree otherwise is never excused), and refuses it at each of
     :data:`BEYOND_RUN` consecutive sizes from the table's last (``first - 1``) on (BERT's position embeddings stop
     at 512 rows: every longer input fails at their Add). No input the original takes then reaches the sizes where a
-    guard's else-branch that stops at the table (:class:`Stops`) is taken."""
+    guard's else-branch that stops at the table (:class:`Stops`) is taken. A run there that would not fit the run's
+    memory (:func:`eqsat.onnx.footprint.check`), or is estimated to take over :data:`BEYOND_SECONDS` (the control's
+    seconds grown as the estimated memory of the run grows), is not made: it may run there, so it is not excused."""
     index = index_bounds(original) if index is None else index
     derived = derived_symbols(list(symbols(original)))
 
+    def shapes(v: int) -> Shapes:
+        return shapes_at(original, follow({**values, sym: v}, derived))
+
     def runs(v: int) -> bool:
-        shapes = shapes_at(original, follow({**values, sym: v}, derived))
-        feeds = random_inputs(sess, np.random.default_rng(seed), shapes, index)
+        feeds = random_inputs(sess, np.random.default_rng(seed), shapes(v), index)
         try:
             sess.run(None, feeds, QUIET)
         except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
             return False
         return True
 
-    return runs(values[sym] + 1) and not any(runs(v) for v in range(first - 1, first - 1 + BEYOND_RUN))
+    start = time.perf_counter()
+    if not runs(values[sym] + 1):
+        return False
+    seconds = time.perf_counter() - start
+    beyond = range(first - 1, first - 1 + BEYOND_RUN)
+    control = footprint.activation_bytes(original, shapes(values[sym] + 1))
+    if control > 0 and seconds * footprint.activation_bytes(original, shapes(beyond[-1])) / control > BEYOND_SECONDS:
+        return False  # (the largest of the runs: the others take no longer)
+    for v in beyond:
+        try:
+            footprint.check(shapes(v), original)
+        except footprint.TooLarge:
+            return False
+        if runs(v):
+            return False
+    return True
 
 
 def _own(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -25,7 +25,7 @@ from eqsat.onnx.pool import array_of
 from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs
 
 from .state import Rewrite
-from .tables import Prefix, pattern_key
+from .tables import Prefix, pattern_key, same_prefix
 
 
 def guard_tables(w: Rewrite, found: Callable[[], Rewrite]) -> None:
@@ -190,8 +190,9 @@ def original_chain(w: Rewrite, found: Callable[[], Rewrite], prefix: Prefix
     under fresh names (the constants they read copied too), and the name of the value; None where not found."""
     found()
     assert w.guards.original_tables is not None
-    user = w.guards.original_tables.get(pattern_key(prefix))
-    return None if user is None else copy_original(w, user)
+    users = {user for p, user in w.guards.original_tables if pattern_key(p) == pattern_key(prefix)} \
+        or {user for p, user in w.guards.original_tables if same_prefix(p, prefix)}
+    return copy_original(w, users.pop()) if len(users) == 1 else None  # (two values alike there: neither)
 
 
 def source_graph(w: Rewrite) -> onnx.GraphProto | None:
@@ -216,12 +217,17 @@ def copy_original(w: Rewrite, user: str) -> tuple[list[onnx.NodeProto], str] | N
     if g is None:
         return None
     inits = {t.name: t for t in g.initializer} | {t.name: t for t in w.original.graph.initializer}
-    needed, chain = {user}, []
+    needed, chain, sized = {user}, [], []
+    rename: dict[str, str] = {}
     for node in reversed(g.node):
         if any(o in needed for o in node.output if o):
+            sizes = _shape_read(w, node)
+            if sizes is not None:  # its input not computed for it (an encoder's output: not the encoder again)
+                rename[node.output[0]], written = _in_branch(w, sizes)
+                sized += written
+                continue
             chain.append(node)
             needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
-    rename: dict[str, str] = {}
     for name in sorted(needed & set(inits)):
         if name not in w.guards.copied_constants:
             own = w.constants.get(name)
@@ -250,7 +256,34 @@ def copy_original(w: Rewrite, user: str) -> tuple[list[onnx.NodeProto], str] | N
             node.input[k] = rename.get(i, i)
         for sub in subgraphs(node):
             rename_outer(sub, rename)
-    return out, rename[user]
+    return sized + out, rename[user]
+
+
+def _in_branch(w: Rewrite, sizes: list[Mono]) -> tuple[str, list[onnx.NodeProto]]:
+    """``sizes`` written from the inputs' shapes (:meth:`.sizes.SizeWriter.vector`) by nodes of their own, for an
+    If's else-branch (the program outside does not compute them on every run, nor reads them: they are not kept
+    for it to share)."""
+    count, cache, written = len(w.nodes), dict(w.cache), dict(w.written)
+    name = w.vector(sizes)
+    nodes = w.nodes[count:]
+    del w.nodes[count:]
+    w.cache, w.written = cache, written
+    return name, nodes
+
+
+def _shape_read(w: Rewrite, node: onnx.NodeProto) -> list[Mono] | None:
+    """The sizes a ``Shape`` of the original's gives, where its input's symbolic shape is known
+    (:attr:`.original.Original.shapes`) in the symbols the program reads: written from the inputs' shapes, they
+    need no run of what computes its input (a table's chain copied into an ``If`` that reads the length off a
+    layer's output: T5's relative positions, read after its first layer norm, which the else-branch computed
+    again). None where it is no such Shape."""
+    if node.op_type != "Shape" or node.domain not in ("", "ai.onnx"):
+        return None
+    shape = w.facts.shapes.get(node.input[0])
+    if shape is None or any(s not in w.places for d in shape for s, _ in d.powers):
+        return None
+    attrs = {a.name: a.i for a in node.attribute}
+    return list(shape)[attrs.get("start", 0):attrs.get("end")]
 
 
 def substituted_chain(w: Rewrite, found: Callable[[], Rewrite], user: str, made: Mapping[str, onnx.NodeProto]

@@ -25,10 +25,9 @@ from onnx import numpy_helper
 
 from eqsat.dims import Mono, SymShape, derived_symbols
 from eqsat.errors import first_line
-from eqsat.onnx.fitting import Sizes, fit_runs, fit_vectors, run_values
+from eqsat.onnx.fitting import REFUSED, Sizes, fit_runs, fit_vectors, run_values
 from eqsat.onnx.footprint import static_shapes
-from eqsat.onnx.interface import QUIET, shapes_at, symbols, zero_feeds
-from eqsat.onnx.io import session
+from eqsat.onnx.interface import shapes_at, symbols
 from eqsat.onnx.kernels import UpgradeError, converted
 
 from .keys import Key, batch_key
@@ -116,7 +115,7 @@ class Original:
         self._at: dict[tuple[str, tuple[tuple[str, int], ...]], list[int] | None] = {}
         self._refused: dict[tuple[tuple[str, int], ...], bool] = {}
         self._whole: Any = None
-        """a session of the whole original (:meth:`refuses`)"""
+        """a run of the whole original, its :attr:`small` values asked (:meth:`_whole_at`)"""
         self._sized: Runs = {}
         """(a value's content key, shapes or entries, the sizes) -> what a run there gave (None: it failed)"""
         self.shapes: dict[str, list[Mono]] = {}
@@ -198,20 +197,37 @@ class Original:
         return frozenset(tuple(self.constants[name]) for name in self.reshape_targets if name in self.constants)
 
     def refuses(self, at: Mapping[str, int]) -> bool:
-        """Whether onnxruntime cannot run the original at the sizes ``at`` (its outputs' shapes asked, on zeros;
-        each size run once): the runs that fit sizes are not read there (:data:`eqsat.onnx.fitting.REFUSED`)."""
-        key = tuple(sorted(at.items()))
-        if key == tuple(sorted(self.values.items())):
+        """Whether onnxruntime cannot run the original at the sizes ``at`` (on zeros; each size run once, a run of
+        every node: :meth:`_whole_at`): the runs that fit sizes are not read there
+        (:data:`eqsat.onnx.fitting.REFUSED`)."""
+        if tuple(sorted(at.items())) == tuple(sorted(self.values.items())):
             return False
+        return not self._whole_at(at)
+
+    @functools.cached_property
+    def small(self) -> tuple[str, ...]:
+        """The original's values that are scalars or vectors of at most 8 entries at the representative sizes (its
+        computed sizes and Reshape targets among them): a run of the whole original (:meth:`_whole_at`) reads their
+        entries too."""
+        return tuple(sorted(n for n, shape in self.static.items() if len(shape) == 0 or len(shape) == 1
+                            and 0 < shape[0] <= 8))
+
+    def _whole_at(self, at: Mapping[str, int]) -> bool:
+        """Whether the whole original runs at the sizes ``at`` (each size run once; a model it cannot load runs at
+        none). The run also gives the entries of its :attr:`small` values there (:meth:`entries_at`): a fit of the
+        original's sizes at sizes the fits of the programs asked of it (:data:`eqsat.onnx.fitting.REFUSED`) reads
+        them, not a run of its own (a mixture of experts' Reshape targets, deep in the model: a second run of
+        almost all of it at each size)."""
+        key = tuple(sorted(at.items()))
         if key not in self._refused:  # (a run of the whole model, not a fit of its values: not counted in runs)
-            try:
-                if self._whole is None:
-                    self._whole = session(self.model)
-                self._whole.run(None, zero_feeds(self.model, at), QUIET)
-                self._refused[key] = False
-            except Exception:  # noqa: BLE001 - sizes it refuses (or a model it cannot load: every size refused)
-                self._refused[key] = True
-        return self._refused[key]
+            if self._whole is None:
+                self._whole = run_values(self.model, list(self.small), shapes=False, whole=True)
+            got = self._whole(at)
+            self._refused[key] = got is None
+            for name, entries in zip(self.small, got or []):
+                if entries:  # (none: a value of floats, or empty here; a fit runs its own batch for it)
+                    self._at[name, key] = [int(v) for v in entries]
+        return not self._refused[key]
 
     def vectors(self, names: Sequence[str]) -> list[Entries]:
         """The entries of the original's small integer values ``names`` at every size (:func:`fit_vectors`)."""
@@ -351,9 +367,17 @@ class Original:
             self.runs += 1
             batch = run_values(self.model, missing, shapes=False)
 
+            # where the fits will ask whether the original runs at a size, that run of it gives these entries
+            whole = REFUSED.get() is not None and set(self.small).issuperset(missing)
+            tuned = tuple(sorted(self.values.items()))
+
             def run(at: Mapping[str, int]) -> Sequence[Sequence[int]] | None:  # each run's entries kept (entries_at)
-                got = batch(at)
                 key = tuple(sorted(at.items()))
+                if whole and key != tuned and self._whole_at(at):
+                    read = [entries for name in missing if (entries := self._at.get((name, key))) is not None]
+                    if len(read) == len(missing):
+                        return read
+                got = batch(at)
                 for k, name in enumerate(missing):
                     self._at.setdefault((name, key), None if got is None else [int(v) for v in got[k]])
                 return got

@@ -20,7 +20,6 @@ from .original import Original
 from .probes import boundary, folded_sizes, small_vector, vectors_read
 from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_end, split_rows
 from .state import Forms, Rewrite
-from .tables import pattern_key
 from .uniform import flat_gather, grid_gather
 from .values import (
     BROADCASTING,
@@ -144,7 +143,7 @@ def read_original(w: Rewrite) -> Rewrite:
         w.facts.found = found
     assert isinstance(found, Rewrite)
     if w.guards.original_tables is None:
-        w.guards.original_tables = {pattern_key(p): user for _, user, p in found.guards.guarded}
+        w.guards.original_tables = [(p, user) for _, user, p in found.guards.guarded]
     return found
 
 

@@ -173,6 +173,19 @@ class SizeWriter:
         def const(n: int) -> str:
             return self.const(np.array(n if scalar else [n], np.int64), "coef")
 
+        if m.is_const:  # (the whole rest of a product of floors: 8 channels flattened with the sides)
+            self.cache[key] = const(int(m.coef))
+            return self.cache[key]
+        factors = self._floors(m)
+        if factors:  # a product of floors, each written as one (not the floor of the product)
+            parts = [part for f in factors if (part := self._dim(f, scalar)) is not None]
+            if len(parts) < len(factors):
+                return None
+            product = parts[0]
+            for part in parts[1:]:
+                product = self.emit("Mul", [product, part], "dim", size)
+            self.cache[key] = product
+            return product
         value: str | None = None
         for s, p in m.powers:
             if s not in self.places:
@@ -196,6 +209,39 @@ class SizeWriter:
             value = self.emit("Div", [value, const(m.coef.denominator)], "dim", size)
         self.cache[key] = value
         return value
+
+    def _floors(self, m: Mono) -> list[Mono]:
+        """``m``, of fractional coefficient and more than one symbol (or a power), as a product of floors the
+        program's values hold (``1/4*h``, ``1/4*w``: the sides after a Conv of stride 4, each ``floor(h/4)``) and a
+        rest of whole coefficient; ``[]`` where it is none. Such a size is a product of the floors (a strided Conv's
+        output flattened: ``floor(h/4) * floor(w/4)``, 16 at a side of 18), which ``floor(h*w/16)`` (20 there) is
+        not.
+
+        >>> from fractions import Fraction
+        >>> w = SizeWriter(onnx.ModelProto())
+        >>> h, v, q = Mono.symbol("h"), Mono.symbol("w"), Mono.const(Fraction(1, 4))
+        >>> w.shapes["c"] = [Mono.const(8), q * h, q * v]
+        >>> [f.key() for f in w._floors(Mono.const(8) * q * h * q * v)], w._floors(q * h)
+        (['1/4*h', '1/4*w', '8'], [])
+        """
+        if m.coef.denominator == 1 or m.coef <= 0 or [p for _, p in m.powers] == [1] \
+                or any(p < 0 for _, p in m.powers):
+            return []
+        floors: dict[str, set[Mono]] = {}  # symbol -> the floors of it the program's values hold
+        for shape in self.shapes.values():
+            for d in shape or []:
+                if d is not None and d.coef.denominator != 1 and d.coef > 0 and [p for _, p in d.powers] == [1]:
+                    floors.setdefault(d.powers[0][0], set()).add(d)
+        factors: list[Mono] = []
+        rest = m
+        for symbol, power in m.powers:  # each symbol's floor taken for its whole power: one floor of it, or none
+            if len(floors.get(symbol, ())) == 1:
+                factors += list(floors[symbol]) * power
+        for floor in factors:
+            rest = rest / floor
+        if rest.coef.denominator != 1 or not factors:
+            return []
+        return factors + ([] if rest == Mono.const(1) else [rest])
 
     def ready(self, monos: list[Mono]) -> bool:
         """Whether :meth:`vector` writes ``monos`` without a new node."""

@@ -110,9 +110,9 @@ class Guards:
     guarded: list[tuple[str, str, Prefix]] = field(default_factory=list)
     """(the Slice of a table written, the user's value it stands for, its table) where the user's program computes
     the value beyond the table"""
-    original_tables: dict[str, str] | None = None
-    """the tables the original read as the import read it guarded (:attr:`.original.Original.found`, by
-    :func:`~.tables.pattern_key`) -> the original's value each stands for"""
+    original_tables: list[tuple[Prefix, str]] | None = None
+    """the tables the original read as the import read it guarded (:attr:`.original.Original.found`), each with the
+    original's value it stands for"""
     copied_constants: dict[str, str] = field(default_factory=dict)
     """an initializer of the original read by a chain copied into an If -> its name in the written program (copied
     once, or the program's own where it holds the same values)"""

@@ -38,7 +38,8 @@ from onnx import helper, numpy_helper
 
 from eqsat.dims import Mono
 from eqsat.onnx.dataflow import prune
-from eqsat.onnx.interface import OTHER_PROBES, QUIET, zero_feeds
+from eqsat.onnx.footprint import activation_bytes
+from eqsat.onnx.interface import OTHER_PROBES, QUIET, shapes_at, zero_feeds
 from eqsat.onnx.io import session
 
 from .sizes import SizeWriter
@@ -48,6 +49,13 @@ TABLE_SIZE = 4096
 
 TABLE_ELEMENTS = 1 << 20
 """a prefix table holds at most this many elements (a smaller size is taken where it would hold more)"""
+
+TABLE_BYTES = 256 << 20
+"""the most memory the run that computes a prefix table may be estimated to take (:func:`eqsat.onnx.footprint.
+activation_bytes`): a smaller size is taken where it would take more, and the program computes the value beyond it
+as the user's does (a CLIP text model's rows of pooled tokens, ``Range(batch) * seq``, read the encoder's output
+shape: a table of 4096 rows ran the encoder at a batch of 4096, and again at each size a search for the largest it
+ran at tried)"""
 
 Run = tuple[dict[str, int], np.ndarray]
 """the sizes a value was computed at and its value there"""
@@ -142,11 +150,11 @@ def prefixes(model: onnx.ModelProto, runs: Mapping[str, Sequence[Run]], shapes: 
         found = _largest(model, name, list(dict.fromkeys(syms)), values, min(TABLE_SIZE, cap))
         if found is None:
             continue
-        table, beyond = found
+        table, beyond, asked = found
         table = _cut(table, repeated)
         # the user's program computes it beyond the table only where the value grew to the size asked for (a
         # Slice of the user's own buffer, BERT's position ids, stops at the buffer: the table is the user's bound)
-        beyond = beyond and all(table.shape[a] >= min(TABLE_SIZE, cap) for a in axes)
+        beyond = beyond and all(table.shape[a] >= asked for a in axes)
         if table.ndim == len(dims) and all(table.shape[a] >= v.shape[a] for _, v in got for a in axes) and all(
                 _equal(_cut(v, repeated), table[tuple(slice(0, v.shape[a]) if a in axes else slice(None)
                                                       for a in range(v.ndim))]) for _, v in got):
@@ -155,9 +163,10 @@ def prefixes(model: onnx.ModelProto, runs: Mapping[str, Sequence[Run]], shapes: 
 
 
 def _largest(model: onnx.ModelProto, name: str, syms: Sequence[str], values: Mapping[str, int],
-             size: int) -> tuple[np.ndarray, bool] | None:
-    """``name``'s value with each of ``syms`` at ``size``, or at the largest size below it that ``model`` runs at
-    (None: none at or above the representative sizes); True where it runs at ``size`` (it may run beyond)."""
+             size: int) -> tuple[np.ndarray, bool, int] | None:
+    """``name``'s value with each of ``syms`` at ``size`` (or the largest size below it whose run is affordable:
+    :func:`_affordable`), or at the largest size below that ``model`` runs at (None: none at or above the
+    representative sizes); True where it runs at the size asked (it may run beyond), and that size."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     del probe.graph.output[:]
@@ -174,9 +183,10 @@ def _largest(model: onnx.ModelProto, name: str, syms: Sequence[str], values: Map
             return None
 
     low = max(int(values[s]) for s in syms)
+    size = max(low, _affordable(probe, syms, values, low, size))
     got = at(size)
     if got is not None:
-        return got, True
+        return got, True, size
     best = at(low)
     if best is None:
         return None
@@ -188,7 +198,23 @@ def _largest(model: onnx.ModelProto, name: str, syms: Sequence[str], values: Map
             high = mid
         else:
             low, best = mid, value
-    return best, False
+    return best, False, size
+
+
+def _affordable(probe: onnx.ModelProto, syms: Sequence[str], values: Mapping[str, int], low: int, size: int) -> int:
+    """The largest size up to ``size`` (of each of ``syms``) at which a run of ``probe`` is estimated to take at
+    most :data:`TABLE_BYTES`; ``low`` where none above it is. Where it is below ``size``, the table stops at a
+    size of its own, not the user's program's: the written program computes the value beyond it."""
+    def fits(n: int) -> bool:
+        return activation_bytes(probe, shapes_at(probe, {**values, **{s: n for s in syms}})) <= TABLE_BYTES
+
+    if fits(size):
+        return size
+    high = size
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
 
 
 def pattern_key(pattern: Triangle | Prefix) -> str:
@@ -198,6 +224,16 @@ def pattern_key(pattern: Triangle | Prefix) -> str:
                f"{pattern.above.tobytes().hex()}:{pattern.below.dtype}"
     digest = hashlib.sha256(np.ascontiguousarray(pattern.table).tobytes()).hexdigest()
     return f"prefix:{pattern.table.dtype}:{pattern.table.shape}:{digest}:{pattern.axes}:{[d.key() for d in pattern.ends]}"
+
+
+def same_prefix(a: Prefix, b: Prefix) -> bool:
+    """Whether two prefix tables stand for one value: of one type, cut along the same axes to the same sizes, and
+    equal where both are computed (one may be longer: its run cost less to make, :func:`_affordable`)."""
+    if a.table.dtype != b.table.dtype or a.axes != b.axes or a.ends != b.ends or a.table.ndim != b.table.ndim \
+            or any(x != y for k, (x, y) in enumerate(zip(a.table.shape, b.table.shape)) if k not in a.axes):
+        return False
+    common = tuple(slice(0, min(x, y)) for x, y in zip(a.table.shape, b.table.shape))
+    return bool(np.array_equal(a.table[common], b.table[common], equal_nan=a.table.dtype.kind in "fc"))
 
 
 def write_triangle(writer: SizeWriter, tri: Triangle, elem: int) -> str | None:
@@ -237,5 +273,5 @@ def write_prefix(writer: SizeWriter, prefix: Prefix, elem: int) -> str:
     return out
 
 
-__all__ = ["TABLE_ELEMENTS", "TABLE_SIZE", "Prefix", "Triangle", "pattern_key", "prefixes", "repeated_axes",
+__all__ = ["TABLE_BYTES", "TABLE_ELEMENTS", "TABLE_SIZE", "Prefix", "Triangle", "pattern_key", "prefixes", "repeated_axes", "same_prefix",
            "triangle", "write_prefix", "write_triangle"]

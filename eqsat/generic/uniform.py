@@ -87,6 +87,9 @@ def shape_patterns(model: onnx.ModelProto, shapes: Mapping[str, list[Mono]], val
     for sym, value in values.items():
         steps, checks = further_sizes(value)
         sizes += [{**values, sym: size} for size in [*steps, *checks]]
+    if len(values) > 1:  # every symbol changed at once: a value of two sizes (CLIP's ``Range(batch) * seq``) is
+        # the first entries of its value at a larger batch only where the length is the one it was run at
+        sizes.append({sym: further_sizes(value)[0][0] for sym, value in values.items()})
     out = Patterns()
     try:
         sess = session(probe)

@@ -314,10 +314,14 @@ def fit_vectors(run: Callable[[Mapping[str, int]], Sizes | None],
     return out
 
 
-def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callable[[Mapping[str, int]], Sizes | None]:
+def run_values(model: onnx.ModelProto, names: list[str], shapes: bool,
+               whole: bool = False) -> Callable[[Mapping[str, int]], Sizes | None]:
     """A run of ``model`` (one session, built once, of the nodes ``names`` depend on) giving ``names``: their shapes
     (``shapes``: each one's Shape computed in the run, the value itself freed once read) or their integer entries;
-    None at sizes onnxruntime cannot run it at (or whose memory would not fit: :mod:`eqsat.onnx.footprint`)."""
+    None at sizes onnxruntime cannot run it at (or whose memory would not fit: :mod:`eqsat.onnx.footprint`).
+    ``whole``: the model's outputs computed too (not returned): a run of every node, which fails where the model
+    refuses the sizes, not only where the nodes ``names`` depend on do; a value asked that holds no integers (a
+    mask's ``-inf``) is given as no entries (``[]``)."""
     weights = pool.current()
     if weights is not None:  # a copy referring to the pool for its weights (the session reads them there)
         probe = weights.slim(model)
@@ -330,8 +334,9 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
             | {t.name for t in probe.graph.initializer} | set(names)
         asked = [unique_name(f"{n}.shape", taken) for n in names]
         probe.graph.node.extend(onnx.helper.make_node("Shape", [n], [s]) for n, s in zip(names, asked))
+    outputs = [o for o in probe.graph.output if o.name not in asked] if whole else []
     del probe.graph.output[:]
-    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in asked)
+    probe.graph.output.extend([*(onnx.ValueInfoProto(name=n) for n in asked), *outputs])
     prune(probe)  # only what ``names`` depend on is run (a Reshape target: the input's Shape, not the model)
     sess: list[ort.InferenceSession] = []
 
@@ -339,10 +344,11 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool) -> Callab
         try:
             if not sess:
                 sess.append(session(probe, optimized=not shapes))
-            got = sess[0].run(asked, zero_feeds(model, at), QUIET)
+            got = sess[0].run(None, zero_feeds(model, at), QUIET)[:len(asked)]
         except Exception:  # noqa: BLE001 - sizes it cannot run at (or a model it cannot load): nothing learnt
             return None
-        return [[int(v) for v in np.asarray(r).reshape(-1)] for r in got]
+        return [[] if whole and np.asarray(r).dtype.kind not in "iub" else [int(v) for v in np.asarray(r).reshape(-1)]
+                for r in got]
 
     return run
 

@@ -390,16 +390,36 @@ def probe_values(value: int, batch: bool) -> list[int]:
 
 def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, Shapes]]:
     """(label, shapes) to verify a shape-generic result at: each symbol at each of its :func:`probe_values`,
-    the others at their representative ``values``; the label names the change (``batch=2``)."""
+    the others at their representative ``values``; the label names the change (``batch=2``). Where two or more
+    symbols are free, also every one of them changed at once (:func:`joint_values`; ``batch=2,seq=37``): a value
+    computed from two sizes (CLIP's pooled rows, ``Range(batch) * seq``) that a program fixed at one of them is
+    right wherever only one changes."""
     out: list[tuple[str, Shapes]] = []
     syms = symbols(model)
     derived = derived_symbols(list(syms))
-    for sym, places in syms.items():
-        if sym in derived:  # it follows its symbols
-            continue
-        for v in probe_values(values[sym], _batch(sym, places)):
+    free = {sym: _batch(sym, places) for sym, places in syms.items() if sym not in derived}  # (the others follow)
+    for sym, batch in free.items():
+        for v in probe_values(values[sym], batch):
             out.append((f"{sym}={v}", shapes_at(model, follow({**values, sym: v}, derived))))
+    if len(free) > 1:
+        for joint in joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch}):
+            label = ",".join(f"{sym}={v}" for sym, v in joint.items())
+            out.append((label, shapes_at(model, follow({**values, **joint}, derived))))
     return out
+
+
+def joint_values(values: Mapping[str, int], batch: set[str]) -> list[dict[str, int]]:
+    """The sizes every symbol of ``values`` is verified at at once: each at the first of its :func:`probe_values`
+    above 1 (a batch of 2, 37 tokens), and each at twice its value (a batch-like one at 2: a windowed model refuses
+    37 pixels and takes a multiple of its side).
+
+    >>> joint_values({"batch": 1, "seq": 128}, {"batch"})
+    [{'batch': 2, 'seq': 37}, {'batch': 2, 'seq': 256}]
+    """
+    first = {sym: next((v for v in probe_values(value, sym in batch) if v > 1), 2 * value)
+             for sym, value in values.items()}
+    twice = {sym: BATCH_PROBES[0] if sym in batch else 2 * value for sym, value in values.items()}
+    return [first] + ([twice] if twice != first else [])
 
 
 NEAR = (3, 4), (5, 4)
@@ -435,5 +455,5 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
 
 
 __all__ = ["BATCH_DEFAULT", "NEAR", "near_shapes", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
-           "interface_difference", "is_batch_like", "probe_shapes", "probe_values",
+           "interface_difference", "is_batch_like", "joint_values", "probe_shapes", "probe_values",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

@@ -135,6 +135,50 @@ def test_an_else_branch_that_stops_at_the_table_passes_where_the_original_stops_
     assert check.skipped == [f"seq={BOUND + 1} (beyond the tables)"] and check.verified == []
 
 
+class _Counted:
+    """A session whose runs' lengths (``ids``' axis 1) are logged in ``runs``."""
+
+    def __init__(self, sess, runs: list[int]):
+        self.sess, self.runs = sess, runs
+
+    def run(self, names, feeds, *rest):
+        self.runs.append(feeds["ids"].shape[1])
+        return self.sess.run(names, feeds, *rest)
+
+    def get_inputs(self):
+        return self.sess.get_inputs()
+
+
+@pytest.mark.parametrize("bound", ["seconds", "memory"])
+def test_an_else_branch_that_stops_at_the_table_is_not_excused_where_the_original_is_not_run_beyond_it(
+        monkeypatch, bound):
+    """Whether the original stops below the table is asked by runs of it beyond the table; one estimated to take
+    too long (a CLIP text model's table of the batch's indices, 4096 long: a run at a batch of 4096 took over ten
+    minutes) or more memory than the run has is not made, and the guard is not excused: it fails, where the same
+    original passes when those runs are made (the test above)."""
+    from eqsat import verify
+    from eqsat.onnx import footprint
+
+    buffer = [helper.make_node("Slice", ["buffer", "b_starts", "len", "b_axes"], ["b"]),
+              helper.make_node("Add", ["o_y", "b"], ["zb"]), *_sum_of("zb")]
+    original = _stopping(buffer, [_c("buffer", np.zeros((BOUND - 2, 4), np.float32)), _c("b_starts", np.array([0])),
+                                  _c("b_axes", np.array([0]))])
+    runs: list[int] = []
+    real = verify.session
+
+    def counted(model, **kw):
+        return _Counted(real(model, **kw), runs) if model is original else real(model, **kw)
+    monkeypatch.setattr(verify, "session", counted)
+    if bound == "seconds":
+        monkeypatch.setattr(verify, "BEYOND_SECONDS", 0.0)
+        check = verify_guards(original, _stops_at_table(), {"batch": 1, "seq": 4})
+    else:
+        with footprint.limited(original, budget=1, tuned={"ids": (1, 4)}):
+            check = verify_guards(original, _stops_at_table(), {"batch": 1, "seq": 4})
+    assert not check.passed and "must grow beyond its table" in check.detail
+    assert runs == [5]  # the control only: no run beyond the table
+
+
 def test_an_else_branch_that_stops_at_the_table_is_refused_where_the_original_runs_at_some_longer_size():
     """The original refuses most sizes beyond the table but not all: a length it needs a multiple of 4 of (a
     window), or a second input whose length must agree with the ids' (its own symbol): the written program would

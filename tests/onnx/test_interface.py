@@ -121,7 +121,8 @@ def test_representative_shape_defaults_and_the_users_choice():
     assert shapes_at(model, symbol_values(model, {"x": (4, 9, 64)})) == {"x": (4, 9, 64)}
     values = symbol_values(model, {})
     labels = [label for label, _ in probe_shapes(model, values)]
-    assert labels == ["batch=2", "batch=3", "seq=1", "seq=37", "seq=256"]  # 2+ further sizes per axis
+    # 2+ further sizes per axis, and both at once
+    assert labels == ["batch=2", "batch=3", "seq=1", "seq=37", "seq=256", "batch=2,seq=37", "batch=2,seq=256"]
     assert dict(probe_shapes(model, values))["seq=37"] == {"x": (1, 37, 64)}  # one axis changed at a time
 
 
