@@ -311,11 +311,11 @@ class ShapesVerifier:
         return out
 
     def _probes(self, refusals: set[str]) -> Iterator[tuple[str, Shapes]]:
-        """The probes, then each near one whose symbol's probes were all skipped (``refusals`` so far: read as the
-        near ones are reached)."""
+        """The probes, then each near one whose symbol's probes (of that symbol alone; or the probe of that label)
+        were all skipped (``refusals`` so far: read as the near ones are reached)."""
         yield from self.probes
         for sym, label, shapes in self.near:
-            own = [lb for lb, _ in self.probes if lb.startswith(f"{sym}=")]
+            own = [lb for lb, _ in self.probes if lb == sym or lb.startswith(f"{sym}=") and "," not in lb]
             if own and all(lb in refusals for lb in own):
                 yield label, shapes
 

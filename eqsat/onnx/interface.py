@@ -391,9 +391,10 @@ def probe_values(value: int, batch: bool) -> list[int]:
 def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, Shapes]]:
     """(label, shapes) to verify a shape-generic result at: each symbol at each of its :func:`probe_values`,
     the others at their representative ``values``; the label names the change (``batch=2``). Where two or more
-    symbols are free, also every one of them changed at once (:func:`joint_values`; ``batch=2,seq=37``): a value
-    computed from two sizes (CLIP's pooled rows, ``Range(batch) * seq``) that a program fixed at one of them is
-    right wherever only one changes."""
+    symbols are free, also every one of them changed at once (the first of :func:`joint_values`;
+    ``batch=2,seq=37``; the second where the original refuses it: :func:`near_shapes`): a value computed from two
+    sizes (CLIP's pooled rows, ``Range(batch) * seq``) that a program fixed at one of them is right wherever only
+    one changes."""
     out: list[tuple[str, Shapes]] = []
     syms = symbols(model)
     derived = derived_symbols(list(syms))
@@ -402,16 +403,20 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
         for v in probe_values(values[sym], batch):
             out.append((f"{sym}={v}", shapes_at(model, follow({**values, sym: v}, derived))))
     if len(free) > 1:
-        for joint in joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch}):
-            label = ",".join(f"{sym}={v}" for sym, v in joint.items())
-            out.append((label, shapes_at(model, follow({**values, **joint}, derived))))
+        first = joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch})[0]
+        out.append((joint_label(first), shapes_at(model, follow({**values, **first}, derived))))
     return out
+
+
+def joint_label(joint: Mapping[str, int]) -> str:
+    """The label of a check with several symbols changed (``batch=2,seq=37``)."""
+    return ",".join(f"{sym}={v}" for sym, v in joint.items())
 
 
 def joint_values(values: Mapping[str, int], batch: set[str]) -> list[dict[str, int]]:
     """The sizes every symbol of ``values`` is verified at at once: each at the first of its :func:`probe_values`
-    above 1 (a batch of 2, 37 tokens), and each at twice its value (a batch-like one at 2: a windowed model refuses
-    37 pixels and takes a multiple of its side).
+    above 1 (a batch of 2, 37 tokens), and, where the original refuses those, each at twice its value (a batch-like
+    one at 2: a windowed model refuses 37 pixels and takes a multiple of its side).
 
     >>> joint_values({"batch": 1, "seq": 128}, {"batch"})
     [{'batch': 2, 'seq': 37}, {'batch': 2, 'seq': 256}]
@@ -431,13 +436,14 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
     """(symbol, label, shapes) to verify a shape-generic result at where every one of the symbol's
     :func:`probe_shapes` is skipped, refused by the original or too large for the memory (a traced model that runs between half and twice its tuned length only: a program
     that fixed a size computed from the symbol would otherwise pass unchecked): each symbol that is not batch-like at
-    :data:`NEAR`'s fractions of its value (3/4 and 5/4), the others at their representative values.
+    :data:`NEAR`'s fractions of its value (3/4 and 5/4), the others at their representative values. Where two or
+    more symbols are free, the second of :func:`joint_values` too, in place of the first (its label the "symbol").
 
     >>> import onnx.helper as h
     >>> m = h.make_model(h.make_graph([h.make_node("Identity", ["x"], ["y"])], "g",
     ...     [h.make_tensor_value_info("x", 1, ["batch", "seq"])], [h.make_tensor_value_info("y", 1, ["batch", "seq"])]))
     >>> [(sym, label, shapes["x"]) for sym, label, shapes in near_shapes(m, {"batch": 1, "seq": 128})]
-    [('seq', 'seq=96 (near its size: the others skipped)', (1, 96)), ('seq', 'seq=160 (near its size: the others skipped)', (1, 160))]
+    [('seq', 'seq=96 (near its size: the others skipped)', (1, 96)), ('seq', 'seq=160 (near its size: the others skipped)', (1, 160)), ('batch=2,seq=37', 'batch=2,seq=256', (2, 256))]
     """
     out: list[tuple[str, str, Shapes]] = []
     syms = symbols(model)
@@ -451,9 +457,14 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
             if v != value and v not in probe_values(value, False):
                 out.append((sym, f"{sym}={v} (near its size: the others skipped)",
                             shapes_at(model, follow({**values, sym: v}, derived))))
+    free = {sym: _batch(sym, places) for sym, places in syms.items() if sym not in derived}
+    joint = joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch})
+    if len(free) > 1 and len(joint) > 1:
+        out.append((joint_label(joint[0]), joint_label(joint[1]),
+                    shapes_at(model, follow({**values, **joint[1]}, derived))))
     return out
 
 
 __all__ = ["BATCH_DEFAULT", "NEAR", "near_shapes", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
-           "interface_difference", "is_batch_like", "joint_values", "probe_shapes", "probe_values",
+           "interface_difference", "is_batch_like", "joint_label", "joint_values", "probe_shapes", "probe_values",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]
