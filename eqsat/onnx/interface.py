@@ -402,10 +402,19 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     for sym, batch in free.items():
         for v in probe_values(values[sym], batch):
             out.append((f"{sym}={v}", shapes_at(model, follow({**values, sym: v}, derived))))
-    if len(free) > 1:
-        first = joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch})[0]
-        out.append((joint_label(first), shapes_at(model, follow({**values, **first}, derived))))
-    return out
+    return out + _joint_shapes(model, values)[:1]
+
+
+def _joint_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, Shapes]]:
+    """(label, shapes) of each of :func:`joint_values` of the model's free symbols; none where fewer than two are
+    free."""
+    syms = symbols(model)
+    derived = derived_symbols(list(syms))
+    free = {sym: _batch(sym, places) for sym, places in syms.items() if sym not in derived}
+    if len(free) < 2:
+        return []
+    joints = joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch})
+    return [(joint_label(j), shapes_at(model, follow({**values, **j}, derived))) for j in joints]
 
 
 def joint_label(joint: Mapping[str, int]) -> str:
@@ -457,11 +466,9 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
             if v != value and v not in probe_values(value, False):
                 out.append((sym, f"{sym}={v} (near its size: the others skipped)",
                             shapes_at(model, follow({**values, sym: v}, derived))))
-    free = {sym: _batch(sym, places) for sym, places in syms.items() if sym not in derived}
-    joint = joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch})
-    if len(free) > 1 and len(joint) > 1:
-        out.append((joint_label(joint[0]), joint_label(joint[1]),
-                    shapes_at(model, follow({**values, **joint[1]}, derived))))
+    joints = _joint_shapes(model, values)
+    if len(joints) > 1:
+        out.append((joints[0][0], *joints[1]))
     return out
 
 
