@@ -14,6 +14,7 @@ runs at several sizes show them to have (:mod:`.uniform`, :mod:`.tables`):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -23,6 +24,7 @@ from eqsat.dims import Mono, SymShape
 from eqsat.onnx.pool import array_of
 from eqsat.onnx.symbolic import int_values
 
+from .guards import reads_table
 from .probes import fit, probe
 from .state import Rewrite
 from .tables import Prefix, Triangle, pattern_key, write_prefix, write_triangle
@@ -87,16 +89,65 @@ def as_pattern(w: Rewrite, name: str) -> str | None:
     found: Triangle | Prefix | None = w.shaped.patterns.triangles.get(name) or w.shaped.patterns.prefixes.get(name)
     if found is None:
         return None
-    key = f"pattern:{elem}:{pattern_key(found)}"  # one table or mask read twice (a rotary cache): written once
+    key = first_key = f"pattern:{elem}:{pattern_key(found)}"  # one table or mask read twice (a rotary cache): once
+    guarded = isinstance(found, Prefix) and found.beyond
+    chain = chain_key(w, name) if guarded else ""
+    if guarded:
+        # beyond its table a value is what its own chain computes: two values alike within the table (a position
+        # and that position clipped past the table) are one only where they are computed alike; the other keeps
+        # its chain (one that reads a table the import wrote: a Slice and a guard of its own)
+        first = w.cache.get(f"{first_key}:chain")
+        if first is not None and first != chain:
+            if not reads_table(w, name, w.made):
+                return None
+            key += f":{chain}"
     if key not in w.cache:
         written = write_triangle(w, found, elem) if isinstance(found, Triangle) else \
             write_prefix(w, found, elem)
         if written is None:
             return None
         w.cache[key] = written
-        if isinstance(found, Prefix) and found.beyond:
+        if guarded:
+            assert isinstance(found, Prefix)
+            w.cache.setdefault(f"{first_key}:chain", chain)
             w.guards.guarded.append((written, name, found))
     return w.cache[key]
+
+
+def chain_key(w: Rewrite, name: str) -> str:
+    """A digest of how the program written so far computes ``name``: each node's operator, attributes and output
+    index over its inputs' digests, down to constants (by content), inputs, the data and values not computed by a
+    written node (by name: the size vectors are written once per monomials), and Shapes (by the symbolic shape they read:
+    two values' Shapes of one shape are one value). Equal digests: one value at every size."""
+    memo: dict[str, str] = {}
+
+    def of(value: str) -> str:
+        if value in memo:
+            return memo[value]
+        memo[value] = f"value:{value}"  # (a cycle cannot occur: a guard against a malformed program)
+        const = w.known.get(value)
+        node = w.made.get(value)
+        if const is not None:
+            got = "tensor:" + w.fits.keys.tensor(const).hex()
+        elif node is None or value not in w.shape_only or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                 for a in node.attribute):
+            got = f"value:{value}"
+        elif node.op_type == "Shape" and node.domain in ("", "ai.onnx") and (dims := w.shapes.get(node.input[0])) \
+                is not None and None not in dims:
+            attrs = sorted((a.name, a.i) for a in node.attribute)
+            got = f"shape:{[d.key() for d in dims if d is not None]}:{attrs}"
+        else:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"{node.domain}:{node.op_type}:{list(node.output).index(value)}:".encode())
+            for a in sorted(node.attribute, key=lambda a: a.name):
+                h.update(a.SerializeToString(deterministic=True))
+            for i in node.input:
+                h.update(f"|{of(i) if i else ''}".encode())
+            got = h.hexdigest()
+        memo[value] = got
+        return got
+
+    return of(name)
 
 
 def spread(w: Rewrite, node: onnx.NodeProto) -> bool:

@@ -102,6 +102,26 @@ def test_a_table_of_the_original_shorter_than_the_import_s_is_found_for_the_chai
     _check_beyond(model, generic.model, [(1, 4), (2, 64), (1, 65), (3, 70)])
 
 
+def test_two_values_alike_within_the_table_keep_their_own_chains_beyond_it(monkeypatch):
+    """A position column and that column clipped at 24 agree over a table of 16 positions: each is computed as its
+    own chain beyond it (one was the other's: the clipped column unclipped past 24 tokens, and no check at the
+    table's bound + 1 sees that)."""
+    from eqsat.generic import tables
+
+    monkeypatch.setattr(tables, "TABLE_SIZE", 16)
+    model = _positioned()
+    g = model.graph
+    g.initializer.append(numpy_helper.from_array(np.array(24, np.int64), "clip"))
+    g.node.extend([helper.make_node("Min", ["pos", "clip"], ["pos_c"]),
+                   helper.make_node("Cast", ["pos_c"], ["pos_cf"], to=TensorProto.FLOAT),
+                   helper.make_node("Mul", ["pos_cf", "step"], ["scaled_c"]),
+                   helper.make_node("Unsqueeze", ["scaled_c", "ax1"], ["col_c"]),
+                   helper.make_node("Add", ["hidden", "col_c"], ["y_c"])])
+    g.output.append(helper.make_tensor_value_info("y_c", TensorProto.FLOAT, ["batch", "seq", H]))
+    _, generic = _written(model)
+    _check_beyond(model, generic.model, [(1, 4), (1, 16), (1, 17), (2, 30), (1, 40)])
+
+
 def _pooled(offsets: np.ndarray | None = None) -> onnx.ModelProto:
     """CLIP text's pooled rows: the flattened output's row of each sequence's largest id, at ``Range(batch) * seq
     + argmax`` (the batch and length read off the output's Shape); ``offsets``: ``Range(batch) * seq`` read off a
