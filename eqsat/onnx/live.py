@@ -36,7 +36,8 @@ def _symbolic_dims(model: onnx.ModelProto) -> dict[str, list[bool]]:
 
 def live_shapes(model: onnx.ModelProto) -> set[str]:
     """The outputs of the main graph's ``Shape`` nodes that read a dynamic dimension and whose values reach the
-    data (a node that also reads a value computed from the inputs, on a slot other than :data:`SHAPE_SLOTS`)."""
+    data (a node that also reads a value computed from the inputs, on a slot other than :data:`SHAPE_SLOTS`) or an
+    output of the graph (ViTMAE's mask of the patches kept, computed from the shapes alone)."""
     g = model.graph
     inits = {t.name for t in g.initializer}
     inputs = {vi.name for vi in g.input if vi.name not in inits}
@@ -78,10 +79,13 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
         end = next((a.i for a in node.attribute if a.name == "end"), len(dynamic))
         if any(dynamic[start:end] if end else dynamic[start:]):
             candidates.append(node.output[0])
+    outputs = {o.name for o in g.output}
     live: set[str] = set()
     for out in candidates:
-        if any(((user.op_type, k) not in SHAPE_SLOTS or user.input[0] not in data)
-               and any(i in data for j, i in enumerate(user.input) if j != k) for user, k in closure(out)):
+        uses = closure(out)
+        if out in outputs or any(o in outputs for user, _ in uses for o in user.output) \
+                or any(((user.op_type, k) not in SHAPE_SLOTS or user.input[0] not in data)
+                       and any(i in data for j, i in enumerate(user.input) if j != k) for user, k in uses):
             live.add(out)
     return live
 

@@ -188,6 +188,48 @@ def test_a_shape_computation_that_meets_the_data_is_kept_not_folded():
         np.testing.assert_allclose(s2.run(None, {"x": x})[0], s1.run(None, {"x": x})[0], rtol=1e-6)
 
 
+def test_a_shape_computation_read_by_an_output_alone_is_kept_not_folded():
+    """ViTMAE's mask output is scattered at indices ``Concat(rows, kept)``, the rows ``Range(batch)`` expanded and
+    meeting no data on their way: folded at a batch of 1, the rows were a constant and the Concat with the kept
+    patches' indices (expanded to the batch) failed at a batch of 2 (no program for every size: input returned)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    mask = helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", 4])
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("zero", 0), ("one", 1), ("col", [-1, 1]), ("wide", [1, 2]), ("last", [-1]), ("kept", [[1, 3]]),
+               ("two", [2]))]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "r"], ["y"]),
+             helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["nb"], axis=0),
+             helper.make_node("Range", ["zero", "nb", "one"], ["rows"]),
+             helper.make_node("Reshape", ["rows", "col"], ["rows_col"]),
+             helper.make_node("Expand", ["rows_col", "wide"], ["rows_wide"]),
+             helper.make_node("Slice", ["shape", "zero_v", "one_v"], ["b1"]),
+             helper.make_node("Concat", ["b1", "two"], ["kept_shape"], axis=0),
+             helper.make_node("Expand", ["kept", "kept_shape"], ["kept_wide"]),
+             helper.make_node("Unsqueeze", ["rows_wide", "last"], ["i0"]),
+             helper.make_node("Unsqueeze", ["kept_wide", "last"], ["i1"]),
+             helper.make_node("Concat", ["i0", "i1"], ["index"], axis=-1),
+             helper.make_node("ConstantOfShape", ["shape"], ["ones"],
+                              value=numpy_helper.from_array(np.ones(1, np.float32))),
+             helper.make_node("Shape", ["index"], ["index_shape"], start=0, end=2),
+             helper.make_node("ConstantOfShape", ["index_shape"], ["zeros"],
+                              value=numpy_helper.from_array(np.zeros(1, np.float32))),
+             helper.make_node("ScatterND", ["ones", "index", "zeros"], ["mask"])]
+    consts += [numpy_helper.from_array(np.array([0], np.int64), "zero_v"),
+               numpy_helper.from_array(np.array([1], np.int64), "one_v")]
+    model = helper.make_model(helper.make_graph(nodes, "masked", [x], [y, mask], consts),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert live_shapes(model) == {"shape", "index_shape"}
+    result = optimize(model, FAST.updated(allow_slower=True))
+    assert result.report.returned.program == "optimized", result.report.returned.reason
+    s1, s2 = session(model), session(result.optimized)
+    for b in (1, 2, 5):
+        feed = {"x": np.random.default_rng(b).standard_normal((b, 4)).astype(np.float32)}
+        for want, got in zip(s1.run(None, feed), s2.run(None, feed)):
+            np.testing.assert_array_equal(got, want)
+
+
 def _unsqueeze_model() -> onnx.ModelProto:
     """y[1, batch, seq, 8] = Reshape(Relu(x), Concat([1], Shape(x))): the target, folded at batch 1, is
     [1, 1, 128, 8], where its sizes alone do not tell which axis of size 1 is the batch."""
