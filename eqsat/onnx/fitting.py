@@ -52,7 +52,7 @@ def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[s
     for k, sizes in enumerate(base):
         fitted: list[Mono | None] = []
         for axis, size in enumerate(sizes):
-            powers: dict[str, int] | None = {} if size > 0 else None
+            powers: dict[str, int] | None = {} if size != 0 else None
             for sym, value in values.items():
                 runs = grown.get(sym)
                 if powers is not None and runs is None and (flat or {}).get(sym) \
@@ -72,7 +72,9 @@ def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[s
                 fitted.append(None)
                 continue
             mono = Mono(Fraction(1), tuple(sorted(powers.items())))
-            fitted.append(Mono.const(Fraction(size) / mono.value(values)) * mono)
+            coef = Fraction(size) / mono.value(values)
+            # a negative entry (a Slice's start ``-seq``) of a whole coefficient only: a program divides toward zero
+            fitted.append(Mono.const(coef) * mono if coef > 0 or coef.denominator == 1 else None)
         out.append(fitted)
     return out
 

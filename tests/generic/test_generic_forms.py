@@ -180,6 +180,38 @@ def test_a_size_clamped_above_the_tuned_one_is_fitted_from_sizes_below():
     assert fitted[2] == [None] * 64  # its length changes with seq: not a vector of fixed entries
 
 
+def test_a_slice_from_minus_the_length_is_written_from_the_symbols():
+    """LFM2's convolutions read the mask's last ``seq`` columns (``mask[:, -seq:]``, the start ``Neg`` of the
+    hidden states' length): the start, folded at 16, is ``-seq`` at every length (a negative entry was fitted by no
+    monomial, so the program kept -16 and failed above 16: no program for every size, input returned); a start of
+    ``-seq / 4`` is no entry a program computes alike (it divides toward zero): not written from the symbols."""
+    nodes = [helper.make_node("Mul", ["x", "x"], ["h"]), helper.make_node("Shape", ["h"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Neg", ["seq"], ["minus"]),
+             helper.make_node("Unsqueeze", ["minus", "zero"], ["start"]),
+             helper.make_node("Slice", ["mask", "start", "last", "one_v"], ["tail"]),
+             helper.make_node("Cast", ["tail"], ["tail_f"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["tail_f", "minus_one"], ["m"]),
+             helper.make_node("Mul", ["h", "m"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             [("one", 1), ("zero", [0]), ("last", [2 ** 62]), ("one_v", [1]), ("minus_one", [-1])]]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    mask = helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])
+    model = helper.make_model(helper.make_graph(nodes, "tail", [x, mask], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    written = make_generic(export_model(import_model(model, {"x": (1, 16, 8), "mask": (1, 16)}, generic=True)),
+                           model, {"batch": 1, "seq": 16})
+    want, got = session(model), session(written.model)
+    rng = np.random.default_rng(0)
+    for b, n in [(1, 16), (2, 40), (1, 3), (3, 17)]:
+        feeds = {"x": rng.standard_normal((b, n, 8)).astype(np.float32),
+                 "mask": rng.integers(0, 2, (b, n)).astype(np.int64)}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], want.run(None, feeds)[0])
+    fitted = fit_vectors(lambda at: [[-at["seq"], -(at["seq"] // 4), -1]], {"batch": 1, "seq": 64})
+    assert fitted == [[Mono.const(-1) * Mono.symbol("seq"), None, Mono.const(-1)]]
+
+
 def test_prune_keeps_what_the_outputs_read_and_shape_only_stops_at_the_data():
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),
