@@ -214,13 +214,16 @@ def _fitted(base: Sizes, near: Mapping[str, Probes | None], free: Mapping[str, i
 
 def further_sizes(value: int) -> tuple[tuple[int, int], list[int]]:
     """The two sizes a symbol at ``value`` is fitted from (below it, unless it is 1 or 2), and the sizes the fit
-    is checked at (1 and half of it; or four above it).
+    is checked at (1, half of it and three quarters of it; or four above it). Three quarters: a size that steps
+    every few hundred samples (an audio model's frames, 12 at 4,094 to 4,096 samples and 6 at 2,048) has a parity
+    there that its neighbours and halves may all share (SEW's padding back to an odd number of frames, 0 at each of
+    those and 1 at 3,072 samples: a constant 0 read off them).
 
     >>> further_sizes(64), further_sizes(1)
-    (((63, 62), [1, 32]), ((2, 3), [5]))
+    (((63, 62), [1, 32, 48]), ((2, 3), [5]))
     """
     if value > 2:
-        return (value - 1, value - 2), sorted({1, max(1, value // 2)} - {value, value - 1, value - 2})
+        return (value - 1, value - 2), sorted({1, max(1, value // 2), 3 * value // 4} - {value, value - 1, value - 2})
     return (value + 1, value + 2), [value + 4]
 
 

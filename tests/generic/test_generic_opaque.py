@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import audio_attention, audio_residual_rows
 
 from eqsat.generic import make_generic
@@ -73,3 +74,40 @@ def test_rows_of_frames_times_the_batch_reshaped_batch_first_keep_the_batch():
     assert _runs_at_every_size(original, original)
     assert not _runs_at_every_size(original, program)
     assert _runs_at_every_size(original, make_generic(program, original, VALUES).model)
+
+
+def _padded_back() -> onnx.ModelProto:
+    """SEW's encoder: its frames (a convolution 50 wide, of stride 50) cut to an even number, then padded back by
+    ``frames - 2 * (frames // 2)``: 0 at 640 samples, at 639, 638 and at 320 (12, 12, 12 and 6 frames), 1 at 480."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 1, 50)).astype(np.float32), "w")
+    consts = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              [("one", [1]), ("two", 2), ("axis2", 2), ("zeros", [0, 0, 0, 0, 0]), ("zero", [0]), ("axes", [2])]]
+    nodes = [helper.make_node("Unsqueeze", ["samples", "one"], ["x1"]),
+             helper.make_node("Conv", ["x1", "w"], ["c"], kernel_shape=[50], strides=[50]),
+             helper.make_node("Shape", ["c"], ["cs"]), helper.make_node("Gather", ["cs", "axis2"], ["frames"], axis=0),
+             helper.make_node("Div", ["frames", "two"], ["half"]), helper.make_node("Mul", ["half", "two"], ["even"]),
+             helper.make_node("Sub", ["frames", "even"], ["odd"]),
+             helper.make_node("Unsqueeze", ["even", "zero"], ["even_v"]),
+             helper.make_node("Slice", ["c", "zero", "even_v", "axes"], ["cut"]), helper.make_node("Relu", ["cut"], ["r"]),
+             helper.make_node("Unsqueeze", ["odd", "zero"], ["odd_v"]),
+             helper.make_node("Concat", ["zeros", "odd_v"], ["pads"], axis=0), helper.make_node("Pad", ["r", "pads"], ["y"])]
+    x = helper.make_tensor_value_info("samples", TensorProto.FLOAT, ["batch", "length"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "frames"])
+    return helper.make_model(helper.make_graph(nodes, "padded_back", [x], [y], [w, *consts]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_padding_back_to_an_odd_number_of_frames_is_no_constant():
+    """The padding is 0 at every size a fit read it at but three quarters of the tuned one (480 samples: 9 frames):
+    read as a constant 0, the program cut the last frame of every odd number and padded none back (the right shape,
+    a wrong last frame; SEW and SEW-D: input returned where the check at further sizes saw it)."""
+    from eqsat.onnx import export_model, import_model
+
+    original = _padded_back()
+    written = make_generic(export_model(import_model(original, {"samples": (1, 640)}, generic=True)), original,
+                           {"batch": 1, "length": 640}).model
+    ref, got = session(original), session(written)
+    rng = np.random.default_rng(2)
+    for b, n in [(1, 640), (1, 480), (2, 1000), (1, 530), (3, 690)]:
+        feeds = {"samples": rng.standard_normal((b, n)).astype(np.float32)}
+        np.testing.assert_allclose(got.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
