@@ -187,6 +187,7 @@ class SizeWriter:
             self.cache[key] = product
             return product
         value: str | None = None
+        below: list[str] = []
         for s, p in m.powers:
             if s not in self.places:
                 return None
@@ -195,16 +196,17 @@ class SizeWriter:
             if skey not in self.cache:
                 self.cache[skey] = self._sizes(name, [axis]) if size else \
                     self.emit("Gather", [self._shape_of(name), const(axis)], "dim", size, axis=0)
-            for _ in range(abs(p)):
-                if value is None and p > 0:
-                    value = self.cache[skey]
-                elif value is None:
-                    value = self.emit("Div", [const(1), self.cache[skey]], "dim", size)
-                else:
-                    value = self.emit("Mul" if p > 0 else "Div", [value, self.cache[skey]], "dim", size)
-        assert value is not None
-        if m.coef.numerator != 1:
+            if p < 0:
+                below += [self.cache[skey]] * -p
+            for _ in range(p):
+                value = self.cache[skey] if value is None else self.emit("Mul", [value, self.cache[skey]], "dim", size)
+        # the numerator before any division (``60 / batch``, not ``(1 / batch) * 60``: 0 at a batch above 1)
+        if value is None:
+            value = const(int(m.coef.numerator))
+        elif m.coef.numerator != 1:
             value = self.emit("Mul", [value, const(m.coef.numerator)], "dim", size)
+        for divisor in below:
+            value = self.emit("Div", [value, divisor], "dim", size)
         if m.coef.denominator != 1:
             value = self.emit("Div", [value, const(m.coef.denominator)], "dim", size)
         self.cache[key] = value

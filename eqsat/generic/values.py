@@ -138,7 +138,8 @@ def chain_key(w: Rewrite, name: str) -> str:
             got = f"shape:{[d.key() for d in dims if d is not None]}:{attrs}"
         else:
             h = hashlib.blake2b(digest_size=16)
-            h.update(f"{node.domain}:{node.op_type}:{list(node.output).index(value)}:".encode())
+            # (its number of outputs too: a Split without sizes cuts its input into as many parts as it has)
+            h.update(f"{node.domain}:{node.op_type}:{list(node.output).index(value)}/{len(node.output)}:".encode())
             for a in sorted(node.attribute, key=lambda a: a.name):
                 h.update(a.SerializeToString(deterministic=True))
             for i in node.input:

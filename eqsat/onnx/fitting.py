@@ -73,8 +73,10 @@ def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[s
                 continue
             mono = Mono(Fraction(1), tuple(sorted(powers.items())))
             coef = Fraction(size) / mono.value(values)
-            # a negative entry (a Slice's start ``-seq``) of a whole coefficient only: a program divides toward zero
-            fitted.append(Mono.const(coef) * mono if coef > 0 or coef.denominator == 1 else None)
+            # a negative entry (a Slice's start ``-seq``): a whole coefficient times positive powers only (a
+            # program's integer division rounds toward zero, where the user's floor may round down)
+            whole = coef.denominator == 1 and all(p > 0 for p in powers.values())
+            fitted.append(Mono.const(coef) * mono if coef > 0 or whole else None)
         out.append(fitted)
     return out
 

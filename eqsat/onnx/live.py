@@ -56,8 +56,8 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
         for k, i in enumerate(node.input):
             consumers.setdefault(i, []).append((node, k))
 
-    def closure(start: str) -> list[tuple[onnx.NodeProto, int]]:
-        """The (node, slot) uses of the values computed from ``start`` (up to the shape slots)."""
+    def closure(start: str) -> tuple[list[tuple[onnx.NodeProto, int]], set[str]]:
+        """The (node, slot) uses of the values computed from ``start`` (up to the shape slots), and those values."""
         seen, frontier, uses = {start}, [start], []
         while frontier:
             for user, k in consumers.get(frontier.pop(), []):
@@ -68,7 +68,7 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
                     if o and o not in seen:
                         seen.add(o)
                         frontier.append(o)
-        return uses
+        return uses, seen
 
     candidates = []
     for node in shapes:
@@ -82,9 +82,8 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
     outputs = {o.name for o in g.output}
     live: set[str] = set()
     for out in candidates:
-        uses = closure(out)
-        if out in outputs or any(o in outputs for user, _ in uses for o in user.output) \
-                or any(((user.op_type, k) not in SHAPE_SLOTS or user.input[0] not in data)
+        uses, computed = closure(out)
+        if computed & outputs or any(((user.op_type, k) not in SHAPE_SLOTS or user.input[0] not in data)
                        and any(i in data for j, i in enumerate(user.input) if j != k) for user, k in uses):
             live.add(out)
     return live

@@ -212,6 +212,29 @@ def test_a_slice_from_minus_the_length_is_written_from_the_symbols():
     assert fitted == [[Mono.const(-1) * Mono.symbol("seq"), None, Mono.const(-1)]]
 
 
+def test_a_quotient_by_a_symbol_divides_its_numerator():
+    """A Slice from ``60 // batch``: the start, ``60 / batch`` at the sizes fitted, is written ``Div(60, batch)``
+    (it was ``Mul(Div(1, batch), 60)``: 0 at a batch above 1 as ONNX defines it; onnxruntime's arithmetic fusion
+    made it right in its optimized session only). Oracle: onnx's reference evaluator on the written program."""
+    from onnx.reference import ReferenceEvaluator
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n)
+             for n, v in [("zero", 0), ("sixty", 60), ("zero_v", [0]), ("last", [2 ** 62]), ("axis", [1])]]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["b"], axis=0), helper.make_node("Div", ["sixty", "b"], ["q"]),
+             helper.make_node("Unsqueeze", ["q", "zero_v"], ["start"]),
+             helper.make_node("Slice", ["r", "start", "last", "axis"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None])
+    model = helper.make_model(helper.make_graph(nodes, "quotient", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    written = make_generic(export_model(import_model(model, {"x": (1, 64)}, generic=True)), model, {"batch": 1})
+    want, got = session(model), ReferenceEvaluator(written.model)
+    for b in (1, 2, 3, 7):
+        feeds = {"x": np.random.default_rng(b).standard_normal((b, 64)).astype(np.float32)}
+        np.testing.assert_array_equal(got.run(None, feeds)[0], want.run(None, feeds)[0])
+
+
 def test_prune_keeps_what_the_outputs_read_and_shape_only_stops_at_the_data():
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Cast", ["s"], ["f"], to=TensorProto.FLOAT),

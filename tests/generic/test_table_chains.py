@@ -122,6 +122,44 @@ def test_two_values_alike_within_the_table_keep_their_own_chains_beyond_it(monke
     _check_beyond(model, generic.model, [(1, 4), (1, 16), (1, 17), (2, 30), (1, 40)])
 
 
+def test_values_cut_by_splits_of_other_counts_are_not_one(monkeypatch):
+    """Two Splits without sizes of one value (its columns ``[p, p, min(p, 24), p, p, p]``), one in halves and one in
+    thirds: their first parts' minima (``min(p, 24)`` and ``p``) agree over a table of 16 positions, and are computed
+    alike but for the number of parts (a Split's outputs decide where it cuts): each keeps its own chain beyond the
+    table. Oracle: onnxruntime without its graph optimizations (with them, its common-subexpression pass takes the
+    two Splits for one and computes the original's second output wrongly too)."""
+    import onnxruntime as ort
+    from eqsat.generic import tables
+
+    monkeypatch.setattr(tables, "TABLE_SIZE", 16)
+    model = _positioned()
+    g = model.graph
+    g.initializer.extend([numpy_helper.from_array(np.array(24, np.int64), "clip"),
+                          numpy_helper.from_array(np.array([1], np.int64), "ax1v")])
+    n = helper.make_node
+    g.node.extend([n("Min", ["pos", "clip"], ["pos_c"]), n("Unsqueeze", ["pos", "ax1v"], ["p1"]),
+                   n("Unsqueeze", ["pos_c", "ax1v"], ["c1"]),
+                   n("Concat", ["p1", "p1", "c1", "p1", "p1", "p1"], ["V"], axis=1),
+                   n("Split", ["V"], ["h0", "h1"], axis=1), n("Split", ["V"], ["t0", "t1", "t2"], axis=1)])
+    del g.output[:]
+    for part, out in (("h0", "y_a"), ("t0", "y_b")):
+        g.node.extend([n("ReduceMin", [part], [f"{out}_m"], axes=[1], keepdims=0),
+                       n("Cast", [f"{out}_m"], [f"{out}_f"], to=TensorProto.FLOAT),
+                       n("Mul", [f"{out}_f", "step"], [f"{out}_s"]), n("Unsqueeze", [f"{out}_s", "ax1"], [f"{out}_c"]),
+                       n("Add", ["hidden", f"{out}_c"], [out])])
+        g.output.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, ["batch", "seq", H]))
+    _, generic = _written(model)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want, got = (ort.InferenceSession(m.SerializeToString(), options, providers=["CPUExecutionProvider"])
+                 for m in (model, generic.model))
+    rng = np.random.default_rng(3)
+    for b, s in [(1, 4), (1, 16), (2, 30), (1, 40)]:
+        feeds = {"input_ids": rng.integers(0, V, (b, s)).astype(np.int64)}
+        for x, y in zip(want.run(None, feeds), got.run(None, feeds)):
+            np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-5, err_msg=f"batch {b}, length {s}")
+
+
 def _pooled(offsets: np.ndarray | None = None) -> onnx.ModelProto:
     """CLIP text's pooled rows: the flattened output's row of each sequence's largest id, at ``Range(batch) * seq
     + argmax`` (the batch and length read off the output's Shape); ``offsets``: ``Range(batch) * seq`` read off a

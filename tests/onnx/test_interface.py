@@ -221,6 +221,12 @@ def test_a_shape_computation_read_by_an_output_alone_is_kept_not_folded():
     model = helper.make_model(helper.make_graph(nodes, "masked", [x], [y, mask], consts),
                               opset_imports=[helper.make_opsetid("", 17)])
     assert live_shapes(model) == {"shape", "index_shape"}
+    sized = helper.make_model(helper.make_graph(  # a Shape that only sizes a Reshape of the data: not live
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Shape", ["x"], ["shape"], start=0, end=1),
+         helper.make_node("Concat", ["shape", "last"], ["target"], axis=0),
+         helper.make_node("Reshape", ["r", "target"], ["y"])], "sized", [x], [y], consts),
+        opset_imports=[helper.make_opsetid("", 17)])
+    assert live_shapes(sized) == set()
     result = optimize(model, FAST.updated(allow_slower=True))
     assert result.report.returned.program == "optimized", result.report.returned.reason
     s1, s2 = session(model), session(result.optimized)
