@@ -129,6 +129,7 @@ def test_values_cut_by_splits_of_other_counts_are_not_one(monkeypatch):
     table. Oracle: onnxruntime without its graph optimizations (with them, its common-subexpression pass takes the
     two Splits for one and computes the original's second output wrongly too)."""
     import onnxruntime as ort
+
     from eqsat.generic import tables
 
     monkeypatch.setattr(tables, "TABLE_SIZE", 16)
