@@ -96,7 +96,8 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
 
         groups = {"zoo": zoo.NAMES, "extra": zoo.EXTRA, "unseen": zoo.UNSEEN, "wide": zoo.WIDE,
                   "serving": zoo.SERVING, "families": zoo.FAMILIES, "third": zoo.THIRD, "fourth": zoo.FOURTH,
-                  "fifth": zoo.FIFTH, "sixth": zoo.SIXTH, "seventh": zoo.SEVENTH, "all": ALL}
+                  "fifth": zoo.FIFTH, "sixth": zoo.SIXTH, "seventh": zoo.SEVENTH, "eighth": zoo.EIGHTH,
+                  "all": ALL}
         for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
                 load = functools.partial(_dynamic, zoo, name, exporter, args.seed, args.weights) \
@@ -259,7 +260,7 @@ def time_phase(args: argparse.Namespace, manifest: dict[str, Any]) -> tuple[dict
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=None,
-                   help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN, WIDE, SERVING, FAMILIES, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH) "
+                   help="comma-separated zoo models (tests/zoo: NAMES, EXTRA, UNSEEN, WIDE, SERVING, FAMILIES, THIRD, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH) "
                         "or "
                         "groups "
                         "'zoo', 'extra', 'unseen' (issue 26's families beyond the zoo), 'wide' (issue 41's families at "
@@ -269,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                         "WavLM, AST, an LSTM, ...), 'fourth' (BART, T5, Whisper, YOLOS, MobileNetV1, Mamba), 'fifth' "
                         "(Qwen3, Phi-3, Gemma 3, ModernBERT, Pegasus, Hiera), 'sixth' (Granite, StarCoder2, XLNet, Funnel, "
                         "Marian, DETR, DPT, SigLIP, VideoMAE, TimeSformer, Data2VecAudio), 'seventh' (Nemotron, "
-                        "Persimmon, EXAONE 4, CLIP text, ConvBERT, M2M100), "
+                        "Persimmon, EXAONE 4, CLIP text, ConvBERT, M2M100), 'eighth' (LFM2, SmolLM3, OLMo 2, Arcee, MPNet, "
+                        "BigBird), "
                         "'all' (every family issue 26 names); '' for "
                         f"none (default: {DEFAULT_MODELS}; --time-only: every model of the workdir)")
     p.add_argument("--exporters", default="torchscript,dynamo", help="torchscript,dynamo")

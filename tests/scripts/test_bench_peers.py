@@ -218,17 +218,18 @@ def test_families_names_the_second_round_of_families_each_a_zoo_model():
     assert zoo.SPECS["hubert_w384"].axes == ({0: "batch", 1: "samples"},)
 
 
-@pytest.mark.parametrize("group", ["fourth", "fifth", "sixth", "seventh"])
+@pytest.mark.parametrize("group", ["fourth", "fifth", "sixth", "seventh", "eighth"])
 def test_the_later_rounds_name_zoo_models_each_with_its_own_axes(group):
     """``--models fourth`` (BART, T5, Whisper, YOLOS, MobileNetV1, Mamba), ``fifth`` (Qwen3, Phi-3, Gemma 3,
     ModernBERT, Pegasus, Hiera), ``sixth`` (Granite, StarCoder2, XLNet, Funnel, Marian, DETR, DPT, SigLIP,
-    VideoMAE, TimeSformer, Data2VecAudio) and ``seventh`` (Nemotron, Persimmon, EXAONE 4, CLIP text, ConvBERT,
-    M2M100) under each exporter asked for, each a zoo spec of no earlier round; an encoder-decoder's decoder ids and
+    VideoMAE, TimeSformer, Data2VecAudio), ``seventh`` (Nemotron, Persimmon, EXAONE 4, CLIP text, ConvBERT,
+    M2M100) and ``eighth`` (LFM2, SmolLM3, OLMo 2, Arcee, MPNet, BigBird) under each exporter asked for, each a zoo spec of no earlier round; an encoder-decoder's decoder ids and
     output have their own length (``dec_seq``), not the encoder's."""
     mod = _script()
     import zoo
 
-    rounds = {"fourth": zoo.FOURTH, "fifth": zoo.FIFTH, "sixth": zoo.SIXTH, "seventh": zoo.SEVENTH}
+    rounds = {"fourth": zoo.FOURTH, "fifth": zoo.FIFTH, "sixth": zoo.SIXTH, "seventh": zoo.SEVENTH,
+              "eighth": zoo.EIGHTH}
     names = rounds[group]
     args = type("Args", (), {"models": [group], "exporters": ["torchscript"], "opset": 18, "seed": 0,
                              "onnx": [], "dynamic": True, "weights": "init"})()
@@ -237,7 +238,7 @@ def test_the_later_rounds_name_zoo_models_each_with_its_own_axes(group):
     earlier = zoo.THIRD + zoo.FAMILIES + zoo.WIDE + tuple(n for g, r in rounds.items() if g != group for n in r)
     assert set(names) <= set(zoo.SPECS) and not set(names) & set(earlier)
     for name in {"fourth": ("bart_w384", "t5_w384", "whisper_w384"), "fifth": ("pegasus_w384",),
-                 "sixth": ("marian_w384",), "seventh": ("m2m100_w384",)}[group]:
+                 "sixth": ("marian_w384",), "seventh": ("m2m100_w384",), "eighth": ()}[group]:
         spec = zoo.SPECS[name]
         assert spec.axes is not None and spec.axes[-1] == {0: "batch", 1: "dec_seq"}
         assert spec.out_axes == {"last_hidden_state": {0: "batch", 1: "dec_seq"}}

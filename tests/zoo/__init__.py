@@ -55,7 +55,8 @@ no test builds them either.
 :data:`FOURTH` is a fourth round (:mod:`.fourth`: BART, T5, Whisper, YOLOS, MobileNetV1, Mamba); :data:`FIFTH` a
 fifth (:mod:`.fifth`: Qwen3, Phi-3, Gemma 3, ModernBERT, Pegasus, Hiera); :data:`SIXTH` a sixth (:mod:`.sixth`:
 Granite, StarCoder2, XLNet, Funnel, Marian, DETR, DPT, SigLIP, VideoMAE, TimeSformer, Data2VecAudio); :data:`SEVENTH`
-a seventh (:mod:`.seventh`: Nemotron, Persimmon, EXAONE 4, CLIP text, ConvBERT, M2M100); no test builds them.
+a seventh (:mod:`.seventh`: Nemotron, Persimmon, EXAONE 4, CLIP text, ConvBERT, M2M100); :data:`EIGHTH` an eighth
+(:mod:`.eighth`: LFM2, SmolLM3, OLMo 2, Arcee, MPNet, BigBird); no test builds them.
 
 :data:`SERVING` models are the serving forms: a decoder's step against a key/value cache (one new token, the
 past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
@@ -164,6 +165,7 @@ def _eager(config):
     return config
 
 
+from .eighth import EIGHTH, SPECS_EIGHTH  # noqa: E402
 from .fifth import FIFTH, SPECS_FIFTH  # noqa: E402
 from .fourth import FOURTH, SPECS_FOURTH  # noqa: E402
 from .models import SPECS_FAMILIES, SPECS_MODELS  # noqa: E402 - the models' modules read this one's names
@@ -175,9 +177,10 @@ from .sixth import SIXTH, SPECS_SIXTH  # noqa: E402
 from .third import SPECS_THIRD, THIRD  # noqa: E402
 
 SPECS: dict[str, Spec] = {**SPECS_MODELS, **SPECS_SERVING, **SPECS_FAMILIES, **SPECS_THIRD, **SPECS_FOURTH,
-                          **SPECS_FIFTH, **SPECS_SIXTH, **SPECS_SEVENTH}
+                          **SPECS_FIFTH, **SPECS_SIXTH, **SPECS_SEVENTH, **SPECS_EIGHTH}
 """zoo model name -> its :class:`Spec`, in the order of the name lists (checked below)"""
-assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES + THIRD + FOURTH + FIFTH + SIXTH + SEVENTH
+assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES + THIRD + FOURTH + FIFTH + SIXTH + SEVENTH \
+    + EIGHTH
 
 
 WEIGHTS = ("init", "trained")
@@ -346,5 +349,5 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0, weights: 
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "FIFTH", "FOURTH", "NAMES", "OPSETS", "SERVING", "SEVENTH", "SIXTH", "SPECS", "THIRD", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
+__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "FIFTH", "FOURTH", "NAMES", "OPSETS", "SERVING", "SEVENTH", "EIGHTH", "SIXTH", "SPECS", "THIRD", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
            "build", "export", "export_dynamic", "feeds", "module"]
