@@ -10,58 +10,46 @@ the zoo's builder does not write: docs/benchmarks.md, the twenty-eighth pass."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from types import ModuleType
 
-import torch
+from zoo import _LONG_IDS, _LONG_MASK, LONG_SEQ, WIDE_HEADS, WIDTH
 
-import zoo
-from zoo import _LONG_IDS, _LONG_MASK, LONG_SEQ, WIDE_HEADS, WIDE_LAYERS, WIDTH, Spec
+from .rounds import DECODER, FFN, HIDDEN, LAYERS, NO_CACHE, TOKENS, WORDS, Built, Description, specs
 
 SEVENTH = ("nemotron_w384", "persimmon_w384", "exaone4_w384", "cliptext_w384", "convbert_w384", "m2m100_w384")
 
-_WORDS = 1000
-_FFN = 1536
 
-
-def _seventh(name: str) -> Callable[[], torch.nn.Module]:
-    def make() -> torch.nn.Module:
-        import transformers as t
-
-        layers = {"num_hidden_layers": WIDE_LAYERS, "num_attention_heads": WIDE_HEADS, "intermediate_size": _FFN}
-        dec = {"hidden_size": WIDTH, "num_key_value_heads": 2, "vocab_size": _WORDS, "max_position_embeddings": 512,
-               "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, **layers}
-        tokens, out, no_cache = ("input_ids", "attention_mask"), ("last_hidden_state",), {"use_cache": False}
-        windows = ["sliding_attention"] * (WIDE_LAYERS - 1) + ["full_attention"]
-        made: dict[str, Callable[[], tuple[Any, tuple[str, ...], tuple[str, ...], dict[str, Any]]]] = {
-            "nemotron_w384": lambda: (t.NemotronModel(t.NemotronConfig(head_dim=64, partial_rotary_factor=0.5, **dec)),
-                                      tokens, out, no_cache),
-            "persimmon_w384": lambda: (t.PersimmonModel(t.PersimmonConfig(
-                qk_layernorm=True, partial_rotary_factor=0.5, **{k: v for k, v in dec.items()
-                                                                 if k != "num_key_value_heads"})), tokens, out, no_cache),
-            "exaone4_w384": lambda: (t.Exaone4Model(t.Exaone4Config(head_dim=64, sliding_window=32, layer_types=windows,
-                                                                    **dec)), tokens, out, no_cache),
-            "cliptext_w384": lambda: (t.CLIPTextModel(t.CLIPTextConfig(
-                vocab_size=_WORDS, hidden_size=WIDTH, max_position_embeddings=256, bos_token_id=1, eos_token_id=_WORDS - 1,
-                **layers)),
-                tokens, ("last_hidden_state", "pooler_output"), {}),
-            "convbert_w384": lambda: (t.ConvBertModel(t.ConvBertConfig(
-                vocab_size=_WORDS, hidden_size=WIDTH, embedding_size=WIDTH, head_ratio=2, conv_kernel_size=9,
-                num_groups=1, **layers)), tokens, out, {}),
-            "m2m100_w384": lambda: (t.M2M100Model(t.M2M100Config(
-                vocab_size=_WORDS, d_model=WIDTH, encoder_layers=2, decoder_layers=2, encoder_attention_heads=WIDE_HEADS,
-                decoder_attention_heads=WIDE_HEADS, encoder_ffn_dim=_FFN, decoder_ffn_dim=_FFN,
-                max_position_embeddings=512, pad_token_id=1, decoder_start_token_id=2, encoder_layerdrop=0.0,
-                decoder_layerdrop=0.0)), ("input_ids", "attention_mask", "decoder_input_ids"), out, no_cache),
-        }
-        model, names, fields, fixed = made[name]()
-        return zoo._Outputs(model, names, fields, **fixed)
-    return make
+def _built(name: str, t: ModuleType) -> Built:
+    windows = ["sliding_attention"] * (LAYERS["num_hidden_layers"] - 1) + ["full_attention"]
+    if name == "nemotron_w384":
+        return t.NemotronModel(t.NemotronConfig(head_dim=64, partial_rotary_factor=0.5, **DECODER)), TOKENS, HIDDEN, \
+            NO_CACHE
+    if name == "persimmon_w384":
+        return t.PersimmonModel(t.PersimmonConfig(
+            qk_layernorm=True, partial_rotary_factor=0.5, **{k: v for k, v in DECODER.items()
+                                                             if k != "num_key_value_heads"})), TOKENS, HIDDEN, NO_CACHE
+    if name == "exaone4_w384":
+        return t.Exaone4Model(t.Exaone4Config(head_dim=64, sliding_window=32, layer_types=windows, **DECODER)), \
+            TOKENS, HIDDEN, NO_CACHE
+    if name == "cliptext_w384":
+        return t.CLIPTextModel(t.CLIPTextConfig(vocab_size=WORDS, hidden_size=WIDTH, max_position_embeddings=256,
+                                                bos_token_id=1, eos_token_id=WORDS - 1, **LAYERS)), \
+            TOKENS, ("last_hidden_state", "pooler_output"), {}
+    if name == "convbert_w384":
+        return t.ConvBertModel(t.ConvBertConfig(vocab_size=WORDS, hidden_size=WIDTH, embedding_size=WIDTH,
+                                                head_ratio=2, conv_kernel_size=9, num_groups=1, **LAYERS)), \
+            TOKENS, HIDDEN, {}
+    assert name == "m2m100_w384", name
+    return t.M2M100Model(t.M2M100Config(
+        vocab_size=WORDS, d_model=WIDTH, encoder_layers=2, decoder_layers=2, encoder_attention_heads=WIDE_HEADS,
+        decoder_attention_heads=WIDE_HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN, max_position_embeddings=512,
+        pad_token_id=1, decoder_start_token_id=2, encoder_layerdrop=0.0, decoder_layerdrop=0.0)), \
+        ("input_ids", "attention_mask", "decoder_input_ids"), HIDDEN, NO_CACHE
 
 
 _DECODER_IDS = ("decoder_input_ids", "ids", (1, LONG_SEQ))
 _TEXT = (_LONG_IDS, _LONG_MASK)
-_DESCRIPTIONS: dict[str, tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tuple[str, ...], str, dict[str, Any]]] = {
+_DESCRIPTIONS: dict[str, Description] = {
     "nemotron_w384": (_TEXT, ("last_hidden_state",), "Nemotron decoder at width 384: partial rotary, squared-ReLU "
                                                     "MLP, LayerNorm1p", {}),
     "persimmon_w384": (_TEXT, ("last_hidden_state",), "Persimmon decoder at width 384: q and k layer norms, partial "
@@ -77,8 +65,6 @@ _DESCRIPTIONS: dict[str, tuple[tuple[tuple[str, str, tuple[int, ...]], ...], tup
                     {"axes": ({0: "batch", 1: "seq"}, {0: "batch", 1: "seq"}, {0: "batch", 1: "dec_seq"}),
                      "out_axes": {"last_hidden_state": {0: "batch", 1: "dec_seq"}}}),
 }
-SPECS_SEVENTH = {name: Spec(_seventh(name), _DESCRIPTIONS[name][0], _DESCRIPTIONS[name][1], _DESCRIPTIONS[name][2],
-                            **_DESCRIPTIONS[name][3])
-                 for name in SEVENTH}
+SPECS_SEVENTH = specs(SEVENTH, _built, _DESCRIPTIONS)
 
 __all__ = ["SEVENTH", "SPECS_SEVENTH"]
