@@ -124,13 +124,13 @@ def chain_key(w: Rewrite, name: str) -> str:
     def of(value: str) -> str:
         if value in memo:
             return memo[value]
-        memo[value] = f"value:{value}"  # (a cycle cannot occur: a guard against a malformed program)
-        const = w.known.get(value)
-        node = w.made.get(value)
+        memo[value] = f"value:{value}"  # (read where a malformed program's cycle comes back to it)
+        const, node = w.known.get(value), w.made.get(value)
+        nested = node is not None and any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                          for a in node.attribute)
         if const is not None:
             got = "tensor:" + w.fits.keys.tensor(const).hex()
-        elif node is None or value not in w.shape_only or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-                                 for a in node.attribute):
+        elif node is None or nested or value not in w.shape_only:
             got = f"value:{value}"
         elif node.op_type == "Shape" and node.domain in ("", "ai.onnx") and (dims := w.shapes.get(node.input[0])) \
                 is not None and None not in dims:
