@@ -1,6 +1,6 @@
 """A cost model that favours the runtime's fused kernels: the cost model of one extra candidate.
 
-A kernel (opset 23's ``Attention`` and ``RotaryEmbedding``: the IR's ``sdpa``, ``sdpa_causal`` and ``rope``) is
+A kernel (opset 23's ``Attention`` and ``RotaryEmbedding``: the IR's ``sdpa``, ``sdpa_nz``, ``sdpa_causal`` and ``rope``) is
 timed alone, like every operator, and its decomposition's operators alone too; end to end the two can compare
 otherwise (the runtime fuses parts of the decomposition, the kernel saves the values in between). Where the
 estimate keeps the decomposition by a small margin (a kernel estimated under twice its decomposition's cost), the
@@ -17,14 +17,14 @@ from eqsat.ops import FREE_OPS, OPS
 from .base import CostModel, OpKey
 
 KERNEL_OPS = frozenset(op for op, d in OPS.items() if d.kernel)
-"""the IR's operators written as a runtime kernel of a newer opset (``OpDef.kernel``: ``sdpa``, ``sdpa_causal``,
+"""the IR's operators written as a runtime kernel of a newer opset (``OpDef.kernel``: ``sdpa``, ``sdpa_nz``, ``sdpa_causal``,
 ``rope``)"""
 
 FACTOR = 0.5
 """a kernel's estimate is multiplied by this"""
 
 ATTENTION_KERNELS = frozenset(op for op, d in OPS.items() if d.kernel and d.kernel.startswith("Attention"))
-"""the IR's operators written as the runtime's attention kernel (``sdpa``, ``sdpa_causal``)"""
+"""the IR's operators written as the runtime's attention kernel (``sdpa``, ``sdpa_nz``, ``sdpa_causal``)"""
 
 AVOIDED = 1000.0
 """an avoided kernel's estimate is multiplied by this: the program computes that attention as its decomposition

@@ -41,12 +41,12 @@ contract's magnitude (2^116, :data:`eqsat.inputs.RANGE_HEADROOM` of float32's la
 
 def mask_leaves(roots: Sequence[ir.Node]) -> set[int]:
     """ids of the leaves of ``roots`` that are an additive attention mask: an ``attention``'s or ``sdpa``'s
-    fourth operand, or an operand of an ``ewadd`` that a ``softmax`` reads."""
+    fourth operand (and their NaN-zeroing forms'), or an operand of an ``ewadd`` that a ``softmax`` reads."""
     order = ir.topo_order(roots)
     softmaxed = {id(n.inputs[0]) for n in order if n.op == "softmax"}
     out: set[int] = set()
     for n in order:
-        operands = n.inputs[3:4] if n.op in ("attention", "sdpa") else n.inputs if n.op == "ewadd" \
+        operands = n.inputs[3:4] if n.op in ("attention", "sdpa", "attention_nz", "sdpa_nz") else n.inputs if n.op == "ewadd" \
             and id(n) in softmaxed else ()
         out |= {id(m) for m in operands if m.op in ("input", "weight")}
     return out

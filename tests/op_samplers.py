@@ -223,6 +223,7 @@ SAMPLERS: dict[str, Callable[[np.random.Generator], Sample]] = {
     "linear": _linear, "attention": _attention, "scale": _scale, "ewsum": _broadcast, "addnorm": _addnorm,
     "sdpa": _grouped(_attention), "rotary": _rotary(False), "rope": _rotary(True), "sdpa_causal": _grouped(_causal),
     "repeat_heads": _repeat_heads, "rotary_part": _rotary_part(False), "rope_part": _rotary_part(True),
+    "attention_nz": _attention, "sdpa_nz": _grouped(_attention),
 }
 COMPUTED = sorted(SAMPLERS)
 """the operators with semantics, sorted: each has a sampler"""

@@ -113,7 +113,8 @@ class Encoding:
     marks: Mapping[str, frozenset[int]] = field(default_factory=dict)
     """relation (:data:`eqsat.egglog.schema.MARKS`) -> ids of the IR nodes it holds for: ``Causal`` the causal masks
     (:func:`eqsat.ops.attention.causal_masks`), ``Finite`` the masks finite on every input
-    (:func:`eqsat.ops.bounds.finite_masks`)"""
+    (:func:`eqsat.ops.bounds.finite_masks`), ``AboveLowest`` the NaN-zeroing attention masks far above float32's
+    lowest (:func:`eqsat.ops.bounds.above_lowest_masks`)"""
 
     def term(self, n: Node, handles: dict[int, str]) -> str:
         """The constructor term of ``n``, its operands referred to by their handles."""

@@ -33,6 +33,7 @@ from ..dims import fingerprint_fits, is_symbolic
 from ..errors import EgglogError, EGraphError, EqsatError
 from ..ir import Graph, Node, topo_order
 from ..ops.attention import causal_masks
+from ..ops.bounds import above_lowest_masks
 from ..ops.bounds import finite_masks as proven_finite
 from ..snapshot import Snapshot
 from . import codec, schema
@@ -114,13 +115,15 @@ class EGraph:
                    known: Mapping[str, tuple[float, float]] | None = None) -> EGraph:
         """A fresh e-graph holding ``graph``'s program (encoded by :mod:`eqsat.egglog.codec`), symbolic where the
         program has a symbolic dimension; its attention masks that are causal marked ``Causal``, those finite on
-        every input marked ``Finite`` (``finite_masks``: the caller vouches that every mask is,
+        every input marked ``Finite``, a NaN-zeroing attention's whose finite values lie far above float32's lowest
+        ``AboveLowest`` (``finite_masks``: the caller vouches that every mask is finite,
         ``--assume-finite-masks``; ``known``: the intervals of inputs that stand for values computed elsewhere,
         :func:`eqsat.ops.bounds.value_range`)."""
         nodes = graph.nodes()
         eg = cls(symbolic=has_symbols(graph.outputs),
                  marks={"Causal": causal_masks(nodes, graph.weights),
-                        "Finite": proven_finite(nodes, graph.weights, vouched=finite_masks, known=known)})
+                        "Finite": proven_finite(nodes, graph.weights, vouched=finite_masks, known=known),
+                        "AboveLowest": above_lowest_masks(nodes, graph.weights, known=known)})
         eg.add_program(graph.outputs)
         return eg
 

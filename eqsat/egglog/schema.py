@@ -15,7 +15,9 @@
 * :data:`MARKS`, facts about a value that the encoder reads off the program (:attr:`eqsat.egglog.codec.Encoding.marks`)
   and rules may require: ``Causal``, the weights that hold a causal mask (an attention masked by one is a causal
   kernel, ``attention_causal``); ``Finite``, the masks finite on every input the model can be fed (an attention
-  masked by one may become a runtime kernel, ``attention_kernel``: rules/ours/kernels.py).
+  masked by one may become a runtime kernel, ``attention_kernel``: rules/ours/kernels.py); ``AboveLowest``, the
+  NaN-zeroing attention masks whose finite values lie far above float32's lowest on every input
+  (``attention_nz_kernel``).
 * ``node``: one table of named handles (``"n17"``) for the encoder; no ``let`` globals.
 
 :func:`program` declares every constructor (declarations cost nothing at run time) but none of the
@@ -47,7 +49,7 @@ __all__ = ["CONSTRUCTORS", "MAX_RANK", "analysis_rules", "constructors", "progra
 CONSTRUCTORS = ops.CONSTRUCTORS
 """constructor -> (IR op, argument kinds), from the operator table: i = i64 literal, s = String, h = Shape
 value, t = tensor, l = list of tensors"""
-MARKS = ("Causal", "Finite")
+MARKS = ("Causal", "Finite", "AboveLowest")
 """the relations over single e-classes that the encoder sets (:attr:`eqsat.egglog.codec.Encoding.marks`)"""
 
 _SORT = {"i": "i64", "s": "String", "h": "Shape", "t": "T", "l": "TList"}

@@ -31,6 +31,7 @@ from ..dims import Dim, holds, is_symbolic
 from ..dims import current as current_symbols
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
+from ..ops.attention import MATCHED as ATTENTION_OPS
 from ..ops.elementwise import binary
 from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import computed_halves_repeat, halves_repeat
@@ -443,13 +444,13 @@ class _Importer:
         mapped = None
         if not all(i in self.consts for i in match.inputs):
             ins = [self.value(i) for i in match.inputs]
-            if match.op == "attention" and len(ins) == 5:  # two masks added in turn: one, their sum
+            if match.op in ATTENTION_OPS and len(ins) == 5:  # two masks added in turn: one, their sum
                 try:
                     both = binary(self, "ewadd", ins[3], ins[4])
                 except ShapeError:  # a sum that broadcasts otherwise at other sizes (T5's bias [1, H, S, S]
                     both = None     # plus the mask [B, 1, S, S] at batch 1): the nodes one by one
                 ins = [*ins[:3], both] if both is not None else ins
-            if match.op == "attention" and len(ins) == 4 and ins[3].op == "weight" and len(ins[3].shape) < len(ins[0].shape):
+            if match.op in ATTENTION_OPS and len(ins) == 4 and ins[3].op == "weight" and len(ins[3].shape) < len(ins[0].shape):
                 # a constant mask of lower rank (e.g. [S, Sk]): the IR adds at equal rank
                 ins[3] = self.reshape(ins[3], (1,) * (len(ins[0].shape) - len(ins[3].shape)) + tuple(ins[3].shape))
             attrs = match.ir_attrs([i.shape for i in ins]) if len(ins) < 5 else None

@@ -24,7 +24,8 @@ constants, from initializers or Constant nodes):
   as torch's SDPA export writes it; or none), plus an optional mask (``Add``; or two in turn, T5's position bias
   and padding mask, which the importer adds into one), optional ``Cast`` s to float, ``Softmax`` over the last
   axis (``-1``, or its positive index as some exporters and older opsets write it), optional ``Cast`` s to float,
-  ``MatMul`` by ``v``.
+  ``MatMul`` by ``v``; with ``Where(IsNaN(p), 0, p)`` between the ``Softmax`` and that ``MatMul`` (torch's SDPA
+  export: a query row of NaN scores attends to nothing), ``attention_nz`` (:mod:`eqsat.ops.attention_nz`).
 * ``linear``: ``MatMul(x, W) + b`` with constant ``W`` [k, n] and ``b`` [n] (the importer makes a ``Gemm`` one too).
 * ``rotary``: ``x * cos + Concat(Neg(Slice(x, h:)), Slice(x, :h), axis=-1) * sin`` (:mod:`eqsat.ops.rotary`), cos
   and sin constants whose halves repeat (checked by the importer once folded where torch computes them).
@@ -64,6 +65,7 @@ import numpy as np
 import onnx
 
 from .. import ops
+from ..ops.attention import MATCHED as ATTENTION_OPS
 from ..ops.mapping import resolve_axis
 from ..ops.matching import View
 from .subgraphs import implicit_inputs
@@ -123,7 +125,7 @@ def find_composites(graph: onnx.GraphProto, consts: Mapping[str, np.ndarray] | N
         ordered = tuple(sorted(nodes, key=lambda n: v.order[id(n)]))
         soft = next((n for n in nodes if n.op_type == "Softmax"), None)
         axis = v.softmax_axis(soft) if soft is not None else -1  # -1 is the last axis at every rank
-        last = axis if axis != -1 and (op == "attention" or opset < 13) else None
+        last = axis if axis != -1 and (op in ATTENTION_OPS or opset < 13) else None
         matches.append(Match(op, attrs, tuple(inputs), output, ordered, last))
     return matches
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from . import (
     attention,
+    attention_nz,
     batchnorm,
     composite,
     conv,
@@ -101,6 +102,7 @@ _ENTRIES: tuple[OpDef, ...] = (
     opaque.OPAQUE, leaf.NOOP,
     elementwise.EWSUM, norm.ADDNORM, attention.SDPA, rotary.ROTARY, rotary.ROPE,
     attention.SDPA_CAUSAL, heads.REPEAT_HEADS, rotary_part.ROTARY_PART, rotary_part.ROPE_PART,
+    attention_nz.ATTENTION_NZ, attention_nz.SDPA_NZ,
 )
 """in this order (it fixes the order of the egglog schema's constructors and rules)"""
 

@@ -61,6 +61,9 @@ from .opaque import attribute
 RANKS = (3, 4)
 """operand ranks the operator takes ([B, S, D] and [B, H, S, D])"""
 
+MATCHED = frozenset({"attention", "attention_nz"})
+"""the operators the matcher makes (:func:`_attention`; their operands alike: q, kt, v and masks)"""
+
 
 def _shape(attrs: tuple, shapes: Sequence[Shape], grouped: bool = False) -> Shape:
     """``grouped``: at rank 4, kt and v may have fewer heads (axis 1) than q, a divisor of q's (a runtime kernel's
@@ -103,7 +106,8 @@ def _rules(plain: str = "Attention", masked: str = "AttentionMasked", grouped: b
     return out
 
 
-def _numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+def probabilities(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The softmax of the scaled, masked scores, and v (float64): the two factors of the last product."""
     if modulus is not None:
         raise NotEvaluable("attention is not defined over a prime field")
     q, kt, v = (np.asarray(a, dtype=np.float64) for a in args[:3])
@@ -111,7 +115,11 @@ def _numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndar
     if len(args) == 4:
         s = s + np.asarray(args[3], dtype=np.float64)
     z = np.exp(s - s.max(axis=-1, keepdims=True))
-    return np.matmul(z / z.sum(axis=-1, keepdims=True), v)
+    return z / z.sum(axis=-1, keepdims=True), v
+
+
+def _numpy(attrs: tuple, args: list[np.ndarray], modulus: int | None) -> np.ndarray:
+    return np.matmul(*probabilities(attrs, args, modulus))
 
 
 def _onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape]) -> str:
@@ -172,6 +180,24 @@ def _sdpa_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
     if not newer_allowed(em):
         return _onnx(em, attrs, _repeated(em, list(ins), shapes), shapes)  # (shapes unread there)
     rank = len(shapes[0])
+    heads = {"q_num_heads": 1, "kv_num_heads": 1} if rank == 3 else {}
+    return emit_newer(em, "Attention", kernel_operands(em, ins, shapes, _floored), "sdpa",
+                      scale=float_value(attrs[0]), **heads)
+
+
+def _floored(em: Emitter, mask: str) -> str:
+    """onnxruntime's kernel writes zeros for a query row whose mask is the float's lowest value throughout,
+    where the decomposition averages v uniformly (transformers' padding masks hold that value): one ulp above
+    it, every mask without -inf gives the decomposition's values."""
+    return em.emit("Max", [mask, em.const(np.array(KERNEL_FLOOR, dtype=np.float32), "floor")], "sdpa")
+
+
+def kernel_operands(em: Emitter, ins: list[str], shapes: Sequence[Shape],
+                    floor: Callable[[Emitter, str], str]) -> list[str]:
+    """The kernel's operands (q, k, v[, mask]) for an attention's (q, kt, v[, mask]): the keys transposed back,
+    the mask expanded to the scores' last two dimensions (onnxruntime's CPU kernel wants its query dimension
+    whole), of rank 4 (a rank-3 one gets a heads axis) and raised by ``floor``."""
+    rank = len(shapes[0])
     k = em.emit("Transpose", [ins[1]], "sdpa", perm=[*range(rank - 2), rank - 1, rank - 2])
     operands = [ins[0], k, ins[2]]
     if len(ins) == 4:
@@ -183,12 +209,8 @@ def _sdpa_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
         if rank == 3:  # (B, S, Sk) -> (B, 1, S, Sk): the kernel broadcasts the mask over (B, heads, S, Sk)
             mask = em.emit("Reshape", [mask, em.const(np.array((mask_shape[0], 1, *scores), dtype=np.int64),
                                                       "shape")], "sdpa")
-        # onnxruntime's kernel writes zeros for a query row whose mask is the float's lowest value throughout,
-        # where the decomposition averages v uniformly (transformers' padding masks hold that value): one ulp
-        # above it, every mask without -inf gives the decomposition's values
-        operands.append(em.emit("Max", [mask, em.const(np.array(KERNEL_FLOOR, dtype=np.float32), "floor")], "sdpa"))
-    heads = {"q_num_heads": 1, "kv_num_heads": 1} if rank == 3 else {}
-    return emit_newer(em, "Attention", operands, "sdpa", scale=float_value(attrs[0]), **heads)
+        operands.append(floor(em, mask))
+    return operands
 
 
 KERNEL_FLOOR = float(np.nextafter(np.finfo(np.float32).min, np.float32(0)))
@@ -407,11 +429,30 @@ def _attention(v: View, mm: onnx.NodeProto) -> Found | None:
     nodes.append(soft)
     cur = soft.output[0]
     cur = v.through_float_casts(cur, nodes)
+    zeroed = _nan_zeroed(v, cur)
+    if zeroed is not None:
+        nodes += zeroed
+        cur = zeroed[-1].output[0]
     pv = v.sole_reader(cur, "MatMul")
     if pv is None or pv.input[0] != cur or pv.input[1] == cur or not math.isfinite(scale) or not scale > 0:
         return None
     inputs = (q, kt, pv.input[1], *masks)
-    return "attention", (float_bits(scale),), inputs, nodes + [pv], pv.output[0]
+    return "attention_nz" if zeroed else "attention", (float_bits(scale),), inputs, nodes + [pv], pv.output[0]
+
+
+def _nan_zeroed(v: View, p: str) -> list[onnx.NodeProto] | None:
+    """``Where(IsNaN(p), 0, p)``, read by nothing else (torch's export of ``scaled_dot_product_attention``: a query
+    row whose scores are NaN, one masked throughout with -inf among them, attends to nothing): its two nodes."""
+    readers = v.readers.get(p, [])
+    if len(readers) != 2 or p in v.outputs:
+        return None
+    isnan = next((n for n in readers if n.op_type == "IsNaN"), None)
+    where = next((n for n in readers if n.op_type == "Where"), None)
+    if isnan is None or where is None or any(n.domain not in ("", "ai.onnx") for n in readers) \
+            or list(where.input) != [isnan.output[0], where.input[1], p] or v.sole_reader(isnan.output[0]) is not where \
+            or not v.is_scalar(where.input[1], 0.0):
+        return None
+    return [isnan, where]
 
 
 PATTERNS: dict[str, Matcher] = {"MatMul": _attention}

@@ -200,3 +200,45 @@ def finite_masks(nodes: Iterable[Any], weights: Mapping[str, Any], vouched: bool
     ranges = _Ranges(weights, False, known)
     masks = {id(n.inputs[3]): n.inputs[3] for n in nodes if n.op == "attention" and len(n.inputs) == 4}
     return frozenset(i for i, m in masks.items() if vouched or ranges.of(m) is not None)
+
+
+class _FiniteParts(_Ranges):
+    """Intervals of a value's finite elements only (its other elements may be -inf, +inf or NaN): a float input's
+    span its type; an operator through which a non-finite element can become a finite one (a Relu of -inf, the Max
+    of -inf and a finite value) is not read."""
+
+    def __init__(self, weights: Mapping[str, Any], known: Mapping[str, Range] | None = None):
+        super().__init__(weights, True, known)
+
+    def _compute(self, node: Any) -> Range | None:
+        op, kind = node.op, node.attrs[0] if node.op == "opaque" and node.attrs[1] == "" else None
+        if op == "weight" and node.dtype != "bool" and node.name in self.weights:
+            a = np.asarray(self.weights[node.name])
+            finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
+            if a.dtype.kind not in "biuf" or a.size == 0:
+                return None
+            return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)  # (0, 0): none finite
+        if kind == "ConstantOfShape":
+            value = attribute(node, "value")
+            if value is not None and not np.all(np.isfinite(onnx.numpy_helper.to_array(value))):
+                return 0.0, 0.0
+        if op == "relu" or kind in ("Max", "Min"):
+            return None
+        return super()._compute(node)
+
+
+MASK_FLOOR = -1e37
+"""the least finite mask entry :func:`above_lowest_masks` admits: onnxruntime's attention kernel writes zeros for a
+query row whose masked scores reach float32's lowest (-3.4e38), where the decomposition averages v; from entries at
+or above this, scores within the equivalence contract's magnitude never reach it"""
+
+
+def above_lowest_masks(nodes: Iterable[Any], weights: Mapping[str, Any],
+                       known: Mapping[str, Range] | None = None) -> frozenset[int]:
+    """The ids of the nodes among ``nodes`` that are an ``attention_nz``'s mask operand whose every finite element is
+    at or above :data:`MASK_FLOOR` on every input (-inf, +inf and NaN elements allowed: torch's export of a boolean
+    mask, ``Where(keep, 0, -inf)``); a float input is not (a user may feed float32's lowest). The e-graph marks them
+    ``AboveLowest``: only an ``attention_nz`` masked by one becomes the runtime kernel (``attention_nz_kernel``)."""
+    parts = _FiniteParts(weights, known)
+    masks = {id(n.inputs[3]): n.inputs[3] for n in nodes if n.op == "attention_nz" and len(n.inputs) == 4}
+    return frozenset(i for i, m in masks.items() if (r := parts.of(m)) is not None and r[0] >= MASK_FLOOR)

@@ -27,7 +27,14 @@ and these rules join a search only where onnxruntime runs the kernels and ``--po
   transpose(k), v[, mask]), and ``sdpa_causal`` alike: grouped-query attention (transformers' ``repeat_kv``, which a
   shape-generic import reads as ``repeat_heads``: :mod:`eqsat.ops.heads`) read by the kernel over the unrepeated
   keys and values (opset 23's ``Attention`` takes fewer key/value heads than query heads), so that a decode step
-  does not copy its cache each call.
+  does not copy its cache each call; ``sdpa_nz`` alike.
+* ``attention_nz_kernel``: attention_nz(q, kt, v[, mask]) -> sdpa_nz(q, kt, v[, mask]): the attention whose NaN
+  softmax rows are zeros (torch's export of ``scaled_dot_product_attention``, every decoder transformers exports:
+  :mod:`eqsat.ops.attention_nz`) as opset 23's ``Attention`` with its NaN rows zeroed where any is NaN. A row
+  masked with -inf throughout is zeros in both, so no ``Finite`` mark is needed; a masked one only where the encoder
+  marked the mask ``AboveLowest`` (its finite entries far above float32's lowest on every input: torch's export of
+  a boolean mask; :func:`eqsat.ops.bounds.above_lowest_masks`), since the kernel also writes zeros where a row's
+  masked scores reach float32's lowest, where the decomposition averages v.
 """
 
 from __future__ import annotations
@@ -74,6 +81,40 @@ def _attention_instance(rng):
     scores = ir.make("scale", [ir.make("matmul", [q, kt], (0,))], (scale,))
     parts = ir.make("matmul", [ir.make("softmax", [scores], (rank - 1,)), v], (0,))
     return [ir.make("attention", operands, (scale,)), parts]
+
+
+PADDED = "padded"
+"""the name the instances give a NaN-zeroing attention's mask weight: 0, and -inf on every third query row and
+here and there (:func:`_padded_mask`); its finite entries far above float32's lowest: marked ``AboveLowest``"""
+
+
+def _nz_instance(rng):
+    """An ``attention_nz`` of rank 3 or 4, unmasked, or masked by a weight of 0 and -inf (:data:`PADDED`: whole query
+    rows masked), broadcast over some dimensions; beside it the same ``attention``, and as near misses on which the
+    rule must not fire, one masked by a model input (which may hold float32's lowest, where the kernel writes zeros
+    and the decomposition averages v) or by a weight with rows of float32's lowest."""
+    rank = pick(rng, RANKS)
+    lead = tuple(dim(rng, 1, 3) for _ in range(rank - 2))
+    rows, d, keys, dv = (dim(rng, 1, 5) for _ in range(4))
+    q, kt, v = ir.input_("q", lead + (rows, d)), ir.input_("kt", lead + (d, keys)), ir.input_("v", lead + (keys, dv))
+    mask_shape, draw = broadcastable(rng, lead + (rows, keys)), rng.random()
+    operands = [q, kt, v, ir.weight(PADDED, mask_shape)] if draw < 0.45 else \
+        [q, kt, v, ir.input_("mask", mask_shape)] if draw < 0.6 else \
+        [q, kt, v, ir.weight(FINITE, mask_shape)] if draw < 0.75 else [q, kt, v]
+    scale = (float_bits(pick(rng, SCALES)),)
+    return [ir.make("attention_nz", operands, scale), ir.make("attention", operands, scale)]
+
+
+def _padded_mask(leaf: ir.Node) -> np.ndarray | None:
+    """A :data:`PADDED` weight's value (0, -inf on every third query row and on a fifth of the entries), else a
+    :data:`FINITE` one's (:func:`_finite_mask`)."""
+    if leaf.name != PADDED:
+        return _finite_mask(leaf)
+    rng = np.random.default_rng(len(leaf.shape) * 100 + sum(leaf.shape))
+    value = np.where(rng.random(leaf.shape) < 0.2, -np.inf, 0.0)
+    if len(leaf.shape) >= 2:
+        value[..., ::3, :] = -np.inf
+    return value.astype(np.float32)
 
 
 CAUSAL = "causal"
@@ -157,7 +198,9 @@ def _grouped_bodies() -> tuple[tuple[str, str], ...]:
     new = f"(Transpose {GROUPED_PERM} k)"
     return ((f"(= root (Sdpa c q kt v)) {kt}", f"(Pend root (Sdpa c q {new} vv))"),
             (f"(= root (SdpaMasked c q kt v mk)) {kt}", f"(Pend root (SdpaMasked c q {new} vv mk))"),
-            (f"(= root (SdpaCausal c q kt v)) {kt}", f"(Pend root (SdpaCausal c q {new} vv))"))
+            (f"(= root (SdpaCausal c q kt v)) {kt}", f"(Pend root (SdpaCausal c q {new} vv))"),
+            (f"(= root (SdpaNz c q kt v)) {kt}", f"(Pend root (SdpaNz c q {new} vv))"),
+            (f"(= root (SdpaNzMasked c q kt v mk)) {kt}", f"(Pend root (SdpaNzMasked c q {new} vv mk))"))
 
 
 def _grouped_instance(rng):
@@ -184,7 +227,10 @@ def _grouped_instance(rng):
     scale = (float_bits(pick(rng, SCALES)),)
     if causal:
         return [ir.make("sdpa_causal", [q, kt, vr], scale)]
-    mask = [ir.weight(FINITE, broadcastable(rng, (b, hk * r, rows, keys)))] if rng.random() < 0.5 else []
+    mask_shape, draw = broadcastable(rng, (b, hk * r, rows, keys)), rng.random()
+    if draw < 0.3:  # NaN rows zeroed: the mask a weight with rows of -inf, or none
+        return [ir.make("sdpa_nz", [q, kt, vr, *([ir.weight(PADDED, mask_shape)] if draw < 0.2 else [])], scale)]
+    mask = [ir.weight(FINITE, mask_shape)] if draw < 0.65 else []
     return [ir.make("sdpa", [q, kt, vr, *mask], scale)]
 
 
@@ -192,11 +238,15 @@ rules = [
     Rule("attention_grouped", "single", "ours",
          "sdpa(q, transpose(repeat_heads(k, r)), repeat_heads(v, r)[, mask]) -> sdpa(q, transpose(k), v[, mask]) "
          "(and sdpa_causal): grouped-query attention reads the unrepeated keys and values",
-         _grouped_bodies(), example=_grouped_instance, fixed=_finite_mask),
+         _grouped_bodies(), example=_grouped_instance, fixed=_padded_mask),
     Rule("attention_kernel", "single", "ours", "attention(q, kt, v[, mask]) -> sdpa(q, kt, v[, mask])",
          (("(= root (Attention c q kt v))", "(Pend root (Sdpa c q kt v))"),
           ("(= root (AttentionMasked c q kt v mk)) (Finite mk)", "(Pend root (SdpaMasked c q kt v mk))")),
          example=_attention_instance, fixed=_finite_mask),
+    Rule("attention_nz_kernel", "single", "ours", "attention_nz(q, kt, v[, mask]) -> sdpa_nz(q, kt, v[, mask])",
+         (("(= root (AttentionNz c q kt v))", "(Pend root (SdpaNz c q kt v))"),
+          ("(= root (AttentionNzMasked c q kt v mk)) (AboveLowest mk)", "(Pend root (SdpaNzMasked c q kt v mk))")),
+         example=_nz_instance, fixed=_padded_mask),
     Rule("attention_causal", "single", "ours", "attention(q, kt, v, causal mask) -> sdpa_causal(q, kt, v)",
          _causal_bodies(), example=_causal_instance, fixed=_fixed_mask),
     Rule("rotary_kernel", "single", "ours", "rotary(x, cos, sin) -> rope(x, cos, sin), cos and sin [1 or B, 1, S, D]",

@@ -159,7 +159,8 @@ def test_the_ort_cost_times_the_kernel_as_the_runtime_runs_it():
 
 def test_portable_leaves_the_kernel_rules_out():
     names = {r.name for r in rule_set("default", portable=True)}
-    assert KERNEL_RULES == {RULE, "attention_causal", "attention_grouped", "rotary_kernel", "rotary_part_kernel"} \
+    assert KERNEL_RULES == {RULE, "attention_causal", "attention_grouped", "rotary_kernel", "rotary_part_kernel",
+                            "attention_nz_kernel"} \
         and not names & KERNEL_RULES
     assert kernels.runtime_runs_kernels()  # onnxruntime 1.32 runs opset 23's Attention on the CPU
     assert KERNEL_RULES <= {r.name for r in rule_set("default")}
