@@ -1,6 +1,6 @@
 """The zoo's serving forms (:data:`zoo.SERVING`): a LLaMA or Qwen2 decoder's step against a key/value cache (one new
-token, the past per layer in, the present out), small and at width 384, and the prefill before it (the prompt in,
-the cache out)."""
+token, the past per layer in, the present out), small and at width 384 (the LLaMA one also with transformers'
+default SDPA attention), and the prefill before it (the prompt in, the cache out)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,11 @@ DECODE_PAST, DECODE_WIDE_PAST = 15, 127
 """the past lengths of the decode steps: the small one's, and the wide ones' (a 128-token context with the new one)"""
 
 
-def _decode_step(family: str, wide: bool) -> Callable[[], torch.nn.Module]:
+def _decode_step(family: str, wide: bool, sdpa: bool = False) -> Callable[[], torch.nn.Module]:
     """LLaMA or Qwen2 (grouped KV heads) as a decode step: hidden 32, 1 layer, 4 heads / 2 KV heads; or at width 384,
-    4 layers, 6 heads / 2 KV heads, head dimension 64."""
+    4 layers, 6 heads / 2 KV heads, head dimension 64. ``sdpa``: transformers' default attention (torch's
+    ``scaled_dot_product_attention``, which the TorchScript exporter writes with a boolean mask and its NaN rows
+    zeroed), not the zoo's eager one."""
     def make() -> torch.nn.Module:
         import transformers as t
 
@@ -48,8 +50,9 @@ def _decode_step(family: str, wide: bool) -> Callable[[], torch.nn.Module]:
         layers = WIDE_LAYERS if wide else 1
         size = {"hidden_size": WIDTH, "intermediate_size": 1024, "num_attention_heads": WIDE_HEADS} if wide else \
             {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
-        cfg = zoo._eager(config(vocab_size=VOCAB, num_hidden_layers=layers, num_key_value_heads=2,
-                                max_position_embeddings=1024, **size))
+        cfg = config(vocab_size=VOCAB, num_hidden_layers=layers, num_key_value_heads=2, max_position_embeddings=1024,
+                     **size)
+        cfg = cfg if sdpa else zoo._eager(cfg)
         return _DecodeStep(cls(cfg), layers)
     return make
 
@@ -62,13 +65,13 @@ def _prefill_spec(family: str, description: str) -> Spec:
                 out_axes={"last_hidden_state": {0: "batch", 1: "seq"}} | {o: {0: "batch", 2: "seq"} for o in present})
 
 
-def _decode_spec(family: str, wide: bool, description: str) -> Spec:
+def _decode_spec(family: str, wide: bool, description: str, sdpa: bool = False) -> Spec:
     layers, kv_shape = (WIDE_LAYERS, (1, 2, DECODE_WIDE_PAST, WIDTH // WIDE_HEADS)) if wide else \
         (1, (1, 2, DECODE_PAST, 8))
     past = tuple((f"past_key_values.{i}.{kv}", "float", kv_shape) for i in range(layers) for kv in ("key", "value"))
     present = tuple(f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value"))
     cache_axes = {0: "batch", 2: "past"}
-    return Spec(_decode_step(family, wide),
+    return Spec(_decode_step(family, wide, sdpa),
                 (("input_ids", "ids", (1, 1)), ("attention_mask", "ones", (1, kv_shape[2] + 1)), *past),
                 ("last_hidden_state", *present), description,
                 axes=({0: "batch"}, {0: "batch", 1: "past + 1"}, *[cache_axes] * len(past)),
@@ -86,6 +89,9 @@ SPECS_SERVING: dict[str, Spec] = {
                                         "the hidden states and the cache out (4 layers, 6 heads / 2 KV heads)"),
     "qwen2_decode_w384": _decode_spec("qwen2", True, "Qwen2 decode step at width 384 (Q/K/V biases): 4 layers, 6 "
                                       f"heads / 2 KV heads, a past of {DECODE_WIDE_PAST} in, the present out"),
+    "llama_sdpa_decode_w384": _decode_spec("llama", True, "LLaMA decode step at width 384 as transformers exports it by "
+                                           "default (SDPA attention: a boolean mask, NaN rows zeroed): 4 layers, 6 "
+                                           f"heads / 2 KV heads, a past of {DECODE_WIDE_PAST} in", sdpa=True),
 }
 """the specs of :data:`zoo.SERVING`"""
 
