@@ -173,6 +173,12 @@ def fit(w: Rewrite) -> None:
         w.shapes[name] = shape
         if None in shape and seen:  # an opaque size: its sizes in every run kept for Rewrite._split_ones
             w.fits.runs[name] = {key: list(sizes[k]) for key, sizes in seen}
+    if w.final:  # each size no monomial fits read as its opaque symbol now: shape inference carries it to the
+        # values computed from it, which then need no run of a longer prefix each (an audio model's frames: one
+        # fit, not one a layer)
+        for name in unknown:
+            if None in (w.shapes.get(name) or []):
+                w.opaque_shape(name)
 
 
 def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess: list[Mono],
