@@ -4,6 +4,7 @@ carried as a ``dim_param`` (:meth:`~eqsat.dims.Mono.key`)."""
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -73,11 +74,13 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     graph = helper.make_graph([node], "one", inputs, [], initializer=inits)
     model = helper.make_model(graph, opset_imports=list(opsets))
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=False)
+        value_info = list(shape_inference.infer_shapes(model, strict_mode=False).graph.value_info)
     except Exception:  # noqa: BLE001 - onnx raises several types; no inference is no knowledge
-        return {}
+        if node.op_type != "If":
+            return {}
+        value_info = []  # (an If's branches are inferred below, over the outer values)
     out: dict[str, tuple[int, SymShape | None]] = {}
-    for vi in inferred.graph.value_info:
+    for vi in value_info:
         if vi.name in node.output and vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
             out[vi.name] = _read(vi.type, keys)
     if node.op_type in COMPLETED and node.domain in ("", "ai.onnx") and node.output and node.output[0] in out:
@@ -86,6 +89,10 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
             done = COMPLETED[node.op_type](node, shapes, _Sizes(constants, vectors or {}))
             if done is not None and (shape is None or len(shape) == len(done)):
                 out[node.output[0]] = (elem, done if shape is None else [a or b for a, b in zip(shape, done)])
+    if node.op_type == "If" and node.domain in ("", "ai.onnx"):
+        for name, (elem, shape) in _if_shapes(node, shapes, types, constants, opsets, sums, vectors).items():
+            if name not in out or out[name][1] is None or None in out[name][1]:
+                out[name] = (elem, shape)
     if node.op_type == "Concat" and sums and node.output[0] in out:
         elem, shape = out[node.output[0]]
         axis = _attr(node, "axis", 0)
@@ -93,6 +100,44 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
             shape = list(shape)
             shape[axis] = concat_length([shapes.get(i) for i in node.input if i], axis, sums)
             out[node.output[0]] = (elem, shape)
+    return out
+
+
+def _if_shapes(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], types: Mapping[str, int],
+               constants: Mapping[str, onnx.TensorProto], opsets: Sequence[onnx.OperatorSetIdProto],
+               sums: Mapping[str, Callable[[Mapping[str, int]], int]] | None,
+               vectors: Mapping[str, Sequence[Mono] | None] | None) -> dict[str, tuple[int, SymShape | None]]:
+    """An ``If``'s outputs whose shape is the same, fully known, in both branches: each branch's nodes inferred in
+    turn (:func:`infer_node`) over the outer values' shapes (onnx's inference of the one-node model does not see
+    them), its Constant nodes' small integers read by value. Where a branch leaves an output's shape unknown, or the
+    two differ, the output is left out (the shape is whichever branch runs)."""
+    branches = [a.g for a in node.attribute if a.name in ("then_branch", "else_branch")]
+    if len(branches) != 2:
+        return {}
+    given: list[list[tuple[int | None, SymShape | None]]] = []
+    for g in branches:
+        local_shapes: dict[str, SymShape | None] = {t.name: [Mono.const(d) for d in t.dims] for t in g.initializer}
+        local_types: dict[str, int] = {t.name: t.data_type for t in g.initializer}
+        local_consts: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
+        shapes_in, types_in = ChainMap(local_shapes, shapes), ChainMap(local_types, types)
+        consts_in = ChainMap(local_consts, constants)
+        for n in g.node:
+            value = next((a.t for a in n.attribute if a.name == "value"), None)
+            if n.op_type == "Constant" and value is not None and n.output:
+                const = onnx.TensorProto()
+                const.CopyFrom(value)
+                const.name = n.output[0]
+                local_consts[const.name] = const
+            for name, (elem, shape) in infer_node(n, shapes_in, types_in, consts_in, opsets, sums, vectors).items():
+                local_types[name], local_shapes[name] = elem, shape
+        given.append([(types_in.get(o.name), shapes_in.get(o.name)) for o in g.output])
+    out: dict[str, tuple[int, SymShape | None]] = {}
+    for k, name in enumerate(node.output):
+        if not name or k >= min(len(b) for b in given):
+            continue
+        (elem, shape), (other_elem, other) = given[0][k], given[1][k]
+        if elem and elem == other_elem and shape is not None and None not in shape and shape == other:
+            out[name] = (elem, shape)
     return out
 
 
@@ -201,10 +246,27 @@ def _expanded(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes
     return out
 
 
+def _resized(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    """A Resize to a size vector (its input 3, over its ``axes`` where given), which it takes as the output's sizes
+    under the default ``keep_aspect_ratio_policy`` ("stretch"); one by ``scales`` is left to onnx."""
+    shape, target = shapes.get(node.input[0]), sizes.entries(node, 3)
+    policy = next((a.s.decode() for a in node.attribute if a.name == "keep_aspect_ratio_policy"), "stretch")
+    if shape is None or target is None or policy != "stretch":
+        return None
+    axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), list(range(len(shape))))
+    if len(axes) != len(target) or any(not -len(shape) <= a < len(shape) for a in axes):
+        return None
+    out = list(shape)
+    for a, t in zip(axes, target):
+        out[a % len(shape)] = _size(t)
+    return out
+
+
 COMPLETED: dict[str, Callable[[onnx.NodeProto, Mapping[str, SymShape | None], _Sizes], SymShape | None]] = {
-    "Reshape": _reshaped, "Flatten": _flattened, "Tile": _tiled, "Expand": _expanded}
+    "Reshape": _reshaped, "Flatten": _flattened, "Tile": _tiled, "Expand": _expanded, "Resize": _resized}
 """the operators whose output sizes onnx's inference leaves unknown where they are products of symbols (a Reshape's
-``-1`` over ``[batch*seq, 384]``, a Flatten, a Tile of a symbolic axis): each given by monomial arithmetic from its
+``-1`` over ``[batch*seq, 384]``, a Flatten, a Tile of a symbolic axis) or read off a size vector computed at run time
+(a Resize to sizes): each given by monomial arithmetic from its
 input's symbolic shape and its size vector, constant or of known monomials (``infer_node`` fills the sizes onnx left
 unknown only)"""
 

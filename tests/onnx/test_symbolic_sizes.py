@@ -128,3 +128,67 @@ def test_a_floored_size_is_not_multiplied():
     node = helper.make_node("Flatten", ["x"], ["y"], axis=1)
     got = _inferred(node, [C(8), quarter * h, quarter * w], [])
     assert got is None or got[1] is None
+
+
+@pytest.mark.parametrize("axes", [None, [2, 3]], ids=["every-axis", "axes"])
+def test_a_resize_to_a_vector_of_monomials_is_read_as_its_sizes(axes):
+    # MobileViT's interpolation to a multiple of its patch: sizes computed at run time from the input's shape
+    shape = [B, C(3), C(7), C(7)]
+    head = [helper.make_node("Shape", ["x"], ["bc"], start=0, end=2)] if axes is None else []
+    before = [*head, helper.make_node("Concat", [*(["bc"] if axes is None else []), "sides"], ["target"], axis=0)]
+    inits = [_ints("sides", [8, 8])]
+    attrs = {"mode": "linear"} | ({} if axes is None else {"axes": axes})
+    node = helper.make_node("Resize", ["x", "", "", "target"], ["y"], **attrs)
+    entries = ([B, C(3)] if axes is None else []) + [C(8), C(8)]
+    assert _inferred(node, shape, inits) in (None, [None] * 4, [B, C(3), None, None])  # onnx alone
+    got = _inferred(node, shape, inits, {"target": entries})
+    assert got == [B, C(3), C(8), C(8)]
+    model = _model(node, shape, inits, before)
+    model.opset_import[0].version = 18  # Resize's axes
+    assert [tuple(int(m.value(at)) for m in got) for at in SIZES] == _ort_shapes(model, shape)
+
+
+def test_a_resize_that_keeps_its_aspect_ratio_is_left_to_onnx():
+    node = helper.make_node("Resize", ["x", "", "", "target"], ["y"], keep_aspect_ratio_policy="not_larger")
+    got = _inferred(node, [B, C(3), C(7), C(14)], [], {"target": [B, C(3), C(8), C(8)]})
+    assert got is None or None in got
+
+
+def _if_node(else_of: str) -> onnx.NodeProto:
+    """torch's SDPA export's NaN rows rebuilt (:mod:`eqsat.ops.attention_nz`): where ``x`` holds a NaN, each NaN
+    replaced by its column's ``sum(0 * x)`` (a Constant inside the branch), else ``else_of`` as it is."""
+    fix = helper.make_graph([
+        helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array(0, np.float32))),
+        helper.make_node("Constant", [], ["axis"], value=numpy_helper.from_array(np.array([-2], np.int64))),
+        helper.make_node("Mul", ["x", "zero"], ["zx"]),
+        helper.make_node("ReduceSum", ["zx", "axis"], ["column"], keepdims=1),
+        helper.make_node("IsNaN", ["x"], ["nan"]),
+        helper.make_node("Where", ["nan", "column", "x"], ["fixed"])], "fix", [],
+        [helper.make_tensor_value_info("fixed", TensorProto.FLOAT, None)])
+    keep = helper.make_graph([helper.make_node("Identity", [else_of], ["kept"])], "keep", [],
+                             [helper.make_tensor_value_info("kept", TensorProto.FLOAT, None)])
+    return helper.make_node("If", ["any_nan"], ["y"], then_branch=fix, else_branch=keep)
+
+
+def test_an_if_whose_branches_keep_the_shape_is_read_as_that_shape():
+    shape = [B, C(2), S, C(4)]
+    node = _if_node("x")
+    shapes, types = {"x": shape, "any_nan": []}, {"x": TensorProto.FLOAT, "any_nan": TensorProto.BOOL}
+    got = infer_node(node, shapes, types, {}, OPSET)["y"][1]
+    assert got == shape
+    before = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+              helper.make_node("IsNaN", ["total"], ["any_nan"])]
+    sess = ort.InferenceSession(_model(node, shape, [], before).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    for at in SIZES:  # the oracle: onnxruntime, through either branch
+        x = np.ones([int(m.value(at)) for m in shape], np.float32)
+        for nan in (False, True):
+            x[0, 0, 0, 0] = np.nan if nan else 1.0
+            assert sess.run(None, {"x": x})[0].shape == tuple(int(m.value(at)) for m in got)
+
+
+def test_an_if_whose_branches_differ_stays_unknown():
+    shapes = {"x": [B, C(2), S, C(4)], "w": [B, C(2), C(3), C(4)], "any_nan": []}
+    types = {"x": TensorProto.FLOAT, "w": TensorProto.FLOAT, "any_nan": TensorProto.BOOL}
+    got = infer_node(_if_node("w"), shapes, types, {}, OPSET).get("y")
+    assert got is None or got[1] is None or None in got[1]
