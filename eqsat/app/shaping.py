@@ -168,7 +168,7 @@ class Shaping:
             # (sizes given too: :meth:`probe` names them and the flag)
             raise out.explain(InputError(
                 f"onnxruntime cannot run the original model at the default sizes of its dynamic dimensions, nor at "
-                f"their halves and doubles from {MIN_DEFAULT} to {MAX_DEFAULT}: {why}"))
+                f"their halves and doubles from {MIN_DEFAULT} to {MAX_DEFAULT}, nor with one of them at 1: {why}"))
         return out
 
     @property
@@ -188,9 +188,11 @@ class Shaping:
         sizes = ", ".join(f"{s}={v}" for s, v in self.resized.items())
         defaults = symbol_values(self.original, {}) if self.original is not None else {}
         refused = ", ".join(f"{defaults[s]} of {s}" for s in self.resized)
-        return (f"onnxruntime refused the default size {refused}: tuned, verified and measured at {sizes}, the "
-                f"nearest halving or doubling at which it runs with outputs of length 8 or more (the others back at "
-                f"their defaults where it runs there); "
+        how = ("the nearest halving or doubling at which it runs with outputs of length 8 or more (the others back at "
+               "their defaults where it runs there)" if 1 not in self.resized.values() else
+               "the only size tried at which it runs (a step of one new token: a sequence of 1), the others at their "
+               "defaults")
+        return (f"onnxruntime refused the default size {refused}: tuned, verified and measured at {sizes}, {how}; "
                 "--input-shape sets the size you serve")
 
     def probe(self, config: OptimizeConfig) -> None:

@@ -265,7 +265,9 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     the same error at two sizes in turn, which its size does not cause; a doubled size at which an output's dynamic
     dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where it looks like
     a constant), then each moved symbol back at its default where the model still runs there (only some sizes were
-    refused; an image's sides together; repeated while one more goes back), as they were if it runs; whether it
+    refused; an image's sides together; repeated while one more goes back), as they were if it runs; where no such
+    size runs, one symbol at 1, the others at their defaults (a decode step traced at one new token, which runs at a
+    sequence of 1 only); whether it
     ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
     syms = symbols(model)
@@ -340,6 +342,10 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
             break
         shift += 1
+    for s in movable:  # a size only 1 runs at (a decode step traced at one new token): it alone at 1
+        at = follow({**values, s: 1}, derived)
+        if is_short(at) is not None:
+            return at, True
     return dict(values), False
 
 

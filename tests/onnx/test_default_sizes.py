@@ -82,3 +82,42 @@ def test_a_cache_of_up_to_four_heads_is_not_an_image(name, dims):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     values = symbol_values(model, {})
     assert all(values[d] == OTHER_DEFAULT for d in dims[2:]), values
+
+
+def _step_model() -> onnx.ModelProto:
+    """A decode step traced at one new token: ``x [batch, seq, 4]`` squeezed on its sequence axis (which runs at a
+    sequence of 1 only), appended to ``past [batch, past, 4]``; the mask ``[batch, past + seq]`` as optimum names it."""
+    nodes = [helper.make_node("Squeeze", ["x", "one"], ["token"]),
+             helper.make_node("Unsqueeze", ["token", "one"], ["step"]),
+             helper.make_node("Concat", ["past", "step"], ["present"], axis=1),
+             helper.make_node("Cast", ["mask"], ["maskf"], to=F),
+             helper.make_node("Unsqueeze", ["maskf", "two"], ["mask3"]),
+             helper.make_node("Mul", ["present", "mask3"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "step", [helper.make_tensor_value_info("x", F, ["batch", "seq", 4]),
+                        helper.make_tensor_value_info("past", F, ["batch", "past", 4]),
+                        helper.make_tensor_value_info("mask", I64, ["batch", "past + seq"])],
+        [helper.make_tensor_value_info("y", F, ["batch", "past + seq", 4])],
+        [helper.make_tensor("one", I64, [1], [1]), helper.make_tensor("two", I64, [1], [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_step_that_runs_at_one_new_token_only_is_tuned_there(tmp_path, capsys):
+    """No halving or doubling of the defaults runs it (a sequence of 8 at the least): the sequence alone at 1 does,
+    the past at its default; the written model equals the original at pasts it was not tuned at."""
+    model = _step_model()
+    values, ran = runnable_values(model, symbol_values(model, {}), ["batch", "seq", "past", "past + seq"])
+    assert ran and values == {"batch": 1, "seq": 1, "past": OTHER_DEFAULT, "past + seq": OTHER_DEFAULT + 1}
+    path, out, rep = tmp_path / "s.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(model, path)
+    code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--scheduler", "none",
+                 "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
+    assert code == 0, capsys.readouterr().err
+    assert "a sequence of 1" in json.loads(rep.read_text())["interface"]["note"]
+    original, written = session(model), session(onnx.load(out))
+    rng = np.random.default_rng(0)
+    for batch, past in ((2, 0), (1, 5), (3, 300)):
+        feeds = {"x": rng.standard_normal((batch, 1, 4)).astype(np.float32),
+                 "past": rng.standard_normal((batch, past, 4)).astype(np.float32),
+                 "mask": rng.integers(0, 2, (batch, past + 1)).astype(np.int64)}
+        np.testing.assert_allclose(written.run(None, feeds)[0], original.run(None, feeds)[0], rtol=1e-6)
