@@ -188,10 +188,11 @@ class Shaping:
         sizes = ", ".join(f"{s}={v}" for s, v in self.resized.items())
         defaults = symbol_values(self.original, {}) if self.original is not None else {}
         refused = ", ".join(f"{defaults[s]} of {s}" for s in self.resized)
+        ones = [s for s, v in self.resized.items() if v == 1]
         how = ("the nearest halving or doubling at which it runs with outputs of length 8 or more (the others back at "
-               "their defaults where it runs there)" if 1 not in self.resized.values() else
-               "the only size tried at which it runs (a step of one new token: a sequence of 1), the others at their "
-               "defaults")
+               "their defaults where it runs there)" if not ones else
+               f"{ones[0]} at 1, where it runs with its outputs' sizes following it (a step of one new token), and at "
+               "no halving or doubling of the defaults; the others at their defaults")
         return (f"onnxruntime refused the default size {refused}: tuned, verified and measured at {sizes}, {how}; "
                 "--input-shape sets the size you serve")
 

@@ -266,8 +266,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where it looks like
     a constant), then each moved symbol back at its default where the model still runs there (only some sizes were
     refused; an image's sides together; repeated while one more goes back), as they were if it runs; where no such
-    size runs, one symbol at 1, the others at their defaults (a decode step traced at one new token, which runs at a
-    sequence of 1 only); whether it
+    size runs, one symbol at 1, the others at their defaults, where the outputs' sizes follow it there (a decode step
+    traced at one new token, which runs at a sequence of 1 only; not a table added whole, broadcast at 1); whether it
     ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
     syms = symbols(model)
@@ -325,6 +325,22 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
                     refused.add(key)
         return at
 
+    def follows(at: dict[str, int], symbol: str) -> bool:
+        """Whether the model runs at ``at`` with every output axis named by a symbol of that size there, one of
+        them named by ``symbol`` or a sum of it (a decode step's one new token; not a table broadcast at 1)."""
+        try:
+            outputs = sess.run(None, zero_feeds(model, at), QUIET)
+        except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
+            return False
+        named = False
+        for vi, out in zip(model.graph.output, outputs):
+            for k, d in enumerate(vi.type.tensor_type.shape.dim):
+                if d.dim_param in at and k < np.ndim(out):
+                    if np.shape(out)[k] != at[d.dim_param]:
+                        return False
+                    named |= d.dim_param == symbol or symbol in getattr(derived.get(d.dim_param), "uses", ())
+        return named
+
     if (at := runs(None)) is not None:
         return at, True
     shift = -1
@@ -344,7 +360,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         shift += 1
     for s in movable:  # a size only 1 runs at (a decode step traced at one new token): it alone at 1
         at = follow({**values, s: 1}, derived)
-        if is_short(at) is not None:
+        if follows(at, s):
             return at, True
     return dict(values), False
 

@@ -113,7 +113,7 @@ def test_a_step_that_runs_at_one_new_token_only_is_tuned_there(tmp_path, capsys)
     code = main(["optimize-model", str(path), "-o", str(out), "--report", str(rep), "--scheduler", "none",
                  "--cost", "analytic", "--no-measure", "--allow-slower", "-q"])
     assert code == 0, capsys.readouterr().err
-    assert "a sequence of 1" in json.loads(rep.read_text())["interface"]["note"]
+    assert "seq at 1, where it runs with its outputs" in json.loads(rep.read_text())["interface"]["note"]
     original, written = session(model), session(onnx.load(out))
     rng = np.random.default_rng(0)
     for batch, past in ((2, 0), (1, 5), (3, 300)):
@@ -121,3 +121,16 @@ def test_a_step_that_runs_at_one_new_token_only_is_tuned_there(tmp_path, capsys)
                  "past": rng.standard_normal((batch, past, 4)).astype(np.float32),
                  "mask": rng.integers(0, 2, (batch, past + 1)).astype(np.int64)}
         np.testing.assert_allclose(written.run(None, feeds)[0], original.run(None, feeds)[0], rtol=1e-6)
+
+
+def test_a_table_added_whole_is_not_tuned_at_one_by_its_broadcast():
+    """An encoder that adds its whole position table ``[1, 77, 4]`` runs at 77 positions and, broadcast, at 1:
+    its output keeps 77 there, so 1 is no size of ``seq`` (the run asks for ``--input-shape``, as before)."""
+    pos = helper.make_tensor("pos", F, [1, 77, 4], np.linspace(-1, 1, 308, dtype=np.float32))
+    graph = helper.make_graph([helper.make_node("Add", ["x", "pos"], ["y"])], "table",
+                              [helper.make_tensor_value_info("x", F, ["batch", "seq", 4])],
+                              [helper.make_tensor_value_info("y", F, ["batch", "seq", 4])], [pos])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    values, ran = runnable_values(model, symbol_values(model, {}), ["batch", "seq"])
+    assert not ran and values["seq"] == OTHER_DEFAULT
+    assert session(model).run(None, {"x": np.zeros((1, 1, 4), np.float32)})[0].shape == (1, 77, 4)  # the broadcast
