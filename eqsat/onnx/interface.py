@@ -266,8 +266,9 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     dimension is shorter than :data:`MIN_DEFAULT` is doubled again, so that no symbol is tuned where it looks like
     a constant), then each moved symbol back at its default where the model still runs there (only some sizes were
     refused; an image's sides together; repeated while one more goes back), as they were if it runs; where no such
-    size runs, one symbol at 1, the others at their defaults, where the outputs' sizes follow it there (a decode step
-    traced at one new token, which runs at a sequence of 1 only; not a table added whole, broadcast at 1); whether it
+    size runs, one symbol at 1, the others at their defaults, where it is refused at 2 and the outputs' sizes follow
+    it at 1 (a decode step traced at one new token, which runs at a sequence of 1 only; not a table added whole,
+    broadcast at 1, nor a short table that a user sizes: ``--input-shape``); whether it
     ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
     syms = symbols(model)
@@ -358,9 +359,9 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
             break
         shift += 1
-    for s in movable:  # a size only 1 runs at (a decode step traced at one new token): it alone at 1
+    for s in movable:  # a size only 1 runs at (a decode step traced at one new token): it alone at 1, not at 2
         at = follow({**values, s: 1}, derived)
-        if follows(at, s):
+        if follows(at, s) and is_short(follow({**values, s: 2}, derived)) is None:
             return at, True
     return dict(values), False
 

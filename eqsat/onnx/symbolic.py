@@ -91,7 +91,8 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
                 out[node.output[0]] = (elem, done if shape is None else [a or b for a, b in zip(shape, done)])
     if node.op_type == "If" and node.domain in ("", "ai.onnx"):
         for name, (elem, shape) in _if_shapes(node, shapes, types, constants, opsets, sums, vectors).items():
-            if name not in out or out[name][1] is None or None in out[name][1]:
+            known = out[name][1] if name in out else None
+            if known is None or None in known:
                 out[name] = (elem, shape)
     if node.op_type == "Concat" and sums and node.output[0] in out:
         elem, shape = out[node.output[0]]
@@ -119,8 +120,9 @@ def _if_shapes(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
         local_shapes: dict[str, SymShape | None] = {t.name: [Mono.const(d) for d in t.dims] for t in g.initializer}
         local_types: dict[str, int] = {t.name: t.data_type for t in g.initializer}
         local_consts: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
-        shapes_in, types_in = ChainMap(local_shapes, shapes), ChainMap(local_types, types)
-        consts_in = ChainMap(local_consts, constants)
+        # (the outer mappings copied: a ChainMap writes to its first map only, but is typed for mutable ones)
+        shapes_in, types_in = ChainMap(local_shapes, dict(shapes)), ChainMap(local_types, dict(types))
+        consts_in = ChainMap(local_consts, dict(constants))
         for n in g.node:
             value = next((a.t for a in n.attribute if a.name == "value"), None)
             if n.op_type == "Constant" and value is not None and n.output:
@@ -135,9 +137,10 @@ def _if_shapes(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     for k, name in enumerate(node.output):
         if not name or k >= min(len(b) for b in given):
             continue
-        (elem, shape), (other_elem, other) = given[0][k], given[1][k]
-        if elem and elem == other_elem and shape is not None and None not in shape and shape == other:
-            out[name] = (elem, shape)
+        (then_elem, then_shape), (else_elem, else_shape) = given[0][k], given[1][k]
+        if then_elem is not None and then_elem == else_elem and then_shape is not None and None not in then_shape \
+                and then_shape == else_shape:
+            out[name] = (then_elem, then_shape)
     return out
 
 
