@@ -11,7 +11,7 @@ import onnx
 from eqsat.onnx.dataflow import prune, shape_only
 from eqsat.onnx.fitting import REFUSED, run_values
 from eqsat.onnx.interface import interface, symbol_values
-from eqsat.onnx.symbolic import infer_node
+from eqsat.onnx.symbolic import constant_value, infer_node
 
 from .annotate import annotate, declare, note_outputs
 from .gemm import bias_add, consumers, write_gemm
@@ -155,11 +155,7 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
     for k, name in enumerate(node.input):
         node.input[k] = w.alias.get(name, name)
     standard = node.domain in ("", "ai.onnx")
-    if standard and node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value" \
-            and node.attribute[0].HasField("t"):  # its value, for the shape inference (Rewrite.known)
-        value = onnx.TensorProto()
-        value.CopyFrom(node.attribute[0].t)
-        value.name = node.output[0]
+    if (value := constant_value(node)) is not None:  # its value, for the shape inference (Rewrite.known)
         w.node_constants[node.output[0]] = value
     if standard and node.op_type == "MatMul" and w.every_form and w.final:
         linear = bias_add(w, node, w.readers.get(node.output[0], []), w.outputs())

@@ -116,19 +116,16 @@ def _if_shapes(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     if len(branches) != 2:
         return {}
     given: list[list[tuple[int | None, SymShape | None]]] = []
+    # (the outer mappings copied once: a ChainMap writes to its first map only, but is typed for mutable ones)
+    outer_shapes, outer_types, outer_consts = dict(shapes), dict(types), dict(constants)
     for g in branches:
         local_shapes: dict[str, SymShape | None] = {t.name: [Mono.const(d) for d in t.dims] for t in g.initializer}
         local_types: dict[str, int] = {t.name: t.data_type for t in g.initializer}
         local_consts: dict[str, onnx.TensorProto] = {t.name: t for t in g.initializer}
-        # (the outer mappings copied: a ChainMap writes to its first map only, but is typed for mutable ones)
-        shapes_in, types_in = ChainMap(local_shapes, dict(shapes)), ChainMap(local_types, dict(types))
-        consts_in = ChainMap(local_consts, dict(constants))
+        shapes_in, types_in = ChainMap(local_shapes, outer_shapes), ChainMap(local_types, outer_types)
+        consts_in = ChainMap(local_consts, outer_consts)
         for n in g.node:
-            value = next((a.t for a in n.attribute if a.name == "value"), None)
-            if n.op_type == "Constant" and value is not None and n.output:
-                const = onnx.TensorProto()
-                const.CopyFrom(value)
-                const.name = n.output[0]
+            if (const := constant_value(n)) is not None:
                 local_consts[const.name] = const
             for name, (elem, shape) in infer_node(n, shapes_in, types_in, consts_in, opsets, sums, vectors).items():
                 local_types[name], local_shapes[name] = elem, shape
@@ -142,6 +139,18 @@ def _if_shapes(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
                 and then_shape == else_shape:
             out[name] = (then_elem, then_shape)
     return out
+
+
+def constant_value(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The tensor a standard ``Constant`` node of one ``value`` attribute holds, named as its output (what shape
+    inference reads by value); None for any other node."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1 \
+            or node.attribute[0].name != "value" or not node.attribute[0].HasField("t") or not node.output:
+        return None
+    value = onnx.TensorProto()
+    value.CopyFrom(node.attribute[0].t)
+    value.name = node.output[0]
+    return value
 
 
 def _small_ints(const: onnx.TensorProto) -> bool:
@@ -317,4 +326,4 @@ def int_values(t: onnx.TensorProto) -> list[int]:
     return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
 
 
-__all__ = ["COMPLETED", "SMALL_CONSTANT", "concat_length", "constant_shape", "infer_node", "int_values"]
+__all__ = ["COMPLETED", "SMALL_CONSTANT", "concat_length", "constant_shape", "constant_value", "infer_node", "int_values"]
