@@ -13,7 +13,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -31,7 +31,7 @@ from eqsat.generic import carried as original_facts
 from eqsat.inputs import EDGES, NONFINITE_EDGES, served
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
-from eqsat.measurement import runtimes
+from eqsat.measurement import experts, runtimes
 from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure, measure_sizes
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
@@ -79,15 +79,28 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
     dynamic dimensions) from a model, a path or a graph; the graph at the shapes ``config.input_shapes`` and
     ``config.static_shapes`` give (a dynamic dimension neither fixes: its representative size,
     :mod:`eqsat.app.shaping`)."""
+    original, graph, shaping, _ = rewritten_import_phase(model, config)
+    return original, graph, shaping
+
+
+def rewritten_import_phase(model: onnx.ModelProto | Graph | str,
+                           config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph, Shaping, list[str]]:
+    """:func:`shaped_import_phase`'s, and what the import wrote in another form first (where onnxruntime on the CPU
+    runs the program: routed expert products written dense where timed faster, :mod:`eqsat.measurement.experts`;
+    the IR imported from that form, ``original`` the user's model)."""
     if isinstance(model, Graph):
-        return export_model(model), model, Shaping.of(None, config)
+        return export_model(model), model, Shaping.of(None, config), []
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
     shaping = Shaping.of(original, config)
     footprint.watch(original, shaping.shapes)  # the runs at further sizes from here on: those that would not fit left out
     shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
+    source, notes = original, list[str]()
+    if runtimes.resolve(config.runtime) == "ort-cpu" and not config.cost.startswith("analytic"):
+        source, notes = experts.dense_where_faster(original, shaping.shapes, config.measure_threads, config.seed)
+        shaping.written_from = source if source is not original else None
     try:
-        return original, import_model(original, shaping.shapes, generic=shaping.generic,
-                                      source=model if isinstance(model, str) else None), shaping
+        return original, import_model(source, shaping.shapes, generic=shaping.generic,
+                                      source=model if isinstance(model, str) else None), shaping, notes
     except InputError as exc:
         raise shaping.explain(exc) from exc
 
@@ -309,6 +322,8 @@ class Imported:
     shaping: Shaping
     blocks: Blocks | None
     searched: Graph
+    rewritten: list[str] = field(default_factory=list)
+    """what the import wrote in another form first (:func:`rewritten_import_phase`)"""
 
 
 @dataclass
@@ -367,7 +382,7 @@ class Run:
         """Import (the weights of a model read here the pool's from then on) and the repeated blocks."""
         say, timer = self.say, self.timer
         with timer("import"):
-            original, graph, shaping = shaped_import_phase(model, self.config)
+            original, graph, shaping, rewritten = rewritten_import_phase(model, self.config)
         self.whole_limit = after_import(self.config.search.time_limit, timer.total("import"))
         self.config = replace(self.config.updated(time_limit=self.whole_limit),
                               input_shapes={**shaping.shapes, **self.config.input_shapes})
@@ -376,6 +391,10 @@ class Run:
             original = self.weights.slim(original)
             if shaping.original is not None:
                 shaping.original = original
+            if shaping.written_from is not None:
+                shaping.written_from = self.weights.slim(shaping.written_from)
+        for line in rewritten:
+            say(f"import: {line}")
         say(f"imported: {sum(graph.op_counts().values())} operators")
         if shaping.values:
             sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
@@ -395,7 +414,8 @@ class Run:
         runtime_name = runtimes.resolve(self.config.runtime)
         if self.config.measure and runtime_name in runtimes.TORCH_RUNTIMES:
             check_runnable(graph, runtime_name)  # before the search: an opaque operator cannot run there
-        return Imported(original, graph, shaping, blocks, blocks.representative if blocks is not None else graph)
+        return Imported(original, graph, shaping, blocks, blocks.representative if blocks is not None else graph,
+                        rewritten)
 
     def searched(self, imp: Imported) -> Searched:
         """Encode, search (the operators outside the blocks first, with their share of the time), extract the
@@ -520,7 +540,7 @@ class Run:
             interface=imp.shaping.report(*((shipped.model, shipped.shapes, shipped.notes) if optimized
                                            else (None, None))),
             memory_mb=self.timer.memory_mb, blocks=blocks_entry(self.config, imp.blocks, found.rest_entry),
-            costs_estimated=getattr(cost_model, "estimated", 0))
+            costs_estimated=getattr(cost_model, "estimated", 0), rewritten=list(imp.rewritten))
 
 
 def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say: Progress,
@@ -542,4 +562,4 @@ def _record(timed: Sequence[Built], all_: runtimes.Measured) -> None:
 
 __all__ = ["Built", "OptimizeConfig", "Result", "Written", "build_candidates", "candidates_phase", "encode_phase",
            "export_phase", "extract_phase", "ilp_seconds", "optimize", "rest_phase", "search_phase", "shapes_phase",
-           "shaped_import_phase", "verifier_of", "verify_phase", "written_input"]
+           "rewritten_import_phase", "shaped_import_phase", "verifier_of", "verify_phase", "written_input"]

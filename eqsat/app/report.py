@@ -214,6 +214,9 @@ class Report:
     external_data: str | None = None
     """the external data file the output keeps its weights in (``OUT.onnx.data``, beside it); None: inline"""
     interface: InterfaceReport = field(default_factory=InterfaceReport)
+    rewritten: list[str] = field(default_factory=list)
+    """what the import wrote in another form before the search, and why (routed expert products written dense
+    where timed faster: :mod:`eqsat.measurement.experts`)"""
 
     def candidate(self, name: str) -> Candidate:
         """The candidate called ``name`` (``original`` or ``extracted``)."""
@@ -274,7 +277,8 @@ class Report:
             "rules_applied": self.search.rules_applied(), "steps": self.search.steps,
             "stop_reason": self.search.stop_reason, "search": self._search_summary(),
             "input": self.input, "output": self.output, "external_data": self.external_data,
-            "interface": self.interface, "assumptions": assumptions(self.config)})
+            "interface": self.interface, "assumptions": assumptions(self.config),
+            "rewritten": self.rewritten})
 
     def _search_summary(self) -> dict[str, Any]:
         s = self.search

@@ -131,6 +131,10 @@ class Shaping:
     """where an output's dynamic length came out short at the given sizes (a waveform's frames at 1): a size of
     the lengths doubled until it does not, verified at too (not measured), so that no program fitted where a
     symbol looks like a constant ships unchecked (:meth:`probe`)"""
+    written_from: onnx.ModelProto | None = field(default=None, repr=False)
+    """where the import rewrote the original before reading it (a mixture of experts' products written dense:
+    :func:`eqsat.app.pipeline.rewritten_import_phase`), that program: the writer reads the sizes it fits off its
+    runs (the same function and interface, faster to run); the checks at further sizes run the original"""
     facts: Original | None = field(default=None, repr=False)
     """what the writer learnt of the original, carried from the import's rewrite of it (:meth:`Original.of`) and from
     one candidate's :meth:`write` to the next"""
@@ -251,10 +255,11 @@ class Shaping:
         if not self.generic:
             return model, []
         assert self.original is not None
-        if self.facts is None or self.facts.values != self.values or not self.facts.stands_for(self.original):
+        source = self.written_from if self.written_from is not None else self.original
+        if self.facts is None or self.facts.values != self.values or not self.facts.stands_for(source):
             # (the import's, where the run carried it)
-            self.facts = Original.of(self.original, self.values)
-        written = make_generic(model, self.original, self.values, self.facts)
+            self.facts = Original.of(source, self.values)
+        written = make_generic(model, source, self.values, self.facts)
         return written.model, list(written.notes)
 
     def check(self, model: onnx.ModelProto, seed: int) -> ShapesCheck:

@@ -1,0 +1,221 @@
+"""Routed expert products (a mixture of experts' ``batched_mm``: ``MatMul(Gather(W, idx), x)``) and their dense form
+(:mod:`eqsat.onnx.experts`): found where the gathered weights are a constant stack; the dense form gives the user's
+form's values in onnxruntime (the oracle) at any number of rows, with negative indices, NaN and infinities in the
+rows; an index out of range fails in both; the run times both forms per site shape and says what it chose
+(:mod:`eqsat.measurement.experts`), the written model equal to the original whichever it chose."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.measurement.experts import dense_where_faster, disagreement
+from eqsat.onnx import experts
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+EXPERTS, OUT, IN = 4, 6, 5
+
+
+def _routed(side: str, gather_axis: int = 0, weight_input: bool = False) -> onnx.ModelProto:
+    """``y[s] = W[idx[s]] @ x[s]`` over S rows (dynamic): ``left``, W [E, O, I] times x unsqueezed to [S, I, 1];
+    ``right``, x unsqueezed to [S, 1, I] times W [E, I, O]."""
+    shape = (EXPERTS, OUT, IN) if side == "left" else (EXPERTS, IN, OUT)
+    w = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    axis = [2] if side == "left" else [1]
+    nodes = [helper.make_node("Unsqueeze", ["x", "axis"], ["xu"]),
+             helper.make_node("Gather", ["w", "idx"], ["g"], axis=gather_axis),
+             helper.make_node("MatMul", ["g", "xu"] if side == "left" else ["xu", "g"], ["y3"], name="routed"),
+             helper.make_node("Squeeze", ["y3", "axis"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", F, ["rows", IN]), helper.make_tensor_value_info("idx", I64, ["rows"])]
+    inits = [numpy_helper.from_array(np.array(axis, np.int64), "axis")]
+    if weight_input:
+        inputs.append(helper.make_tensor_value_info("w", F, list(w.shape)))
+    else:
+        inits.append(numpy_helper.from_array(w, "w"))
+    graph = helper.make_graph(nodes, "routed", inputs, [helper.make_tensor_value_info("y", F, ["rows", OUT])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def _run(model: onnx.ModelProto, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x, "idx": idx})[0]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_routed_product_of_a_constant_stack_is_a_site(side):
+    (site,) = experts.sites(_routed(side), {"x": (7, IN), "idx": (7,)})
+    assert (site.side, site.experts, site.outputs, site.inputs, site.rows) == (side, EXPERTS, OUT, IN, 7)
+
+
+@pytest.mark.parametrize("model", [_routed("left", gather_axis=1), _routed("left", weight_input=True),
+                                   _routed("right", weight_input=True)],
+                         ids=["gathered along another axis", "left, weights an input", "right, weights an input"])
+def test_other_products_are_not_sites(model):
+    assert experts.sites(model, {"x": (7, IN), "idx": (7,)}) == []
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_the_dense_form_gives_the_routed_values(side, rows):
+    model = _routed(side)
+    dense = experts.dense(model, experts.sites(model, {"x": (rows, IN), "idx": (rows,)}))
+    assert not any(n.op_type == "Gather" for n in dense.graph.node)  # the stack is no longer gathered
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, IN)).astype(np.float32)
+    idx = rng.integers(-EXPERTS, EXPERTS, rows).astype(np.int64)  # negative indices count from the end in both
+    np.testing.assert_allclose(_run(dense, x, idx), _run(model, x, idx), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_nan_and_infinities_stay_in_their_rows(side):
+    model = _routed(side)
+    dense = experts.dense(model, experts.sites(model))
+    rows = 8
+    x = np.random.default_rng(1).standard_normal((rows, IN)).astype(np.float32)
+    x[1, 2], x[3, 0], x[4, 4], x[5] = np.nan, np.inf, -np.inf, 3e18  # a NaN, infinities, a row near no overflow
+    x[6, 1], x[6, 2] = np.inf, -np.inf  # inf - inf: NaN in its row only
+    idx = np.array([0, 1, 2, 3, 0, 1, 2, 3], np.int64)
+    want, got = _run(model, x, idx), _run(dense, x, idx)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5)
+    assert np.isnan(want[1]).all() and np.isfinite(want[0]).all()  # the oracle saw the edge cases
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_an_index_out_of_range_fails_in_both_forms(side):
+    model = _routed(side)
+    dense = experts.dense(model, experts.sites(model))
+    x, idx = np.ones((3, IN), np.float32), np.array([0, EXPERTS, 1], np.int64)
+    for m in (model, dense):
+        with pytest.raises(Exception, match="(?i)indices|index|range|bound"):
+            _run(m, x, idx)
+
+
+def test_the_run_times_both_forms_and_writes_the_model_it_chose():
+    model = _routed("left")
+    written, notes = dense_where_faster(model, {"x": (64, IN), "idx": (64,)}, threads=1, seed=0)
+    assert len(notes) == 1 and "gathered" in notes[0] and "dense" in notes[0]
+    assert notes[0].endswith("written dense") == (written is not model)
+    rng = np.random.default_rng(3)
+    x, idx = rng.standard_normal((9, IN)).astype(np.float32), rng.integers(0, EXPERTS, 9).astype(np.int64)
+    np.testing.assert_allclose(_run(written, x, idx), _run(model, x, idx), rtol=1e-5, atol=1e-5)
+
+
+def test_a_site_whose_rows_are_unknown_is_kept_as_exported():
+    model = _routed("right")
+    written, notes = dense_where_faster(model, {}, threads=1, seed=0)
+    assert written is model
+    assert notes == [f"1 routed expert product(s) ({EXPERTS} experts of {OUT}x{IN}, ? rows): kept as exported (rows "
+                     "unknown to shape inference)"]
+
+
+def test_a_site_onnxruntime_cannot_time_is_kept_as_exported():
+    """A bfloat16 stack and rows: onnxruntime's CPU provider has no bfloat16 MatMul, so neither form is timed; the
+    model is returned as it was, the note saying why."""
+    model = _routed("left")
+    w = next(t for t in model.graph.initializer if t.name == "w")
+    w.CopyFrom(helper.make_tensor("w", TensorProto.BFLOAT16, list(w.dims), numpy_helper.to_array(w).ravel()))
+    for vi in (*model.graph.input[:1], *model.graph.output):
+        vi.type.tensor_type.elem_type = TensorProto.BFLOAT16
+    written, notes = dense_where_faster(model, {"x": (8, IN), "idx": (8,)}, threads=1, seed=0)
+    assert written is model and len(notes) == 1 and "could not be timed" in notes[0], notes
+
+
+def test_a_site_whose_rows_inference_lost_is_timed_as_its_like():
+    """Two layers of one mixture's experts, the second's router index passed through a NonZero (its rows unknown to
+    shape inference, its values the same): it is timed and written as the first, whose rows are known."""
+    model = _routed("left")
+    g = model.graph
+    w = numpy_helper.to_array(next(t for t in g.initializer if t.name == "w"))
+    g.initializer.append(numpy_helper.from_array(w[::-1].copy(), "w2"))
+    g.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "zero_axis"))
+    g.node.extend([helper.make_node("Mul", ["idx", "zero_axis"], ["zeros"]),
+                   helper.make_node("Not", ["zeros_bool"], ["everywhere"]),
+                   helper.make_node("NonZero", ["everywhere"], ["where"]),
+                   helper.make_node("Squeeze", ["where", "zero_axis"], ["positions"]),
+                   helper.make_node("Gather", ["idx", "positions"], ["idx2"]),
+                   helper.make_node("Gather", ["w2", "idx2"], ["g2"], axis=0),
+                   helper.make_node("MatMul", ["g2", "xu"], ["y3b"], name="routed2"),
+                   helper.make_node("Squeeze", ["y3b", "axis"], ["y2"])])
+    g.node.insert(len(g.node) - 7, helper.make_node("Cast", ["zeros"], ["zeros_bool"], to=TensorProto.BOOL))
+    g.output.append(helper.make_tensor_value_info("y2", F, ["rows", OUT]))
+    onnx.checker.check_model(model)
+    shapes = {"x": (64, IN), "idx": (64,)}
+    assert [s.rows for s in experts.sites(model, shapes)] == [64, None]
+    written, notes = dense_where_faster(model, shapes, threads=1, seed=0)
+    assert len(notes) == 2 and "64 rows as their like" in notes[1]
+    assert notes[0].endswith("written dense") == notes[1].endswith("written dense")
+    rng = np.random.default_rng(4)
+    x, idx = rng.standard_normal((9, IN)).astype(np.float32), rng.integers(0, EXPERTS, 9).astype(np.int64)
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+                for m in (model, written)]
+    for want, got in zip(*(s.run(None, {"x": x, "idx": idx}) for s in sessions)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_nodes_without_names_are_told_apart_by_their_outputs():
+    """Exporters may leave node names empty: a routed product and an unrelated MatMul, both unnamed, only the routed
+    one rewritten (the other's values unchanged)."""
+    model = _routed("left")
+    g = model.graph
+    for n in g.node:
+        n.name = ""
+    g.initializer.append(numpy_helper.from_array(np.ones((OUT, 3), np.float32), "plain"))
+    g.node.append(helper.make_node("MatMul", ["y", "plain"], ["z"]))
+    g.output.append(helper.make_tensor_value_info("z", F, ["rows", 3]))
+    dense = experts.dense(model, experts.sites(model, {"x": (5, IN), "idx": (5,)}))
+    assert sum(n.op_type == "MatMul" for n in dense.graph.node) == 2  # the dense GEMM and the unrelated one
+    rng = np.random.default_rng(6)
+    x, idx = rng.standard_normal((5, IN)).astype(np.float32), rng.integers(0, EXPERTS, 5).astype(np.int64)
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, dense)]
+    for want, got in zip(*(s.run(None, {"x": x, "idx": idx}) for s in sessions)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_that_broadcast_and_weights_the_user_may_feed_are_not_sites():
+    """One expert index for every row (the MatMul broadcasts it), and a stack that is also a graph input (a default
+    the user may override): neither is the dense form's function."""
+    model = _routed("left")
+    assert experts.sites(model, {"x": (8, IN), "idx": (1,)}) == []
+    overridable = _routed("left")
+    w = next(t for t in overridable.graph.initializer if t.name == "w")
+    overridable.graph.input.append(helper.make_tensor_value_info("w", F, list(w.dims)))
+    assert experts.sites(overridable, {"x": (8, IN), "idx": (8,)}) == []
+
+
+def test_a_subgraph_reading_the_stack_and_the_gathered_weights_keeps_them():
+    """An If whose branch reads the weight stack and the gathered weights (outer names): the rewrite keeps both for
+    it, and the model runs as the original in onnxruntime."""
+    model = _routed("left")
+    then = helper.make_graph([helper.make_node("ReduceSum", ["g"], ["t"], keepdims=0)], "then", [],
+                             [helper.make_tensor_value_info("t", F, [])])
+    other = helper.make_graph([helper.make_node("ReduceSum", ["w"], ["e"], keepdims=0)], "else", [],
+                              [helper.make_tensor_value_info("e", F, [])])
+    g = model.graph
+    g.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
+    g.node.append(helper.make_node("If", ["cond"], ["total"], then_branch=then, else_branch=other))
+    g.output.append(helper.make_tensor_value_info("total", F, []))
+    dense = experts.dense(model, experts.sites(model, {"x": (6, IN), "idx": (6,)}))
+    rng = np.random.default_rng(7)
+    x, idx = rng.standard_normal((6, IN)).astype(np.float32), rng.integers(0, EXPERTS, 6).astype(np.int64)
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, dense)]
+    for want, got in zip(*(s.run(None, {"x": x, "idx": idx}) for s in sessions)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_rewrite_that_is_not_the_original_is_told_apart():
+    """The check the run makes before it keeps the dense form: onnxruntime on both, one seeded feed."""
+    model = _routed("right")
+    assert disagreement(model, experts.dense(model, experts.sites(model)), {"x": (5, IN), "idx": (5,)}, 0) is None
+    other = _routed("right")
+    w = next(t for t in other.graph.initializer if t.name == "w")
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) + 1, "w"))
+    assert "differs" in disagreement(model, other, {"x": (5, IN), "idx": (5,)}, 0)
