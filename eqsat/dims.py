@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import contextvars
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -379,6 +380,12 @@ def is_symbolic(shape: Iterable[int]) -> bool:
     return any(isinstance(d, Dim) for d in shape)
 
 
+def volume_fp(shape: Iterable[int]) -> int:
+    """The number of elements of a value of ``shape`` where every symbol is at its fingerprint (:attr:`Dim.fp`):
+    two shapes of one volume at every size of the symbols have the same."""
+    return math.prod(d.fp if isinstance(d, Dim) else int(d) for d in shape)
+
+
 def combine(values: Sequence[int], fps: Sequence[int]) -> tuple[int, ...]:
     """A shape from its sizes at the representative values and at the fingerprints: a :class:`Dim` where they
     differ, the plain size where they agree (a constant)."""
@@ -478,5 +485,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     return combine(shape, fps)
 
 
-__all__ = ["FIRST_PRIME", "FP_LIMIT", "SCALE", "Derived", "Dim", "Mono", "derived_symbols", "follow", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
+__all__ = ["volume_fp", "FIRST_PRIME", "FP_LIMIT", "SCALE", "Derived", "Dim", "Mono", "derived_symbols", "follow", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
            "from_mono", "holds", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]

@@ -99,3 +99,47 @@ def seeded(cls, *args, seed=0, **kwargs):
             mod.running_mean.uniform_(-0.5, 0.5)
             mod.running_var.uniform_(0.5, 1.5)
     return m
+
+
+class Experts(nn.Module):
+    """A mixture of experts as transformers' traceable ``batched_mm`` writes it: a softmax router's top-k, each
+    token's row repeated k times, each copy multiplied by its expert's gathered matrix (``bmm``; ``transposed``:
+    the weights stored [E, in, out]), a gated SiLU, the copies weighed and summed, and a residual."""
+
+    def __init__(self, hidden=32, inter=48, experts=4, top_k=2, transposed=False):
+        super().__init__()
+        self.top_k, self.transposed = top_k, transposed
+        self.norm = nn.LayerNorm(hidden)
+        self.router = nn.Linear(hidden, experts, bias=False)
+        up = (experts, hidden, 2 * inter) if transposed else (experts, 2 * inter, hidden)
+        down = (experts, inter, hidden) if transposed else (experts, hidden, inter)
+        self.gate_up = nn.Parameter(torch.randn(up) * 0.1)
+        self.down = nn.Parameter(torch.randn(down) * 0.1)
+
+    def _linear(self, x, w):
+        if self.transposed:
+            return torch.bmm(x.unsqueeze(1), w).squeeze(1)
+        return torch.bmm(w, x.unsqueeze(-1)).squeeze(-1)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        rows = self.norm(x).reshape(-1, h)
+        weights, ids = torch.topk(torch.softmax(self.router(rows), dim=-1), self.top_k, dim=-1)
+        copies, ids = rows.repeat_interleave(self.top_k, dim=0), ids.reshape(-1)
+        gate, up = self._linear(copies, self.gate_up[ids]).chunk(2, dim=-1)
+        out = self._linear(nn.functional.silu(gate) * up, self.down[ids])
+        out = (out * weights.reshape(-1, 1)).view(-1, self.top_k, h).sum(dim=1)
+        return x + out.reshape(b, t, h)
+
+
+class ExpertsStack(nn.Module):
+    """``layers`` :class:`Experts` layers in a row (repeated blocks)."""
+
+    def __init__(self, layers=4, **kwargs):
+        super().__init__()
+        self.layers = nn.ModuleList([Experts(**kwargs) for _ in range(layers)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x

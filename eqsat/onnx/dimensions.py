@@ -30,6 +30,7 @@ from ..dims import (
     fp_of,
     from_mono,
     is_symbolic,
+    volume_fp,
 )
 from ..ir import Node
 from .fitting import fit_runs, run_values
@@ -83,6 +84,15 @@ def symbolic_target(shape: Sequence[int], target: Sequence[int]) -> tuple[int, .
     except (KeyError, ValueError):  # a symbol never imported, or a quotient that is no whole size
         return tuple(target)
     return dims if [int(d) for d in dims] == [int(t) for t in target] else tuple(target)
+
+
+def carried(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """Whether a reshape ``target`` of a value of ``shape`` carries its symbols: a :class:`~eqsat.dims.Dim` where a
+    size follows them, as the mapper wrote it from the node's own semantics (an Unsqueeze's or a Squeeze's axes, a
+    Reshape's ``0`` and ``-1``: :mod:`eqsat.ops.layout`), the same number of elements at every size.
+    Nothing is then read off the numbers, where a reading could hand a symbol at 1 to an axis of 1 (``[2*b*s]``
+    unsqueezed to ``[256, 1, 1]`` at ``b = 1`` read as ``[2*s, b, 1]``)."""
+    return any(isinstance(d, Dim) for d in target) and volume_fp(target) == volume_fp(shape)
 
 
 def _opaque(d: Dim, name: str, sizes: dict[str, int], fps: dict[str, int]) -> Mono:
@@ -236,4 +246,4 @@ def opaque_shape(shape: Sequence[int], fps: tuple[int, ...] | None) -> tuple[int
 
 
 __all__ = ["FP_VALUES_LIMIT", "FP_VALUE_OPS", "fitted_fingerprints", "input_dims", "opaque_fingerprints", "opaque_shape",
-           "symbolic_target", "values_at_fingerprints"]
+           "carried", "symbolic_target", "values_at_fingerprints"]

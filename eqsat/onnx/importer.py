@@ -19,6 +19,7 @@ input's, :func:`eqsat.onnx.dimensions.symbolic_target`; the export writes it sha
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -27,7 +28,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import ir, ops
-from ..dims import Dim, holds, is_symbolic
+from ..dims import Dim, holds, is_symbolic, volume_fp
 from ..dims import current as current_symbols
 from ..errors import DynamicShapeError, InputError, ShapeError
 from ..ir import Graph, Node, Origin, leaf_name
@@ -39,6 +40,7 @@ from ..ops.rotary_part import tables_repeat
 from . import origins, pool
 from .determinism import check_deterministic
 from .dimensions import (
+    carried,
     fitted_fingerprints,
     input_dims,
     opaque_fingerprints,
@@ -173,7 +175,7 @@ class _Importer:
     def make(self, op: str, inputs: Sequence[Node], attrs: tuple = ()) -> Node:
         """An IR node; in a generic import, one valid for every value of the symbols (else ShapeError: the ONNX
         nodes are imported one by one, or carried opaque)."""
-        if op == "reshape" and is_symbolic(inputs[0].shape):
+        if op == "reshape" and is_symbolic(inputs[0].shape) and not carried(inputs[0].shape, attrs):
             attrs = symbolic_target(inputs[0].shape, attrs)
         node = ir.make(op, inputs, attrs)
         if self.generic and not holds(op, tuple(attrs), [i.shape for i in inputs]):
@@ -188,6 +190,20 @@ class _Importer:
         arr = np.asarray(array, order="C")
         self.weights[name] = arr
         return ir.weight(name, arr.shape, arr.dtype.name)
+
+    def rest(self, target: str, shape: Sequence[int], others: Sequence[int]) -> int:
+        size = math.prod(int(d) for d in shape) // max(math.prod(int(d) for d in others), 1)
+        if not is_symbolic(shape) or not self.given(target):
+            return size
+        whole, known = volume_fp(shape), volume_fp(others)
+        if known <= 0 or whole % known:
+            return size
+        return size if whole // known == size else Dim(size, whole // known)
+
+    def given(self, name: str) -> bool:
+        """Whether ``name`` is a constant the model gives (an initializer, a Constant node), not one folded at the
+        representative sizes (a batch of 1 read off a shape)."""
+        return name in self._given or getattr(self._producers.get(name), "op_type", None) == "Constant"
 
     def reshape(self, node: Node, shape: tuple[int, ...]) -> Node:
         if tuple(node.shape) == tuple(shape):
@@ -221,6 +237,7 @@ class _Importer:
         self.composites = find_composites(self.g, {**self.folded, **self.consts}, self.opset, self.live)
         self._covered: dict[str, Match] = {n.output[0]: m for m in self.composites for n in m.nodes}
         self._producers = {o: n for n in self.g.node for o in n.output if o}
+        self._given = {t.name for t in self.g.initializer}
         for node in self.g.node:
             if not self._composite(node):
                 self._node(node)
@@ -247,9 +264,7 @@ class _Importer:
         shapes = {n: self.values[n].shape for n in names if n in self.values}
         # constants the model gives (initializers, Constant nodes), not values folded at the representative sizes
         # (a batch of 1 read off a shape is not the batch where every symbol is at its fingerprint)
-        given = {t.name for t in self.g.initializer}
-        consts = {n: np.asarray(self.consts[n]) for n in names if n in self.consts
-                  and (n in given or getattr(self._producers.get(n), "op_type", None) == "Constant")}
+        consts = {n: np.asarray(self.consts[n]) for n in names if n in self.consts and self.given(n)}
         values, follows = values_at_fingerprints(self.runs, node, shapes, consts, self.fp_values, self.fp_opaque)
         self.fp_values.update(values)
         if follows:

@@ -178,13 +178,34 @@ def _reshape_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Sh
     """A Reshape; one that only inserts or removes axes of 1 beside a size no monomial of the symbols fits (the frames
     of a 1-D convolution written 2-D) an Unsqueeze or a Squeeze, which hold at every size with no target to write
     (the shape-generic writer reads such a size off runs at nearby sizes, where a strided convolution's frames may
-    not change)."""
-    if shapes and any(getattr(d, "mono", 0) is None for d in (*shapes[0], *attrs)):
+    not change); so too beside a size that is a product of symbols one of which is at 1 (a mixture of experts'
+    routed rows, ``2*batch*seq`` at a batch of 1, unsqueezed to ``[256, 1, 1]``: a target written in numbers could
+    be read with the batch on an axis of 1), and a reshape of a value to such a size along one axis beside axes of
+    1 (``[b*s, 2]`` to ``[2*b*s, 1]``) a Reshape to ``[-1]`` and an Unsqueeze of the 1s."""
+    if shapes and any(getattr(d, "mono", 0) is None or _hides_one(d) for d in (*shapes[0], *attrs)):
         if (axes := _unit_axes(shapes[0], attrs)) is not None:
             return em.emit("Unsqueeze", ins + [em.const(np.array(axes, dtype=np.int64), "axes")], "unsqueeze")
         if (axes := _unit_axes(attrs, shapes[0])) is not None:
             return em.emit("Squeeze", ins + [em.const(np.array(axes, dtype=np.int64), "axes")], "squeeze")
+        if (axes := _flat_axes(attrs)) is not None:  # the whole value along one axis: flattened, the 1s inserted
+            flat = em.emit("Reshape", ins + [em.const(np.array([-1], dtype=np.int64), "shape")], "reshape")
+            return em.emit("Unsqueeze", [flat, em.const(np.array(axes, dtype=np.int64), "axes")], "unsqueeze")
     return em.emit("Reshape", ins + [em.const(np.array(attrs, dtype=np.int64), "shape")], "reshape")
+
+
+def _hides_one(d: int) -> bool:
+    """Whether ``d`` is a product of several symbols one of which is at 1 (:attr:`eqsat.dims.Dim.sizes`)."""
+    sizes: dict[str, int] | None = getattr(d, "sizes", None)
+    return sizes is not None and len(sizes) > 1 and 1 in sizes.values()
+
+
+def _flat_axes(target: Sequence[int]) -> list[int] | None:
+    """The axes of ``target`` other than its one axis that holds a product of symbols one of which is at 1, where each
+    of them is a constant 1 (``[2*b*s, 1]``: the rows of a value flattened, an axis of 1 beside them); None else."""
+    big = [k for k, d in enumerate(target) if hasattr(d, "mono") or int(d) != 1]
+    if len(big) != 1 or len(target) < 2 or not _hides_one(target[big[0]]):
+        return None
+    return [k for k in range(len(target)) if k != big[0]]
 
 
 def _unit_axes(short: Sequence[int], long: Sequence[int]) -> list[int] | None:
@@ -235,8 +256,8 @@ def _target(cx: ImportContext[V], node: onnx.NodeProto, x: V) -> tuple[int, ...]
         allowzero = at.get("allowzero", 0)
         shape = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
         if -1 in shape:
-            known = int(np.prod([d for d in shape if d != -1]))
-            shape[shape.index(-1)] = int(np.prod(x.shape)) // max(known, 1)
+            k = shape.index(-1)
+            shape[k] = cx.rest(node.input[1], x.shape, [d for j, d in enumerate(shape) if j != k])
         return tuple(shape)
     if node.op_type == "Flatten":
         axis = at.get("axis", 1) % (len(x.shape) + 1) if x.shape else 0
@@ -247,7 +268,11 @@ def _target(cx: ImportContext[V], node: onnx.NodeProto, x: V) -> tuple[int, ...]
             return None
         axes = [int(a) for a in cx.consts[node.input[1]]]
     if node.op_type == "Squeeze":
-        axes = [a % len(x.shape) for a in axes] if axes else [i for i, d in enumerate(x.shape) if d == 1]
+        if not axes:  # every axis of 1 at these sizes; one that is a symbol at 1 (a batch) is not one at others:
+            # the value's rank depends on the sizes, which no reshape holds (carried as an opaque operator)
+            return None if any(hasattr(d, "fp") and int(d) == 1 for d in x.shape) \
+                else tuple(d for d in x.shape if hasattr(d, "fp") or int(d) != 1)
+        axes = [a % len(x.shape) for a in axes]
         return tuple(d for i, d in enumerate(x.shape) if i not in axes)
     if not axes:
         return None  # Unsqueeze without axes: not a valid node; carried as an opaque operator

@@ -67,6 +67,12 @@ class ImportContext(Protocol[V]):
         """The value of a weight leaf."""
         ...
 
+    def rest(self, target: str, shape: Sequence[int], others: Sequence[int]) -> int:
+        """The size a Reshape's ``-1`` takes on a value of ``shape``, its other entries ``others`` (the constant
+        ``target``'s): the elements left over; symbolic where ``shape`` is and ``target`` is a constant the model
+        gives (then its other entries hold at every size), not one folded at the representative sizes."""
+        ...
+
     def reshape(self, node: V, shape: tuple[int, ...]) -> V:
         """``node`` in ``shape``: itself if it has it, a reshaped weight for a weight, else a ``reshape`` node."""
         ...
