@@ -148,7 +148,7 @@ class OrtRuntime(Runtime):
     def instances(self, programs: Sequence[Program], feeds: Mapping[str, np.ndarray],
                   protocol: Protocol) -> list[list[Callable[[], Any]]]:
         sessions = timing_sessions([p.model for p in programs], replace(protocol, threads=self.threads),
-                                   self.providers)
+                                   self.providers, {k: np.shape(v) for k, v in feeds.items()})
         self.sessions_per_program = len(sessions[-1])
         if self.bind_device is not None:
             return [[BoundRun(s, feeds, self.bind_device) for s in side] for side in sessions]

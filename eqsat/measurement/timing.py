@@ -40,6 +40,7 @@ import onnxruntime as ort
 
 from eqsat import memory
 from eqsat.inputs import index_bounds, random_inputs, served
+from eqsat.onnx import footprint
 from eqsat.onnx.io import is_large, weight_bytes
 from eqsat.verify import feed_shapes
 
@@ -50,6 +51,10 @@ from .grouping import session_bytes
 SESSIONS_WEIGHT_LIMIT = 2**30
 """bytes of weights that the timed sessions of all programs may hold together: each session keeps its own prepacked
 copy of its MatMul weights, even where the weights themselves are shared (:mod:`eqsat.onnx.pool`)"""
+SESSIONS_ARENA_LIMIT = 2**30
+"""bytes of computed values that the timed sessions of all programs may hold together: each session's arena keeps the
+peak of its run (:func:`eqsat.onnx.footprint.activation_bytes`, estimated at the timed input shapes: a mixture of
+experts' gathered weights, 290 MB a session at 128 tokens, held by 13 sessions, took 4 GB)"""
 MIN_SESSIONS = 3
 EPOCHS = 5
 """with programs of few sessions each renewed (:func:`compare_many`'s ``renew``): the epochs planned over the budget's
@@ -396,32 +401,45 @@ def _sequential(p: Protocol, seq: Sequential, run_round: Callable[[int], None], 
 
 
 def session_count(models: Sequence[onnx.ModelProto], wanted: int, build_s: float, budget_s: float,
-                  memory_bytes: int | None = None) -> int:
+                  memory_bytes: int | None = None, shapes: Mapping[str, tuple[int, ...]] | None = None) -> int:
     """Sessions per program: ``wanted``; fewer where building them would take more than 30% of the budget,
     but at least 3 (what differs between sessions must show in the interval); fewer where the weights of all
-    the programs' sessions together would pass SESSIONS_WEIGHT_LIMIT, or their own bytes
+    the programs' sessions together would pass SESSIONS_WEIGHT_LIMIT, the values their runs at the input ``shapes``
+    keep (where given) SESSIONS_ARENA_LIMIT, or their own bytes
     (:func:`eqsat.measurement.grouping.session_bytes`) ``memory_bytes``; one for models too large for one protobuf message."""
     if any(is_large(m) for m in models):
         return 1
     held = max(weight_bytes(m) for m in models)  # a pooled model's references count as its weights
     by_memory = SESSIONS_WEIGHT_LIMIT // max(held * len(models), 1)
+    if shapes is not None:
+        by_memory = min(by_memory, SESSIONS_ARENA_LIMIT // max(sum(_arena(m, shapes) for m in models), 1))
     if memory_bytes is not None:
         by_memory = min(by_memory, memory_bytes // max(sum(session_bytes(m) for m in models), 1))
     by_time = max(MIN_SESSIONS, int(0.3 * budget_s / max(build_s, 1e-6)))
     return int(max(1, min(wanted, by_memory, by_time)))
 
 
+def _arena(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> int:
+    """The bytes of values a session of ``model`` keeps after a run at ``shapes`` (0 where it cannot be estimated)."""
+    try:
+        return footprint.activation_bytes(model, dict(shapes))
+    except Exception:  # noqa: BLE001 -- an estimate only: inference that fails bounds nothing
+        return 0
+
+
 def timing_sessions(models: Sequence[onnx.ModelProto], protocol: Protocol,
-                    providers: Sequence[str] = ("CPUExecutionProvider",)) -> list[list[ort.InferenceSession]]:
-    """Sessions for each of ``models`` (:func:`session_count` of them each), built in a seeded order so that
-    no program is always first; raises ValueError if the programs take different inputs."""
+                    providers: Sequence[str] = ("CPUExecutionProvider",),
+                    shapes: Mapping[str, tuple[int, ...]] | None = None) -> list[list[ort.InferenceSession]]:
+    """Sessions for each of ``models`` (:func:`session_count` of them each, at the input ``shapes`` where given),
+    built in a seeded order so that no program is always first; raises ValueError if the programs take different
+    inputs."""
     rng = np.random.default_rng(protocol.seed)
     sessions: list[list[ort.InferenceSession]] = [[] for _ in models]
     t = time.perf_counter()
     for which in rng.permutation(len(models)):  # build order: seeded, so that no side is always first
         sessions[which].append(timing_session(models[which], protocol.threads, providers))
     n = session_count(models, protocol.sessions, (time.perf_counter() - t) / max(len(models) / 2, 1),
-                      protocol.budget_s, protocol.memory_bytes)
+                      protocol.budget_s, protocol.memory_bytes, shapes)
     for which in rng.permutation(np.repeat(np.arange(len(models)), n - 1)):
         sessions[which].append(timing_session(models[which], protocol.threads, providers))
     check_same_inputs([side[0] for side in sessions])

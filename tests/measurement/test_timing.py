@@ -143,6 +143,21 @@ def test_session_count_is_bounded_by_the_budget_and_by_weight_memory():
     assert session_count([small, heavy], 10, build_s=0.01, budget_s=10) == 3
 
 
+def test_session_count_is_bounded_by_the_values_the_sessions_keep():
+    """A program whose run holds a large value (an Expand of its input to rows x 2**20 floats): its sessions keep
+    it in their arenas, so fewer are built at many rows; at few rows, as many as wanted."""
+    expand = helper.make_node("Expand", ["x", "wide"], ["y"])
+    graph = helper.make_graph([expand], "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 2**20])],
+                              [numpy_helper.from_array(np.array([1, 2**20], np.int64), "wide")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    few, many, most = {"x": (2, 1)}, {"x": (60, 1)}, {"x": (300, 1)}  # 8, 240 and 1,200 MiB a run
+    assert session_count([model, model], 10, build_s=0.01, budget_s=10, shapes=few) == 10
+    assert session_count([model, model], 10, build_s=0.01, budget_s=10, shapes=many) == 2  # 2 x 2 x 240 MiB < 1 GiB
+    assert session_count([model, model], 10, build_s=0.01, budget_s=10, shapes=most) == 1  # never none
+    assert session_count([model, model], 10, build_s=0.01, budget_s=10) == 10  # no shapes: not bounded so
+
+
 @pytest.mark.timing
 def test_clearly_faster_program_is_detected_and_shipped_and_the_reverse_is_not():
     slow, fast = chain_model(50), chain_model(0)
