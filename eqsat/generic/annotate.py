@@ -6,13 +6,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import onnx
 from onnx import helper
 
 from eqsat.dims import Mono, SymShape
 from eqsat.onnx.interface import Port
+from eqsat.onnx.subgraphs import subgraphs
 from eqsat.onnx.symbolic import constant_shape
 
 from .state import Rewrite
+
+
+def unshaped(graph: onnx.GraphProto) -> None:
+    """``graph`` (a subgraph: an If's branch) without its inner shapes and its outputs' sizes, which onnx's shape
+    inference wrote at the representative sizes (onnxruntime allocates a branch's output at a size so declared and
+    fails at another), its nested subgraphs alike; the element types kept."""
+    del graph.value_info[:]
+    for out in graph.output:
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    for node in graph.node:
+        for sub in subgraphs(node):
+            unshaped(sub)
 
 
 def declare(w: Rewrite, ins: Sequence[Port]) -> None:
@@ -30,6 +45,9 @@ def declare(w: Rewrite, ins: Sequence[Port]) -> None:
         if vi.name in declared_out:
             vi.type.CopyFrom(declared_out[vi.name].type)
     del g.value_info[:]
+    for node in g.node:
+        for sub in subgraphs(node):
+            unshaped(sub)
     for port in ins:
         w.types[port.name] = port.elem_type
         if port.dims is None:

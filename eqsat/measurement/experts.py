@@ -1,9 +1,12 @@
 """Which routed expert products run faster dense, timed here (:mod:`eqsat.onnx.experts`: the two forms).
 
 For each distinct site shape (side, experts, outputs, inputs, rows, type) of a model, both forms are built alone
-at the sizes the run tunes at (:func:`eqsat.onnx.experts.site_model`), run in onnxruntime with the measurement's
-session settings, in turn, ``rounds`` times; the dense form is written where its median is below :data:`MARGIN`
-times the gathered one's. A site whose rows inference leaves unknown takes those of a site of its weights' shape
+at the rows the run tunes at and at fewer (:func:`ladder`: down to one; :func:`eqsat.onnx.experts.site_model`), run
+in onnxruntime with the measurement's session settings, in turn, ``rounds`` times; the dense form is written where
+its median is below :data:`MARGIN` times the gathered one's at the tuned rows: for every size where it was so at every
+size timed, else from the fewest rows where it was (:func:`from_rows`) behind an ``If`` on the rows, the user's form
+below (a decode step's few rows would read every expert's weights in the dense form: 2.4x slower at one token for 16
+experts, top 4). A site whose rows inference leaves unknown takes those of a site of its weights' shape
 (a later layer of the same experts, whose rows inference lost on the way), else keeps the user's form. The decision
 is the import's (every candidate starts from it); the whole program is verified and measured end to end after the
 search, and the input comes back unless it is faster with confidence.
@@ -49,6 +52,23 @@ def time_forms(site: experts.Site, threads: int, seed: int, rounds: int = ROUNDS
     return statistics.median(times[0]), statistics.median(times[1])
 
 
+def ladder(rows: int) -> list[int]:
+    """The rows each site's forms are timed at: the tuned ones, a quarter, a sixteenth, a sixty-fourth and one."""
+    return sorted({rows, *(rows // 4**j for j in (1, 2, 3)), 1} - {0})
+
+
+def from_rows(timed: Mapping[int, tuple[float, float]]) -> int | None:
+    """The fewest rows (of those timed: rows -> (gathered, dense) ms) from which the dense form was faster at every
+    size timed; None where it was not at the most rows."""
+    start = None
+    for r in sorted(timed, reverse=True):
+        gathered, dense = timed[r]
+        if dense >= MARGIN * gathered:
+            break
+        start = r
+    return start
+
+
 def dense_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], threads: int,
                        seed: int = 0) -> tuple[onnx.ModelProto, list[str]]:
     """``model`` with its routed expert products written dense where that form was timed faster (``model`` itself
@@ -58,6 +78,7 @@ def dense_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
     borrowed = [s.rows is None and s.like in rows for s in found]  # a later layer's rows past inference's reach
     found = [replace(s, rows=rows[s.like]) if b else s for s, b in zip(found, borrowed)]
     chosen: list[experts.Site] = []
+    switched: dict[str, int] = {}
     notes = []
     for key in dict.fromkeys((s.key, b) for s, b in zip(found, borrowed)):
         group = [s for s, b in zip(found, borrowed) if (s.key, b) == key]
@@ -72,18 +93,23 @@ def dense_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
             notes.append(f"{what}: kept as exported (a stack of {stack / 2**30:.1f} GiB is not timed)")
             continue
         try:
-            gathered, dense = time_forms(site, threads, seed)
+            timed = {r: time_forms(replace(site, rows=r), threads, seed) for r in ladder(site.rows)}
         except Exception as exc:  # noqa: BLE001 -- a form onnxruntime cannot run here (a type its kernels lack)
             notes.append(f"{what}: kept as exported (its forms could not be timed: {str(exc).splitlines()[0][:160]})")
             continue
-        faster = dense < MARGIN * gathered
-        notes.append(f"{what}: gathered {gathered:.3f} ms, dense {dense:.3f} ms -> "
-                     + ("written dense" if faster else "kept as exported"))
-        if faster:
+        start = from_rows(timed)
+        gathered, dense = timed[site.rows]
+        fewest = min(timed)
+        notes.append(f"{what}: gathered {gathered:.3f} ms, dense {dense:.3f} ms; at {fewest} row(s) "
+                     f"{timed[fewest][0]:.3f} and {timed[fewest][1]:.3f} ms -> "
+                     + ("kept as exported" if start is None else "written dense" if start == fewest else
+                        f"written dense from {start} rows, as exported below (an If on the rows)"))
+        if start is not None:
             chosen.extend(group)
+            switched.update({s.matmul: start for s in group if start != fewest})
     if not chosen:
         return model, notes
-    written = experts.dense(model, chosen)
+    written = experts.dense(model, chosen, switched)
     why = disagreement(model, written, input_shapes, seed)
     if why is not None:  # (rows that broadcast, say): the user's form, every site
         return model, [*notes, f"the dense form was not kept: {why}"]

@@ -141,9 +141,11 @@ def _dense_weight(w: np.ndarray, side: str) -> np.ndarray:
     return np.ascontiguousarray(stacked.reshape(stacked.shape[0], -1))
 
 
-def dense(model: onnx.ModelProto, chosen: Sequence[Site]) -> onnx.ModelProto:
+def dense(model: onnx.ModelProto, chosen: Sequence[Site], switched: Mapping[str, int] | None = None) -> onnx.ModelProto:
     """``model`` (a copy) with each site in ``chosen`` written in its dense form, the output keeping the MatMul's
-    name; a Gather, Unsqueeze or weight stack that nothing reads any more is dropped."""
+    name; a Gather, Unsqueeze or weight stack that nothing reads any more is dropped. A site in ``switched`` (its
+    MatMul's output -> rows R) is written as ``If(rows >= R)``: the dense form from R rows on, the user's form below
+    (a decode step's few rows read every expert's weights in the dense form)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -164,7 +166,11 @@ def dense(model: onnx.ModelProto, chosen: Sequence[Site]) -> onnx.ModelProto:
             name = f"{site.weight}_dense_{site.side}"
             g.initializer.append(numpy_helper.from_array(_dense_weight(array_of(inits[site.weight]), site.side), name))
             weights[site.weight, site.side] = name
-        nodes.extend(_dense_nodes(g, n, site, producer[n.input[k]].input[1], weights[site.weight, site.side]))
+        idx = producer[n.input[k]].input[1]
+        if site.matmul in (switched or {}):
+            nodes.extend(_switch(g, n, site, idx, weights[site.weight, site.side], (switched or {})[site.matmul]))
+        else:
+            nodes.extend(_dense_nodes(g, n, site, idx, weights[site.weight, site.side]))
     del g.node[:]
     g.node.extend(_live(nodes, g, left))
     used = _read(g.node) | {o.name for o in g.output}
@@ -175,10 +181,35 @@ def dense(model: onnx.ModelProto, chosen: Sequence[Site]) -> onnx.ModelProto:
     return out
 
 
-def _dense_nodes(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: str, weight: str) -> list[onnx.NodeProto]:
+def _switch(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: str, weight: str,
+            rows: int) -> list[onnx.NodeProto]:
+    """``If(Shape(idx) >= rows)``: ``matmul``'s dense form, else the user's Gather and MatMul; the If's output the
+    MatMul's."""
+    stem = matmul.output[0]
+    bound = f"{stem}_dense_from"
+    g.initializer.append(numpy_helper.from_array(np.array([rows], dtype=np.int64), bound))
+    count = helper.make_node("Shape", [idx], [f"{stem}_dense_count"], name=f"{stem}_dense_count")
+    cond = helper.make_node("GreaterOrEqual", [count.output[0], bound], [f"{stem}_dense_cond"],
+                            name=f"{stem}_dense_cond")
+    then = _dense_nodes(g, matmul, site, idx, weight, f"{stem}_dense_out")
+    k = 0 if site.side == "left" else 1
+    gathered = helper.make_node("Gather", [site.weight, idx], [f"{stem}_gathered_w"], name=f"{stem}_gathered_w", axis=0)
+    operands = [gathered.output[0], matmul.input[1 - k]][:: 1 if k == 0 else -1]
+    product = helper.make_node("MatMul", operands, [f"{stem}_gathered"], name=f"{stem}_gathered")
+    branches = {name: helper.make_graph(nodes, f"{stem}_{name}", [],
+                                        [helper.make_tensor_value_info(nodes[-1].output[0], site.elem_type, None)])
+                for name, nodes in (("dense", then), ("gathered", [gathered, product]))}
+    switch = helper.make_node("If", [cond.output[0]], [stem], name=f"{stem}_dense_switch",
+                              then_branch=branches["dense"], else_branch=branches["gathered"])
+    return [count, cond, switch]
+
+
+def _dense_nodes(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: str, weight: str,
+                 output: str | None = None) -> list[onnx.NodeProto]:
     """The dense form of ``matmul`` (a site), reading the router's ``idx`` and the stacked ``weight`` [I, E * O], its
-    output the MatMul's; its constants added to ``g``."""
+    output ``output`` (default: the MatMul's); its constants added to ``g``."""
     stem = matmul.output[0]  # unique in the graph, where node names need not be
+    output = output or stem
     nodes: list[onnx.NodeProto] = []
 
     def const(values: list[int], base: str) -> str:
@@ -201,10 +232,10 @@ def _dense_nodes(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: st
     ix = node("Unsqueeze", [idx, const([1, 2], "index_axes")], "index")
     ix = node("Expand", [ix, const([1, 1, site.outputs], "index_shape")], "index_rows")
     if site.side == "right":
-        node("GatherElements", [z, ix], "routed", matmul.output[0], axis=1)
+        node("GatherElements", [z, ix], "routed", output, axis=1)
     else:
         y = node("GatherElements", [z, ix], "routed", axis=1)
-        node("Reshape", [y, const([0, site.outputs, 1], "column")], "column", matmul.output[0])
+        node("Reshape", [y, const([0, site.outputs, 1], "column")], "column", output)
     return nodes
 
 

@@ -65,11 +65,14 @@ def test_the_import_reads_the_routed_rows_at_every_batch():
         assert_symbolic_shapes(model, {"u": _monos(unsqueezed.shape), "r": _monos(column.shape)}, runs)
 
 
-@pytest.mark.parametrize("transposed", [False, True], ids=["weights [E, out, in]", "weights [E, in, out]"])
-def test_a_stack_of_dense_experts_is_written_for_every_batch(tmp_path, transposed):
+@pytest.mark.parametrize("transposed,switch", [(False, None), (True, None), (False, 64)],
+                         ids=["weights [E, out, in]", "weights [E, in, out]", "dense from 64 rows"])
+def test_a_stack_of_dense_experts_is_written_for_every_batch(tmp_path, transposed, switch):
     """Four layers (repeated blocks: the search's program replayed on each copy), their routed products already
-    dense (as the run writes them where timed faster): the written program runs at batches and lengths the run
-    was not tuned at (before, a Reshape of the routed rows was written for a batch of 1 and the input came back)."""
+    dense (as the run writes them where timed faster; ``switch``: from 64 rows, the user's form below, behind an
+    If): the written program runs at batches and lengths the run was not tuned at (before, a Reshape of the routed
+    rows was written for a batch of 1, and an If's branch kept its output's size at the tuned rows, and the input
+    came back)."""
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     module = tm.ExpertsStack(layers=4, transposed=transposed).eval()
@@ -78,10 +81,15 @@ def test_a_stack_of_dense_experts_is_written_for_every_batch(tmp_path, transpose
                       dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, opset_version=17,
                       dynamo=False)
     gathered = onnx.load(path)
-    dense = experts.dense(gathered, experts.sites(gathered, {"x": (1, 128, 32)}))
-    assert sum(n.op_type == "GatherElements" for n in dense.graph.node) == 8
+    found = experts.sites(gathered, {"x": (1, 128, 32)})
+    dense = experts.dense(gathered, found, {s.matmul: switch for s in found} if switch else None)
+    assert sum(n.op_type == ("If" if switch else "GatherElements") for n in dense.graph.node) == 8
+    for branch in (a.g for n in dense.graph.node if n.op_type == "If" for a in n.attribute):
+        for out in branch.output:  # the sizes onnx's shape inference writes at the tuned rows
+            out.type.tensor_type.shape.CopyFrom(helper.make_tensor_type_proto(F, [256, None, 1]).tensor_type.shape)
     result = optimize(dense, OptimizeConfig.of(budget=4, measure=False, input_shapes={"x": (1, 128, 32)}, seed=0))
     assert result.report.returned.program == "optimized", result.report.returned.reason
-    for shape in ((2, 16, 32), (3, 7, 32), (1, 1, 32)):
+    for shape in ((2, 16, 32), (3, 7, 32), (1, 1, 32)):  # 64, 42 and 2 rows
         assert outputs_match(gathered, result.optimized, shapes={"x": shape}), shape
-    assert ob.ort_kernels(result.optimized)["GatherElements"] == 8  # the dense form, not the gathered one
+    if not switch:
+        assert ob.ort_kernels(result.optimized)["GatherElements"] == 8  # the dense form, not the gathered one

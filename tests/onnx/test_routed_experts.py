@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.measurement.experts import dense_where_faster, disagreement
+from eqsat.measurement.experts import dense_where_faster, disagreement, from_rows, ladder
 from eqsat.onnx import experts
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -102,11 +102,31 @@ def test_an_index_out_of_range_fails_in_both_forms(side):
 def test_the_run_times_both_forms_and_writes_the_model_it_chose():
     model = _routed("left")
     written, notes = dense_where_faster(model, {"x": (64, IN), "idx": (64,)}, threads=1, seed=0)
-    assert len(notes) == 1 and "gathered" in notes[0] and "dense" in notes[0]
-    assert notes[0].endswith("written dense") == (written is not model)
+    assert len(notes) == 1 and "gathered" in notes[0] and "dense" in notes[0] and "at 1 row(s)" in notes[0]
+    assert ("written dense" in notes[0]) == (written is not model)
     rng = np.random.default_rng(3)
-    x, idx = rng.standard_normal((9, IN)).astype(np.float32), rng.integers(0, EXPERTS, 9).astype(np.int64)
-    np.testing.assert_allclose(_run(written, x, idx), _run(model, x, idx), rtol=1e-5, atol=1e-5)
+    for rows in (1, 9, 80):  # below and above where a switch may turn
+        x, idx = rng.standard_normal((rows, IN)).astype(np.float32), rng.integers(0, EXPERTS, rows).astype(np.int64)
+        np.testing.assert_allclose(_run(written, x, idx), _run(model, x, idx), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_switched_site_runs_the_users_form_below_its_rows_and_the_dense_one_from_them(side):
+    model = _routed(side)
+    (site,) = experts.sites(model, {"x": (16, IN), "idx": (16,)})
+    switched = experts.dense(model, [site], {site.matmul: 8})
+    assert [n.op_type for n in switched.graph.node if n.op_type == "If"] == ["If"]
+    rng = np.random.default_rng(5)
+    for rows in (0, 1, 7, 8, 30):
+        x, idx = rng.standard_normal((rows, IN)).astype(np.float32), rng.integers(-EXPERTS, EXPERTS, rows)
+        np.testing.assert_allclose(_run(switched, x, idx), _run(model, x, idx), rtol=1e-5, atol=1e-5)
+
+
+def test_the_dense_form_runs_from_the_fewest_rows_it_was_faster_at_every_size_timed():
+    assert from_rows({256: (10.0, 1.0), 64: (5.0, 1.0), 16: (1.0, 2.0), 1: (0.1, 1.0)}) == 64
+    assert from_rows({256: (10.0, 1.0), 64: (5.0, 1.0), 1: (1.0, 0.5)}) == 1
+    assert from_rows({256: (1.0, 1.0), 64: (5.0, 1.0), 1: (1.0, 0.5)}) is None  # not faster at the most rows
+    assert ladder(256) == [1, 4, 16, 64, 256] and ladder(3) == [1, 3]
 
 
 def test_a_site_whose_rows_are_unknown_is_kept_as_exported():
