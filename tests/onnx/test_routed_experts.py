@@ -42,6 +42,15 @@ def _routed(side: str, gather_axis: int = 0, weight_input: bool = False) -> onnx
     return model
 
 
+def _assert_same_outputs(model: onnx.ModelProto, other: onnx.ModelProto, rows: int, seed: int) -> None:
+    """Every output of ``other`` is ``model``'s in onnxruntime, on seeded rows and expert indices."""
+    rng = np.random.default_rng(seed)
+    x, idx = rng.standard_normal((rows, IN)).astype(np.float32), rng.integers(0, EXPERTS, rows).astype(np.int64)
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, other)]
+    for want, got in zip(*(s.run(None, {"x": x, "idx": idx}) for s in sessions)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _run(model: onnx.ModelProto, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x, "idx": idx})[0]
@@ -173,12 +182,7 @@ def test_a_site_whose_rows_inference_lost_is_timed_as_its_like():
     written, notes = dense_where_faster(model, shapes, threads=1, seed=0)
     assert len(notes) == 2 and "64 rows as their like" in notes[1]
     assert notes[0].endswith("written dense") == notes[1].endswith("written dense")
-    rng = np.random.default_rng(4)
-    x, idx = rng.standard_normal((9, IN)).astype(np.float32), rng.integers(0, EXPERTS, 9).astype(np.int64)
-    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-                for m in (model, written)]
-    for want, got in zip(*(s.run(None, {"x": x, "idx": idx}) for s in sessions)):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _assert_same_outputs(model, written, rows=9, seed=4)
 
 
 def test_nodes_without_names_are_told_apart_by_their_outputs():
@@ -193,11 +197,7 @@ def test_nodes_without_names_are_told_apart_by_their_outputs():
     g.output.append(helper.make_tensor_value_info("z", F, ["rows", 3]))
     dense = experts.dense(model, experts.sites(model, {"x": (5, IN), "idx": (5,)}))
     assert sum(n.op_type == "MatMul" for n in dense.graph.node) == 2  # the dense GEMM and the unrelated one
-    rng = np.random.default_rng(6)
-    x, idx = rng.standard_normal((5, IN)).astype(np.float32), rng.integers(0, EXPERTS, 5).astype(np.int64)
-    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, dense)]
-    for want, got in zip(*(s.run(None, {"x": x, "idx": idx}) for s in sessions)):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _assert_same_outputs(model, dense, rows=5, seed=6)
 
 
 def test_rows_that_broadcast_and_weights_the_user_may_feed_are_not_sites():
@@ -224,11 +224,7 @@ def test_a_subgraph_reading_the_stack_and_the_gathered_weights_keeps_them():
     g.node.append(helper.make_node("If", ["cond"], ["total"], then_branch=then, else_branch=other))
     g.output.append(helper.make_tensor_value_info("total", F, []))
     dense = experts.dense(model, experts.sites(model, {"x": (6, IN), "idx": (6,)}))
-    rng = np.random.default_rng(7)
-    x, idx = rng.standard_normal((6, IN)).astype(np.float32), rng.integers(0, EXPERTS, 6).astype(np.int64)
-    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, dense)]
-    for want, got in zip(*(s.run(None, {"x": x, "idx": idx}) for s in sessions)):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _assert_same_outputs(model, dense, rows=6, seed=7)
 
 
 def test_a_rewrite_that_is_not_the_original_is_told_apart():
