@@ -74,6 +74,7 @@ def dense_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
     """``model`` with its routed expert products written dense where that form was timed faster (``model`` itself
     where none is), and a line per site shape saying what was timed and chosen."""
     found = experts.sites(model, input_shapes)
+    found = [s if s.rows is None or s.rows > 0 else replace(s, rows=None) for s in found]  # no rows: none to time
     rows = {s.like: s.rows for s in reversed(found) if s.rows is not None}
     borrowed = [s.rows is None and s.like in rows for s in found]  # a later layer's rows past inference's reach
     found = [replace(s, rows=rows[s.like]) if b else s for s, b in zip(found, borrowed)]

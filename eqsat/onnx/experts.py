@@ -155,6 +155,7 @@ def dense(model: onnx.ModelProto, chosen: Sequence[Site], switched: Mapping[str,
     nodes: list[onnx.NodeProto] = []
     weights: dict[tuple[str, str], str] = {}
     left: set[str] = set()  # what the rewritten MatMuls read that may be left unread
+    taken = _names(g)
     for n in g.node:
         site = by_output.get(n.output[0]) if n.output else None
         if site is None or n.op_type != "MatMul":
@@ -164,13 +165,17 @@ def dense(model: onnx.ModelProto, chosen: Sequence[Site], switched: Mapping[str,
         left.update(n.input)
         if (site.weight, site.side) not in weights:
             name = f"{site.weight}_dense_{site.side}"
+            while name in taken:
+                name += "_"
             g.initializer.append(numpy_helper.from_array(_dense_weight(array_of(inits[site.weight]), site.side), name))
             weights[site.weight, site.side] = name
+            taken.add(name)
         idx = producer[n.input[k]].input[1]
-        if site.matmul in (switched or {}):
-            nodes.extend(_switch(g, n, site, idx, weights[site.weight, site.side], (switched or {})[site.matmul]))
-        else:
-            nodes.extend(_dense_nodes(g, n, site, idx, weights[site.weight, site.side]))
+        stem = _fresh(taken, n.output[0])
+        made = _switch(g, n, site, idx, weights[site.weight, site.side], (switched or {})[site.matmul], stem) \
+            if site.matmul in (switched or {}) else _dense_nodes(g, n, site, idx, weights[site.weight, site.side], stem)
+        nodes.extend(made)
+        taken |= _names(onnx.GraphProto(node=made, initializer=g.initializer))
     del g.node[:]
     g.node.extend(_live(nodes, g, left))
     used = _read(g.node) | {o.name for o in g.output}
@@ -182,16 +187,15 @@ def dense(model: onnx.ModelProto, chosen: Sequence[Site], switched: Mapping[str,
 
 
 def _switch(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: str, weight: str,
-            rows: int) -> list[onnx.NodeProto]:
+            rows: int, stem: str) -> list[onnx.NodeProto]:
     """``If(Shape(idx) >= rows)``: ``matmul``'s dense form, else the user's Gather and MatMul; the If's output the
-    MatMul's."""
-    stem = matmul.output[0]
+    MatMul's; the names it makes begin with ``stem``."""
     bound = f"{stem}_dense_from"
     g.initializer.append(numpy_helper.from_array(np.array([rows], dtype=np.int64), bound))
     count = helper.make_node("Shape", [idx], [f"{stem}_dense_count"], name=f"{stem}_dense_count")
     cond = helper.make_node("GreaterOrEqual", [count.output[0], bound], [f"{stem}_dense_cond"],
                             name=f"{stem}_dense_cond")
-    then = _dense_nodes(g, matmul, site, idx, weight, f"{stem}_dense_out")
+    then = _dense_nodes(g, matmul, site, idx, weight, stem, f"{stem}_dense_out")
     k = 0 if site.side == "left" else 1
     gathered = helper.make_node("Gather", [site.weight, idx], [f"{stem}_gathered_w"], name=f"{stem}_gathered_w", axis=0)
     operands = [gathered.output[0], matmul.input[1 - k]][:: 1 if k == 0 else -1]
@@ -199,17 +203,17 @@ def _switch(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: str, we
     branches = {name: helper.make_graph(nodes, f"{stem}_{name}", [],
                                         [helper.make_tensor_value_info(nodes[-1].output[0], site.elem_type, None)])
                 for name, nodes in (("dense", then), ("gathered", [gathered, product]))}
-    switch = helper.make_node("If", [cond.output[0]], [stem], name=f"{stem}_dense_switch",
+    switch = helper.make_node("If", [cond.output[0]], [matmul.output[0]], name=f"{stem}_dense_switch",
                               then_branch=branches["dense"], else_branch=branches["gathered"])
     return [count, cond, switch]
 
 
-def _dense_nodes(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: str, weight: str,
+def _dense_nodes(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: str, weight: str, stem: str,
                  output: str | None = None) -> list[onnx.NodeProto]:
     """The dense form of ``matmul`` (a site), reading the router's ``idx`` and the stacked ``weight`` [I, E * O], its
-    output ``output`` (default: the MatMul's); its constants added to ``g``."""
-    stem = matmul.output[0]  # unique in the graph, where node names need not be
-    output = output or stem
+    output ``output`` (default: the MatMul's), the names it makes beginning with ``stem``; its constants added to
+    ``g``."""
+    output = output or matmul.output[0]
     nodes: list[onnx.NodeProto] = []
 
     def const(values: list[int], base: str) -> str:
@@ -237,6 +241,25 @@ def _dense_nodes(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: st
         y = node("GatherElements", [z, ix], "routed", axis=1)
         node("Reshape", [y, const([0, site.outputs, 1], "column")], "column", output)
     return nodes
+
+
+def _names(g: onnx.GraphProto) -> set[str]:
+    """Every name ``g`` holds (values, nodes, weights), its subgraphs' included."""
+    out = {t.name for t in g.initializer} | {vi.name for vi in (*g.input, *g.output, *g.value_info)}
+    for n in g.node:
+        out.update([n.name, *n.input, *n.output])
+        for a in n.attribute:
+            for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
+                out |= _names(sub)
+    return out
+
+
+def _fresh(taken: set[str], stem: str) -> str:
+    """``stem``, lengthened until no name in ``taken`` begins with it and ``_dense`` or ``_gathered`` (the names the
+    rewrite makes from it)."""
+    while any(t.startswith((f"{stem}_dense", f"{stem}_gathered")) for t in taken):
+        stem += "_"
+    return stem
 
 
 def _read(nodes: Sequence[onnx.NodeProto]) -> set[str]:

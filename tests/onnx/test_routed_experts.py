@@ -235,3 +235,29 @@ def test_a_rewrite_that_is_not_the_original_is_told_apart():
     w = next(t for t in other.graph.initializer if t.name == "w")
     w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) + 1, "w"))
     assert "differs" in disagreement(model, other, {"x": (5, IN), "idx": (5,)}, 0)
+
+
+def test_the_names_the_rewrite_makes_are_new_in_the_model():
+    """A model already holding the names the rewrite would make from a site's output (``y3_dense_rows``,
+    ``y3_dense_count``, ``w_dense_left``): the rewritten model is valid (every name defined once) and the original's
+    function, switched and not."""
+    model = _routed("left")
+    g = model.graph
+    taken = ["y3_dense_rows", "y3_dense_count", "y3_gathered", "w_dense_left"]
+    for name in taken:
+        g.initializer.append(numpy_helper.from_array(np.zeros((1,), np.float32), name))
+        g.node.append(helper.make_node("Identity", [name], [name + "_out"]))
+        g.output.append(helper.make_tensor_value_info(name + "_out", F, [1]))
+    sites = experts.sites(model, {"x": (6, IN), "idx": (6,)})
+    for switched in (None, {sites[0].matmul: 4}):
+        dense = experts.dense(model, sites, switched)
+        onnx.checker.check_model(dense, full_check=True)
+        for rows in (2, 6):
+            _assert_same_outputs(model, dense, rows=rows, seed=rows)
+
+
+def test_a_site_of_no_rows_is_not_timed():
+    """Tuned at 0 rows (inference then gives 0): nothing to time; the model is returned as it was."""
+    model = _routed("left")
+    written, notes = dense_where_faster(model, {"x": (0, IN), "idx": (0,)}, threads=1, seed=0)
+    assert written is model and len(notes) == 1 and "kept as exported" in notes[0]
