@@ -36,6 +36,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from .external import set_weights_aside
 from .pool import array_of
+from .subgraphs import implicit_inputs, subgraphs
 
 FLOATS = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
 
@@ -248,9 +249,8 @@ def _names(g: onnx.GraphProto) -> set[str]:
     out = {t.name for t in g.initializer} | {vi.name for vi in (*g.input, *g.output, *g.value_info)}
     for n in g.node:
         out.update([n.name, *n.input, *n.output])
-        for a in n.attribute:
-            for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
-                out |= _names(sub)
+        for sub in subgraphs(n):
+            out |= _names(sub)
     return out
 
 
@@ -263,14 +263,8 @@ def _fresh(taken: set[str], stem: str) -> str:
 
 
 def _read(nodes: Sequence[onnx.NodeProto]) -> set[str]:
-    """The names ``nodes`` read, those read inside their subgraphs (an If's branches, a Loop's body) included."""
-    out: set[str] = set()
-    for n in nodes:
-        out.update(i for i in n.input if i)
-        for a in n.attribute:
-            for sub in (*([a.g] if a.HasField("g") else []), *a.graphs):
-                out |= _read(sub.node)
-    return out
+    """The names ``nodes`` read, those their subgraphs read of the outer graph (an If's branches) included."""
+    return {i for n in nodes for i in (*n.input, *implicit_inputs(n)) if i}
 
 
 def _live(nodes: list[onnx.NodeProto], g: onnx.GraphProto, left: set[str]) -> list[onnx.NodeProto]:
