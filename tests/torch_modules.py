@@ -102,13 +102,16 @@ def seeded(cls, *args, seed=0, **kwargs):
 
 
 class Experts(nn.Module):
-    """A mixture of experts as transformers' traceable ``batched_mm`` writes it: a softmax router's top-k, each
-    token's row repeated k times, each copy multiplied by its expert's gathered matrix (``bmm``; ``transposed``:
-    the weights stored [E, in, out]), a gated SiLU, the copies weighed and summed, and a residual."""
+    """A mixture of experts as transformers' traceable ``batched_mm`` writes it: a softmax router's top-k
+    (``normalize``: divided by their sum; ``logits_first``: a softmax of the top k logits), each token's row repeated
+    k times, each copy multiplied by its expert's gathered matrix (``bmm``; ``transposed``: the weights stored
+    [E, in, out]), a gated activation (``gate``: SiLU), the copies weighed and summed, and a residual."""
 
-    def __init__(self, hidden=32, inter=48, experts=4, top_k=2, transposed=False):
+    def __init__(self, hidden=32, inter=48, experts=4, top_k=2, transposed=False, normalize=False,
+                 logits_first=False, gate=nn.functional.silu):
         super().__init__()
-        self.top_k, self.transposed = top_k, transposed
+        self.top_k, self.transposed, self.normalize, self.logits_first, self.gate = \
+            top_k, transposed, normalize, logits_first, gate
         self.norm = nn.LayerNorm(hidden)
         self.router = nn.Linear(hidden, experts, bias=False)
         up = (experts, hidden, 2 * inter) if transposed else (experts, 2 * inter, hidden)
@@ -124,11 +127,17 @@ class Experts(nn.Module):
     def forward(self, x):
         b, t, h = x.shape
         rows = self.norm(x).reshape(-1, h)
-        weights, ids = torch.topk(torch.softmax(self.router(rows), dim=-1), self.top_k, dim=-1)
-        copies, ids = rows.repeat_interleave(self.top_k, dim=0), ids.reshape(-1)
+        if self.logits_first:  # the top k of the logits, a softmax of those (GraniteMoE, GPT-OSS)
+            weights, ids = torch.topk(self.router(rows), self.top_k, dim=-1)
+            weights = torch.softmax(weights, dim=-1)
+        else:
+            weights, ids = torch.topk(torch.softmax(self.router(rows), dim=-1), self.top_k, dim=-1)
+        if self.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        copies, ids = rows.repeat_interleave(ids.size(-1), dim=0), ids.reshape(-1)  # k read off a shape, as transformers
         gate, up = self._linear(copies, self.gate_up[ids]).chunk(2, dim=-1)
-        out = self._linear(nn.functional.silu(gate) * up, self.down[ids])
-        out = (out * weights.reshape(-1, 1)).view(-1, self.top_k, h).sum(dim=1)
+        out = self._linear(self.gate(gate) * up, self.down[ids])
+        out = (out * weights.reshape(-1, 1)).view(-1, self.top_k, rows.shape[-1]).sum(dim=1)  # as transformers
         return x + out.reshape(b, t, h)
 
 

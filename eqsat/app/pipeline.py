@@ -31,7 +31,7 @@ from eqsat.generic import carried as original_facts
 from eqsat.inputs import EDGES, NONFINITE_EDGES, served
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
-from eqsat.measurement import experts, runtimes
+from eqsat.measurement import experts, moe, runtimes
 from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure, measure_sizes
 from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.runtimes import Program
@@ -96,7 +96,10 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str,
     shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
     source, notes = original, list[str]()
     if runtimes.resolve(config.runtime) == "ort-cpu" and not config.cost.startswith("analytic"):
-        source, notes = experts.dense_where_faster(original, shaping.shapes, config.measure_threads, config.seed)
+        if not config.search.portable:  # onnxruntime's MoE kernel is no standard operator
+            source, notes = moe.kernel_where_faster(original, shaping.shapes, config.measure_threads, config.seed)
+        source, more = experts.dense_where_faster(source, shaping.shapes, config.measure_threads, config.seed)
+        notes += more
         shaping.written_from = source if source is not original else None
     try:
         return original, import_model(source, shaping.shapes, generic=shaping.generic,

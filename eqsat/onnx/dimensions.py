@@ -35,6 +35,7 @@ from ..dims import (
 from ..ir import Node
 from .fitting import fit_runs, run_values
 from .folding import ModelRuns
+from .subgraphs import subgraphs
 from .targets import leading, reshape_target
 
 
@@ -134,6 +135,9 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
     # fingerprints, Longformer's chunk indices (a Gather's, 166M entries) took gigabytes; such a value sizes nothing
     propagate = not any(name not in given and _integer(dtype) and int(np.prod(shape, dtype=object)) > FP_VALUES_LIMIT
                         for name, (shape, dtype) in zip(unique, fps))
+    # nor inside a subgraph, where nothing bounds what it builds (a mixture of experts' If over its block: a OneHot
+    # of the tokens at their fingerprint, 20 GB)
+    propagate = propagate and not any(subgraphs(node))
     try:
         inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=propagate)
     except Exception:  # noqa: BLE001 - no inference: no symbolic shape

@@ -156,7 +156,7 @@ def dense(model: onnx.ModelProto, chosen: Sequence[Site], switched: Mapping[str,
     nodes: list[onnx.NodeProto] = []
     weights: dict[tuple[str, str], str] = {}
     left: set[str] = set()  # what the rewritten MatMuls read that may be left unread
-    taken = _names(g)
+    taken = names(g)
     for n in g.node:
         site = by_output.get(n.output[0]) if n.output else None
         if site is None or n.op_type != "MatMul":
@@ -176,7 +176,7 @@ def dense(model: onnx.ModelProto, chosen: Sequence[Site], switched: Mapping[str,
         made = _switch(g, n, site, idx, weights[site.weight, site.side], (switched or {})[site.matmul], stem) \
             if site.matmul in (switched or {}) else _dense_nodes(g, n, site, idx, weights[site.weight, site.side], stem)
         nodes.extend(made)
-        taken |= _names(onnx.GraphProto(node=made, initializer=g.initializer))
+        taken |= names(onnx.GraphProto(node=made, initializer=g.initializer))
     del g.node[:]
     g.node.extend(_live(nodes, g, left))
     used = _read(g.node) | {o.name for o in g.output}
@@ -244,13 +244,13 @@ def _dense_nodes(g: onnx.GraphProto, matmul: onnx.NodeProto, site: Site, idx: st
     return nodes
 
 
-def _names(g: onnx.GraphProto) -> set[str]:
+def names(g: onnx.GraphProto) -> set[str]:
     """Every name ``g`` holds (values, nodes, weights), its subgraphs' included."""
     out = {t.name for t in g.initializer} | {vi.name for vi in (*g.input, *g.output, *g.value_info)}
     for n in g.node:
         out.update([n.name, *n.input, *n.output])
         for sub in subgraphs(n):
-            out |= _names(sub)
+            out |= names(sub)
     return out
 
 

@@ -16,7 +16,7 @@ its ONNX emitter in :mod:`eqsat.ops` (opaque ones as they were imported), except
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import onnx
@@ -33,7 +33,7 @@ from .forms import Form, SplitGroup, plan
 from .fusions import WINDOWED, valid_as_pads
 from .kernels import UpgradeError, pending, upgrade
 from .neutral import without_neutral
-from .subgraphs import defined_names, rename_outer
+from .subgraphs import defined_names, rename_outer, subgraphs
 
 
 def fold_weights(graph: Graph, pooled: bool = False) -> tuple[list[Node], dict[int, np.ndarray]]:
@@ -141,6 +141,7 @@ class _Exporter:
         domains = {n.attrs[1] for n in order if n.op == "opaque" and n.attrs[1] not in ("", "ai.onnx")}
         domains |= {d for o in self.written for d in o.domains}
         domains |= {n.domain for n in self.nodes if n.domain == UPGRADE_DOMAIN}
+        domains |= {d for d in _inner_domains(self.nodes) if d in g.domains}  # an opaque If's branches' own
         opsets += [helper.make_opsetid(d, g.domains.get(d, 1)) for d in sorted(domains)]
         model = helper.make_model(graph, opset_imports=opsets, producer_name="eqsat")
         model.ir_version = min(model.ir_version, 10)
@@ -410,3 +411,8 @@ def export_model(graph: Graph) -> onnx.ModelProto:
         except UpgradeError:
             model = _Exporter(graph, upgrade=False).run()
     return without_neutral(model)
+
+
+def _inner_domains(nodes: Iterable[onnx.NodeProto]) -> set[str]:
+    """The domains of the nodes inside ``nodes``' subgraphs, at any depth."""
+    return {d for n in nodes for sub in subgraphs(n) for d in {m.domain for m in sub.node} | _inner_domains(sub.node)}

@@ -1,0 +1,453 @@
+"""A mixture of experts' whole block as onnxruntime's ``MoE`` kernel (``com.microsoft``).
+
+transformers exports a sparse MoE block as a router (``logits = h @ Wr``, a ``Softmax``, a ``TopK`` of k, the k
+weights divided by their sum or not, or a ``TopK`` of the logits and a ``Softmax`` of the k) and the experts in their
+``batched_mm`` form (every token repeated k times, its experts' matrices gathered from a stack, a gated activation,
+the weighted rows summed over k: :mod:`eqsat.onnx.experts`). onnxruntime's CPU ``MoE`` kernel computes that block
+from ``h`` and the logits alone: a softmax, the top k, each expert's rows as one GEMM over exactly its tokens (the
+routed work only, where the dense form does every expert's), the same gated activation.
+
+The block is found from its anchors (:func:`blocks`: a ``TopK`` over the logits of a product of ``h`` by a constant,
+two routed products reading its indices, the first ``ReduceSum`` after the second), and what it computes is decided
+by running it (:func:`form_of`): the region between ``h``, the logits and the sum, alone, against the kernel in each
+form it could be (gate and up halves in either order or interleaved, SiLU-gated or a plain activation, the weights
+normalized or not), on seeded rows that include tied logits, NaN and infinite logits and a fully negative-infinite
+row; a form is taken only where every output agrees. Where they differ by construction the kernel is kept from the
+inputs it would get wrong:
+
+- ties: the kernel ranks equal probabilities by the higher expert index, ``TopK`` by the lower: the experts are
+  written in reverse order (the logits reversed, the stacks reversed), so the same experts are chosen;
+- a NaN or an infinite logit makes the user's row NaN and the kernel's finite, and a chosen weight of zero (a
+  probability below float32's smallest) is skipped by the kernel where the user's ``0 * inf`` is NaN: an ``If``
+  runs the kernel only where every chosen probability is a number above 1e-30, the user's block (its stacks read
+  back from the kernel's, no weight held twice) otherwise.
+
+Which form runs faster is timed (:mod:`eqsat.measurement.moe`); the rewritten model is verified and measured end to
+end as every candidate is. ``--portable`` leaves the block as exported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .experts import Site, sites
+from .pool import array_of
+from .subgraphs import implicit_inputs
+
+MS_DOMAIN = "com.microsoft"
+FLOOR = 1e-30
+"""the kernel runs only where every chosen probability is above this (far above float32's subnormals)"""
+GATED = ("halves", "halves-up-first", "interleaved", "interleaved-up-first")
+PLAIN = ("silu", "gelu", "relu", "identity")
+
+
+Runner = Callable[[onnx.ModelProto], Callable[[dict[str, np.ndarray]], np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One MoE block: the rows ``hidden`` [T, H] and the router's ``logits`` [T, E] it reads, the sum it gives
+    (``output`` [T, H]), k, and its two routed products (``fc1`` reading the repeated rows, ``fc2`` the activation)."""
+
+    hidden: str
+    logits: str
+    output: str
+    k: int
+    fc1: Site
+    fc2: Site
+
+    @property
+    def experts(self) -> int:
+        return self.fc1.experts
+
+    @property
+    def rows(self) -> int | None:
+        """T, the tokens (None where inference leaves the routed rows unknown)."""
+        return None if self.fc1.rows is None else self.fc1.rows // self.k
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """What its timing depends on."""
+        return self.fc1.key, self.fc2.key, self.k
+
+    @property
+    def width(self) -> int:
+        return self.fc1.inputs
+
+    @property
+    def inner(self) -> int:
+        return self.fc2.inputs
+
+
+@dataclass(frozen=True)
+class Form:
+    """How the kernel computes a block: the layout of the first stack's rows (``GATED``: gate and up halves, or
+    interleaved, in either order; ``PLAIN``: the activation of a block without a gate) and whether the k weights
+    are divided by their sum."""
+
+    layout: str
+    normalize: int
+
+    @property
+    def activation(self) -> str:
+        return "swiglu" if self.layout in GATED else self.layout
+
+
+def _const_int(g: onnx.GraphProto, name: str) -> int | None:
+    for t in g.initializer:
+        if t.name == name:
+            v = numpy_helper.to_array(t)
+            return int(v.reshape(-1)[0]) if v.size == 1 else None
+    for n in g.node:
+        if n.op_type == "Constant" and n.output[0] == name and n.attribute[0].name == "value":
+            c = numpy_helper.to_array(helper.get_attribute_value(n.attribute[0]))
+            return int(c.reshape(-1)[0]) if c.size == 1 else None
+    return None
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    for a in node.attribute:
+        if a.name == name:
+            return int(helper.get_attribute_value(a))
+    return default
+
+
+def _descendants(g: onnx.GraphProto, start: str) -> set[str]:
+    """The values computed from ``start`` (itself included)."""
+    found = {start}
+    for n in g.node:
+        if any(i in found for i in (*n.input, *implicit_inputs(n))):
+            found.update(o for o in n.output if o)
+    return found
+
+
+def region(g: onnx.GraphProto, block: Block) -> list[onnx.NodeProto] | None:
+    """The nodes that compute ``block.output`` from its rows, its logits and constants, in graph order; None where
+    it reads anything else (a graph input, a value computed before the rows)."""
+    producer = {o: n for n in g.node for o in n.output}
+    consts = {t.name for t in g.initializer} - {vi.name for vi in g.input}
+    need, seen, stack = [], set[int](), [block.output]
+    while stack:
+        name = stack.pop()
+        if name in (block.hidden, block.logits) or name in consts or not name:
+            continue
+        n = producer.get(name)
+        if n is None:
+            return None
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        need.append(n)
+        stack.extend([*n.input, *implicit_inputs(n)])
+    inside = {id(n) for n in need}
+    return [n for n in g.node if id(n) in inside]
+
+
+def blocks(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> list[Block]:
+    """The MoE blocks of ``model``'s main graph, found from their anchors (what each computes is not yet known:
+    :func:`form_of`); their routed products' rows inferred at ``input_shapes``."""
+    g = model.graph
+    routed = sites(model, input_shapes)
+    if not routed:
+        return []
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    weights = {t.name for t in g.initializer} - {vi.name for vi in g.input}
+    found = []
+    topks = [n for n in g.node if n.op_type == "TopK" and n.domain in ("", "ai.onnx")]
+    owner = {}  # each routed product's router: the last TopK its index is computed from (later layers' from all)
+    for tk in topks:
+        indexed = _descendants(g, tk.output[1])
+        owner.update({s.matmul: tk.output[1] for s in routed if producer[s.gather].input[1] in indexed})
+    for tk in topks:
+        if _attr(tk, "largest", 1) != 1:
+            continue
+        k = _const_int(g, tk.input[1]) if len(tk.input) > 1 else None
+        soft = producer.get(tk.input[0])
+        while soft is not None and soft.op_type == "Cast":  # Qwen3-MoE's softmax in float32, cast to the model's
+            soft = producer.get(soft.input[0])
+        logits = soft.input[0] if soft is not None and soft.op_type == "Softmax" else tk.input[0]
+        product = producer.get(logits)
+        while product is not None and product.op_type == "Cast":
+            product = producer.get(product.input[0])
+        if k is None or product is None or product.op_type not in ("MatMul", "Gemm") or product.input[1] not in weights:
+            continue
+        mine = [s for s in routed if owner.get(s.matmul) == tk.output[1]]
+        if len(mine) != 2:
+            continue
+        first, second = mine if mine[1].matmul in _descendants(g, mine[0].matmul) else mine[::-1]
+        if second.matmul not in _descendants(g, first.matmul) or first.inputs != second.outputs \
+                or first.elem_type != TensorProto.FLOAT:  # (float32 only: the probes and the timing draw it)
+            continue
+        total = _sum_after(second.matmul, consumers)
+        if total is None:
+            continue
+        for rows in _views(product.input[0], producer):  # the rows the experts read: the router's, or what it reshaped
+            block = Block(rows, logits, total, k, first, second)
+            if region(g, block) is not None:
+                found.append(block)
+                break
+    return found
+
+
+def _views(name: str, producer: Mapping[str, onnx.NodeProto], steps: int = 4) -> list[str]:
+    """``name`` and the values it is a reshape of, nearest first."""
+    out = [name]
+    for _ in range(steps):
+        n = producer.get(out[-1])
+        if n is None or n.op_type not in ("Reshape", "Flatten", "Identity"):
+            break
+        out.append(n.input[0])
+    return out
+
+
+def _sum_after(name: str, consumers: Mapping[str, list[onnx.NodeProto]], steps: int = 8) -> str | None:
+    """The first ReduceSum along single readers from ``name``."""
+    for _ in range(steps):
+        readers = consumers.get(name, [])
+        if len(readers) != 1:
+            return None
+        if readers[0].op_type == "ReduceSum":
+            return readers[0].output[0]
+        name = readers[0].output[0]
+    return None
+
+
+def _stack(model: onnx.ModelProto, site: Site) -> np.ndarray:
+    """``site``'s weights as [E, outputs, inputs]."""
+    w = array_of(next(t for t in model.graph.initializer if t.name == site.weight))
+    return w if site.side == "left" else np.transpose(w, (0, 2, 1))
+
+
+def kernel_stacks(model: onnx.ModelProto, block: Block, form: Form) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's fc1 [E, 2F or F, H] (gate and up interleaved, the gate first) and fc2 [E, H, F], the experts
+    in reverse order."""
+    w1, w2 = _stack(model, block.fc1), _stack(model, block.fc2)
+    f = block.inner
+    if form.layout in GATED:
+        gate, up = {"halves": (w1[:, :f], w1[:, f:]), "halves-up-first": (w1[:, f:], w1[:, :f]),
+                    "interleaved": (w1[:, 0::2], w1[:, 1::2]),
+                    "interleaved-up-first": (w1[:, 1::2], w1[:, 0::2])}[form.layout]
+        w1 = np.stack([gate, up], axis=2).reshape(w1.shape[0], 2 * f, w1.shape[2])
+    return np.ascontiguousarray(w1[::-1]), np.ascontiguousarray(w2[::-1])
+
+
+def _as_exported(fc1: str, fc2: str, block: Block, form: Form, stem: str) -> tuple[list[onnx.NodeProto],
+                                                                                   list[onnx.TensorProto]]:
+    """Nodes that compute the user's two stacks back from the kernel's (a permutation: reversed experts, the gate
+    and up rows put back, transposed for a right-hand side), named as the user's; with their constants."""
+    nodes: list[onnx.NodeProto] = []
+    consts: list[onnx.TensorProto] = []
+
+    def const(values: Sequence[int], base: str) -> str:
+        if all(t.name != f"{stem}/{base}" for t in consts):
+            consts.append(numpy_helper.from_array(np.array(values, dtype=np.int64), f"{stem}/{base}"))
+        return f"{stem}/{base}"
+
+    def node(op: str, ins: list[str], out: str, perm: list[int] | None = None) -> str:
+        made = helper.make_node(op, ins, [out], name=f"{stem}/{out.rsplit('/', 1)[-1]}")
+        if perm is not None:
+            made.attribute.append(helper.make_attribute("perm", perm))
+        nodes.append(made)
+        return out
+
+    e, f, h = block.experts, block.inner, block.width
+    for src, site, kind in ((fc1, block.fc1, "fc1"), (fc2, block.fc2, "fc2")):
+        x = node("Slice", [src, const([-1], "last"), const([-(2**63)], "first"), const([0], "experts"),
+                           const([-1], "back")], f"{stem}/{kind}_forward")
+        if kind == "fc1" and form.layout in GATED:
+            x = node("Reshape", [x, const([e, f, 2, h], "pairs")], f"{stem}/fc1_pairs")
+            halves = form.layout.startswith("halves")
+            if form.layout.endswith("up-first"):  # the pair (gate, up) as (up, gate)
+                x = node("Slice", [x, const([-1], "last"), const([-(2**63)], "first"), const([2], "pair_axis"),
+                                   const([-1], "back")], f"{stem}/fc1_swapped")
+            if halves:
+                x = node("Transpose", [x], f"{stem}/fc1_order", perm=[0, 2, 1, 3])
+            x = node("Reshape", [x, const([e, 2 * f, h], "rows")], f"{stem}/fc1_rows")
+        if site.side == "right":
+            x = node("Transpose", [x], f"{stem}/{kind}_right", perm=[0, 2, 1])
+        nodes[-1].output[0] = site.weight
+    return nodes, consts
+
+
+def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: str = "moe") -> onnx.ModelProto:
+    """``model`` (a copy) with each block of ``chosen`` computed by the kernel in its form behind the ``If`` on its
+    logits (module docstring), the user's block in the other branch; the names made begin with ``stem`` and the
+    block's number."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    removable: set[str] = set()  # the blocks' nodes, by their first output (protobuf copies nodes on extend)
+    stacks: set[str] = set()
+    for j, (block, form) in enumerate(chosen):
+        body = region(g, block)
+        assert body is not None
+        removable |= {n.output[0] for n in body}
+        stacks |= {block.fc1.weight, block.fc2.weight}
+        made = _kernel(out, block, form, body, f"{stem}{j}")
+        at = next(k for k, n in enumerate(g.node) if block.output in n.output)
+        nodes = [*g.node[:at], *made, *g.node[at + 1:]]
+        del g.node[:]
+        g.node.extend(nodes)
+    kept_nodes = _live(list(g.node), removable, {o.name for o in g.output})
+    del g.node[:]
+    g.node.extend(kept_nodes)
+    made_here = {o for n in g.node for o in n.output}
+    shapes = [vi for vi in g.value_info if vi.name in made_here]
+    del g.value_info[:]
+    g.value_info.extend(shapes)
+    read = {i for n in g.node for i in (*n.input, *implicit_inputs(n))}
+    kept = [t for t in g.initializer if t.name in read or t.name not in stacks]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    if not any(o.domain == MS_DOMAIN for o in out.opset_import):
+        out.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    return out
+
+
+def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onnx.NodeProto],
+            stem: str) -> list[onnx.NodeProto]:
+    """The nodes that compute ``block.output`` in its place (the guard and the ``If``), their weights and constants
+    added to ``model``."""
+    g = model.graph
+    fc1, fc2 = kernel_stacks(model, block, form)
+    names = {"fc1": f"{stem}/fc1", "fc2": f"{stem}/fc2"}
+    g.initializer.extend([numpy_helper.from_array(fc1, names["fc1"]), numpy_helper.from_array(fc2, names["fc2"])])
+    elem = block.fc1.elem_type
+
+    def const(values: object, base: str, dtype: type = np.int64) -> str:
+        g.initializer.append(numpy_helper.from_array(np.array(values, dtype=dtype), f"{stem}/{base}"))
+        return f"{stem}/{base}"
+
+    made = [
+        helper.make_node("Softmax", [block.logits], [f"{stem}/p"], name=f"{stem}/p", axis=-1),
+        helper.make_node("TopK", [f"{stem}/p", const([block.k], "k")], [f"{stem}/chosen", f"{stem}/chosen_i"],
+                         name=f"{stem}/chosen", axis=-1),
+        helper.make_node("ReduceMin", [f"{stem}/chosen"], [f"{stem}/least"], name=f"{stem}/least", keepdims=0),
+        helper.make_node("Greater", [f"{stem}/least", const(FLOOR, "floor", np.float32)], [f"{stem}/above"],
+                         name=f"{stem}/above"),
+        helper.make_node("ReduceSum", [f"{stem}/chosen"], [f"{stem}/total"], name=f"{stem}/total", keepdims=0),
+        helper.make_node("IsNaN", [f"{stem}/total"], [f"{stem}/nan"], name=f"{stem}/nan"),
+        helper.make_node("Not", [f"{stem}/nan"], [f"{stem}/number"], name=f"{stem}/number"),
+        helper.make_node("And", [f"{stem}/above", f"{stem}/number"], [f"{stem}/kernel_safe"],
+                         name=f"{stem}/kernel_safe"),
+    ]
+    reverse = helper.make_node("Slice", [block.logits, const([-1], "last"), const([-(2**63)], "first"),
+                                         const([-1], "axis"), const([-1], "back")], [f"{stem}/reversed"],
+                               name=f"{stem}/reversed")
+    kernel = helper.make_node("MoE", [block.hidden, f"{stem}/reversed", names["fc1"], "", names["fc2"]],
+                              [f"{stem}/kernel"], name=f"{stem}/kernel", domain=MS_DOMAIN, k=block.k,
+                              activation_type=form.activation, normalize_routing_weights=form.normalize)
+    if form.layout in GATED:  # SiLU(gate) * up: the gate and up rows interleaved, the gate first
+        kernel.attribute.extend([helper.make_attribute("swiglu_fusion", 1),
+                                 helper.make_attribute("activation_alpha", 1.0),
+                                 helper.make_attribute("activation_beta", 0.0)])
+    back, back_consts = _as_exported(names["fc1"], names["fc2"], block, form, f"{stem}/as_exported")
+    g.initializer.extend(back_consts)
+    renamed = {o: f"{stem}/user/{o}" for n in body for o in n.output if o}
+    renamed.update({block.fc1.weight: f"{stem}/user/{block.fc1.weight}",
+                    block.fc2.weight: f"{stem}/user/{block.fc2.weight}"})
+    for n in back:
+        n.output[0] = renamed.get(n.output[0], n.output[0])
+    copies = []
+    for n in body:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.name = f"{stem}/user/{n.name}"
+        for j, i in enumerate(c.input):
+            c.input[j] = renamed.get(i, i)
+        for j, o in enumerate(c.output):
+            c.output[j] = renamed.get(o, o)
+        copies.append(c)
+    branch = {"kernel": helper.make_graph([reverse, kernel], f"{stem}_kernel", [],
+                                          [helper.make_tensor_value_info(kernel.output[0], elem, None)]),
+              "user": helper.make_graph([*back, *copies], f"{stem}_user", [],
+                                        [helper.make_tensor_value_info(renamed[block.output], elem, None)])}
+    switch = helper.make_node("If", [f"{stem}/kernel_safe"], [block.output], name=f"{stem}/switch",
+                              then_branch=branch["kernel"], else_branch=branch["user"])
+    return [*made, switch]
+
+
+def _live(nodes: list[onnx.NodeProto], removable: set[str], outputs: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` without those whose first output is in ``removable`` that nothing reads any more."""
+    while True:
+        read = {i for n in nodes for i in (*n.input, *implicit_inputs(n))} | outputs
+        dead = {n.output[0] for n in nodes if n.output[0] in removable and not any(o in read for o in n.output if o)}
+        if not dead:
+            return nodes
+        nodes = [n for n in nodes if n.output[0] not in dead]
+
+
+def region_model(model: onnx.ModelProto, block: Block) -> onnx.ModelProto:
+    """``block`` alone: inputs its rows [T, H] and its logits [T, E], output its sum."""
+    g = model.graph
+    body = region(g, block)
+    assert body is not None
+    read = {i for n in body for i in (*n.input, *implicit_inputs(n))}
+    elem = block.fc1.elem_type
+    graph = helper.make_graph(
+        body, "moe_block",
+        [helper.make_tensor_value_info(block.hidden, elem, ["rows", block.width]),
+         helper.make_tensor_value_info(block.logits, elem, ["rows", block.experts])],
+        [helper.make_tensor_value_info(block.output, elem, ["rows", block.width])],
+        [t for t in g.initializer if t.name in read])
+    out = helper.make_model(graph, opset_imports=list(model.opset_import))
+    out.ir_version = model.ir_version
+    return out
+
+
+def forms(block: Block) -> list[Form]:
+    """The forms ``block`` could be in, by its stacks' sizes."""
+    layouts = GATED if block.fc1.outputs == 2 * block.inner else PLAIN if block.fc1.outputs == block.inner else ()
+    return [Form(layout, normalize) for layout in layouts for normalize in (1, 0)]
+
+
+def probe_rows(block: Block, rows: int, rng: np.random.Generator,
+               edges: Sequence[str] = ("equal", "tied", "some -inf")) -> dict[str, np.ndarray]:
+    """Seeded rows [rows, H] and logits [rows, E] for :func:`form_of`, the first logits rows the ``edges`` named:
+    all equal (a zero row's), tied at the k-th, some -inf, a NaN, +inf, all -inf (the last three the kernel is
+    kept from)."""
+    h = rng.standard_normal((rows, block.width)).astype(np.float32)
+    logits = rng.standard_normal((rows, block.experts)).astype(np.float32) * 2
+    e, k = block.experts, block.k
+    rest = np.zeros(max(e - 1, 0))
+    made = {"equal": np.zeros(e), "tied": np.r_[np.full(k + 1, 1.5), np.zeros(max(e - k - 1, 0))][:e],
+            "some -inf": np.r_[-np.inf, rest], "nan": np.r_[np.nan, rest], "inf": np.r_[np.inf, rest],
+            "all -inf": np.full(e, -np.inf)}
+    for j, name in enumerate(edges[:rows]):
+        logits[j] = made[name]
+    return {block.hidden: h, block.logits: logits}
+
+
+def form_of(model: onnx.ModelProto, block: Block, runner: Runner, seed: int = 0,
+            sizes: Iterable[int] = (1, 7, 40)) -> Form | None:
+    """The form in which the kernel (as :func:`write` writes it) gives ``block``'s outputs on every probe
+    (:func:`probe_rows` at each of ``sizes`` rows, and each edge row alone); None where no form does.
+    ``runner(model)`` gives a function of the feeds that runs ``model`` (onnxruntime: :mod:`eqsat.measurement.moe`)."""
+    from ..verify import compare_outputs  # the verification's tolerances
+
+    alone = region_model(model, block)
+    rng = np.random.default_rng(seed)
+    probes = [probe_rows(block, rows, rng) for rows in sizes]
+    probes += [probe_rows(block, rows, rng, (edge,)) for edge in ("nan", "inf", "all -inf") for rows in (1, 5)]
+    try:
+        user = runner(alone)
+        expected = [user(feeds) for feeds in probes]
+    except Exception:  # noqa: BLE001 -- a block onnxruntime cannot run alone (a size it reads from outside)
+        return None
+    for form in forms(block):
+        try:
+            run = runner(write(alone, [(block, form)]))
+            if all(compare_outputs(want, run(feeds))[0] for want, feeds in zip(expected, probes)):
+                return form
+        except Exception:  # noqa: BLE001 -- a form the kernel refuses (a size it does not take) is not this block's
+            continue
+    return None
