@@ -105,19 +105,23 @@ class Experts(nn.Module):
     """A mixture of experts as transformers' traceable ``batched_mm`` writes it: a softmax router's top-k
     (``normalize``: divided by their sum; ``logits_first``: a softmax of the top k logits), each token's row repeated
     k times, each copy multiplied by its expert's gathered matrix (``bmm``; ``transposed``: the weights stored
-    [E, in, out]), a gated activation (``gate``: SiLU), the copies weighed and summed, and a residual."""
+    [E, in, out]), a gated activation (``gate``: SiLU; ``gpt_oss``: GPT-OSS's biases and clamped SwiGLU over
+    interleaved rows), the copies weighed and summed, and a residual."""
 
     def __init__(self, hidden=32, inter=48, experts=4, top_k=2, transposed=False, normalize=False,
-                 logits_first=False, gate=nn.functional.silu):
+                 logits_first=False, gate=nn.functional.silu, gpt_oss=False):
         super().__init__()
-        self.top_k, self.transposed, self.normalize, self.logits_first, self.gate = \
-            top_k, transposed, normalize, logits_first, gate
+        self.top_k, self.transposed, self.normalize, self.logits_first, self.gate, self.gpt_oss = \
+            top_k, transposed, normalize, logits_first, gate, gpt_oss
         self.norm = nn.LayerNorm(hidden)
         self.router = nn.Linear(hidden, experts, bias=False)
         up = (experts, hidden, 2 * inter) if transposed else (experts, 2 * inter, hidden)
         down = (experts, inter, hidden) if transposed else (experts, hidden, inter)
         self.gate_up = nn.Parameter(torch.randn(up) * 0.1)
         self.down = nn.Parameter(torch.randn(down) * 0.1)
+        if gpt_oss:  # biases, and a clamped SwiGLU over interleaved gate and up rows
+            self.gate_up_bias = nn.Parameter(torch.randn(experts, 2 * inter) * 0.1)
+            self.down_bias = nn.Parameter(torch.randn(experts, hidden) * 0.1)
 
     def _linear(self, x, w):
         if self.transposed:
@@ -135,8 +139,13 @@ class Experts(nn.Module):
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         copies, ids = rows.repeat_interleave(ids.size(-1), dim=0), ids.reshape(-1)  # k read off a shape, as transformers
-        gate, up = self._linear(copies, self.gate_up[ids]).chunk(2, dim=-1)
-        out = self._linear(self.gate(gate) * up, self.down[ids])
+        if self.gpt_oss:
+            both = self._linear(copies, self.gate_up[ids]) + self.gate_up_bias[ids]
+            gate, up = both[..., ::2].clamp(max=7.0), both[..., 1::2].clamp(min=-7.0, max=7.0)
+            out = self._linear((up + 1) * (gate * torch.sigmoid(gate * 1.702)), self.down[ids]) + self.down_bias[ids]
+        else:
+            gate, up = self._linear(copies, self.gate_up[ids]).chunk(2, dim=-1)
+            out = self._linear(self.gate(gate) * up, self.down[ids])
         out = (out * weights.reshape(-1, 1)).view(-1, self.top_k, rows.shape[-1]).sum(dim=1)  # as transformers
         return x + out.reshape(b, t, h)
 

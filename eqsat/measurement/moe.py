@@ -8,7 +8,7 @@ on seeded rows and logits. The kernel is written where its median is below :data
 times the faster other form's at the tuned tokens, below it over the sizes timed (the geometric mean of the ratios)
 and at no size more than a third slower (:data:`SLOWER`);
 the routed products of a block left as exported are then timed dense as before. A block whose kernel gives other
-outputs on the probes (:func:`eqsat.onnx.moe.form_of`) is left alone, and the whole rewritten model must give the
+outputs on the probes (:func:`form_of`) is left alone, and the whole rewritten model must give the
 original's outputs on one seeded feed (:func:`~eqsat.measurement.experts.disagreement`); every candidate is then
 verified and measured end to end as always.
 """
@@ -24,6 +24,7 @@ from onnx import helper
 
 from eqsat.onnx import experts, moe
 from eqsat.onnx.io import session
+from eqsat.verify import compare_outputs
 
 from .clock import timed_s, timing_session
 from .experts import MARGIN, ROUNDS, TIMED_BYTES, disagreement, ladder
@@ -38,6 +39,27 @@ def runner(model: onnx.ModelProto) -> Callable[[dict[str, np.ndarray]], np.ndarr
     """A function of the feeds that runs ``model`` in onnxruntime and gives its first output."""
     s = session(model)
     return lambda feeds: s.run(None, feeds)[0]
+
+
+def form_of(model: onnx.ModelProto, block: moe.Block, seed: int = 0) -> moe.Form | None:
+    """The form in which the kernel (as :func:`eqsat.onnx.moe.write` writes it) gives ``block``'s outputs on every
+    probe (:func:`eqsat.onnx.moe.probes`) in onnxruntime, the forms tried in :func:`eqsat.onnx.moe.forms`' order;
+    None where no form does."""
+    alone = moe.region_model(model, block)
+    probes = moe.probes(block, np.random.default_rng(seed))
+    try:
+        user = runner(alone)
+        expected = [user(feeds) for feeds in probes]
+    except Exception:  # noqa: BLE001 -- a block onnxruntime cannot run alone
+        return None
+    for form in moe.forms(block, moe.region(model.graph, block) or (), model.graph):
+        try:
+            run = runner(moe.write(alone, [(block, form)]))
+            if all(compare_outputs(want, run(feeds))[0] for want, feeds in zip(expected, probes)):
+                return form
+        except Exception:  # noqa: BLE001 -- a form the kernel refuses (a size it does not take) is not this block's
+            continue
+    return None
 
 
 def time_forms(forms: Sequence[onnx.ModelProto], feeds: Mapping[str, np.ndarray], threads: int,
@@ -105,7 +127,7 @@ def kernel_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
             continue
         forms = []
         for b in group:
-            form = moe.form_of(model, b, runner, seed)
+            form = form_of(model, b, seed)
             if form is None:
                 break
             forms.append(form)

@@ -133,7 +133,9 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
     given = {t.name for t in inits}
     # onnx's data propagation builds the values of an integer input it is not given, at its shape: at the
     # fingerprints, Longformer's chunk indices (a Gather's, 166M entries) took gigabytes; such a value sizes nothing
-    propagate = not any(name not in given and _integer(dtype) and int(np.prod(shape, dtype=object)) > FP_VALUES_LIMIT
+    # (nor a vector of any type: onnx propagates a Sub of two float [T] as T dimensions, T at its fingerprint 2e8)
+    propagate = not any(name not in given and (_integer(dtype) or len(shape) <= 1)
+                        and int(np.prod(shape, dtype=object)) > FP_VALUES_LIMIT
                         for name, (shape, dtype) in zip(unique, fps))
     # nor inside a subgraph, where nothing bounds what it builds (a mixture of experts' If over its block: a OneHot
     # of the tokens at their fingerprint, 20 GB)

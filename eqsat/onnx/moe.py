@@ -9,7 +9,7 @@ routed work only, where the dense form does every expert's), the same gated acti
 
 The block is found from its anchors (:func:`blocks`: a ``TopK`` over the logits of a product of ``h`` by a constant,
 two routed products reading its indices, the first ``ReduceSum`` after the second), and what it computes is decided
-by running it (:func:`form_of`): the region between ``h``, the logits and the sum, alone, against the kernel in each
+by running it (:func:`eqsat.measurement.moe.form_of`): the region between ``h``, the logits and the sum, alone, against the kernel in each
 form it could be (gate and up halves in either order or interleaved, SiLU-gated or a plain activation, the weights
 normalized or not), on seeded rows that include tied logits, NaN and infinite logits and a fully negative-infinite
 row; a form is taken only where every output agrees. Where they differ by construction the kernel is kept from the
@@ -29,7 +29,7 @@ end as every candidate is. ``--portable`` leaves the block as exported.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -42,11 +42,11 @@ from .subgraphs import implicit_inputs
 MS_DOMAIN = "com.microsoft"
 FLOOR = 1e-30
 """the kernel runs only where every chosen probability is above this (far above float32's subnormals)"""
+TIE_GAP = 2.0**-18
+"""the k-th and the next logits closer than this share of their spread (and not equal): the user's block runs (the
+kernel's softmax and onnxruntime's round differently: logits a few ulps apart can rank the other way)"""
 GATED = ("halves", "halves-up-first", "interleaved", "interleaved-up-first")
-PLAIN = ("silu", "gelu", "relu", "identity")
-
-
-Runner = Callable[[onnx.ModelProto], Callable[[dict[str, np.ndarray]], np.ndarray]]
+PLAIN = ("silu", "relu", "identity")  # (the kernel's gelu is the tanh approximation: not torch's default)
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Block:
     k: int
     fc1: Site
     fc2: Site
+    biases: tuple[str | None, str | None] = (None, None)  # the stacks of fc1's and fc2's biases [E, outputs]
 
     @property
     def experts(self) -> int:
@@ -87,11 +88,14 @@ class Block:
 @dataclass(frozen=True)
 class Form:
     """How the kernel computes a block: the layout of the first stack's rows (``GATED``: gate and up halves, or
-    interleaved, in either order; ``PLAIN``: the activation of a block without a gate) and whether the k weights
-    are divided by their sum."""
+    interleaved, in either order; ``PLAIN``: the activation of a block without a gate), whether the k weights are
+    divided by their sum, and a gated activation's constants (GPT-OSS's: 1.702, 1, 7)."""
 
     layout: str
     normalize: int
+    alpha: float = 1.0  # the gated activation's G * sigmoid(alpha G) * (clip(L) + beta), G = min(g, limit)
+    beta: float = 0.0
+    limit: float | None = None
 
     @property
     def activation(self) -> str:
@@ -150,7 +154,7 @@ def region(g: onnx.GraphProto, block: Block) -> list[onnx.NodeProto] | None:
 
 def blocks(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> list[Block]:
     """The MoE blocks of ``model``'s main graph, found from their anchors (what each computes is not yet known:
-    :func:`form_of`); their routed products' rows inferred at ``input_shapes``."""
+    :func:`eqsat.measurement.moe.form_of`); their routed products' rows inferred at ``input_shapes``."""
     g = model.graph
     routed = sites(model, input_shapes)
     if not routed:
@@ -160,7 +164,8 @@ def blocks(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | N
     for n in g.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
-    weights = {t.name for t in g.initializer} - {vi.name for vi in g.input}
+    overridable = {vi.name for vi in g.input}
+    weights = {t.name: tuple(t.dims) for t in g.initializer if t.name not in overridable}
     found = []
     topks = [n for n in g.node if n.op_type == "TopK" and n.domain in ("", "ai.onnx")]
     owner = {}  # each routed product's router: the last TopK its index is computed from (later layers' from all)
@@ -192,10 +197,25 @@ def blocks(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | N
             continue
         for rows in _views(product.input[0], producer):  # the rows the experts read: the router's, or what it reshaped
             block = Block(rows, logits, total, k, first, second)
-            if region(g, block) is not None:
-                found.append(block)
+            body = region(g, block)
+            if body is not None:
+                found.append(replace(block, biases=_biases(body, block, weights, producer)))
                 break
     return found
+
+
+def _biases(body: Sequence[onnx.NodeProto], block: Block, weights: Mapping[str, tuple[int, ...]],
+            producer: Mapping[str, onnx.NodeProto]) -> tuple[str | None, str | None]:
+    """The stacks of biases [E, outputs] the block gathers by its experts' index, fc1's and fc2's (by their size)."""
+    index = producer[block.fc1.gather].input[1]
+    found: list[str | None] = [None, None]
+    for n in body:
+        if n.op_type == "Gather" and n.input[1] == index and n.input[0] in weights:
+            for j, site in enumerate((block.fc1, block.fc2)):
+                if found[j] is None and weights[n.input[0]] == (site.experts, site.outputs):
+                    found[j] = n.input[0]
+                    break
+    return found[0], found[1]
 
 
 def _views(name: str, producer: Mapping[str, onnx.NodeProto], steps: int = 4) -> list[str]:
@@ -227,17 +247,23 @@ def _stack(model: onnx.ModelProto, site: Site) -> np.ndarray:
     return w if site.side == "left" else np.transpose(w, (0, 2, 1))
 
 
-def kernel_stacks(model: onnx.ModelProto, block: Block, form: Form) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's fc1 [E, 2F or F, H] (gate and up interleaved, the gate first) and fc2 [E, H, F], the experts
-    in reverse order."""
+def kernel_stacks(model: onnx.ModelProto, block: Block, form: Form) -> list[np.ndarray | None]:
+    """The kernel's fc1 [E, 2F or F, H] (gate and up interleaved, the gate first), its biases [E, 2F or F] (or
+    None), fc2 [E, H, F] and its biases [E, H] (or None), the experts in reverse order."""
+    inits = {t.name: t for t in model.graph.initializer}
     w1, w2 = _stack(model, block.fc1), _stack(model, block.fc2)
-    f = block.inner
+    b1, b2 = (None if b is None else array_of(inits[b]) for b in block.biases)
     if form.layout in GATED:
-        gate, up = {"halves": (w1[:, :f], w1[:, f:]), "halves-up-first": (w1[:, f:], w1[:, :f]),
-                    "interleaved": (w1[:, 0::2], w1[:, 1::2]),
-                    "interleaved-up-first": (w1[:, 1::2], w1[:, 0::2])}[form.layout]
-        w1 = np.stack([gate, up], axis=2).reshape(w1.shape[0], 2 * f, w1.shape[2])
-    return np.ascontiguousarray(w1[::-1]), np.ascontiguousarray(w2[::-1])
+        w1 = _interleaved(w1, form.layout, block.inner)
+        b1 = None if b1 is None else _interleaved(b1[:, :, None], form.layout, block.inner)[:, :, 0]
+    return [None if x is None else np.ascontiguousarray(x[::-1]) for x in (w1, b1, w2, b2)]
+
+
+def _interleaved(w: np.ndarray, layout: str, f: int) -> np.ndarray:
+    """``w`` [E, 2F, X] (its rows in ``layout``) with the gate's and the up's rows interleaved, the gate first."""
+    gate, up = {"halves": (w[:, :f], w[:, f:]), "halves-up-first": (w[:, f:], w[:, :f]),
+                "interleaved": (w[:, 0::2], w[:, 1::2]), "interleaved-up-first": (w[:, 1::2], w[:, 0::2])}[layout]
+    return np.stack([gate, up], axis=2).reshape(w.shape[0], 2 * f, w.shape[2])
 
 
 def _as_exported(fc1: str, fc2: str, block: Block, form: Form, stem: str) -> tuple[list[onnx.NodeProto],
@@ -287,12 +313,13 @@ def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: st
     g = out.graph
     removable: set[str] = set()  # the blocks' nodes, by their first output (protobuf copies nodes on extend)
     stacks: set[str] = set()
+    written: dict[tuple[object, ...], dict[str, str]] = {}  # a stack several blocks read, written for the kernel once
     for j, (block, form) in enumerate(chosen):
         body = region(g, block)
         assert body is not None
         removable |= {n.output[0] for n in body}
         stacks |= {block.fc1.weight, block.fc2.weight}
-        made = _kernel(out, block, form, body, f"{stem}{j}")
+        made = _kernel(out, block, form, body, f"{stem}{j}", written)
         at = next(k for k, n in enumerate(g.node) if block.output in n.output)
         nodes = [*g.node[:at], *made, *g.node[at + 1:]]
         del g.node[:]
@@ -314,42 +341,39 @@ def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: st
 
 
 def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onnx.NodeProto],
-            stem: str) -> list[onnx.NodeProto]:
-    """The nodes that compute ``block.output`` in its place (the guard and the ``If``), their weights and constants
-    added to ``model``."""
+            stem: str, written: dict[tuple[object, ...], dict[str, str]]) -> list[onnx.NodeProto]:
+    """The nodes that compute ``block.output`` in its place (the guard and the ``If``), their weights (those of
+    ``written``, by the user's stacks and the form, where another block's are the same) and constants added to
+    ``model``."""
     g = model.graph
-    fc1, fc2 = kernel_stacks(model, block, form)
-    names = {"fc1": f"{stem}/fc1", "fc2": f"{stem}/fc2"}
-    g.initializer.extend([numpy_helper.from_array(fc1, names["fc1"]), numpy_helper.from_array(fc2, names["fc2"])])
+    key = (block.fc1.weight, block.fc1.side, block.fc2.weight, block.fc2.side, block.biases, form)
+    if key not in written:
+        written[key] = {}
+        for part, values in zip(("fc1", "fc1_bias", "fc2", "fc2_bias"), kernel_stacks(model, block, form)):
+            written[key][part] = "" if values is None else f"{stem}/{part}"
+            if values is not None:
+                g.initializer.append(numpy_helper.from_array(values, f"{stem}/{part}"))
+    names = written[key]
     elem = block.fc1.elem_type
 
     def const(values: object, base: str, dtype: type = np.int64) -> str:
         g.initializer.append(numpy_helper.from_array(np.array(values, dtype=dtype), f"{stem}/{base}"))
         return f"{stem}/{base}"
 
-    made = [
-        helper.make_node("Softmax", [block.logits], [f"{stem}/p"], name=f"{stem}/p", axis=-1),
-        helper.make_node("TopK", [f"{stem}/p", const([block.k], "k")], [f"{stem}/chosen", f"{stem}/chosen_i"],
-                         name=f"{stem}/chosen", axis=-1),
-        helper.make_node("ReduceMin", [f"{stem}/chosen"], [f"{stem}/least"], name=f"{stem}/least", keepdims=0),
-        helper.make_node("Greater", [f"{stem}/least", const(FLOOR, "floor", np.float32)], [f"{stem}/above"],
-                         name=f"{stem}/above"),
-        helper.make_node("ReduceSum", [f"{stem}/chosen"], [f"{stem}/total"], name=f"{stem}/total", keepdims=0),
-        helper.make_node("IsNaN", [f"{stem}/total"], [f"{stem}/nan"], name=f"{stem}/nan"),
-        helper.make_node("Not", [f"{stem}/nan"], [f"{stem}/number"], name=f"{stem}/number"),
-        helper.make_node("And", [f"{stem}/above", f"{stem}/number"], [f"{stem}/kernel_safe"],
-                         name=f"{stem}/kernel_safe"),
-    ]
+    made = _guard(block, stem, const)
     reverse = helper.make_node("Slice", [block.logits, const([-1], "last"), const([-(2**63)], "first"),
                                          const([-1], "axis"), const([-1], "back")], [f"{stem}/reversed"],
                                name=f"{stem}/reversed")
-    kernel = helper.make_node("MoE", [block.hidden, f"{stem}/reversed", names["fc1"], "", names["fc2"]],
+    kernel = helper.make_node("MoE", [block.hidden, f"{stem}/reversed", names["fc1"], names["fc1_bias"],
+                                      names["fc2"], names["fc2_bias"]],
                               [f"{stem}/kernel"], name=f"{stem}/kernel", domain=MS_DOMAIN, k=block.k,
                               activation_type=form.activation, normalize_routing_weights=form.normalize)
     if form.layout in GATED:  # SiLU(gate) * up: the gate and up rows interleaved, the gate first
         kernel.attribute.extend([helper.make_attribute("swiglu_fusion", 1),
-                                 helper.make_attribute("activation_alpha", 1.0),
-                                 helper.make_attribute("activation_beta", 0.0)])
+                                 helper.make_attribute("activation_alpha", form.alpha),
+                                 helper.make_attribute("activation_beta", form.beta)])
+        if form.limit is not None:
+            kernel.attribute.append(helper.make_attribute("swiglu_limit", form.limit))
     back, back_consts = _as_exported(names["fc1"], names["fc2"], block, form, f"{stem}/as_exported")
     g.initializer.extend(back_consts)
     renamed = {o: f"{stem}/user/{o}" for n in body for o in n.output if o}
@@ -404,15 +428,53 @@ def region_model(model: onnx.ModelProto, block: Block) -> onnx.ModelProto:
     return out
 
 
-def forms(block: Block) -> list[Form]:
-    """The forms ``block`` could be in, by its stacks' sizes."""
-    layouts = GATED if block.fc1.outputs == 2 * block.inner else PLAIN if block.fc1.outputs == block.inner else ()
-    return [Form(layout, normalize) for layout in layouts for normalize in (1, 0)]
+def forms(block: Block, body: Sequence[onnx.NodeProto] = (), g: onnx.GraphProto | None = None) -> list[Form]:
+    """The forms ``block`` could be in, by its stacks' sizes; a gated one's constants as SiLU's, and, where they
+    differ, as read off its region ``body`` (of ``g``): a scalar multiplying a Sigmoid's input (alpha), added to a
+    value (beta), a Clip's largest bound (limit)."""
+    if block.fc1.outputs == block.inner:
+        return [Form(layout, normalize) for layout in PLAIN for normalize in (1, 0)]
+    if block.fc1.outputs != 2 * block.inner:
+        return []
+    constants: list[tuple[float, float, float | None]] = [(1.0, 0.0, None)]
+    read = _gate_constants(body, g) if g is not None else None
+    if read is not None and read != constants[0]:
+        constants.append(read)
+    return [Form(layout, normalize, *c) for c in constants for layout in GATED for normalize in (1, 0)]
+
+
+def _scalar(g: onnx.GraphProto, name: str) -> float | None:
+    for t in g.initializer:
+        if t.name == name:
+            v = numpy_helper.to_array(t)
+            return float(v.reshape(-1)[0]) if v.size == 1 and v.dtype.kind == "f" else None
+    for n in g.node:
+        if n.op_type == "Constant" and n.output and n.output[0] == name and n.attribute[0].name == "value":
+            c = numpy_helper.to_array(helper.get_attribute_value(n.attribute[0]))
+            return float(c.reshape(-1)[0]) if c.size == 1 and c.dtype.kind == "f" else None
+    return None
+
+
+def _gate_constants(body: Sequence[onnx.NodeProto], g: onnx.GraphProto) -> tuple[float, float, float | None] | None:
+    """(alpha, beta, limit) as the region's scalars give them (module docstring of :func:`forms`)."""
+    producer = {o: n for n in body for o in n.output}
+    alpha, beta, limit = 1.0, 0.0, None
+    for n in body:
+        if n.op_type == "Sigmoid" and n.input[0] in producer and producer[n.input[0]].op_type == "Mul":
+            scalars = [_scalar(g, i) for i in producer[n.input[0]].input]
+            alpha = next((v for v in scalars if v is not None), alpha)
+        elif n.op_type == "Add":
+            scalars = [_scalar(g, i) for i in n.input]
+            beta = next((v for v in scalars if v is not None), beta)
+        elif n.op_type == "Clip" and len(n.input) > 2 and n.input[2]:
+            bound = _scalar(g, n.input[2])
+            limit = bound if bound is not None and (limit is None or bound > limit) else limit
+    return alpha, beta, limit
 
 
 def probe_rows(block: Block, rows: int, rng: np.random.Generator,
                edges: Sequence[str] = ("equal", "tied", "some -inf")) -> dict[str, np.ndarray]:
-    """Seeded rows [rows, H] and logits [rows, E] for :func:`form_of`, the first logits rows the ``edges`` named:
+    """Seeded rows [rows, H] and logits [rows, E] for :func:`eqsat.measurement.moe.form_of`, the first logits rows the ``edges`` named:
     all equal (a zero row's), tied at the k-th, some -inf, a NaN, +inf, all -inf (the last three the kernel is
     kept from)."""
     h = rng.standard_normal((rows, block.width)).astype(np.float32)
@@ -427,27 +489,67 @@ def probe_rows(block: Block, rows: int, rng: np.random.Generator,
     return {block.hidden: h, block.logits: logits}
 
 
-def form_of(model: onnx.ModelProto, block: Block, runner: Runner, seed: int = 0,
-            sizes: Iterable[int] = (1, 7, 40)) -> Form | None:
-    """The form in which the kernel (as :func:`write` writes it) gives ``block``'s outputs on every probe
-    (:func:`probe_rows` at each of ``sizes`` rows, and each edge row alone); None where no form does.
-    ``runner(model)`` gives a function of the feeds that runs ``model`` (onnxruntime: :mod:`eqsat.measurement.moe`)."""
-    from ..verify import compare_outputs  # the verification's tolerances
+def probes(block: Block, rng: np.random.Generator, sizes: Iterable[int] = (1, 7, 40)) -> list[dict[str, np.ndarray]]:
+    """The feeds :func:`eqsat.measurement.moe.form_of` runs a block and its kernel on: :func:`probe_rows` at each of
+    ``sizes`` rows, rows whose logits the kernel is kept from (NaN, +inf, all -inf) at 1 and 5 rows, and rows a
+    hundred times larger (a gated activation's clip reached)."""
+    out = [probe_rows(block, rows, rng) for rows in sizes]
+    out += [probe_rows(block, rows, rng, (edge,)) for edge in ("nan", "inf", "all -inf") for rows in (1, 5)]
+    for rows in (3, 20):
+        large = probe_rows(block, rows, rng)
+        out.append({**large, block.hidden: large[block.hidden] * 100})
+    return out
 
-    alone = region_model(model, block)
-    rng = np.random.default_rng(seed)
-    probes = [probe_rows(block, rows, rng) for rows in sizes]
-    probes += [probe_rows(block, rows, rng, (edge,)) for edge in ("nan", "inf", "all -inf") for rows in (1, 5)]
-    try:
-        user = runner(alone)
-        expected = [user(feeds) for feeds in probes]
-    except Exception:  # noqa: BLE001 -- a block onnxruntime cannot run alone (a size it reads from outside)
-        return None
-    for form in forms(block):
-        try:
-            run = runner(write(alone, [(block, form)]))
-            if all(compare_outputs(want, run(feeds))[0] for want, feeds in zip(expected, probes)):
-                return form
-        except Exception:  # noqa: BLE001 -- a form the kernel refuses (a size it does not take) is not this block's
-            continue
-    return None
+
+def _guard(block: Block, stem: str, const: Callable[..., str]) -> list[onnx.NodeProto]:
+    """The nodes whose output ``{stem}/kernel_safe`` says the kernel gives the user's block on these logits: every
+    chosen probability a number above :data:`FLOOR` (a NaN or infinite logit, a vanishing weight: the user's) and,
+    where fewer than all experts are chosen, the k-th and the next logits of every row equal (the reversal chooses
+    as TopK does) or apart by more than :data:`TIE_GAP` of their spread (the two softmaxes' rounding cannot close
+    that: the kernel ranks them as the user's block does)."""
+    made = [
+        helper.make_node("Softmax", [block.logits], [f"{stem}/p"], name=f"{stem}/p", axis=-1),
+        helper.make_node("TopK", [f"{stem}/p", const([block.k], "k")], [f"{stem}/chosen", f"{stem}/chosen_i"],
+                         name=f"{stem}/chosen", axis=-1),
+        helper.make_node("ReduceMin", [f"{stem}/chosen"], [f"{stem}/least"], name=f"{stem}/least", keepdims=0),
+        helper.make_node("Greater", [f"{stem}/least", const(FLOOR, "floor", np.float32)], [f"{stem}/above"],
+                         name=f"{stem}/above"),
+        helper.make_node("ReduceSum", [f"{stem}/chosen"], [f"{stem}/total"], name=f"{stem}/total", keepdims=0),
+        helper.make_node("IsNaN", [f"{stem}/total"], [f"{stem}/nan"], name=f"{stem}/nan"),
+        helper.make_node("Not", [f"{stem}/nan"], [f"{stem}/number"], name=f"{stem}/number"),
+        helper.make_node("And", [f"{stem}/above", f"{stem}/number"], [f"{stem}/finite_routes"],
+                         name=f"{stem}/finite_routes"),
+    ]
+    if block.k >= block.experts:  # every expert chosen: no k-th to tie with
+        made.append(helper.make_node("Identity", [f"{stem}/finite_routes"], [f"{stem}/kernel_safe"],
+                                     name=f"{stem}/kernel_safe"))
+        return made
+    # the k-th and the next logits equal (the reversal chooses as TopK does) or apart by more than the softmaxes'
+    # rounding can close (2^-18 of the values' spread): the kernel's own softmax ranks them as the user's does
+    made += [
+        helper.make_node("TopK", [block.logits, const([block.k + 1], "k_next")], [f"{stem}/top", f"{stem}/top_i"],
+                         name=f"{stem}/top", axis=-1),
+        helper.make_node("Gather", [f"{stem}/top", const(0, "first_rank")], [f"{stem}/v0"], name=f"{stem}/v0", axis=1),
+        helper.make_node("Gather", [f"{stem}/top", const(block.k - 1, "kth")], [f"{stem}/vk"], name=f"{stem}/vk",
+                         axis=1),
+        helper.make_node("Gather", [f"{stem}/top", const(block.k, "next")], [f"{stem}/vn"], name=f"{stem}/vn", axis=1),
+        helper.make_node("Sub", [f"{stem}/vk", f"{stem}/vn"], [f"{stem}/gap"], name=f"{stem}/gap"),
+        helper.make_node("Sub", [f"{stem}/v0", f"{stem}/vn"], [f"{stem}/spread"], name=f"{stem}/spread"),
+        helper.make_node("Add", [f"{stem}/spread", const(1.0, "one", np.float32)], [f"{stem}/scale"],
+                         name=f"{stem}/scale"),
+        helper.make_node("Mul", [f"{stem}/scale", const(TIE_GAP, "tie_gap", np.float32)], [f"{stem}/apart"],
+                         name=f"{stem}/apart"),
+        helper.make_node("Greater", [f"{stem}/gap", f"{stem}/apart"], [f"{stem}/far"], name=f"{stem}/far"),
+        helper.make_node("Equal", [f"{stem}/gap", const(0.0, "zero", np.float32)], [f"{stem}/tied"],
+                         name=f"{stem}/tied"),
+        helper.make_node("Or", [f"{stem}/far", f"{stem}/tied"], [f"{stem}/ranked"], name=f"{stem}/ranked"),
+        helper.make_node("Cast", [f"{stem}/ranked"], [f"{stem}/ranked_f"], name=f"{stem}/ranked_f",
+                         to=TensorProto.FLOAT),
+        helper.make_node("ReduceMin", [f"{stem}/ranked_f"], [f"{stem}/all_ranked"], name=f"{stem}/all_ranked",
+                         keepdims=0),
+        helper.make_node("Greater", [f"{stem}/all_ranked", const(0.5, "half", np.float32)], [f"{stem}/same_ranks"],
+                         name=f"{stem}/same_ranks"),
+        helper.make_node("And", [f"{stem}/finite_routes", f"{stem}/same_ranks"], [f"{stem}/kernel_safe"],
+                         name=f"{stem}/kernel_safe"),
+    ]
+    return made
