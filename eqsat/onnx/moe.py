@@ -18,9 +18,11 @@ inputs it would get wrong:
 - ties: the kernel ranks equal probabilities by the higher expert index, ``TopK`` by the lower: the experts are
   written in reverse order (the logits reversed, the stacks reversed), so the same experts are chosen;
 - a NaN or an infinite logit makes the user's row NaN and the kernel's finite, and a chosen weight of zero (a
-  probability below float32's smallest) is skipped by the kernel where the user's ``0 * inf`` is NaN: an ``If``
-  runs the kernel only where every chosen probability is a number above 1e-30, the user's block (its stacks read
-  back from the kernel's, no weight held twice) otherwise.
+  probability below float32's smallest) is skipped by the kernel where the user's ``0 * inf`` is NaN; and logits a
+  few ulps apart can rank the other way in the kernel's softmax than in onnxruntime's: an ``If`` runs the kernel
+  only where no logit is NaN, every row's k-th largest is within 50 of its largest and the k-th and the next are
+  equal or clearly apart (:func:`_guard`), the user's block (its stacks read back from the kernel's, no weight held
+  twice) otherwise.
 
 Which form runs faster is timed (:mod:`eqsat.measurement.moe`); the rewritten model is verified and measured end to
 end as every candidate is. ``--portable`` leaves the block as exported.
@@ -40,8 +42,9 @@ from .pool import array_of
 from .subgraphs import implicit_inputs
 
 MS_DOMAIN = "com.microsoft"
-FLOOR = 1e-30
-"""the kernel runs only where every chosen probability is above this (far above float32's subnormals)"""
+SPAN = 50.0
+"""the kernel runs only where every row's k-th largest logit is within this of its largest (every chosen probability
+above e^-50 / E: far from float32's subnormals, where the kernel skips a weight of zero and the user's 0 * inf is NaN)"""
 TIE_GAP = 2.0**-18
 """the k-th and the next logits closer than this share of their spread (and not equal): the user's block runs (the
 kernel's softmax and onnxruntime's round differently: logits a few ulps apart can rank the other way)"""
@@ -502,54 +505,41 @@ def probes(block: Block, rng: np.random.Generator, sizes: Iterable[int] = (1, 7,
 
 
 def _guard(block: Block, stem: str, const: Callable[..., str]) -> list[onnx.NodeProto]:
-    """The nodes whose output ``{stem}/kernel_safe`` says the kernel gives the user's block on these logits: every
-    chosen probability a number above :data:`FLOOR` (a NaN or infinite logit, a vanishing weight: the user's) and,
-    where fewer than all experts are chosen, the k-th and the next logits of every row equal (the reversal chooses
-    as TopK does) or apart by more than :data:`TIE_GAP` of their spread (the two softmaxes' rounding cannot close
-    that: the kernel ranks them as the user's block does)."""
-    made = [
-        helper.make_node("Softmax", [block.logits], [f"{stem}/p"], name=f"{stem}/p", axis=-1),
-        helper.make_node("TopK", [f"{stem}/p", const([block.k], "k")], [f"{stem}/chosen", f"{stem}/chosen_i"],
-                         name=f"{stem}/chosen", axis=-1),
-        helper.make_node("ReduceMin", [f"{stem}/chosen"], [f"{stem}/least"], name=f"{stem}/least", keepdims=0),
-        helper.make_node("Greater", [f"{stem}/least", const(FLOOR, "floor", np.float32)], [f"{stem}/above"],
-                         name=f"{stem}/above"),
-        helper.make_node("ReduceSum", [f"{stem}/chosen"], [f"{stem}/total"], name=f"{stem}/total", keepdims=0),
-        helper.make_node("IsNaN", [f"{stem}/total"], [f"{stem}/nan"], name=f"{stem}/nan"),
-        helper.make_node("Not", [f"{stem}/nan"], [f"{stem}/number"], name=f"{stem}/number"),
-        helper.make_node("And", [f"{stem}/above", f"{stem}/number"], [f"{stem}/finite_routes"],
-                         name=f"{stem}/finite_routes"),
-    ]
-    if block.k >= block.experts:  # every expert chosen: no k-th to tie with
-        made.append(helper.make_node("Identity", [f"{stem}/finite_routes"], [f"{stem}/kernel_safe"],
-                                     name=f"{stem}/kernel_safe"))
-        return made
-    # the k-th and the next logits equal (the reversal chooses as TopK does) or apart by more than the softmaxes'
-    # rounding can close (2^-18 of the values' spread): the kernel's own softmax ranks them as the user's does
-    made += [
-        helper.make_node("TopK", [block.logits, const([block.k + 1], "k_next")], [f"{stem}/top", f"{stem}/top_i"],
-                         name=f"{stem}/top", axis=-1),
-        helper.make_node("Gather", [f"{stem}/top", const(0, "first_rank")], [f"{stem}/v0"], name=f"{stem}/v0", axis=1),
-        helper.make_node("Gather", [f"{stem}/top", const(block.k - 1, "kth")], [f"{stem}/vk"], name=f"{stem}/vk",
-                         axis=1),
-        helper.make_node("Gather", [f"{stem}/top", const(block.k, "next")], [f"{stem}/vn"], name=f"{stem}/vn", axis=1),
-        helper.make_node("Sub", [f"{stem}/vk", f"{stem}/vn"], [f"{stem}/gap"], name=f"{stem}/gap"),
-        helper.make_node("Sub", [f"{stem}/v0", f"{stem}/vn"], [f"{stem}/spread"], name=f"{stem}/spread"),
-        helper.make_node("Add", [f"{stem}/spread", const(1.0, "one", np.float32)], [f"{stem}/scale"],
-                         name=f"{stem}/scale"),
-        helper.make_node("Mul", [f"{stem}/scale", const(TIE_GAP, "tie_gap", np.float32)], [f"{stem}/apart"],
-                         name=f"{stem}/apart"),
-        helper.make_node("Greater", [f"{stem}/gap", f"{stem}/apart"], [f"{stem}/far"], name=f"{stem}/far"),
-        helper.make_node("Equal", [f"{stem}/gap", const(0.0, "zero", np.float32)], [f"{stem}/tied"],
-                         name=f"{stem}/tied"),
-        helper.make_node("Or", [f"{stem}/far", f"{stem}/tied"], [f"{stem}/ranked"], name=f"{stem}/ranked"),
-        helper.make_node("Cast", [f"{stem}/ranked"], [f"{stem}/ranked_f"], name=f"{stem}/ranked_f",
-                         to=TensorProto.FLOAT),
-        helper.make_node("ReduceMin", [f"{stem}/ranked_f"], [f"{stem}/all_ranked"], name=f"{stem}/all_ranked",
-                         keepdims=0),
-        helper.make_node("Greater", [f"{stem}/all_ranked", const(0.5, "half", np.float32)], [f"{stem}/same_ranks"],
-                         name=f"{stem}/same_ranks"),
-        helper.make_node("And", [f"{stem}/finite_routes", f"{stem}/same_ranks"], [f"{stem}/kernel_safe"],
-                         name=f"{stem}/kernel_safe"),
-    ]
+    """The nodes whose output ``{stem}/kernel_safe`` says the kernel gives the user's block on these logits, in few
+    nodes (a decode step pays for each): no NaN among them (their sum a number), the k-th largest within
+    :data:`SPAN` of the largest in every row (no infinite logit, no vanishing weight: every chosen probability above
+    e^-50 / E), and, where fewer than all experts are chosen, the k-th and the next logits of every row equal (the
+    reversal chooses as TopK does) or apart by more than :data:`TIE_GAP` of their spread (the two softmaxes'
+    rounding cannot close that: the kernel ranks them as the user's block does). With the top k + 1 logits less the
+    largest, D, one product gives per row (D[k-1], D[k-1] - D[k], D[k-1] - (1 - TIE_GAP) D[k]); compared with
+    (-SPAN, 0, TIE_GAP) they are (near, apart, far), and a row is safe where near - apart + far > 0.5 (near, and
+    tied or far: D is sorted, so not apart is tied)."""
+    k, e = block.k, block.experts
+    top = min(k + 1, e)
+    columns = np.zeros((top, 3 if top > k else 1), np.float32)
+    columns[k - 1, 0] = 1.0
+    if top > k:
+        columns[k - 1, 1:] = 1.0
+        columns[k, 1], columns[k, 2] = -1.0, -(1.0 - TIE_GAP)
+    bounds = [-SPAN, 0.0, TIE_GAP][:columns.shape[1]]
+    signs = np.array([[1.0], [-1.0], [1.0]][:columns.shape[1]], np.float32)
+
+    def node(op: str, ins: list[str], out: str, **attrs: object) -> str:
+        made.append(helper.make_node(op, ins, [f"{stem}/{out}"], name=f"{stem}/{out}"))
+        made[-1].attribute.extend(helper.make_attribute(a, v) for a, v in attrs.items())
+        return f"{stem}/{out}"
+
+    made: list[onnx.NodeProto] = []
+    number = node("Not", [node("IsNaN", [node("ReduceSum", [block.logits], "sum", keepdims=0)], "nan")], "number")
+    made.append(helper.make_node("TopK", [block.logits, const([top], "top_k")], [f"{stem}/top", f"{stem}/top_i"],
+                                 name=f"{stem}/top", axis=-1))
+    d = node("Sub", [f"{stem}/top", node("Slice", [f"{stem}/top", const([0], "zero"), const([1], "one"),
+                                                   const([1], "axis1")], "largest")], "below")
+    checks = node("Greater", [node("MatMul", [d, const(columns, "columns", np.float32)], "measures"),
+                              const(bounds, "bounds", np.float32)], "checks")
+    safe = node("MatMul", [node("Cast", [checks], "checks_f", to=TensorProto.FLOAT), const(signs, "signs", np.float32)],
+                "row_safe")
+    rows = node("Greater", [node("ReduceMin", [safe], "least_safe", keepdims=0), const(0.5, "half", np.float32)],
+                "rows_safe")
+    node("And", [number, rows], "kernel_safe")
     return made
