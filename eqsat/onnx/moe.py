@@ -269,48 +269,12 @@ def _interleaved(w: np.ndarray, layout: str, f: int) -> np.ndarray:
     return np.stack([gate, up], axis=2).reshape(w.shape[0], 2 * f, w.shape[2])
 
 
-def _as_exported(fc1: str, fc2: str, block: Block, form: Form, stem: str) -> tuple[list[onnx.NodeProto],
-                                                                                   list[onnx.TensorProto]]:
-    """Nodes that compute the user's two stacks back from the kernel's (a permutation: reversed experts, the gate
-    and up rows put back, transposed for a right-hand side), named as the user's; with their constants."""
-    nodes: list[onnx.NodeProto] = []
-    consts: list[onnx.TensorProto] = []
-
-    def const(values: Sequence[int], base: str) -> str:
-        if all(t.name != f"{stem}/{base}" for t in consts):
-            consts.append(numpy_helper.from_array(np.array(values, dtype=np.int64), f"{stem}/{base}"))
-        return f"{stem}/{base}"
-
-    def node(op: str, ins: list[str], out: str, perm: list[int] | None = None) -> str:
-        made = helper.make_node(op, ins, [out], name=f"{stem}/{out.rsplit('/', 1)[-1]}")
-        if perm is not None:
-            made.attribute.append(helper.make_attribute("perm", perm))
-        nodes.append(made)
-        return out
-
-    e, f, h = block.experts, block.inner, block.width
-    for src, site, kind in ((fc1, block.fc1, "fc1"), (fc2, block.fc2, "fc2")):
-        x = node("Slice", [src, const([-1], "last"), const([-(2**63)], "first"), const([0], "experts"),
-                           const([-1], "back")], f"{stem}/{kind}_forward")
-        if kind == "fc1" and form.layout in GATED:
-            x = node("Reshape", [x, const([e, f, 2, h], "pairs")], f"{stem}/fc1_pairs")
-            halves = form.layout.startswith("halves")
-            if form.layout.endswith("up-first"):  # the pair (gate, up) as (up, gate)
-                x = node("Slice", [x, const([-1], "last"), const([-(2**63)], "first"), const([2], "pair_axis"),
-                                   const([-1], "back")], f"{stem}/fc1_swapped")
-            if halves:
-                x = node("Transpose", [x], f"{stem}/fc1_order", perm=[0, 2, 1, 3])
-            x = node("Reshape", [x, const([e, 2 * f, h], "rows")], f"{stem}/fc1_rows")
-        if site.side == "right":
-            x = node("Transpose", [x], f"{stem}/{kind}_right", perm=[0, 2, 1])
-        nodes[-1].output[0] = site.weight
-    return nodes, consts
-
-
-def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: str = "moe") -> onnx.ModelProto:
+def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: str = "moe",
+          from_tokens: Mapping[str, int] | None = None) -> onnx.ModelProto:
     """``model`` (a copy) with each block of ``chosen`` computed by the kernel in its form behind the ``If`` on its
     logits (module docstring), the user's block in the other branch; the names made begin with ``stem`` and the
-    block's number."""
+    block's number. A block in ``from_tokens`` (its output -> T) runs the kernel from T tokens, the user's block
+    below (behind an ``If`` on the tokens: a decode step's one token reads as many weights either way)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -322,7 +286,7 @@ def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: st
         assert body is not None
         removable |= {n.output[0] for n in body}
         stacks |= {block.fc1.weight, block.fc2.weight}
-        made = _kernel(out, block, form, body, f"{stem}{j}", written)
+        made = _kernel(out, block, form, body, f"{stem}{j}", written, (from_tokens or {}).get(block.output, 1))
         at = next(k for k, n in enumerate(g.node) if block.output in n.output)
         nodes = [*g.node[:at], *made, *g.node[at + 1:]]
         del g.node[:]
@@ -344,7 +308,7 @@ def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: st
 
 
 def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onnx.NodeProto],
-            stem: str, written: dict[tuple[object, ...], dict[str, str]]) -> list[onnx.NodeProto]:
+            stem: str, written: dict[tuple[object, ...], dict[str, str]], from_tokens: int = 1) -> list[onnx.NodeProto]:
     """The nodes that compute ``block.output`` in its place (the guard and the ``If``), their weights (those of
     ``written``, by the user's stacks and the form, where another block's are the same) and constants added to
     ``model``."""
@@ -359,8 +323,12 @@ def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onn
     names = written[key]
     elem = block.fc1.elem_type
 
+    consts: set[str] = set()
+
     def const(values: object, base: str, dtype: type = np.int64) -> str:
-        g.initializer.append(numpy_helper.from_array(np.array(values, dtype=dtype), f"{stem}/{base}"))
+        if f"{stem}/{base}" not in consts:  # (both user branches read one)
+            g.initializer.append(numpy_helper.from_array(np.array(values, dtype=dtype), f"{stem}/{base}"))
+            consts.add(f"{stem}/{base}")
         return f"{stem}/{base}"
 
     made = _guard(block, stem, const)
@@ -377,30 +345,75 @@ def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onn
                                  helper.make_attribute("activation_beta", form.beta)])
         if form.limit is not None:
             kernel.attribute.append(helper.make_attribute("swiglu_limit", form.limit))
-    back, back_consts = _as_exported(names["fc1"], names["fc2"], block, form, f"{stem}/as_exported")
-    g.initializer.extend(back_consts)
-    renamed = {o: f"{stem}/user/{o}" for n in body for o in n.output if o}
-    renamed.update({block.fc1.weight: f"{stem}/user/{block.fc1.weight}",
-                    block.fc2.weight: f"{stem}/user/{block.fc2.weight}"})
-    for n in back:
-        n.output[0] = renamed.get(n.output[0], n.output[0])
-    copies = []
-    for n in body:
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
-        c.name = f"{stem}/user/{n.name}"
-        for j, i in enumerate(c.input):
-            c.input[j] = renamed.get(i, i)
-        for j, o in enumerate(c.output):
-            c.output[j] = renamed.get(o, o)
-        copies.append(c)
+    user, user_out = _user_branch(body, block, form, names, f"{stem}/user", const)
     branch = {"kernel": helper.make_graph([reverse, kernel], f"{stem}_kernel", [],
                                           [helper.make_tensor_value_info(kernel.output[0], elem, None)]),
-              "user": helper.make_graph([*back, *copies], f"{stem}_user", [],
-                                        [helper.make_tensor_value_info(renamed[block.output], elem, None)])}
-    switch = helper.make_node("If", [f"{stem}/kernel_safe"], [block.output], name=f"{stem}/switch",
+              "user": helper.make_graph(user, f"{stem}_user", [], [helper.make_tensor_value_info(user_out, elem, None)])}
+    guarded = block.output if from_tokens <= 1 else f"{stem}/guarded"
+    switch = helper.make_node("If", [f"{stem}/kernel_safe"], [guarded], name=f"{stem}/switch",
                               then_branch=branch["kernel"], else_branch=branch["user"])
-    return [*made, switch]
+    if from_tokens <= 1:
+        return [*made, switch]
+    few, few_out = _user_branch(body, block, form, names, f"{stem}/few", const)  # below: the user's, unguarded
+    count = [helper.make_node("Shape", [block.hidden], [f"{stem}/shape"], name=f"{stem}/shape"),
+             helper.make_node("Gather", [f"{stem}/shape", const(0, "token_axis")], [f"{stem}/tokens"],
+                              name=f"{stem}/tokens", axis=0),
+             helper.make_node("GreaterOrEqual", [f"{stem}/tokens", const(from_tokens, "from_tokens")],
+                              [f"{stem}/many"], name=f"{stem}/many")]
+    outer = {"guarded": helper.make_graph([*made, switch], f"{stem}_guarded", [],
+                                          [helper.make_tensor_value_info(guarded, elem, None)]),
+             "few": helper.make_graph(few, f"{stem}_few", [], [helper.make_tensor_value_info(few_out, elem, None)])}
+    return [*count, helper.make_node("If", [f"{stem}/many"], [block.output], name=f"{stem}/tokens_switch",
+                                     then_branch=outer["guarded"], else_branch=outer["few"])]
+
+
+def _user_branch(body: Sequence[onnx.NodeProto], block: Block, form: Form, names: Mapping[str, str], stem: str,
+                 const: Callable[..., str]) -> tuple[list[onnx.NodeProto], str]:
+    """The user's block, its names beginning with ``stem``, its two routed products reading the kernel's stacks
+    (``names``) at the reversed index, the gate and up rows put back in the user's order after the product (an
+    activation's rows moved, not a weight's), a right-hand product as its transpose: no stack copied back. Its
+    nodes, and the name of its output."""
+    renamed = {o: f"{stem}/{o}" for n in body for o in n.output if o}
+    producer = {o: n for n in body for o in n.output}
+    sites = {block.fc1.matmul: ("fc1", block.fc1), block.fc2.matmul: ("fc2", block.fc2)}
+    out: list[onnx.NodeProto] = []
+
+    def node(op: str, ins: list[str], name: str, output: str | None = None, **attrs: object) -> str:
+        made = helper.make_node(op, ins, [output or f"{stem}/{name}"], name=f"{stem}/{name}")
+        made.attribute.extend(helper.make_attribute(a, v) for a, v in attrs.items())
+        out.append(made)
+        return made.output[0]
+
+    for n in body:
+        if n.op_type == "Gather" and n.input[0] in (block.fc1.weight, block.fc2.weight):
+            continue  # read below from the kernel's stack
+        if n.output[0] not in sites:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.name = f"{stem}/{n.name}"
+            c.input[:] = [renamed.get(i, i) for i in c.input]
+            c.output[:] = [renamed.get(o, o) for o in c.output]
+            out.append(c)
+            continue
+        part, site = sites[n.output[0]]
+        k = 0 if site.side == "left" else 1
+        index = renamed.get(producer[n.input[k]].input[1], producer[n.input[k]].input[1])
+        back = node("Sub", [const(block.experts - 1, "last_expert"), index], f"{part}_index")
+        w = node("Gather", [names[part], back], f"{part}_weights", axis=0)  # [S, O', I]
+        x = renamed.get(n.input[1 - k], n.input[1 - k])
+        if site.side == "right":  # x [S, 1, I]: the product as (W x^T)^T
+            x = node("Transpose", [x], f"{part}_column", perm=[0, 2, 1])
+        y = node("MatMul", [w, x], f"{part}_product")  # [S, O', 1], O' in the kernel's row order
+        if part == "fc1" and form.layout in GATED:
+            y = node("Reshape", [y, const([0, block.inner, 2], "pairs_shape")], "fc1_pairs")
+            if form.layout.endswith("up-first"):
+                y = node("Slice", [y, const([-1], "pair_last"), const([-(2**63)], "pair_first"),
+                                   const([2], "pair_axis"), const([-1], "pair_back")], "fc1_swapped")
+            if form.layout.startswith("halves"):
+                y = node("Transpose", [y], "fc1_halves", perm=[0, 2, 1])
+        shape = [0, site.outputs, 1] if site.side == "left" else [0, 1, site.outputs]
+        node("Reshape", [y, const(shape, f"{part}_{site.side}_shape")], f"{part}_out", renamed[n.output[0]])
+    return out, renamed[block.output]
 
 
 def _live(nodes: list[onnx.NodeProto], removable: set[str], outputs: set[str]) -> list[onnx.NodeProto]:
