@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -29,8 +28,6 @@ from eqsat.verify import compare_outputs
 
 from .clock import timed_s, timing_session
 from .experts import MARGIN, ROUNDS, TIMED_BYTES, disagreement, ladder
-from .experts import from_rows as experts_from_rows
-from .experts import time_forms as site_forms
 
 SLOWER = 0.75
 """the kernel is not written where, at some number of tokens timed, it takes more than the other forms' time over
@@ -100,17 +97,6 @@ def _timed(model: onnx.ModelProto, block: moe.Block, form: moe.Form, threads: in
     return out
 
 
-def _from_tokens(block: moe.Block, timed: Mapping[int, tuple[float, float]], threads: int, seed: int) -> int | None:
-    """The fewest tokens (of those timed) from which the kernel took less than :data:`MARGIN` times the user's two
-    routed products alone, gathered (:func:`eqsat.measurement.experts.time_forms`: the block's work without the
-    shape computations around it, which the search folds), at every size timed; None where not at the most tokens.
-    (At one token each expert's product reads its weights as the gathered form copies them: the kernel gains
-    nothing there and its guard costs a few nodes.)"""
-    core = {r: sum(site_forms(replace(s, rows=r * block.k), threads, seed)[0] for s in (block.fc1, block.fc2))
-            for r in timed}
-    return experts_from_rows({r: (core[r], timed[r][1]) for r in timed})
-
-
 def kernel_wins(timed: Mapping[int, tuple[float, float]], rows: int) -> bool:
     """Whether the kernel is written, from ``timed`` (tokens -> (the faster other form, the kernel) ms; ``rows``
     the tuned tokens): below :data:`MARGIN` times the other at ``rows``, below it over the sizes (the geometric mean
@@ -127,7 +113,7 @@ def kernel_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
     found = moe.blocks(model, input_shapes)
     if not found:
         return model, []
-    notes, chosen, switched = [], list[tuple[moe.Block, moe.Form]](), dict[str, int]()
+    notes, chosen = [], list[tuple[moe.Block, moe.Form]]()
     for key in dict.fromkeys(b.key for b in found):
         group = [b for b in found if b.key == key]
         first = group[0]
@@ -155,22 +141,18 @@ def kernel_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
             continue
         best, kernel = timed[first.rows]
         worst = max(timed, key=lambda r: timed[r][1] / timed[r][0])  # the size where the kernel did least well
-        start = _from_tokens(first, timed, threads, seed) if kernel_wins(timed, first.rows) else None
+        wins = kernel_wins(timed, first.rows)
         what += (f": exported or dense {best:.3f} ms, kernel {kernel:.3f} ms; at {worst} token(s) "
                  f"{timed[worst][0]:.3f} and {timed[worst][1]:.3f} ms -> ")
-        if start is None:
+        if not wins:
             notes.append(what + "kept as exported")
             continue
-        kind = f"{forms[0].activation}, weights {'normalized' if forms[0].normalize else 'as routed'}"
-        below = f" from {start} tokens, as exported below (an If on the tokens)" if start > min(timed) else ""
-        notes.append(f"{what}the kernel ({kind}){below}")
-        if below:
-            switched.update({b.output: start for b in group})
-        if start is not None:
-            chosen.extend(zip(group, forms))
+        notes.append(f"{what}the kernel ({forms[0].activation}, weights "
+                     f"{'normalized' if forms[0].normalize else 'as routed'})")
+        chosen.extend(zip(group, forms))
     if not chosen:
         return model, notes
-    written = moe.write(model, chosen, _stem(model, "moe"), switched)
+    written = moe.write(model, chosen, _stem(model, "moe"))
     why = disagreement(model, written, input_shapes, seed)
     if why is not None:
         return model, [*notes, f"the kernel was not kept: {why}"]

@@ -269,12 +269,10 @@ def _interleaved(w: np.ndarray, layout: str, f: int) -> np.ndarray:
     return np.stack([gate, up], axis=2).reshape(w.shape[0], 2 * f, w.shape[2])
 
 
-def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: str = "moe",
-          from_tokens: Mapping[str, int] | None = None) -> onnx.ModelProto:
+def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: str = "moe") -> onnx.ModelProto:
     """``model`` (a copy) with each block of ``chosen`` computed by the kernel in its form behind the ``If`` on its
     logits (module docstring), the user's block in the other branch; the names made begin with ``stem`` and the
-    block's number. A block in ``from_tokens`` (its output -> T) runs the kernel from T tokens, the user's block
-    below (behind an ``If`` on the tokens: a decode step's one token reads as many weights either way)."""
+    block's number."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
@@ -286,7 +284,7 @@ def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: st
         assert body is not None
         removable |= {n.output[0] for n in body}
         stacks |= {block.fc1.weight, block.fc2.weight}
-        made = _kernel(out, block, form, body, f"{stem}{j}", written, (from_tokens or {}).get(block.output, 1))
+        made = _kernel(out, block, form, body, f"{stem}{j}", written)
         at = next(k for k, n in enumerate(g.node) if block.output in n.output)
         nodes = [*g.node[:at], *made, *g.node[at + 1:]]
         del g.node[:]
@@ -308,7 +306,7 @@ def write(model: onnx.ModelProto, chosen: Sequence[tuple[Block, Form]], stem: st
 
 
 def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onnx.NodeProto],
-            stem: str, written: dict[tuple[object, ...], dict[str, str]], from_tokens: int = 1) -> list[onnx.NodeProto]:
+            stem: str, written: dict[tuple[object, ...], dict[str, str]]) -> list[onnx.NodeProto]:
     """The nodes that compute ``block.output`` in its place (the guard and the ``If``), their weights (those of
     ``written``, by the user's stacks and the form, where another block's are the same) and constants added to
     ``model``."""
@@ -326,7 +324,7 @@ def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onn
     consts: set[str] = set()
 
     def const(values: object, base: str, dtype: type = np.int64) -> str:
-        if f"{stem}/{base}" not in consts:  # (both user branches read one)
+        if f"{stem}/{base}" not in consts:
             g.initializer.append(numpy_helper.from_array(np.array(values, dtype=dtype), f"{stem}/{base}"))
             consts.add(f"{stem}/{base}")
         return f"{stem}/{base}"
@@ -349,22 +347,9 @@ def _kernel(model: onnx.ModelProto, block: Block, form: Form, body: Sequence[onn
     branch = {"kernel": helper.make_graph([reverse, kernel], f"{stem}_kernel", [],
                                           [helper.make_tensor_value_info(kernel.output[0], elem, None)]),
               "user": helper.make_graph(user, f"{stem}_user", [], [helper.make_tensor_value_info(user_out, elem, None)])}
-    guarded = block.output if from_tokens <= 1 else f"{stem}/guarded"
-    switch = helper.make_node("If", [f"{stem}/kernel_safe"], [guarded], name=f"{stem}/switch",
+    switch = helper.make_node("If", [f"{stem}/kernel_safe"], [block.output], name=f"{stem}/switch",
                               then_branch=branch["kernel"], else_branch=branch["user"])
-    if from_tokens <= 1:
-        return [*made, switch]
-    few, few_out = _user_branch(body, block, form, names, f"{stem}/few", const)  # below: the user's, unguarded
-    count = [helper.make_node("Shape", [block.hidden], [f"{stem}/shape"], name=f"{stem}/shape"),
-             helper.make_node("Gather", [f"{stem}/shape", const(0, "token_axis")], [f"{stem}/tokens"],
-                              name=f"{stem}/tokens", axis=0),
-             helper.make_node("GreaterOrEqual", [f"{stem}/tokens", const(from_tokens, "from_tokens")],
-                              [f"{stem}/many"], name=f"{stem}/many")]
-    outer = {"guarded": helper.make_graph([*made, switch], f"{stem}_guarded", [],
-                                          [helper.make_tensor_value_info(guarded, elem, None)]),
-             "few": helper.make_graph(few, f"{stem}_few", [], [helper.make_tensor_value_info(few_out, elem, None)])}
-    return [*count, helper.make_node("If", [f"{stem}/many"], [block.output], name=f"{stem}/tokens_switch",
-                                     then_branch=outer["guarded"], else_branch=outer["few"])]
+    return [*made, switch]
 
 
 def _user_branch(body: Sequence[onnx.NodeProto], block: Block, form: Form, names: Mapping[str, str], stem: str,

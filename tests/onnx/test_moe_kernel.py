@@ -180,16 +180,3 @@ def test_a_run_writes_the_kernel_for_every_size(tmp_path):
 def test_the_kernel_is_written_where_its_timings_say(table, written):
     assert timed.kernel_wins(table, 128) is written
 
-
-def test_the_kernel_from_some_tokens_on(tmp_path):
-    """Written from 4 tokens (the user's block below, behind an If on the tokens): the user's outputs at 1 to 6
-    tokens and on the edges, both branches reading the kernel's stacks (no weight held twice)."""
-    model = _export(tmp_path, layers=2, normalize=True)
-    found = moe.blocks(model)
-    written = moe.write(model, [(b, timed.form_of(model, b)) for b in found], from_tokens={b.output: 4 for b in found})
-    assert sum(n.op_type == "If" and n.name.endswith("tokens_switch") for n in written.graph.node) == 2
-    rng = np.random.default_rng(4)
-    for x in [rng.standard_normal((1, t, WIDTH)).astype(np.float32) for t in range(1, 7)] + _edges(rng):
-        assert compare_outputs(_run(model, x), _run(written, x))[0], x.shape
-    size = sum(onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
-    assert sum(onnx.numpy_helper.to_array(t).nbytes for t in written.graph.initializer) < 1.02 * size
