@@ -21,8 +21,8 @@ inputs it would get wrong:
   probability below float32's smallest) is skipped by the kernel where the user's ``0 * inf`` is NaN; and logits a
   few ulps apart can rank the other way in the kernel's softmax than in onnxruntime's: an ``If`` runs the kernel
   only where no logit is NaN, every row's k-th largest is within 50 of its largest and the k-th and the next are
-  equal or clearly apart (:func:`_guard`), the user's block (its stacks read back from the kernel's, no weight held
-  twice) otherwise.
+  equal or clearly apart (:func:`_guard`), the user's block otherwise (reading the kernel's stacks at the reversed
+  index: no weight held twice).
 
 Which form runs faster is timed (:mod:`eqsat.measurement.moe`); the rewritten model is verified and measured end to
 end as every candidate is. ``--portable`` leaves the block as exported.
