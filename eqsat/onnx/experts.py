@@ -68,7 +68,8 @@ class Site:
         return self.side, self.experts, self.outputs, self.inputs, self.elem_type
 
 
-def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+def int_attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    """``node``'s integer attribute ``name``, or ``default``."""
     for a in node.attribute:
         if a.name == name:
             return int(helper.get_attribute_value(a))
@@ -116,7 +117,7 @@ def sites(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | No
             gather = producer.get(n.input[k])
             w = inits.get(gather.input[0]) if gather is not None and gather.op_type == "Gather" \
                 and gather.domain in ("", "ai.onnx") else None
-            if gather is not None and w is not None and _attr(gather, "axis", 0) == 0 and len(w.dims) == 3 \
+            if gather is not None and w is not None and int_attr(gather, "axis", 0) == 0 and len(w.dims) == 3 \
                     and w.data_type in FLOATS:
                 pairs.append((n, k, side, gather, w))
     if not pairs:  # no shape inference for a model without a routed product

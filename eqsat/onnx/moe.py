@@ -37,7 +37,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .experts import Site, sites
+from .experts import Site, int_attr, sites
 from .pool import array_of
 from .subgraphs import implicit_inputs
 
@@ -105,23 +105,24 @@ class Form:
         return "swiglu" if self.layout in GATED else self.layout
 
 
-def _const_int(g: onnx.GraphProto, name: str) -> int | None:
+def _single(g: onnx.GraphProto, name: str) -> np.ndarray | None:
+    """The one value of a constant (an initializer or a Constant node) ``name`` holds; None where it is no constant
+    of one value."""
     for t in g.initializer:
         if t.name == name:
             v = numpy_helper.to_array(t)
-            return int(v.reshape(-1)[0]) if v.size == 1 else None
+            return v.reshape(-1) if v.size == 1 else None
     for n in g.node:
-        if n.op_type == "Constant" and n.output[0] == name and n.attribute[0].name == "value":
+        if n.op_type == "Constant" and n.output and n.output[0] == name and n.attribute[0].name == "value":
             c = numpy_helper.to_array(helper.get_attribute_value(n.attribute[0]))
-            return int(c.reshape(-1)[0]) if c.size == 1 else None
+            return c.reshape(-1) if c.size == 1 else None
     return None
 
 
-def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
-    for a in node.attribute:
-        if a.name == name:
-            return int(helper.get_attribute_value(a))
-    return default
+def _scalar(g: onnx.GraphProto, name: str) -> float | None:
+    """The float that constant ``name`` holds, or None."""
+    v = _single(g, name)
+    return float(v[0]) if v is not None and v.dtype.kind == "f" else None
 
 
 def _descendants(g: onnx.GraphProto, start: str) -> set[str]:
@@ -176,9 +177,10 @@ def blocks(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | N
         indexed = _descendants(g, tk.output[1])
         owner.update({s.matmul: tk.output[1] for s in routed if producer[s.gather].input[1] in indexed})
     for tk in topks:
-        if _attr(tk, "largest", 1) != 1:
+        if int_attr(tk, "largest", 1) != 1:
             continue
-        k = _const_int(g, tk.input[1]) if len(tk.input) > 1 else None
+        single = _single(g, tk.input[1]) if len(tk.input) > 1 else None
+        k = int(single[0]) if single is not None else None
         soft = producer.get(tk.input[0])
         while soft is not None and soft.op_type == "Cast":  # Qwen3-MoE's softmax in float32, cast to the model's
             soft = producer.get(soft.input[0])
@@ -442,18 +444,6 @@ def forms(block: Block, body: Sequence[onnx.NodeProto] = (), g: onnx.GraphProto 
     if read is not None and read != constants[0]:
         constants.append(read)
     return [Form(layout, normalize, *c) for c in constants for layout in GATED for normalize in (1, 0)]
-
-
-def _scalar(g: onnx.GraphProto, name: str) -> float | None:
-    for t in g.initializer:
-        if t.name == name:
-            v = numpy_helper.to_array(t)
-            return float(v.reshape(-1)[0]) if v.size == 1 and v.dtype.kind == "f" else None
-    for n in g.node:
-        if n.op_type == "Constant" and n.output and n.output[0] == name and n.attribute[0].name == "value":
-            c = numpy_helper.to_array(helper.get_attribute_value(n.attribute[0]))
-            return float(c.reshape(-1)[0]) if c.size == 1 and c.dtype.kind == "f" else None
-    return None
 
 
 def _gate_constants(body: Sequence[onnx.NodeProto], g: onnx.GraphProto) -> tuple[float, float, float | None] | None:
