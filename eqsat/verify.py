@@ -17,6 +17,7 @@ from .onnx import footprint
 from .onnx.branches import guard_bounds, table_guards, taken
 from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, shapes_text, symbols
 from .onnx.io import session
+from .ties import Screen
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
 
@@ -137,15 +138,17 @@ class Verifier:
         self.original, self.seed, self.draws, self.input_shapes = original, seed, draws, input_shapes
         self.edges = tuple(edges)
         self._session: ort.InferenceSession | None = None
+        self._screen = Screen(original, len(original.graph.output))
         self.runs: dict[tuple, list[tuple[dict[str, np.ndarray], list, str]]] = {}
         """input shapes (sorted items) -> each draw's inputs, the original's outputs on them and what the draw is
         (``random``, or an edge draw's label)"""
 
     def check(self, optimized: onnx.ModelProto) -> Verification:
         """``optimized`` checked against the original (:func:`verify`)."""
-        if self._session is None:
-            self._session = session(self.original, prepacking=False)  # checked, not timed
-        s1 = self._session
+        if self._session is None:  # the original, its top-k choices exposed (:mod:`eqsat.ties`)
+            self._screen = Screen.of(self.original)
+            self._session = session(self._screen.model, prepacking=False)  # checked, not timed
+        s1, screen = self._session, self._screen
         try:
             s2 = session(optimized, prepacking=False)
         except MemoryError:
@@ -154,7 +157,7 @@ class Verifier:
             return Verification(False, float("inf"), float("inf"), 0,
                                 f"onnxruntime cannot load the written program (a bug in its writer: please report "
                                 f"it): {first_line(e)}")
-        names1 = [o.name for o in s1.get_outputs()]
+        names1 = [o.name for o in s1.get_outputs()][: screen.outputs]
         names2 = [o.name for o in s2.get_outputs()]
         if len(names1) != len(names2):
             return Verification(False, float("inf"), float("inf"), 0, f"{len(names1)} outputs vs {len(names2)}")
@@ -163,13 +166,13 @@ class Verifier:
         if key not in self.runs:
             bounds = index_bounds(self.original)
             rng = np.random.default_rng(self.seed)
-            draws = [(random_inputs(s1, rng, shapes, bounds), "random") for _ in range(self.draws)]
-            try:
-                self.runs[key] = [(feeds, s1.run(None, feeds), label) for feeds, label in draws]
+            try:  # draws on which the original's top-k choices are decided
+                self.runs[key] = [(*screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds)), "random")
+                                  for _ in range(self.draws)]
             except Exception as e:  # noqa: BLE001 - the user's model and sizes: said as such, not a traceback
                 raise InputError(f"onnxruntime cannot run the original model on random inputs at input shapes "
                                  f"{shapes_text(shapes) or 'its own'}: {first_line(e)}") from e
-            self.runs[key] += self._edge_runs(s1, draws[0][0] if draws else None)
+            self.runs[key] += self._edge_runs(s1, self.runs[key][0][0] if self.runs[key] else None)
         worst_abs = worst_rel = 0.0
         passed = True
         detail = edge = ""
@@ -199,7 +202,7 @@ class Verifier:
         for feeds, edge in edge_draws(first, rng, self.edges) if first is not None else ():
             try:
                 with np.errstate(all="ignore"):
-                    out.append((feeds, s1.run(None, feeds, QUIET), edge))
+                    out.append((feeds, self._screen.run(s1, feeds, QUIET), edge))
             except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
                 continue
         return out
@@ -250,6 +253,7 @@ class ShapesVerifier:
         """(symbol, label, shapes) checked where the original refuses every probe labelled ``symbol=...``
         (:func:`eqsat.onnx.interface.near_shapes`)"""
         self._session: ort.InferenceSession | None = None
+        self._screen = Screen(original, len(original.graph.output))
         self._runs: dict[str, tuple[list[tuple[dict[str, np.ndarray], list]], bool]] = {}
         """probe label -> the draws the original ran (their inputs and its outputs), and whether it refused the
         next one (the probe is then skipped, once the candidate matched on those before it)"""
@@ -263,15 +267,16 @@ class ShapesVerifier:
             except footprint.TooLarge as exc:  # not run: a skip, saying why (the original does not refuse it)
                 self._runs[label], self.too_large[label] = ([], True), exc.short()
                 return self._runs[label]
-            if self._session is None:
-                self._session = session(self.original, prepacking=False)  # checked, not timed
+            if self._session is None:  # the original, its top-k choices exposed (:mod:`eqsat.ties`)
+                self._screen = Screen.of(self.original)
+                self._session = session(self._screen.model, prepacking=False)  # checked, not timed
             rng, bounds = np.random.default_rng(self.seed), index_bounds(self.original)
             runs: list[tuple[dict[str, np.ndarray], list]] = []
             refused = False
+            s1 = self._session
             for _ in range(self.draws):
-                feeds = random_inputs(self._session, rng, shapes, bounds)
                 try:
-                    runs.append((feeds, self._session.run(None, feeds, QUIET)))
+                    runs.append(self._screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds), QUIET))
                 except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
                     refused = True
                     break

@@ -38,6 +38,7 @@ from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
 from eqsat.onnx import export_model, footprint, import_model, load_model, pool
 from eqsat.onnx import io as onnx_io
+from eqsat.onnx.experts import as_gathers
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
 from eqsat.snapshot import Snapshot
@@ -96,10 +97,12 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str,
     shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
     source, notes = original, list[str]()
     if runtimes.resolve(config.runtime) == "ort-cpu" and not config.cost.startswith("analytic"):
+        routed = source = as_gathers(original, shaping.shapes)  # dynamo's GatherND of a stack: a Gather
         if not config.search.portable:  # onnxruntime's MoE kernel is no standard operator
-            source, notes = moe.kernel_where_faster(original, shaping.shapes, config.measure_threads, config.seed)
+            source, notes = moe.kernel_where_faster(routed, shaping.shapes, config.measure_threads, config.seed)
         source, more = experts.dense_where_faster(source, shaping.shapes, config.measure_threads, config.seed)
         notes += more
+        source = original if source is routed else source  # the Gathers alone: the user's model as it was
         shaping.written_from = source if source is not original else None
     try:
         return original, import_model(source, shaping.shapes, generic=shaping.generic,

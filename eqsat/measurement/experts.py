@@ -25,6 +25,7 @@ from onnx import helper
 from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx import experts
 from eqsat.onnx.io import session
+from eqsat.ties import Screen
 from eqsat.verify import compare_outputs
 
 from .clock import timed_s, timing_session
@@ -121,12 +122,14 @@ def dense_where_faster(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
 def disagreement(original: onnx.ModelProto, written: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
                  seed: int) -> str | None:
     """Why ``written`` is not ``original``'s function on one seeded random feed at ``shapes`` in onnxruntime (an
-    output of another shape or other values, or a run that fails); None where it gives the same outputs."""
+    output of another shape or other values, or a run that fails); None where it gives the same outputs. The feed
+    is one on which the original's top-k choices are decided (:mod:`eqsat.ties`: a router's near-tie is rounding)."""
     try:
-        a, b = session(original), session(written)
-        feeds = random_inputs(a, np.random.default_rng(seed), {k: tuple(v) for k, v in shapes.items()},
-                              index_bounds(original))
-        for out, x, y in zip(a.get_outputs(), a.run(None, feeds), b.run(None, feeds)):
+        screen = Screen.of(original)
+        a, b = session(screen.model), session(written)
+        rng, sizes, bounds = np.random.default_rng(seed), {k: tuple(v) for k, v in shapes.items()}, index_bounds(original)
+        feeds, want = screen.draw(a, lambda: random_inputs(a, rng, sizes, bounds))
+        for out, x, y in zip(a.get_outputs(), want, b.run(None, feeds)):
             if not compare_outputs(np.asarray(x), np.asarray(y))[0]:
                 return f"output {out.name!r} differs ({np.shape(y)} against {np.shape(x)})"
     except Exception as exc:  # noqa: BLE001 -- a form onnxruntime refuses is not kept either

@@ -137,6 +137,61 @@ def sites(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | No
     return found
 
 
+def as_gathers(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
+    """``model`` with each ``GatherND(W, idx, batch_dims=0)`` of a rank-3 float initializer that a MatMul reads,
+    ``idx``'s last axis 1, written as ``Gather(W, i, axis=0)``, ``i`` = ``idx`` without that axis (the input of the
+    Unsqueeze that made it, else a Squeeze): the form :func:`sites` reads (torch's dynamo exporter writes the routed
+    stacks' gather so). The same values (``W[i[...]]``); both check bounds and count a negative index from the end.
+    ``model`` itself where there is none."""
+    g = model.graph
+    overridable = {vi.name for vi in g.input}
+    stacks = {t.name for t in g.initializer if t.name not in overridable and len(t.dims) == 3
+              and t.data_type in FLOATS}
+    read_by_matmul = {i for n in g.node if n.op_type == "MatMul" for i in n.input}
+    found = [n for n in g.node if n.op_type == "GatherND" and n.domain in ("", "ai.onnx") and n.input[0] in stacks
+             and int_attr(n, "batch_dims", 0) == 0 and n.output[0] in read_by_matmul]
+    if not found:
+        return model
+    shapes = _inferred(model, input_shapes or {})
+    producer = {o: n for n in g.node for o in n.output}
+    consts = {t.name: t for t in g.initializer}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    taken = names(g)
+    rewritten = {}
+    for n in found:
+        idx = shapes.get(n.input[1])
+        if idx is None or len(idx) < 2 or idx[-1] != 1:
+            continue
+        made = producer.get(n.input[1])
+        axes = consts.get(made.input[1]) if made is not None and made.op_type == "Unsqueeze" \
+            and len(made.input) > 1 else None
+        if made is not None and axes is not None and [int(a) for a in array_of(axes)] in ([-1], [len(idx) - 1]):
+            rewritten[n.output[0]] = [helper.make_node("Gather", [n.input[0], made.input[0]], [n.output[0]],
+                                                       name=n.name or n.output[0], axis=0)]
+            continue
+        axis, squeezed = (_unused(taken, f"{n.output[0]}_{base}") for base in ("index_axis", "index"))
+        out.graph.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), axis))
+        rewritten[n.output[0]] = [helper.make_node("Squeeze", [n.input[1], axis], [squeezed], name=squeezed),
+                                  helper.make_node("Gather", [n.input[0], squeezed], [n.output[0]],
+                                                   name=n.name or n.output[0], axis=0)]
+    if not rewritten:
+        return model
+    nodes = [m for n in out.graph.node for m in rewritten.get(n.output[0] if n.output else "", [n])]
+    used = _read(nodes) | {o.name for o in g.output}
+    del out.graph.node[:]
+    out.graph.node.extend(n for n in nodes if n.op_type != "Unsqueeze" or n.output[0] in used)
+    return out
+
+
+def _unused(taken: set[str], name: str) -> str:
+    """``name``, lengthened until it is not in ``taken``; then taken."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
 def _dense_weight(w: np.ndarray, side: str) -> np.ndarray:
     """W[E, O, I] (left) or W[E, I, O] (right) as Wd[I, E * O]: column e * O + o is expert e's output o."""
     stacked = np.transpose(w, (2, 0, 1)) if side == "left" else np.transpose(w, (1, 0, 2))

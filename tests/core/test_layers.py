@@ -20,7 +20,7 @@ each on its own by name, and a test checks that none is left out):
 * ``eqsat.egglog`` (schema, codec, runtime wrapper) and ``eqsat.onnx`` (ONNX <-> IR), side by side on
   ``eqsat.core``, neither importing the other: the ONNX layer is imported by the floors that must never load
   egglog (the cost models, measurement, the shape-generic writer).
-* ``eqsat`` (the root modules over the ONNX layer): ``inputs`` and ``verify`` (feeds and checks in onnxruntime),
+* ``eqsat`` (the root modules over the ONNX layer): ``inputs``, ``ties`` and ``verify`` (feeds and checks in onnxruntime),
   ``decode`` (e-graph -> IR, carrying the ONNX origins over) and ``blocks`` (repeated blocks of a program); on
   ``eqsat.onnx`` and below, no egglog.
 * ``eqsat.generic``: the shape-generic writer, on the ONNX layer and below, no egglog. The ONNX layer imports it
@@ -66,7 +66,7 @@ ROOT = "eqsat"
 ROOT_FLOORS: dict[str, str] = {
     "eqsat.errors": "eqsat.errors",
     **{f"eqsat.{m}": CORE for m in ("ir", "dims", "shapes", "evaluate", "snapshot", "memory", "progress")},
-    **{f"eqsat.{m}": ROOT for m in ("inputs", "verify", "decode", "blocks")},
+    **{f"eqsat.{m}": ROOT for m in ("inputs", "ties", "verify", "decode", "blocks")},
 }
 """module of the root folder -> its floor (the facade and the CLI's entry point apart: see the docstring)"""
 BOTTOM = {CORE, "eqsat.ops", "eqsat.errors"}

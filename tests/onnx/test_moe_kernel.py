@@ -15,16 +15,22 @@ from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.measurement import moe as timed
 from eqsat.onnx import moe
+from eqsat.onnx.experts import as_gathers
 from eqsat.verify import compare_outputs
 
 WIDTH = 32
 
 
-def _export(tmp_path, layers=1, **kwargs) -> onnx.ModelProto:
+def _export(tmp_path, layers=1, dynamo=False, **kwargs) -> onnx.ModelProto:
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     module = tm.ExpertsStack(layers=layers, **kwargs).eval()
     path = str(tmp_path / "moe.onnx")
+    if dynamo:  # torch's default exporter: the stacks gathered by GatherND
+        axes = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+        torch.onnx.export(module, (torch.randn(2, 16, WIDTH),), path, input_names=["x"], output_names=["y"],
+                          dynamic_shapes={"x": axes}, dynamo=True, verbose=False)
+        return onnx.load(path)
     torch.onnx.export(module, (torch.randn(2, 16, WIDTH),), path, input_names=["x"], output_names=["y"],
                       dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}, opset_version=17,
                       dynamo=False)
@@ -169,6 +175,23 @@ def test_a_run_writes_the_kernel_for_every_size(tmp_path):
     portable = optimize(model, OptimizeConfig.of(budget=4, seed=0, input_shapes={"x": (1, 64, WIDTH)},
                                                  portable=True))
     assert not any(n.op_type == "MoE" for n in _nodes(portable.optimized))
+
+
+def test_dynamos_export_is_found_through_its_gathernd(tmp_path):
+    """torch's dynamo exporter gathers the stacks with GatherND: no block as exported; read as the Gathers they are
+    (:func:`eqsat.onnx.experts.as_gathers`), the block is found, and the kernel's program (alone, and as a run
+    writes it) gives the user's outputs on the edges with the same interface."""
+    model = _export(tmp_path, layers=2, dynamo=True, normalize=True)
+    assert moe.blocks(model) == []
+    written = _kernel(as_gathers(model))
+    for x in _edges(np.random.default_rng(4)):
+        assert compare_outputs(_run(model, x), _run(written, x))[0], x.shape
+    result = optimize(model, OptimizeConfig.of(budget=4, seed=0, input_shapes={"x": (1, 64, WIDTH)}))
+    assert any("2 MoE block(s)" in line for line in result.report.rewritten), result.report.rewritten
+    for x in _edges(np.random.default_rng(5)):
+        assert compare_outputs(_run(model, x), _run(result.optimized, x))[0], x.shape
+    assert [(i.name, str(i.type)) for i in result.optimized.graph.input] == \
+        [(i.name, str(i.type)) for i in model.graph.input]
 
 
 @pytest.mark.parametrize("table,written", [

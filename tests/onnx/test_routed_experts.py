@@ -19,18 +19,25 @@ F, I64 = TensorProto.FLOAT, TensorProto.INT64
 EXPERTS, OUT, IN = 4, 6, 5
 
 
-def _routed(side: str, gather_axis: int = 0, weight_input: bool = False) -> onnx.ModelProto:
+def _routed(side: str, gather_axis: int = 0, weight_input: bool = False, index: str = "gather") -> onnx.ModelProto:
     """``y[s] = W[idx[s]] @ x[s]`` over S rows (dynamic): ``left``, W [E, O, I] times x unsqueezed to [S, I, 1];
     ``right``, x unsqueezed to [S, 1, I] times W [E, I, O]."""
     shape = (EXPERTS, OUT, IN) if side == "left" else (EXPERTS, IN, OUT)
     w = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     axis = [2] if side == "left" else [1]
-    nodes = [helper.make_node("Unsqueeze", ["x", "axis"], ["xu"]),
-             helper.make_node("Gather", ["w", "idx"], ["g"], axis=gather_axis),
+    gathers = {"gather": [helper.make_node("Gather", ["w", "idx"], ["g"], axis=gather_axis)],
+               # torch's dynamo exporter: GatherND of the index with a last axis of 1 (an Unsqueeze, or a Reshape)
+               "unsqueezed": [helper.make_node("Unsqueeze", ["idx", "last"], ["idx1"]),
+                              helper.make_node("GatherND", ["w", "idx1"], ["g"])],
+               "reshaped": [helper.make_node("Reshape", ["idx", "column"], ["idx1"]),
+                            helper.make_node("GatherND", ["w", "idx1"], ["g"])],
+               }[index]
+    nodes = [helper.make_node("Unsqueeze", ["x", "axis"], ["xu"]), *gathers,
              helper.make_node("MatMul", ["g", "xu"] if side == "left" else ["xu", "g"], ["y3"], name="routed"),
              helper.make_node("Squeeze", ["y3", "axis"], ["y"])]
     inputs = [helper.make_tensor_value_info("x", F, ["rows", IN]), helper.make_tensor_value_info("idx", I64, ["rows"])]
-    inits = [numpy_helper.from_array(np.array(axis, np.int64), "axis")]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in (
+        ("axis", axis), ("last", [-1]), ("column", [-1, 1]))]
     if weight_input:
         inputs.append(helper.make_tensor_value_info("w", F, list(w.shape)))
     else:
@@ -67,6 +74,52 @@ def test_a_routed_product_of_a_constant_stack_is_a_site(side):
                          ids=["gathered along another axis", "left, weights an input", "right, weights an input"])
 def test_other_products_are_not_sites(model):
     assert experts.sites(model, {"x": (7, IN), "idx": (7,)}) == []
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("index", ["unsqueezed", "reshaped"])
+def test_a_gathernd_of_a_stack_is_read_as_the_gather_it_is(side, index):
+    """torch's dynamo exporter gathers the routed stack with GatherND over an index of a last axis 1: no site as
+    exported, one as :func:`experts.as_gathers` writes it, whose values are the original's (negative indices, NaN
+    and infinite rows), an index out of range failing in both."""
+    model = _routed(side, index=index)
+    shapes = {"x": (7, IN), "idx": (7,)}
+    assert experts.sites(model, shapes) == []
+    gathered = experts.as_gathers(model, shapes)
+    assert not any(n.op_type in ("GatherND", "Unsqueeze") and n.input[0] == "idx" for n in gathered.graph.node)
+    (site,) = experts.sites(gathered, shapes)
+    assert (site.side, site.experts, site.outputs, site.inputs) == (side, EXPERTS, OUT, IN)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((7, IN)).astype(np.float32)
+    x[1, 2], x[3, 0], x[4] = np.nan, np.inf, -3e38
+    idx = rng.integers(-EXPERTS, EXPERTS, 7).astype(np.int64)
+    np.testing.assert_array_equal(_run(gathered, x, idx), _run(model, x, idx))
+    for m in (model, gathered):
+        with pytest.raises(Exception, match="(?i)indices|index|range|bound"):
+            _run(m, x[:3], np.array([0, EXPERTS, 1], np.int64))
+
+
+@pytest.mark.parametrize("last", [1, 2])
+def test_a_gathernd_is_a_gather_only_where_its_index_names_one_axis(last):
+    """An index [S, 1] given as an input: a Squeeze of it, then the Gather; an index of (expert, row) pairs [S, 2]
+    gathers rows of matrices, no stack: left as it is."""
+    w = np.random.default_rng(0).standard_normal((EXPERTS, OUT, IN)).astype(np.float32)
+    v = np.random.default_rng(1).standard_normal((IN, 3)).astype(np.float32)
+    nodes = [helper.make_node("GatherND", ["w", "idx"], ["g"]), helper.make_node("MatMul", ["g", "v"], ["y"])]
+    out = ["rows", IN, 3] if last == 1 else ["rows", 3]
+    graph = helper.make_graph(nodes, "nd", [helper.make_tensor_value_info("idx", I64, ["rows", last])],
+                              [helper.make_tensor_value_info("y", F, out)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(v, "v")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    written = experts.as_gathers(model, {"idx": (5, last)})
+    if last == 2:
+        assert written is model
+        return
+    assert [n.op_type for n in written.graph.node] == ["Squeeze", "Gather", "MatMul"]
+    idx = np.array([[0], [3], [-1], [2], [-4]], np.int64)
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (model, written)]
+    want, got = (s.run(None, {"idx": idx})[0] for s in sessions)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

@@ -1,0 +1,94 @@
+"""Verification draws on which the original's top-k choices are decided (:mod:`eqsat.ties`). Oracles: values built
+with a known gap between the k-th and next (exact ties, a few ulps, NaN rows), and onnxruntime running an original
+whose routing a candidate's rounding may flip at near-ties only, against a candidate that routes otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat import ties
+from eqsat.verify import ShapesVerifier, Verifier
+
+F = TensorProto.FLOAT
+EXPERTS, WIDTH = 4, 8
+
+
+def _router(sign: float = 1.0, largest: int = 1) -> onnx.ModelProto:
+    """``y[r] = sum of table[e] over the 2 experts e ranked first by round(2 x[r]) / 2 + sign * 1e-6 x[r]``: rows
+    whose second and third inputs fall in one bucket of 0.5 are ranked by the 1e-6 term alone (a near-tie, within
+    2^-16 of the values), the other rows by their buckets; ``sign`` -1 ranks a bucket's members the other way."""
+    table = np.random.default_rng(7).standard_normal((EXPERTS, WIDTH)).astype(np.float32)
+    consts = {"two": np.float32(2), "half": np.float32(0.5), "small": np.float32(sign * 1e-6),
+              "k": np.array([2], np.int64), "table": table, "one": np.array([1], np.int64)}
+    nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]), helper.make_node("Round", ["x2"], ["r"]),
+             helper.make_node("Mul", ["r", "half"], ["bucket"]), helper.make_node("Mul", ["x", "small"], ["t"]),
+             helper.make_node("Add", ["bucket", "t"], ["logits"]),
+             helper.make_node("TopK", ["logits", "k"], ["v", "idx"], axis=-1, largest=largest),
+             helper.make_node("Gather", ["table", "idx"], ["rows"], axis=0),
+             helper.make_node("ReduceSum", ["rows", "one"], ["y"], keepdims=0)]
+    graph = helper.make_graph(nodes, "router", [helper.make_tensor_value_info("x", F, ["n", EXPERTS])],
+                              [helper.make_tensor_value_info("y", F, ["n", WIDTH])],
+                              [numpy_helper.from_array(np.asarray(v), name) for name, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _undecided(values: np.ndarray, k: int = 2, axis: int = -1, largest: bool = True) -> bool:
+    screen = ties.Screen(onnx.ModelProto(), 0, ((axis, largest),))
+    return screen.undecided([values.astype(np.float32), np.array([k], np.int64)])
+
+
+def test_a_near_tie_at_the_kth_place_is_undecided():
+    row = np.array([[3.0, 1.0, 1.0, -2.0]], np.float32)
+    row[0, 2] = np.nextafter(np.nextafter(row[0, 1], 0), 0)  # second and third two ulps apart
+    assert _undecided(row)
+    assert not _undecided(row, k=1)  # the first place is clear
+    assert not _undecided(np.array([[3.0, 1.0, 1.0, -2.0]], np.float32))  # an exact tie: TopK's order is specified
+    assert not _undecided(np.array([[3.0, 1.0, 0.5, -2.0]], np.float32))
+    nan = row.copy()
+    nan[0, 3] = np.nan  # a row holding NaN: the edge draws' business
+    assert not _undecided(nan)
+    smallest = np.array([[3.0, -1.0, np.nextafter(np.float32(-1.0), np.float32(0)), 2.0]], np.float32)
+    assert _undecided(smallest, k=1, largest=False)  # the smallest: -1 and its neighbour at the first place
+    assert _undecided(row.T.copy(), axis=0)
+
+
+def test_the_screen_adds_outputs_after_the_originals_only_where_a_topk_is():
+    model = _router()
+    screen = ties.Screen.of(model)
+    assert screen.outputs == 1 and screen.topks == ((-1, True),)
+    assert [o.name for o in screen.model.graph.output][:1] == ["y"] and len(screen.model.graph.output) == 3
+    assert [o.name for o in model.graph.output] == ["y"]  # the original untouched
+    plain = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                                [helper.make_tensor_value_info("x", F, [2])],
+                                                [helper.make_tensor_value_info("y", F, [2])]))
+    assert ties.Screen.of(plain).model is plain
+
+
+PROBES = [("n=2", {"x": (2, EXPERTS)}), ("n=3", {"x": (3, EXPERTS)})]
+
+
+def test_a_candidate_that_differs_at_near_ties_only_passes_and_a_wrong_one_does_not(monkeypatch):
+    """The candidate ranks a bucket's members the other way: a near-tie, and only a near-tie, routes otherwise.
+    Without the screen the seeded draws hold one and the candidate is refused; with it, it passes; a candidate that
+    takes the k smallest is refused either way."""
+    original, rounding, wrong = _router(), _router(sign=-1.0), _router(largest=0)
+    assert ShapesVerifier(original, PROBES, seed=0).check(rounding).passed
+    assert Verifier(original, seed=0, input_shapes={"x": (2, EXPERTS)}).check(rounding).passed
+    assert not ShapesVerifier(original, PROBES, seed=0).check(wrong).passed
+    assert not Verifier(original, seed=0, input_shapes={"x": (2, EXPERTS)}).check(wrong).passed
+    monkeypatch.setattr(ties, "TIE_SHARE", 0.0)  # no draw is undecided: the draws as they come
+    assert not ShapesVerifier(original, PROBES, seed=0).check(rounding).passed
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_draws_are_the_seeds(seed):
+    runs = [ShapesVerifier(_router(), PROBES, seed=seed)._reference(*PROBES[1])[0] for _ in range(2)]
+    for (f1, o1), (f2, o2) in zip(*runs):
+        np.testing.assert_array_equal(f1["x"], f2["x"])
+        np.testing.assert_array_equal(o1[0], o2[0])
+        assert len(o1) == 1  # the original's outputs only
