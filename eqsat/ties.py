@@ -5,8 +5,9 @@ difference into another choice wherever its k-th and next values lie within roun
 what computes them (another GEMM's summation order, onnxruntime's weights packed or not) may then choose the other
 expert, and the output differs by a whole expert's product (a dynamo-exported GraniteMoE: one of 384 tokens with its
 second and third logits 4 ulps apart, 0.24 off in every candidate). Such a draw says nothing of the candidate, so
-the verification draws again where one occurs (:meth:`Screen.draw`, at most :data:`TRIES` draws; the last one kept
-whatever it holds). Exact ties are not drawn again (``TopK`` takes the lower index among equal values, which a
+the verification draws again where one occurs (:meth:`Screen.draw`, at most :data:`TRIES` draws, the last one kept
+whatever it holds; where that happens, a top-k over values that are near-tied on most draws, a vocabulary's, the
+later draws are taken as they come: no more runs of a slow original for them). Exact ties are not drawn again (``TopK`` takes the lower index among equal values, which a
 candidate must keep), nor are rows holding NaN or infinities (the edge draws are made for them).
 
 The screen is the original with each ``TopK`` of its main graph also giving its values and k as outputs, after the
@@ -28,18 +29,20 @@ TIE_SHARE = 2.0**-16
 """a row's k-th and next values closer than this share of its largest magnitude (and not equal) are within rounding
 of each other: the choice between them is the summation order's (float32 rounds at 2^-24 of a value; a product of
 a few hundred terms, to some 2^-20)"""
-TRIES = 8
+TRIES = 4
 """the most draws made for one verification draw"""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Screen:
     """The model to run in the original's place (``model``), the original's own outputs (``outputs``: the first
-    ones), and each exposed ``TopK``'s axis and direction (its values and k follow, in that order)."""
+    ones), each exposed ``TopK``'s axis and direction (its values and k follow, in that order), and whether a draw
+    found no decided one in :data:`TRIES` (``spent``: the later ones are not screened)."""
 
     model: onnx.ModelProto
     outputs: int
     topks: tuple[tuple[int, bool], ...] = ()
+    spent: bool = False
 
     @classmethod
     def of(cls, original: onnx.ModelProto) -> Screen:
@@ -91,11 +94,12 @@ class Screen:
 
     def draw(self, sess: ort.InferenceSession, make: Callable[[], dict[str, np.ndarray]],
              options: ort.RunOptions | None = None) -> tuple[dict[str, np.ndarray], list]:
-        """A draw of ``make`` on which every top-k choice is decided (at most :data:`TRIES` draws), and the
-        original's outputs on it."""
+        """A draw of ``make`` on which every top-k choice is decided (at most :data:`TRIES` draws; one where an
+        earlier draw found none), and the original's outputs on it."""
         for attempt in range(TRIES):
             feeds = make()
             outs = list(sess.run(None, feeds, options))
-            if not self.topks or attempt == TRIES - 1 or not self.undecided(outs[self.outputs:]):
+            if not self.topks or self.spent or not self.undecided(outs[self.outputs:]):
                 return feeds, outs[: self.outputs]
-        raise AssertionError("unreachable")
+            self.spent = attempt == TRIES - 1
+        return feeds, outs[: self.outputs]

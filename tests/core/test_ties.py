@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -92,3 +93,28 @@ def test_the_draws_are_the_seeds(seed):
         np.testing.assert_array_equal(f1["x"], f2["x"])
         np.testing.assert_array_equal(o1[0], o2[0])
         assert len(o1) == 1  # the original's outputs only
+
+
+def test_a_topk_near_tied_on_every_draw_stops_the_screen():
+    """``1 + 1e-5 x``: every row's values within 2^-16 of each other: the first draw tries :data:`ties.TRIES` times
+    and keeps its last; the later draws are taken as they come (no more runs of the original)."""
+    nodes = [helper.make_node("Mul", ["x", "small"], ["t"]), helper.make_node("Add", ["t", "one"], ["logits"]),
+             helper.make_node("TopK", ["logits", "k"], ["y", "idx"], axis=-1)]
+    consts = {"small": np.float32(1e-5), "one": np.float32(1.0), "k": np.array([2], np.int64)}
+    graph = helper.make_graph(nodes, "near", [helper.make_tensor_value_info("x", F, [2, EXPERTS])],
+                              [helper.make_tensor_value_info("y", F, [2, 2])],
+                              [numpy_helper.from_array(np.asarray(v), name) for name, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    screen = ties.Screen.of(model)
+    sess = ort.InferenceSession(screen.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng, made = np.random.default_rng(0), []
+
+    def make() -> dict[str, np.ndarray]:
+        made.append(1)
+        return {"x": rng.standard_normal((2, EXPERTS)).astype(np.float32)}
+
+    feeds, outs = screen.draw(sess, make)
+    assert len(made) == ties.TRIES and screen.spent and len(outs) == 1
+    np.testing.assert_array_equal(outs[0], -np.sort(-(1 + np.float32(1e-5) * feeds["x"]), axis=-1)[:, :2])
+    screen.draw(sess, make)
+    assert len(made) == ties.TRIES + 1
