@@ -246,14 +246,23 @@ def edge_draws(feeds: Mapping[str, np.ndarray], rng: np.random.Generator, edges:
     """The edge draws (of ``edges``) made from ``feeds``, each with what it holds: rows of -inf and a NaN in each
     float input in turn, the others as drawn (a -inf in the queries would hide what a -inf mask does), up to
     :data:`EDGE_INPUTS` of them; values near the range in every float input at once."""
-    floats = [n for n, v in feeds.items() if v.dtype.kind == "f" and v.size][:EDGE_INPUTS]
     out = []
-    for edge in edges:
-        for name in floats if edge != "near the range" else [None]:
-            drawn = edge_inputs(feeds, edge, rng, name)
-            if drawn is not None:
-                out.append((drawn, edge if name is None else f"{edge} in {name!r}"))
+    for edge, name in edge_cases(feeds, edges):
+        drawn = edge_inputs(feeds, edge, rng, name)
+        if drawn is not None:
+            out.append((drawn, edge_label(edge, name)))
     return out
 
 
-__all__ = ["EDGES", "NONFINITE_EDGES", "edge_draws", "edge_inputs", "fixed_shape", "index_bounds", "random_inputs"]
+def edge_cases(feeds: Mapping[str, np.ndarray], edges: Sequence[str] = EDGES) -> list[tuple[str, str | None]]:
+    """The (edge, float input) pairs :func:`edge_draws` makes, in its order (None: every float input at once)."""
+    floats = [n for n, v in feeds.items() if v.dtype.kind == "f" and v.size][:EDGE_INPUTS]
+    return [(edge, name) for edge in edges for name in (floats if edge != "near the range" else [None])]
+
+
+def edge_label(edge: str, name: str | None) -> str:
+    """What an edge draw holds, said."""
+    return edge if name is None else f"{edge} in {name!r}"
+
+
+__all__ = ["EDGES", "NONFINITE_EDGES", "edge_cases", "edge_draws", "edge_inputs", "edge_label", "fixed_shape", "index_bounds", "random_inputs"]

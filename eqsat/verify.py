@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,12 +12,12 @@ import onnxruntime as ort
 
 from .dims import derived_symbols, follow
 from .errors import InputError, first_line
-from .inputs import EDGES, NONFINITE_EDGES, edge_draws, index_bounds, random_inputs
+from .inputs import EDGES, NONFINITE_EDGES, edge_cases, edge_inputs, edge_label, index_bounds, random_inputs
 from .onnx import footprint
 from .onnx.branches import guard_bounds, table_guards, taken
 from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, shapes_text, symbols
 from .onnx.io import session
-from .ties import Screen
+from .ties import TRIES, Screen
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}
 
@@ -165,14 +165,17 @@ class Verifier:
         key = tuple(sorted(shapes.items()))
         if key not in self.runs:
             bounds = index_bounds(self.original)
-            rng = np.random.default_rng(self.seed)
+            rng, again, spent = np.random.default_rng(self.seed), np.random.default_rng(self.seed + 2), set[int]()
             try:  # draws on which the original's top-k choices are decided
-                self.runs[key] = [(*screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds)), "random")
-                                  for _ in range(self.draws)]
+                self.runs[key] = [(*screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds), spent=spent),
+                                   "random") for _ in range(self.draws)]
+            except InputError:
+                raise
             except Exception as e:  # noqa: BLE001 - the user's model and sizes: said as such, not a traceback
                 raise InputError(f"onnxruntime cannot run the original model on random inputs at input shapes "
                                  f"{shapes_text(shapes) or 'its own'}: {first_line(e)}") from e
-            self.runs[key] += self._edge_runs(s1, self.runs[key][0][0] if self.runs[key] else None)
+            self.runs[key] += self._edge_runs(s1, self.runs[key][0][0] if self.runs[key] else None,
+                                              lambda: random_inputs(s1, again, shapes, bounds), spent)
         worst_abs = worst_rel = 0.0
         passed = True
         detail = edge = ""
@@ -194,23 +197,40 @@ class Verifier:
                     detail = f"output {name!r} differs{_on(label)}: " + _difference(np.asarray(a), np.asarray(b))
         return Verification(passed, worst_abs, worst_rel, self.draws, detail, edge)
 
-    def _edge_runs(self, s1: ort.InferenceSession, first: dict[str, np.ndarray] | None) -> list:
+    def _edge_runs(self, s1: ort.InferenceSession, first: dict[str, np.ndarray] | None,
+                   again: Callable[[], dict[str, np.ndarray]], spent: set[int]) -> list:
         """The original's outputs on each edge draw made from the first random draw
-        (:func:`eqsat.inputs.edge_draws`), those the original itself runs (a model may refuse NaN in an input it checks: no check of the candidate there)."""
+        (:func:`eqsat.inputs.edge_draws`), those the original itself runs (a model may refuse NaN in an input it
+        checks: no check of the candidate there); one whose -inf leaves a near-tie among a row's finite values at a
+        top-k of the original is made again from another random draw (``again``; :mod:`eqsat.ties`)."""
         out: list = []
-        rng = np.random.default_rng(self.seed + 1)
-        for feeds, edge in edge_draws(first, rng, self.edges) if first is not None else ():
-            try:
-                with np.errstate(all="ignore"):
-                    out.append((feeds, self._screen.run(s1, feeds, QUIET), edge))
-            except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
-                continue
+        if first is None:
+            return out
+        rng, screen = np.random.default_rng(self.seed + 1), self._screen
+        for edge, name in edge_cases(first, self.edges):
+            base = first
+            for attempt in range(TRIES):
+                feeds = edge_inputs(base, edge, rng, name)
+                if feeds is None:
+                    break
+                try:
+                    with np.errstate(all="ignore"):
+                        outs = list(s1.run(None, feeds, QUIET))
+                except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
+                    break
+                near = screen.undecided(outs[screen.outputs:], spent) if screen.topks else set()
+                if not near or attempt == TRIES - 1:
+                    spent |= near
+                    out.append((feeds, outs[: screen.outputs], edge_label(edge, name)))
+                    break
+                base = again()
         return out
 
     def first_inputs(self) -> dict[str, np.ndarray] | None:
         """The first draw's inputs, when every candidate checked took the same input shapes (they are then the
         inputs :func:`eqsat.measurement.timing.timing_feeds` gives for the same seed, but for the masks it feeds
-        as served: :func:`eqsat.inputs.served`); None otherwise."""
+        as served, :func:`eqsat.inputs.served`, and where the draw was made again, :mod:`eqsat.ties`); None
+        otherwise."""
         return self.runs[next(iter(self.runs))][0][0] if len(self.runs) == 1 and self.draws else None
 
     def close(self) -> None:
@@ -273,10 +293,12 @@ class ShapesVerifier:
             rng, bounds = np.random.default_rng(self.seed), index_bounds(self.original)
             runs: list[tuple[dict[str, np.ndarray], list]] = []
             refused = False
-            s1 = self._session
+            s1, spent = self._session, set[int]()
             for _ in range(self.draws):
                 try:
-                    runs.append(self._screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds), QUIET))
+                    runs.append(self._screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds), QUIET, spent))
+                except InputError:  # inputs eqsat cannot draw: not the original's refusal
+                    raise
                 except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
                     refused = True
                     break

@@ -144,9 +144,11 @@ def as_gathers(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
     stacks' gather so). The same values (``W[i[...]]``); both check bounds and count a negative index from the end.
     ``model`` itself where there is none."""
     g = model.graph
+    if next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < 13:
+        return model  # (the Squeeze written takes its axes as an input; no site is read below 13 either)
     overridable = {vi.name for vi in g.input}
-    stacks = {t.name for t in g.initializer if t.name not in overridable and len(t.dims) == 3
-              and t.data_type in FLOATS}
+    consts = {t.name: t for t in g.initializer if t.name not in overridable}  # a default the user may feed: not read
+    stacks = {name for name, t in consts.items() if len(t.dims) == 3 and t.data_type in FLOATS}
     read_by_matmul = {i for n in g.node if n.op_type == "MatMul" for i in n.input}
     found = [n for n in g.node if n.op_type == "GatherND" and n.domain in ("", "ai.onnx") and n.input[0] in stacks
              and int_attr(n, "batch_dims", 0) == 0 and n.output[0] in read_by_matmul]
@@ -154,7 +156,6 @@ def as_gathers(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]
         return model
     shapes = _inferred(model, input_shapes or {})
     producer = {o: n for n in g.node for o in n.output}
-    consts = {t.name: t for t in g.initializer}
     out = onnx.ModelProto()
     out.CopyFrom(model)
     taken = names(g)

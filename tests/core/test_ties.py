@@ -40,7 +40,7 @@ def _router(sign: float = 1.0, largest: int = 1) -> onnx.ModelProto:
 
 def _undecided(values: np.ndarray, k: int = 2, axis: int = -1, largest: bool = True) -> bool:
     screen = ties.Screen(onnx.ModelProto(), 0, ((axis, largest),))
-    return screen.undecided([values.astype(np.float32), np.array([k], np.int64)])
+    return bool(screen.undecided([values, np.array([k], np.int64)]))
 
 
 def test_a_near_tie_at_the_kth_place_is_undecided():
@@ -53,6 +53,11 @@ def test_a_near_tie_at_the_kth_place_is_undecided():
     nan = row.copy()
     nan[0, 3] = np.nan  # a row holding NaN: the edge draws' business
     assert not _undecided(nan)
+    lowest = np.finfo(np.float32).min
+    assert not _undecided(np.array([[3.0, 1.0, 0.5, lowest]], np.float32), k=2)  # a mask's fill is no value's size
+    assert _undecided(np.array([[0.5, 1e-7, 1.5e-7, -0.5]], np.float32))  # near zero, within the row's rounding
+    half = np.array([[1.0, 0.5, np.nextafter(np.float16(0.5), np.float16(1))]], np.float16)
+    assert _undecided(half)  # float16's ulps: 2^-11 of a value, over float32's 2^-16 share
     smallest = np.array([[3.0, -1.0, np.nextafter(np.float32(-1.0), np.float32(0)), 2.0]], np.float32)
     assert _undecided(smallest, k=1, largest=False)  # the smallest: -1 and its neighbour at the first place
     assert _undecided(row.T.copy(), axis=0)
@@ -82,7 +87,7 @@ def test_a_candidate_that_differs_at_near_ties_only_passes_and_a_wrong_one_does_
     assert Verifier(original, seed=0, input_shapes={"x": (2, EXPERTS)}).check(rounding).passed
     assert not ShapesVerifier(original, PROBES, seed=0).check(wrong).passed
     assert not Verifier(original, seed=0, input_shapes={"x": (2, EXPERTS)}).check(wrong).passed
-    monkeypatch.setattr(ties, "TIE_SHARE", 0.0)  # no draw is undecided: the draws as they come
+    monkeypatch.setattr(ties, "share", lambda dtype: 0.0)  # no draw is undecided: the draws as they come
     assert not ShapesVerifier(original, PROBES, seed=0).check(rounding).passed
 
 
@@ -113,8 +118,11 @@ def test_a_topk_near_tied_on_every_draw_stops_the_screen():
         made.append(1)
         return {"x": rng.standard_normal((2, EXPERTS)).astype(np.float32)}
 
-    feeds, outs = screen.draw(sess, make)
-    assert len(made) == ties.TRIES and screen.spent and len(outs) == 1
+    spent: set[int] = set()
+    feeds, outs = screen.draw(sess, make, spent=spent)
+    assert len(made) == ties.TRIES and spent == {0} and len(outs) == 1
     np.testing.assert_array_equal(outs[0], -np.sort(-(1 + np.float32(1e-5) * feeds["x"]), axis=-1)[:, :2])
-    screen.draw(sess, make)
+    screen.draw(sess, make, spent=spent)
     assert len(made) == ties.TRIES + 1
+    screen.draw(sess, make)  # another caller's draws (other input shapes): screened again
+    assert len(made) == 2 * ties.TRIES + 1
