@@ -104,11 +104,6 @@ class Screen:
                 out.add(i)
         return out
 
-    def run(self, sess: ort.InferenceSession, feeds: dict[str, np.ndarray],
-            options: ort.RunOptions | None = None) -> list:
-        """The original's outputs on ``feeds`` (``sess`` a session of :attr:`model`)."""
-        return list(sess.run(None, feeds, options))[: self.outputs]
-
     def draw(self, sess: ort.InferenceSession, make: Callable[[], dict[str, np.ndarray]],
              options: ort.RunOptions | None = None, spent: set[int] | None = None
              ) -> tuple[dict[str, np.ndarray], list]:

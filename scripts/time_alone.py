@@ -31,15 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from compare_programs import shapes_of  # noqa: E402  (this folder: the --shape reader)
+
 from eqsat.measurement.runtimes import Program, feeds_for  # noqa: E402
-
-
-def shapes_of(items: list[str]) -> dict[str, tuple[int, ...]]:
-    out = {}
-    for item in items:
-        key, _, dims = item.partition("=")
-        out[key] = tuple(int(d) for d in dims.split(","))
-    return out
 
 
 def child(path: str, feeds_path: str, calls: int, warmup: int, threads: int) -> None:
