@@ -29,6 +29,7 @@ from eqsat.onnx.fitting import REFUSED, Sizes, fit_runs, fit_vectors, run_values
 from eqsat.onnx.footprint import static_shapes
 from eqsat.onnx.interface import shapes_at, symbols
 from eqsat.onnx.kernels import UpgradeError, converted
+from eqsat.onnx.shape_values import shape_values
 
 from .keys import Key, batch_key
 
@@ -360,8 +361,18 @@ class Original:
                 self._sources[opset] = (None, first_line(e))
         return self._sources[opset]
 
+    @functools.cached_property
+    def decided(self) -> dict[str, list[Mono]]:
+        """The original's small integer values whose entries the shapes decide, read without a run
+        (:func:`eqsat.onnx.shape_values.shape_values`): a 30-layer decoder's Reshape targets and the vectors before
+        its Expands were twenty runs of the whole model at further sizes."""
+        return shape_values(self.model)
+
     def _fitted(self, names: Sequence[str], known: dict[str, Entries],
                 fit: Callable[..., list[list[Mono | None]] | None]) -> list[Entries]:
+        for name in dict.fromkeys(names):
+            if name not in known and name in self.decided:
+                known[name] = list(self.decided[name])
         missing = [n for n in dict.fromkeys(names) if n not in known]
         if missing:
             self.runs += 1

@@ -11,6 +11,7 @@ import onnx
 from eqsat.onnx.dataflow import prune, shape_only
 from eqsat.onnx.fitting import REFUSED, run_values
 from eqsat.onnx.interface import interface, symbol_values
+from eqsat.onnx.shape_values import evaluate
 from eqsat.onnx.symbolic import constant_value, infer_node
 
 from .annotate import annotate, declare, note_outputs
@@ -215,8 +216,13 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
             w.types.setdefault(out, elem)
             w.shapes.setdefault(out, shape)
         if small_vector(w, out):
-            w.fits.vectors[out] = None
-            w.fits.pending.append(out)
+            # its entries read off the shapes and the vectors known, where each is one monomial of the interface's
+            # symbols at every size (as a fit's are); else fitted from runs (pending)
+            entries = evaluate(out, w.made.get, w.sized, w.known, w.shapes)
+            w.fits.vectors[out] = entries if entries is not None and all(
+                s in w.values for m in entries for s, _ in m.powers) else None
+            if w.fits.vectors[out] is None:
+                w.fits.pending.append(out)
         elif out in w.shaped.boundary:
             w.shaped.pending.append(out)
 

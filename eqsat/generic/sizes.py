@@ -32,7 +32,8 @@ class SizeWriter:
         self.nodes: list[onnx.NodeProto] = []
         self.ports: list[str] = []
         self.written: dict[str, list[Mono]] = {}
-        """the vectors :meth:`vector` wrote (name -> entries), which shape inference reads as sizes"""
+        """the vectors :meth:`vector` wrote (name -> entries; a scalar's one), which shape inference reads as sizes (a
+        Reshape's target, a Range's length)"""
 
     def fresh(self, base: str) -> str:
         while True:
@@ -66,8 +67,7 @@ class SizeWriter:
         key = ("scalar:" if scalar else "vector:") + ",".join(m.key() for m in monos)
         if key not in self.cache:
             self.cache[key] = self._vector(monos, scalar)
-            if not scalar:
-                self.written[self.cache[key]] = list(monos)
+            self.written[self.cache[key]] = list(monos)
         return self.cache[key]
 
     def _vector(self, monos: list[Mono], scalar: bool) -> str:

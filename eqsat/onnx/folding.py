@@ -6,6 +6,7 @@ and the values of Constant nodes and sparse initializers.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -67,13 +68,36 @@ def indices_read(graph: onnx.GraphProto) -> set[str]:
     return {n.input[k] for n in graph.node if (k := GATHERS.get(n.op_type)) is not None and len(n.input) > k}
 
 
+FOLD_MEMO_BYTES = 1 << 16
+"""folds whose inputs and values are each at most this many bytes are kept (:attr:`ModelRuns.folds`): shape
+arithmetic, not a weight transposed"""
+
+
+def _fold_key(node: onnx.NodeProto, feeds: Mapping[str, np.ndarray]) -> bytes | None:
+    """A digest of ``node`` and its inputs' values (None where they are large)."""
+    if sum(np.asarray(v).nbytes for v in feeds.values()) > FOLD_MEMO_BYTES or \
+            any(np.asarray(v).dtype.kind not in "biufc" for v in feeds.values()):
+        return None
+    h = hashlib.blake2b(node.SerializeToString(deterministic=True), digest_size=20)
+    for name, v in feeds.items():
+        a = np.ascontiguousarray(v)
+        h.update(b"|%s|%s|%s|" % (name.encode(), a.dtype.str.encode(), ",".join(map(str, a.shape)).encode()))
+        h.update(a.tobytes())
+    return h.digest()
+
+
 class ModelRuns:
     """onnxruntime and onnx on the model being imported. ``values`` and ``weights`` are the importer's (read when
     asked: the input leaves for a run of the model, the integer weights shape inference may read)."""
 
     def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]],
-                 values: Mapping[str, Node], weights: Mapping[str, np.ndarray]):
+                 values: Mapping[str, Node], weights: Mapping[str, np.ndarray],
+                 folds: dict[bytes, dict[str, np.ndarray] | None] | None = None):
         self.model = model
+        self.folds = {} if folds is None else folds
+        """small folds made so far (a digest of the node and its inputs -> its values), shared by the imports of
+        one model (:func:`eqsat.onnx.importer.import_model` walks it up to three times: a 30-layer decoder's 3,000
+        folds of shape arithmetic, each a session, made once)"""
         self.g = model.graph
         self.input_shapes = input_shapes
         self.values = values
@@ -102,23 +126,38 @@ class ModelRuns:
 
         names = list(dict.fromkeys([i for i in node.input if i] + implicit))
         feeds = {n: consts[n] for n in names}
+        key = _fold_key(node, feeds)
+        if key is not None and key in self.folds:
+            return self.folds[key]
         model = self.node_model(node, names, [(v.shape, v.dtype.name) for v in feeds.values()])
         outs = [o for o in node.output if o]
+        got: dict[str, np.ndarray] | None = None
         try:
             results = session(model).run(outs, feeds)
+            got = {name: np.asarray(val) for name, val in zip(outs, results)}
         except Exception:  # noqa: BLE001 - a kernel onnxruntime lacks for these dtypes, ...
             try:
                 results = ReferenceEvaluator(model).run(outs, feeds)
+                got = {name: np.asarray(val) for name, val in zip(outs, results)}
             except Exception:  # noqa: BLE001 - neither can: carry the node
-                return None
-        return {name: np.asarray(val) for name, val in zip(outs, results)}
+                got = None
+        if key is not None and (got is None or sum(v.nbytes for v in got.values()) <= FOLD_MEMO_BYTES):
+            self.folds[key] = got
+        return got
 
-    def output_types(self, node: onnx.NodeProto, names: list[str], ins: list[Node]) -> list[Type]:
-        """Static output shapes and dtypes: onnx shape inference on the node alone, else a run of the model."""
+    def output_types(self, node: onnx.NodeProto, names: list[str], ins: list[Node],
+                     sized: Mapping[str, np.ndarray] | None = None) -> list[Type]:
+        """Static output shapes and dtypes: onnx shape inference on the node alone, else a run of the model.
+        ``sized``: the values at these sizes of small integer vectors the model computes from its shapes (the
+        importer's, :attr:`eqsat.onnx.importer.Importer.sized`), read by the inference as constants: an Expand to a
+        computed shape (transformers' ``repeat_kv`` in every layer) is then typed without running the layers before
+        it."""
         unique = dict(zip(names, ins))
         inits = [numpy_helper.from_array(self.weights[n.name], name) for name, n in unique.items()
                  if n.op == "weight" and n.name is not None and n.name in self.weights
                  and self.weights[n.name].dtype.kind in "iub"]
+        inits += [numpy_helper.from_array(np.asarray(sized[name]), name) for name in unique
+                  if sized is not None and name in sized and name not in {t.name for t in inits}]
         model = self.node_model(node, list(unique), [(n.shape, n.dtype) for n in unique.values()], inits)
         found: dict[str, onnx.ValueInfoProto] = {}
         try:

@@ -122,17 +122,27 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     return out
 
 
+class _Shared:
+    """What the walks of one model at one set of sizes share (:func:`import_model` walks it up to three times): the
+    live Shapes and the folds made."""
+
+    def __init__(self, model: onnx.ModelProto, generic: bool):
+        self.live = live_shapes(model) if generic else set()
+        self.folds: dict[bytes, dict[str, np.ndarray] | None] = {}
+
+
 class _Importer:
     def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]], generic: bool = False,
                  fitted: Mapping[str, tuple[int, ...]] | None = None, source: str | None = None,
-                 folded: Mapping[str, np.ndarray] | None = None):
+                 folded: Mapping[str, np.ndarray] | None = None, shared: _Shared | None = None):
+        shared = shared or _Shared(model, generic)
         self.model = model
         self.folded = dict(folded or {})
         """small values an earlier import of the model folded (:meth:`small_folded`): the composite patterns read
         them, as they read the initializers (TorchScript computes a rotary half's bound, ``x.shape[-1] // 2``,
         from a Shape that only the walk folds)"""
         self.source = source  # the user's name of the model (its path), for messages
-        self.live = live_shapes(model) if generic else set()  # Shape nodes kept: their values meet the data
+        self.live = shared.live  # Shape nodes kept: their values meet the data
         self.generic = generic  # dynamic dimensions are symbolic (eqsat.dims)
         self.fitted = dict(fitted or {})  # opaque output -> its shape at the fingerprints, read off runs
         self.fp_values: dict[str, np.ndarray] = {}  # a value computed from shapes -> it at the fingerprints, if small
@@ -148,10 +158,14 @@ class _Importer:
         self.sized: dict[str, np.ndarray] = {}
         """the small integer values computed from kept (live) Shapes alone, at the representative sizes: a Reshape
         to one is imported as a reshape to that target (its symbols read as a folded target's are)"""
+        self.typed: dict[str, np.ndarray] = {}
+        """the small boolean values computed as :attr:`sized` values are, and the values computed from those (the
+        ``Where(Equal(shape, -1), 1, shape)`` torch writes before an Expand): read only to type the opaque nodes
+        that read them (:meth:`_opaque`), never as a Reshape target"""
         self.weights: dict[str, np.ndarray] = {}
         self._names: set[str] = set()
         self.origins: list[Origin] = []
-        self.runs = ModelRuns(model, self.input_shapes, self.values, self.weights)
+        self.runs = ModelRuns(model, self.input_shapes, self.values, self.weights, shared.folds)
 
     # -- helpers -------------------------------------------------------------------------------
     def _unique(self, base: str | None) -> str:
@@ -416,14 +430,18 @@ class _Importer:
             a = onnx_attrs(node)
             self.sized[node.output[0]] = shape[a.get("start", 0): a.get("end", len(shape))]
             return
-        if not any(i in self.sized for i in ins) or not all(i == "" or i in self.consts or i in self.sized
-                                                            for i in ins):
+        known = {**self.sized, **self.typed}
+        if not any(i in known for i in ins) or not all(i == "" or i in self.consts or i in known for i in ins):
             return
-        folded = self.runs.fold(node, implicit, {**self.consts, **{i: self.sized[i] for i in ins if i in self.sized}})
+        folded = self.runs.fold(node, implicit, {**self.consts, **{i: known[i] for i in ins if i in known}})
+        through = any(i in self.typed for i in ins)
         for name, value in (folded or {}).items():
             value = np.asarray(value)
-            if value.dtype.kind in "iu" and value.size <= 8 and value.ndim <= 1:
-                self.sized[name] = value
+            if value.dtype.kind in "iub" and value.size <= 8 and value.ndim <= 1:
+                if value.dtype.kind in "iu" and not through:
+                    self.sized[name] = value
+                else:
+                    self.typed[name] = value
 
     def _same_type_cast(self, node: onnx.NodeProto) -> bool:
         """Whether ``node`` is a Cast to its input's own element type (torch writes them, e.g. T5's LayerNorm
@@ -527,7 +545,7 @@ class _Importer:
             k += bool(name)
         names = present + implicit
         ins = [self.value(i) for i in names]
-        shapes = self.runs.output_types(node, names, ins)
+        shapes = self.runs.output_types(node, names, ins, {**self.sized, **self.typed})
         touches = any(n in self.fp_opaque for n in names) or any(
             isinstance(d, Dim) and d.mono is None for i in ins for d in i.shape)  # a size no monomial fits
         known = {n: self.fp_values[n] for n in names if n in self.fp_values} if touches else {}  # else runs fit it
@@ -579,15 +597,16 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     prepared = prepare(model, input_shapes or {})
     if generic:
         prepared = simplified(prepared, input_shapes or {})
-    importer = _Importer(prepared, input_shapes or {}, generic, source=source)
+    shared = _Shared(prepared, generic)
+    importer = _Importer(prepared, input_shapes or {}, generic, source=source, shared=shared)
     graph = importer.run()
     folded = importer.small_folded()
     if folded is not None:  # composites whose constants the walk computes (TorchScript's rotary bounds): again
-        importer = _Importer(prepared, input_shapes or {}, generic, source=source, folded=folded)
+        importer = _Importer(prepared, input_shapes or {}, generic, source=source, folded=folded, shared=shared)
         graph = importer.run()
     if importer.unfitted and not is_large(prepared):  # shapes that follow the data: read off runs, imported again
         fitted = fitted_fingerprints(prepared, importer.unfitted, symbol_values(prepared, input_shapes or {}))
         if fitted:
-            graph = _Importer(prepared, input_shapes or {}, generic, fitted, source, folded).run()
+            graph = _Importer(prepared, input_shapes or {}, generic, fitted, source, folded, shared).run()
     check_value_sizes(graph)
     return graph

@@ -258,6 +258,16 @@ def _expanded(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes
     return out
 
 
+def _ranged(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    """A Range from 0 by 1 to a size (position ids up to the sequence's length): that many entries."""
+    start, limit, delta = (sizes.entries(node, k) for k in range(3))
+    if start is None or limit is None or delta is None or len(limit) != 1 or [len(start), len(delta)] != [1, 1] \
+            or not _is(start[0], 0) or not _is(delta[0], 1):
+        return None
+    end = limit[0]
+    return [end] if _size(end) is not None or (end.is_const and end.coef >= 0 and end.coef.denominator == 1) else None
+
+
 def _resized(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
     """A Resize to a size vector (its input 3, over its ``axes`` where given), which it takes as the output's sizes
     under the default ``keep_aspect_ratio_policy`` ("stretch"); one by ``scales`` is left to onnx."""
@@ -275,10 +285,11 @@ def _resized(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes:
 
 
 COMPLETED: dict[str, Callable[[onnx.NodeProto, Mapping[str, SymShape | None], _Sizes], SymShape | None]] = {
-    "Reshape": _reshaped, "Flatten": _flattened, "Tile": _tiled, "Expand": _expanded, "Resize": _resized}
+    "Reshape": _reshaped, "Flatten": _flattened, "Tile": _tiled, "Expand": _expanded, "Resize": _resized,
+    "Range": _ranged}
 """the operators whose output sizes onnx's inference leaves unknown where they are products of symbols (a Reshape's
 ``-1`` over ``[batch*seq, 384]``, a Flatten, a Tile of a symbolic axis) or read off a size vector computed at run time
-(a Resize to sizes): each given by monomial arithmetic from its
+(a Resize to sizes, a Range to a length): each given by monomial arithmetic from its
 input's symbolic shape and its size vector, constant or of known monomials (``infer_node`` fills the sizes onnx left
 unknown only)"""
 

@@ -58,7 +58,20 @@ def _counted(monkeypatch, original: onnx.ModelProto) -> list[int]:
     return runs
 
 
+def _runs_only(monkeypatch) -> None:
+    """The writer with no vector decided by the shapes (:mod:`eqsat.onnx.shape_values`, and no Range's length read
+    off its limit): each fitted from runs, as a vector the shapes do not decide is (a size read off a value the data
+    computes), which the tests below count."""
+    from eqsat.generic import rewrite
+    from eqsat.onnx import symbolic
+
+    monkeypatch.setattr(original_module, "shape_values", lambda *args, **kwargs: {})
+    monkeypatch.setattr(rewrite, "evaluate", lambda *args, **kwargs: None)
+    monkeypatch.setattr(symbolic, "COMPLETED", {k: v for k, v in symbolic.COMPLETED.items() if k != "Range"})
+
+
 def test_carried_facts_write_the_same_programs_with_fewer_runs_of_the_original(bert, monkeypatch):
+    _runs_only(monkeypatch)
     values = symbol_values(bert, SHAPES)
     candidates = _candidates(bert)
     runs = _counted(monkeypatch, bert)
@@ -73,6 +86,26 @@ def test_carried_facts_write_the_same_programs_with_fewer_runs_of_the_original(b
     # open (:func:`eqsat.generic.reshapes.alike_target`); carried, the second reads the first's
     assert anew > 0 and runs[0] * 2 == anew, (anew, runs[0])
     assert facts.runs == 2
+
+
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_vectors_the_shapes_decide_write_the_programs_the_runs_wrote(name, bert, tmp_path, monkeypatch):
+    """The original's small vectors and the program's read off the shapes (:mod:`eqsat.onnx.shape_values`) where
+    each entry is one monomial at every size: the same bytes as each fitted from runs of the original at further
+    sizes (the oracle: onnxruntime's values there), with fewer runs of it."""
+    model = bert if name == "bert" else zoo.export_dynamic(name, "torchscript", str(tmp_path / f"{name}.onnx"))
+    shapes = {i.name: (1, 64) for i in model.graph.input}
+    values = symbol_values(model, shapes)
+    program = export_model(import_model(model, shapes, generic=True))
+    runs = _counted(monkeypatch, model)
+    with monkeypatch.context() as only:
+        _runs_only(only)
+        fitted = make_generic(program, model, values, Original(model, values))
+    fitted_runs, runs[0] = runs[0], 0
+    decided = make_generic(program, model, values, Original(model, values))
+    assert decided.model.SerializeToString() == fitted.model.SerializeToString()
+    assert decided.notes == fitted.notes
+    assert runs[0] < fitted_runs, (runs[0], fitted_runs)
 
 
 def test_what_is_written_from_carried_facts_computes_what_the_original_does(bert):
@@ -144,6 +177,7 @@ def _layers(count: int = 8) -> onnx.ModelProto:
 
 
 def test_the_import_fits_the_originals_vectors_in_one_batch(monkeypatch):
+    _runs_only(monkeypatch)
     # the import's rewrite is of the original itself: the small integer vectors it writes are the original's; once
     # the runs of the program written so far have run more nodes than PREFETCH_AFTER times the original's (Swin
     # V2: 237 runs of growing prefixes; here from the first), the rest are read off one batch of runs of it;
@@ -218,12 +252,13 @@ def test_a_batch_that_fails_at_a_size_keeps_only_the_values_that_run_at_every_si
     assert facts.runs == 1
 
 
-def test_the_import_s_facts_are_carried_to_the_candidates_within_a_run(tmp_path):
+def test_the_import_s_facts_are_carried_to_the_candidates_within_a_run(tmp_path, monkeypatch):
     """Within a run's scope (eqsat.generic.carried) the import's rewrite of the user's model and the candidates'
     share one Original: the symbolic shapes it knew of the original's values are carried (each the shape
     onnxruntime computes at other sizes), so a candidate's rewrite runs less (a Llama's: the original read as the
     import read it, for its guarded tables, fits none of its values again), the programs written are the bytes
     written without it, and outside a scope each ask makes its own."""
+    _runs_only(monkeypatch)
     llama = zoo.export_dynamic("llama", "torchscript", str(tmp_path / "llama.onnx"))
     shapes = {i.name: (1, 64) for i in llama.graph.input}
     values = symbol_values(llama, shapes)
@@ -252,6 +287,7 @@ def test_the_import_s_facts_are_carried_to_the_candidates_within_a_run(tmp_path)
 
 
 def test_the_original_s_targets_are_read_off_the_runs_that_say_it_runs(monkeypatch):
+    _runs_only(monkeypatch)
     """Where the fits ask whether the original runs at a size (REFUSED, as the writer's rewrites of the candidates
     set it), that run of the whole original gives its small values there too: a fit of its Reshape targets runs a
     batch of its own only at the representative sizes (a mixture of experts' targets lie deep in the model, and a

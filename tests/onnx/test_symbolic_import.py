@@ -46,10 +46,10 @@ def test_symbolic_dimensions_are_the_sizes_at_other_sizes(exporter, tmp_path):
 
 
 def test_a_value_typed_by_onnxruntime_runs_only_the_part_of_the_model_it_depends_on(monkeypatch):
-    """A Slice of a position buffer to an end computed from the input's shape (BERT's position ids): onnx's shape
-    inference on the node alone cannot type it, onnxruntime does, on the nodes it depends on only (not the whole
-    model's values and weights: BERT-base's import held them all, 2.8 GB); the shape is the one onnxruntime
-    gives running the whole model (the oracle)."""
+    """A runtime operator (com.microsoft's Gelu) of a Slice of a position buffer to an end computed from the
+    input's shape (BERT's position ids): onnx's shape inference on the node alone cannot type it, onnxruntime
+    does, on the nodes it depends on only (not the whole model's values and weights: BERT-base's import held them
+    all, 2.8 GB); the shape is the one onnxruntime gives running the whole model (the oracle)."""
     import numpy as np
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
@@ -61,13 +61,14 @@ def test_a_value_typed_by_onnxruntime_runs_only_the_part_of_the_model_it_depends
              helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
              helper.make_node("Unsqueeze", ["seq", "zero_axis"], ["end"]),
              helper.make_node("Slice", ["positions", "start", "end", "axis1"], ["pos"]),
-             helper.make_node("Cast", ["pos"], ["pos_f"], to=TensorProto.FLOAT)]
+             helper.make_node("Cast", ["pos"], ["pos_c"], to=TensorProto.FLOAT),
+             helper.make_node("Gelu", ["pos_c"], ["pos_f"], domain="com.microsoft")]
     h = "x"
     for k in range(6):  # layers the position ids do not depend on
         nodes.append(helper.make_node("MatMul", [h, f"w{k}"], [f"h{k}"]))
         h = f"h{k}"
     nodes.append(helper.make_node("Add", [h, "pos_t"], ["y"]))
-    nodes.insert(5, helper.make_node("Unsqueeze", ["pos_f", "last_axis"], ["pos_t"]))
+    nodes.insert(6, helper.make_node("Unsqueeze", ["pos_f", "last_axis"], ["pos_t"]))
     ints = {"one": [1], "zero_axis": [0], "start": [0], "axis1": [1], "last_axis": [2]}
     inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
     inits[0] = numpy_helper.from_array(np.array(1, np.int64), "one")
@@ -75,7 +76,7 @@ def test_a_value_typed_by_onnxruntime_runs_only_the_part_of_the_model_it_depends
     inits += [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{k}") for k in range(6)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
     runs: list[onnx.ModelProto] = []
     real = folding.session
@@ -89,10 +90,68 @@ def test_a_value_typed_by_onnxruntime_runs_only_the_part_of_the_model_it_depends
     y = whole.run(["y"], {"x": rng.standard_normal((2, 16, 8)).astype(np.float32)})[0]
     assert [int(d) for d in graph_ir.outputs[0].shape] == list(y.shape)
     whole_runs = [m for m in runs if len(m.graph.output) > 1]  # the runs that typed values (not one-node folds)
-    assert whole_runs, "the Slice was typed without onnxruntime: the test no longer covers the run"
+    assert whole_runs, "the Gelu was typed without onnxruntime: the test no longer covers the run"
     for m in whole_runs:
         assert not any(n.op_type == "MatMul" for n in m.graph.node)
         assert not any(t.name.startswith("w") for t in m.graph.initializer)
+
+
+def test_an_expand_to_a_shape_computed_from_the_shapes_is_typed_without_a_run(monkeypatch):
+    """transformers' ``repeat_kv`` as TorchScript writes it in every layer: an Expand to ``Where(Equal(t, -1),
+    ones, t)`` of a target ``t`` concatenated from the sizes of a value the layers compute. onnx's inference on
+    the Expand alone cannot type it, and each layer's ran the layers before it (a 30-layer decoder's import: 48
+    runs, 29 s); read from the sizes the import holds (with the boolean in between), it is typed by inference,
+    with no run; its shape and the output's are onnxruntime's on the whole model at two sizes (the oracle). (A
+    model of fewer weights than ``SIMPLIFIED_WEIGHTS`` has the target written as a constant before.)"""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from eqsat.onnx import folding
+
+    rng = np.random.default_rng(0)
+    ints = {"zero": 0, "one": 1}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Shape", ["h"], ["shape"])]
+    parts = []
+    for k, name in enumerate(("zero", "one")):
+        nodes += [helper.make_node("Gather", ["shape", name], [f"d{k}"], axis=0),
+                  helper.make_node("Unsqueeze", [f"d{k}", "axes0"], [f"u{k}"])]
+        parts.append(f"u{k}")
+    nodes += [helper.make_node("Concat", [parts[0], parts[1], "two", "eight"], ["cat"], axis=0),
+              helper.make_node("Reshape", ["cat", "flat"], ["target"]),
+              helper.make_node("Shape", ["target"], ["tlen"]),
+              helper.make_node("ConstantOfShape", ["tlen"], ["ones"],
+                               value=numpy_helper.from_array(np.array([1], np.int64))),
+              helper.make_node("Mul", ["ones", "minus"], ["minus_ones"]),
+              helper.make_node("Equal", ["target", "minus_ones"], ["is_minus"]),
+              helper.make_node("Where", ["is_minus", "ones", "target"], ["expand_to"]),
+              helper.make_node("Unsqueeze", ["h", "axes2"], ["h4"]),
+              helper.make_node("Expand", ["h4", "expand_to"], ["e"]),
+              helper.make_node("Relu", ["e"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+              {"axes0": [0], "axes2": [2], "two": [2], "eight": [8], "flat": [-1], "minus": -1}.items()]
+    inits.append(numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "w"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 2, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    from eqsat.onnx import importer
+
+    # as a model past the weights the import rewrites first (the rewrite writes the target as a constant)
+    monkeypatch.setattr(importer, "SIMPLIFIED_WEIGHTS", 0)
+    runs: list[bool] = []
+    real = folding.ModelRuns._run_all
+    monkeypatch.setattr(folding.ModelRuns, "_run_all", lambda self, node, whole=False: (
+        runs.append(whole), real(self, node, whole))[1])
+    whole = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for b, s in ((2, 16), (3, 5)):
+        g = import_model(model, shapes_at(model, {"b": b, "s": s}), generic=True)
+        y = whole.run(["y"], {"x": rng.standard_normal((b, s, 8)).astype(np.float32)})[0]
+        assert y.shape == (b, s, 2, 8)
+        assert [int(d) for d in g.outputs[0].shape] == list(y.shape)
+    assert runs == []
 
 
 def _batch_power(d: int, batch_fp: int) -> int:
