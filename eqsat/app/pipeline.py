@@ -479,6 +479,8 @@ class Run:
             self.say(f"the extracted program left out: {edge_failure}")
         else:
             self.say(f"verified: max abs error {verification.max_abs_error:.2e}"
+                     + (f" (within onnxruntime's own spread on the original, {verification.spread:.2e}: its run "
+                        "without graph optimizations differs as much)" if verification.spread else "")
                      + (f"; {len(built)} distinct candidates" if len(built) > 1 else ""))
         head = built[0]
         head.entry.max_abs_error = verification.max_abs_error

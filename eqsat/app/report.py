@@ -122,10 +122,13 @@ class VerificationReport:
     max_rel_error: float
     draws: int
     seed: int
+    spread: float = 0.0
+    """where an output matched only within onnxruntime's own spread on the original (a float16 or quantized graph:
+    :class:`eqsat.verify.Spread`), the largest such spread; 0 where every output matched within the tolerance"""
 
     @classmethod
     def of(cls, check: Verification, seed: int) -> VerificationReport:
-        return cls(check.passed, check.max_abs_error, check.max_rel_error, check.draws, seed)
+        return cls(check.passed, check.max_abs_error, check.max_rel_error, check.draws, seed, check.spread)
 
 
 @dataclass
@@ -264,7 +267,7 @@ class Report:
         optimized = self.shipped
         return jsonable({
             "verified": v.verified, "max_abs_error": v.max_abs_error, "max_rel_error": v.max_rel_error,
-            "seed": v.seed, "config": self.config.to_json(), "times": self.times,
+            "verification_spread": v.spread, "seed": v.seed, "config": self.config.to_json(), "times": self.times,
             "memory_mb": self.memory_mb, "blocks": self.blocks, "egraph": self.egraph,
             "extraction": self.extraction, "original_cost": self.original_cost,
             "optimized_cost": self.optimized_cost, "estimated_speedup": self.estimated_speedup,
