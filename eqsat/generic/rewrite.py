@@ -3,6 +3,8 @@ passes (:func:`run`), each node of the program in order through :func:`write_nod
 
 from __future__ import annotations
 
+import contextvars
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -65,6 +67,17 @@ def runs_where(written: onnx.ModelProto, model: onnx.ModelProto, values: Mapping
         or run_values(model, [o.name for o in model.graph.output], shapes=True)(values) is None
 
 
+SIMPLIFY_SECONDS = 60.0
+"""the import's rewrite of the user's model (:func:`simplify_for_import`), a best effort, stops after this long and
+the model is imported as it is: a 36,772-node RWKV export (TorchScript unrolls its 128 steps) fitted sizes off runs
+of ever longer prefixes of it for 13 minutes before it was stopped; a 4-layer model's takes seconds"""
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("_DEADLINE", default=None)
+
+
+class _TooLong(Exception):
+    """The import's rewrite passed :data:`SIMPLIFY_SECONDS`."""
+
+
 def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto | None:
     """A dynamic-axes ``model`` (at ``input_shapes``) with its computations from the shapes alone written in the forms
     the importer reads (:func:`eqsat.onnx.importer.simplified`): every form a model read again takes where that
@@ -75,14 +88,20 @@ def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple
     candidate is written from the original and verified at several sizes."""
     values = symbol_values(model, input_shapes)
     facts = Original.of(model, values)  # the second try reads the first's runs; the candidates' rewrites, both
-    for forms in (Forms.IMPORT, Forms.TABLES):  # every form (the e-graph starts near the static program's size)
-        try:
-            written = rewrite(model, model, values, forms, facts)
-        except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
-            continue
-        if set(written.notes) <= set(written.unnamed_constant_outputs):
-            return written.model
-    return None
+    token = _DEADLINE.set(time.monotonic() + SIMPLIFY_SECONDS)
+    try:
+        for forms in (Forms.IMPORT, Forms.TABLES):  # every form (the e-graph starts near the static program's size)
+            try:
+                written = rewrite(model, model, values, forms, facts)
+            except _TooLong:
+                return None
+            except Exception:  # noqa: BLE001 - a best effort: the user's chains are imported as they are
+                continue
+            if set(written.notes) <= set(written.unnamed_constant_outputs):
+                return written.model
+        return None
+    finally:
+        _DEADLINE.reset(token)
 
 
 def rewrite(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int], forms: Forms,
@@ -115,7 +134,10 @@ def _run(w: Rewrite) -> Generic:
     w.readers = consumers(w.model)
     w.fits.folded = folded_sizes(w) if w.every_form else {}
     w.fits.vectors.update(w.fits.folded)
+    deadline = _DEADLINE.get()
     for node in list(g.node):
+        if deadline is not None and time.monotonic() > deadline:
+            raise _TooLong
         write_node(w, node)
     if w.every_form and w.final:
         unexpand(w)

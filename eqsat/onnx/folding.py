@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -84,6 +85,15 @@ def _fold_key(node: onnx.NodeProto, feeds: Mapping[str, np.ndarray]) -> bytes | 
         h.update(b"|%s|%s|%s|" % (name.encode(), a.dtype.str.encode(), ",".join(map(str, a.shape)).encode()))
         h.update(a.tobytes())
     return h.digest()
+
+
+@dataclass
+class Walks:
+    """What the walks of one model at one set of sizes share (:func:`eqsat.onnx.importer.import_model` walks it up
+    to three times): its live Shapes (:func:`eqsat.onnx.live.live_shapes`) and the folds made."""
+
+    live: set[str]
+    folds: dict[bytes, dict[str, np.ndarray] | None] = field(default_factory=dict)
 
 
 class ModelRuns:

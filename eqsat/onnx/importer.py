@@ -49,7 +49,7 @@ from .dimensions import (
     values_at_fingerprints,
 )
 from .external import tensor_size
-from .folding import NONDETERMINISTIC, ModelRuns, constant_value, dense, dtype_name
+from .folding import NONDETERMINISTIC, ModelRuns, Walks, constant_value, dense, dtype_name
 from .forms import repeated_heads
 from .interface import symbol_values
 from .io import check_bfloat16, is_large
@@ -122,20 +122,11 @@ def _copy(node: onnx.NodeProto) -> onnx.NodeProto:
     return out
 
 
-class _Shared:
-    """What the walks of one model at one set of sizes share (:func:`import_model` walks it up to three times): the
-    live Shapes and the folds made."""
-
-    def __init__(self, model: onnx.ModelProto, generic: bool):
-        self.live = live_shapes(model) if generic else set()
-        self.folds: dict[bytes, dict[str, np.ndarray] | None] = {}
-
-
 class _Importer:
     def __init__(self, model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]], generic: bool = False,
                  fitted: Mapping[str, tuple[int, ...]] | None = None, source: str | None = None,
-                 folded: Mapping[str, np.ndarray] | None = None, shared: _Shared | None = None):
-        shared = shared or _Shared(model, generic)
+                 folded: Mapping[str, np.ndarray] | None = None, shared: Walks | None = None):
+        shared = shared or Walks(live_shapes(model) if generic else set())
         self.model = model
         self.folded = dict(folded or {})
         """small values an earlier import of the model folded (:meth:`small_folded`): the composite patterns read
@@ -159,9 +150,8 @@ class _Importer:
         """the small integer values computed from kept (live) Shapes alone, at the representative sizes: a Reshape
         to one is imported as a reshape to that target (its symbols read as a folded target's are)"""
         self.typed: dict[str, np.ndarray] = {}
-        """the small boolean values computed as :attr:`sized` values are, and the values computed from those (the
-        ``Where(Equal(shape, -1), 1, shape)`` torch writes before an Expand): read only to type the opaque nodes
-        that read them (:meth:`_opaque`), never as a Reshape target"""
+        """small booleans computed as :attr:`sized` values are, and what is computed from them (torch's ``Where(Equal(
+        t, -1), 1, t)`` before an Expand): they type the opaque nodes reading them, never a Reshape target"""
         self.weights: dict[str, np.ndarray] = {}
         self._names: set[str] = set()
         self.origins: list[Origin] = []
@@ -438,10 +428,7 @@ class _Importer:
         for name, value in (folded or {}).items():
             value = np.asarray(value)
             if value.dtype.kind in "iub" and value.size <= 8 and value.ndim <= 1:
-                if value.dtype.kind in "iu" and not through:
-                    self.sized[name] = value
-                else:
-                    self.typed[name] = value
+                (self.sized if value.dtype.kind in "iu" and not through else self.typed)[name] = value
 
     def _same_type_cast(self, node: onnx.NodeProto) -> bool:
         """Whether ``node`` is a Cast to its input's own element type (torch writes them, e.g. T5's LayerNorm
@@ -597,7 +584,7 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
     prepared = prepare(model, input_shapes or {})
     if generic:
         prepared = simplified(prepared, input_shapes or {})
-    shared = _Shared(prepared, generic)
+    shared = Walks(live_shapes(prepared) if generic else set())  # (the walks below share it)
     importer = _Importer(prepared, input_shapes or {}, generic, source=source, shared=shared)
     graph = importer.run()
     folded = importer.small_folded()

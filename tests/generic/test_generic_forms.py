@@ -488,3 +488,22 @@ def test_an_and_that_only_broadcasts_a_mask_goes_where_its_readers_broadcast_it(
         (want,), (have,) = ref.run(None, feeds), got.run(None, feeds)
         assert have.shape == want.shape == (b, 2 if covered else 1, s, s)
         np.testing.assert_array_equal(have, want)
+
+
+def test_the_import_s_rewrite_stops_at_its_deadline_and_the_model_imports_as_it_is(tmp_path, monkeypatch):
+    """The import's rewrite of the user's model is a best effort: past ``SIMPLIFY_SECONDS`` (a 36,772-node RWKV
+    export fitted sizes off runs of ever longer prefixes of itself for 13 minutes) it gives up, and the import reads
+    the user's chains as they are; the program imported that way is the original's function (onnxruntime, the
+    oracle)."""
+    from eqsat.generic import rewrite
+
+    model = zoo.export_dynamic("bert", "torchscript", str(tmp_path / "bert.onnx"))
+    shapes = {n: (1, 16) for n, _, _ in zoo.SPECS["bert"].inputs}
+    assert simplify_for_import(model, shapes) is not None
+    monkeypatch.setattr(rewrite, "SIMPLIFY_SECONDS", 0.0)
+    assert simplify_for_import(model, shapes) is None
+    imported = export_model(import_model(model, shapes, generic=True))
+    feeds = zoo.sized_feeds("bert", np.random.default_rng(0), 1, 16)
+    want = session(model).run(None, feeds)[0]
+    got = session(imported).run(None, {k: v for k, v in feeds.items() if k in {i.name for i in imported.graph.input}})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
