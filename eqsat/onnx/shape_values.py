@@ -19,12 +19,15 @@ from fractions import Fraction
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from eqsat.dims import Mono
+from eqsat.ops.mapping import onnx_attrs
 
 from .external import infer_shapes_aside
+from .folding import constant_value
 from .interface import symbols
+from .symbolic import constant_value as symbolic_constant
 from .symbolic import infer_node
 
 Entry = Mono | bool | None
@@ -129,10 +132,7 @@ def _ints(v: Vector | None) -> list[int] | None:
 
 
 def _attr(node: onnx.NodeProto, name: str, default: object = None) -> object:
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
+    return onnx_attrs(node).get(name, default)
 
 
 def _int_attr(node: onnx.NodeProto, name: str, default: int | None) -> int | None:
@@ -172,14 +172,7 @@ def _slice(node: onnx.NodeProto, vals: dict[str, Vector]) -> Vector | None:
 def _evaluated(node: onnx.NodeProto, vals: dict[str, Vector], shapes: Shapes) -> Vector | None:
     op, ins = node.op_type, list(node.input)
     if op == "Constant":
-        a = _attr(node, "value")
-        if isinstance(a, onnx.TensorProto):
-            return _of_array(numpy_helper.to_array(a))
-        for key in ("value_int", "value_ints"):
-            v = _attr(node, key)
-            if v is not None:
-                return _of_array(np.asarray(v, np.int64))
-        return None
+        return _of_array(np.asarray(constant_value(node.attribute[0]))) if node.attribute else None
     if op == "Shape":
         dims = shapes.get(ins[0])
         if dims is None:
@@ -300,19 +293,6 @@ def _read(model: onnx.ModelProto, syms: Collection[str]) -> tuple[Shapes, dict[s
     return shapes, types
 
 
-def _small_constant(node: onnx.NodeProto) -> onnx.TensorProto | None:
-    """A Constant node's value as a named tensor, where it is a small integer one (shape inference reads it)."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or not node.attribute:
-        return None
-    got = _evaluated(node, {}, {})
-    if got is None or any(isinstance(e, bool) for e in got[1]):
-        return None
-    ints = _ints(got)
-    if ints is None:
-        return None
-    return numpy_helper.from_array(np.asarray(ints[0] if got[0] else ints, np.int64), node.output[0])
-
-
 def shape_values(model: onnx.ModelProto, sums: Mapping[str, Callable[[Mapping[str, int]], int]] | None = None,
                  infer: Callable[..., onnx.ModelProto] = infer_shapes_aside) -> dict[str, list[Mono]]:
     """The main graph's integer values of at most :data:`LONGEST` entries whose every entry is one monomial of
@@ -337,7 +317,7 @@ def shape_values(model: onnx.ModelProto, sums: Mapping[str, Callable[[Mapping[st
                 vals[t.name] = got
     vectors: dict[str, list[Mono] | None] = {}
     for node in model.graph.node:
-        small = _small_constant(node)
+        small = symbolic_constant(node)  # (shape inference reads the small integer ones by value)
         if small is not None:
             constants[small.name] = small
         outs = [o for o in node.output if o]
