@@ -428,7 +428,7 @@ def _opaque_runner(key: OpKey) -> Callable[[], object] | None:
 
 def opaque_model(key: OpKey, copies: int = 1) -> tuple[onnx.ModelProto, dict[str, np.ndarray]] | None:
     """The ONNX model (opset 17) of an opaque operator's key, ``copies`` independent nodes of it on inputs of
-    their own, and seeded float32 feeds for it, or None when its attributes do not parse. Whether onnxruntime
+    their own, and seeded float32 feeds for it, or None when its attributes do not parse or hold a subgraph (an If's branches read outer-scope values: estimated). Whether onnxruntime
     can run it shows only when a session is built."""
     op_type, domain, attr_bytes, _out_index = key.attrs
     nodes, inputs, outputs = [], [], []
@@ -441,6 +441,8 @@ def opaque_model(key: OpKey, copies: int = 1) -> tuple[onnx.ModelProto, dict[str
             for b in attr_bytes:
                 ap = AttributeProto()
                 ap.ParseFromString(b)
+                if ap.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):  # its subgraphs read outer-scope values
+                    return None
                 node.attribute.append(ap)
             nodes.append(node)
             inputs += [(n, tuple(s)) for n, s in zip(ins, key.in_shapes)]

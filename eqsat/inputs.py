@@ -159,6 +159,23 @@ def random_inputs(sess: ort.InferenceSession, rng: np.random.Generator,
     return feeds
 
 
+def with_values(feeds: Mapping[str, np.ndarray], items: Sequence[str]) -> dict[str, np.ndarray]:
+    """``feeds`` with each ``NAME=V1,V2,...`` of ``items`` as that input's values, in its drawn dtype and shape (a
+    flag such as a merged decoder's ``use_cache_branch`` chosen rather than drawn: ``use_cache_branch=1``); raises
+    InputError naming an input that is not fed or values that do not fill its shape."""
+    out = dict(feeds)
+    for item in items:
+        key, _, values = item.partition("=")
+        if key not in out:
+            raise InputError(f"{item!r} names {key!r}, which is no input (inputs: {sorted(out)})")
+        drawn = out[key]
+        try:
+            out[key] = np.array([float(v) for v in values.split(",")]).astype(drawn.dtype).reshape(drawn.shape)
+        except ValueError as exc:
+            raise InputError(f"{item!r}: {exc}; give {drawn.size} value(s), comma-separated") from exc
+    return out
+
+
 def _mask_like(name: str, v: np.ndarray, bounds: Mapping[str, int]) -> bool:
     """A bool input, or an integer input that indexes nothing (:func:`index_bounds`: a mask's, a flag's, drawn from
     ``[0, SAFE_INT_HIGH)``)."""
@@ -265,4 +282,5 @@ def edge_label(edge: str, name: str | None) -> str:
     return edge if name is None else f"{edge} in {name!r}"
 
 
-__all__ = ["EDGES", "NONFINITE_EDGES", "edge_cases", "edge_draws", "edge_inputs", "edge_label", "fixed_shape", "index_bounds", "random_inputs"]
+__all__ = ["EDGES", "NONFINITE_EDGES", "edge_cases", "edge_draws", "edge_inputs", "edge_label", "fixed_shape", "index_bounds", "random_inputs",
+           "with_values"]

@@ -7,6 +7,7 @@ two commits' programs side by side.
 
     python scripts/compare_programs.py old.onnx new.onnx --shape input_ids=1,128
     python scripts/compare_programs.py runs/peers_old runs/peers_new --json results/old_new.json
+    python scripts/compare_programs.py merged.onnx merged.opt.onnx --value use_cache_branch=1 --shape ...
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from eqsat.measurement.runtimes import Program, compare_programs, make  # noqa: E402
+from eqsat.inputs import with_values  # noqa: E402
+from eqsat.measurement.runtimes import Program, compare_programs, feeds_for, make  # noqa: E402
 from eqsat.measurement.timing import Protocol  # noqa: E402
 
 
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default="eqsat.onnx", help="the file compared in each folder of two directories")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
                    help="an input's shape where it has dynamic axes (repeatable)")
+    p.add_argument("--value", action="append", default=[], metavar="NAME=V1,V2",
+                   help="an input's values rather than drawn ones, in its shape (repeatable; 1/0 for a bool)")
     p.add_argument("--budget", type=float, default=6.0, help="seconds of timing per pair")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", help="write the results here")
@@ -65,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for label, fa, fb in found:
         runtime = make("ort-cpu", threads=args.threads)
-        c = compare_programs(Program(onnx.load(fa)), [Program(onnx.load(fb))], runtime, Protocol(budget_s=args.budget),
-                             input_shapes=shapes_of(args.shape) or None).comparisons[0]
+        a, b, protocol = Program(onnx.load(fa)), Program(onnx.load(fb)), Protocol(budget_s=args.budget)
+        feeds = with_values(feeds_for(a, b, protocol.seed, shapes_of(args.shape) or None), args.value)
+        c = compare_programs(a, [b], runtime, protocol, feeds=feeds).comparisons[0]
         rows.append({"pair": label, "a": fa, "b": fb, "a_over_b": c.speedup, "ci": [c.ci_low, c.ci_high]})
         print(f"{label:32s} A / B latency {c.speedup:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]", flush=True)
     if args.json:

@@ -27,13 +27,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from eqsat.inputs import index_bounds, random_inputs  # noqa: E402
+from eqsat.inputs import index_bounds, random_inputs, with_values  # noqa: E402
 from eqsat.measurement.clock import session_options  # noqa: E402
 from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
 
 
 def profile(paths: list[str], rounds: int, shapes: dict[str, tuple[int, ...]], threads: int = 1,
-            seed: int = 0) -> list[dict]:
+            seed: int = 0, values: list[str] | None = None) -> list[dict]:
     """Per program: its median call (us) and, per operator type, the microseconds a call and the nodes run a call."""
     with tempfile.TemporaryDirectory() as tmp:
         sessions = []
@@ -44,6 +44,7 @@ def profile(paths: list[str], rounds: int, shapes: dict[str, tuple[int, ...]], t
             sessions.append(ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]))
         feeds = random_inputs(sessions[0], np.random.default_rng(seed), shapes or None,
                               index_bounds(onnx.load(paths[0], load_external_data=False)))
+        feeds = with_values(feeds, values or [])
         for s in sessions:  # the first calls allocate
             for _ in range(3):
                 s.run(None, feeds)
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("programs", nargs="+", help="ONNX files of one function (the first's inputs are fed to all)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2",
                    help="an input's shape where it has dynamic axes (repeatable)")
+    p.add_argument("--value", action="append", default=[], metavar="NAME=V1,V2",
+                   help="an input's values rather than drawn ones, in its shape (repeatable; 1/0 for a bool)")
     p.add_argument("--rounds", type=int, default=100, help="calls of each program, in turn")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="the inputs' seed")
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
-    rows = profile(args.programs, args.rounds, parse_input_shapes(args.shape, "--shape"), args.threads, args.seed)
+    rows = profile(args.programs, args.rounds, parse_input_shapes(args.shape, "--shape"), args.threads, args.seed,
+                   args.value)
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:

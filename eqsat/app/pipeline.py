@@ -46,6 +46,7 @@ from eqsat.verify import ShapesCheck, Verifier
 
 from .api_guard import api_arguments
 from .blockwise import blocks_entry, blocks_seconds, rest_share
+from .branch_programs import optimized_branches
 from .config import OptimizeConfig, after_import, ilp_seconds, search_seconds
 from .floored import floored_phase
 from .report import (
@@ -84,11 +85,12 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
     return original, graph, shaping
 
 
-def rewritten_import_phase(model: onnx.ModelProto | Graph | str,
-                           config: OptimizeConfig) -> tuple[onnx.ModelProto, Graph, Shaping, list[str]]:
+def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig,
+                           say: Progress | None = None) -> tuple[onnx.ModelProto, Graph, Shaping, list[str]]:
     """:func:`shaped_import_phase`'s, and what the import wrote in another form first (where onnxruntime on the CPU
     runs the program: routed expert products written dense where timed faster, :mod:`eqsat.measurement.experts`;
-    the IR imported from that form, ``original`` the user's model)."""
+    If branches optimized as models of their own, :mod:`eqsat.app.branch_programs`, their runs' progress to
+    ``say``; the IR imported from that form, ``original`` the user's model)."""
     if isinstance(model, Graph):
         return export_model(model), model, Shaping.of(None, config), []
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
@@ -103,7 +105,9 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str,
         source, more = experts.dense_where_faster(source, shaping.shapes, config.measure_threads, config.seed)
         notes += more
         source = original if source is routed else source  # the Gathers alone: the user's model as it was
-        shaping.written_from = source if source is not original else None
+    source, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))
+    notes += more
+    shaping.written_from = source if source is not original else None
     try:
         return original, import_model(source, shaping.shapes, generic=shaping.generic,
                                       source=model if isinstance(model, str) else None), shaping, notes
@@ -388,7 +392,7 @@ class Run:
         """Import (the weights of a model read here the pool's from then on) and the repeated blocks."""
         say, timer = self.say, self.timer
         with timer("import"):
-            original, graph, shaping, rewritten = rewritten_import_phase(model, self.config)
+            original, graph, shaping, rewritten = rewritten_import_phase(model, self.config, say)
         self.whole_limit = after_import(self.config.search.time_limit, timer.total("import"))
         self.config = replace(self.config.updated(time_limit=self.whole_limit),
                               input_shapes={**shaping.shapes, **self.config.input_shapes})

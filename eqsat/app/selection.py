@@ -35,6 +35,7 @@ from eqsat.ir import Graph, Node
 from eqsat.mcts import PathState
 from eqsat.measurement import floor_probe, runtimes
 from eqsat.onnx import fusions
+from eqsat.onnx.subgraphs import subgraphs
 from eqsat.snapshot import Snapshot
 from eqsat.verify import ShapesCheck
 
@@ -117,9 +118,12 @@ def same_operators(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
     nodes aside: the runtime drops them). A program equal to the imported graph is no other program, but its
     model can still differ from the original where the import simplified it (constants folded, ``x + 0``
     dropped): then it is measured like any candidate."""
-    def counts(m: onnx.ModelProto) -> Counter[tuple[str, str]]:
-        return Counter((n.domain, n.op_type) for n in m.graph.node if n.op_type not in ("Constant", "Identity"))
-    return counts(a) == counts(b)
+    def counts(g: onnx.GraphProto) -> Counter[tuple[str, str]]:
+        found = Counter((n.domain, n.op_type) for n in g.node if n.op_type not in ("Constant", "Identity"))
+        for sub in (s for n in g.node for s in subgraphs(n)):  # an If's branches: optimized on their own
+            found += counts(sub)
+        return found
+    return counts(a.graph) == counts(b.graph)
 
 
 OTHER_ILP_SECONDS = 10.0

@@ -24,7 +24,7 @@ def _own_names(graph: onnx.GraphProto) -> set[str]:
     return names | {t.values.name for t in graph.sparse_initializer}
 
 
-def _free_names(graph: onnx.GraphProto) -> list[str]:
+def free_names(graph: onnx.GraphProto) -> list[str]:
     """Names ``graph`` (or a graph nested in it) reads without defining them, in first-use order."""
     local = _own_names(graph)
     free: dict[str, None] = {}
@@ -33,7 +33,7 @@ def _free_names(graph: onnx.GraphProto) -> list[str]:
             if name and name not in local:
                 free[name] = None
         for sub in subgraphs(node):
-            for name in _free_names(sub):
+            for name in free_names(sub):
                 if name not in local:
                     free[name] = None
         local.update(o for o in node.output if o)
@@ -47,7 +47,7 @@ def implicit_inputs(node: onnx.NodeProto) -> list[str]:
     """Outer-scope values that ``node``'s subgraphs read (its implicit inputs), in first-use order."""
     found: dict[str, None] = {}
     for sub in subgraphs(node):
-        found.update(dict.fromkeys(_free_names(sub)))
+        found.update(dict.fromkeys(free_names(sub)))
     return list(found)
 
 

@@ -191,6 +191,20 @@ def test_opaque_operators_are_timed_as_their_onnx_node(tmp_path):
     assert cost.op_cost(key) > 0 and cost.sessions >= 1
 
 
+def test_an_opaque_operator_with_subgraphs_is_estimated_not_timed(tmp_path):
+    """An If's branches read outer-scope values (a merged decoder's weights): a one-node model of it cannot run,
+    and building one serialized the whole decoder for every key. It gets an estimate, without a session."""
+    from onnx import TensorProto, helper
+
+    branch = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "b", [],
+                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    attrs = tuple(helper.make_attribute(n, branch).SerializeToString() for n in ("then_branch", "else_branch"))
+    key = OpKey("opaque", ("If", "", attrs, 0), ((),), (4,))
+    cost = OrtCost(CostCache(str(tmp_path / "c.sqlite")), repeats=3)
+    assert op_model(key) is None
+    assert cost.op_cost(key) > 0 and cost.sessions == 0
+
+
 def test_auto_picks_the_cost_measured_in_the_end_to_end_runtime(tmp_path):
     import torch
 

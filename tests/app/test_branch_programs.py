@@ -1,0 +1,160 @@
+"""A model whose work lies inside If branches (an optimum-style merged decoder) is optimized branch by branch, and
+the model returned computes what the user's does on either branch (onnxruntime on both is the oracle)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat import OptimizeConfig, optimize
+from eqsat.app.branch_programs import MIN_BRANCH_OPERATORS, Branch, branch_models, splice
+from tests.onnx_builders import attention
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _merged(then: onnx.ModelProto, other: onnx.ModelProto) -> onnx.ModelProto:
+    """``then`` and ``other`` (one input ``x``, one output ``y``) as the branches of an If on a bool input ``use``,
+    their weights in the outer graph under names of their own, as optimum's merged decoders hold them."""
+    inits = []
+
+    def branch(m: onnx.ModelProto, prefix: str) -> onnx.GraphProto:
+        names = {t.name: prefix + t.name for t in m.graph.initializer}
+        for t in m.graph.initializer:
+            moved = onnx.TensorProto()
+            moved.CopyFrom(t)
+            moved.name = names[t.name]
+            inits.append(moved)
+        nodes = []
+        for n in m.graph.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            copy.input[:] = [names.get(i, i) for i in n.input]
+            copy.output[:] = ["y_" + prefix if o == "y" else o for o in n.output]
+            nodes.append(copy)
+        out = helper.make_tensor_value_info("y_" + prefix, TensorProto.FLOAT, [1, 8, 16])
+        return helper.make_graph(nodes, prefix + "branch", [], [out])
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])
+    use = helper.make_tensor_value_info("use", TensorProto.BOOL, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])
+    nodes = [helper.make_node("Squeeze", ["use", "axis0"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch(then, "a_"), else_branch=branch(other, "b_"))]
+    inits.append(numpy_helper.from_array(np.array([0], np.int64), "axis0"))
+    m = helper.make_model(helper.make_graph(nodes, "merged", [x, use], [y], initializer=inits),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _branch_ops(model: onnx.ModelProto) -> list[Counter[str]]:
+    (node,) = [n for n in model.graph.node if n.op_type == "If"]
+    return [Counter(n.op_type for n in a.g.node) for a in sorted(node.attribute, key=lambda a: a.name)]
+
+
+def test_each_branch_is_searched_and_the_model_matches_the_original_on_both():
+    original = _merged(attention(seed=0), attention(seed=1))
+    assert all(sum(c.values()) >= MIN_BRANCH_OPERATORS for c in _branch_ops(original))
+    config = OptimizeConfig(cost="analytic", measure=False).updated(time_limit=20, seed=0)
+    result = optimize(original, config)
+    out = result.optimized
+    onnx.checker.check_model(out, full_check=True)
+    assert [(v.name, v.type) for v in out.graph.input] == [(v.name, v.type) for v in original.graph.input]
+    assert [(v.name, v.type) for v in out.graph.output] == [(v.name, v.type) for v in original.graph.output]
+    assert result.report.returned.program == "optimized"
+    assert _branch_ops(out) != _branch_ops(original)  # each branch was searched: its operators are others
+    assert any("searched on its own" in line for line in result.report.rewritten)
+    rng = np.random.default_rng(3)
+    for use in (True, False):
+        feeds = {"x": rng.standard_normal((1, 8, 16)).astype(np.float32), "use": np.array([use])}
+        (want,), (got,) = _run(original, feeds), _run(out, feeds)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _chain(length: int, first: str, out: str) -> list[onnx.NodeProto]:
+    names = [first, *(f"t{k}" for k in range(1, length)), out]
+    return [helper.make_node("Neg" if k % 2 else "Relu", [a], [b]) for k, (a, b) in enumerate(zip(names, names[1:]))]
+
+
+def test_a_branch_that_reads_a_value_computed_outside_it_is_left_with_a_note():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    reads_h = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "h", "ya"), "a", [],
+                                [helper.make_tensor_value_info("ya", TensorProto.FLOAT, [4])])
+    reads_x = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "x", "yb"), "b", [],
+                                [helper.make_tensor_value_info("yb", TensorProto.FLOAT, [4])])
+    nodes = [helper.make_node("Abs", ["x"], ["h"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=reads_h, else_branch=reads_x)]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x, c], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    branches, notes = branch_models(m)
+    assert [b.attr for b in branches] == ["else_branch"]
+    assert [v.name for v in branches[0].model.graph.input] == ["x"]
+    assert len(notes) == 1 and "then_branch" in notes[0] and "'h'" in notes[0]
+
+
+def test_a_spliced_program_whose_names_repeat_the_models_is_renamed_and_runs():
+    """The program's own values named as the model's top-level ones (``h``, the condition ``c``): written back, they
+    would shadow them; the splice renames them, and onnx's checker and onnxruntime agree with the original."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    flag = helper.make_tensor_value_info("flag", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    then = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "x", "ya"), "a", [],
+                             [helper.make_tensor_value_info("ya", TensorProto.FLOAT, [4])])
+    other = helper.make_graph([helper.make_node("Abs", ["h"], ["yb"])], "b", [],
+                              [helper.make_tensor_value_info("yb", TensorProto.FLOAT, [4])])
+    nodes = [helper.make_node("Greater", ["flag", "zero"], ["c"]), helper.make_node("Sin", ["x"], ["h"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    m = helper.make_model(helper.make_graph(nodes, "g", [x, flag], [y], initializer=[zero]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    (branch,) = [b for b in branch_models(m)[0]]
+    # the branch's program: its chain's first four operators give what its sixteen give, spelled with the model's names
+    program_nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["c"]),
+                     helper.make_node("Relu", ["c"], ["flag"]), helper.make_node("Neg", ["flag"], ["ya"])]
+    program = helper.make_model(helper.make_graph(program_nodes, "p", list(branch.model.graph.input),
+                                                  list(branch.model.graph.output)),
+                                opset_imports=[helper.make_opsetid("", 17)])
+    spliced = onnx.ModelProto()
+    spliced.CopyFrom(m)
+    splice(spliced, Branch(branch.node, branch.attr, branch.model), program)
+    onnx.checker.check_model(spliced, full_check=True)
+    rng = np.random.default_rng(0)
+    for f in (1.0, -1.0):
+        feeds = {"x": rng.standard_normal(4).astype(np.float32), "flag": np.array(f, np.float32)}
+        (want,), (got,) = _run(m, feeds), _run(spliced, feeds)
+        np.testing.assert_array_equal(got, want)
+    (node,) = [n for n in spliced.graph.node if n.op_type == "If"]
+    inner = {o for n in node.attribute[0].g.node for o in n.output}
+    assert not inner & {"h", "c", "flag"}
+
+
+@pytest.mark.parametrize("opset", [17, 21])
+def test_the_spliced_models_opsets_are_the_highest_of_both(opset):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    then = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "x", "ya"), "a", [],
+                             [helper.make_tensor_value_info("ya", TensorProto.FLOAT, [4])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["yb"])], "b", [],
+                              [helper.make_tensor_value_info("yb", TensorProto.FLOAT, [4])])
+    m = helper.make_model(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then,
+                                                              else_branch=other)], "g", [x, c], [y]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    (branch,) = branch_models(m)[0]
+    program = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["ya"])], "p",
+                                                  list(branch.model.graph.input), list(branch.model.graph.output)),
+                                opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+    splice(m, branch, program)
+    assert {o.domain: o.version for o in m.opset_import} == {"": opset, "com.microsoft": 1}
