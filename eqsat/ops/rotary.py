@@ -150,7 +150,10 @@ def _rope_onnx(em: Emitter, attrs: tuple, ins: list[str], shapes: Sequence[Shape
     (b, _, s, d), (cb, _, cs, _) = shapes[0], shapes[1]
     caches = []
     for t in (cos, sin):  # [cb, 1, cs, D] -> [B, S, D / 2]
-        t = em.emit("Reshape", [t, em.const(np.array([cb, cs, d], dtype=np.int64), "shape")], "rope")
+        # axis 1 squeezed, not a Reshape to [cb, cs, D]: a decode step's cs is 1 where the program is tuned, and a
+        # target written from sizes cannot tell it from a constant 1 (it became [0, 1, -1], every position's angles
+        # on one row, at a sequence of 8)
+        t = em.emit("Squeeze", [t, em.const(np.array([1], dtype=np.int64), "axes")], "rope")
         t = _halves(em, t, 3, d // 2, False)
         if sizes_key((cb, cs)) != sizes_key((b, s)):
             t = em.emit("Expand", [t, cache_sizes(em, x, b, s, d // 2)], "rope")

@@ -132,6 +132,36 @@ def test_unsound_rule_fails_verification_in_the_api(good, monkeypatch):
     assert outputs_match(str(good), optimize(str(good), config).optimized)  # without the rule, the run verifies
 
 
+def _quantized_block() -> onnx.ModelProto:
+    """The residual block with its input rounded through onnxruntime's run-time quantizer first (as
+    ``quantize_dynamic`` writes it before each MatMulInteger)."""
+    from onnx import helper
+
+    m = ob.residual_block()
+    g = m.graph
+    for node in g.node:
+        node.input[:] = ["xq" if name == "x" else name for name in node.input]
+    g.node.insert(0, helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero"], ["xq"]))
+    g.node.insert(0, helper.make_node("DynamicQuantizeLinear", ["x"], ["x_q", "x_scale", "x_zero"]))
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_program_that_misses_in_a_quantized_model_is_left_out_not_an_error():
+    """A model that rounds through a quantizer: a program that differs on the random draws is left out (a legitimate
+    reorder before the quantizer moves a value a whole step), the original comes back, saying why; the same
+    program of the float32 model raises (test_unsound_rule_fails_verification_in_the_api)."""
+    config = OptimizeConfig.of(scheduler="tensat", k_multi=0, cost="analytic", final_extractor="greedy-dag",
+                               measure=False)
+    model = _quantized_block()
+    result = optimize(model, config, extra_rules=[UNSOUND])
+    assert result.report.returned.program == "original"
+    assert "DynamicQuantizeLinear" in (result.report.returned.fallback or "")
+    assert result.optimized.SerializeToString() == model.SerializeToString()
+    (extracted,) = [c for c in result.report.candidates if c.name == "extracted"]
+    assert not extracted.verified and "rounds through DynamicQuantizeLinear" in extracted.note
+
+
 def test_unsound_rule_exits_3_and_writes_nothing(tmp_path, good, monkeypatch, capsys):
     monkeypatch.setattr(cli, "optimize", functools.partial(optimize, extra_rules=[UNSOUND]))
     out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
