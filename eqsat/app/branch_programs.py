@@ -24,6 +24,8 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from eqsat.errors import InputError, ModelRefused, first_line
+from eqsat.onnx.io import check
+from eqsat.onnx.kernels import UpgradeError, converted, opset_of
 from eqsat.onnx.subgraphs import defined_names, free_names, rename_outer, subgraphs
 
 from .config import OptimizeConfig
@@ -193,7 +195,7 @@ def optimized_branches(model: onnx.ModelProto, config: OptimizeConfig, optimize:
     ``optimize`` on it returned, where that is not the branch itself, and a line per branch saying what it got;
     ``model`` itself where no branch changed."""
     branches, notes = branch_models(model)
-    done: onnx.ModelProto | None = None
+    shipped: list[tuple[Branch, onnx.ModelProto]] = []
     for branch in branches:
         ops, result = len(branch.model.graph.node), None
         for run in _runs(branch, config, 1 / len(branches)):
@@ -210,13 +212,42 @@ def optimized_branches(model: onnx.ModelProto, config: OptimizeConfig, optimize:
         if returned.program != "optimized":
             notes.append(f"{branch.label} ({ops} operators) searched on its own: returned as it was")
             continue
-        done = done if done is not None else _copy(model)
-        splice(done, branch, result.optimized)
+        shipped.append((branch, result.optimized))
         speed = result.report.measured
         gain = f"{speed.speedup:.3f}x measured" if speed is not None else "not measured"
         notes.append(f"{branch.label} ({ops} operators) searched on its own: {len(result.optimized.graph.node)} "
                      f"operators, {gain}")
-    return (done if done is not None else model), notes
+    return written_back(model, shipped, notes), notes
+
+
+def written_back(model: onnx.ModelProto, shipped: list[tuple[Branch, onnx.ModelProto]],
+             notes: list[str]) -> onnx.ModelProto:
+    """``model`` with the ``shipped`` programs written into their branches, all at one opset: where a program took a
+    newer one (a runtime kernel of opset 23), the model and the other programs are converted to it (ONNX's version
+    converter, subgraphs included), and where that fails, or the result does not check, the programs of a newer
+    opset are left out (a line each in ``notes``)."""
+    if not shipped:
+        return model
+    target = max(opset_of(p) for _b, p in shipped)
+    if target > opset_of(model):
+        try:
+            done = converted(model, target, weights=True)
+            shipped = [(b, converted(p, target, weights=True)) for b, p in shipped]
+        except UpgradeError as e:
+            notes += [f"{b.label}: its program left out: {first_line(e)}" for b, p in shipped
+                      if opset_of(p) > opset_of(model)]
+            shipped = [(b, p) for b, p in shipped if opset_of(p) <= opset_of(model)]
+            done = _copy(model)
+    else:
+        done = _copy(model)
+    for branch, program in shipped:
+        splice(done, branch, program)
+    try:
+        check(done, full=False)
+    except onnx.checker.ValidationError as e:
+        notes.append(f"the branches' programs left out: the model they make does not check ({first_line(e)})")
+        return model
+    return done if shipped else model
 
 
 def _prefixed(say: Callable[[str], None], label: str, msg: str) -> None:
@@ -229,4 +260,4 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-__all__ = ["MIN_BRANCH_OPERATORS", "Branch", "branch_models", "optimized_branches", "splice"]
+__all__ = ["MIN_BRANCH_OPERATORS", "Branch", "branch_models", "optimized_branches", "splice", "written_back"]

@@ -70,17 +70,21 @@ def opset_of(model: onnx.ModelProto) -> int:
     return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
-def converted(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
-    """``model``'s nodes converted to opset ``version`` of the default domain by ONNX's version converter, with its
-    weights set aside (stubs: a model to read nodes from, e.g. a chain of the original's copied into a newer
-    program). Raises :class:`UpgradeError` where the converter refuses it."""
+def converted(model: onnx.ModelProto, version: int, weights: bool = False) -> onnx.ModelProto:
+    """``model``'s nodes (those of its subgraphs too) converted to opset ``version`` of the default domain by ONNX's
+    version converter, with its weights set aside (stubs: a model to read nodes from, e.g. a chain of the original's
+    copied into a newer program), or put back where ``weights`` (a model to run). Raises :class:`UpgradeError` where
+    the converter refuses it."""
     if opset_of(model) == version:
         return model
-    work, _aside = set_weights_aside(model)
+    work, aside = set_weights_aside(model)
     try:
-        return version_converter.convert_version(work, version)
+        out = version_converter.convert_version(work, version)
     except Exception as e:  # the converter raises bare RuntimeErrors and ValueErrors of its adapters
         raise UpgradeError(f"onnx's version converter cannot take the model to opset {version}: {e}") from e
+    if weights:
+        put_weights_back(out, aside)
+    return out
 
 
 def _runs(node: onnx.NodeProto, shapes: dict[str, list[int]], out: list[int], expected) -> bool:

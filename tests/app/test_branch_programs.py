@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import OptimizeConfig, optimize
-from eqsat.app.branch_programs import MIN_BRANCH_OPERATORS, Branch, branch_models, splice
+from eqsat.app.branch_programs import MIN_BRANCH_OPERATORS, Branch, branch_models, splice, written_back
 from tests.onnx_builders import attention
 
 
@@ -81,19 +81,23 @@ def test_each_branch_is_searched_and_the_model_matches_the_original_on_both():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+def _vi(name: str, shape: tuple[int, ...] = (4,), elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, list(shape))
+
+
+def _branch(nodes: list[onnx.NodeProto], name: str, out: str, shape: tuple[int, ...] = (4,)) -> onnx.GraphProto:
+    return helper.make_graph(nodes, name, [], [_vi(out, shape)])
+
+
 def _chain(length: int, first: str, out: str) -> list[onnx.NodeProto]:
     names = [first, *(f"t{k}" for k in range(1, length)), out]
     return [helper.make_node("Neg" if k % 2 else "Relu", [a], [b]) for k, (a, b) in enumerate(zip(names, names[1:]))]
 
 
 def test_a_branch_that_reads_a_value_computed_outside_it_is_left_with_a_note():
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
-    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    reads_h = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "h", "ya"), "a", [],
-                                [helper.make_tensor_value_info("ya", TensorProto.FLOAT, [4])])
-    reads_x = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "x", "yb"), "b", [],
-                                [helper.make_tensor_value_info("yb", TensorProto.FLOAT, [4])])
+    x, c, y = _vi("x"), _vi("c", (), TensorProto.BOOL), _vi("y")
+    reads_h = _branch(_chain(MIN_BRANCH_OPERATORS, "h", "ya"), "a", "ya")
+    reads_x = _branch(_chain(MIN_BRANCH_OPERATORS, "x", "yb"), "b", "yb")
     nodes = [helper.make_node("Abs", ["x"], ["h"]),
              helper.make_node("If", ["c"], ["y"], then_branch=reads_h, else_branch=reads_x)]
     m = helper.make_model(helper.make_graph(nodes, "g", [x, c], [y]), opset_imports=[helper.make_opsetid("", 17)])
@@ -106,13 +110,9 @@ def test_a_branch_that_reads_a_value_computed_outside_it_is_left_with_a_note():
 def test_a_spliced_program_whose_names_repeat_the_models_is_renamed_and_runs():
     """The program's own values named as the model's top-level ones (``h``, the condition ``c``): written back, they
     would shadow them; the splice renames them, and onnx's checker and onnxruntime agree with the original."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
-    flag = helper.make_tensor_value_info("flag", TensorProto.FLOAT, [])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    then = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "x", "ya"), "a", [],
-                             [helper.make_tensor_value_info("ya", TensorProto.FLOAT, [4])])
-    other = helper.make_graph([helper.make_node("Abs", ["h"], ["yb"])], "b", [],
-                              [helper.make_tensor_value_info("yb", TensorProto.FLOAT, [4])])
+    x, flag, y = _vi("x"), _vi("flag", ()), _vi("y")
+    then = _branch(_chain(MIN_BRANCH_OPERATORS, "x", "ya"), "a", "ya")
+    other = _branch([helper.make_node("Abs", ["h"], ["yb"])], "b", "yb")
     nodes = [helper.make_node("Greater", ["flag", "zero"], ["c"]), helper.make_node("Sin", ["x"], ["h"]),
              helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
@@ -142,13 +142,9 @@ def test_a_spliced_program_whose_names_repeat_the_models_is_renamed_and_runs():
 
 @pytest.mark.parametrize("opset", [17, 21])
 def test_the_spliced_models_opsets_are_the_highest_of_both(opset):
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
-    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
-    then = helper.make_graph(_chain(MIN_BRANCH_OPERATORS, "x", "ya"), "a", [],
-                             [helper.make_tensor_value_info("ya", TensorProto.FLOAT, [4])])
-    other = helper.make_graph([helper.make_node("Abs", ["x"], ["yb"])], "b", [],
-                              [helper.make_tensor_value_info("yb", TensorProto.FLOAT, [4])])
+    x, c, y = _vi("x"), _vi("c", (), TensorProto.BOOL), _vi("y")
+    then = _branch(_chain(MIN_BRANCH_OPERATORS, "x", "ya"), "a", "ya")
+    other = _branch([helper.make_node("Abs", ["x"], ["yb"])], "b", "yb")
     m = helper.make_model(helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then,
                                                               else_branch=other)], "g", [x, c], [y]),
                           opset_imports=[helper.make_opsetid("", 17)])
@@ -158,3 +154,45 @@ def test_the_spliced_models_opsets_are_the_highest_of_both(opset):
                                 opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
     splice(m, branch, program)
     assert {o.domain: o.version for o in m.opset_import} == {"": opset, "com.microsoft": 1}
+
+
+def test_a_program_of_a_newer_opset_takes_the_whole_model_and_the_other_branch_to_it():
+    """A branch's program wrote a kernel of opset 23; the other branch, left as it was, holds a ReduceMean with its
+    axes as an attribute (opset 17): the model written back is converted whole, and onnxruntime runs both branches
+    to the original's values."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])
+
+    def branch(name: str, first: str) -> onnx.GraphProto:
+        nodes = [*_chain(MIN_BRANCH_OPERATORS, first, f"{name}_t"),
+                 helper.make_node("ReduceMean", [f"{name}_t"], [f"{name}_y"], axes=[1], keepdims=1)]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT,
+                                                                                 [2, 1])])
+    m = helper.make_model(helper.make_graph([helper.make_node("Abs", ["x"], ["ax"]),
+                                             helper.make_node("If", ["c"], ["y"], then_branch=branch("a", "x"),
+                                                              else_branch=branch("b", "x"))], "g", [x, c], [y]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    original = onnx.ModelProto()
+    original.CopyFrom(m)
+    branches, _ = branch_models(m)
+    then = next(b for b in branches if b.attr == "then_branch")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes1")
+    program = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["n"]),
+         helper.make_node("Relu", ["n"], ["z"]), helper.make_node("Neg", ["z"], ["a_t"]),
+         helper.make_node("ReduceMean", ["a_t", "axes1"], ["a_y"], keepdims=1)], "p",
+        list(then.model.graph.input), list(then.model.graph.output), initializer=[axes]),
+        opset_imports=[helper.make_opsetid("", 23)])
+    program.ir_version = 10
+    notes: list[str] = []
+    out = written_back(m, [(then, program)], notes)
+    assert notes == [] and [o.version for o in out.opset_import if o.domain == ""] == [23]
+    onnx.checker.check_model(out, full_check=True)
+    rng = np.random.default_rng(0)
+    for flag in (True, False):
+        feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32), "c": np.array(flag)}
+        (want,), (got,) = _run(original, feeds), _run(out, feeds)
+        np.testing.assert_array_equal(got, want)
+    assert m.SerializeToString() == original.SerializeToString()  # the user's model untouched
