@@ -7,6 +7,8 @@ before inference and costs nothing, in the original program and the optimized on
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -28,7 +30,27 @@ class OpKey:
     dtype: str = "float32"
 
     def text(self) -> str:
-        return f"{self.op}|{self.attrs!r}|{self.in_shapes!r}|{self.out_shape!r}|{self.dtype}"
+        """The key as the cache stores it; an attribute of more than :data:`DIGESTED_BYTES` bytes (an opaque If's
+        branches: a whole decoder, weights and all) by its digest (:func:`_text`)."""
+        return _text(self)
+
+
+DIGESTED_BYTES = 4096
+"""attribute bytes longer than this are written into a cache key as their SHA-256 digest"""
+
+
+def _compact(value: object) -> object:
+    if isinstance(value, bytes) and len(value) > DIGESTED_BYTES:
+        return f"sha256:{hashlib.sha256(value).hexdigest()}:{len(value)}"
+    if isinstance(value, tuple):
+        return tuple(_compact(v) for v in value)
+    return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _text(key: OpKey) -> str:
+    """The key's text, once per key (its repr of a decoder-sized attribute took most of a merged decoder's search)."""
+    return f"{key.op}|{_compact(key.attrs)!r}|{key.in_shapes!r}|{key.out_shape!r}|{key.dtype}"
 
 
 class CostModel(Protocol):

@@ -205,6 +205,18 @@ def test_an_opaque_operator_with_subgraphs_is_estimated_not_timed(tmp_path):
     assert cost.op_cost(key) > 0 and cost.sessions == 0
 
 
+def test_a_key_with_a_decoder_sized_attribute_is_cached_under_a_short_text(tmp_path):
+    """An opaque If's attribute bytes hold its branches, weights and all (a merged decoder's: 37 MB each): the
+    cache's text of the key is short, tells two such attributes apart, and finds the cost it stored."""
+    big, other = bytes(range(256)) * 40_000, bytes(range(255, -1, -1)) * 40_000
+    key = OpKey("opaque", ("If", "", (big,), 0), ((),), (4,))
+    assert len(key.text()) < 500 and key.text() != OpKey("opaque", ("If", "", (other,), 0), ((),), (4,)).text()
+    cache = CostCache(str(tmp_path / "c.sqlite"))
+    cache.put("cpu", "ort", key, 12.5)
+    assert cache.get("cpu", "ort", OpKey("opaque", ("If", "", (bytes(big),), 0), ((),), (4,))) == 12.5
+    assert cache.get("cpu", "ort", OpKey("opaque", ("If", "", (other,), 0), ((),), (4,))) is None
+
+
 def test_auto_picks_the_cost_measured_in_the_end_to_end_runtime(tmp_path):
     import torch
 
