@@ -106,14 +106,21 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
         source, more = experts.dense_where_faster(source, shaping.shapes, config.measure_threads, config.seed)
         notes += more
         source = original if source is routed else source  # the Gathers alone: the user's model as it was
-    source, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))
+
+    def imported(form: onnx.ModelProto) -> Graph:
+        try:
+            return import_model(form, shaping.shapes, generic=shaping.generic,
+                                source=model if isinstance(model, str) else None)
+        except InputError as exc:
+            raise shaping.explain(exc) from exc
+
+    graph = imported(source)  # first: a model the import refuses is refused before its branches are searched
+    branched, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))
     notes += more
+    if branched is not source:
+        source, graph = branched, imported(branched)
     shaping.written_from = source if source is not original else None
-    try:
-        return original, import_model(source, shaping.shapes, generic=shaping.generic,
-                                      source=model if isinstance(model, str) else None), shaping, notes
-    except InputError as exc:
-        raise shaping.explain(exc) from exc
+    return original, graph, shaping, notes
 
 
 def encode_phase(graph: Graph, config: OptimizeConfig, copies: int = 1,
