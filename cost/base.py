@@ -7,7 +7,6 @@ before inference and costs nothing, in the original program and the optimized on
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,8 +30,13 @@ class OpKey:
 
     def text(self) -> str:
         """The key as the cache stores it; an attribute of more than :data:`DIGESTED_BYTES` bytes (an opaque If's
-        branches: a whole decoder, weights and all) by its digest (:func:`_text`)."""
-        return _text(self)
+        branches: a whole decoder, weights and all) by its digest. Computed once per key (kept on the key itself:
+        its repr of a decoder-sized attribute took most of a merged decoder's search)."""
+        text = self.__dict__.get("_text")
+        if text is None:
+            text = f"{self.op}|{_compact(self.attrs)!r}|{self.in_shapes!r}|{self.out_shape!r}|{self.dtype}"
+            object.__setattr__(self, "_text", text)
+        return text
 
 
 DIGESTED_BYTES = 4096
@@ -46,11 +50,6 @@ def _compact(value: object) -> object:
         return tuple(_compact(v) for v in value)
     return value
 
-
-@functools.lru_cache(maxsize=4096)
-def _text(key: OpKey) -> str:
-    """The key's text, once per key (its repr of a decoder-sized attribute took most of a merged decoder's search)."""
-    return f"{key.op}|{_compact(key.attrs)!r}|{key.in_shapes!r}|{key.out_shape!r}|{key.dtype}"
 
 
 class CostModel(Protocol):

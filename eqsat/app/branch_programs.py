@@ -44,10 +44,19 @@ class Branch:
     node: int
     attr: str
     model: onnx.ModelProto
+    outputs: tuple[str, ...] = ()
+    """the If's output names: the node found again in a converted copy of the model (whose converter may insert
+    nodes before it)"""
 
     @property
     def label(self) -> str:
         return f"If #{self.node} {self.attr}"
+
+    def index(self, model: onnx.ModelProto) -> int:
+        """The If's index among ``model``'s top-level nodes (by its outputs, where known)."""
+        if not self.outputs:
+            return self.node
+        return next(k for k, n in enumerate(model.graph.node) if tuple(n.output) == self.outputs)
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
@@ -71,7 +80,7 @@ def branch_models(model: onnx.ModelProto) -> tuple[list[Branch], list[str]]:
     of at least :data:`MIN_BRANCH_OPERATORS` operators that reads a value computed at the top level)."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    inputs = {v.name: v for v in g.input if v.name not in inits}
+    inputs = {v.name: v for v in g.input}  # an input with an initializer (a default the user may override) included
     types = _types(model)
     found, notes = list[Branch](), list[str]()
     for k, node in enumerate(g.node):
@@ -96,7 +105,7 @@ def branch_models(model: onnx.ModelProto) -> tuple[list[Branch], list[str]]:
                                     value_info=list(branch.value_info))
             standalone = helper.make_model(sub, opset_imports=list(model.opset_import), functions=list(model.functions))
             standalone.ir_version = model.ir_version
-            found.append(Branch(k, attr.name, standalone))
+            found.append(Branch(k, attr.name, standalone, tuple(node.output)))
     return found, notes
 
 
@@ -127,7 +136,7 @@ def _renamed(graph: onnx.GraphProto, taken: set[str], outer: set[str]) -> None:
     """The names ``graph`` defines that are in ``taken`` given fresh ones, in place (its reads of outer-scope names
     in ``outer`` kept)."""
     defined = [t.name for t in graph.initializer] + [o for n in graph.node for o in n.output if o]
-    used, mapping = set(taken), dict[str, str]()
+    used, mapping = set(taken) | set(defined), dict[str, str]()
     for name in defined:
         if name in taken and name not in mapping:
             k, new = 1, f"{name}__branch"
@@ -154,13 +163,16 @@ def splice(model: onnx.ModelProto, branch: Branch, program: onnx.ModelProto) -> 
     tensors, its other names renamed where they would shadow or repeat a name of the model."""
     g = model.graph
     outer_inits = {t.name: t for t in g.initializer}
-    kept = [t for t in program.graph.initializer
-            if not (t.name in outer_inits and _same_tensor(t, outer_inits[t.name]))]
-    outer = {v.name for v in program.graph.input} | (set(outer_inits) - {t.name for t in kept})
+    inputs = {v.name for v in program.graph.input}
+    dropped = {t.name for t in program.graph.initializer  # read from the outer graph: the same tensor there
+               if t.name in inputs or (t.name in outer_inits and _same_tensor(t, outer_inits[t.name]))}
+    kept = [t for t in program.graph.initializer if t.name not in dropped]
+    outer = inputs | dropped  # the outer-scope values the branch reads
     new = helper.make_graph(list(program.graph.node), "", [], list(program.graph.output), initializer=kept,
                             value_info=list(program.graph.value_info))
-    _renamed(new, _names_outside(model, branch.node, branch.attr) - outer, outer)
-    node = g.node[branch.node]
+    at = branch.index(model)
+    _renamed(new, _names_outside(model, at, branch.attr) - outer, outer)
+    node = g.node[at]
     attr = next(a for a in node.attribute if a.name == branch.attr)
     new.name = attr.g.name
     attr.g.CopyFrom(new)
@@ -169,6 +181,7 @@ def splice(model: onnx.ModelProto, branch: Branch, program: onnx.ModelProto) -> 
         versions[o.domain] = max(o.version, versions.get(o.domain, 0))
     del model.opset_import[:]
     model.opset_import.extend(helper.make_opsetid(d, v) for d, v in versions.items())
+    model.ir_version = max(model.ir_version, program.ir_version)
     have = {(f.domain, f.name) for f in model.functions}
     model.functions.extend(f for f in program.functions if (f.domain, f.name) not in have)
 

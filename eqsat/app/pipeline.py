@@ -87,11 +87,13 @@ def shaped_import_phase(model: onnx.ModelProto | Graph | str,
 
 
 def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: OptimizeConfig,
-                           say: Progress | None = None) -> tuple[onnx.ModelProto, Graph, Shaping, list[str]]:
+                           say: Progress | None = None, branches: bool = False
+                           ) -> tuple[onnx.ModelProto, Graph, Shaping, list[str]]:
     """:func:`shaped_import_phase`'s, and what the import wrote in another form first (where onnxruntime on the CPU
     runs the program: routed expert products written dense where timed faster, :mod:`eqsat.measurement.experts`;
-    If branches optimized as models of their own, :mod:`eqsat.app.branch_programs`, their runs' progress to
-    ``say``; the IR imported from that form, ``original`` the user's model)."""
+    with ``branches`` (a run's import), If branches optimized as models of their own,
+    :mod:`eqsat.app.branch_programs`, their runs' progress to ``say``; the IR imported from that form, ``original``
+    the user's model)."""
     if isinstance(model, Graph):
         return export_model(model), model, Shaping.of(None, config), []
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
@@ -115,10 +117,15 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
             raise shaping.explain(exc) from exc
 
     graph = imported(source)  # first: a model the import refuses is refused before its branches are searched
-    branched, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))
-    notes += more
-    if branched is not source:
-        source, graph = branched, imported(branched)
+    if branches:
+        branched, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))
+        notes += more
+        if branched is not source:
+            try:
+                source, graph = branched, imported(branched)
+            except InputError as exc:  # the branches' programs left out: the model as it was imported
+                notes.append(f"the If branches' programs left out: the model they make does not import "
+                             f"({first_line(exc)})")
     shaping.written_from = source if source is not original else None
     return original, graph, shaping, notes
 
@@ -407,7 +414,7 @@ class Run:
         """Import (the weights of a model read here the pool's from then on) and the repeated blocks."""
         say, timer = self.say, self.timer
         with timer("import"):
-            original, graph, shaping, rewritten = rewritten_import_phase(model, self.config, say)
+            original, graph, shaping, rewritten = rewritten_import_phase(model, self.config, say, branches=True)
         self.whole_limit = after_import(self.config.search.time_limit, timer.total("import"))
         self.config = replace(self.config.updated(time_limit=self.whole_limit),
                               input_shapes={**shaping.shapes, **self.config.input_shapes})

@@ -77,6 +77,8 @@ def converted(model: onnx.ModelProto, version: int, weights: bool = False) -> on
     the converter refuses it."""
     if opset_of(model) == version:
         return model
+    if model.functions:  # the converter drops a model's local functions (and would leave their bodies' opsets)
+        raise UpgradeError(f"onnx's version converter cannot take a model with local functions to opset {version}")
     work, aside = set_weights_aside(model)
     try:
         out = version_converter.convert_version(work, version)

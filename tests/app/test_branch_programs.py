@@ -196,3 +196,54 @@ def test_a_program_of_a_newer_opset_takes_the_whole_model_and_the_other_branch_t
         (want,), (got,) = _run(original, feeds), _run(out, feeds)
         np.testing.assert_array_equal(got, want)
     assert m.SerializeToString() == original.SerializeToString()  # the user's model untouched
+
+
+def test_an_input_with_a_default_stays_the_users_to_give():
+    """An input that also has an initializer (a default value the user may override) read by a branch: the branch's
+    program reads it still, so a value given at run time is used (found by review: the program had folded the
+    default in)."""
+    s = numpy_helper.from_array(np.ones(4, np.float32), "s")
+    names = ["m1"] + [f"u{i}" for i in range(MIN_BRANCH_OPERATORS)] + ["ya"]
+    body = [helper.make_node("Mul", ["x", "s"], ["m0"]), helper.make_node("Sin", ["m0"], ["m1"]),
+            *(helper.make_node(("Sin", "Tanh")[k % 2], [a], [b]) for k, (a, b) in enumerate(zip(names, names[1:])))]
+    other = _branch([helper.make_node("Abs", ["x"], ["yb"])], "b", "yb")
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=_branch(body, "a", "ya"), else_branch=other)], "g",
+        [_vi("x"), _vi("c", (), TensorProto.BOOL), _vi("s")], [_vi("y")], initializer=[s]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    out = optimize(m, OptimizeConfig(cost="analytic", measure=False).updated(time_limit=10, seed=0)).optimized
+    x = np.random.default_rng(0).standard_normal(4).astype(np.float32)
+    for given in ({}, {"s": np.full(4, -5.0, np.float32)}):
+        feeds = {"x": x, "c": np.array(True), **given}
+        np.testing.assert_allclose(_run(out, feeds)[0], _run(m, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_each_program_goes_back_into_its_own_if_after_the_model_is_converted():
+    """Two Ifs after a ReduceMean-17: converted to opset 23, the model gains a node before them (the ReduceMean's
+    axes as a Constant), and the second If's program must still land in the second If (found by review: it landed in
+    the first)."""
+    def chain_of(name: str, op: str) -> onnx.GraphProto:
+        names = ["x"] + [f"{name}{k}" for k in range(MIN_BRANCH_OPERATORS)] + [f"{name}_y"]
+        return _branch([helper.make_node(op, [a], [b]) for a, b in zip(names, names[1:])], name, f"{name}_y", (2, 4))
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mx"], axes=[1], keepdims=1),
+             helper.make_node("If", ["c"], ["y1"], then_branch=chain_of("a", "Sin"), else_branch=chain_of("b", "Sin")),
+             helper.make_node("If", ["c"], ["y2"], then_branch=chain_of("p", "Cos"), else_branch=chain_of("q", "Cos")),
+             helper.make_node("Add", ["y1", "mx"], ["z1"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [_vi("x", (2, 4)), _vi("c", (), TensorProto.BOOL)],
+                                            [_vi("z1", (2, 4)), _vi("y2", (2, 4))]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    branches, _ = branch_models(m)
+    second = next(b for b in branches if b.node == 2 and b.attr == "then_branch")
+    program = onnx.ModelProto()
+    program.CopyFrom(second.model)  # the branch itself, as a program of opset 23
+    del program.opset_import[:]
+    program.opset_import.extend([helper.make_opsetid("", 23)])
+    program.ir_version = 10
+    notes: list[str] = []
+    out = written_back(m, [(second, program)], notes)
+    assert notes == [] and [o.version for o in out.opset_import if o.domain == ""] == [23]
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32), "c": np.array(True)}
+    for want, got in zip(_run(m, feeds), _run(out, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
