@@ -12,7 +12,16 @@ import onnxruntime as ort
 
 from .dims import derived_symbols, follow
 from .errors import InputError, first_line
-from .inputs import EDGES, NONFINITE_EDGES, edge_cases, edge_inputs, edge_label, index_bounds, random_inputs
+from .inputs import (
+    EDGES,
+    NONFINITE_EDGES,
+    edge_cases,
+    edge_inputs,
+    edge_label,
+    flags_alternated,
+    index_bounds,
+    random_inputs,
+)
 from .onnx import footprint
 from .onnx.branches import guard_bounds, table_guards, taken
 from .onnx.interface import QUIET, Shapes, interface_difference, shapes_at, shapes_text, symbols
@@ -233,8 +242,8 @@ class Verifier:
             bounds = index_bounds(self.original)
             rng, again, spent = np.random.default_rng(self.seed), np.random.default_rng(self.seed + 2), set[int]()
             try:  # draws on which the original's top-k choices are decided
-                self.runs[key] = [(*screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds), spent=spent),
-                                   "random") for _ in range(self.draws)]
+                self.runs[key] = [(*screen.draw(s1, lambda k=k: flags_alternated(  # type: ignore[misc]
+                    random_inputs(s1, rng, shapes, bounds), k), spent=spent), "random") for k in range(self.draws)]
             except InputError:
                 raise
             except Exception as e:  # noqa: BLE001 - the user's model and sizes: said as such, not a traceback
@@ -368,9 +377,10 @@ class ShapesVerifier:
             runs: list[tuple[dict[str, np.ndarray], list]] = []
             refused = False
             s1, spent = self._session, set[int]()
-            for _ in range(self.draws):
+            for k in range(self.draws):
                 try:
-                    runs.append(self._screen.draw(s1, lambda: random_inputs(s1, rng, shapes, bounds), QUIET, spent))
+                    runs.append(self._screen.draw(s1, lambda k=k: flags_alternated(  # type: ignore[misc]
+                        random_inputs(s1, rng, shapes, bounds), k), QUIET, spent))
                 except InputError:  # inputs eqsat cannot draw: not the original's refusal
                     raise
                 except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: the original refuses it
