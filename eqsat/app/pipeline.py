@@ -47,7 +47,7 @@ from eqsat.verify import ShapesCheck, Verifier
 
 from .api_guard import api_arguments
 from .blockwise import blocks_entry, blocks_seconds, rest_share
-from .branch_programs import optimized_branches
+from .branch_programs import optimized_branches, vouched
 from .config import OptimizeConfig, after_import, ilp_seconds, search_seconds
 from .floored import floored_phase
 from .report import (
@@ -123,6 +123,7 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
         if branched is not source:
             try:
                 source, graph = branched, imported(branched)
+                shaping.branch_programs = True
             except InputError as exc:  # the branches' programs left out: the model as it was imported
                 notes.append(f"the If branches' programs left out: the model they make does not import "
                              f"({first_line(exc)})")
@@ -545,6 +546,8 @@ class Run:
                                 f"together)")
         returned = decide(not timed, measured, config, failed[0] if failed and not timed else "",
                           checked.left_out if not timed else "")
+        if imp.shaping.branch_programs:
+            returned = vouched(returned, measured)
         if returned.fallback:
             self.say(returned.fallback)
         shipped = next((b for b in built if b.entry.name == returned.candidate), first)

@@ -135,6 +135,9 @@ class Shaping:
     """where the import rewrote the original before reading it (a mixture of experts' products written dense:
     :func:`eqsat.app.pipeline.rewritten_import_phase`), that program: the writer reads the sizes it fits off its
     runs (the same function and interface, faster to run); the checks at further sizes run the original"""
+    branch_programs: bool = False
+    """whether ``written_from`` holds If branches' programs, each gated faster with confidence on its own
+    (:mod:`eqsat.app.branch_programs`)"""
     facts: Original | None = field(default=None, repr=False)
     """what the writer learnt of the original, carried from the import's rewrite of it (:meth:`Original.of`) and from
     one candidate's :meth:`write` to the next"""

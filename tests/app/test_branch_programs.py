@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import OptimizeConfig, optimize
-from eqsat.app.branch_programs import MIN_BRANCH_OPERATORS, Branch, branch_models, splice, written_back
+from eqsat.app.branch_programs import MIN_BRANCH_OPERATORS, Branch, branch_models, splice, vouched, written_back
+from eqsat.measurement.decision import Measurement, Returned
 from tests.onnx_builders import attention
 
 
@@ -247,3 +248,21 @@ def test_each_program_goes_back_into_its_own_if_after_the_model_is_converted():
     feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32), "c": np.array(True)}
     for want, got in zip(_run(m, feeds), _run(out, feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _measured(low: float, high: float, at_sizes: list | None = None) -> Measurement:
+    return Measurement(4.0, 3.8, 1.05, low, high, 0.995, 600, 1, 10.0, {}, "original", "not faster with confidence",
+                       "imported", at_sizes=at_sizes or [])
+
+
+def test_branch_programs_ship_unless_the_whole_model_is_slower_with_confidence():
+    """Each branch's program was gated faster on its own; the whole model's unresolved measurement of one side keeps
+    it, one slower with confidence (there or at a further size) returns the original."""
+    kept = Returned("original", "not faster with confidence", "imported")
+    shipped = vouched(kept, _measured(0.97, 1.12))
+    assert shipped.program == "optimized" and shipped.candidate == "imported" and "on its own" in shipped.reason
+    assert vouched(kept, _measured(0.90, 0.98)) is kept
+    assert vouched(kept, _measured(0.97, 1.12, [{"ci_high": 0.99}])) is kept
+    assert vouched(kept, None) is kept
+    ship = Returned("optimized", "faster", "extracted")
+    assert vouched(ship, _measured(0.97, 1.12)) is ship
