@@ -120,13 +120,11 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
     if branches:
         branched, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))
         notes += more
-        if branched is not source:
-            try:
-                source, graph = branched, imported(branched)
-                shaping.branch_programs = True
-            except InputError as exc:  # the branches' programs left out: the model as it was imported
-                notes.append(f"the If branches' programs left out: the model they make does not import "
-                             f"({first_line(exc)})")
+        try:  # the model of the branches' programs, imported; where it does not import, left out
+            if branched is not source:
+                source, graph, shaping.branch_programs = branched, imported(branched), True
+        except InputError as exc:
+            notes.append(f"the If branches' programs left out: their model does not import ({first_line(exc)})")
     shaping.written_from = source if source is not original else None
     return original, graph, shaping, notes
 
@@ -546,8 +544,7 @@ class Run:
                                 f"together)")
         returned = decide(not timed, measured, config, failed[0] if failed and not timed else "",
                           checked.left_out if not timed else "")
-        if imp.shaping.branch_programs:
-            returned = vouched(returned, measured)
+        returned = vouched(returned, measured) if imp.shaping.branch_programs else returned
         if returned.fallback:
             self.say(returned.fallback)
         shipped = next((b for b in built if b.entry.name == returned.candidate), first)
