@@ -116,15 +116,7 @@ def _names_outside(model: onnx.ModelProto, node: int, attr: str) -> set[str]:
     names = {v.name for v in g.input} | {t.name for t in g.initializer}
     for k, n in enumerate(g.node):
         names.update(o for o in n.output if o)
-        for a in n.attribute:
-            if k == node and a.name == attr:
-                continue
-            for sub in ([a.g] if a.type == AttributeProto.GRAPH else a.graphs if a.type == AttributeProto.GRAPHS
-                        else []):
-                names |= {v.name for v in sub.input} | {t.name for t in sub.initializer}
-                for inner in sub.node:
-                    names.update(o for o in inner.output if o)
-                    names |= defined_names(inner)
+        names |= defined_names(n, attr if k == node else "")
     return names
 
 

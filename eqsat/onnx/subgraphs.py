@@ -10,9 +10,11 @@ import onnx
 from onnx import AttributeProto
 
 
-def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    """The graphs held in ``node``'s attributes."""
+def subgraphs(node: onnx.NodeProto, leaving: str = "") -> Iterator[onnx.GraphProto]:
+    """The graphs held in ``node``'s attributes (but the attribute named ``leaving``)."""
     for attr in node.attribute:
+        if attr.name == leaving:
+            continue
         if attr.type == AttributeProto.GRAPH:
             yield attr.g
         elif attr.type == AttributeProto.GRAPHS:
@@ -51,10 +53,10 @@ def implicit_inputs(node: onnx.NodeProto) -> list[str]:
     return list(found)
 
 
-def defined_names(node: onnx.NodeProto) -> set[str]:
-    """Every value name defined inside ``node``'s subgraphs, at any depth."""
+def defined_names(node: onnx.NodeProto, leaving: str = "") -> set[str]:
+    """Every value name defined inside ``node``'s subgraphs (but the attribute ``leaving``'s), at any depth."""
     names: set[str] = set()
-    for sub in subgraphs(node):
+    for sub in subgraphs(node, leaving):
         names |= _own_names(sub)
         for inner in sub.node:
             names.update(o for o in inner.output if o)
