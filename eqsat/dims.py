@@ -117,18 +117,21 @@ class Derived:
 def derived_symbols(names: Sequence[str]) -> dict[str, Derived]:
     """The symbols among ``names`` that are integer arithmetic of others among them, as torch's dynamo exporter
     writes a cache's length (``past + 1``, ``s0 + s1``, ``2*s3``): symbol -> its value from the others' values.
+    A symbol the run's table ties to others (:attr:`SymbolTable.ties`: ``total`` the model runs with at ``past +
+    seq`` only) is read as that arithmetic.
 
     >>> f = derived_symbols(["batch", "past", "past + 1"])
     >>> sorted(f), f["past + 1"]({"past": 127})
     (['past + 1'], 128)
     """
-    free = {n for n in names if n.isidentifier()}
+    ties = current().ties
+    free = {n for n in names if n.isidentifier() and n not in ties}
     out: dict[str, Derived] = {}
     for name in names:
         if name in free:
             continue
         try:
-            tree = ast.parse(name.strip(), mode="eval")
+            tree = ast.parse(ties.get(name, name).strip(), mode="eval")
         except (SyntaxError, ValueError, RecursionError, MemoryError):  # not an expression, or not one to read
             continue
         nodes = list(ast.walk(tree))
@@ -237,6 +240,9 @@ class SymbolTable:
         self.symbol_of: dict[int, tuple[str, int]] = {}
         self.derived: dict[tuple[str, int], tuple[Derived, dict[str, int]]] = {}
         self.derived_of: dict[int, tuple[str, int]] = {}  # a derived symbol's fingerprint -> (it, its size)
+        self.ties: dict[str, str] = {}
+        """symbol -> the arithmetic of others it equals wherever the model runs, though its name does not say so
+        (``total`` -> ``past + seq``: :mod:`eqsat.onnx.tied`); :func:`derived_symbols` reads it as it reads a name"""
 
     def derive(self, values: Mapping[str, int]) -> None:
         """Registers the :func:`derived_symbols` among ``values`` (symbol -> representative size) that are their
@@ -246,7 +252,7 @@ class SymbolTable:
         for name, f in derived_symbols(list(values)).items():
             sizes = {u: int(values[u]) for u in sorted(f.uses) if u in values}
             size = int(values[name])
-            if len(sizes) != len(f.uses) or f(sizes) != size or not _monotone(name):
+            if len(sizes) != len(f.uses) or f(sizes) != size or not _monotone(self.ties.get(name, name)):
                 continue
             fp = f({u: self.value(u, v) for u, v in sizes.items()})
             if fp == size or fp <= 0 or (fp % SCALE == 0 and fp // SCALE in self.symbol_of):

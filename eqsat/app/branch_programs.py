@@ -25,9 +25,11 @@ from onnx import AttributeProto, helper, numpy_helper
 
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.measurement.decision import Measurement, Returned
+from eqsat.onnx.interface import symbols
 from eqsat.onnx.io import check
 from eqsat.onnx.kernels import UpgradeError, converted, opset_of
 from eqsat.onnx.subgraphs import defined_names, free_names, rename_outer, subgraphs
+from eqsat.onnx.tied import expression_names
 
 from .config import OptimizeConfig
 from .result import Result
@@ -184,12 +186,19 @@ def _restricted(shapes: dict[str, tuple[int, ...]], model: onnx.ModelProto) -> d
     return {k: v for k, v in shapes.items() if k in names}
 
 
+def _assumed(assumed: dict[str, str], model: onnx.ModelProto) -> dict[str, str]:
+    """The ``--assume-dim`` ties whose symbols are all the branch model's."""
+    syms = set(symbols(model))
+    return {s: e for s, e in assumed.items() if s in syms and expression_names(e) <= syms}
+
+
 def _runs(branch: Branch, config: OptimizeConfig, share: float) -> Iterator[OptimizeConfig]:
     """The configurations a branch is tried under: at the given sizes of its inputs, then at its own; each with its
     ``share`` of ``--time-limit``."""
     given = replace(config.updated(time_limit=share * config.search.time_limit),
                     input_shapes=_restricted(config.input_shapes, branch.model),
-                    static_shapes=_restricted(config.static_shapes, branch.model), also_at=())
+                    static_shapes=_restricted(config.static_shapes, branch.model), also_at=(),
+                    assume_dims=_assumed(config.assume_dims, branch.model))
     yield given
     if given.input_shapes or given.static_shapes:
         yield replace(given, input_shapes={}, static_shapes={})

@@ -23,6 +23,7 @@ from eqsat.models import MODELS
 from eqsat.onnx.external import data_file
 from eqsat.onnx.importer import parse_input_shapes, parse_sizes
 from eqsat.onnx.io import external_data_files
+from eqsat.onnx.tied import parse_assumed
 from eqsat.progress import progress_printer
 
 from . import cost_cli, memory_guard, models_cli, rules_cli, watchdog
@@ -122,7 +123,7 @@ def _cmd_optimize(args) -> int:
     config = config_from_args(args, builtin=args.builtin)
     config = replace(config, input_shapes=parse_input_shapes(args.input_shape),
                      static_shapes=parse_input_shapes(args.static_shape, "--static-shape"),
-                     also_at=parse_sizes(args.also_at))
+                     also_at=parse_sizes(args.also_at), assume_dims=parse_assumed(args.assume_dim))
     config.validate()
     path = args.model_path if args.model_path and args.model_path != "-" and not args.builtin else None
     # a file goes by its path: eqsat.optimize reads it, and the run then holds the only copy of its weights
@@ -247,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "to verify and measure the shipped program at, beside the tuned shapes (repeatable, e.g. "
                         "--also-at past=511): one measured slower with confidence at any is not shipped; the "
                         "report gives the figure at each")
+    o.add_argument("--assume-dim", action="append", metavar="SYMBOL=EXPR",
+                   help="vouch that a dynamic dimension is always fed as integer arithmetic of others (repeatable, "
+                        "e.g. --assume-dim total=past+seq, a mask over the cache and the new tokens): tuned, fitted "
+                        "and verified with it holding; at other sizes the written model may refuse them or differ. "
+                        "The report's assumptions name it; a run that sees such a dimension says so")
     add_config_arguments(o)
     o.add_argument("--report", metavar="REPORT.json")
     o.add_argument("-q", "--quiet", action="store_true")

@@ -118,6 +118,11 @@ class OptimizeConfig:
                "SYMBOL=N[,SYMBOL=N...], repeatable; e.g. past=511 beside a decode step tuned at past 127): a "
                "program measured slower with confidence at any of them is not shipped, and the report gives its "
                "figure at each"})
+    assume_dims: dict[str, str] = field(default_factory=dict, metadata={
+        "doc": "symbol -> integer arithmetic of other symbols it is always fed as (--assume-dim total=past+seq, "
+               "repeatable): the run tunes, fits and verifies with it holding; where it does not, the written model "
+               "may refuse or differ from the original (the report's assumptions name it). Not needed where the "
+               "names say it (past + 1) or the original runs only where it holds (found by runs)"})
     static_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, metadata={
         "doc": "input name -> a shape the written model is specialized to (--static-shape NAME=D1,D2,...): "
                "the interface changes on purpose, and the report says so"})

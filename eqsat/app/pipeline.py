@@ -431,8 +431,8 @@ class Run:
             sizes = ", ".join(f"{k}={v}" for k, v in shaping.values.items())
             say(f"dynamic dimensions at {sizes}: " + ("the written model is specialized to them (--static-shape)"
                                                       if shaping.static else "tuned there; the written model keeps them"))
-        if shaping.resized:
-            say(shaping.resized_text())
+        for line in filter(None, (shaping.resized_text(), shaping.ties_text())):
+            say(line)
         blocks = None
         if self.config.blocks:
             with timer("blocks"):

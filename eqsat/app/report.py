@@ -308,6 +308,9 @@ def assumptions(config: OptimizeConfig) -> list[str]:
         out.append("--assume-finite-masks: no attention mask holds -inf, +inf or NaN; on inputs that make one do, "
                    "the written model may give finite values where the original gives NaN (a query row masked "
                    "with -inf throughout)")
+    for name, expression in config.assume_dims.items():
+        out.append(f"--assume-dim {name}={expression}: the model is fed {name} = {expression} only; at other sizes "
+                   "the written model may refuse them or differ from the original")
     return out
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from eqsat.dims import current as current_symbols
 from eqsat.dims import derived_symbols, follow
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
@@ -41,6 +42,7 @@ from eqsat.onnx.interface import (
 )
 from eqsat.onnx.io import session
 from eqsat.onnx.prepare import check_input_sizes
+from eqsat.onnx.tied import Ties, assumed_ties, assumed_values, expression_names, tied_symbols
 from eqsat.verify import ShapesCheck, ShapesVerifier, verify_guards
 
 from .config import OptimizeConfig
@@ -144,6 +146,11 @@ class Shaping:
     checks: ShapesVerifier | None = field(default=None, repr=False)
     """the original's runs at the further shapes, carried from one candidate's :meth:`check` to the next (until
     :meth:`close`)"""
+    assumed: dict[str, str] = field(default_factory=dict)
+    """``--assume-dim``: symbol -> the arithmetic of others the user vouches it always is (:mod:`eqsat.onnx.tied`)"""
+    ties: Ties = field(default_factory=Ties)
+    """the symbols the original ties to others, its names not saying so (``total`` -> ``past + seq``): those it runs
+    under only, read so by the run from :meth:`probe` on (with :attr:`assumed`), and those it likely is fed under"""
 
     @property
     def generic(self) -> bool:
@@ -169,8 +176,10 @@ class Shaping:
         if given:
             check_input_sizes(original, given)  # sizes too large to feed, before anything runs the model there
         values, ran = runnable_values(original, symbol_values(original, given), defaulted)
+        assumed = assumed_ties(original, config.assume_dims, values, sorted(sized))
+        values = assumed_values(values, assumed)
         out = cls(original, {**shapes_at(original, values), **given}, values, bool(config.static_shapes),
-                  defaulted, further_sizes(original, config, values))
+                  defaulted, further_sizes(original, config, values), assumed=assumed)
         if not ran and not given and (why := refusal(original, out.shapes, config.seed)) is not None:
             # (sizes given too: :meth:`probe` names them and the flag)
             raise out.explain(InputError(
@@ -203,27 +212,49 @@ class Shaping:
         return (f"onnxruntime refused the default size {refused}: tuned, verified and measured at {sizes}, {how}; "
                 "--input-shape sets the size you serve")
 
+    def ties_text(self) -> str:
+        """What :attr:`ties` and :attr:`assumed` mean for the user, or ""."""
+        said = []
+        if self.ties.found:
+            tied = ", ".join(f"{s} as {e}" for s, e in self.ties.found.items())
+            said.append(f"read {tied}: onnxruntime runs the original only where that holds (each size changed alone "
+                        "is refused); tuned, fitted and verified with it holding, the interface's names kept")
+        if self.assumed:
+            said.append("read " + ", ".join(f"{s} as {e}" for s, e in self.assumed.items()) + " (--assume-dim)")
+        if self.ties.likely:
+            s, e = next(iter(self.ties.likely.items()))
+            names = " or ".join(sorted(expression_names(e)))
+            said.append(f"{s} looks fed as {e}: onnxruntime refuses the original where {names} changes and {s} does "
+                        f"not, but runs it with {s} alone changed; kept free (sizes fitted off runs that change one "
+                        f"alone may not be); if {s} is always {e}, --assume-dim '{s}={e}' reads it so")
+        return "; ".join(said)
+
     def probe(self, config: OptimizeConfig) -> None:
         """Where the user gave input sizes (``--input-shape``, ``--static-shape``, ``--also-at``), raise
         :class:`InputError` (naming them and the flag) if onnxruntime cannot run the original there on the
         verification's kind of inputs: said before a search, where the verification would say it only after it (an
-        optimize run only: ``eqsat info`` does not run the model)."""
+        optimize run only: ``eqsat info`` does not run the model). There, the symbols the original ties to others
+        are found (:meth:`_tie`)."""
         if self.original is None:
             return
+        sess = _session_or_none(self.original) if config.input_shapes or config.static_shapes else None
+        outputs = None
+        if sess is not None:
+            why, outputs = _attempt(sess, self.original, self.shapes, config.seed)
+            if why is not None:
+                flag = "--static-shape" if config.static_shapes else "--input-shape"
+                raise InputError(f"onnxruntime cannot run the original model at the given input shapes "
+                                 f"({shapes_text(self.shapes)}): {why}; give {flag} sizes the model accepts (e.g. a "
+                                 "sequence no longer than its position table)")
+        if self.generic:
+            self._tie(sess, config)
         for label, shapes in self.also:
             why = refusal(self.original, shapes, config.seed)
             if why is not None:
                 raise InputError(f"--also-at {label}: onnxruntime cannot run the original model there "
                                  f"({shapes_text(shapes)}): {why}; give sizes the model accepts")
-        if not (config.input_shapes or config.static_shapes):
+        if sess is None:
             return
-        sess = _session_or_none(self.original)
-        why, outputs = _attempt(sess, self.original, self.shapes, config.seed)
-        if why is not None:
-            flag = "--static-shape" if config.static_shapes else "--input-shape"
-            raise InputError(f"onnxruntime cannot run the original model at the given input shapes "
-                             f"({shapes_text(self.shapes)}): {why}; give {flag} sizes the model accepts (e.g. a "
-                             "sequence no longer than its position table)")
         if self.generic and outputs is not None and short_outputs(self.original, outputs):
             lengths = [s for s in length_symbols(self.original) if s in self.values]
             for times in (2, 4, 8, 16):
@@ -234,6 +265,23 @@ class Shaping:
                 if why is None and outputs is not None and not short_outputs(self.original, outputs):
                     self.wider = [(",".join(f"{s}={at[s]}" for s in lengths), shapes)]
                     break
+
+    def _tie(self, sess: ort.InferenceSession | None, config: OptimizeConfig) -> None:
+        """Read the symbols the user assumes tied (:attr:`assumed`) and those the original ties to others
+        (:func:`eqsat.onnx.tied.tied_symbols`, run in ``sess`` on the verification's kind of inputs; None: not tried)
+        so for the rest of the run (:attr:`eqsat.dims.SymbolTable.ties`; ``--also-at``'s sizes follow them)."""
+        assert self.original is not None
+        original, derived = self.original, derived_symbols(list(self.values))
+
+        def runs(at: dict[str, int]) -> bool:
+            why, outputs = _attempt(sess, original, shapes_at(original, follow(at, derived)), config.seed)
+            return why is None and outputs is not None
+
+        if sess is not None:
+            self.ties = tied_symbols(original, self.values, runs, self.assumed)
+        if self.ties.found or self.assumed:
+            current_symbols().ties.update({**self.assumed, **self.ties.found})
+            self.also = further_sizes(original, config, self.values)
 
     def explain(self, error: InputError) -> InputError:
         """``error`` (the import failed) with a hint when a dimension took its default size: the model may not
@@ -296,6 +344,7 @@ class Shaping:
         if check is not None:
             out.verified_at, out.skipped = list(check.verified), list(check.skipped)
         said = [self.resized_text()] if self.resized else []
+        said += [self.ties_text()] if self.ties_text() else []
         if shipped is not None and notes:
             said += notes
         out.note = "; ".join(said)

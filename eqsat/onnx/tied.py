@@ -1,0 +1,165 @@
+"""Symbols of a model's interface tied to others, though their names do not say so.
+
+An exporter names each dynamic axis; it need not say how the axes relate. A decoder with a key/value cache exported
+with ``attention_mask: [batch, total]`` beside ``past_key_values.*: [batch, heads, past, dim]`` and ``input_ids:
+[batch, seq]`` is fed ``total = past + seq`` (the mask covers the past and the new tokens). Read as three free
+symbols, every run that changes one of them alone is refused: the sizes the import and the shape-generic writer read
+off runs at further sizes are not fitted (a causal mask's index stays a number at the representative sizes, a decode
+step's one new token), and the verification at further sizes is refused there too. Dynamo and optimum write such a
+relation into the name (``past + 1``, ``past_sequence_length + sequence_length``), which
+:func:`eqsat.dims.derived_symbols` reads.
+
+A tie makes the run read a symbol as the arithmetic of others (:attr:`eqsat.dims.SymbolTable.ties`): its runs at
+further sizes move it with them, its fingerprint is theirs, and the interface keeps the user's name. There are two:
+
+- found (:func:`tied_symbols`): a length symbol ``T`` whose representative size is the sum of two others' (``A +
+  B``), or of one other's and a small constant (``A + c``), where onnxruntime refuses the original with each of them
+  changed alone, and with ``T`` changed alone, and runs it with one of them and ``T`` changed together. The original
+  then runs only where the tie holds (at the sizes tried), so a program written for it loses nothing.
+- assumed (``--assume-dim total=past+seq``, :func:`parse_assumed`, :func:`assumed_ties`): where the original also
+  runs with ``T`` longer (transformers slices its mask to the keys' length), reading the tie would change what the
+  written model does at sizes a user may never feed; the user vouches for it, the report's assumptions name it, and
+  a run that sees such a likely tie says so (:attr:`Ties.likely`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import onnx
+
+from ..dims import derived_symbols, follow
+from ..errors import InputError
+from .interface import length_symbols, symbols
+
+STEP = 3
+"""what a size is changed by in the runs that test a tie (odd: not a multiple a size may need)"""
+MAX_CONSTANT = 16
+"""the largest constant ``c`` of a tie ``T = A + c`` tried (a decode step of one to a few new tokens)"""
+
+
+@dataclass
+class Ties:
+    """What :func:`tied_symbols` found: symbol -> the arithmetic of others it is."""
+
+    found: dict[str, str] = field(default_factory=dict)
+    """ties the original runs only under"""
+    likely: dict[str, str] = field(default_factory=dict)
+    """ties the original needs its operands to keep (each changed alone is refused) but not the symbol: it also runs
+    at other sizes of it (a mask longer than the keys, sliced)"""
+
+
+def _candidates(target: str, others: list[str], values: Mapping[str, int]) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(expression, operands) of each tie ``target`` could be at ``values``: sums of two others first."""
+    t = values[target]
+    for a, b in combinations(others, 2):
+        if values[a] + values[b] == t:
+            yield f"{a} + {b}", (a, b)
+    for a in others:
+        if 0 < t - values[a] <= MAX_CONSTANT:
+            yield f"{a} + {t - values[a]}", (a,)
+
+
+def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
+             runs: Callable[[dict[str, int]], bool]) -> str | None:
+    """"found" where the model refuses each operand changed alone (by :data:`STEP`) and ``target`` changed alone,
+    and runs with an operand and ``target`` changed together; "likely" where only ``target`` alone runs; else None."""
+    moved = False
+    for x in operands:
+        alone = {**values, x: values[x] + STEP}
+        if runs(alone):
+            return None  # they vary apart
+        moved = moved or runs({**alone, target: values[target] + STEP})
+    if not moved:
+        return None
+    t = values[target]
+    if runs({**values, target: t + STEP}) or (t > STEP and runs({**values, target: t - STEP})):
+        return "likely"
+    return "found"
+
+
+def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callable[[dict[str, int]], bool],
+                 given: Mapping[str, str] | None = None) -> Ties:
+    """The model's length symbols (:func:`eqsat.onnx.interface.length_symbols`) tied to others at ``values`` (their
+    representative sizes), tried by ``runs`` (whether the original runs at those symbols' sizes); ``given``: ties
+    already read (assumed), not tried again, their operands no symbol to tie. A symbol tied is no operand of another's
+    tie. No run is made where no size is another's sum."""
+    given = dict(given or {})
+    lengths = [s for s in length_symbols(model) if s in values and s not in given]
+    out = Ties()
+    used = {u for e in given.values() for u in expression_names(e)}
+    for target in lengths:
+        if target in used:
+            continue
+        others = [s for s in lengths if s != target and s not in out.found]
+        for expression, operands in _candidates(target, others, values):
+            reading = _reading(target, operands, values, runs)
+            if reading == "found":
+                out.found[target] = expression
+                used.update(operands)
+                break
+            if reading == "likely":
+                out.likely.setdefault(target, expression)
+    return out
+
+
+def expression_names(expression: str) -> set[str]:
+    """The symbols an arithmetic ``expression`` reads."""
+    return {n.id for n in ast.walk(ast.parse(expression, mode="eval")) if isinstance(n, ast.Name)}
+
+
+def parse_assumed(specs: Sequence[str] | None) -> dict[str, str]:
+    """``--assume-dim SYMBOL=EXPR`` flags: symbol -> the integer arithmetic of other symbols it is assumed to be.
+
+    >>> parse_assumed(["total=past+seq", "mask = past + 1"])
+    {'total': 'past + seq', 'mask': 'past + 1'}
+    """
+    out: dict[str, str] = {}
+    for spec in specs or []:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        try:
+            expression = ast.unparse(ast.parse(text.strip(), mode="eval"))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            expression = ""
+        derived = derived_symbols([*sorted(expression_names(expression)), expression]) if expression else {}
+        if not sep or not name.isidentifier() or expression not in derived or name in expression_names(expression):
+            raise InputError(f"--assume-dim {spec!r}: expected SYMBOL=EXPR, a dynamic dimension's name and integer "
+                             "arithmetic of others' (e.g. total=past+seq; eqsat info lists the names)")
+        if name in out:
+            raise InputError(f"--assume-dim {spec!r}: {name} is given twice; give each symbol once")
+        out[name] = expression
+    return out
+
+
+def assumed_ties(model: onnx.ModelProto, assumed: Mapping[str, str], values: Mapping[str, int],
+                 given: Sequence[str]) -> dict[str, str]:
+    """The ``--assume-dim`` ties (``assumed``) that apply to ``model``: InputError where one names a symbol the
+    model does not have, or where the sizes given (``values``; ``given``: the symbols the user's shapes size) do
+    not satisfy it."""
+    syms = symbols(model)
+    free = set(syms) - set(derived_symbols(list(syms)))
+    for name, expression in assumed.items():
+        unknown = sorted(({name} | expression_names(expression)) - free)
+        if unknown:
+            raise InputError(f"--assume-dim {name}={expression}: {', '.join(unknown)} "
+                             f"{'is' if len(unknown) == 1 else 'are'} not a free dynamic dimension of the model; its "
+                             f"free dimensions: {', '.join(sorted(free))}")
+        derived = derived_symbols([*sorted(expression_names(expression)), expression])[expression]
+        want = derived(values)
+        if name in given and values.get(name) != want:
+            raise InputError(f"--assume-dim {name}={expression}: the input shapes give {name} = {values.get(name)} "
+                             f"where {expression} = {want}; give sizes that satisfy it")
+    return dict(assumed)
+
+
+def assumed_values(values: Mapping[str, int], ties: Mapping[str, str]) -> dict[str, int]:
+    """``values`` with each tied symbol at its arithmetic of the others'."""
+    derived = {name: derived_symbols([*sorted(expression_names(e)), e])[e] for name, e in ties.items()}
+    return follow(values, derived)
+
+
+__all__ = ["MAX_CONSTANT", "STEP", "Ties", "assumed_ties", "expression_names", "assumed_values", "parse_assumed", "tied_symbols"]

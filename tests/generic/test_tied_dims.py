@@ -1,0 +1,137 @@
+"""Symbols of the interface tied to others, their names not saying so (eqsat.onnx.tied): a decode step exported with
+its mask's axis named ``total`` beside the cache's ``past``. Found by runs where onnxruntime runs the original only
+where the tie holds; where it also runs with the mask longer (the mask sliced to the keys), only said, and read when
+the user vouches for it (``--assume-dim``). Oracles: onnxruntime running the original, and the arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from decode_helpers import DIM, HIDDEN, KV_HEADS, decode_step
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat import dims, optimize
+from eqsat.app.cli import main
+from eqsat.app.config import OptimizeConfig
+from eqsat.app.shaping import Shaping
+from eqsat.errors import InputError
+from eqsat.onnx import session
+from eqsat.onnx.interface import derived_symbols, interface
+
+SHAPES = {"x": (1, 1, HIDDEN), "attention_mask": (1, 128), "past_k": (1, KV_HEADS, 127, DIM),
+          "past_v": (1, KV_HEADS, 127, DIM)}
+
+
+def _named_total(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its ``past + 1`` axes named ``total``: the relation no longer in the names."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in [*out.graph.input, *out.graph.output]:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param == "past + 1":
+                d.dim_param = "total"
+    return out
+
+
+def _sum_model(sliced: bool, added: bool = True) -> onnx.ModelProto:
+    """[b, past, 4] and [b, seq, 4] concatenated and summed over the last axis, plus a mask [b, total] (``sliced``:
+    the mask's first past + seq entries, as transformers slices its mask to the keys; ``added`` False: the mask is
+    an output of its own, the sizes free)."""
+    n = helper.make_node
+    nodes = [n("Concat", ["past", "new"], ["both"], axis=1),
+             n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0)]
+    mask = "mask"
+    if sliced:
+        nodes += [n("Shape", ["both"], ["shape"]), n("Gather", ["shape", "one"], ["length"], axis=0),
+                  n("Slice", ["mask", "zero", "length", "one"], ["cut"])]
+        mask = "cut"
+    nodes += [n("Add", ["sums", mask], ["y"])] if added else [n("Identity", ["sums"], ["y"]),
+                                                             n("Identity", ["mask"], ["z"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+             (("axis2", [2]), ("one", [1]), ("zero", [0]))]
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("past", f, ["batch", "past", 4]),
+              helper.make_tensor_value_info("new", f, ["batch", "seq", 4]),
+              helper.make_tensor_value_info("mask", f, ["batch", "total"])]
+    outputs = [helper.make_tensor_value_info("y", f, ["batch", "total"])] + (
+        [] if added else [helper.make_tensor_value_info("z", f, ["batch", "total"])])
+    model = helper.make_model(helper.make_graph(nodes, "sums", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _probed(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], **options) -> tuple[Shaping, dict]:
+    """The run's shaping of ``model`` after its probe, and the symbols derived in the run's table."""
+    config = OptimizeConfig.of(**options).updated(input_shapes=shapes)
+    with dims.symbol_table():
+        shaping = Shaping.of(model, config)
+        shaping.probe(config)
+        derived = derived_symbols(list(shaping.values))
+        return shaping, {s: f(shaping.values) for s, f in derived.items()}
+
+
+SUM_SHAPES = {"past": (1, 5, 4), "new": (1, 2, 4), "mask": (1, 7)}
+
+
+def test_a_sum_the_original_runs_under_only_is_found_and_read_as_arithmetic():
+    shaping, derived = _probed(_sum_model(sliced=False), SUM_SHAPES)
+    assert shaping.ties.found == {"total": "past + seq"} and shaping.ties.likely == {}
+    assert derived == {"total": 7}  # read as past + seq in the run
+    assert derived_symbols(["batch", "past", "seq", "total"]) == {}  # and only there
+
+
+def test_a_mask_sliced_to_the_keys_is_only_said_and_sizes_that_vary_apart_are_not_tied():
+    shaping, derived = _probed(_sum_model(sliced=True), SUM_SHAPES)
+    assert shaping.ties.found == {} and shaping.ties.likely == {"total": "past + seq"}
+    assert derived == {}
+    assert "--assume-dim 'total=past + seq'" in shaping.ties_text()
+    free, _ = _probed(_sum_model(sliced=False, added=False), SUM_SHAPES)
+    assert free.ties.found == {} and free.ties.likely == {}
+
+
+def test_an_assumed_tie_is_read_and_sizes_that_contradict_it_are_refused():
+    shaping, derived = _probed(_sum_model(sliced=True), SUM_SHAPES, assume_dims={"total": "past + seq"})
+    assert shaping.assumed == {"total": "past + seq"} and derived == {"total": 7}
+    with pytest.raises(InputError, match="give total = 8 where past \\+ seq = 7"):
+        _probed(_sum_model(sliced=True), {**SUM_SHAPES, "mask": (1, 8)}, assume_dims={"total": "past + seq"})
+    with pytest.raises(InputError, match="width is not a free dynamic dimension"):
+        _probed(_sum_model(sliced=True), SUM_SHAPES, assume_dims={"total": "past + width"})
+
+
+def test_a_decode_step_whose_mask_is_named_total_is_tuned_and_verified_with_it_following_the_past():
+    """Named ``total``, the mask's axis is past + 1 (the original runs nowhere else): found, the run verifies at
+    further past lengths (refused, so skipped, were total read free), and the written model keeps the name and
+    computes what the original does at other batches and past lengths."""
+    model = _named_total(decode_step())
+    result = optimize(model, OptimizeConfig.of(budget=4, cost="analytic", measure=False).updated(
+        input_shapes=SHAPES))
+    report = result.report
+    assert "read total as past + 1" in report.interface.note
+    assert {"past=1", "past=37", "past=256", "batch=2"} <= set(report.interface.verified_at)
+    assert interface(result.optimized) == interface(model)
+    ref, got = session(model), session(result.optimized)
+    rng = np.random.default_rng(3)
+    for batch, past in [(1, 127), (2, 5), (3, 300), (1, 0)]:
+        mask = np.ones((batch, past + 1), np.int64)
+        mask[0, :past // 2] = 0
+        feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32), "attention_mask": mask,
+                 "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
+                 "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
+        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            assert have.shape == want.shape
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_cli_names_an_assumed_dimension_in_the_report_and_refuses_a_malformed_one(tmp_path, capsys):
+    path, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(_sum_model(sliced=True), path)
+    shapes = ["--input-shape", "past=1,5,4", "--input-shape", "new=1,2,4", "--input-shape", "mask=1,7"]
+    assert main(["optimize-model", str(path), "-o", str(out), "--assume-dim", "total=past+", *shapes]) == 2
+    assert "--assume-dim 'total=past+'" in capsys.readouterr().err and not out.exists()
+    assert main(["optimize-model", str(path), "-o", str(out), "--report", str(report), "--no-measure",
+                 "--cost", "analytic", "--assume-dim", "total=past+seq", *shapes]) == 0
+    import json
+    assumed = json.loads(report.read_text())["assumptions"]
+    assert any(a.startswith("--assume-dim total=past + seq") for a in assumed)
