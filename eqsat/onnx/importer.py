@@ -526,16 +526,15 @@ class _Importer:
 
     def _opaque(self, node: onnx.NodeProto, implicit: list[str]) -> None:
         present = [i for i in node.input if i]
-        slots, k = [], 0
-        for name in node.input:
-            slots.append(k if name else -1)
-            k += bool(name)
+        slots = [sum(1 for i in node.input[:k] if i) if name else -1 for k, name in enumerate(node.input)]
         names = present + implicit
         ins = [self.value(i) for i in names]
         shapes = self.runs.output_types(node, names, ins, {**self.sized, **self.typed})
-        touches = any(n in self.fp_opaque for n in names) or any(
-            isinstance(d, Dim) and d.mono is None for i in ins for d in i.shape)  # a size no monomial fits
-        known = {n: self.fp_values[n] for n in names if n in self.fp_values} if touches else {}  # else runs fit it
+        # values at the fingerprints: past a size no monomial fits, and for a Range's length (a decode step's new
+        # positions, past to past + seq, which no run that changes one size alone fits); elsewhere runs fit it
+        touches = node.op_type == "Range" or any(n in self.fp_opaque for n in names) or any(
+            isinstance(d, Dim) and d.mono is None for i in ins for d in i.shape)
+        known = {n: self.fp_values[n] for n in names if n in self.fp_values} if touches else {}
         fps = opaque_fingerprints(self.runs, node, names, ins, self.weights, known)
         attr_bytes = tuple(a.SerializeToString() for a in node.attribute)
         outs = [o for o in node.output]

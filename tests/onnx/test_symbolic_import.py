@@ -4,9 +4,11 @@ importer at those sizes is the oracle); a static import has none, and its e-grap
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 import zoo
+from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import audio_attention, audio_position_bias
 
 from eqsat.dims import Dim, Mono, fp_of, from_mono, reshape_sym, symbol_table, symbol_value
@@ -227,3 +229,48 @@ def test_a_dimension_whose_fingerprint_is_zero_is_read_at_once():
         finally:
             signal.alarm(0)
     assert [int(d) for d in out] == [63488]
+
+
+def _new_positions_model() -> onnx.ModelProto:
+    """A decode step's causal mask: the new tokens' positions ``Range(past, past + seq)`` against the mask's
+    ``Range(total)``, beside the past concatenated with the new tokens and summed into a mask sliced to their length
+    (as transformers slices it). onnxruntime refuses ``seq`` or ``past`` grown alone, so no run fits the Range."""
+    n = helper.make_node
+    ints = {k: numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
+            (("zero", 0), ("one", 1), ("i1", [1]), ("ax1", [1]), ("ax2", [2]), ("ax02", [0, 2]), ("ax01", [0, 1]),
+             ("z1", [0]), ("four", [1, 1, 4]))}
+    nodes = [
+        n("Shape", ["ids"], ["ids_shape"]), n("Gather", ["ids_shape", "one"], ["seq"], axis=0),
+        n("Shape", ["past"], ["past_shape"]), n("Gather", ["past_shape", "one"], ["p"], axis=0),
+        n("Add", ["p", "seq"], ["end"]), n("Range", ["p", "end", "one"], ["positions"]),
+        n("Unsqueeze", ["positions", "ax02"], ["rows"]),
+        n("Shape", ["mask"], ["mask_shape"]), n("Gather", ["mask_shape", "one"], ["total"], axis=0),
+        n("Range", ["zero", "total", "one"], ["columns"]), n("Unsqueeze", ["columns", "ax01"], ["cols"]),
+        n("LessOrEqual", ["cols", "rows"], ["causal"]), n("Cast", ["causal"], ["causal_f"], to=TensorProto.FLOAT),
+        n("Cast", ["ids"], ["ids_f"], to=TensorProto.FLOAT), n("Unsqueeze", ["ids_f", "ax2"], ["ids_u"]),
+        n("Expand", ["ids_u", "four"], ["new"]), n("Concat", ["past", "new"], ["both"], axis=1),
+        n("ReduceSum", ["both", "ax2"], ["sums"], keepdims=0), n("Unsqueeze", ["end", "z1"], ["end1"]),
+        n("Slice", ["mask", "z1", "end1", "i1"], ["cut"]), n("Add", ["sums", "cut"], ["y"]),
+        n("Unsqueeze", ["mask", "ax1"], ["mask_u"]), n("Mul", ["causal_f", "mask_u"], ["z"]),
+    ]
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+              helper.make_tensor_value_info("past", f, ["batch", "past", 4]),
+              helper.make_tensor_value_info("mask", f, ["batch", "total"])]
+    outputs = [helper.make_tensor_value_info("y", f, ["batch", "keys"]),
+               helper.make_tensor_value_info("z", f, ["batch", "seq", "total"])]
+    model = helper.make_model(helper.make_graph(nodes, "new_positions", inputs, outputs, list(ints.values())),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_range_over_the_new_positions_is_sized_by_the_symbol_where_no_run_fits_it():
+    """At one new token, the Range's length 1 is the symbol ``seq`` (its bounds' fingerprints: ``past + seq``
+    less ``past``), not the constant 1 a writer would keep; the mask's Range is ``total``."""
+    model = _new_positions_model()
+    with symbol_table():
+        graph = import_model(model, {"ids": (1, 1), "past": (1, 8, 4), "mask": (1, 9)}, generic=True)
+        ranges = [n for n in graph.nodes() if n.op == "opaque" and n.attrs[0] == "Range"]
+        keys = sorted(d.mono.key() for n in ranges for d in n.shape if isinstance(d, Dim) and d.mono is not None)
+    assert keys == ["seq", "total"]
