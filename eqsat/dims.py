@@ -343,6 +343,14 @@ def current() -> SymbolTable:
     return table if table is not None else _PROCESS
 
 
+def tie(ties: Mapping[str, str]) -> None:
+    """Read each symbol of ``ties`` as its arithmetic of others (:attr:`SymbolTable.ties`) for the rest of the run
+    in progress; outside a run's table (:func:`symbol_table`), nothing: the process's table is no run's."""
+    table = _CURRENT.get()
+    if table is not None:
+        table.ties.update(ties)
+
+
 @contextlib.contextmanager
 def symbol_table(table: SymbolTable | None = None) -> Iterator[SymbolTable]:
     """A fresh :class:`SymbolTable` (or ``table``) in use for the block: every Dim made in it is read back
@@ -491,5 +499,5 @@ def infer(op: str, attrs: tuple, shapes: Sequence[Shape]) -> tuple[int, ...]:
     return combine(shape, fps)
 
 
-__all__ = ["volume_fp", "FIRST_PRIME", "FP_LIMIT", "SCALE", "Derived", "Dim", "Mono", "derived_symbols", "follow", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
+__all__ = ["tie", "volume_fp", "FIRST_PRIME", "FP_LIMIT", "SCALE", "Derived", "Dim", "Mono", "derived_symbols", "follow", "SymShape", "product", "combine", "fingerprint", "fingerprint_fits", "fp_of",
            "from_mono", "holds", "infer", "is_symbolic", "reshape_sym", "sym_shape", "symbol_value"]

@@ -18,8 +18,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from eqsat.dims import current as current_symbols
-from eqsat.dims import derived_symbols, follow
+from eqsat.dims import derived_symbols, follow, tie
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
 from eqsat.inputs import index_bounds, random_inputs
@@ -280,7 +279,7 @@ class Shaping:
         if sess is not None:
             self.ties = tied_symbols(original, self.values, runs, self.assumed)
         if self.ties.found or self.assumed:
-            current_symbols().ties.update({**self.assumed, **self.ties.found})
+            tie({**self.assumed, **self.ties.found})
             self.also = further_sizes(original, config, self.values)
 
     def explain(self, error: InputError) -> InputError:
