@@ -31,6 +31,7 @@ from eqsat.extract import EXTRACTORS
 from eqsat.mcts import SearchConfig, option, scheduler_names
 from eqsat.mcts.config import WORKER_MB, usable_cores
 from eqsat.measurement.runtimes import TORCH_RUNTIMES, check_available, resolve, runtime_names
+from eqsat.onnx.tied import check_assumed
 from eqsat.rules import RULE_SETS
 
 REGISTRIES: dict[str, Callable[[], list[str]]] = {
@@ -216,6 +217,7 @@ def validate(config: OptimizeConfig) -> None:
         raise InputError(f"search {config.search!r}: give an eqsat.mcts.SearchConfig")
     for owner, f in options():
         _check(f, getattr(config.search if owner else config, f.name))
+    check_assumed(config.assume_dims)
     if config.measure:  # a runtime that cannot run here fails now, not after the search
         check_available(config.runtime)
     if config.also_at and config.measure and resolve(config.runtime) in TORCH_RUNTIMES:

@@ -163,8 +163,9 @@ class Shaping:
         if both:
             raise InputError(f"{sorted(both)} given with both --input-shape and --static-shape; give one of them")
         if original is None:
-            if config.also_at:
-                raise InputError("--also-at applies to ONNX models with dynamic dimensions; an IR graph has one shape")
+            if config.also_at or config.assume_dims:
+                raise InputError(f"{'--also-at' if config.also_at else '--assume-dim'} applies to ONNX models with "
+                                 "dynamic dimensions; an IR graph has one shape")
             return cls(None, {**config.input_shapes, **config.static_shapes})
         check_given(original, config)
         given = {**config.input_shapes, **config.static_shapes}
@@ -220,8 +221,7 @@ class Shaping:
                         "is refused); tuned, fitted and verified with it holding, the interface's names kept")
         if self.assumed:
             said.append("read " + ", ".join(f"{s} as {e}" for s, e in self.assumed.items()) + " (--assume-dim)")
-        if self.ties.likely:
-            s, e = next(iter(self.ties.likely.items()))
+        for s, e in self.ties.likely.items():
             names = " or ".join(sorted(expression_names(e)))
             said.append(f"{s} looks fed as {e}: onnxruntime refuses the original where {names} changes and {s} does "
                         f"not, but runs it with {s} alone changed; kept free (sizes fitted off runs that change one "
@@ -264,6 +264,14 @@ class Shaping:
                 if why is None and outputs is not None and not short_outputs(self.original, outputs):
                     self.wider = [(",".join(f"{s}={at[s]}" for s in lengths), shapes)]
                     break
+
+    def _off_ties(self) -> list[tuple[str, Shapes]]:
+        """(label, shapes) where a found tie does not hold (its symbol alone changed): the original refuses them where
+        the tie is real (skipped); where it runs, a program written for the tie is checked there."""
+        assert self.original is not None
+        return [(f"{s}={v} (off {e})", shapes_at(self.original, {**self.values, s: v}))
+                for s, e in self.ties.found.items() for v in (self.values[s] + 1, self.values[s] + 2,
+                                                               2 * self.values[s])]
 
     def _tie(self, sess: ort.InferenceSession | None, config: OptimizeConfig) -> None:
         """Read the symbols the user assumes tied (:attr:`assumed`) and those the original ties to others
@@ -319,7 +327,7 @@ class Shaping:
             return ShapesCheck(True)
         assert self.original is not None
         probes = probe_shapes(self.original, self.values)
-        probes += [p for p in [*self.also, *self.wider] if p[0] not in dict(probes)]
+        probes += [p for p in [*self.also, *self.wider, *self._off_ties()] if p[0] not in dict(probes)]
         near = near_shapes(self.original, self.values)
         if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed \
                 or self.checks.probes != probes or self.checks.near != near:
@@ -343,7 +351,7 @@ class Shaping:
         if check is not None:
             out.verified_at, out.skipped = list(check.verified), list(check.skipped)
         said = [self.resized_text()] if self.resized else []
-        said += [self.ties_text()] if self.ties_text() else []
+        said += [text] if (text := self.ties_text()) else []
         if shipped is not None and notes:
             said += notes
         out.note = "; ".join(said)

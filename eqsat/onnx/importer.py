@@ -512,10 +512,9 @@ class _Importer:
     def _table(self, name: str) -> np.ndarray | None:
         """The constant ``name`` is, or the constant table it is a Slice of along its other axes than the last (a
         generic import's rotary cos and sin: :func:`simplified` writes them so), with the value's rank."""
-        if name in self.consts:
-            return self.consts[name]
-        node = self._producers.get(name)
-        if node is None or node.op_type != "Slice" or len(node.input) < 4 or node.input[0] not in self.consts \
+        if name in self.consts or (node := self._producers.get(name)) is None:
+            return self.consts.get(name)
+        if node.op_type != "Slice" or len(node.input) < 4 or node.input[0] not in self.consts \
                 or node.input[1] not in self.consts or node.input[3] not in self.consts:
             return None
         table = self.consts[node.input[0]]
@@ -524,15 +523,18 @@ class _Importer:
             return None
         return table
 
+    def _unit_range(self, node: onnx.NodeProto) -> bool:  # (a decode step's new positions: no run fits them)
+        step = self.consts.get(node.input[2]) if node.op_type == "Range" and len(node.input) == 3 else None
+        return step is not None and np.asarray(step).size == 1 and abs(float(step)) == 1.0
+
     def _opaque(self, node: onnx.NodeProto, implicit: list[str]) -> None:
         present = [i for i in node.input if i]
         slots = [sum(1 for i in node.input[:k] if i) if name else -1 for k, name in enumerate(node.input)]
         names = present + implicit
         ins = [self.value(i) for i in names]
         shapes = self.runs.output_types(node, names, ins, {**self.sized, **self.typed})
-        # values at the fingerprints: past a size no monomial fits, and for a Range's length (a decode step's new
-        # positions, past to past + seq, which no run that changes one size alone fits); elsewhere runs fit it
-        touches = node.op_type == "Range" or any(n in self.fp_opaque for n in names) or any(
+        # values at the fingerprints past a size no monomial fits, and for a Range of step 1 (length: their difference)
+        touches = self._unit_range(node) or any(n in self.fp_opaque for n in names) or any(
             isinstance(d, Dim) and d.mono is None for i in ins for d in i.shape)
         known = {n: self.fp_values[n] for n in names if n in self.fp_values} if touches else {}
         fps = opaque_fingerprints(self.runs, node, names, ins, self.weights, known)

@@ -14,8 +14,12 @@ further sizes move it with them, its fingerprint is theirs, and the interface ke
 
 - found (:func:`tied_symbols`): a length symbol ``T`` whose representative size is the sum of two others' (``A +
   B``), or of one other's and a small constant (``A + c``), where onnxruntime refuses the original with each of them
-  changed alone, and with ``T`` changed alone, and runs it with one of them and ``T`` changed together. The original
-  then runs only where the tie holds (at the sizes tried), so a program written for it loses nothing.
+  changed alone, runs it with each of them and ``T`` changed together (an operand refused there is bounded by
+  something else: the tie is another), and refuses it with ``T`` alone changed by each of :data:`ALONE`, up and
+  down. The original then runs only where the tie holds, at the sizes tried; since runs sample, the check at further
+  sizes also tries ``T`` alone changed (:meth:`eqsat.app.shaping.Shaping.check`), where a program written for the
+  tie must match the original wherever it runs. Tried where the input sizes are given (``--input-shape``), on the
+  session that checks them.
 - assumed (``--assume-dim total=past+seq``, :func:`parse_assumed`, :func:`assumed_ties`): where the original also
   runs with ``T`` longer (transformers slices its mask to the keys' length), reading the tie would change what the
   written model does at sizes a user may never feed; the user vouches for it, the report's assumptions name it, and
@@ -36,7 +40,10 @@ from ..errors import InputError
 from .interface import length_symbols, symbols
 
 STEP = 3
-"""what a size is changed by in the runs that test a tie (odd: not a multiple a size may need)"""
+"""what an operand is changed by in the runs that test a tie"""
+ALONE = (1, 2, 3, 5, 8)
+"""what the tied symbol alone is changed by, up and down, in the runs that test a tie: the original must refuse
+every one (a model that takes only even differences, or lengths of a multiple of 4, runs at some)"""
 MAX_CONSTANT = 16
 """the largest constant ``c`` of a tie ``T = A + c`` tried (a decode step of one to a few new tokens)"""
 
@@ -46,7 +53,7 @@ class Ties:
     """What :func:`tied_symbols` found: symbol -> the arithmetic of others it is."""
 
     found: dict[str, str] = field(default_factory=dict)
-    """ties the original runs only under"""
+    """ties the original runs only under (at every size tried)"""
     likely: dict[str, str] = field(default_factory=dict)
     """ties the original needs its operands to keep (each changed alone is refused) but not the symbol: it also runs
     at other sizes of it (a mask longer than the keys, sliced)"""
@@ -65,20 +72,32 @@ def _candidates(target: str, others: list[str], values: Mapping[str, int]) -> It
 
 def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
              runs: Callable[[dict[str, int]], bool]) -> str | None:
-    """"found" where the model refuses each operand changed alone (by :data:`STEP`) and ``target`` changed alone,
-    and runs with an operand and ``target`` changed together; "likely" where only ``target`` alone runs; else None."""
-    moved = False
+    """"found" where the model refuses each operand changed alone (by :data:`STEP`) and runs with each of them and
+    ``target`` changed together (an operand refused there is bounded by something else: a position table), and
+    refuses ``target`` changed alone by every one of :data:`ALONE`, up and down; "likely" where it runs at one of
+    those; else None."""
     for x in operands:
         alone = {**values, x: values[x] + STEP}
         if runs(alone):
             return None  # they vary apart
-        moved = moved or runs({**alone, target: values[target] + STEP})
-    if not moved:
-        return None
+        if not runs({**alone, target: values[target] + STEP}):
+            return None
     t = values[target]
-    if runs({**values, target: t + STEP}) or (t > STEP and runs({**values, target: t - STEP})):
+    if any(runs({**values, target: t + d * sign}) for d in ALONE for sign in (1, -1) if t + d * sign >= 1):
         return "likely"
     return "found"
+
+
+def _cached(runs: Callable[[dict[str, int]], bool]) -> Callable[[dict[str, int]], bool]:
+    """``runs``, each set of sizes run once."""
+    seen: dict[tuple[tuple[str, int], ...], bool] = {}
+
+    def once(at: dict[str, int]) -> bool:
+        key = tuple(sorted(at.items()))
+        if key not in seen:
+            seen[key] = runs(at)
+        return seen[key]
+    return once
 
 
 def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callable[[dict[str, int]], bool],
@@ -87,7 +106,7 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
     representative sizes), tried by ``runs`` (whether the original runs at those symbols' sizes); ``given``: ties
     already read (assumed), not tried again, their operands no symbol to tie. A symbol tied is no operand of another's
     tie. No run is made where no size is another's sum."""
-    given = dict(given or {})
+    given, runs = dict(given or {}), _cached(runs)
     lengths = [s for s in length_symbols(model) if s in values and s not in given]
     out = Ties()
     used = {u for e in given.values() for u in expression_names(e)}
@@ -109,6 +128,15 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
 def expression_names(expression: str) -> set[str]:
     """The symbols an arithmetic ``expression`` reads."""
     return {n.id for n in ast.walk(ast.parse(expression, mode="eval")) if isinstance(n, ast.Name)}
+
+
+def check_assumed(assumed: object) -> None:
+    """InputError unless ``assumed`` is ``--assume-dim``'s mapping (symbol -> integer arithmetic of others)."""
+    if not isinstance(assumed, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                   for k, v in assumed.items()):
+        raise InputError(f"assume_dims {assumed!r}: give a dict of symbol -> arithmetic of other symbols "
+                         "({'total': 'past + seq'})")
+    parse_assumed([f"{k}={v}" for k, v in assumed.items()])
 
 
 def parse_assumed(specs: Sequence[str] | None) -> dict[str, str]:
@@ -142,7 +170,14 @@ def assumed_ties(model: onnx.ModelProto, assumed: Mapping[str, str], values: Map
     not satisfy it."""
     syms = symbols(model)
     free = set(syms) - set(derived_symbols(list(syms)))
+    if assumed and not free:
+        raise InputError("--assume-dim: the model has no free dynamic dimensions; it applies to ONNX models whose "
+                         "inputs' sizes are named (eqsat info lists them)")
     for name, expression in assumed.items():
+        chained = sorted(expression_names(expression) & set(assumed))
+        if chained:
+            raise InputError(f"--assume-dim {name}={expression}: {', '.join(chained)} is assumed too; write each "
+                             "assumed dimension in free ones only")
         unknown = sorted(({name} | expression_names(expression)) - free)
         if unknown:
             raise InputError(f"--assume-dim {name}={expression}: {', '.join(unknown)} "
@@ -162,4 +197,5 @@ def assumed_values(values: Mapping[str, int], ties: Mapping[str, str]) -> dict[s
     return follow(values, derived)
 
 
-__all__ = ["MAX_CONSTANT", "STEP", "Ties", "assumed_ties", "expression_names", "assumed_values", "parse_assumed", "tied_symbols"]
+__all__ = ["ALONE", "MAX_CONSTANT", "STEP", "Ties", "assumed_ties", "assumed_values", "check_assumed", "expression_names",
+           "parse_assumed", "tied_symbols"]

@@ -5,6 +5,8 @@ the user vouches for it (``--assume-dim``). Oracles: onnxruntime running the ori
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -60,6 +62,52 @@ def _sum_model(sliced: bool, added: bool = True) -> onnx.ModelProto:
                               opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def _ints(**values) -> list[onnx.TensorProto]:
+    return [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in values.items()]
+
+
+def _model(name: str, nodes: list, inits: list, outputs: list[tuple[str, list]]) -> onnx.ModelProto:
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("past", f, ["batch", "past", 4]),
+              helper.make_tensor_value_info("new", f, ["batch", "seq", 4]),
+              helper.make_tensor_value_info("mask", f, ["batch", "total"])]
+    model = helper.make_model(helper.make_graph(nodes, name, inputs, [helper.make_tensor_value_info(o, f, dims)
+                                                                      for o, dims in outputs], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _even_tail() -> onnx.ModelProto:
+    """The past and the new tokens summed, plus the mask's entries past their length summed in pairs: runs where
+    total >= past + seq and their difference is even only (so at total + 3 and - 3 alone it is refused), and its
+    values read the mask's tail there."""
+    n = helper.make_node
+    nodes = [n("Concat", ["past", "new"], ["both"], axis=1), n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0),
+             n("Shape", ["both"], ["shape"]), n("Gather", ["shape", "one"], ["length"], axis=0),
+             n("Slice", ["mask", "length", "big", "one"], ["tail"]), n("Reshape", ["tail", "pairs"], ["paired"]),
+             n("ReduceSum", ["paired", "ax12"], ["tsum"], keepdims=0), n("Unsqueeze", ["tsum", "one"], ["tsum1"]),
+             n("Sub", ["length", "one"], ["before"]), n("Slice", ["mask", "before", "length", "one"], ["last"]),
+             n("Reshape", ["last", "column"], ["last1"]),  # refused where the mask is shorter than the keys
+             n("Mul", ["last1", "nought"], ["zero"]), n("Add", ["sums", "tsum1"], ["y0"]), n("Add", ["y0", "zero"], ["y"])]
+    inits = _ints(axis2=[2], one=[1], big=[2**62], pairs=[0, -1, 2], ax12=[1, 2], column=[0, 1])
+    return _model("even_tail", nodes, inits + [numpy_helper.from_array(np.array(0.0, np.float32), "nought")],
+                  [("y", ["batch", "keys"])])
+
+
+def _bounded_seq() -> onnx.ModelProto:
+    """total = past + 2 (the past beside two fixed slots, added to the mask), and seq <= 4 (a table of 4 rows): at
+    seq = 2 the mask's length is past + seq too, which holds at no other seq."""
+    n = helper.make_node
+    nodes = [n("Concat", ["past", "slots"], ["both"], axis=1), n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0),
+             n("Add", ["sums", "mask"], ["y"]), n("Shape", ["new"], ["ns"]), n("Gather", ["ns", "one"], ["s"], axis=0),
+             n("Slice", ["table", "zero", "s", "one"], ["rows"]), n("Add", ["new", "rows"], ["w"])]
+    inits = _ints(axis2=[2], one=[1], zero=[0]) + [
+        numpy_helper.from_array(np.ones((1, 2, 4), np.float32), "slots"),
+        numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(1, 4, 4), "table")]
+    return _model("bounded_seq", nodes, inits, [("y", ["batch", "total"]), ("w", ["batch", "seq", 4])])
 
 
 def _probed(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], **options) -> tuple[Shaping, dict]:
@@ -132,6 +180,48 @@ def test_the_cli_names_an_assumed_dimension_in_the_report_and_refuses_a_malforme
     assert "--assume-dim 'total=past+'" in capsys.readouterr().err and not out.exists()
     assert main(["optimize-model", str(path), "-o", str(out), "--report", str(report), "--no-measure",
                  "--cost", "analytic", "--assume-dim", "total=past+seq", *shapes]) == 0
-    import json
     assumed = json.loads(report.read_text())["assumptions"]
     assert any(a.startswith("--assume-dim total=past + seq") for a in assumed)
+
+
+@pytest.mark.parametrize("build, found, likely", [(_even_tail, {}, {"total": "past + seq"}),
+                                                  (_bounded_seq, {"total": "past + 2"}, {})])
+def test_runs_that_mislead_at_one_offset_do_not_tie_wrongly_and_the_written_model_matches(build, found, likely):
+    """The mask's tail read in pairs runs at total + 2 alone: only likely. The position table bounds seq, so seq + 3
+    with total + 3 is refused too: the tie is past + 2, not past + seq. Each written model equals the original
+    wherever the original runs (onnxruntime), at sizes on and off the tie."""
+    model = build()
+    shaping, _ = _probed(model, SUM_SHAPES)
+    assert (shaping.ties.found, shaping.ties.likely) == (found, likely)
+    result = optimize(model, OptimizeConfig.of(budget=4, cost="analytic", measure=False).updated(
+        input_shapes=SUM_SHAPES))
+    ref, got = session(model), session(result.optimized)
+    rng, ran = np.random.default_rng(4), 0
+    for batch, past, seq, total in [(1, 5, 2, 7), (1, 5, 2, 9), (1, 5, 2, 11), (2, 3, 1, 6), (1, 10, 3, 17),
+                                    (1, 0, 1, 3), (1, 5, 1, 7), (1, 0, 1, 2), (1, 3, 4, 5)]:
+        feeds = {"past": rng.standard_normal((batch, past, 4)).astype(np.float32),
+                 "new": rng.standard_normal((batch, seq, 4)).astype(np.float32),
+                 "mask": rng.standard_normal((batch, total)).astype(np.float32)}
+        try:
+            want = ref.run(None, feeds)
+        except Exception:  # noqa: BLE001 - sizes the original refuses
+            continue
+        ran += 1
+        for w, h in zip(want, got.run(None, feeds)):
+            np.testing.assert_allclose(h, w, rtol=1e-5, atol=1e-5)
+    assert ran >= 4
+
+
+def test_chained_or_inapplicable_assumptions_are_refused(tmp_path, capsys):
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_sum_model(sliced=True), path)
+    shapes = ["--input-shape", "past=1,5,4", "--input-shape", "new=1,2,4", "--input-shape", "mask=1,7"]
+    chained = ["--assume-dim", "total=past+seq", "--assume-dim", "past=total-seq"]
+    assert main(["optimize-model", str(path), "-o", str(out), *chained, *shapes]) == 2
+    assert "past is assumed too" in capsys.readouterr().err and not out.exists()
+    assert main(["optimize-model", "--model", "encoder", "-o", str(out), "--assume-dim", "total=past+seq"]) == 2
+    assert "--assume-dim applies to ONNX models with dynamic dimensions" in capsys.readouterr().err
+    with pytest.raises(InputError, match="assume_dims"):
+        OptimizeConfig.of().updated(assume_dims={"total": 7}).validate()
+    with pytest.raises(InputError, match="--assume-dim 'total=past/2'"):
+        OptimizeConfig.of().updated(assume_dims={"total": "past/2"}).validate()

@@ -274,3 +274,21 @@ def test_a_range_over_the_new_positions_is_sized_by_the_symbol_where_no_run_fits
         ranges = [n for n in graph.nodes() if n.op == "opaque" and n.attrs[0] == "Range"]
         keys = sorted(d.mono.key() for n in ranges for d in n.shape if isinstance(d, Dim) and d.mono is not None)
     assert keys == ["seq", "total"]
+
+
+def test_a_range_of_another_step_is_not_sized_as_a_quotient_of_the_symbol():
+    """``Range(0, T, 2)`` has ceil(T / 2) entries, no monomial of T: at T = 8 it is not read as ``1/2*T`` (wrong at
+    every odd T), as its bounds' difference over the step would give."""
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["shape"]), n("Gather", ["shape", "one"], ["t"], axis=0),
+             n("Range", ["zero", "t", "two"], ["r"]), n("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("zero", 0), ("one", 1), ("two", 2))]
+    model = helper.make_model(helper.make_graph(
+        nodes, "stepped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "T"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    with symbol_table():
+        graph = import_model(model, {"x": (1, 8)}, generic=True)
+        sizes = [d.mono.key() for n in graph.nodes() if n.op == "opaque" and n.attrs[0] == "Range"
+                 for d in n.shape if isinstance(d, Dim) and d.mono is not None]
+    assert sizes == []
