@@ -300,8 +300,13 @@ class Shaping:
         place = {at: sym for sym, places in (symbols(self.original) if self.original else {}).items()
                  for at in places if sym in self.defaulted and not is_batch_like(sym)}
         dims = [f"<{place[name, k]}>" if (name, k) in place else str(v) for k, v in enumerate(shape)]
+        lengths = length_symbols(self.original) if self.original is not None else []
+        tied = (f"; where one of {', '.join(lengths)} is always others' arithmetic (a mask over the cache and the new "
+                "tokens), give sizes where it holds, or say it with --assume-dim SYMBOL=EXPR (e.g. total=past+seq)"
+                if len(lengths) >= 2 else "")
         message = (f"{error} (the dynamic dimensions took their default sizes {sizes}; give sizes the model accepts "
-                   f"with --input-shape, e.g. --input-shape {name}={','.join(dims)} with the sizes you run it at)")
+                   f"with --input-shape, e.g. --input-shape {name}={','.join(dims)} with the sizes you run it at"
+                   f"{tied})")
         try:
             return type(error)(message)
         except TypeError:  # a subclass with other arguments

@@ -225,3 +225,25 @@ def test_chained_or_inapplicable_assumptions_are_refused(tmp_path, capsys):
         OptimizeConfig.of().updated(assume_dims={"total": 7}).validate()
     with pytest.raises(InputError, match="--assume-dim 'total=past/2'"):
         OptimizeConfig.of().updated(assume_dims={"total": "past/2"}).validate()
+
+
+def test_a_decode_step_refused_at_the_default_sizes_is_told_of_the_assumption_and_runs_under_it(tmp_path, capsys):
+    """No sizes given: the mask's ``total`` at its default beside the past's is refused, and the message names
+    ``--assume-dim``; under ``--assume-dim total=past+1`` the run tunes where it holds and the written model equals
+    the original (onnxruntime) at other past lengths."""
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    model = _named_total(decode_step())
+    onnx.save(model, path)
+    assert main(["optimize-model", str(path), "-o", str(out), "--no-measure", "--cost", "analytic"]) == 2
+    assert "--assume-dim SYMBOL=EXPR" in capsys.readouterr().err and not out.exists()
+    assert main(["optimize-model", str(path), "-o", str(out), "--no-measure", "--cost", "analytic", "-q",
+                 "--assume-dim", "total=past+1", "--budget", "4"]) == 0
+    ref, got = session(model), session(str(out))
+    rng = np.random.default_rng(5)
+    for batch, past in [(1, 127), (2, 9)]:
+        feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32),
+                 "attention_mask": np.ones((batch, past + 1), np.int64),
+                 "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
+                 "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
+        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
