@@ -35,7 +35,7 @@ from itertools import combinations
 
 import onnx
 
-from ..dims import derived_symbols, follow
+from ..dims import Derived, derived_symbols, follow
 from ..errors import InputError
 from .interface import length_symbols, symbols
 
@@ -130,6 +130,12 @@ def expression_names(expression: str) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(expression, mode="eval")) if isinstance(n, ast.Name)}
 
 
+def _arithmetic(expression: str) -> Derived | None:
+    """``expression`` read as :func:`eqsat.dims.derived_symbols` reads a name (``past + seq``); None where it is no
+    integer arithmetic of symbols."""
+    return derived_symbols([*sorted(expression_names(expression)), expression]).get(expression)
+
+
 def check_assumed(assumed: object) -> None:
     """InputError unless ``assumed`` is ``--assume-dim``'s mapping (symbol -> integer arithmetic of others)."""
     if not isinstance(assumed, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
@@ -153,8 +159,8 @@ def parse_assumed(specs: Sequence[str] | None) -> dict[str, str]:
             expression = ast.unparse(ast.parse(text.strip(), mode="eval"))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             expression = ""
-        derived = derived_symbols([*sorted(expression_names(expression)), expression]) if expression else {}
-        if not sep or not name.isidentifier() or expression not in derived or name in expression_names(expression):
+        if not sep or not name.isidentifier() or not expression or _arithmetic(expression) is None \
+                or name in expression_names(expression):
             raise InputError(f"--assume-dim {spec!r}: expected SYMBOL=EXPR, a dynamic dimension's name and integer "
                              "arithmetic of others' (e.g. total=past+seq; eqsat info lists the names)")
         if name in out:
@@ -183,8 +189,10 @@ def assumed_ties(model: onnx.ModelProto, assumed: Mapping[str, str], values: Map
             raise InputError(f"--assume-dim {name}={expression}: {', '.join(unknown)} "
                              f"{'is' if len(unknown) == 1 else 'are'} not a free dynamic dimension of the model; its "
                              f"free dimensions: {', '.join(sorted(free))}")
-        derived = derived_symbols([*sorted(expression_names(expression)), expression])[expression]
-        want = derived(values)
+        arithmetic = _arithmetic(expression)
+        if arithmetic is None:
+            raise InputError(f"--assume-dim {name}={expression}: give integer arithmetic of other dimensions")
+        want = arithmetic(values)
         if name in given and values.get(name) != want:
             raise InputError(f"--assume-dim {name}={expression}: the input shapes give {name} = {values.get(name)} "
                              f"where {expression} = {want}; give sizes that satisfy it")
@@ -193,7 +201,7 @@ def assumed_ties(model: onnx.ModelProto, assumed: Mapping[str, str], values: Map
 
 def assumed_values(values: Mapping[str, int], ties: Mapping[str, str]) -> dict[str, int]:
     """``values`` with each tied symbol at its arithmetic of the others'."""
-    derived = {name: derived_symbols([*sorted(expression_names(e)), e])[e] for name, e in ties.items()}
+    derived = {name: f for name, e in ties.items() if (f := _arithmetic(e)) is not None}
     return follow(values, derived)
 
 
