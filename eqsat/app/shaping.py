@@ -22,6 +22,7 @@ from eqsat.dims import derived_symbols, follow, tie
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
 from eqsat.inputs import index_bounds, random_inputs
+from eqsat.onnx.heads import sliced_heads
 from eqsat.onnx.interface import (
     MAX_DEFAULT,
     MIN_DEFAULT,
@@ -205,10 +206,16 @@ class Shaping:
         defaults = symbol_values(self.original, {}) if self.original is not None else {}
         refused = ", ".join(f"{defaults[s]} of {s}" for s in self.resized)
         ones = [s for s, v in self.resized.items() if v == 1]
-        how = ("the nearest halving or doubling at which it runs with outputs of length 8 or more (the others back at "
-               "their defaults where it runs there)" if not ones else
-               f"{ones[0]} at 1, where it runs with its outputs' sizes following it (a step of one new token), and at "
-               "no halving or doubling of the defaults; the others at their defaults")
+        tied = {**self.ties.likely, **self.ties.found, **self.ties.head}
+        if all(s in tied for s in self.resized):
+            how = (", ".join(f"{s} at {tied[s]}" for s in self.resized) + ", where it runs (a length of the others' "
+                   "arithmetic), the others at their defaults")
+        elif not ones:
+            how = ("the nearest halving or doubling at which it runs with outputs of length 8 or more (the others "
+                   "back at their defaults where it runs there)")
+        else:
+            how = (f"{ones[0]} at 1, where it runs with its outputs' sizes following it (a step of one new token), "
+                   "and at no halving or doubling of the defaults; the others at their defaults")
         return (f"onnxruntime refused the default size {refused}: tuned, verified and measured at {sizes}, {how}; "
                 "--input-shape sets the size you serve")
 
@@ -219,6 +226,11 @@ class Shaping:
             tied = ", ".join(f"{s} as {e}" for s, e in self.ties.found.items())
             said.append(f"read {tied}: onnxruntime runs the original only where that holds (each size changed alone "
                         "is refused); tuned, fitted and verified with it holding, the interface's names kept")
+        for s, e in self.ties.head.items():
+            said.append(f"read {s} as {e}: the original runs with {s} longer only, reading its inputs' {s} axes at "
+                        f"their first {e} positions only (their tail changed, its outputs did not); tuned and fitted "
+                        f"with the tie holding, the written model reading those inputs sliced to {e}, verified with "
+                        f"{s} longer too")
         if self.assumed:
             said.append("read " + ", ".join(f"{s} as {e}" for s, e in self.assumed.items()) + " (--assume-dim)")
         for s, e in self.ties.likely.items():
@@ -270,24 +282,34 @@ class Shaping:
         the tie is real (skipped); where it runs, a program written for the tie is checked there."""
         assert self.original is not None
         return [(f"{s}={v} (off {e})", shapes_at(self.original, {**self.values, s: v}))
-                for s, e in self.ties.found.items() for v in (self.values[s] + 1, self.values[s] + 2,
-                                                               2 * self.values[s])]
+                for s, e in {**self.ties.found, **self.ties.head}.items()
+                for v in (self.values[s] + 1, self.values[s] + 2, 2 * self.values[s])]
 
     def _tie(self, sess: ort.InferenceSession | None, config: OptimizeConfig) -> None:
         """Read the symbols the user assumes tied (:attr:`assumed`) and those the original ties to others
-        (:func:`eqsat.onnx.tied.tied_symbols`, run in ``sess`` on the verification's kind of inputs; None: not tried)
-        so for the rest of the run (:attr:`eqsat.dims.SymbolTable.ties`; ``--also-at``'s sizes follow them)."""
+        (:func:`eqsat.onnx.tied.tied_symbols`, run in ``sess`` on the verification's kind of inputs; None: opened at
+        the first run where no sizes were given, not tried where they were) so for the rest of the run (:attr:`eqsat.dims.SymbolTable.ties`; ``--also-at``'s sizes follow them)."""
         assert self.original is not None
         original, derived = self.original, derived_symbols(list(self.values))
+        opened = [sess]
+
+        def live() -> ort.InferenceSession | None:  # opened at the first run (none where no size is others' sum)
+            if opened[0] is None:
+                opened[0] = _session_or_none(original)
+            return opened[0]
 
         def runs(at: dict[str, int]) -> bool:
-            why, outputs = _attempt(sess, original, shapes_at(original, follow(at, derived)), config.seed)
+            why, outputs = _attempt(live(), original, shapes_at(original, follow(at, derived)), config.seed)
             return why is None and outputs is not None
 
-        if sess is not None:
-            self.ties = tied_symbols(original, self.values, runs, self.assumed)
-        if self.ties.found or self.assumed:
-            tie({**self.assumed, **self.ties.found})
+        def head(symbol: str) -> bool:
+            sess = live()
+            return sess is not None and reads_head(sess, original, follow(self.values, derived), symbol, config.seed)
+
+        if sess is not None or not (config.input_shapes or config.static_shapes):
+            self.ties = tied_symbols(original, self.values, runs, self.assumed, head)
+        if self.ties.found or self.ties.head or self.assumed:
+            tie({**self.assumed, **self.ties.found, **self.ties.head})
             self.also = further_sizes(original, config, self.values)
 
     def explain(self, error: InputError) -> InputError:
@@ -323,7 +345,12 @@ class Shaping:
             # (the import's, where the run carried it)
             self.facts = Original.of(source, self.values)
         written = make_generic(model, source, self.values, self.facts)
-        return written.model, list(written.notes)
+        if not self.ties.head:
+            return written.model, list(written.notes)
+        sliced = sliced_heads(written.model, self.ties.head)
+        if sliced is None:  # the check with the symbols longer refuses it
+            return written.model, [*written.notes, "its inputs read at their head only could not be sliced"]
+        return sliced, list(written.notes)
 
     def check(self, model: onnx.ModelProto, seed: int) -> ShapesCheck:
         """A written candidate at the further shapes, then its table guards' else-branches beyond their bounds
@@ -367,6 +394,32 @@ class Shaping:
                         + ", ".join(f"{k}={','.join(map(str, v))}" for k, v in self.shapes.items())
                         + "; the interface changed (other sizes are refused)")
         return out
+
+
+def reads_head(sess: ort.InferenceSession, model: onnx.ModelProto, values: dict[str, int], symbol: str,
+               seed: int) -> bool:
+    """Whether ``model`` (run in ``sess``) reads every input axis of ``symbol`` at its first ``values[symbol]``
+    positions only: a seeded random feed at ``values``, then the same feed with those axes longer by 3 and 8, their
+    tails random or zeros, give the same outputs, bit for bit."""
+    places = symbols(model).get(symbol, [])
+    bounds, size = index_bounds(model), values[symbol]
+    try:
+        short = random_inputs(sess, np.random.default_rng(seed), shapes_at(model, values), bounds)
+        ref = sess.run(None, short, QUIET)
+        for k, draw, zeros in ((3, 1, True), (3, 2, False), (8, 3, False)):
+            longer = random_inputs(sess, np.random.default_rng(seed + draw), shapes_at(model, {**values, symbol: size + k}),
+                                   bounds)
+            feeds = dict(short)
+            for name, axis in places:
+                tail = np.take(longer[name], range(size, size + k), axis=axis)
+                feeds[name] = np.concatenate([short[name], np.zeros_like(tail) if zeros else tail], axis=axis)
+            got = sess.run(None, feeds, QUIET)
+            if not all(np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=np.asarray(a).dtype.kind in "fc")
+                       for a, b in zip(ref, got)):
+                return False
+    except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: refused, so not read at the head
+        return False
+    return True
 
 
 def refusal(model: onnx.ModelProto, shapes: Shapes, seed: int) -> str | None:

@@ -20,10 +20,16 @@ further sizes move it with them, its fingerprint is theirs, and the interface ke
   sizes also tries ``T`` alone changed (:meth:`eqsat.app.shaping.Shaping.check`), where a program written for the
   tie must match the original wherever it runs. Tried where the input sizes are given (``--input-shape``), on the
   session that checks them.
+- read at its head (:attr:`Ties.head`): the original also runs with ``T`` longer, never shorter, and reads every
+  input axis of ``T`` at its first ``A + B`` positions only (transformers slices its mask to the keys' length): a
+  random feed with those axes longer, their tails random or zeros, gives the same outputs bit for bit. The run reads
+  the tie, and each written program reads those inputs through a Slice to ``A + B``
+  (:func:`eqsat.onnx.heads.sliced_heads`), so it computes what the original computes with ``T`` longer too; the
+  check at further sizes runs both there.
 - assumed (``--assume-dim total=past+seq``, :func:`parse_assumed`, :func:`assumed_ties`): where the original also
-  runs with ``T`` longer (transformers slices its mask to the keys' length), reading the tie would change what the
-  written model does at sizes a user may never feed; the user vouches for it, the report's assumptions name it, and
-  a run that sees such a likely tie says so (:attr:`Ties.likely`).
+  runs with ``T`` otherwise (shorter, or reading the mask's tail), reading the tie would change what the written
+  model does at sizes a user may never feed; the user vouches for it, the report's assumptions name it, and a run
+  that sees such a likely tie says so (:attr:`Ties.likely`).
 """
 
 from __future__ import annotations
@@ -57,6 +63,10 @@ class Ties:
     likely: dict[str, str] = field(default_factory=dict)
     """ties the original needs its operands to keep (each changed alone is refused) but not the symbol: it also runs
     at other sizes of it (a mask longer than the keys, sliced)"""
+    head: dict[str, str] = field(default_factory=dict)
+    """likely ties where the original runs with the symbol longer only, and reads its inputs' axes of that symbol at
+    their first (arithmetic) positions only (transformers' mask, sliced to the keys): read so by the run, its programs
+    reading those inputs through a Slice to that length (:func:`eqsat.onnx.heads.sliced_heads`)"""
 
 
 def _candidates(target: str, others: list[str], values: Mapping[str, int]) -> Iterator[tuple[str, tuple[str, ...]]]:
@@ -74,8 +84,8 @@ def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
              runs: Callable[[dict[str, int]], bool]) -> str | None:
     """"found" where the model refuses each operand changed alone (by :data:`STEP`) and runs with each of them and
     ``target`` changed together (an operand refused there is bounded by something else: a position table), and
-    refuses ``target`` changed alone by every one of :data:`ALONE`, up and down; "likely" where it runs at one of
-    those; else None."""
+    refuses ``target`` changed alone by every one of :data:`ALONE`, up and down; "longer" where it runs at one of
+    those but at none below; "likely" where it runs below; else None."""
     for x in operands:
         alone = {**values, x: values[x] + STEP}
         if runs(alone):
@@ -83,8 +93,10 @@ def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
         if not runs({**alone, target: values[target] + STEP}):
             return None
     t = values[target]
-    if any(runs({**values, target: t + d * sign}) for d in ALONE for sign in (1, -1) if t + d * sign >= 1):
+    if any(runs({**values, target: t - d}) for d in ALONE if t - d >= 1):
         return "likely"
+    if any(runs({**values, target: t + d}) for d in ALONE):
+        return "longer"
     return "found"
 
 
@@ -101,11 +113,13 @@ def _cached(runs: Callable[[dict[str, int]], bool]) -> Callable[[dict[str, int]]
 
 
 def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callable[[dict[str, int]], bool],
-                 given: Mapping[str, str] | None = None) -> Ties:
+                 given: Mapping[str, str] | None = None, reads_head: Callable[[str], bool] | None = None) -> Ties:
     """The model's length symbols (:func:`eqsat.onnx.interface.length_symbols`) tied to others at ``values`` (their
     representative sizes), tried by ``runs`` (whether the original runs at those symbols' sizes); ``given``: ties
-    already read (assumed), not tried again, their operands no symbol to tie. A symbol tied is no operand of another's
-    tie. No run is made where no size is another's sum."""
+    already read (assumed), not tried again, their operands no symbol to tie; ``reads_head``: whether the original
+    reads a symbol's axes at their first ``values[symbol]`` positions only (run where it runs with the symbol longer
+    only: :attr:`Ties.head`; None: not tried). A symbol tied is no operand of another's tie. No run is made where no
+    size is another's sum."""
     given, runs = dict(given or {}), _cached(runs)
     lengths = [s for s in length_symbols(model) if s in values and s not in given]
     out = Ties()
@@ -113,14 +127,15 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
     for target in lengths:
         if target in used:
             continue
-        others = [s for s in lengths if s != target and s not in out.found]
+        others = [s for s in lengths if s != target and s not in out.found and s not in out.head]
         for expression, operands in _candidates(target, others, values):
             reading = _reading(target, operands, values, runs)
-            if reading == "found":
-                out.found[target] = expression
+            if reading == "found" or (reading == "longer" and reads_head is not None and reads_head(target)):
+                (out.found if reading == "found" else out.head)[target] = expression
+                out.likely.pop(target, None)
                 used.update(operands)
                 break
-            if reading == "likely":
+            if reading in ("likely", "longer"):
                 out.likely.setdefault(target, expression)
     return out
 

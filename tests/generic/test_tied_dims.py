@@ -36,22 +36,23 @@ def _named_total(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _sum_model(sliced: bool, added: bool = True) -> onnx.ModelProto:
+def _sum_model(sliced: bool, added: bool = True, tail: bool = False) -> onnx.ModelProto:
     """[b, past, 4] and [b, seq, 4] concatenated and summed over the last axis, plus a mask [b, total] (``sliced``:
-    the mask's first past + seq entries, as transformers slices its mask to the keys; ``added`` False: the mask is
-    an output of its own, the sizes free)."""
+    the mask's first past + seq entries, as transformers slices its mask to the keys, or with ``tail`` its last ones;
+    ``added`` False: the mask is an output of its own, the sizes free)."""
     n = helper.make_node
     nodes = [n("Concat", ["past", "new"], ["both"], axis=1),
              n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0)]
     mask = "mask"
     if sliced:
         nodes += [n("Shape", ["both"], ["shape"]), n("Gather", ["shape", "one"], ["length"], axis=0),
-                  n("Slice", ["mask", "zero", "length", "one"], ["cut"])]
+                  *([n("Neg", ["length"], ["back"])] if tail else []),
+                  n("Slice", ["mask", "back", "big", "one"] if tail else ["mask", "zero", "length", "one"], ["cut"])]
         mask = "cut"
     nodes += [n("Add", ["sums", mask], ["y"])] if added else [n("Identity", ["sums"], ["y"]),
                                                              n("Identity", ["mask"], ["z"])]
     inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
-             (("axis2", [2]), ("one", [1]), ("zero", [0]))]
+             (("axis2", [2]), ("one", [1]), ("zero", [0]), ("big", [2**62]))]
     f = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("past", f, ["batch", "past", 4]),
               helper.make_tensor_value_info("new", f, ["batch", "seq", 4]),
@@ -130,11 +131,17 @@ def test_a_sum_the_original_runs_under_only_is_found_and_read_as_arithmetic():
     assert derived_symbols(["batch", "past", "seq", "total"]) == {}  # and only there
 
 
-def test_a_mask_sliced_to_the_keys_is_only_said_and_sizes_that_vary_apart_are_not_tied():
+def test_a_mask_read_at_the_keys_is_read_as_the_tie_at_its_head_and_only_said_at_its_tail():
+    """Sliced to its first past + seq entries (transformers), the longer mask's tail changes nothing: read as the tie,
+    at its head. Its last past + seq entries: changing the tail changes the output: only said, the sizes kept free.
+    Sizes that vary apart are not tied."""
     shaping, derived = _probed(_sum_model(sliced=True), SUM_SHAPES)
-    assert shaping.ties.found == {} and shaping.ties.likely == {"total": "past + seq"}
+    assert shaping.ties.head == {"total": "past + seq"} and shaping.ties.likely == {} == shaping.ties.found
+    assert derived == {"total": 7} and "read total as past + seq" in shaping.ties_text()
+    tail, derived = _probed(_sum_model(sliced=True, tail=True), SUM_SHAPES)
+    assert tail.ties.head == {} == tail.ties.found and tail.ties.likely == {"total": "past + seq"}
     assert derived == {}
-    assert "--assume-dim 'total=past + seq'" in shaping.ties_text()
+    assert "--assume-dim 'total=past + seq'" in tail.ties_text()
     free, _ = _probed(_sum_model(sliced=False, added=False), SUM_SHAPES)
     assert free.ties.found == {} and free.ties.likely == {}
 
@@ -227,23 +234,74 @@ def test_chained_or_inapplicable_assumptions_are_refused(tmp_path, capsys):
         OptimizeConfig.of().updated(assume_dims={"total": "past/2"}).validate()
 
 
-def test_a_decode_step_refused_at_the_default_sizes_is_told_of_the_assumption_and_runs_under_it(tmp_path, capsys):
-    """No sizes given: the mask's ``total`` at its default beside the past's is refused, and the message names
-    ``--assume-dim``; under ``--assume-dim total=past+1`` the run tunes where it holds and the written model equals
-    the original (onnxruntime) at other past lengths."""
-    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+def test_a_decode_step_at_no_given_sizes_is_tuned_where_its_tie_holds_and_one_refused_there_is_told_of_the_flag(
+        tmp_path, capsys):
+    """No sizes given: the mask's ``total`` at its default beside the past's is refused, and so are its halves and
+    doubles; at one more than the past it runs, and the tie is read there (no flag). The written model equals the
+    original (onnxruntime) at other past lengths, as it does under ``--assume-dim total=past+1``. A model refused at
+    every size tried (total = past + 2, seq at most 4) is told of ``--assume-dim``."""
+    path, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
     model = _named_total(decode_step())
     onnx.save(model, path)
-    assert main(["optimize-model", str(path), "-o", str(out), "--no-measure", "--cost", "analytic"]) == 2
-    assert "--assume-dim SYMBOL=EXPR" in capsys.readouterr().err and not out.exists()
-    assert main(["optimize-model", str(path), "-o", str(out), "--no-measure", "--cost", "analytic", "-q",
-                 "--assume-dim", "total=past+1", "--budget", "4"]) == 0
-    ref, got = session(model), session(str(out))
-    rng = np.random.default_rng(5)
-    for batch, past in [(1, 127), (2, 9)]:
-        feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32),
-                 "attention_mask": np.ones((batch, past + 1), np.int64),
+    fast = ["--no-measure", "--cost", "analytic", "-q", "--budget", "4"]
+    assert main(["optimize-model", str(path), "-o", str(out), "--report", str(report), *fast]) == 0
+    interface_report = json.loads(report.read_text())["interface"]
+    assert "read total as past + 1" in interface_report["note"]
+    assert interface_report["symbols"]["total"] == interface_report["symbols"]["past"] + 1
+    assumed = tmp_path / "a.onnx"
+    assert main(["optimize-model", str(path), "-o", str(assumed), *fast, "--assume-dim", "total=past+1"]) == 0
+    ref, rng = session(model), np.random.default_rng(5)
+    for written in (out, assumed):
+        got = session(str(written))
+        for batch, past in [(1, 127), (2, 9)]:
+            feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32),
+                     "attention_mask": np.ones((batch, past + 1), np.int64),
+                     "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
+                     "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
+            for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+                np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+    onnx.save(_bounded_seq(), path)
+    refused = tmp_path / "refused.onnx"
+    assert main(["optimize-model", str(path), "-o", str(refused), *fast]) == 2
+    assert "--assume-dim SYMBOL=EXPR" in capsys.readouterr().err and not refused.exists()
+
+
+def _keys_mask(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (the decode step, its mask's axis named ``total``) reading its mask at the keys' positions only, as
+    transformers does: the mask's first ``past + 1`` entries (the present's length)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    g.initializer.extend([numpy_helper.from_array(np.array([v], np.int64), k) for k, v in (("h0", 0), ("h1", 1))])
+    cast = next(node for node in g.node if node.op_type == "Cast" and node.input[0] == "attention_mask")
+    cast.input[0] = "mask_keys"
+    at = list(g.node).index(cast)
+    g.node.insert(at, helper.make_node("Slice", ["attention_mask", "h0", "k_len", "h1"], ["mask_keys"]))
+    onnx.checker.check_model(out, full_check=True)
+    return out
+
+
+def test_a_decode_step_reading_its_mask_at_the_keys_is_written_for_the_tie_and_equals_the_original_on_longer_masks():
+    """The mask read at the keys' positions (a longer one runs): no flag, the run reads total as past + 1 at its head,
+    verifies with total longer, and the written model equals the original (onnxruntime) where the tie holds and with
+    longer masks whose tails are random, at other batches and past lengths."""
+    model = _keys_mask(_named_total(decode_step()))
+    result = optimize(model, OptimizeConfig.of(budget=4, cost="analytic", measure=False).updated(
+        input_shapes=SHAPES))
+    report = result.report
+    assert "read total as past + 1" in report.interface.note
+    assert any("(off past + 1)" in label for label in report.interface.verified_at)
+    assert interface(result.optimized) == interface(model)
+    ref, got = session(model), session(result.optimized)
+    rng, longer = np.random.default_rng(6), 0
+    for batch, past, extra in [(1, 127, 0), (2, 5, 3), (3, 300, 0), (1, 0, 0), (1, 127, 9), (2, 40, 1)]:
+        mask = rng.integers(0, 2, (batch, past + 1 + extra)).astype(np.int64)
+        mask[:, past] = 1
+        feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32), "attention_mask": mask,
                  "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
                  "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
         for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+            assert have.shape == want.shape
             np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+        longer += extra > 0
+    assert longer == 3

@@ -64,7 +64,7 @@ small for tests and at width 384 for ``scripts/bench_serving.py``; and the prefi
 cache out).
 
     >>> SERVING
-    ('llama_decode', 'llama_decode_w384', 'llama_prefill_w384', 'qwen2_prefill_w384', 'qwen2_decode_w384', 'llama_sdpa_decode_w384')
+    ('llama_decode', 'llama_decode_w384', 'llama_prefill_w384', 'qwen2_prefill_w384', 'qwen2_decode_w384', 'llama_sdpa_decode_w384', 'llama_decode_total_w384')
 
 The zoo is a package: this module holds the names, the shapes and :class:`Spec`, and builds and exports the models
 (:func:`module`, :func:`build`, :func:`export_dynamic`, the inputs); :mod:`.models` the torch modules and specs of
@@ -95,7 +95,7 @@ UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
 WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384", "vit_w384", "swin_w384", "convnext_w384",
         "wav2vec2_w384", "efficientnet_b0")
 SERVING = ("llama_decode", "llama_decode_w384", "llama_prefill_w384", "qwen2_prefill_w384", "qwen2_decode_w384",
-           "llama_sdpa_decode_w384")
+           "llama_sdpa_decode_w384", "llama_decode_total_w384")
 FAMILIES = ("gptj_w384", "codegen_w384", "falcon_w384", "stablelm_w384", "mistral_w384", "bigcode_w384", "deberta_w384",
             "xlmr_w384", "deit_w384", "dinov2_w384", "beit_w384", "segformer_b0", "mobilevit_s", "regnet_y",
             "resnet50_full", "hubert_w384")

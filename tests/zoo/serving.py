@@ -65,7 +65,9 @@ def _prefill_spec(family: str, description: str) -> Spec:
                 out_axes={"last_hidden_state": {0: "batch", 1: "seq"}} | {o: {0: "batch", 2: "seq"} for o in present})
 
 
-def _decode_spec(family: str, wide: bool, description: str, sdpa: bool = False) -> Spec:
+def _decode_spec(family: str, wide: bool, description: str, sdpa: bool = False, mask: str = "past + 1") -> Spec:
+    """``mask``: the name of the mask's (and the present's) length; ``total`` as a TorchScript user names it beside
+    ``past``, the relation not in the names."""
     layers, kv_shape = (WIDE_LAYERS, (1, 2, DECODE_WIDE_PAST, WIDTH // WIDE_HEADS)) if wide else \
         (1, (1, 2, DECODE_PAST, 8))
     past = tuple((f"past_key_values.{i}.{kv}", "float", kv_shape) for i in range(layers) for kv in ("key", "value"))
@@ -74,8 +76,8 @@ def _decode_spec(family: str, wide: bool, description: str, sdpa: bool = False) 
     return Spec(_decode_step(family, wide, sdpa),
                 (("input_ids", "ids", (1, 1)), ("attention_mask", "ones", (1, kv_shape[2] + 1)), *past),
                 ("last_hidden_state", *present), description,
-                axes=({0: "batch"}, {0: "batch", 1: "past + 1"}, *[cache_axes] * len(past)),
-                out_axes={"last_hidden_state": {0: "batch"}} | {o: {0: "batch", 2: "past + 1"} for o in present})
+                axes=({0: "batch"}, {0: "batch", 1: mask}, *[cache_axes] * len(past)),
+                out_axes={"last_hidden_state": {0: "batch"}} | {o: {0: "batch", 2: mask} for o in present})
 
 
 SPECS_SERVING: dict[str, Spec] = {
@@ -92,6 +94,11 @@ SPECS_SERVING: dict[str, Spec] = {
     "llama_sdpa_decode_w384": _decode_spec("llama", True, "LLaMA decode step at width 384 as transformers exports it by "
                                            "default (SDPA attention: a boolean mask, NaN rows zeroed): 4 layers, 6 "
                                            f"heads / 2 KV heads, a past of {DECODE_WIDE_PAST} in", sdpa=True),
+    "llama_decode_total_w384": _decode_spec("llama", True, "LLaMA decode step at width 384, its mask's length named "
+                                            "total beside the cache's past (as a TorchScript user names the axes: "
+                                            "the relation total = past + 1 not in the names; transformers reads the "
+                                            "mask at the keys' positions, so a longer one runs): 4 layers, 6 heads / "
+                                            f"2 KV heads, a past of {DECODE_WIDE_PAST} in", mask="total"),
 }
 """the specs of :data:`zoo.SERVING`"""
 
