@@ -229,8 +229,8 @@ class Shaping:
         for s, e in self.ties.head.items():
             said.append(f"read {s} as {e}: the original runs with {s} longer only, reading its inputs' {s} axes at "
                         f"their first {e} positions only (their tail changed, its outputs did not); tuned and fitted "
-                        f"with the tie holding, the written model reading those inputs sliced to {e}, verified with "
-                        f"{s} longer too")
+                        f"with the tie holding, each program written for it reading those inputs through a Slice to "
+                        f"{e}, verified with {s} longer too")
         if self.assumed:
             said.append("read " + ", ".join(f"{s} as {e}" for s, e in self.assumed.items()) + " (--assume-dim)")
         for s, e in self.ties.likely.items():
@@ -281,9 +281,18 @@ class Shaping:
         """(label, shapes) where a found tie does not hold (its symbol alone changed): the original refuses them where
         the tie is real (skipped); where it runs, a program written for the tie is checked there."""
         assert self.original is not None
-        return [(f"{s}={v} (off {e})", shapes_at(self.original, {**self.values, s: v}))
-                for s, e in {**self.ties.found, **self.ties.head}.items()
-                for v in (self.values[s] + 1, self.values[s] + 2, 2 * self.values[s])]
+        out = [(f"{s}={v} (off {e})", shapes_at(self.original, {**self.values, s: v}))
+               for s, e in self.ties.found.items() for v in (self.values[s] + 1, self.values[s] + 2, 2 * self.values[s])]
+        syms = symbols(self.original)
+        derived = derived_symbols(list(syms))
+        batches = [b for b in syms if b in self.values and b not in length_symbols(self.original) and b not in derived]
+        for s, e in self.ties.head.items():  # longer, by 1 to more than itself, and at a batch of 2
+            t = self.values[s]
+            at = [{s: v} for v in (t + 1, t + 2, 2 * t, 2 * t + 1)] + ([{**dict.fromkeys(batches, 2), s: t + 3}]
+                                                                        if batches else [])
+            out += [(",".join(f"{k}={v}" for k, v in sizes.items()) + f" (off {e})",
+                     shapes_at(self.original, follow({**self.values, **sizes}, derived) | sizes)) for sizes in at]
+        return out
 
     def _tie(self, sess: ort.InferenceSession | None, config: OptimizeConfig) -> None:
         """Read the symbols the user assumes tied (:attr:`assumed`) and those the original ties to others
@@ -396,27 +405,60 @@ class Shaping:
         return out
 
 
+HEADS = ("drawn", "ones", "zeros")
+"""the heads :func:`reads_head` feeds: a random draw, a mask of all ones (a reduction over the whole mask sees no
+zero in it), all zeros"""
+TAILS = ((3, "drawn"), (8, "zeros"), (3, "ones"), (8, "extreme"), (None, "drawn"))
+"""the tails it adds to each (length, kind; None: as long as the head, plus one): random, zeros, ones, and NaN, the
+type's extremes and the additive masks' constants (-10000, -1e9) in turn"""
+
+
+def _filled(x: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "drawn":
+        return x
+    if kind != "extreme":
+        return np.ones_like(x) if kind == "ones" else np.zeros_like(x)
+    if x.dtype == np.bool_:
+        return np.ones_like(x)
+    info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
+    marks = [np.nan, info.max, info.min, -np.inf, np.inf, -10000.0, -1e9, 0.5] if x.dtype.kind == "f" else \
+        [info.max, 2, -1, info.min]  # (NaN, the extremes and the additive masks' constants)
+    out = np.empty_like(x)
+    flat = out.reshape(-1)
+    for k, mark in enumerate(marks):
+        flat[k::len(marks)] = mark
+    return out
+
+
 def reads_head(sess: ort.InferenceSession, model: onnx.ModelProto, values: dict[str, int], symbol: str,
                seed: int) -> bool:
     """Whether ``model`` (run in ``sess``) reads every input axis of ``symbol`` at its first ``values[symbol]``
-    positions only: a seeded random feed at ``values``, then the same feed with those axes longer by 3 and 8, their
-    tails random or zeros, give the same outputs, bit for bit."""
-    places = symbols(model).get(symbol, [])
+    positions only: at ``values`` and with the batch at 2, seeded random feeds whose heads are drawn, all ones or all
+    zeros (:data:`HEADS`) give the same outputs, bit for bit, with those axes longer (:data:`TAILS`: random, zero,
+    one, NaN and extreme tails, of 2 to more than the head's length)."""
+    syms = symbols(model)
+    places, lengths = syms.get(symbol, []), set(length_symbols(model))
+    derived = derived_symbols(list(syms))
+    batches = [s for s in syms if s in values and s not in lengths and s not in derived]
     bounds, size = index_bounds(model), values[symbol]
+    rng = np.random.default_rng(seed)
     try:
-        short = random_inputs(sess, np.random.default_rng(seed), shapes_at(model, values), bounds)
-        ref = sess.run(None, short, QUIET)
-        for k, draw, zeros in ((3, 1, True), (3, 2, False), (8, 3, False)):
-            longer = random_inputs(sess, np.random.default_rng(seed + draw), shapes_at(model, {**values, symbol: size + k}),
-                                   bounds)
-            feeds = dict(short)
-            for name, axis in places:
-                tail = np.take(longer[name], range(size, size + k), axis=axis)
-                feeds[name] = np.concatenate([short[name], np.zeros_like(tail) if zeros else tail], axis=axis)
-            got = sess.run(None, feeds, QUIET)
-            if not all(np.shape(a) == np.shape(b) and np.array_equal(a, b, equal_nan=np.asarray(a).dtype.kind in "fc")
-                       for a, b in zip(ref, got)):
-                return False
+        for at in [values, *([follow({**values, **dict.fromkeys(batches, 2)}, derived)] if batches else [])]:
+            drawn = random_inputs(sess, rng, shapes_at(model, at), bounds)
+            for head in HEADS:
+                short = {**drawn, **{name: _filled(drawn[name], head) for name, _ in places}}
+                ref = sess.run(None, short, QUIET)
+                for extra, tail in TAILS:
+                    k = size + 1 if extra is None else extra
+                    longer = random_inputs(sess, rng, shapes_at(model, {**at, symbol: size + k}), bounds)
+                    feeds = dict(short)
+                    for name, axis in places:
+                        end = _filled(np.take(longer[name], range(size, size + k), axis=axis), tail)
+                        feeds[name] = np.concatenate([short[name], end], axis=axis)
+                    got = sess.run(None, feeds, QUIET)
+                    if not all(np.shape(a) == np.shape(b) and np.array_equal(
+                            a, b, equal_nan=np.asarray(a).dtype.kind in "fc") for a, b in zip(ref, got)):
+                        return False
     except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: refused, so not read at the head
         return False
     return True

@@ -18,7 +18,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .interface import symbols
-from .subgraphs import rename_outer, subgraphs
+from .subgraphs import defined_names, rename_outer, subgraphs
 
 MIN_OPSET = 10
 """the first opset whose Slice reads its bounds as inputs"""
@@ -62,8 +62,8 @@ def sliced_heads(model: onnx.ModelProto, heads: Mapping[str, str]) -> onnx.Model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    taken = {n for node in g.node for n in [*node.input, *node.output]} | {t.name for t in g.initializer} \
-        | {v.name for v in g.input} | {v.name for v in g.output}
+    taken = {n for node in g.node for n in [*node.input, *node.output, *defined_names(node)]} \
+        | {t.name for t in g.initializer} | {v.name for v in g.input} | {v.name for v in g.output}
 
     def fresh(base: str) -> str:
         k = 0

@@ -269,8 +269,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     size runs, one symbol at 1, the others at their defaults, where it is refused at 2 and the outputs' sizes follow
     it at 1 (a decode step traced at one new token, which runs at a sequence of 1 only; not a table added whole,
     broadcast at 1, nor a short table that a user sizes: ``--input-shape``); where none runs either, one length
-    symbol at the sum of two others' defaults or at one more than another's (a decode step's mask over the cache and
-    the new tokens, its length named apart: :mod:`eqsat.onnx.tied` then reads the tie); whether it
+    symbol at one more than another's with the rest at 1, or at the sum of two others' defaults (a decode step's mask
+    over the cache and the new tokens, its length named apart: :mod:`eqsat.onnx.tied` then reads the tie); whether it
     ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
     syms = symbols(model)
@@ -368,9 +368,10 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     names = length_symbols(model)
     lengths = [s for s in movable if s in names]
     for s in lengths:  # a length the sum of others' (a mask over the cache and the new tokens, named apart)
-        sums = [values[a] + values[b] for k, a in enumerate(lengths) for b in lengths[k + 1:] if s not in (a, b)]
-        for size in [*sums, *(values[a] + 1 for a in lengths if a != s)]:
-            if is_short(at := follow({**values, s: size}, derived)) is not None:
+        sums = [{s: values[a] + values[b]} for k, a in enumerate(lengths) for b in lengths[k + 1:] if s not in (a, b)]
+        ones = [{s: values[a] + 1, **{b: 1 for b in lengths if b not in (a, s)}} for a in lengths if a != s]
+        for tried in [*ones, *sums]:  # (one more than another, the rest at 1: a decode step's one new token, first)
+            if is_short(at := follow({**values, **tried}, derived)) is not None:
                 return at, True
     return dict(values), False
 

@@ -81,11 +81,13 @@ def _candidates(target: str, others: list[str], values: Mapping[str, int]) -> It
 
 
 def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
-             runs: Callable[[dict[str, int]], bool]) -> str | None:
+             runs: Callable[[dict[str, int]], bool], others: Sequence[str] = ()) -> str | None:
     """"found" where the model refuses each operand changed alone (by :data:`STEP`) and runs with each of them and
     ``target`` changed together (an operand refused there is bounded by something else: a position table), and
     refuses ``target`` changed alone by every one of :data:`ALONE`, up and down; "longer" where it runs at one of
-    those but at none below; "likely" where it runs below; else None."""
+    those but at none below; "likely" where it runs below, or with one of ``others`` (the other lengths) and
+    ``target`` changed together (the tie may be another: ``past + 1`` at one new token where ``past + seq`` holds,
+    a slice of one broadcast); else None."""
     for x in operands:
         alone = {**values, x: values[x] + STEP}
         if runs(alone):
@@ -95,6 +97,8 @@ def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
     t = values[target]
     if any(runs({**values, target: t - d}) for d in ALONE if t - d >= 1):
         return "likely"
+    if any(runs({**values, x: values[x] + STEP, target: t + STEP}) for x in others if x not in operands):
+        return "likely"  # another length moved with it runs too (past + 1 read at one new token, where past + seq is)
     if any(runs({**values, target: t + d}) for d in ALONE):
         return "longer"
     return "found"
@@ -129,7 +133,7 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
             continue
         others = [s for s in lengths if s != target and s not in out.found and s not in out.head]
         for expression, operands in _candidates(target, others, values):
-            reading = _reading(target, operands, values, runs)
+            reading = _reading(target, operands, values, runs, [s for s in lengths if s != target])
             if reading == "found" or (reading == "longer" and reads_head is not None and reads_head(target)):
                 (out.found if reading == "found" else out.head)[target] = expression
                 out.likely.pop(target, None)

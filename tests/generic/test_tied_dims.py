@@ -305,3 +305,76 @@ def test_a_decode_step_reading_its_mask_at_the_keys_is_written_for_the_tie_and_e
             np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
         longer += extra > 0
     assert longer == 3
+
+
+def _misleading(kind: str) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]:
+    """Models that run with their mask longer, some reading more of it than its head (the review's): ``broadcast``
+    adds mask[:, :past] to the cache's scores and mask[:, past:past + seq] to the new token's (at seq = 1 the slice
+    of one broadcasts, so seq changed alone runs: its tie is past + seq, not past + 1); ``padded`` also adds
+    whether any entry of the whole int mask is 0 (a random head always has one); ``flattened`` reads the mask
+    flattened, its first batch x (past + seq) entries (the head at a batch of 1 only); ``long_tail`` reads the tail
+    where it is longer than the keys; ``marked`` counts the whole float mask's entries at -10000."""
+    n = helper.make_node
+    head = [n("Concat", ["past", "new"], ["both"], axis=1), n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0),
+            n("Shape", ["both"], ["shape"]), n("Gather", ["shape", "one"], ["length"], axis=0),
+            n("Slice", ["mask", "zero", "length", "one"], ["cut"])]
+    ints = {"axis2": [2], "one": [1], "zero": [0], "big": [2**62]}
+    floats: dict[str, float] = {}
+    mask, shapes = TensorProto.FLOAT, {"past": (1, 5, 4), "new": (1, 2, 4), "mask": (1, 7)}
+    outputs = [("y", ["batch", None])]
+    if kind == "broadcast":
+        nodes = [n("Concat", ["past", "new"], ["keys"], axis=1), n("Transpose", ["keys"], ["kt"], perm=[0, 2, 1]),
+                 n("MatMul", ["new", "kt"], ["scores"]), n("Shape", ["past"], ["ps"]),
+                 n("Gather", ["ps", "one"], ["plen"], axis=0), n("Shape", ["new"], ["ns"]),
+                 n("Gather", ["ns", "one"], ["slen"], axis=0), n("Add", ["plen", "slen"], ["klen"]),
+                 n("Slice", ["scores", "zero", "plen", "two"], ["sp"]),
+                 n("Slice", ["scores", "plen", "klen", "two"], ["sn"]),
+                 n("Slice", ["mask", "zero", "plen", "one"], ["mp"]), n("Slice", ["mask", "plen", "klen", "one"], ["mn"]),
+                 n("Unsqueeze", ["mp", "one"], ["mp3"]), n("Unsqueeze", ["mn", "one"], ["mn3"]),
+                 n("Add", ["sp", "mp3"], ["ap"]), n("Add", ["sn", "mn3"], ["an"]), n("Concat", ["ap", "an"], ["a"], axis=2),
+                 n("Softmax", ["a"], ["w"], axis=-1), n("MatMul", ["w", "keys"], ["y"])]
+        ints["two"] = [2]
+        shapes = {"past": (1, 5, 4), "new": (1, 1, 4), "mask": (1, 6)}
+        outputs = [("y", ["batch", "seq", 4])]
+    elif kind == "padded":
+        mask = TensorProto.INT64
+        nodes = head + [n("ReduceMin", ["mask"], ["least"], axes=[1], keepdims=1), n("Cast", ["least"], ["lf"], to=1),
+                        n("Cast", ["cut"], ["cf"], to=1), n("Add", ["sums", "cf"], ["y0"]), n("Add", ["y0", "lf"], ["y"])]
+    elif kind == "flattened":
+        nodes = [n("Concat", ["past", "new"], ["both"], axis=1), n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0),
+                 n("Shape", ["sums"], ["sshape"]), n("Reshape", ["mask", "minus1"], ["flat"]),
+                 n("ReduceProd", ["sshape"], ["count"], keepdims=1), n("Slice", ["flat", "zero", "count", "zero"], ["fh"]),
+                 n("Reshape", ["fh", "sshape"], ["cut"]), n("Add", ["sums", "cut"], ["y"])]
+        ints["minus1"] = [-1]
+    elif kind == "long_tail":
+        nodes = head + [n("Shape", ["mask"], ["mshape"]), n("Gather", ["mshape", "one"], ["total"], axis=0),
+                        n("Sub", ["total", "length"], ["over"]), n("Greater", ["over", "length"], ["g"]),
+                        n("Cast", ["g"], ["gf"], to=1), n("Slice", ["mask", "length", "big", "one"], ["tail"]),
+                        n("ReduceSum", ["tail", "one"], ["ts"], keepdims=1), n("Mul", ["ts", "gf"], ["gts"]),
+                        n("Add", ["sums", "cut"], ["y0"]), n("Add", ["y0", "gts"], ["y"])]
+        shapes = {"past": (1, 20, 4), "new": (1, 2, 4), "mask": (1, 22)}  # a tail of 3 or 8 is not read
+    else:
+        nodes = head + [n("Equal", ["mask", "marker"], ["eq"]), n("Cast", ["eq"], ["eqf"], to=1),
+                        n("ReduceSum", ["eqf", "one"], ["c"], keepdims=1), n("Add", ["sums", "cut"], ["y0"]),
+                        n("Add", ["y0", "c"], ["y"])]
+        floats["marker"] = -10000.0
+    inits = _ints(**ints) + [numpy_helper.from_array(np.array([v], np.float32), k) for k, v in floats.items()]
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("past", f, ["batch", "past", 4]),
+              helper.make_tensor_value_info("new", f, ["batch", "seq", 4]),
+              helper.make_tensor_value_info("mask", mask, ["batch", "total"])]
+    model = helper.make_model(helper.make_graph(nodes, kind, inputs, [helper.make_tensor_value_info(o, f, d)
+                                                                      for o, d in outputs], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model, shapes
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "padded", "flattened", "long_tail", "marked"])
+def test_a_mask_read_beyond_its_head_somewhere_is_not_read_as_the_tie(kind):
+    """Each model runs with its mask longer and is read at the head by random feeds at the given sizes, but reads
+    more of it elsewhere (another length, an all-ones head, a batch of 2, a tail longer than the keys, an additive
+    mask's constant): no tie is read (a program sliced to the head would differ from it there)."""
+    model, shapes = _misleading(kind)
+    shaping, derived = _probed(model, shapes)
+    assert shaping.ties.head == {} == shaping.ties.found and "total" not in derived

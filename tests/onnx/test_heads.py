@@ -88,3 +88,25 @@ def test_a_constant_in_the_tie_is_added_and_what_cannot_be_sliced_is_said():
     assert sliced_heads(model, {"total": "past * 2"}) is None  # no sum
     old = _model([helper.make_node("Add", ["mask", "mask"], ["y"])], {}, ["batch", "total"], opset=9)
     assert sliced_heads(old, {"total": "past + seq"}) is None  # Slice's bounds were attributes
+
+
+def test_the_slice_takes_no_name_a_subgraph_defines():
+    """An If branch reading the mask from outside defines the names the Slice would take first: the written model
+    checks (single assignment) and computes what the original reading the head computes."""
+    n = helper.make_node
+    taken = ["mask_head_0", "head_axis_0", "head_start_0", "past_shape_0", "past_size_0", "seq_size_0", "total_head_0"]
+    then = helper.make_graph([n("Identity", ["sums"], [taken[0]]), *[n("Identity", [a], [b]) for a, b in
+                                                                    zip(taken, taken[1:])],
+                              n("Add", [taken[-1], "mask"], ["inner"])], "then", [],
+                             [helper.make_tensor_value_info("inner", F, None)])
+    nodes = [n("Concat", ["past", "new"], ["both"], axis=1), n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0),
+             n("Constant", [], ["flag"], value=helper.make_tensor("f", TensorProto.BOOL, [], [True])),
+             n("If", ["flag"], ["y"], then_branch=then, else_branch=then)]
+    model = _model(nodes, {"axis2": [2]}, ["batch", "total"])
+    written = sliced_heads(model, {"total": "past + seq"})
+    assert written is not None
+    onnx.checker.check_model(written, full_check=True)
+    rng = np.random.default_rng(2)
+    feeds = _feeds(rng, 2, 4, 1, 9)
+    want = session(model).run(None, {**feeds, "mask": feeds["mask"][:, :5]})[0]
+    np.testing.assert_array_equal(session(written).run(None, feeds)[0], want)
