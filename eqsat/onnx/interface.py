@@ -53,6 +53,10 @@ QUIET = ort.RunOptions()
 QUIET.log_severity_level = 4  # a size the model refuses is an answer here, not an error to print
 
 _BATCH = re.compile(r"^(n|b|bs|batch|batch_?size|batch_?dim|.*batch.*)$", re.IGNORECASE)
+_LISTED = re.compile(r"^.+_dynamic_axes_\d+$")
+"""the name TorchScript gives an axis listed without a name (``dynamic_axes={"input_ids": [0, 1]}``:
+``input_ids_dynamic_axes_1``): it says nothing of what the axis is, so it is read as an unnamed one (axis 0 the
+batch)"""
 _NOT_SIDE = re.compile(r"seq|past|total|cache|kv|head|token|len", re.IGNORECASE)
 """a symbol named like a sequence, a cache or a head's size is not an image's side, whatever its input's shape"""
 _CACHE = re.compile(r"past|cache|present", re.IGNORECASE)
@@ -128,8 +132,14 @@ def symbols(model: onnx.ModelProto) -> dict[str, list[tuple[str, int]]]:
 
 
 def _batch(symbol: str, places: list[tuple[str, int]]) -> bool:
-    if ":" in symbol:  # unnamed: axis 0 is the batch
-        return places[0][1] == 0
+    return _batch_axis(symbol, places[0][1])
+
+
+def _batch_axis(symbol: str, axis: int) -> bool:
+    """Whether ``symbol`` at ``axis`` is a batch: by its name, or where it has none (unnamed, or TorchScript's name
+    of a listed axis) at axis 0."""
+    if not symbol or ":" in symbol or _LISTED.match(symbol):
+        return axis == 0
     return is_batch_like(symbol)
 
 
@@ -384,8 +394,7 @@ def short_outputs(model: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> 
         for k, (dim, size) in enumerate(zip(port.dims or (), shape)):
             if not isinstance(dim, str):
                 continue
-            batch = is_batch_like(dim) if dim else k == 0
-            if not batch and size < MIN_DEFAULT:
+            if not _batch_axis(dim, k) and size < MIN_DEFAULT:
                 return True
     return False
 

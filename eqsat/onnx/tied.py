@@ -69,15 +69,21 @@ class Ties:
     reading those inputs through a Slice to that length (:func:`eqsat.onnx.heads.sliced_heads`)"""
 
 
-def _candidates(target: str, others: list[str], values: Mapping[str, int]) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """(expression, operands) of each tie ``target`` could be at ``values``: sums of two others first."""
+def _candidates(target: str, others: list[str], values: Mapping[str, int], sums: bool = True,
+                earlier: Sequence[str] = ()) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(expression, operands) of each tie ``target`` could be at ``values``: sums of two others first (``sums``),
+    then one other plus a constant, then one of ``earlier`` equal to it (the mask's length beside the ids', each
+    named apart)."""
     t = values[target]
-    for a, b in combinations(others, 2):
+    for a, b in combinations(others, 2) if sums else ():
         if values[a] + values[b] == t:
             yield f"{a} + {b}", (a, b)
-    for a in others:
+    for a in others if sums else ():
         if 0 < t - values[a] <= MAX_CONSTANT:
             yield f"{a} + {t - values[a]}", (a,)
+    for a in others:
+        if a in earlier and values[a] == t:
+            yield a, (a,)
 
 
 def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
@@ -122,18 +128,24 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
     representative sizes), tried by ``runs`` (whether the original runs at those symbols' sizes); ``given``: ties
     already read (assumed), not tried again, their operands no symbol to tie; ``reads_head``: whether the original
     reads a symbol's axes at their first ``values[symbol]`` positions only (run where it runs with the symbol longer
-    only: :attr:`Ties.head`; None: not tried). A symbol tied is no operand of another's tie. No run is made where no
-    size is another's sum."""
+    only: :attr:`Ties.head`; None: not tried). A symbol tied is no operand of another's tie. Batch-like symbols are
+    tried for equality only (two inputs' batches each named apart). No run is made where no size is another's sum,
+    nor equal to the size of an earlier symbol that no input shares with it (an image's sides are not tried)."""
     given, runs = dict(given or {}), _cached(runs)
+    syms = symbols(model)
     lengths = [s for s in length_symbols(model) if s in values and s not in given]
+    derived = derived_symbols(list(syms))
+    batches = [s for s in syms if s in values and s not in given and s not in derived and s not in lengths]
     out = Ties()
     used = {u for e in given.values() for u in expression_names(e)}
-    for target in lengths:
+    for group, target in [(lengths, t) for t in lengths] + [(batches, t) for t in batches]:
         if target in used:
             continue
-        others = [s for s in lengths if s != target and s not in out.found and s not in out.head]
-        for expression, operands in _candidates(target, others, values):
-            reading = _reading(target, operands, values, runs, [s for s in lengths if s != target])
+        others = [s for s in group if s != target and s not in out.found and s not in out.head]
+        inputs = {name for name, _ in syms[target]}
+        earlier = [s for s in group[:group.index(target)] if not inputs & {name for name, _ in syms[s]}]
+        for expression, operands in _candidates(target, others, values, group is lengths, earlier):
+            reading = _reading(target, operands, values, runs, [s for s in group if s != target])
             if reading == "found" or (reading == "longer" and reads_head is not None and reads_head(target)):
                 (out.found if reading == "found" else out.head)[target] = expression
                 out.likely.pop(target, None)
