@@ -69,21 +69,55 @@ class Ties:
     reading those inputs through a Slice to that length (:func:`eqsat.onnx.heads.sliced_heads`)"""
 
 
-def _candidates(target: str, others: list[str], values: Mapping[str, int], sums: bool = True,
-                earlier: Sequence[str] = ()) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """(expression, operands) of each tie ``target`` could be at ``values``: sums of two others first (``sums``),
-    then one other plus a constant, then one of ``earlier`` equal to it (the mask's length beside the ids', each
-    named apart)."""
+def _candidates(target: str, others: list[str], values: Mapping[str, int]) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(expression, operands) of each tie ``target`` could be at ``values``: sums of two others first."""
     t = values[target]
-    for a, b in combinations(others, 2) if sums else ():
+    for a, b in combinations(others, 2):
         if values[a] + values[b] == t:
             yield f"{a} + {b}", (a, b)
-    for a in others if sums else ():
+    for a in others:
         if 0 < t - values[a] <= MAX_CONSTANT:
             yield f"{a} + {t - values[a]}", (a,)
-    for a in others:
-        if a in earlier and values[a] == t:
-            yield a, (a,)
+
+
+def _equal_classes(group: list[str], values: Mapping[str, int],
+                   places: Mapping[str, list[tuple[str, int]]]) -> list[list[str]]:
+    """The symbols of ``group`` of one size, each class in the group's order and no two members on one input (an
+    image's sides are no class): the lengths of the ids, the mask and the token types, each named apart."""
+    out: list[list[str]] = []
+    for s in group:
+        inputs = {name for name, _ in places[s]}
+        home = next((c for c in out if values[c[0]] == values[s]
+                     and not any(inputs & {name for name, _ in places[m]} for m in c)), None)
+        if home is None:
+            out.append([s])
+        else:
+            home.append(s)
+    return [c for c in out if len(c) >= 2]
+
+
+def _equal_reading(members: list[str], values: Mapping[str, int],
+                   runs: Callable[[dict[str, int]], bool]) -> tuple[list[str], dict[str, str]]:
+    """(the members tied, each later one's reading: "found", "longer" or "likely") of a class of equal sizes: the
+    members that run changed alone by :data:`STEP` vary apart and are left out (an encoder's length beside a
+    decoder's), until none does; the rest must run changed together; each later one is then read as
+    :func:`_reading` reads a tie, changed alone by :data:`ALONE`."""
+    members = list(members)
+    while len(members) >= 2:
+        apart = [m for m in members if runs({**values, m: values[m] + STEP})]
+        if not apart:
+            break
+        members = [m for m in members if m not in apart]
+    if len(members) < 2 or not runs({**values, **{m: values[m] + STEP for m in members}}):
+        return [], {}
+    readings: dict[str, str] = {}
+    for m in members[1:]:
+        t = values[m]
+        if any(runs({**values, m: t - d}) for d in ALONE if t - d >= 1):
+            readings[m] = "likely"
+        else:
+            readings[m] = "longer" if any(runs({**values, m: t + d}) for d in ALONE) else "found"
+    return members, readings
 
 
 def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
@@ -128,9 +162,10 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
     representative sizes), tried by ``runs`` (whether the original runs at those symbols' sizes); ``given``: ties
     already read (assumed), not tried again, their operands no symbol to tie; ``reads_head``: whether the original
     reads a symbol's axes at their first ``values[symbol]`` positions only (run where it runs with the symbol longer
-    only: :attr:`Ties.head`; None: not tried). A symbol tied is no operand of another's tie. Batch-like symbols are
-    tried for equality only (two inputs' batches each named apart). No run is made where no size is another's sum,
-    nor equal to the size of an earlier symbol that no input shares with it (an image's sides are not tried)."""
+    only: :attr:`Ties.head`; None: not tried). A symbol tied is no operand of another's tie. Then symbols of one
+    size on different inputs (the ids', the mask's and the token types' lengths, or their batches, each named apart)
+    are tried as a class (:func:`_equal_reading`), each later one tied to the first. No run is made where no size is
+    another's sum, nor any two inputs' symbols of one size."""
     given, runs = dict(given or {}), _cached(runs)
     syms = symbols(model)
     lengths = [s for s in length_symbols(model) if s in values and s not in given]
@@ -138,14 +173,12 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
     batches = [s for s in syms if s in values and s not in given and s not in derived and s not in lengths]
     out = Ties()
     used = {u for e in given.values() for u in expression_names(e)}
-    for group, target in [(lengths, t) for t in lengths] + [(batches, t) for t in batches]:
+    for target in lengths:
         if target in used:
             continue
-        others = [s for s in group if s != target and s not in out.found and s not in out.head]
-        inputs = {name for name, _ in syms[target]}
-        earlier = [s for s in group[:group.index(target)] if not inputs & {name for name, _ in syms[s]}]
-        for expression, operands in _candidates(target, others, values, group is lengths, earlier):
-            reading = _reading(target, operands, values, runs, [s for s in group if s != target])
+        others = [s for s in lengths if s != target and s not in out.found and s not in out.head]
+        for expression, operands in _candidates(target, others, values):
+            reading = _reading(target, operands, values, runs, [s for s in lengths if s != target])
             if reading == "found" or (reading == "longer" and reads_head is not None and reads_head(target)):
                 (out.found if reading == "found" else out.head)[target] = expression
                 out.likely.pop(target, None)
@@ -153,6 +186,15 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
                 break
             if reading in ("likely", "longer"):
                 out.likely.setdefault(target, expression)
+    for group in (lengths, batches):
+        free = [s for s in group if s not in used and s not in out.found and s not in out.head]
+        for members in _equal_classes(free, values, syms):
+            tied, readings = _equal_reading(members, values, runs)
+            for m, reading in readings.items():
+                if reading == "found" or (reading == "longer" and reads_head is not None and reads_head(m)):
+                    (out.found if reading == "found" else out.head)[m] = tied[0]
+                else:
+                    out.likely[m] = tied[0]
     return out
 
 

@@ -381,19 +381,21 @@ def test_a_mask_read_beyond_its_head_somewhere_is_not_read_as_the_tie(kind):
 
 
 def _listed() -> onnx.ModelProto:
-    """Attention over x [b, s, 4] (transposed twice first) with a mask [b, s] added to its scores, the axes named as TorchScript names axes
-    listed without names (``dynamic_axes={"x": [0, 1], "mask": [0, 1]}``): ``x_dynamic_axes_1`` and so on, the
-    sequence's length named apart on each input."""
+    """Attention over x [b, s, 4] plus a kind [b, s] (transposed twice first) with a mask [b, s] added to its scores,
+    the axes named as TorchScript names axes listed without names (``dynamic_axes={"x": [0, 1], "mask": [0, 1],
+    "kind": [0, 1]}``): ``x_dynamic_axes_1`` and so on, the sequence's length named apart on each input."""
     n = helper.make_node
-    nodes = [n("Transpose", ["x"], ["x0"], perm=[0, 2, 1]), n("Transpose", ["x0"], ["x1"], perm=[0, 2, 1]),
+    nodes = [n("Unsqueeze", ["kind", "two"], ["k1"]), n("Add", ["x", "k1"], ["xk"]),
+             n("Transpose", ["xk"], ["x0"], perm=[0, 2, 1]), n("Transpose", ["x0"], ["x1"], perm=[0, 2, 1]),
              n("Transpose", ["x1"], ["xt"], perm=[0, 2, 1]), n("MatMul", ["x1", "xt"], ["s0"]),
              n("Unsqueeze", ["mask", "one"], ["m1"]), n("Add", ["s0", "m1"], ["s1"]), n("Softmax", ["s1"], ["p"], axis=-1),
              n("MatMul", ["p", "x1"], ["y"])]
     f = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("x", f, ["x_dynamic_axes_1", "x_dynamic_axes_2", 4]),
-              helper.make_tensor_value_info("mask", f, ["mask_dynamic_axes_1", "mask_dynamic_axes_2"])]
+              helper.make_tensor_value_info("mask", f, ["mask_dynamic_axes_1", "mask_dynamic_axes_2"]),
+              helper.make_tensor_value_info("kind", f, ["kind_dynamic_axes_1", "kind_dynamic_axes_2"])]
     outputs = [helper.make_tensor_value_info("y", f, ["y_dynamic_axes_1", "y_dynamic_axes_2", 4])]
-    model = helper.make_model(helper.make_graph(nodes, "listed", inputs, outputs, _ints(one=[1])),
+    model = helper.make_model(helper.make_graph(nodes, "listed", inputs, outputs, _ints(one=[1], two=[2])),
                               opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model, full_check=True)
     return model
@@ -406,12 +408,15 @@ def test_axes_listed_without_names_are_a_batch_at_axis_0_and_a_length_named_apar
     model = _listed()
     shaping, derived = _probed(model, {})
     assert shaping.values["x_dynamic_axes_1"] == 1 and shaping.values["x_dynamic_axes_2"] == 128
-    assert shaping.ties.found == {"mask_dynamic_axes_2": "x_dynamic_axes_2"} and derived["mask_dynamic_axes_2"] == 128
+    lengths = {s: e for s, e in shaping.ties.found.items() if s.endswith("_2")}
+    assert lengths == {"mask_dynamic_axes_2": "x_dynamic_axes_2", "kind_dynamic_axes_2": "x_dynamic_axes_2"}
+    assert derived["mask_dynamic_axes_2"] == derived["kind_dynamic_axes_2"] == 128
     result = optimize(model, OptimizeConfig.of(budget=4, cost="analytic", measure=False))
     assert "x_dynamic_axes_2=37" in result.report.interface.verified_at
     ref, got = session(model), session(result.optimized)
     rng = np.random.default_rng(7)
     for batch, seq in [(1, 128), (2, 37), (3, 1), (1, 300)]:
         feeds = {"x": rng.standard_normal((batch, seq, 4)).astype(np.float32),
-                 "mask": rng.standard_normal((batch, seq)).astype(np.float32)}
+                 "mask": rng.standard_normal((batch, seq)).astype(np.float32),
+                 "kind": rng.standard_normal((batch, seq)).astype(np.float32)}
         np.testing.assert_allclose(got.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
