@@ -236,7 +236,7 @@ class Shaping:
         for s, e in self.ties.likely.items():
             names = " or ".join(sorted(expression_names(e)))
             said.append(f"{s} looks fed as {e}: onnxruntime refuses the original where {names} changes and {s} does "
-                        f"not, but runs it with {s} alone changed; kept free (sizes fitted off runs that change one "
+                        f"not, but runs it at other sizes where they differ; kept free (sizes fitted off runs that change one "
                         f"alone may not be); if {s} is always {e}, --assume-dim '{s}={e}' reads it so")
         return "; ".join(said)
 
@@ -278,18 +278,21 @@ class Shaping:
                     break
 
     def _off_ties(self) -> list[tuple[str, Shapes]]:
-        """(label, shapes) where a found tie does not hold (its symbol alone changed): the original refuses them where
-        the tie is real (skipped); where it runs, a program written for the tie is checked there."""
+        """(label, shapes) where a tie read by the run does not hold: its symbol alone longer by 1, 2, its size and one
+        more, at 1 and at a half; each symbol it is read in at 1 alone; for a tie read at its head, longer at a batch
+        of 2. The original refuses them where a found tie is real (skipped); where it runs, a program written for the
+        tie is checked there."""
         assert self.original is not None
-        out = [(f"{s}={v} (off {e})", shapes_at(self.original, {**self.values, s: v}))
-               for s, e in self.ties.found.items() for v in (self.values[s] + 1, self.values[s] + 2, 2 * self.values[s])]
         syms = symbols(self.original)
         derived = derived_symbols(list(syms))
         batches = [b for b in syms if b in self.values and b not in length_symbols(self.original) and b not in derived]
-        for s, e in self.ties.head.items():  # longer, by 1 to more than itself, and at a batch of 2
+        out: list[tuple[str, Shapes]] = []
+        for s, e in {**self.ties.found, **self.ties.head}.items():
             t = self.values[s]
-            at = [{s: v} for v in (t + 1, t + 2, 2 * t, 2 * t + 1)] + ([{**dict.fromkeys(batches, 2), s: t + 3}]
-                                                                        if batches else [])
+            at = [{s: v} for v in sorted({t + 1, t + 2, 2 * t, 2 * t + 1, 1, t // 2} - {t, 0})]
+            at += [{u: 1, s: t} for u in sorted(expression_names(e)) if self.values.get(u, 1) != 1]
+            if s in self.ties.head and batches:
+                at.append({**dict.fromkeys(batches, 2), s: t + 3})
             out += [(",".join(f"{k}={v}" for k, v in sizes.items()) + f" (off {e})",
                      shapes_at(self.original, follow({**self.values, **sizes}, derived) | sizes)) for sizes in at]
         return out

@@ -408,7 +408,8 @@ def length_symbols(model: onnx.ModelProto) -> list[str]:
 
 
 def probe_values(value: int, batch: bool) -> list[int]:
-    """The further values a symbol at ``value`` is verified at (its representative value left out): for a symbol
+    """The further values a symbol at ``value`` is verified at (its representative value left out; a batch-like one
+    also at 1 where it is represented above: a batch of 1 broadcasts where others are refused): for a symbol
     represented above every one of :data:`OTHER_PROBES` (a waveform's samples, which refuses them all), also
     ``value + 37``, ``value // 2 + 1`` and ``2 * value + 37`` (odd offsets: a strided front-end's rounding; the
     last well above it, so that a size derived from it, a waveform's frames, is larger there than at every size
@@ -417,12 +418,14 @@ def probe_values(value: int, batch: bool) -> list[int]:
     at 448: a windowed model refuses 1, 37 and 256, and the sizes it takes are multiples of the one it was tuned at).
 
     >>> probe_values(3, batch=True), probe_values(37, batch=False), probe_values(512, batch=False)
-    ([2, 4], [1, 256, 64, 74], [1, 37, 256, 549, 257, 1061])
+    ([2, 4, 1], [1, 256, 64, 74], [1, 37, 256, 549, 257, 1061])
     >>> probe_values(128, batch=False), probe_values(224, batch=False)
     ([1, 37, 256], [1, 37, 256, 448])
     """
     probes = BATCH_PROBES if batch else OTHER_PROBES
     out = [v for v in probes if v != value][:len(probes) - 1]
+    if batch and value != 1:
+        out.append(1)  # a batch of 1 broadcasts where a larger one is refused
     if not batch and value > max(OTHER_PROBES):
         out += [value + 37, value // 2 + 1, 2 * value + 37]
     elif not batch and 2 * value not in out:

@@ -49,7 +49,19 @@ STEP = 3
 """what an operand is changed by in the runs that test a tie"""
 ALONE = (1, 2, 3, 5, 8)
 """what the tied symbol alone is changed by, up and down, in the runs that test a tie: the original must refuse
-every one (a model that takes only even differences, or lengths of a multiple of 4, runs at some)"""
+every one (a model that takes only even differences, or lengths of a multiple of 4, runs at some); it is also tried
+at 1, a half and a quarter of its size (:func:`alone_sizes`: a length of 1 broadcasts, one that divides another
+reshapes)"""
+
+
+def alone_sizes(t: int) -> list[int]:
+    """The sizes a symbol at ``t`` is tried at alone (:data:`ALONE`).
+
+    >>> alone_sizes(8)
+    [1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 16]
+    """
+    sizes = {t + d * sign for d in ALONE for sign in (1, -1)} | {1, t // 2, t // 4}
+    return sorted(v for v in sizes if v >= 1 and v != t)
 MAX_CONSTANT = 16
 """the largest constant ``c`` of a tie ``T = A + c`` tried (a decode step of one to a few new tokens)"""
 
@@ -110,13 +122,16 @@ def _equal_reading(members: list[str], values: Mapping[str, int],
         members = [m for m in members if m not in apart]
     if len(members) < 2 or not runs({**values, **{m: values[m] + STEP for m in members}}):
         return [], {}
+    first = values[members[0]]
+    if any(runs({**values, members[0]: v}) for v in alone_sizes(first)):  # (the ids' length at 1, broadcast)
+        return members, dict.fromkeys(members[1:], "likely")
     readings: dict[str, str] = {}
     for m in members[1:]:
         t = values[m]
-        if any(runs({**values, m: t - d}) for d in ALONE if t - d >= 1):
+        if any(runs({**values, m: v}) for v in alone_sizes(t) if v < t):
             readings[m] = "likely"
         else:
-            readings[m] = "longer" if any(runs({**values, m: t + d}) for d in ALONE) else "found"
+            readings[m] = "longer" if any(runs({**values, m: v}) for v in alone_sizes(t) if v > t) else "found"
     return members, readings
 
 
@@ -135,11 +150,11 @@ def _reading(target: str, operands: tuple[str, ...], values: Mapping[str, int],
         if not runs({**alone, target: values[target] + STEP}):
             return None
     t = values[target]
-    if any(runs({**values, target: t - d}) for d in ALONE if t - d >= 1):
+    if any(runs({**values, target: v}) for v in alone_sizes(t) if v < t):
         return "likely"
     if any(runs({**values, x: values[x] + STEP, target: t + STEP}) for x in others if x not in operands):
         return "likely"  # another length moved with it runs too (past + 1 read at one new token, where past + seq is)
-    if any(runs({**values, target: t + d}) for d in ALONE):
+    if any(runs({**values, target: v}) for v in alone_sizes(t) if v > t):
         return "longer"
     return "found"
 
@@ -168,9 +183,10 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
     another's sum, nor any two inputs' symbols of one size."""
     given, runs = dict(given or {}), _cached(runs)
     syms = symbols(model)
-    lengths = [s for s in length_symbols(model) if s in values and s not in given]
+    lengths = [s for s in length_symbols(model) if s in values and s not in given and s.isidentifier()]
     derived = derived_symbols(list(syms))
-    batches = [s for s in syms if s in values and s not in given and s not in derived and s not in lengths]
+    batches = [s for s in syms if s in values and s not in given and s not in derived and s not in lengths
+               and s.isidentifier() and s not in length_symbols(model)]
     out = Ties()
     used = {u for e in given.values() for u in expression_names(e)}
     for target in lengths:
@@ -278,5 +294,5 @@ def assumed_values(values: Mapping[str, int], ties: Mapping[str, str]) -> dict[s
     return follow(values, derived)
 
 
-__all__ = ["ALONE", "MAX_CONSTANT", "STEP", "Ties", "assumed_ties", "assumed_values", "check_assumed", "expression_names",
+__all__ = ["ALONE", "MAX_CONSTANT", "alone_sizes", "STEP", "Ties", "assumed_ties", "assumed_values", "check_assumed", "expression_names",
            "parse_assumed", "tied_symbols"]

@@ -420,3 +420,60 @@ def test_axes_listed_without_names_are_a_batch_at_axis_0_and_a_length_named_apar
                  "mask": rng.standard_normal((batch, seq)).astype(np.float32),
                  "kind": rng.standard_normal((batch, seq)).astype(np.float32)}
         np.testing.assert_allclose(got.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def _pair(kind: str) -> onnx.ModelProto:
+    """Two inputs x [bx, la, 16] and y [by, lb, 16] of lengths named apart, each model running where they are equal
+    and somewhere else too (the second review's): ``broadcast`` adds x[:, :lb] + y + x (y of length 1 broadcasts);
+    ``divides`` reshapes x to [-1, lb, 16] (runs where lb divides la); ``first_at_one`` adds y to x (x of length 1
+    broadcasts, the first of the class); ``batch`` adds x[:by] + y + x over batches (y's batch of 1 broadcasts)."""
+    n = helper.make_node
+    ints = {"zero": [0], "one": [1], "axis": [1]}
+    if kind == "broadcast":
+        nodes = [n("Shape", ["y"], ["ys"]), n("Gather", ["ys", "one"], ["lb"], axis=0),
+                 n("Slice", ["x", "zero", "lb", "axis"], ["xh"]), n("Add", ["xh", "y"], ["s"]), n("Add", ["s", "x"], ["o"])]
+    elif kind == "divides":
+        nodes = [n("Shape", ["y"], ["ys"]), n("Gather", ["ys", "one"], ["lb"], axis=0),
+                 n("Concat", ["minus1", "lb", "sixteen"], ["to"], axis=0), n("Reshape", ["x", "to"], ["xr"]),
+                 n("ReduceSum", ["xr", "zero"], ["xs"], keepdims=1), n("Add", ["xs", "y"], ["o"])]
+        ints.update(minus1=[-1], sixteen=[16])
+    elif kind == "first_at_one":
+        nodes = [n("Add", ["x", "y"], ["o"])]
+    else:
+        nodes = [n("Shape", ["y"], ["ys"]), n("Gather", ["ys", "zero"], ["by"], axis=0),
+                 n("Slice", ["x", "zero", "by", "zero"], ["xh"]), n("Add", ["xh", "y"], ["s"]), n("Add", ["s", "x"], ["o"])]
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("x", f, ["batch_x", "la", 16]),
+              helper.make_tensor_value_info("y", f, ["batch_y", "lb", 16])]
+    model = helper.make_model(helper.make_graph(nodes, kind, inputs, [helper.make_tensor_value_info("o", f, [None, None, None])],
+                                                _ints(**ints)), opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "divides", "first_at_one"])
+def test_lengths_equal_where_given_but_run_apart_at_one_or_a_divisor_are_not_tied(kind):
+    """Each runs at la = lb and where one is 1 or divides the other: no tie is read (a program written for la = lb
+    would differ from the original there, or refuse it)."""
+    shaping, derived = _probed(_pair(kind), {"x": (1, 128, 16), "y": (1, 128, 16)})
+    assert "lb" not in shaping.ties.found and "lb" not in shaping.ties.head and "lb" not in derived
+
+
+def test_a_batch_of_one_that_broadcasts_is_checked_and_axes_without_names_are_not_tied():
+    """A batch given at 8, where the original also runs with y's batch at 1 (broadcast): the written model equals it
+    there (the check at further sizes takes a batch of 1). A model whose axes have no names is not tied (no crash)."""
+    model = _pair("batch")
+    shapes = {"x": (8, 16, 16), "y": (8, 16, 16)}
+    result = optimize(model, OptimizeConfig.of(budget=4, cost="analytic", measure=False).updated(input_shapes=shapes))
+    rng = np.random.default_rng(8)
+    feeds = {"x": rng.standard_normal((8, 16, 16)).astype(np.float32),
+             "y": rng.standard_normal((1, 16, 16)).astype(np.float32)}
+    np.testing.assert_allclose(session(result.optimized).run(None, feeds)[0], session(model).run(None, feeds)[0],
+                               rtol=1e-6, atol=1e-6)
+    unnamed = onnx.ModelProto()
+    unnamed.CopyFrom(_pair("first_at_one"))
+    for vi in unnamed.graph.input:
+        for d in vi.type.tensor_type.shape.dim[:2]:
+            d.ClearField("dim_param")
+    shaping, _ = _probed(unnamed, {})
+    assert shaping.ties.found == shaping.ties.head == {} and "x:1" in shaping.values
