@@ -26,13 +26,22 @@ SHAPES = {"x": (1, 1, HIDDEN), "attention_mask": (1, 128), "past_k": (1, KV_HEAD
 
 
 def _named_total(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with its ``past + 1`` axes named ``total``: the relation no longer in the names."""
+    """``model`` with its ``past + 1`` axes named ``total``: the relation no longer in the names. Its mask is reshaped
+    to [batch, the present's length] before use, as an export's index arithmetic refuses another length (added as it
+    is, a mask of length 1 would broadcast)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for vi in [*out.graph.input, *out.graph.output]:
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param == "past + 1":
                 d.dim_param = "total"
+    g = out.graph
+    cast = next(node for node in g.node if node.op_type == "Cast" and node.input[0] == "attention_mask")
+    cast.input[0] = "mask_rows"
+    at = list(g.node).index(cast)
+    g.node.insert(at, helper.make_node("Reshape", ["attention_mask", "mask_shape"], ["mask_rows"]))
+    g.node.insert(at, helper.make_node("Concat", ["k_b", "k_len"], ["mask_shape"], axis=0))
+    onnx.checker.check_model(out, full_check=True)
     return out
 
 
@@ -49,6 +58,9 @@ def _sum_model(sliced: bool, added: bool = True, tail: bool = False) -> onnx.Mod
                   *([n("Neg", ["length"], ["back"])] if tail else []),
                   n("Slice", ["mask", "back", "big", "one"] if tail else ["mask", "zero", "length", "one"], ["cut"])]
         mask = "cut"
+    if added:  # (reshaped to the sums' shape: a mask of length 1 would broadcast)
+        nodes += [n("Shape", ["sums"], ["sums_shape"]), n("Reshape", [mask, "sums_shape"], ["mask_rows"])]
+        mask = "mask_rows"
     nodes += [n("Add", ["sums", mask], ["y"])] if added else [n("Identity", ["sums"], ["y"]),
                                                              n("Identity", ["mask"], ["z"])]
     inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in
@@ -103,7 +115,8 @@ def _bounded_seq() -> onnx.ModelProto:
     seq = 2 the mask's length is past + seq too, which holds at no other seq."""
     n = helper.make_node
     nodes = [n("Concat", ["past", "slots"], ["both"], axis=1), n("ReduceSum", ["both", "axis2"], ["sums"], keepdims=0),
-             n("Add", ["sums", "mask"], ["y"]), n("Shape", ["new"], ["ns"]), n("Gather", ["ns", "one"], ["s"], axis=0),
+             n("Shape", ["sums"], ["sums_shape"]), n("Reshape", ["mask", "sums_shape"], ["mask_rows"]),
+             n("Add", ["sums", "mask_rows"], ["y"]), n("Shape", ["new"], ["ns"]), n("Gather", ["ns", "one"], ["s"], axis=0),
              n("Slice", ["table", "zero", "s", "one"], ["rows"]), n("Add", ["new", "rows"], ["w"])]
     inits = _ints(axis2=[2], one=[1], zero=[0]) + [
         numpy_helper.from_array(np.ones((1, 2, 4), np.float32), "slots"),
@@ -273,9 +286,9 @@ def _keys_mask(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     g = out.graph
     g.initializer.extend([numpy_helper.from_array(np.array([v], np.int64), k) for k, v in (("h0", 0), ("h1", 1))])
-    cast = next(node for node in g.node if node.op_type == "Cast" and node.input[0] == "attention_mask")
-    cast.input[0] = "mask_keys"
-    at = list(g.node).index(cast)
+    reshape = next(node for node in g.node if node.op_type == "Reshape" and node.input[0] == "attention_mask")
+    reshape.input[0] = "mask_keys"
+    at = list(g.node).index(reshape)
     g.node.insert(at, helper.make_node("Slice", ["attention_mask", "h0", "k_len", "h1"], ["mask_keys"]))
     onnx.checker.check_model(out, full_check=True)
     return out
@@ -381,21 +394,23 @@ def test_a_mask_read_beyond_its_head_somewhere_is_not_read_as_the_tie(kind):
 
 
 def _listed() -> onnx.ModelProto:
-    """Attention over x [b, s, 4] plus a kind [b, s] (transposed twice first) with a mask [b, s] added to its scores,
-    the axes named as TorchScript names axes listed without names (``dynamic_axes={"x": [0, 1], "mask": [0, 1],
+    """Attention over x [b, s, 4] plus a kind [b, s] (transposed twice first) with a mask [b, s] added to its scores
+    (the mask and the kind reshaped to x's [b, s] first, so that neither broadcasts at 1), the axes named as TorchScript names axes listed without names (``dynamic_axes={"x": [0, 1], "mask": [0, 1],
     "kind": [0, 1]}``): ``x_dynamic_axes_1`` and so on, the sequence's length named apart on each input."""
     n = helper.make_node
-    nodes = [n("Unsqueeze", ["kind", "two"], ["k1"]), n("Add", ["x", "k1"], ["xk"]),
+    nodes = [n("Shape", ["x"], ["xs"]), n("Slice", ["xs", "zero", "two", "zero"], ["bs"]),
+             n("Reshape", ["kind", "bs"], ["kind_rows"]), n("Reshape", ["mask_in", "bs"], ["mask"]),
+             n("Unsqueeze", ["kind_rows", "two"], ["k1"]), n("Add", ["x", "k1"], ["xk"]),
              n("Transpose", ["xk"], ["x0"], perm=[0, 2, 1]), n("Transpose", ["x0"], ["x1"], perm=[0, 2, 1]),
              n("Transpose", ["x1"], ["xt"], perm=[0, 2, 1]), n("MatMul", ["x1", "xt"], ["s0"]),
              n("Unsqueeze", ["mask", "one"], ["m1"]), n("Add", ["s0", "m1"], ["s1"]), n("Softmax", ["s1"], ["p"], axis=-1),
              n("MatMul", ["p", "x1"], ["y"])]
     f = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("x", f, ["x_dynamic_axes_1", "x_dynamic_axes_2", 4]),
-              helper.make_tensor_value_info("mask", f, ["mask_dynamic_axes_1", "mask_dynamic_axes_2"]),
+              helper.make_tensor_value_info("mask_in", f, ["mask_dynamic_axes_1", "mask_dynamic_axes_2"]),
               helper.make_tensor_value_info("kind", f, ["kind_dynamic_axes_1", "kind_dynamic_axes_2"])]
     outputs = [helper.make_tensor_value_info("y", f, ["y_dynamic_axes_1", "y_dynamic_axes_2", 4])]
-    model = helper.make_model(helper.make_graph(nodes, "listed", inputs, outputs, _ints(one=[1], two=[2])),
+    model = helper.make_model(helper.make_graph(nodes, "listed", inputs, outputs, _ints(zero=[0], one=[1], two=[2])),
                               opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(model, full_check=True)
     return model
@@ -409,7 +424,8 @@ def test_axes_listed_without_names_are_a_batch_at_axis_0_and_a_length_named_apar
     shaping, derived = _probed(model, {})
     assert shaping.values["x_dynamic_axes_1"] == 1 and shaping.values["x_dynamic_axes_2"] == 128
     lengths = {s: e for s, e in shaping.ties.found.items() if s.endswith("_2")}
-    assert lengths == {"mask_dynamic_axes_2": "x_dynamic_axes_2", "kind_dynamic_axes_2": "x_dynamic_axes_2"}
+    assert lengths == {"mask_dynamic_axes_2": "x_dynamic_axes_2", "kind_dynamic_axes_2": "x_dynamic_axes_2"}, \
+        shaping.ties
     assert derived["mask_dynamic_axes_2"] == derived["kind_dynamic_axes_2"] == 128
     result = optimize(model, OptimizeConfig.of(budget=4, cost="analytic", measure=False))
     assert "x_dynamic_axes_2=37" in result.report.interface.verified_at
@@ -417,7 +433,7 @@ def test_axes_listed_without_names_are_a_batch_at_axis_0_and_a_length_named_apar
     rng = np.random.default_rng(7)
     for batch, seq in [(1, 128), (2, 37), (3, 1), (1, 300)]:
         feeds = {"x": rng.standard_normal((batch, seq, 4)).astype(np.float32),
-                 "mask": rng.standard_normal((batch, seq)).astype(np.float32),
+                 "mask_in": rng.standard_normal((batch, seq)).astype(np.float32),
                  "kind": rng.standard_normal((batch, seq)).astype(np.float32)}
         np.testing.assert_allclose(got.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
 
