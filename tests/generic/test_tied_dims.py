@@ -81,11 +81,12 @@ def _ints(**values) -> list[onnx.TensorProto]:
     return [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in values.items()]
 
 
-def _model(name: str, nodes: list, inits: list, outputs: list[tuple[str, list]]) -> onnx.ModelProto:
+def _model(name: str, nodes: list, inits: list, outputs: list[tuple[str, list]],
+           mask: int = TensorProto.FLOAT) -> onnx.ModelProto:
     f = TensorProto.FLOAT
     inputs = [helper.make_tensor_value_info("past", f, ["batch", "past", 4]),
               helper.make_tensor_value_info("new", f, ["batch", "seq", 4]),
-              helper.make_tensor_value_info("mask", f, ["batch", "total"])]
+              helper.make_tensor_value_info("mask", mask, ["batch", "total"])]
     model = helper.make_model(helper.make_graph(nodes, name, inputs, [helper.make_tensor_value_info(o, f, dims)
                                                                       for o, dims in outputs], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
@@ -372,15 +373,7 @@ def _misleading(kind: str) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
                         n("Add", ["y0", "c"], ["y"])]
         floats["marker"] = -10000.0
     inits = _ints(**ints) + [numpy_helper.from_array(np.array([v], np.float32), k) for k, v in floats.items()]
-    f = TensorProto.FLOAT
-    inputs = [helper.make_tensor_value_info("past", f, ["batch", "past", 4]),
-              helper.make_tensor_value_info("new", f, ["batch", "seq", 4]),
-              helper.make_tensor_value_info("mask", mask, ["batch", "total"])]
-    model = helper.make_model(helper.make_graph(nodes, kind, inputs, [helper.make_tensor_value_info(o, f, d)
-                                                                      for o, d in outputs], inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model, full_check=True)
-    return model, shapes
+    return _model(kind, nodes, inits, outputs, mask), shapes
 
 
 @pytest.mark.parametrize("kind", ["broadcast", "padded", "flattened", "long_tail", "marked"])
