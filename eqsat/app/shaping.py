@@ -28,6 +28,7 @@ from eqsat.onnx.interface import (
     MIN_DEFAULT,
     QUIET,
     Shapes,
+    batch_symbols,
     interface,
     is_batch_like,
     length_symbols,
@@ -283,9 +284,8 @@ class Shaping:
         of 2. The original refuses them where a found tie is real (skipped); where it runs, a program written for the
         tie is checked there."""
         assert self.original is not None
-        syms = symbols(self.original)
-        derived = derived_symbols(list(syms))
-        batches = [b for b in syms if b in self.values and b not in length_symbols(self.original) and b not in derived]
+        derived = derived_symbols(list(symbols(self.original)))
+        batches = [b for b in batch_symbols(self.original) if b in self.values]
         out: list[tuple[str, Shapes]] = []
         for s, e in {**self.ties.found, **self.ties.head}.items():
             t = self.values[s]
@@ -440,9 +440,9 @@ def reads_head(sess: ort.InferenceSession, model: onnx.ModelProto, values: dict[
     zeros (:data:`HEADS`) give the same outputs, bit for bit, with those axes longer (:data:`TAILS`: random, zero,
     one, NaN and extreme tails, of 2 to more than the head's length)."""
     syms = symbols(model)
-    places, lengths = syms.get(symbol, []), set(length_symbols(model))
+    places = syms.get(symbol, [])
     derived = derived_symbols(list(syms))
-    batches = [s for s in syms if s in values and s not in lengths and s not in derived]
+    batches = [s for s in batch_symbols(model) if s in values]
     bounds, size = index_bounds(model), values[symbol]
     rng = np.random.default_rng(seed)
     try:

@@ -399,6 +399,13 @@ def short_outputs(model: onnx.ModelProto, shapes: Sequence[tuple[int, ...]]) -> 
     return False
 
 
+def batch_symbols(model: onnx.ModelProto) -> list[str]:
+    """The model's free symbols that are batch-like (derived ones follow them)."""
+    syms = symbols(model)
+    derived = derived_symbols(list(syms))
+    return [s for s, places in syms.items() if s not in derived and _batch(s, places)]
+
+
 def length_symbols(model: onnx.ModelProto) -> list[str]:
     """The model's free symbols that are not batch-like (sequences, samples, image sides): those a size is
     doubled in (derived ones follow them)."""
@@ -517,6 +524,6 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
     return out
 
 
-__all__ = ["BATCH_DEFAULT", "NEAR", "near_shapes", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
+__all__ = ["BATCH_DEFAULT", "batch_symbols", "NEAR", "near_shapes", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
            "interface_difference", "is_batch_like", "joint_label", "joint_values", "probe_shapes", "probe_values",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

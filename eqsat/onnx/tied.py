@@ -43,7 +43,7 @@ import onnx
 
 from ..dims import Derived, derived_symbols, follow
 from ..errors import InputError
-from .interface import length_symbols, symbols
+from .interface import batch_symbols, length_symbols, symbols
 
 STEP = 3
 """what an operand is changed by in the runs that test a tie"""
@@ -184,9 +184,7 @@ def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callab
     given, runs = dict(given or {}), _cached(runs)
     syms = symbols(model)
     lengths = [s for s in length_symbols(model) if s in values and s not in given and s.isidentifier()]
-    derived = derived_symbols(list(syms))
-    batches = [s for s in syms if s in values and s not in given and s not in derived and s not in lengths
-               and s.isidentifier() and s not in length_symbols(model)]
+    batches = [s for s in batch_symbols(model) if s in values and s not in given and s.isidentifier()]
     out = Ties()
     used = {u for e in given.values() for u in expression_names(e)}
     for target in lengths:

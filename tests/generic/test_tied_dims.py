@@ -45,6 +45,18 @@ def _named_total(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+def _decode_equal(ref, got, rng: np.random.Generator, mask: np.ndarray, past: int) -> None:
+    """The decode step's written model ``got`` computes what ``ref`` (the original) does on ``mask`` with a random
+    new token and a random cache of ``past`` positions (onnxruntime both)."""
+    batch = mask.shape[0]
+    feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32), "attention_mask": mask,
+             "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
+             "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
+    for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
+        assert have.shape == want.shape
+        np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+
+
 def _sum_model(sliced: bool, added: bool = True, tail: bool = False) -> onnx.ModelProto:
     """[b, past, 4] and [b, seq, 4] concatenated and summed over the last axis, plus a mask [b, total] (``sliced``:
     the mask's first past + seq entries, as transformers slices its mask to the keys, or with ``tail`` its last ones;
@@ -185,12 +197,7 @@ def test_a_decode_step_whose_mask_is_named_total_is_tuned_and_verified_with_it_f
     for batch, past in [(1, 127), (2, 5), (3, 300), (1, 0)]:
         mask = np.ones((batch, past + 1), np.int64)
         mask[0, :past // 2] = 0
-        feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32), "attention_mask": mask,
-                 "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
-                 "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
-        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
-            assert have.shape == want.shape
-            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+        _decode_equal(ref, got, rng, mask, past)
 
 
 def test_the_cli_names_an_assumed_dimension_in_the_report_and_refuses_a_malformed_one(tmp_path, capsys):
@@ -268,12 +275,7 @@ def test_a_decode_step_at_no_given_sizes_is_tuned_where_its_tie_holds_and_one_re
     for written in (out, assumed):
         got = session(str(written))
         for batch, past in [(1, 127), (2, 9)]:
-            feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32),
-                     "attention_mask": np.ones((batch, past + 1), np.int64),
-                     "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
-                     "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
-            for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
-                np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+            _decode_equal(ref, got, rng, np.ones((batch, past + 1), np.int64), past)
     onnx.save(_bounded_seq(), path)
     refused = tmp_path / "refused.onnx"
     assert main(["optimize-model", str(path), "-o", str(refused), *fast]) == 2
@@ -311,12 +313,7 @@ def test_a_decode_step_reading_its_mask_at_the_keys_is_written_for_the_tie_and_e
     for batch, past, extra in [(1, 127, 0), (2, 5, 3), (3, 300, 0), (1, 0, 0), (1, 127, 9), (2, 40, 1)]:
         mask = rng.integers(0, 2, (batch, past + 1 + extra)).astype(np.int64)
         mask[:, past] = 1
-        feeds = {"x": rng.standard_normal((batch, 1, HIDDEN)).astype(np.float32), "attention_mask": mask,
-                 "past_k": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32),
-                 "past_v": rng.standard_normal((batch, KV_HEADS, past, DIM)).astype(np.float32)}
-        for want, have in zip(ref.run(None, feeds), got.run(None, feeds)):
-            assert have.shape == want.shape
-            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+        _decode_equal(ref, got, rng, mask, past)
         longer += extra > 0
     assert longer == 3
 
