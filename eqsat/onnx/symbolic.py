@@ -268,6 +268,13 @@ def _ranged(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: 
     return [end] if _size(end) is not None or (end.is_const and end.coef >= 0 and end.coef.denominator == 1) else None
 
 
+def _filled(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    """A ConstantOfShape to a size vector computed at run time (``torch.zeros(x.shape[0], x.shape[1], 8)``): the
+    vector's entries are the output's sizes."""
+    target = sizes.entries(node, 0)
+    return None if target is None else [_size(t) for t in target]
+
+
 def _resized(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
     """A Resize to a size vector (its input 3, over its ``axes`` where given), which it takes as the output's sizes
     under the default ``keep_aspect_ratio_policy`` ("stretch"); one by ``scales`` is left to onnx."""
@@ -286,10 +293,10 @@ def _resized(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes:
 
 COMPLETED: dict[str, Callable[[onnx.NodeProto, Mapping[str, SymShape | None], _Sizes], SymShape | None]] = {
     "Reshape": _reshaped, "Flatten": _flattened, "Tile": _tiled, "Expand": _expanded, "Resize": _resized,
-    "Range": _ranged}
+    "Range": _ranged, "ConstantOfShape": _filled}
 """the operators whose output sizes onnx's inference leaves unknown where they are products of symbols (a Reshape's
 ``-1`` over ``[batch*seq, 384]``, a Flatten, a Tile of a symbolic axis) or read off a size vector computed at run time
-(a Resize to sizes, a Range to a length): each given by monomial arithmetic from its
+(a Resize to sizes, a Range to a length, a ConstantOfShape to sizes): each given by monomial arithmetic from its
 input's symbolic shape and its size vector, constant or of known monomials (``infer_node`` fills the sizes onnx left
 unknown only)"""
 

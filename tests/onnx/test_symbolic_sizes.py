@@ -1,5 +1,6 @@
 """The sizes onnx's shape inference leaves unknown where they are products of symbols (a Reshape's ``-1`` over
-``[batch*seq, 384]``, a Flatten, a Tile or an Expand of a symbolic axis) are given as monomials by
+``[batch*seq, 384]``, a Flatten, a Tile or an Expand of a symbolic axis, a Resize, a Range or a ConstantOfShape to
+sizes computed at run time) are given as monomials by
 :func:`eqsat.onnx.symbolic.infer_node`: each checked against the shapes onnxruntime computes at several sizes where
 the symbols vary apart (the oracle), and none given where the sizes do not decide them."""
 
@@ -192,3 +193,20 @@ def test_an_if_whose_branches_differ_stays_unknown():
     types = {"x": TensorProto.FLOAT, "w": TensorProto.FLOAT, "any_nan": TensorProto.BOOL}
     got = infer_node(_if_node("w"), shapes, types, {}, OPSET).get("y")
     assert got is None or got[1] is None or None in got[1]
+
+
+def test_a_constant_of_a_vector_of_monomials_is_read_as_its_sizes():
+    # torch.zeros(x.shape[0], 2 * x.shape[1], 8): the sizes computed at run time from the input's shape
+    shape = [B, S, C(8)]
+    before = [helper.make_node("Shape", ["x"], ["bs"], start=0, end=2),
+              helper.make_node("Mul", ["bs", "one_two"], ["doubled"]),
+              helper.make_node("Concat", ["doubled", "eight"], ["target"], axis=0)]
+    inits = [_ints("one_two", [1, 2]), _ints("eight", [8])]
+    node = helper.make_node("ConstantOfShape", ["target"], ["y"],
+                            value=numpy_helper.from_array(np.array([0.5], np.float32)))
+    assert _inferred(node, shape, inits) in (None, [None] * 3)  # onnx alone
+    got = _inferred(node, shape, inits, {"target": [B, C(2) * S, C(8)]})
+    assert got == [B, C(2) * S, C(8)]
+    assert [tuple(int(m.value(at)) for m in got) for at in SIZES] == _ort_shapes(_model(node, shape, inits, before),
+                                                                                 shape)
+    assert _inferred(node, shape, inits, {"target": [B, C(0), C(8)]}) in (None, [B, None, C(8)])  # empty: unread
