@@ -13,7 +13,8 @@ candidates, looked at ``looks`` times) is at most ``alpha``: each one-sided test
 ``alpha / (m * looks)`` (Bonferroni over candidates and looks: valid for any stopping rule, since at most
 ``looks`` looks are taken, each a test at its own level). At a look a candidate is *faster* when the interval's
 lower bound is above 1, *not faster* when its upper bound is below :attr:`Gate.futility`, else *open*; the run
-stops at the first look where none is open, else at the last.
+stops at the first look where none is open or where each open one lies below a faster one (:func:`settled`), else at
+the last.
 
 Rounds sized to the variance seen (:class:`Sequential`): the budget plans the rounds before any data, and their
 first look is a *pilot*. If a candidate is still open there, the rounds are planned again from the pilot's
@@ -268,6 +269,25 @@ def state_of(interval: Interval, gate: Gate) -> State:
     return "open"
 
 
+def settled(verdicts: Sequence[tuple[Interval, State]]) -> bool:
+    """Whether more rounds cannot change the answer: no candidate is open, or one is faster with confidence and
+    every open one's whole interval lies below that one's lower bound (it could at most become faster than the
+    original, never than it; a decode step's candidate of the original's own speed beside two 1.2x faster ones
+    held its measurement to the extended budget).
+
+    >>> fast, same = Interval(1.2, 1.15, 1.25, 20), Interval(1.0, 0.99, 1.01, 20)
+    >>> settled([(fast, "faster"), (same, "open")]), settled([(same, "open"), (fast, "faster")])
+    (True, True)
+    >>> settled([(Interval(1.03, 1.01, 1.05, 20), "faster"), (Interval(1.01, 0.99, 1.03, 20), "open")])
+    False
+    >>> settled([(same, "open")]), settled([(same, "not faster"), (fast, "faster")])
+    (False, True)
+    """
+    opened = [iv for iv, s in verdicts if s == "open"]
+    low = max((iv.ci_low for iv, s in verdicts if s == "faster"), default=-math.inf)
+    return all(iv.ci_high < low for iv in opened)
+
+
 def assess(original_ms: Series, candidates_ms: Sequence[Series],
            clusters: Sequence[Sequence[int]] | None, gate: Gate, family: int | None = None) -> list[tuple[Interval, State]]:
     """Each candidate's interval and state at a look over the paired rounds so far (``clusters``: per candidate,
@@ -369,7 +389,7 @@ def replay_plan(original_ms: Sequence[float], candidates_ms: Sequence[Sequence[f
         cut = None if clusters is None else [c[:stop] for c in clusters]
         verdicts = seq.look(original_ms[:stop], [b[:stop] for b in candidates_ms], cut)
         used = stop
-        if all(s != "open" for _, s in verdicts):
+        if settled(verdicts):
             break
     return used, verdicts, seq
 
@@ -406,5 +426,6 @@ def spread_bound(spread: float, rounds: int, confidence: float = PLAN_CONFIDENCE
 
 
 __all__ = ["PLAN_CONFIDENCE", "TRIM", "TRIM_EFFICIENCY", "Gate", "Interval", "Sequential", "Series", "State", "assess",
-           "family_confidence", "look_schedule", "replay", "replay_plan", "rounds_for_power", "spread", "spread_bound", "state_of",
+           "family_confidence", "look_schedule", "replay", "replay_plan", "rounds_for_power", "settled", "spread", "spread_bound",
+           "state_of",
            "t_cdf", "t_quantile", "trimmed_interval"]

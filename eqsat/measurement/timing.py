@@ -45,7 +45,7 @@ from eqsat.onnx.io import is_large, weight_bytes
 from eqsat.verify import feed_shapes
 
 from .clock import runtime_info, timing_session, wall_block_ms
-from .gate import Gate, Sequential
+from .gate import Gate, Sequential, settled
 from .grouping import session_bytes
 
 SESSIONS_WEIGHT_LIMIT = 2**30
@@ -370,7 +370,7 @@ def _renew(inst: list[list[Callable[[], Any]]], renew: Renew | None, clock: Bloc
 def _sequential(p: Protocol, seq: Sequential, run_round: Callable[[int], None], series: list[list[float]],
                 pair: Callable[[int, int], int], repeats: int, start: float, t0: float,
                 runtime: dict[str, Any] | None) -> list[Comparison]:
-    """The gated rounds: run up to each look of the plan, assess, stop when every candidate is resolved. At the
+    """The gated rounds: run up to each look of the plan, assess, stop when the answer is settled (:func:`.gate.settled`). At the
     pilot the plan may grow to the rounds the extended budget still affords at the pace seen; the time limit is
     ``budget_s``, or the extended budget once the plan has grown. A limit reached before the plan's end makes the
     next look the last (the looks never exceed the gate's)."""
@@ -389,7 +389,7 @@ def _sequential(p: Protocol, seq: Sequential, run_round: Callable[[int], None], 
         verdicts = seq.look(series[0], series[1:], clusters, cap=affords)
         if seq.planned > seq.base:
             limit = p.extended_budget_s
-        if over or all(state != "open" for _, state in verdicts):
+        if over or settled(verdicts):
             break
     seconds = time.perf_counter() - start
     confidence = seq.gate.confidence(seq.candidates)

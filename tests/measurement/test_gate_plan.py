@@ -17,7 +17,18 @@ from timing_cases import SESSIONS, VirtualTime, paired_rounds
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.measurement import decision, runtimes
-from eqsat.measurement.gate import Gate, Sequential, replay, replay_plan, rounds_for_power, spread, spread_bound
+from eqsat.measurement.gate import (
+    Gate,
+    Sequential,
+    assess,
+    look_schedule,
+    replay,
+    replay_plan,
+    rounds_for_power,
+    settled,
+    spread,
+    spread_bound,
+)
 from eqsat.measurement.timing import EPOCH_LABELS, EXTENSION, Protocol, compare_many
 
 BASE = 100
@@ -262,3 +273,37 @@ def test_renewed_rounds_share_a_label_exactly_when_they_ran_on_the_same_pair_of_
     epoch_rounds = [sum(1 for x in labels if x // EPOCH_LABELS == e) for e in range(EPOCHS)]
     assert asked[-1] is None and len(asked) == EPOCHS - 1
     assert all(n == epoch_rounds[e + 1] for e, n in enumerate(asked[:-1])) and epoch_rounds[-1] >= epoch_rounds[0]
+
+
+def _beside(rng: np.random.Generator, a: np.ndarray, ratios: tuple[float, ...], noise: float) -> list[np.ndarray]:
+    """Candidates timed in the rounds of the original ``a``, each truly ``ratio`` faster, with noise of their own."""
+    return [a / r * np.exp(rng.normal(0, noise, a.size)) for r in ratios]
+
+
+def test_the_rounds_stop_once_each_open_candidate_lies_below_a_faster_one():
+    """A decode step's candidates: one of the original's own speed (open until its interval lies below the futility
+    bound: the whole extended budget) beside two 1.2x faster ones. The rounds stop at the first look where the
+    faster ones are resolved, and what is faster there is what all the rounds show (the oracle: the verdicts over
+    every round the cap affords): the equal one is not faster there, nor ahead of them."""
+    rng = np.random.default_rng(3)
+    a, _, pairs = paired_rounds(rng, 1.0, CAP, noise=0.05)
+    cands = _beside(rng, a, (1.0, 1.2, 1.18), 0.05)
+    used, verdicts = replay(a, cands, Gate(), [pairs] * 3, base=BASE)
+    assert used == look_schedule(BASE, Gate())[0]
+    assert [s for _, s in verdicts] == ["open", "faster", "faster"]
+    whole = assess(a, cands, [pairs] * 3, Gate())
+    assert [s for _, s in whole][1:] == ["faster", "faster"] and whole[0][1] != "faster"
+    assert whole[0][0].ci_high < min(iv.ci_low for iv, _ in whole[1:])
+
+
+def test_an_open_candidate_that_may_still_be_the_faster_keeps_the_rounds_going():
+    """Two candidates 1.03x and 1.02x faster on noisy rounds: where the second's interval reaches past the first's
+    lower bound, either may yet ship, and the rounds run on past the pilot while one is open."""
+    rng = np.random.default_rng(5)
+    a, _, pairs = paired_rounds(rng, 1.0, CAP, noise=0.05)
+    cands = _beside(rng, a, (1.03, 1.02), 0.05)
+    pilot = look_schedule(BASE, Gate())[0]
+    first = assess(a[:pilot], [c[:pilot] for c in cands], [pairs[:pilot]] * 2, Gate())
+    assert "open" in [s for _, s in first] and not settled(first)
+    used, _ = replay(a, cands, Gate(), [pairs] * 2, base=BASE)
+    assert used > pilot
