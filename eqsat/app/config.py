@@ -91,7 +91,8 @@ class OptimizeConfig:
                                   "torch-cpu (eager torch); auto: torch-cuda if torch sees a GPU, else ort-cpu",
                           "--runtime", choices="runtimes")
     candidates: int = option(4, "distinct programs extracted (final extractor, the input as eqsat writes it where "
-                                "that differs from the input, greedy-dag, greedy-dag favouring the "
+                                "that differs from the input, greedy-dag, greedy-dag avoiding onnxruntime's "
+                                "attention kernel where its scores' floor pays, greedy-dag favouring the "
                                 "runtime's kernels, the ILP under another cost model, the search path's states, "
                                 "greedy-tree), each verified and measured end to end; the first in that order "
                                 "that is faster than the original with confidence ships, unless a later one is "

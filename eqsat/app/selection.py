@@ -2,7 +2,7 @@
 programs are distinct (:func:`same_program`: two that run the same kernels on the same data are timed once).
 
 The final stage extracts up to K distinct programs (:func:`candidates_phase`, in order: the final extractor's optimum of
-the grown e-graph, greedy-dag's, greedy-dag's avoiding the runtime's attention kernel (its masked scores floored
+the grown e-graph, the input as eqsat writes it where that differs from the input (:func:`with_imported`), greedy-dag's, greedy-dag's avoiding the runtime's attention kernel (its masked scores floored
 later: :data:`SOFTMAX`), greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
 ILP's under another cost model, the main extractor's programs of the cheapest
 states the search stood in before its last one, greedy-tree's); each is verified

@@ -268,6 +268,42 @@ def _ranged(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: 
     return [end] if _size(end) is not None or (end.is_const and end.coef >= 0 and end.coef.denominator == 1) else None
 
 
+TO_END = 2**31 - 1
+"""a Slice's end at least this runs to the axis' end (torch writes INT64_MAX)"""
+
+
+def _sliced(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
+    """A Slice by steps of 1 whose bounds are constants or size vectors of known monomials (a rotary half's bound
+    computed from the head's size, a table's first ``seq`` rows read off an input's Shape): each sliced axis of a
+    constant size sliced as Python slices it; one of a symbolic size kept where it is sliced from 0 to its own size
+    or to its end; one of a constant size sliced from 0 to a size of the symbols that size (wherever the table is
+    long enough, beyond which the writer guards the table). Other bounds are left unknown."""
+    shape = shapes.get(node.input[0])
+    starts, ends = sizes.entries(node, 1), sizes.entries(node, 2)
+    given = [k for k in (3, 4) if len(node.input) > k and node.input[k]]
+    axes = sizes.entries(node, 3) if 3 in given else [Mono.const(k) for k in range(len(starts or []))]
+    steps = sizes.entries(node, 4) if 4 in given else [Mono.const(1)] * len(starts or [])
+    if shape is None or starts is None or ends is None or axes is None or steps is None \
+            or not len(starts) == len(ends) == len(axes) == len(steps) or not all(_is(b, 1) for b in steps):
+        return None
+    out = list(shape)
+    for axis, start, end in zip(axes, starts, ends):
+        if not axis.is_const or axis.coef.denominator != 1 or not -len(shape) <= int(axis.coef) < len(shape):
+            return None
+        k = int(axis.coef) % len(shape)
+        d = shape[k]
+        if d is not None and all(m.is_const and m.coef.denominator == 1 for m in (d, start, end)):
+            # every bound a number: Python's slice, as onnx's (clamped, negatives from the end)
+            out[k] = Mono.const(len(range(int(d.coef))[int(start.coef):int(end.coef)]))
+        elif not _is(start, 0) or d is None:
+            out[k] = None
+        elif end.is_const and end.coef >= TO_END or end == d:
+            continue
+        else:
+            out[k] = _size(end) if d.is_const and not end.is_const else None
+    return out
+
+
 def _filled(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
     """A ConstantOfShape to a size vector computed at run time (``torch.zeros(x.shape[0], x.shape[1], 8)``): the
     vector's entries are the output's sizes."""
@@ -293,10 +329,10 @@ def _resized(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes:
 
 COMPLETED: dict[str, Callable[[onnx.NodeProto, Mapping[str, SymShape | None], _Sizes], SymShape | None]] = {
     "Reshape": _reshaped, "Flatten": _flattened, "Tile": _tiled, "Expand": _expanded, "Resize": _resized,
-    "Range": _ranged, "ConstantOfShape": _filled}
+    "Range": _ranged, "ConstantOfShape": _filled, "Slice": _sliced}
 """the operators whose output sizes onnx's inference leaves unknown where they are products of symbols (a Reshape's
 ``-1`` over ``[batch*seq, 384]``, a Flatten, a Tile of a symbolic axis) or read off a size vector computed at run time
-(a Resize to sizes, a Range to a length, a ConstantOfShape to sizes): each given by monomial arithmetic from its
+(a Resize to sizes, a Range to a length, a ConstantOfShape to sizes, a Slice to an end): each given by monomial arithmetic from its
 input's symbolic shape and its size vector, constant or of known monomials (``infer_node`` fills the sizes onnx left
 unknown only)"""
 

@@ -10,7 +10,8 @@ The floors, from the bottom (the root folder ``eqsat/`` holds modules of several
 each on its own by name, and a test checks that none is left out):
 
 * ``eqsat.errors``: the basement, the exception hierarchy every layer raises; it imports nothing of eqsat.
-  (It is a package of its own here so that the operator table may raise ShapeError without a cycle.)
+  (It is a floor of its own here, though one module, so that the operator table may raise ShapeError without a
+  cycle.)
 * ``eqsat.ops``: the operator table.
 * ``eqsat.core`` (no package of that name: root modules): the IR and what it is made of, and the plain data and
   tools every floor above may use: ``ir``, ``dims``, ``shapes``, ``evaluate`` (the IR's numpy semantics),

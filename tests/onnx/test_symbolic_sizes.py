@@ -210,3 +210,51 @@ def test_a_constant_of_a_vector_of_monomials_is_read_as_its_sizes():
     assert [tuple(int(m.value(at)) for m in got) for at in SIZES] == _ort_shapes(_model(node, shape, inits, before),
                                                                                  shape)
     assert _inferred(node, shape, inits, {"target": [B, C(0), C(8)]}) in (None, [B, None, C(8)])  # empty: unread
+
+
+def test_a_slice_of_a_table_to_a_size_of_the_symbols_is_read_as_that_size():
+    # a position table's first seq rows, the end read off the input's Shape (as the shape-generic writer slices it)
+    shape = [B, S, C(8)]
+    table = numpy_helper.from_array(np.arange(64 * 8, dtype=np.float32).reshape(64, 8), "table")
+    before = [helper.make_node("Shape", ["x"], ["seq"], start=1, end=2)]
+    inits = [table, _ints("zero", [0]), _ints("axis", [0])]
+    node = helper.make_node("Slice", ["table", "zero", "seq", "axis"], ["rows"])
+    shapes = {"x": shape, "table": [C(64), C(8)]}
+    got = infer_node(node, shapes | {"seq": [C(1)]}, {"x": TensorProto.FLOAT, "table": TensorProto.FLOAT,
+                                                      "seq": TensorProto.INT64},
+                     {t.name: t for t in inits if t.name != "table"}, OPSET, vectors={"seq": [S]})["rows"][1]
+    assert got == [S, C(8)]
+    add = helper.make_node("Add", ["x", "rows"], ["y"])  # the rows read beside the input: run where they fit
+    model = _model(add, shape, inits, [*before, node])
+    assert [(int(B.value(at)), *(int(m.value(at)) for m in got)) for at in SIZES] == _ort_shapes(model, shape)
+
+
+@pytest.mark.parametrize("case", ["another-symbol", "a-step-of-two", "a-start-of-one"])
+def test_a_slice_whose_size_the_symbols_do_not_decide_is_left_unknown(case):
+    # mask[:, :seq] over a mask of another length T is min(seq, T); a step of 2 halves (rounded up); a start of 1
+    # leaves seq - 1, no monomial
+    t = Mono.symbol("total")
+    axis_size = t if case == "another-symbol" else C(64)
+    steps = [2] if case == "a-step-of-two" else [1]
+    starts = [1] if case == "a-start-of-one" else [0]
+    inits = [_ints("starts", starts), _ints("axis", [1]), _ints("steps", steps)]
+    node = helper.make_node("Slice", ["x", "starts", "seq", "axis", "steps"], ["y"])
+    shapes = {"x": [B, axis_size], "seq": [C(1)]}
+    types = {"x": TensorProto.FLOAT, "seq": TensorProto.INT64}
+    got = infer_node(node, shapes, types, {t.name: t for t in inits}, OPSET, vectors={"seq": [S]}).get("y")
+    assert got is None or got[1] is None or got[1][1] is None
+
+
+@pytest.mark.parametrize("half", ["first", "second"])
+def test_a_rotary_half_whose_bound_is_computed_from_the_head_size_is_read_as_its_size(half):
+    # rotate_half's x[..., :d // 2] and x[..., d // 2:], the bound computed at run time from the input's Shape
+    shape = [B, C(6), S, C(64)]
+    before = [helper.make_node("Shape", ["x"], ["d"], start=3, end=4),
+              helper.make_node("Div", ["d", "two"], ["half"])]
+    inits = [_ints("two", [2]), _ints("zero", [0]), _ints("end", [2**63 - 1]), _ints("axis", [3])]
+    bounds = ["zero", "half"] if half == "first" else ["half", "end"]
+    node = helper.make_node("Slice", ["x", *bounds, "axis"], ["y"])
+    got = _inferred(node, shape, inits, {"half": [C(32)]})
+    assert got == [B, C(6), S, C(32)]
+    assert [tuple(int(m.value(at)) for m in got) for at in SIZES] == _ort_shapes(_model(node, shape, inits, before),
+                                                                                 shape)
