@@ -22,6 +22,7 @@ from eqsat.dims import derived_symbols, follow, tie
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
 from eqsat.inputs import index_bounds, random_inputs
+from eqsat.onnx.beyond import beyond_shapes
 from eqsat.onnx.heads import sliced_heads
 from eqsat.onnx.interface import (
     MAX_DEFAULT,
@@ -134,6 +135,9 @@ class Shaping:
     """where an output's dynamic length came out short at the given sizes (a waveform's frames at 1): a size of
     the lengths doubled until it does not, verified at too (not measured), so that no program fitted where a
     symbol looks like a constant ships unchecked (:meth:`probe`)"""
+    beyond: list[tuple[str, Shapes]] | None = field(default=None, repr=False)
+    """the shapes just past the constant axes the original slices to an end it computes (:mod:`eqsat.onnx.beyond`),
+    verified at too: read once, at the first :meth:`check`"""
     written_from: onnx.ModelProto | None = field(default=None, repr=False)
     """where the import rewrote the original before reading it (a mixture of experts' products written dense:
     :func:`eqsat.app.pipeline.rewritten_import_phase`), that program: the writer reads the sizes it fits off its
@@ -371,7 +375,9 @@ class Shaping:
             return ShapesCheck(True)
         assert self.original is not None
         probes = probe_shapes(self.original, self.values)
-        probes += [p for p in [*self.also, *self.wider, *self._off_ties()] if p[0] not in dict(probes)]
+        if self.beyond is None:
+            self.beyond = beyond_shapes(self.original, self.values)
+        probes += [p for p in [*self.also, *self.wider, *self._off_ties(), *self.beyond] if p[0] not in dict(probes)]
         near = near_shapes(self.original, self.values)
         if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed \
                 or self.checks.probes != probes or self.checks.near != near:

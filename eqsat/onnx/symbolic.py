@@ -276,8 +276,9 @@ def _sliced(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: 
     """A Slice by steps of 1 whose bounds are constants or size vectors of known monomials (a rotary half's bound
     computed from the head's size, a table's first ``seq`` rows read off an input's Shape): each sliced axis of a
     constant size sliced as Python slices it; one of a symbolic size kept where it is sliced from 0 to its own size
-    or to its end; one of a constant size sliced from 0 to a size of the symbols that size (wherever the table is
-    long enough, beyond which the writer guards the table). Other bounds are left unknown."""
+    or to its end; a constant table's axis sliced from 0 to a size of the symbols that size (wherever the table is
+    long enough, beyond which the writer guards the table; another value's axis of a constant size is
+    ``min(end, size)``, unknown). Other bounds are left unknown."""
     shape = shapes.get(node.input[0])
     starts, ends = sizes.entries(node, 1), sizes.entries(node, 2)
     given = [k for k in (3, 4) if len(node.input) > k and node.input[k]]
@@ -299,8 +300,9 @@ def _sliced(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: 
             out[k] = None
         elif end.is_const and end.coef >= TO_END or end == d:
             continue
-        else:
-            out[k] = _size(end) if d.is_const and not end.is_const else None
+        else:  # a table's rows (a constant's axis) to a size of the symbols; any other value's axis is min(end, d)
+            table = node.input[0] in sizes.constants
+            out[k] = _size(end) if table and d.is_const and not end.is_const else None
     return out
 
 
