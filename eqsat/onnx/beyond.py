@@ -11,8 +11,9 @@ from collections.abc import Mapping
 import onnx
 from onnx import numpy_helper
 
-from ..dims import derived_symbols, follow
+from ..dims import Mono, derived_symbols, follow
 from .interface import Shapes, batch_symbols, probe_values, shapes_at, symbols
+from .shape_values import shape_values
 
 MOST = 5120
 """the largest size verified past a sliced axis (a 4096-row table's); past it the runs cost more than they check"""
@@ -32,11 +33,14 @@ COUNT = 2
 
 def sliced_lengths(model: onnx.ModelProto) -> list[int]:
     """The lengths (above 1) of the constant axes the model's top-level Slices cut at an end computed at run time
-    (not a constant), sorted; axes sized by onnx's shape inference over the model (none where it fails)."""
+    that the sizes may move (not a constant, nor a vector whose entries are constants at every size: Phi-3's fused
+    projections split at ``hidden`` computed from a Shape, :func:`eqsat.onnx.shape_values.shape_values`), sorted;
+    axes sized by onnx's shape inference over the model (none where it fails)."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     except Exception:  # noqa: BLE001 - no shapes, no lengths (the default sizes are verified all the same)
         return []
+    decided = shape_values(model)
     dims: dict[str, list[int]] = {t.name: list(t.dims) for t in model.graph.initializer}
     for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
@@ -48,7 +52,8 @@ def sliced_lengths(model: onnx.ModelProto) -> list[int]:
     out: set[int] = set()
     for node in model.graph.node:
         if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 \
-                or node.input[2] in constants or not dims.get(node.input[0]):
+                or node.input[2] in constants or not dims.get(node.input[0]) \
+                or all(m.is_const for m in decided.get(node.input[2]) or [Mono.symbol("unknown")]):
             continue
         shape = dims[node.input[0]]
         given = len(node.input) > 3 and node.input[3] in constants

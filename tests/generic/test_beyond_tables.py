@@ -57,6 +57,9 @@ def test_the_lengths_sliced_to_a_computed_end_are_read_and_verified_past():
     ended.graph.initializer.append(numpy_helper.from_array(np.array([8], np.int64), "eight"))
     ended.graph.node[1].input[2] = "eight"  # a constant end: onnx's inference sizes it
     assert sliced_lengths(ended) == []
+    split = _model("shape")  # an end computed from a size that is constant at every size (Phi-3's fused projections
+    split.graph.node[0].CopyFrom(helper.make_node("Shape", ["x"], ["seq"], start=2, end=3))  # split at x's 16)
+    assert sliced_lengths(split) == []
 
 
 @pytest.mark.parametrize("counted", ["shape", "ones", "columns"])
