@@ -2,11 +2,11 @@
 programs are distinct (:func:`same_program`: two that run the same kernels on the same data are timed once).
 
 The final stage extracts up to K distinct programs (:func:`candidates_phase`, in order: the final extractor's optimum of
-the grown e-graph, the input as eqsat writes it where that differs from the input (:func:`with_imported`), greedy-dag's, greedy-dag's avoiding the runtime's attention kernel (its masked scores floored
-later: :data:`SOFTMAX`), greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the
-ILP's under another cost model, the main extractor's programs of the cheapest
-states the search stood in before its last one, greedy-tree's); each is verified
-and timed end to end against the original in one interleaved run (:func:`eqsat.measurement.runtimes.compare_programs`).
+the grown e-graph, the input as eqsat writes it where that differs from the input (:func:`with_imported`),
+greedy-dag's, greedy-dag's avoiding the runtime's attention kernel (its masked scores floored later: :data:`SOFTMAX`),
+greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the ILP's under another cost model, the
+main extractor's programs of the cheapest states the search stood in before its last one, greedy-tree's); each is
+verified and timed end to end against the original in one interleaved run (:func:`eqsat.measurement.runtimes.compare_programs`).
 :func:`eqsat.measurement.decision.choose` ships a candidate faster than the original with confidence under the
 sequential gate (:mod:`eqsat.measurement.gate`: Bonferroni over the candidates and the looks), else the original: the
 first such in this order, unless a later one is faster than it with confidence.

@@ -426,6 +426,5 @@ def spread_bound(spread: float, rounds: int, confidence: float = PLAN_CONFIDENCE
 
 
 __all__ = ["PLAN_CONFIDENCE", "TRIM", "TRIM_EFFICIENCY", "Gate", "Interval", "Sequential", "Series", "State", "assess",
-           "family_confidence", "look_schedule", "replay", "replay_plan", "rounds_for_power", "settled", "spread", "spread_bound",
-           "state_of",
-           "t_cdf", "t_quantile", "trimmed_interval"]
+           "family_confidence", "look_schedule", "replay", "replay_plan", "rounds_for_power", "settled", "spread",
+           "spread_bound", "state_of", "t_cdf", "t_quantile", "trimmed_interval"]

@@ -370,8 +370,8 @@ def _renew(inst: list[list[Callable[[], Any]]], renew: Renew | None, clock: Bloc
 def _sequential(p: Protocol, seq: Sequential, run_round: Callable[[int], None], series: list[list[float]],
                 pair: Callable[[int, int], int], repeats: int, start: float, t0: float,
                 runtime: dict[str, Any] | None) -> list[Comparison]:
-    """The gated rounds: run up to each look of the plan, assess, stop when the answer is settled (:func:`.gate.settled`). At the
-    pilot the plan may grow to the rounds the extended budget still affords at the pace seen; the time limit is
+    """The gated rounds: run up to each look of the plan, assess, stop when the answer is settled
+    (:func:`.gate.settled`). At the pilot the plan may grow to the rounds the extended budget still affords at the pace seen; the time limit is
     ``budget_s``, or the extended budget once the plan has grown. A limit reached before the plan's end makes the
     next look the last (the looks never exceed the gate's)."""
     r = 0

@@ -11,12 +11,16 @@ from collections.abc import Mapping
 import onnx
 from onnx import numpy_helper
 
-from ..dims import Mono, derived_symbols, follow
+from ..dims import derived_symbols, follow
+from .external import infer_shapes_aside
 from .interface import Shapes, batch_symbols, probe_values, shapes_at, symbols
 from .shape_values import shape_values
+from .symbolic import constant_value
 
 MOST = 5120
 """the largest size verified past a sliced axis (a 4096-row table's); past it the runs cost more than they check"""
+COUNT = 2
+"""sizes past sliced axes verified per symbol, the smallest first"""
 
 
 def past(length: int) -> int:
@@ -27,8 +31,6 @@ def past(length: int) -> int:
     (101, 640, 5120)
     """
     return length + max(37, length // 4)
-COUNT = 2
-"""sizes past sliced axes verified per symbol, the smallest first"""
 
 
 def sliced_lengths(model: onnx.ModelProto) -> list[int]:
@@ -37,7 +39,7 @@ def sliced_lengths(model: onnx.ModelProto) -> list[int]:
     projections split at ``hidden`` computed from a Shape, :func:`eqsat.onnx.shape_values.shape_values`), sorted;
     axes sized by onnx's shape inference over the model (none where it fails)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = infer_shapes_aside(model, strict_mode=False)
     except Exception:  # noqa: BLE001 - no shapes, no lengths (the default sizes are verified all the same)
         return []
     decided = shape_values(model)
@@ -47,13 +49,14 @@ def sliced_lengths(model: onnx.ModelProto) -> list[int]:
             dims.setdefault(vi.name, [d.dim_value if d.HasField("dim_value") else 0
                                       for d in vi.type.tensor_type.shape.dim])
     constants = {t.name: t for t in model.graph.initializer}
-    constants |= {n.output[0]: n.attribute[0].t for n in model.graph.node
-                  if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    constants |= {t.name: t for n in model.graph.node if (t := constant_value(n)) is not None}
     out: set[int] = set()
     for node in model.graph.node:
         if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 \
-                or node.input[2] in constants or not dims.get(node.input[0]) \
-                or all(m.is_const for m in decided.get(node.input[2]) or [Mono.symbol("unknown")]):
+                or node.input[2] in constants or not dims.get(node.input[0]):
+            continue
+        ends = decided.get(node.input[2])
+        if ends is not None and all(m.is_const for m in ends):  # a constant at every size
             continue
         shape = dims[node.input[0]]
         given = len(node.input) > 3 and node.input[3] in constants
