@@ -11,7 +11,7 @@ numpy in float64) and every e-node the rule adds is compared with the reference 
   kernel enlarged with zeros multiplies it: 0 x NaN is NaN).
 * ``near the range``: each leaf scaled by 2^k (k = :data:`NEAR` for half of them, else drawn in [0, NEAR]), every
   value rounded to float32 as it is computed (past its range: an infinity, as float32 arithmetic gives). Where every
-  value an instance's reference computes is within the contract's magnitude (:data:`eqsat.inputs.RANGE_HEADROOM`
+  value an instance's reference computes is within the contract's magnitude (:data:`eqsat.verification.feeds.RANGE_HEADROOM`
   of float32's largest), each e-node gives a number wherever it does: no overflow that reaches a value (one that a
   ReLU clips, say, does not). Values are not compared there: a softmax of scores near 2^116, whose float32 ulp is
   2^93, is as ill-conditioned in the original as in any rewrite of it; the ordinary draws compare values.
@@ -27,16 +27,16 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from eqsat import ir, ops
-from eqsat.inputs import RANGE_HEADROOM
 from eqsat.ops import NotEvaluable
 from eqsat.snapshot import Snapshot
+from eqsat.verification.feeds import RANGE_HEADROOM
 
 EDGES = ("rows of -inf", "a NaN", "near the range")
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 _RTOL = 1e-9
 NEAR = 58
 """the largest power of two a leaf is scaled by in ``near the range``: a product of two such leaves reaches the
-contract's magnitude (2^116, :data:`eqsat.inputs.RANGE_HEADROOM` of float32's largest)"""
+contract's magnitude (2^116, :data:`eqsat.verification.feeds.RANGE_HEADROOM` of float32's largest)"""
 
 
 def mask_leaves(roots: Sequence[ir.Node]) -> set[int]:

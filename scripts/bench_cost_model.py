@@ -35,7 +35,7 @@ from eqsat.measurement.clock import runtime_info, wall_block_ms
 from eqsat.measurement.timing import Protocol, compare_calls, timing_feeds, timing_sessions
 from eqsat.models import BENCHMARKS, MODELS, build
 from eqsat.onnx import export_model, import_model
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 RUNTIMES = ("ort-cpu", "torch-cuda", "torch-cpu")
 """runtimes this script can measure in: onnxruntime on the CPU (eqsat.measurement.timing, ``--clock``), or the IR

@@ -31,7 +31,7 @@ from eqsat.measurement.runtimes import Program, feeds_for, make
 from eqsat.measurement.timing import Protocol, compare_many
 from eqsat.models import MODELS, build
 from eqsat.onnx import export_model
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 COMPILE_FIRST = 3
 """calls of the compiled original made before any CUDA graph of torch-cuda is captured. On an H200, with the

@@ -17,7 +17,7 @@ scales) as training leaves it (``zoo.spread_constants``), so that no tool gains 
 does not have. Files given with ``--onnx`` are labelled by their name, or by their folder and name where two share
 one.
 
-Each program is verified against the original in onnxruntime (``eqsat.verify``: seeded random inputs, every
+Each program is verified against the original in onnxruntime (``eqsat.verification``: seeded random inputs, every
 output; the peers' outputs too: they break), at the shapes eqsat tunes at (``peers_tools.tuned_shapes``), where
 it is timed too. The verified ones are then timed together with an unchanged copy
 of the original (the A/A control, which shows the noise) in one process, interleaved, with eqsat.measurement.timing's

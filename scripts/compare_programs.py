@@ -23,9 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from eqsat.inputs import with_values  # noqa: E402
 from eqsat.measurement.runtimes import Program, compare_programs, feeds_for, make  # noqa: E402
 from eqsat.measurement.timing import Protocol  # noqa: E402
+from eqsat.verification.feeds import with_values  # noqa: E402
 
 
 def pairs(a: str, b: str, name: str) -> list[tuple[str, str, str]]:

@@ -21,7 +21,7 @@ import onnx
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.app.shaping import Shaping
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 Tool = Callable[[onnx.ModelProto, str, argparse.Namespace], onnx.ModelProto | tuple[onnx.ModelProto, dict[str, Any]]]
 ORT_MODEL_TYPES = {"bert": "bert", "bert_s128": "bert", "gpt2": "gpt2", "vit": "vit", "llama": "gpt2",

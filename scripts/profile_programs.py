@@ -27,9 +27,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from eqsat.inputs import index_bounds, random_inputs, with_values  # noqa: E402
 from eqsat.measurement.clock import session_options  # noqa: E402
 from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
+from eqsat.verification.feeds import index_bounds, random_inputs, with_values  # noqa: E402
 
 
 def profile(paths: list[str], rounds: int, shapes: dict[str, tuple[int, ...]], threads: int = 1,

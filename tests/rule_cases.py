@@ -22,7 +22,7 @@ from eqsat.extract import extract
 from eqsat.onnx.export import export_model
 from eqsat.rules import RuleEngine, StepReport, by_name
 from eqsat.snapshot import ENode, Snapshot
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 
 def leaves(roots: Iterable[ir.Node], op: str) -> list[ir.Node]:

@@ -11,10 +11,10 @@ import onnx
 
 from eqsat import memory
 from eqsat.errors import first_line
-from eqsat.inputs import one_row, unmasked
 from eqsat.measurement import floor_probe, runtimes
 from eqsat.onnx import pool, softmax_floor
-from eqsat.verify import Verifier
+from eqsat.verification import Verifier
+from eqsat.verification.feeds import one_row, unmasked
 
 from .config import OptimizeConfig
 from .report import Candidate, VerificationReport
@@ -30,8 +30,8 @@ def floored_phase(built: list[Built], first_passed: bool, original: onnx.ModelPr
     """The candidates with their masked Softmax scores floored (:mod:`eqsat.onnx.softmax_floor`; ort-cpu on a CPU where
     it pays, :mod:`eqsat.measurement.floor_probe`; more than one candidate, the first passed its check): the first,
     the first floored, then each further one floored in its place where that passes its check (``NAME+floored``);
-    ``built`` itself where no Softmax is deep. The probe's inputs: at one row (:func:`eqsat.inputs.one_row`) every
-    mask kept (:func:`eqsat.inputs.unmasked`: a causal mask is deep, an unpadded encoder not); at several rows, which
+    ``built`` itself where no Softmax is deep. The probe's inputs: at one row (:func:`eqsat.verification.feeds.one_row`) every
+    mask kept (:func:`eqsat.verification.feeds.unmasked`: a causal mask is deep, an unpadded encoder not); at several rows, which
     a server pads, the measurement's own. A probe or floor that fails leaves its candidate as it was (``say``)."""
     if config.candidates < 2 or not config.measure or feeds is None or not first_passed \
             or runtimes.resolve(config.runtime) != "ort-cpu" or not floor_probe.floor_pays()[0]:

@@ -31,7 +31,7 @@ from eqsat.mcts import SearchReport
 from eqsat.measurement.decision import Measurement, Returned
 from eqsat.onnx import pool
 from eqsat.ops import OPS
-from eqsat.verify import Verification
+from eqsat.verification import Verification
 
 from .config import OptimizeConfig
 
@@ -115,7 +115,7 @@ class ExtractionReport:
 
 @dataclass
 class VerificationReport:
-    """The check of the optimized model against the original on seeded random inputs (eqsat.verify)."""
+    """The check of the optimized model against the original on seeded random inputs (eqsat.verification)."""
 
     verified: bool
     max_abs_error: float
@@ -124,7 +124,7 @@ class VerificationReport:
     seed: int
     spread: float = 0.0
     """where an output matched only within onnxruntime's own spread on the original (a float16 or quantized graph:
-    :class:`eqsat.verify.Spread`), the largest such spread; 0 where every output matched within the tolerance"""
+    :class:`eqsat.verification.Spread`), the largest such spread; 0 where every output matched within the tolerance"""
 
     @classmethod
     def of(cls, check: Verification, seed: int) -> VerificationReport:

@@ -1,15 +1,16 @@
-"""The candidate programs of a run (``--candidates K``) and their order: which extractions are tried, and which
-programs are distinct (:func:`same_program`: two that run the same kernels on the same data are timed once).
+"""The candidate programs of a run (``--candidates K``): which extractions are made, and which programs are distinct
+(:func:`same_program`: two that run the same kernels on the same data are timed once).
 
-The final stage extracts up to K distinct programs (:func:`candidates_phase`, in order: the final extractor's optimum of
-the grown e-graph, the input as eqsat writes it where that differs from the input (:func:`with_imported`),
+The final stage extracts up to K distinct programs (:func:`candidates_phase`, :func:`with_imported`: the final
+extractor's optimum of the grown e-graph, the input as eqsat writes it where that differs from the input,
 greedy-dag's, greedy-dag's avoiding the runtime's attention kernel (its masked scores floored later: :data:`SOFTMAX`),
 greedy-dag's favouring the runtime's kernels (:mod:`eqsat.cost.favoured`), the ILP's under another cost model, the
-main extractor's programs of the cheapest states the search stood in before its last one, greedy-tree's); each is
-verified and timed end to end against the original in one interleaved run (:func:`eqsat.measurement.runtimes.compare_programs`).
+main extractor's programs of the cheapest states the search stood in before its last one, greedy-tree's), put in the
+order the measurement owns (:data:`eqsat.measurement.decision.ORDER`); each is verified and timed end to end against
+the original in one interleaved run (:func:`eqsat.measurement.runtimes.compare_programs`).
 :func:`eqsat.measurement.decision.choose` ships a candidate faster than the original with confidence under the
 sequential gate (:mod:`eqsat.measurement.gate`: Bonferroni over the candidates and the looks), else the original: the
-first such in this order, unless a later one is faster than it with confidence.
+first such in that order, unless a later one is faster than it with confidence.
 
 >>> other_cost_name("analytic"), other_cost_name("analytic-a100"), other_cost_name("cpu")
 ('analytic-a100', 'analytic', 'analytic')
@@ -34,10 +35,11 @@ from eqsat.extract import Extraction, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import PathState
 from eqsat.measurement import floor_probe, runtimes
+from eqsat.measurement.decision import in_order
 from eqsat.onnx import fusions
 from eqsat.onnx.subgraphs import subgraphs
 from eqsat.snapshot import Snapshot
-from eqsat.verify import ShapesCheck
+from eqsat.verification import ShapesCheck
 
 from .config import OptimizeConfig, ilp_seconds
 from .report import Candidate, VerificationReport
@@ -139,7 +141,7 @@ def other_cost_name(cost_name: str) -> str:
 
 
 class Written(NamedTuple):
-    """A program as written for the user (:func:`eqsat.app.pipeline.written_input`): its IR, its ONNX model, and
+    """A program as written for the user (:func:`eqsat.app.candidates.written_input`): its IR, its ONNX model, and
     what its shape-generic write could not make generic (:meth:`eqsat.app.shaping.Shaping.write`)."""
 
     program: Graph
@@ -186,13 +188,17 @@ composites the import recognized written in the forms onnxruntime fuses), which 
 
 def with_imported(extracted: list[Extracted], written: Written, original: onnx.ModelProto,
                   config: OptimizeConfig, cost_model: CostModel) -> list[Extracted]:
-    """The candidates with the :data:`IMPORTED` one second (after the final extractor's, so that it is among the
-    first ``--candidates`` and in the measurement's first group), where more than one candidate is measured and
-    the written input differs from the original in its operators (else it is the original)."""
+    """The candidates with the :data:`IMPORTED` one in its place of the order (second: after the final extractor's, so
+    that it is among the first ``--candidates`` and in the measurement's first group), where more than one candidate
+    is measured and the written input differs from the original in its operators (else it is the original)."""
     if config.candidates < 2 or not config.measure or same_operators(original, written[1]):
         return extracted
     source = "the input as eqsat writes it, no rule applied"
-    return [*extracted[:1], Extracted(IMPORTED, source, None, cost_model, written=written), *extracted[1:]]
+    return in_order([*extracted, Extracted(IMPORTED, source, None, cost_model, written=written)], _name)
+
+
+def _name(e: Extracted) -> str:
+    return e.name
 
 
 SOFTMAX = "softmax"
@@ -203,21 +209,20 @@ SOFTMAX = "softmax"
 
 def candidates_phase(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,
                      elapsed: float, path: Sequence[PathState] = ()) -> list[Extracted]:
-    """The candidate extractions, in this order: of the grown e-graph the final
-    extractor's (``first``, named ``extracted``), then greedy-dag's, greedy-dag's avoiding the runtime's attention
-    kernel where the e-graph holds one and the floor pays on onnxruntime's CPU (named :data:`SOFTMAX`), greedy-dag's
-    favouring the runtime's kernels
-    where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named ``kernels``), the ILP's
-    under the other cost model (cheap: at
-    most OTHER_ILP_SECONDS, half the first's time and what ``--time-limit`` left); the programs of the states
-    along the search path (``path``: ``SearchReport.states``, cheapest first, named ``step-N`` or
-    ``iteration-N``); greedy-tree's of the grown e-graph. Only the first without measurement or with
-    ``--candidates 1``; duplicates are removed later, by program (:func:`build_candidates`)."""
+    """The candidate extractions, in :data:`~eqsat.measurement.decision.ORDER`: of the grown e-graph the final
+    extractor's (``first``, named ``extracted``), greedy-dag's, greedy-dag's avoiding the runtime's attention kernel
+    where the e-graph holds one and the floor pays on onnxruntime's CPU (named :data:`SOFTMAX`), greedy-dag's
+    favouring the runtime's kernels where the e-graph holds one (:class:`~eqsat.cost.favoured.KernelsFavoured`, named
+    ``kernels``), the ILP's under the other cost model (cheap: at most OTHER_ILP_SECONDS, half the first's time and
+    what ``--time-limit`` left); the programs of the states along the search path (``path``:
+    ``SearchReport.states``, cheapest first, named ``step-N`` or ``iteration-N``); greedy-tree's of the grown
+    e-graph. Only the first without measurement or with ``--candidates 1``; duplicates are removed later, by program
+    (:func:`build_candidates`)."""
     out = [Extracted("extracted", f"{first.extractor} under {cost_model.name}", first, cost_model)]
     if config.candidates < 2 or not config.measure:
         return out
     with timing_until(cost_model, time.perf_counter() + max(0.0, config.search.time_limit - elapsed)):
-        return out + _more_candidates(snap, first, config, cost_model, elapsed, path)
+        return in_order(out + _more_candidates(snap, first, config, cost_model, elapsed, path), _name)
 
 
 def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, cost_model: CostModel,

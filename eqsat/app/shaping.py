@@ -21,7 +21,6 @@ import onnxruntime as ort
 from eqsat.dims import derived_symbols, follow, tie
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
-from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx.beyond import beyond_shapes
 from eqsat.onnx.heads import sliced_heads
 from eqsat.onnx.interface import (
@@ -45,7 +44,8 @@ from eqsat.onnx.interface import (
 from eqsat.onnx.io import session
 from eqsat.onnx.prepare import check_input_sizes
 from eqsat.onnx.tied import Ties, assumed_ties, assumed_values, expression_names, tied_symbols
-from eqsat.verify import ShapesCheck, ShapesVerifier, verify_guards
+from eqsat.verification import ShapesCheck, ShapesVerifier, verify_guards
+from eqsat.verification.feeds import index_bounds, random_inputs
 
 from .config import OptimizeConfig
 from .report import InterfaceReport
@@ -370,7 +370,7 @@ class Shaping:
 
     def check(self, model: onnx.ModelProto, seed: int) -> ShapesCheck:
         """A written candidate at the further shapes, then its table guards' else-branches beyond their bounds
-        (:func:`eqsat.verify.verify_guards`); passed at once when the run is not generic."""
+        (:func:`eqsat.verification.verify_guards`); passed at once when the run is not generic."""
         if not self.generic:
             return ShapesCheck(True)
         assert self.original is not None

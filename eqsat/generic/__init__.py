@@ -8,7 +8,7 @@ The API:
   candidate as written for the user (:mod:`eqsat.app.shaping`); ``facts``, an :class:`Original` made once per
   model (:meth:`Original.of`: within a run's :func:`carried` scope, the import's own), carries what runs of the original
   showed from one candidate to the next (:mod:`.original`). The notes say what could not be written shape-generic; the
-  result is a best effort, which :func:`eqsat.verify.verify_shapes` runs at several values of each symbol (a
+  result is a best effort, which :func:`eqsat.verification.verify_shapes` runs at several values of each symbol (a
   program that fails at any is not written).
 - :func:`simplify_for_import` ``(model, input_shapes) -> model | None``: the forms a generic import starts from
   (:func:`eqsat.onnx.importer.simplified`), so that the e-graph starts near the static program's size.

@@ -1,6 +1,6 @@
 """Tables and guards: a Slice of a table that stops below the sizes the user's program accepts becomes an ``If`` on
 the sizes it reads being within the table (named :data:`eqsat.onnx.branches.GUARD`, which the verification's
-:func:`eqsat.verify.verify_guards` reads back). Its then-branch is the Slice; its else-branch computes the value
+:func:`eqsat.verification.verify_guards` reads back). Its then-branch is the Slice; its else-branch computes the value
 at any size: the user's nodes that computed it, moved into the branch, or, where the import had already written
 the table, the original's chain (:func:`original_chain`) or the program's chain with the import's tables
 computed as the original computes them (:func:`substituted_chain`), copied at the written program's opset

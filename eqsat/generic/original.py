@@ -6,7 +6,7 @@ worked out at the first candidate that asks for it and read by the next ones; be
 original again at further sizes, and once more through a whole rewrite of a copy of it.
 
 Runs that fit the entries are batched over the names asked at once; a name asked later is fitted in a run of its
-own. The verification at several sizes (:func:`eqsat.verify.verify_shapes`) stays the independent check of what
+own. The verification at several sizes (:func:`eqsat.verification.verify_shapes`) stays the independent check of what
 is written from these facts.
 """
 

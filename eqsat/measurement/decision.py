@@ -1,10 +1,14 @@
-"""The one owner of the measurement policy and the ship decision: the candidates timed together (all of them, or
-the first :data:`SPLIT_CANDIDATES` where the memory budget splits the run into groups; or, for programs too slow
-to time every candidate under the gate, all of them screened and the fastest gated alone), the budget and its
-extension, which measured candidate ships (:func:`choose`: the first faster with confidence in the pipeline's
-candidate order, unless a later one is faster than it with confidence) and which program the run returns
-(:func:`returned`). The pipeline's candidate order is :func:`eqsat.app.pipeline.candidates_phase`'s; this module
-does not reorder it."""
+"""The one owner of the candidate order, the measurement policy and the ship decision: the order of a run's
+candidates (:data:`ORDER`, :func:`in_order`: the pipeline makes them, :func:`eqsat.app.selection.candidates_phase`,
+and puts them in this order), the candidates timed together (all of them, or the first :data:`SPLIT_CANDIDATES`
+where the memory budget splits the run into groups; or, for programs too slow to time every candidate under the
+gate, all of them screened and the fastest gated alone), the budget and its extension, which measured candidate
+ships (:func:`choose`: the first faster with confidence in that order, unless a later one is faster than it with
+confidence) and which program the run returns (:func:`returned`).
+
+>>> in_order(["greedy-tree", "step-2", "kernels", "imported", "extracted+floored", "step-1", "ilp-analytic-a100"])
+['extracted+floored', 'imported', 'kernels', 'ilp-analytic-a100', 'step-2', 'step-1', 'greedy-tree']
+"""
 
 from __future__ import annotations
 
@@ -65,6 +69,52 @@ GATE_FLOOR_ROUNDS = 40
 ``--measure-budget`` of rounds, whatever the search left of ``--time-limit``: ten seconds are 15 rounds of a 330 ms
 program (Whisper at 3000 frames), too few for the gate to resolve a 7% gain on a noisy host; a program of 80 ms
 or less affords 40 rounds within the budget anyway"""
+ORDER: tuple[tuple[str, str], ...] = (
+    ("extracted", "the final extractor's program of the grown e-graph: the search's optimum under the cost model"),
+    ("imported", "the input as eqsat writes it, no rule applied, where its operators differ from the input's: the "
+                 "simplifications the peers' simplifiers also make"),
+    ("greedy-dag", "greedy-dag's program of the grown e-graph (where the final extractor is another)"),
+    ("softmax", "greedy-dag's avoiding the runtime's attention kernel, where its masked scores can be floored "
+                "(onnxruntime's CPU)"),
+    ("kernels", "greedy-dag's favouring the runtime's kernels, where the e-graph holds one"),
+    ("ilp-", "the ILP's under the other cost model (``ilp-analytic-a100``, ...): cheap, not the optimum"),
+    ("step-", "the main extractor's programs of the states the search stood in before its last one, cheapest first "
+              "(MCTS and random: ``step-N``; TENSAT: ``iteration-N``; MCTS's ``prelude`` and ``finish``: of the same "
+              "rank, :data:`PATH_LABELS`)"),
+    ("greedy-tree", "greedy-tree's program of the grown e-graph"),
+)
+"""the kinds of a run's candidates, in the order they are measured and preferred (:func:`choose` ships the first
+faster with confidence): a candidate's kind is its name up to a ``+`` (``extracted+floored``, its masked scores
+floored, takes its own program's place) or, for the kinds that end in ``-``, the name's first part. The order puts
+first what the search chose and what the input already is, so that they are in the first group a memory budget
+times (:data:`SPLIT_CANDIDATES`); a new candidate source is a new kind here"""
+PATH_LABELS = ("step-", "iteration-", "start", "prelude", "finish")
+"""the names of the search path's states (``mcts``' labels, spaces as ``-``): all of the kind ``step-``"""
+
+
+def _is(base: str, kind: str) -> bool:
+    return base == kind or kind.endswith("-") and base.startswith(kind)
+
+
+def rank(name: str) -> int:
+    """The place of candidate ``name``'s kind in :data:`ORDER` (ValueError for a name of no kind: a candidate source
+    not placed in the order)."""
+    base = name.split("+", 1)[0]
+    kinds = [kind for kind, _ in ORDER]
+    if any(_is(base, label) for label in PATH_LABELS):
+        return kinds.index("step-")
+    for k, kind in enumerate(kinds):
+        if _is(base, kind):
+            return k
+    raise ValueError(f"candidate {name!r} is of no kind of ORDER: place its source in the candidate order")
+
+
+def in_order(items: Sequence[Any], name: Callable[[Any], str] = str) -> list[Any]:
+    """``items`` (candidates, or their names) in :data:`ORDER`, those of one kind in the order given (a search
+    path's states cheapest first)."""
+    return sorted(items, key=lambda item: rank(name(item)))
+
+
 @dataclass
 class Measurement:
     """The end-to-end comparison (eqsat.measurement.timing.Comparison's fields, milliseconds) and the decision taken on it."""
@@ -128,7 +178,7 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     run (eqsat.measurement.runtimes) under the sequential gate (eqsat.measurement.gate: rounds until every candidate is resolved or the
     budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`choose`). ``optimized`` is one
     ONNX model or several :class:`Program` candidates; ``graph`` is the original's IR (the torch runtimes run it).
-    ``feeds``: the inputs timed on (:meth:`~eqsat.verify.Verifier.first_inputs`: those timing_feeds would draw
+    ``feeds``: the inputs timed on (:meth:`~eqsat.verification.Verifier.first_inputs`: those timing_feeds would draw
     again); None: drawn. ``spare_s``: what the search and extraction left of ``--time-limit``: where the gate's
     pilot asks for more rounds than ``--measure-budget`` affords (a loaded machine), the rounds may use it, up to
     EXTENSION x the budget, so a run never takes longer than ``--time-limit`` plus ``--measure-budget`` of
@@ -325,4 +375,5 @@ def _faster_in_duel(cmp: Comparison, confidence: float, margin: float) -> bool:
     return len(x) >= 2 and trimmed_interval(x, None, confidence).ci_low > margin
 
 
-__all__ = ["Measurement", "Returned", "SCREEN_ROUNDS", "SCREEN_SHARE", "SPLIT_CANDIDATES", "Settings", "choose", "measure", "measure_sizes", "returned"]
+__all__ = ["ORDER", "PATH_LABELS", "SCREEN_ROUNDS", "SCREEN_SHARE", "SPLIT_CANDIDATES", "Measurement", "Returned", "Settings", "choose",
+           "in_order", "measure", "measure_sizes", "rank", "returned"]

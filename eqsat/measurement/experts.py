@@ -22,11 +22,11 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx import experts
 from eqsat.onnx.io import session
-from eqsat.ties import Screen
-from eqsat.verify import compare_outputs
+from eqsat.verification import compare_outputs
+from eqsat.verification.feeds import index_bounds, random_inputs
+from eqsat.verification.ties import Screen
 
 from .clock import timed_s, timing_session
 
@@ -123,7 +123,7 @@ def disagreement(original: onnx.ModelProto, written: onnx.ModelProto, shapes: Ma
                  seed: int) -> str | None:
     """Why ``written`` is not ``original``'s function on one seeded random feed at ``shapes`` in onnxruntime (an
     output of another shape or other values, or a run that fails); None where it gives the same outputs. The feed
-    is one on which the original's top-k choices are decided (:mod:`eqsat.ties`: a router's near-tie is rounding)."""
+    is one on which the original's top-k choices are decided (:mod:`eqsat.verification.ties`: a router's near-tie is rounding)."""
     try:
         screen = Screen.of(original)
         a, b = session(screen.model), session(written)

@@ -24,7 +24,7 @@ from onnx import helper
 
 from eqsat.onnx import experts, moe
 from eqsat.onnx.io import session
-from eqsat.verify import compare_outputs
+from eqsat.verification import compare_outputs
 
 from .clock import timed_s, timing_session
 from .experts import MARGIN, ROUNDS, TIMED_BYTES, disagreement, ladder

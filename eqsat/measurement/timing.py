@@ -39,10 +39,10 @@ import onnx
 import onnxruntime as ort
 
 from eqsat import memory
-from eqsat.inputs import index_bounds, random_inputs, served
 from eqsat.onnx import footprint
 from eqsat.onnx.io import is_large, weight_bytes
-from eqsat.verify import feed_shapes
+from eqsat.verification import feed_shapes
+from eqsat.verification.feeds import index_bounds, random_inputs, served
 
 from .clock import runtime_info, timing_session, wall_block_ms
 from .gate import Gate, Sequential, settled
@@ -459,7 +459,7 @@ def timing_feeds(original: onnx.ModelProto, sessions: Sequence[ort.InferenceSess
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
     """The seeded random inputs both programs are timed on (the verification's: ``input_shapes`` fix dynamic
     dimensions, integer inputs range over the axis they index), with their masks as a server feeds them
-    (:func:`eqsat.inputs.served`: a padded batch, a row alone unpadded); ``sessions``: the original's and another's."""
+    (:func:`eqsat.verification.feeds.served`: a padded batch, a row alone unpadded); ``sessions``: the original's and another's."""
     shapes = feed_shapes(sessions[0], sessions[-1], input_shapes)
     feeds = served(original, random_inputs(sessions[0], np.random.default_rng(seed), shapes, index_bounds(original)),
                    seed)

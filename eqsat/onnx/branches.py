@@ -5,7 +5,7 @@
 its else-branch the user's nodes that compute the value at any size. At the sizes a verification runs, every
 guard takes its then-branch, so the else-branch would never run before a user's long input does.
 :func:`taken` writes the part of a program that computes a guard's outputs with one branch in place of the
-``If`` (its condition an output too), which :func:`eqsat.verify.verify_guards` runs on either side of the bound.
+``If`` (its condition an output too), which :func:`eqsat.verification.verify_guards` runs on either side of the bound.
 This module reads the written form and sits below the writer (the writer names its guards :data:`GUARD`), so that
 the verification reads it without importing the writer.
 """

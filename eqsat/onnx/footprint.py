@@ -12,7 +12,7 @@ tuned at, nor one estimated no larger; where a :class:`Limit` is current (:data:
 :func:`limited`), :func:`eqsat.onnx.interface.zero_feeds` raises :class:`TooLarge` for such shapes, which every
 probe reads as sizes the model cannot run at (a prefix of the model that a probe runs is estimated itself: the
 position ids of 4096 tokens are cheap where the model at 4096 tokens is not), and the check at further sizes
-(:class:`eqsat.verify.ShapesVerifier`) skips them, saying so. What follows from that depends on the memory the
+(:class:`eqsat.verification.ShapesVerifier`) skips them, saying so. What follows from that depends on the memory the
 machine has: a shape fit that a run at twice a size checked goes unchecked there, and a table of positions whose
 largest length is searched for (:mod:`eqsat.generic.tables`) may stop shorter (its guard computes the rest as the
 original does). The runs on random inputs are not estimated (the check at the tuned sizes, a guard's check beyond

@@ -4,7 +4,7 @@ of a few bits) or through a float type narrower than float32.
 In such a model a legitimate reorder (a sum taken in another order before a quantizer, a kernel that accumulates
 in another precision) moves a value across a rounding step, and an output by as much as that step amplified by the
 layers after it: a per-channel int8 LLaMA's logits moved by 1.4e-2 under a program whose every rule holds on real
-numbers. A candidate that differs there is left out, not taken as a rule's error (:func:`eqsat.app.pipeline.verify_phase`).
+numbers. A candidate that differs there is left out, not taken as a rule's error (:func:`eqsat.app.candidates.verify_phase`).
 """
 
 from __future__ import annotations

@@ -62,7 +62,8 @@ def test_the_input_written_shape_generic_keeps_the_frames_a_slice_reads_off_an_e
     are equal at every size and no monomial of the samples: the Slice's end, folded at the tuned size, must be
     written to run to the axis' end, not as the constant 6 (which cut every longer waveform to 12 frames). The input
     written with no rule applied (every candidate's base) against the original in onnxruntime."""
-    from eqsat.app.pipeline import shaped_import_phase, written_input
+    from eqsat.app.candidates import written_input
+    from eqsat.app.pipeline import shaped_import_phase
 
     original = _sew()
     _, graph, shaping = shaped_import_phase(original, OptimizeConfig.of(cost="analytic", measure=False))

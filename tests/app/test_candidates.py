@@ -11,32 +11,25 @@ import onnx_builders as ob
 import pytest
 
 from eqsat import ir
+from eqsat.app.candidates import build_candidates, export_phase
 from eqsat.app.cli import main
 from eqsat.app.config import OptimizeConfig
-from eqsat.app.pipeline import (
-    build_candidates,
-    candidates_phase,
-    encode_phase,
-    export_phase,
-    extract_phase,
-    optimize,
-    search_phase,
-    shaped_import_phase,
-)
-from eqsat.app.selection import same_program
+from eqsat.app.pipeline import encode_phase, extract_phase, optimize, search_phase, shaped_import_phase
+from eqsat.app.selection import candidates_phase, same_program
 from eqsat.cost import make, node_costs
 from eqsat.extract import extract
-from eqsat.inputs import random_inputs
 from eqsat.mcts import Env
-from eqsat.measurement.decision import choose
+from eqsat.measurement.decision import ORDER, choose, in_order, rank
 from eqsat.measurement.gate import Gate
 from eqsat.measurement.timing import Comparison
 from eqsat.measurement.torch_run import TorchProgram
 from eqsat.models import build
 from eqsat.onnx.export import export_model
+from eqsat.onnx.io import session
 from eqsat.ops.composite import float_bits
 from eqsat.rules import rule_set
-from eqsat.verify import compare_outputs, session
+from eqsat.verification import compare_outputs
+from eqsat.verification.feeds import random_inputs
 
 FAST = ["--budget", "2", "--cost", "analytic", "--ilp-time-limit", "2", "--measure-budget", "0.5", "--seed", "1"]
 
@@ -153,18 +146,18 @@ def test_candidates_are_distinct_and_compute_what_the_original_does():
 def test_a_further_candidate_whose_export_fails_is_left_out_and_the_run_goes_on(monkeypatch):
     """A later candidate's writer raising (a bug, e.g. a model ONNX's checker refuses) leaves that candidate out
     with a line naming it; the other candidates are built and verified in onnxruntime as usual."""
-    from eqsat.app import pipeline
+    from eqsat.app import candidates
 
     config, original, graph, cost_model, snap, ext, extracted = _squeezenet_candidates()
     first = export_phase(snap, ext, graph, cost_model)
-    real = pipeline.export_phase
+    real = candidates.export_phase
 
     def failing(snap_, ext_, *args, **kwargs):
         if ext_ is extracted[1].extraction:
             raise onnx.checker.ValidationError("Unrecognized attribute: axes for operator ReduceMean")
         return real(snap_, ext_, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "export_phase", failing)
+    monkeypatch.setattr(candidates, "export_phase", failing)
     said: list[str] = []
     built = build_candidates(snap, extracted, graph, original, config, cost_model, first, say=said.append)
     names = [b.entry.name for b in built]
@@ -210,6 +203,28 @@ def test_path_states_are_the_programs_the_search_stood_in():
     from_path = [b for b in built if b.entry.name.startswith("step-")]
     assert from_path and all(b.entry.verified for b in from_path)
     assert all(b.entry.estimated_cost == pytest.approx(s.cost_us) for b, s in zip(from_path, report.states))
+
+
+def test_the_candidates_come_in_the_order_the_measurement_owns():
+    """The pipeline makes the candidates in the order of :data:`eqsat.measurement.decision.ORDER`, each kind read
+    off its name by hand here (the data, not :func:`rank`); a name of no kind is refused, saying where to place it."""
+    config = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=8, seed=1, prelude=False)
+    original, graph, _ = shaped_import_phase(build("squeezenet", small=True), config)
+    cost_model = make("analytic")
+    egraph, search = encode_phase(graph, config)
+    report = search_phase(egraph, config, search, cost_model, lambda _m: None)
+    snap, ext = extract_phase(egraph, config, cost_model, 0.0)
+    names = [e.name for e in candidates_phase(snap, ext, config, cost_model, 0.0, report.states)]
+    kinds = [kind for kind, _ in ORDER]
+    spelled = {"extracted": "extracted", "greedy-dag": "greedy-dag", "greedy-tree": "greedy-tree"}
+    places = [kinds.index(spelled.get(n) or ("ilp-" if n.startswith("ilp-") else "step-")) for n in names]
+    assert names[0] == "extracted" and names[-1] == "greedy-tree" and any(n.startswith("ilp-") for n in names)
+    assert any(n.startswith("step-") for n in names) and places == sorted(places), names
+    assert [rank(n) for n in names] == places
+    assert in_order(["greedy-tree", "imported", "step-3", "prelude", "iteration-1", "extracted+floored"]) == \
+        ["extracted+floored", "imported", "step-3", "prelude", "iteration-1", "greedy-tree"]  # one kind: as given
+    with pytest.raises(ValueError, match="candidate order"):
+        rank("beam-search")
 
 
 def test_only_the_first_of_equally_priced_states_is_kept_and_never_without_measurement():

@@ -21,8 +21,8 @@ from cli_cases import FAST, PRECIOUS, cli, leftovers, read_only_folder, small_ma
 from onnx import TensorProto, helper, numpy_helper
 from paths import REPO
 
-from eqsat.app.config import search_seconds
-from eqsat.app.pipeline import OptimizeConfig, ilp_seconds, optimize
+from eqsat.app.config import ilp_seconds, search_seconds
+from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import InputError
 from eqsat.models import build
 from eqsat.onnx import io as onnx_io

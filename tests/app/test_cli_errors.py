@@ -17,7 +17,7 @@ from eqsat.app import cli
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import VerificationError
 from eqsat.rules.rule import Rule
-from eqsat.verify import Verifier
+from eqsat.verification import Verifier
 
 UNSOUND = Rule("unsound_relu_drop", "single", "ours", "relu(x) -> x", (("(= root (Relu x))", "(Pend root x)"),))
 """a deliberately wrong rule: relu(x) = x; every program it reaches differs from the original"""

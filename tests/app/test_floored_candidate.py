@@ -11,19 +11,11 @@ import onnx_builders as ob
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from eqsat.app.candidates import build_candidates, export_phase, verifier_of
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.floored import FLOORED, floored_phase
-from eqsat.app.pipeline import (
-    build_candidates,
-    candidates_phase,
-    encode_phase,
-    export_phase,
-    extract_phase,
-    optimize,
-    search_phase,
-    shaped_import_phase,
-    verifier_of,
-)
+from eqsat.app.pipeline import encode_phase, extract_phase, optimize, search_phase, shaped_import_phase
+from eqsat.app.selection import candidates_phase
 from eqsat.cost import make
 from eqsat.measurement import floor_probe
 from eqsat.onnx import session

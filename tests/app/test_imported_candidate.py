@@ -1,5 +1,5 @@
 """The ``imported`` candidate: the input as eqsat writes it, no rule applied (eqsat.app.selection.with_imported,
-eqsat.app.pipeline.written_input). It is a candidate where more than one is measured and its ONNX operators differ
+eqsat.app.candidates.written_input). It is a candidate where more than one is measured and its ONNX operators differ
 from the original's (what the import and the writer simplified, e.g. ``x + 0`` dropped); it comes second, is verified against
 the original in onnxruntime and, unlike a program equal to the original, is timed; a later candidate equal to it
 is dropped as a duplicate."""
@@ -11,24 +11,15 @@ import onnx
 import onnx_builders as ob
 from onnx import helper, numpy_helper
 
+from eqsat.app.candidates import build_candidates, export_phase, written_input
 from eqsat.app.config import OptimizeConfig
-from eqsat.app.pipeline import (
-    build_candidates,
-    candidates_phase,
-    encode_phase,
-    export_phase,
-    extract_phase,
-    optimize,
-    search_phase,
-    shaped_import_phase,
-    written_input,
-)
-from eqsat.app.selection import IMPORTED, same_operators, with_imported
+from eqsat.app.pipeline import encode_phase, extract_phase, optimize, search_phase, shaped_import_phase
+from eqsat.app.selection import IMPORTED, candidates_phase, same_operators, with_imported
 from eqsat.cost import make
-from eqsat.inputs import random_inputs
 from eqsat.models import build
 from eqsat.onnx.export import export_model
-from eqsat.verify import session
+from eqsat.onnx.io import session
+from eqsat.verification.feeds import random_inputs
 
 CONFIG = OptimizeConfig.of(budget=2, cost="analytic", ilp_time_limit=2.0, candidates=3, seed=1, measure_budget=0.3)
 

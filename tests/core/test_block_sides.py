@@ -13,7 +13,7 @@ from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.blocks import find_blocks
 from eqsat.onnx import export_model
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 LAYERS = 4
 N = 8

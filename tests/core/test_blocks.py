@@ -21,7 +21,7 @@ from eqsat.app.pipeline import optimize
 from eqsat.app.selection import same_program
 from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, find_blocks
 from eqsat.onnx import export_model, import_model
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 sys.path.insert(0, str(SCRIPTS))
 from bench_scale import export_bert, export_llama  # noqa: E402

@@ -17,12 +17,12 @@ from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.cost.analytic import AnalyticCost
 from eqsat.egglog.egraph import EGraph
-from eqsat.inputs import EDGES, edge_draws
 from eqsat.onnx import session
 from eqsat.onnx.importer import import_model
 from eqsat.ops.bounds import finite_masks, value_range
 from eqsat.rules import RuleEngine, by_name
-from eqsat.verify import Verifier
+from eqsat.verification import Verifier
+from eqsat.verification.feeds import EDGES, edge_draws
 
 LOWEST = np.finfo(np.float32).min
 S, D = 8, 4
@@ -283,8 +283,8 @@ def test_distributing_a_product_keeps_finite_outputs_within_the_contracts_magnit
     """The issue's Y = A @ W + B @ W, written (A + B) @ W (taso_s021): within the contract's magnitude (every value
     at most 2^-12 of float32's largest) both are finite and agree; the rule passes the verifier's draws near the
     range. At 2.55e38 (A + B past the range) the contract makes no claim (docs/robustness.md)."""
-    from eqsat.inputs import RANGE_HEADROOM
     from eqsat.rules.verify import check_rule
+    from eqsat.verification.feeds import RANGE_HEADROOM
     assert check_rule(by_name()["taso_s021"], seed=3).passed
     n = 4
     nodes = [helper.make_node("MatMul", ["a", "w"], ["aw"]), helper.make_node("MatMul", ["b", "w"], ["bw"]),
@@ -387,7 +387,7 @@ def test_claimed_ranges_hold_on_every_input_onnxruntime_computes(seed):
 
 
 def test_compare_outputs_lets_a_fed_nan_spread_but_never_vanish():
-    from eqsat.verify import compare_outputs
+    from eqsat.verification import compare_outputs
     ref = np.array([1.0, np.nan, 3.0, -np.inf], np.float32)
     spread = np.array([np.nan, np.nan, 3.0, -np.inf], np.float32)
     vanished = np.array([1.0, 2.0, 3.0, -np.inf], np.float32)

@@ -22,7 +22,7 @@ from eqsat.models import MODELS, build
 from eqsat.onnx import export_model
 from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, actions, rule_set
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 CONV = OpKey("conv2d", (1, 1, 1, 1, 0), ((1, 8, 8, 8), (16, 8, 3, 3)), (1, 16, 8, 8))
 CONV_RELU = OpKey("conv2d", (1, 1, 1, 1, 2), ((1, 8, 8, 8), (16, 8, 3, 3)), (1, 16, 8, 8))

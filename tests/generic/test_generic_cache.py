@@ -17,11 +17,11 @@ from eqsat.app.config import OptimizeConfig
 from eqsat.dims import Mono
 from eqsat.errors import InputError
 from eqsat.generic import make_generic
-from eqsat.inputs import random_inputs
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.fitting import fit_vectors
 from eqsat.onnx.interface import derived_symbols, interface, probe_shapes, runnable_values, symbol_values
 from eqsat.onnx.symbolic import concat_length
+from eqsat.verification.feeds import random_inputs
 
 SIZES = [(1, 127), (2, 127), (3, 5), (1, 0), (2, 1), (1, 300)]
 """(batch, past): the representative sizes and others of each axis, an empty past included"""

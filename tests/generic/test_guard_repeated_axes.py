@@ -1,7 +1,7 @@
 """A table guarded on a value repeated along a symbolic axis: DeBERTa's log-bucketed relative positions, expanded
 to ``[batch*heads, seq, seq]`` for a GatherElements, are a table of ``[1, seq, seq]`` (its repeated axis cut to
 1) within 1024 positions and the user's computation beyond. The If's else-branch gives the value at the
-then-branch's shape (the Expand read through), so that the guard's check (:func:`eqsat.verify.verify_guards`)
+then-branch's shape (the Expand read through), so that the guard's check (:func:`eqsat.verification.verify_guards`)
 compares one value with one value: the dynamo DeBERTa-v2 failed it with an infinite error (the shapes differed),
 and the whole generic write fell back to the original."""
 
@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.generic import make_generic
 from eqsat.onnx import session
 from eqsat.onnx.branches import guard_bounds, table_guards
-from eqsat.verify import verify_guards, verify_shapes
+from eqsat.verification import verify_guards, verify_shapes
 
 HEADS, DIM, MID, MAX_POS, SPAN = 2, 4, 4, 32, 8
 

@@ -206,7 +206,7 @@ def test_a_program_right_where_one_size_changes_is_checked_where_both_do():
     whose offsets are a table at the length tuned at (4) passes at every size where only one symbol changes, and
     fails where both do (a batch of 2 and 37 tokens)."""
     from eqsat.onnx.interface import probe_shapes
-    from eqsat.verify import verify_shapes
+    from eqsat.verification import verify_shapes
 
     model = _pooled()
     fixed = _pooled(np.arange(64, dtype=np.int64) * 4)
@@ -222,7 +222,7 @@ def test_where_the_original_refuses_both_sizes_changed_it_is_checked_at_twice_th
     and 37 tokens: the check then changes both to twice their sizes (a batch of 2, 8 tokens; near_shapes), where
     the program whose offsets are a table at the length tuned at fails."""
     from eqsat.onnx.interface import near_shapes, probe_shapes
-    from eqsat.verify import ShapesVerifier
+    from eqsat.verification import ShapesVerifier
 
     def fours(model: onnx.ModelProto) -> onnx.ModelProto:
         model.graph.initializer.append(numpy_helper.from_array(np.array([-1, 4], np.int64), "rows4"))

@@ -14,13 +14,14 @@ from eqsat.app.cli import main
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.errors import InputError
-from eqsat.inputs import random_inputs
 from eqsat.measurement.runtimes import OrtRuntime, Program, check_available, compare_programs, make, resolve
 from eqsat.measurement.timing import Protocol, compare_many
 from eqsat.measurement.torch_run import TorchProgram, UnsupportedProgram
 from eqsat.models import BENCHMARKS, build
 from eqsat.onnx import export_model, import_model
-from eqsat.verify import compare_outputs, session
+from eqsat.onnx.io import session
+from eqsat.verification import compare_outputs
+from eqsat.verification.feeds import random_inputs
 
 GPU = torch.cuda.is_available()
 

@@ -14,7 +14,7 @@ from eqsat.evaluate import evaluate
 from eqsat.models import MODELS, build
 from eqsat.onnx import session
 from eqsat.onnx.export import export_model
-from eqsat.verify import compare_outputs
+from eqsat.verification import compare_outputs
 
 
 def counts(g) -> Counter:

@@ -22,7 +22,7 @@ from eqsat.onnx.importer import import_model
 from eqsat.onnx.patterns import find_composites
 from eqsat.ops.composite import polynomial
 from eqsat.ops.matching import View
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 N = helper.make_node
 S = math.sqrt(2 / math.pi)

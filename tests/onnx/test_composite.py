@@ -34,7 +34,7 @@ from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, by_name
 from eqsat.rules.registry import all_rules
 from eqsat.rules.verify import check_rule
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 COMPOSITES = ("gelu", "layernorm", "addnorm", "softmax", "silu", "rmsnorm", "attention", "rotary")
 TRANSFORMER = {"gelu": 2, "layernorm": 4, "addnorm": 1, "attention": 2}  # 2 layers: a GELU each, 2 LayerNorms each + 1,

@@ -19,7 +19,7 @@ from eqsat.onnx import footprint
 from eqsat.onnx.fitting import run_values
 from eqsat.onnx.interface import probe_shapes, zero_feeds
 from eqsat.onnx.io import session
-from eqsat.verify import ShapesVerifier
+from eqsat.verification import ShapesVerifier
 
 VALUES = {"batch": 1, "seq": 64}
 

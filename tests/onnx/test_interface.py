@@ -28,7 +28,7 @@ from eqsat.onnx.interface import near_shapes, probe_shapes, shapes_at, symbol_va
 from eqsat.onnx.live import live_shapes
 from eqsat.onnx.targets import reshape_target
 from eqsat.rules.rule import Rule
-from eqsat.verify import verify_shapes
+from eqsat.verification import verify_shapes
 
 FAST = OptimizeConfig.of(budget=8, cost="analytic", measure=False)
 BATCHES = (1, 2, 3, 5)

@@ -16,7 +16,7 @@ from eqsat.app.pipeline import optimize
 from eqsat.measurement import moe as timed
 from eqsat.onnx import moe
 from eqsat.onnx.experts import as_gathers
-from eqsat.verify import compare_outputs
+from eqsat.verification import compare_outputs
 
 WIDTH = 32
 

@@ -14,7 +14,7 @@ from zoo_cases import zoo_model
 from eqsat.onnx.export import export_model
 from eqsat.onnx.importer import import_model
 from eqsat.onnx.neutral import without_neutral
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 F = TensorProto.FLOAT
 N = helper.make_node

@@ -17,7 +17,7 @@ from eqsat.measurement.clock import timing_session
 from eqsat.measurement.timing import session_count
 from eqsat.onnx import io as onnx_io
 from eqsat.onnx import pool as weight_pool
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 
 def mlp(seed: int = 0, second: np.ndarray | None = None) -> onnx.ModelProto:

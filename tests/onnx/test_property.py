@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from onnx import helper, numpy_helper
 
 from eqsat.app.pipeline import OptimizeConfig, optimize
-from eqsat.verify import session
+from eqsat.onnx.io import session
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16}
 # operators whose onnxruntime CPU kernels exist for each dtype

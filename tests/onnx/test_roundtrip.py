@@ -11,7 +11,7 @@ from ort_check import outputs_match
 
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.onnx.importer import import_model
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 CONFIG = OptimizeConfig(scheduler="none", cost="analytic", measure=False, allow_slower=True)  # the round trip, returned
 

@@ -19,7 +19,7 @@ from eqsat import OptimizeConfig, optimize
 from eqsat.onnx.export import export_model
 from eqsat.onnx.importer import import_model
 from eqsat.onnx.patterns import find_composites
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 N = helper.make_node
 F = TensorProto.FLOAT

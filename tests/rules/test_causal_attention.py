@@ -274,7 +274,7 @@ def test_a_causal_kernel_over_repeated_heads_reads_the_grouped_heads(name, expor
     import zoo
 
     from eqsat.decode import build_program
-    from eqsat.verify import verify
+    from eqsat.verification import verify
 
     original = zoo.build(name, exporter, opset)
     graph = import_model(original)
@@ -298,7 +298,8 @@ def test_the_kernels_candidate_takes_the_kernel_the_estimate_passed_over():
     the kernel, is priced consistently by its own cost model (export_phase's check), and computes what the
     original computes in onnxruntime."""
     from eqsat import extract as extractors
-    from eqsat.app.pipeline import candidates_phase, export_phase
+    from eqsat.app.candidates import export_phase
+    from eqsat.app.selection import candidates_phase
     from eqsat.cost import make, node_costs
     from eqsat.cost.favoured import KernelsFavoured
 

@@ -167,5 +167,5 @@ def test_optimize_model_with_moved_column_boundary_verifies(tmp_path, scheduler)
                            "--no-measure", "--seed", "0", "-q"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(rep.read_text())
-    assert report["max_rel_error"] < 1e-3 and outputs_match(str(path), str(out))  # checked apart from eqsat.verify
+    assert report["max_rel_error"] < 1e-3 and outputs_match(str(path), str(out))  # checked apart from eqsat.verification
     onnx.checker.check_model(onnx.load(out), full_check=True)

@@ -26,7 +26,7 @@ from eqsat.onnx.importer import import_model
 from eqsat.ops.composite import float_bits
 from eqsat.rules import KERNEL_RULES, RuleEngine, by_name, rule_set
 from eqsat.rules.verify import check_rule
-from eqsat.verify import verify
+from eqsat.verification import verify
 
 RULE = "attention_kernel"
 SCALE = 0.125

@@ -43,7 +43,7 @@ def test_llama_builder_writes_external_data_that_optimizes_with_blocks(tmp_path,
 
     from eqsat.app.config import OptimizeConfig
     from eqsat.app.pipeline import optimize
-    from eqsat.verify import verify
+    from eqsat.verification import verify
 
     monkeypatch.setattr(bench_scale, "EXTERNAL_BYTES", 0)
     path = str(tmp_path / "llama.onnx")

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from eqsat.verify import Verifier
+from eqsat.verification import Verifier
 
 
 def _flagged(other_op: str) -> onnx.ModelProto:

@@ -1,4 +1,4 @@
-"""Verification draws on which the original's top-k choices are decided (:mod:`eqsat.ties`). Oracles: values built
+"""Verification draws on which the original's top-k choices are decided (:mod:`eqsat.verification.ties`). Oracles: values built
 with a known gap between the k-th and next (exact ties, a few ulps, NaN rows), and onnxruntime running an original
 whose routing a candidate's rounding may flip at near-ties only, against a candidate that routes otherwise."""
 
@@ -10,8 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat import ties
-from eqsat.verify import ShapesVerifier, Verifier
+from eqsat.verification import ShapesVerifier, Verifier, ties
 
 F = TensorProto.FLOAT
 EXPERTS, WIDTH = 4, 8

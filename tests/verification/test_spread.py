@@ -1,4 +1,4 @@
-"""A program is verified within onnxruntime's own spread on the original (eqsat.verify.Spread): where the original's
+"""A program is verified within onnxruntime's own spread on the original (eqsat.verification.Spread): where the original's
 outputs move as far between its runs with and without the runtime's graph optimizations (the widest of the draws
 at those input shapes) (a dynamically quantized
 BERT at width 384 and sequence 128: a sum reordered before a quantizer crosses a quantization step), a program that
@@ -17,9 +17,8 @@ import zoo
 from onnx import helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from eqsat import verify
 from eqsat.app.cli import main
-from eqsat.verify import Verifier
+from eqsat.verification import Spread, Verifier, outputs
 
 SHAPES = {"input_ids": (1, 128), "attention_mask": (1, 128)}
 
@@ -55,7 +54,7 @@ def test_a_quantized_model_is_written_within_the_runtime_s_spread(quantized, mon
     original = onnx.load(path)
     check = Verifier(original, input_shapes=SHAPES).check(written)
     assert check.passed and check.spread > 1e-4, check  # (float32's tolerance alone refused it)
-    monkeypatch.setattr(verify, "SPREAD_FACTOR", 0.0)
+    monkeypatch.setattr(outputs, "SPREAD_FACTOR", 0.0)
     refused = Verifier(original, input_shapes=SHAPES).check(written)
     assert not refused.passed and "differs" in refused.detail
     capsys.readouterr()
@@ -105,6 +104,6 @@ def test_a_nan_moved_is_never_within_a_spread(quantized):
     ref = np.asarray(outs[0])
     got = ref.copy()
     got.reshape(-1)[0] = np.nan
-    spread = verify.Spread(original)
+    spread = Spread(original)
     assert not spread.allows([(feeds, outs)], 0, ref, got)
     assert spread.allows([(feeds, outs)], 0, ref, ref.copy())  # (the same values: within any spread, one of 0 too)

@@ -1,5 +1,5 @@
-"""Verifying several candidates against one original (:class:`eqsat.verify.Verifier`): each candidate gets what
-:func:`eqsat.verify.verify` alone gives it, the original's session is built once, and the first draw's inputs are
+"""Verifying several candidates against one original (:class:`eqsat.verification.Verifier`): each candidate gets what
+:func:`eqsat.verification.verify` alone gives it, the original's session is built once, and the first draw's inputs are
 those the end-to-end timing draws for the same seed (so the measurement need not draw them again)."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ import onnx
 import onnx_builders as ob
 from onnx import numpy_helper
 
-import eqsat.verify
-from eqsat.inputs import served
 from eqsat.measurement.timing import timing_feeds
 from eqsat.onnx import session
-from eqsat.verify import Verifier, verify
+from eqsat.verification import Verifier, check, outputs, verify
+from eqsat.verification.feeds import served
 
 
 def _perturbed(model: onnx.ModelProto, scale: float) -> onnx.ModelProto:
@@ -31,13 +30,14 @@ def test_one_verifier_gives_each_candidate_what_verify_gives_it(monkeypatch):
     alone = [verify(original, c, seed=4, draws=2) for c in candidates]
     assert [v.passed for v in alone] == [True, False, True, False]  # the oracle can fail
     built = []
-    monkeypatch.setattr(eqsat.verify, "session", lambda m, **kw: built.append(kw) or session(m, **kw))
+    for module in (check, outputs):  # the check's sessions, and the spread's (the original unoptimized)
+        monkeypatch.setattr(module, "session", lambda m, **kw: built.append(kw) or session(m, **kw))
     verifier = Verifier(original, seed=4, draws=2)
     shared = [verifier.check(c) for c in candidates]
     assert [(v.passed, v.max_abs_error, v.max_rel_error, v.draws, v.detail) for v in shared] == \
         [(v.passed, v.max_abs_error, v.max_rel_error, v.draws, v.detail) for v in alone]
     # the original's session once, one per candidate; and the original unoptimized once, for the runtime's own
-    # spread where a candidate missed the tolerance (eqsat.verify.Spread: it excuses neither wrong one)
+    # spread where a candidate missed the tolerance (eqsat.verification.Spread: it excuses neither wrong one)
     assert sum(kw.get("optimized", True) for kw in built) == 1 + len(candidates)
     assert sum(not kw.get("optimized", True) for kw in built) == 1
 

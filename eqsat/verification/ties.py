@@ -10,7 +10,7 @@ whatever it holds; a top-k for which that happened, a vocabulary's near-tied on 
 those input shapes: no more runs of a slow original for it). Exact ties are not drawn again (``TopK`` takes the lower
 index among equal values, which a candidate must keep), nor rows holding NaN or infinities; an edge draw (-inf rows,
 a NaN, values near the range) made from a random draw is made again from another where the -inf strewn in it leaves
-a near-tie among a row's finite values (:meth:`eqsat.verify.Verifier`).
+a near-tie among a row's finite values (:meth:`eqsat.verification.Verifier`).
 
 The screen is the original with each ``TopK`` of its main graph also giving its values and k as outputs, after the
 original's own (:meth:`Screen.of`): the verification runs it in the original's place, so that no draw costs a

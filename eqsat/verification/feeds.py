@@ -14,10 +14,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .dims import derived_symbols
-from .errors import InputError
-from .onnx.external import infer_shapes_aside
-from .onnx.io import is_large
+from ..dims import derived_symbols
+from ..errors import InputError
+from ..onnx.external import infer_shapes_aside
+from ..onnx.io import is_large
 
 SAFE_INT_HIGH = 2
 """Exclusive upper bound of integer inputs whose use is unknown (masks, flags)."""

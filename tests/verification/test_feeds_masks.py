@@ -1,4 +1,4 @@
-"""The mask-like inputs of a feed (eqsat.inputs.unmasked, one_row, served): bool inputs and integer inputs that index
+"""The mask-like inputs of a feed (eqsat.verification.feeds.unmasked, one_row, served): bool inputs and integer inputs that index
 nothing are a model's masks and flags; token ids (Gather indices) are not. Oracle: the model built here, whose
 inputs' uses are known."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import onnx_builders as ob
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.inputs import one_row, served, unmasked
 from eqsat.measurement.timing import timing_feeds
 from eqsat.onnx import session
+from eqsat.verification.feeds import one_row, served, unmasked
 
 
 def _model(batch: int):

@@ -1,4 +1,4 @@
-"""The else-branch of a table guard is checked beyond the table's bound (eqsat.verify.verify_guards): no shape a
+"""The else-branch of a table guard is checked beyond the table's bound (eqsat.verification.verify_guards): no shape a
 verification runs within the tables takes it, so a program whose else-branch is wrong, or stops at the table's
 size (the dynamo LLaMA's and Qwen2's failed past 4096 positions), would otherwise be written."""
 
@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.onnx import session
 from eqsat.onnx.branches import guard_bounds, table_guards, taken
-from eqsat.verify import verify_guards
+from eqsat.verification import verify_guards
 
 BOUND = 8
 FREQ = np.array([1.0, 0.5, 0.25, 0.125], np.float32)
@@ -156,21 +156,21 @@ def test_an_else_branch_that_stops_at_the_table_is_not_excused_where_the_origina
     too long (a CLIP text model's table of the batch's indices, 4096 long: a run at a batch of 4096 took over ten
     minutes) or more memory than the run has is not made, and the guard is not excused: it fails, where the same
     original passes when those runs are made (the test above)."""
-    from eqsat import verify
     from eqsat.onnx import footprint
+    from eqsat.verification import guards
 
     buffer = [helper.make_node("Slice", ["buffer", "b_starts", "len", "b_axes"], ["b"]),
               helper.make_node("Add", ["o_y", "b"], ["zb"]), *_sum_of("zb")]
     original = _stopping(buffer, [_c("buffer", np.zeros((BOUND - 2, 4), np.float32)), _c("b_starts", np.array([0])),
                                   _c("b_axes", np.array([0]))])
     runs: list[int] = []
-    real = verify.session
+    real = guards.session
 
     def counted(model, **kw):
         return _Counted(real(model, **kw), runs) if model is original else real(model, **kw)
-    monkeypatch.setattr(verify, "session", counted)
+    monkeypatch.setattr(guards, "session", counted)
     if bound == "seconds":
-        monkeypatch.setattr(verify, "BEYOND_SECONDS", 0.0)
+        monkeypatch.setattr(guards, "BEYOND_SECONDS", 0.0)
         check = verify_guards(original, _stops_at_table(), {"batch": 1, "seq": 4})
     else:
         with footprint.limited(original, budget=1, tuned={"ids": (1, 4)}):

@@ -14,9 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.app.cli import main
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.errors import InputError
-from eqsat.inputs import index_bounds, random_inputs
 from eqsat.onnx import session
-from eqsat.verify import compare_outputs, verify
+from eqsat.verification import compare_outputs, verify
+from eqsat.verification.feeds import index_bounds, random_inputs
 
 
 # -- NaN and Inf --------------------------------------------------------------------------------
@@ -199,8 +199,7 @@ def _shaped(nodes: list, inits: list | None = None) -> onnx.ModelProto:
 
 
 def test_candidates_checked_at_further_shapes_against_one_run_of_the_original(monkeypatch):
-    import eqsat.verify as verify_module
-    from eqsat.verify import ShapesVerifier, verify_shapes
+    from eqsat.verification import ShapesVerifier, outputs, shapes, verify_shapes
 
     # the original runs only where batch x seq is even (a Reshape to pairs of rows and back)
     pairs = numpy_helper.from_array(np.array([-1, 2, 8], np.int64), "pairs")
@@ -216,12 +215,13 @@ def test_candidates_checked_at_further_shapes_against_one_run_of_the_original(mo
                         [starts, ends, axes])
     probes = [("batch=2", {"x": (2, 6, 8)}), ("seq=5", {"x": (1, 5, 8)}), ("seq=8", {"x": (1, 8, 8)})]
     built = []
-    real = verify_module.session
-    monkeypatch.setattr(verify_module, "session", lambda m, **kw: built.append((m, kw)) or real(m, **kw))
+    real = shapes.session
+    for module in (shapes, outputs):  # the checks' sessions, and the spread's (the original unoptimized)
+        monkeypatch.setattr(module, "session", lambda m, **kw: built.append((m, kw)) or real(m, **kw))
     checks = ShapesVerifier(original, probes)
     verdicts = [checks.check(m) for m in (first_row, same, first_row, same)]
     # the original's session once for all four (beside each candidate's own), and once unoptimized, for the
-    # runtime's own spread where the wrong candidate missed the tolerance (eqsat.verify.Spread)
+    # runtime's own spread where the wrong candidate missed the tolerance (eqsat.verification.Spread)
     assert sum(m is original and kw.get("optimized", True) for m, kw in built) == 1
     assert sum(m is original and not kw.get("optimized", True) for m, kw in built) == 1 and len(built) == 6
     monkeypatch.undo()
@@ -245,7 +245,7 @@ def test_a_probe_the_original_refuses_on_a_later_draw_still_checks_the_draws_bef
     refuses (the index past the table), and those before them it runs. A candidate wrong everywhere fails on a
     draw the original ran, whether the original refuses a later one or not; it passes nowhere (onnxruntime's own
     runs of the original on the verification's draws say which it ran)."""
-    from eqsat.verify import ShapesVerifier
+    from eqsat.verification import ShapesVerifier
 
     def model(wrong: bool) -> onnx.ModelProto:
         inits = [numpy_helper.from_array(np.arange(4, dtype=np.float32), "tab"),
