@@ -131,20 +131,23 @@ def _ints(name: str, *values: int) -> onnx.TensorProto:
     return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
-def audio_attention(static: bool, names: str = "") -> onnx.ModelProto:
+def audio_attention(static: bool, names: str = "", halved: bool = False) -> onnx.ModelProto:
     """samples[batch, length] -> a strided Conv to [batch, 8, frames] -> [frames, batch, 8] -> heads folded with the
     batch ``[frames, 2*batch, 4]`` (scaled) -> rows ``[frames*batch, 8]`` -> x W + b -> ``[frames, batch, 8]`` ->
     ``[batch, frames, 8]``: a WavLM attention's reshapes. ``static``: the program at the representative sizes
     (constant targets, named ``names`` + the original's names: another name is a target the original does not
     compute, a layer replayed from the first one's program); else the original, its targets computed from the
-    shapes."""
+    shapes. ``halved``: the samples taken one in two (a Slice by a step of 2) before the Conv, a size the writer
+    fits from runs (the Conv's alone it types by its arithmetic: eqsat.generic.strided)."""
     rng = np.random.default_rng(5)
-    frames = (64 - 10) // 5 + 1  # at the representative sizes, a batch of 1 and 64 samples
+    frames = ((32 if halved else 64) - 10) // 5 + 1  # at the representative sizes, a batch of 1 and 64 samples
     b = 1
     inits = [numpy_helper.from_array(rng.standard_normal((AUDIO_WIDTH, 1, 10)).astype(np.float32), "conv_w"),
              numpy_helper.from_array(rng.standard_normal((AUDIO_WIDTH, AUDIO_WIDTH)).astype(np.float32), "w"),
              numpy_helper.from_array(rng.standard_normal(AUDIO_WIDTH).astype(np.float32), "bias"),
              numpy_helper.from_array(np.array(0.5, np.float32), "half"), _ints("axes", 1)]
+    if halved:
+        inits += [_ints("s_start", 0), _ints("s_end", 2**62), _ints("s_axis", 1), _ints("s_step", 2)]
     if static:
         inits += [_ints(names + "heads_t", frames, AUDIO_HEADS * b, AUDIO_WIDTH // AUDIO_HEADS), _ints(names + "rows_t", frames * b, AUDIO_WIDTH),
                   _ints(names + "back_t", frames, b, AUDIO_WIDTH)]
@@ -158,7 +161,9 @@ def audio_attention(static: bool, names: str = "") -> onnx.ModelProto:
                  helper.make_node("Mul", ["f1", "b1"], ["fb"]),
                  helper.make_node("Concat", ["fb", "c_width"], ["rows_t"], axis=0),
                  helper.make_node("Concat", ["f1", "b1", "c_width"], ["back_t"], axis=0)]
-    nodes = [helper.make_node("Unsqueeze", ["samples", "axes"], ["u"]),
+    halving = [helper.make_node("Slice", ["samples", "s_start", "s_end", "s_axis", "s_step"], ["every"])] if halved else []
+    nodes = [*halving,
+             helper.make_node("Unsqueeze", ["every" if halved else "samples", "axes"], ["u"]),
              helper.make_node("Conv", ["u", "conv_w"], ["c"], strides=[5]),
              helper.make_node("Transpose", ["c"], ["t"], perm=[2, 0, 1]),
              *sizes,

@@ -35,6 +35,9 @@ monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns
      node fewer); a Reshape of a Reshape reads the first one's input, one to its input's own shape is dropped; a
      Split of rows reshaped to ``[batch, seq, 3*hidden]`` splits the rows; an Expand target written with 1 where
      the input has the size; a Slice to the end of a symbolic axis runs to its end at any size;
+   - **strided sizes** (:mod:`.strided`): a strided Conv's or pooling's output along a symbolic axis, and a Slice
+     that drops a constant count from one, typed by their arithmetic (an opaque symbol that carries it: an audio
+     front-end's frames), not fitted from runs of the program so far;
    - **values computed from the shapes alone** (:mod:`.values`, the patterns of :mod:`.uniform` and
      :mod:`.tables`): one slice repeated along the symbolic axes is that slice, a Gather at each element's flat
      (multi-) index a Reshape, a causal mask a Trilu, position ids, rotary tables or a position embedding's rows a

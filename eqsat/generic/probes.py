@@ -19,6 +19,7 @@ from eqsat.onnx.targets import leading, reshape_target
 
 from .keys import Key
 from .state import Rewrite, RunKey
+from .strided import opaque_at
 
 PREFETCH_AFTER = 1.0
 """the import's rewrite fits the original's small vectors in one batch (:func:`fit_pending`) once the runs of the
@@ -187,7 +188,7 @@ def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess:
     that holds an opaque symbol (:meth:`.state.Rewrite.opaque_shape`), made again where no symbol of the input is
     at 1 (a batch of 1 hides which axis it goes with: ``[frames*batch, 384]`` and ``[frames, 384*batch]`` read
     alike): every such symbol at 2, the target the original computes there (``name``, read off a run of it) and the
-    opaque sizes there (off a run of the program so far). None where the two disagree; ``guess`` where nothing is
+    opaque sizes there (by their arithmetic, else off a run of the program so far: :func:`_opaque_sizes`). None where the two disagree; ``guess`` where nothing is
     at 1. Where the original computes no ``name`` (a Reshape of a layer replayed from the first one's program), or
     a run says nothing there, the guess as networks write them: a symbol at 1 split out onto an axis of 1 after it
     (``ones_before``: ``[frames, batch, 384]``, not ``[frames*batch, 1, 384]``), none on the last axis
@@ -198,16 +199,26 @@ def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess:
     at = follow({**w.values, **dict.fromkeys(ones, 2)}, w.sums)
     want = w.facts.entries_at(name, at)
     places = {s: w.places[s] for d in dims_in for s, _ in d.powers if s in w.fits.opaque}
-    names = sorted({value for value, _ in places.values()})
-    have = None if want is None else run_values(probe(w, names), names, shapes=True)(at)
-    if want is None or have is None:
+    opaque = None if want is None else _opaque_sizes(w, at, places)
+    if want is None or opaque is None:
         again = reshape_target(dims_in, target, w.sizes_at, allowzero, ones_before=True)
         return None if again is None else leading(again, set(ones))
-    sizes = {**at, **{s: have[names.index(value)][axis] for s, (value, axis) in places.items()}}
+    sizes = {**at, **opaque}
     again = reshape_target(dims_in, want, sizes, allowzero)
     if again is None or [m.value(w.sizes_at) for m in again] != [m.value(w.sizes_at) for m in guess]:
         return None  # (``target`` may hold a 0 or a -1: the guess is its sizes)
     return again
+
+
+def _opaque_sizes(w: Rewrite, at: Mapping[str, int], places: Mapping[str, tuple[str, int]]) -> dict[str, int] | None:
+    """The opaque symbols' sizes at the sizes ``at``: by their arithmetic (:mod:`.strided`), else off a run of the
+    program so far (``places``: where each is read); None where it does not run there."""
+    typed = opaque_at(w, at)
+    if typed is not None:
+        return {s: typed[s] for s in places}
+    names = sorted({value for value, _ in places.values()})
+    have = run_values(probe(w, names), names, shapes=True)(at)
+    return None if have is None else {s: have[names.index(value)][axis] for s, (value, axis) in places.items()}
 
 
 def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono]) -> list[Mono] | None:

@@ -23,6 +23,7 @@ from .original import Original
 from .probes import boundary, folded_sizes, small_vector, vectors_read
 from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_end, split_rows
 from .state import Forms, Rewrite
+from .strided import STRIDED, typed
 from .uniform import flat_gather, grid_gather
 from .values import (
     BROADCASTING,
@@ -235,6 +236,8 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
             if standard and w.final and (node.op_type in BROADCASTING or node.op_type == "MatMul") and shape is not None \
                     and None in shape:
                 shape = broadcast_sizes(w, node, shape)
+            if out == node.output[0] and standard and w.final and node.op_type in STRIDED | {"Slice"}:
+                shape = typed(w, node, shape)  # a strided window's or a constant drop's size: its arithmetic
             w.types.setdefault(out, elem)
             w.shapes.setdefault(out, shape)
         if small_vector(w, out):

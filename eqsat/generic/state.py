@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections import ChainMap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx
@@ -74,6 +74,13 @@ class Fits:
     runs: dict[str, dict[RunKey, list[int]]] = field(default_factory=dict)
     """in a program written for the user, the values whose shapes the runs left with a size no monomial fits ->
     their sizes in each run that ran, by the symbols' sizes there (:meth:`Rewrite._split_ones` reads them)"""
+    formulas: dict[str, Callable[[Mapping[str, int]], int]] = field(default_factory=dict)
+    """the opaque symbols typed by their arithmetic (:mod:`.strided`) -> their size from the sizes of the symbols
+    and of the opaque symbols made before them"""
+    offsets: dict[str, tuple[Mono, int]] = field(default_factory=dict)
+    """those of them that are a size plus a constant -> that size and the constant"""
+    arithmetic: dict[tuple, str] = field(default_factory=dict)
+    """the arithmetic of each of them -> the symbol (the same arithmetic of the same size is one symbol)"""
 
 
 @dataclass

@@ -12,7 +12,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import OptimizeConfig, optimize
-from eqsat.app.branch_programs import MIN_BRANCH_OPERATORS, Branch, branch_models, splice, vouched, written_back
+from eqsat.app.branch_programs import (
+    MIN_BRANCH_OPERATORS,
+    Branch,
+    branch_models,
+    optimized_branches,
+    splice,
+    vouched,
+    written_back,
+)
 from eqsat.measurement.decision import Measurement, Returned
 from tests.onnx_builders import attention
 
@@ -80,6 +88,21 @@ def test_each_branch_is_searched_and_the_model_matches_the_original_on_both():
         feeds = {"x": rng.standard_normal((1, 8, 16)).astype(np.float32), "use": np.array([use])}
         (want,), (got,) = _run(original, feeds), _run(out, feeds)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_each_branch_runs_on_its_share_of_the_time_limit_and_the_measure_budget():
+    """Two branches: each run (the real pipeline, recorded) gets half of ``--time-limit`` and half of
+    ``--measure-budget``; the run on the whole model measures it again with the whole budget."""
+    original = _merged(attention(seed=0), attention(seed=1))
+    config = OptimizeConfig(cost="analytic", measure=False, measure_budget=3.0).updated(time_limit=20, seed=0)
+    seen: list[tuple[float, float]] = []
+
+    def recorded(model, cfg, say):
+        seen.append((cfg.search.time_limit, cfg.measure_budget))
+        return optimize(model, cfg, say)
+
+    _model, notes = optimized_branches(original, config, recorded, lambda _m: None)
+    assert seen == [(10.0, 1.5), (10.0, 1.5)] and len(notes) == 2, (seen, notes)
 
 
 def _vi(name: str, shape: tuple[int, ...] = (4,), elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:

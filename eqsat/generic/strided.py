@@ -1,0 +1,211 @@
+"""Sizes that no monomial of the symbols is, typed by their arithmetic instead of fitted from runs: a strided
+Conv's or pooling's output along a symbolic axis (an audio front-end's frames: ``(samples - 10) // 5 + 1``), and
+a Slice that drops a constant count from such an axis (a convolutional position embedding's ``x[..., :-1]`` after a
+Conv padded to ``frames + 1``).
+
+A window that is a floor of a quotient of the interface's symbols (``floor(h / 4)``: a kernel as long as its stride,
+no padding, over an image's side) is the monomial of fractional coefficient that stands for that floor (``1/4*h``),
+as a fit finds it. Each other
+such size of a program written for the user is an **opaque symbol** (:meth:`.state.Rewrite.opaque_shape`:
+read at run time off the value it sizes) that also carries its arithmetic of the symbols (:attr:`.state.Fits.formulas`),
+so its size at any sizes of the interface follows without a run (:func:`opaque_at`); a size an axis' own plus a
+constant is kept as that pair (:attr:`.state.Fits.offsets`), so a Slice that takes back what a Conv's padding added
+gives the Conv's input axis itself, and an Add of the two lines up. Before this, each candidate's writer ran
+prefixes of it at several sizes to fit these sizes (46 runs a candidate of a HuBERT export); the verification at
+further sizes stays the independent check of what is written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import onnx
+
+from eqsat.dims import Mono, SymShape
+from eqsat.onnx.symbolic import int_values
+
+from .state import Rewrite
+
+POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
+STRIDED = POOLS | {"Conv"}
+INT64_MAX = 2**63 - 1
+
+
+def _ints(node: onnx.NodeProto, name: str) -> list[int] | None:
+    for a in node.attribute:
+        if a.name == name:
+            return list(a.ints)
+    return None
+
+
+def _string(node: onnx.NodeProto, name: str, default: str) -> str:
+    for a in node.attribute:
+        if a.name == name:
+            return a.s.decode()
+    return default
+
+
+def _int(node: onnx.NodeProto, name: str, default: int) -> int:
+    for a in node.attribute:
+        if a.name == name:
+            return int(a.i)
+    return default
+
+
+def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], int] | None:
+    """A Conv's or pooling's output length along its spatial axis ``spatial`` (0 for the first after the channels)
+    as a function of the input's, by the operator's definition; None where its kernel is not a constant size or its
+    padding is one this does not read."""
+    if node.op_type == "Conv":
+        weight = w.shapes.get(node.input[1]) if len(node.input) > 1 else None
+        kernels = _ints(node, "kernel_shape") or ([int(d.value({})) for d in weight[2:] if d is not None and d.is_const]
+                                                   if weight is not None else [])
+    else:
+        kernels = _ints(node, "kernel_shape") or []
+    rank = len(kernels)
+    if not 0 <= spatial < rank:
+        return None
+    k = kernels[spatial]
+    strides = _ints(node, "strides") or [1] * rank
+    dilations = _ints(node, "dilations") or [1] * rank
+    pads = _ints(node, "pads") or [0] * (2 * rank)
+    auto = _string(node, "auto_pad", "NOTSET")
+    ceil = _int(node, "ceil_mode", 0) == 1 and node.op_type in POOLS
+    if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
+        return None
+    s, d = strides[spatial], dilations[spatial]
+    if s < 1 or d < 1 or k < 1:
+        return None
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        return lambda n: -(-n // s)
+    if auto == "VALID":
+        total = 0
+    elif auto == "NOTSET":
+        total = pads[spatial] + pads[spatial + rank]
+    else:
+        return None
+    span = d * (k - 1) + 1
+
+    def length(n: int) -> int:
+        inner = n + total - span
+        return (-(-inner // s) if ceil else inner // s) + 1
+    return length
+
+
+def _dropped(w: Rewrite, node: onnx.NodeProto, axis: int) -> int | None:
+    """The constant a Slice adds to ``axis``' size (a negative count), where it slices that axis by a step of 1 from a
+    constant start at or after 0 to a constant end before the axis' end (negative) or to its end; None otherwise."""
+    consts = [w.constants.get(node.input[k]) if len(node.input) > k and node.input[k] else None for k in (1, 2, 3, 4)]
+    starts, ends, axes, steps = consts
+    if starts is None or ends is None or (len(node.input) > 3 and node.input[3] and axes is None) \
+            or (len(node.input) > 4 and node.input[4] and steps is None):
+        return None
+    rank = len(w.shapes.get(node.input[0]) or [])
+    along = [a % rank for a in int_values(axes)] if axes is not None else list(range(len(int_values(starts))))
+    if axis not in along:
+        return 0
+    j = along.index(axis)
+    start, end = int_values(starts)[j], int_values(ends)[j]
+    if steps is not None and int_values(steps)[j] != 1:
+        return None
+    if start < 0:
+        return None
+    if end >= INT64_MAX // 2:
+        return -start
+    return end - start if end < 0 else None
+
+
+def _offset(w: Rewrite, d: Mono) -> tuple[Mono, int]:
+    """``d`` as a size and a constant added to it: an opaque symbol that is its base plus a count, else ``d`` + 0."""
+    if d.coef == 1 and len(d.powers) == 1 and d.powers[0][1] == 1 and d.powers[0][0] in w.fits.offsets:
+        return w.fits.offsets[d.powers[0][0]]
+    return d, 0
+
+
+def _symbol(w: Rewrite, out: str, axis: int, key: tuple, formula: Callable[[Mapping[str, int]], int]) -> Mono:
+    """The opaque symbol of ``out``'s ``axis`` (one per ``key``: the same arithmetic of the same size is one symbol),
+    its representative size its formula's at the representative sizes."""
+    if key in w.fits.arithmetic:
+        return Mono.symbol(w.fits.arithmetic[key])
+    symbol = Mono.symbol(f"{out}@{axis}")
+    name = symbol.powers[0][0]
+    w.places.setdefault(name, (out, axis))
+    w.fits.opaque[name] = formula(w.sizes_at)
+    w.fits.formulas[name] = formula
+    w.fits.arithmetic[key] = name
+    return symbol
+
+
+def _plus(base: Mono, total: int) -> Callable[[Mapping[str, int]], int]:
+    def size(values: Mapping[str, int]) -> int:
+        return int(base.value(values)) + total
+    return size
+
+
+def _windowed(d: Mono, length: Callable[[int], int]) -> Callable[[Mapping[str, int]], int]:
+    def size(values: Mapping[str, int]) -> int:
+        return length(int(d.value(values)))
+    return size
+
+
+def _shifted(w: Rewrite, out: str, axis: int, d: Mono, count: int) -> Mono:
+    """The size ``d`` plus ``count``: ``d``'s own base where the counts cancel (a Slice that takes back what a
+    Conv's padding added), else the opaque symbol of that base plus their sum."""
+    base, offset = _offset(w, d)
+    total = offset + count
+    if total == 0:
+        return base
+    sym = _symbol(w, out, axis, ("offset", base, total), _plus(base, total))
+    w.fits.offsets.setdefault(sym.powers[0][0], (base, total))
+    return sym
+
+
+def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape | None:
+    """``shape`` (of ``node``'s first output, as inferred) with each unknown axis that is a strided window's or a
+    Slice's constant drop of a known size typed by that arithmetic (the module's docstring); in a program written
+    for the user only (:attr:`.state.Rewrite.final`)."""
+    if not w.final or shape is None or None not in shape or node.domain not in ("", "ai.onnx") \
+            or node.op_type not in STRIDED | {"Slice"}:
+        return shape
+    dims = w.shapes.get(node.input[0])
+    if dims is None or len(dims) != len(shape):
+        return shape
+    out = list(shape)
+    for axis, (have, d) in enumerate(zip(shape, dims)):
+        if have is not None or d is None or d.is_const:
+            continue
+        if node.op_type == "Slice":
+            drop = _dropped(w, node, axis)
+            if drop is not None:
+                out[axis] = _shifted(w, node.output[0], axis, d, drop)
+            continue
+        length = window(w, node, axis - 2) if axis >= 2 else None
+        if length is None:
+            continue
+        at = int(d.value(w.sizes_at))
+        stride = (_ints(node, "strides") or [1] * (len(dims) - 2))[axis - 2]
+        if stride > 1 and all(s in w.values for s, _ in d.powers) \
+                and all(length(n) == n // stride for n in range(1, 4 * stride + 2)):
+            out[axis] = Mono(d.coef / stride, d.powers)  # a floor of a quotient: a monomial of fractional coefficient
+            continue
+        if all(length(n) == n + length(at) - at for n in (at, at + 1, at + 7, 2 * at + 3)):
+            out[axis] = _shifted(w, node.output[0], axis, d, length(at) - at)  # stride 1: a size plus a constant
+            continue
+        params = (node.op_type, tuple(sorted((a.name, tuple(a.ints), a.i, a.s) for a in node.attribute)),
+                  tuple(w.shapes.get(node.input[1]) or []) if node.op_type == "Conv" else ())
+        out[axis] = _symbol(w, node.output[0], axis, ("window", d, axis, params), _windowed(d, length))
+    return out
+
+
+def opaque_at(w: Rewrite, at: Mapping[str, int]) -> dict[str, int] | None:
+    """``at`` (sizes of the interface's symbols) with every opaque symbol's size there, each by its arithmetic
+    (:attr:`.state.Fits.formulas`, in the order they were made: a later one may read an earlier one); None where an
+    opaque symbol has none (a size fitted from runs)."""
+    if any(s not in w.fits.formulas for s in w.fits.opaque):
+        return None
+    out = dict(at)
+    for s, f in w.fits.formulas.items():
+        out[s] = f(out)
+    return out
+
+
+__all__ = ["POOLS", "STRIDED", "opaque_at", "typed", "window"]

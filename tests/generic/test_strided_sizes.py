@@ -1,0 +1,122 @@
+"""Sizes no monomial of the symbols is, typed by their arithmetic (eqsat.generic.strided), not fitted from runs: an
+audio front-end's strided Conv frames (``(samples - 10) // 5 + 1``, then ``(f - 3) // 2 + 1``) and a convolutional
+position embedding (a Conv padded to ``frames + 1``, sliced back by ``[..., :-1]`` and added). Oracles: onnxruntime's
+output lengths of one-node models (the window's arithmetic), and the original in onnxruntime at sample counts and
+batches the program was not tuned at (the written program)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat.app.config import OptimizeConfig
+from eqsat.app.pipeline import optimize
+from eqsat.generic import original as original_facts
+from eqsat.generic import probes
+from eqsat.generic.strided import window
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+WINDOWS = [
+    ("Conv", {"kernel_shape": [10], "strides": [5]}),
+    ("Conv", {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
+    ("Conv", {"kernel_shape": [4], "pads": [2, 2]}),
+    ("Conv", {"kernel_shape": [3], "strides": [3], "dilations": [2], "pads": [0, 2]}),
+    ("Conv", {"kernel_shape": [5], "strides": [2], "auto_pad": "SAME_UPPER"}),
+    ("Conv", {"kernel_shape": [5], "strides": [3], "auto_pad": "VALID"}),
+    ("MaxPool", {"kernel_shape": [3], "strides": [2], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2], "strides": [2]}),
+    ("AveragePool", {"kernel_shape": [3], "strides": [2], "pads": [1, 1], "ceil_mode": 1}),
+]
+
+
+class _Shapes:
+    """What :func:`window` reads of a rewrite: the weight's shape only where the Conv names no kernel_shape."""
+
+    shapes: dict = {}
+
+
+@pytest.mark.parametrize("op,attrs", WINDOWS, ids=[f"{op}-{k}" for k, (op, _a) in enumerate(WINDOWS)])
+def test_a_windows_output_length_is_onnxruntimes_at_every_length(op, attrs):
+    node = helper.make_node(op, ["x", "k"] if op == "Conv" else ["x"], ["y"], **attrs)
+    inits = [numpy_helper.from_array(np.ones((1, 1, attrs["kernel_shape"][0]), np.float32), "k")] if op == "Conv" else []
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    sess = _session(helper.make_model(graph, opset_imports=OPSET))
+    length = window(_Shapes(), node, 0)  # type: ignore[arg-type]
+    assert length is not None
+    for n in (12, 13, 16, 17, 31, 100, 101, 160, 1001):
+        (y,) = sess.run(None, {"x": np.zeros((1, 1, n), np.float32)})
+        assert length(n) == y.shape[2], (n, length(n), y.shape)
+
+
+def _front_end() -> onnx.ModelProto:
+    """Two strided Convs over the samples, a position Conv padded to one frame more and sliced back, added, and the
+    frames' rows through a MatMul and back to ``[batch, frames, 8]`` (a target computed from the Shape, as
+    exporters write it)."""
+    rng = np.random.default_rng(0)
+    w = {"k1": (8, 1, 10), "k2": (8, 8, 3), "kp": (8, 8, 4), "m": (8, 8)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n) for n, s in w.items()]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("s0", [0]), ("e1", [-1]), ("a2", [2]), ("rows", [-1, 8]), ("i0", [0]), ("i1", [1]), ("eight", [8]))]
+    nodes = [helper.make_node("Conv", ["x", "k1"], ["c1"], kernel_shape=[10], strides=[5]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "k2"], ["c2"], kernel_shape=[3], strides=[2]),
+             helper.make_node("Conv", ["c2", "kp"], ["cp"], kernel_shape=[4], pads=[2, 2]),
+             helper.make_node("Slice", ["cp", "s0", "e1", "a2"], ["sp"]),
+             helper.make_node("Add", ["c2", "sp"], ["h"]),
+             helper.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["t", "rows"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "m"], ["mm"]),
+             helper.make_node("Shape", ["t"], ["ts"]),
+             helper.make_node("Gather", ["ts", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["ts", "i1"], ["f"], axis=0),
+             helper.make_node("Concat", ["b", "f", "eight"], ["back"], axis=0),
+             helper.make_node("Reshape", ["mm", "back"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [
+        "batch", 1, "samples"])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "frames", 8])],
+                              inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def test_a_front_ends_frames_are_written_for_every_length_without_a_run_of_the_program(monkeypatch):
+    """No prefix of a written program is run to fit the frames (before: one fit of the front end and one of the
+    position embedding's slice, each a batch of runs, for every candidate); the program matches the original at
+    lengths and batches it was not tuned at."""
+    asked: list[tuple[str, ...]] = []
+    real_runs_of, real_run_values = original_facts.Original.runs_of, probes.run_values
+
+    def runs_of(self, model, names, keys, shapes):
+        def counted():
+            asked.append(tuple(names))
+            return model()
+        return real_runs_of(self, counted, names, keys, shapes)
+
+    def run_values(model, names, shapes, whole=False):
+        asked.append(tuple(names))
+        return real_run_values(model, names, shapes, whole)
+
+    monkeypatch.setattr(original_facts.Original, "runs_of", runs_of)
+    monkeypatch.setattr(probes, "run_values", run_values)
+    original = _front_end()
+    config = OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
+                               input_shapes={"x": (1, 1, 4000)})
+    result = optimize(original, config)
+    assert asked == [], asked
+    rng = np.random.default_rng(1)
+    want_s, got_s = _session(original), _session(result.optimized)
+    for batch, samples in ((1, 4000), (1, 4011), (2, 16003), (3, 257), (1, 9999)):
+        x = rng.standard_normal((batch, 1, samples)).astype(np.float32)
+        (want,), (got,) = want_s.run(None, {"x": x}), got_s.run(None, {"x": x})
+        assert got.shape == want.shape, (batch, samples, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
