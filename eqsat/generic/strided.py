@@ -53,12 +53,14 @@ def _int(node: onnx.NodeProto, name: str, default: int) -> int:
 
 def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], int] | None:
     """A Conv's or pooling's output length along its spatial axis ``spatial`` (0 for the first after the channels)
-    as a function of the input's, by the operator's definition; None where its kernel is not a constant size or its
-    padding is one this does not read."""
+    as a function of the input's, by the operator's definition; None where its kernel is not a constant size, its
+    padding is one this does not read, or a pooling rounds up (``ceil_mode``) or pads SAME with dilations, where
+    onnxruntime's lengths follow rules of their own."""
     if node.op_type == "Conv":
         weight = w.shapes.get(node.input[1]) if len(node.input) > 1 else None
-        kernels = _ints(node, "kernel_shape") or ([int(d.value({})) for d in weight[2:] if d is not None and d.is_const]
-                                                   if weight is not None else [])
+        kernels = _ints(node, "kernel_shape") or []
+        if not kernels and weight is not None and all(d is not None and d.is_const for d in weight[2:]):
+            kernels = [int(d.value({})) for d in weight[2:] if d is not None]
     else:
         kernels = _ints(node, "kernel_shape") or []
     rank = len(kernels)
@@ -69,12 +71,13 @@ def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], in
     dilations = _ints(node, "dilations") or [1] * rank
     pads = _ints(node, "pads") or [0] * (2 * rank)
     auto = _string(node, "auto_pad", "NOTSET")
-    ceil = _int(node, "ceil_mode", 0) == 1 and node.op_type in POOLS
     if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
         return None
     s, d = strides[spatial], dilations[spatial]
     if s < 1 or d < 1 or k < 1:
         return None
+    if node.op_type in POOLS and (_int(node, "ceil_mode", 0) == 1 or (auto.startswith("SAME") and d > 1)):
+        return None  # onnxruntime's own rules there (a last window in the padding dropped): fitted from runs
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         return lambda n: -(-n // s)
     if auto == "VALID":
@@ -86,8 +89,7 @@ def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], in
     span = d * (k - 1) + 1
 
     def length(n: int) -> int:
-        inner = n + total - span
-        return (-(-inner // s) if ceil else inner // s) + 1
+        return (n + total - span) // s + 1
     return length
 
 
@@ -137,7 +139,7 @@ def _symbol(w: Rewrite, out: str, axis: int, key: tuple, formula: Callable[[Mapp
 
 def _plus(base: Mono, total: int) -> Callable[[Mapping[str, int]], int]:
     def size(values: Mapping[str, int]) -> int:
-        return int(base.value(values)) + total
+        return max(0, int(base.value(values)) + total)  # (a Slice clamps at 0)
     return size
 
 
@@ -183,7 +185,7 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
             continue
         at = int(d.value(w.sizes_at))
         stride = (_ints(node, "strides") or [1] * (len(dims) - 2))[axis - 2]
-        if stride > 1 and all(s in w.values for s, _ in d.powers) \
+        if stride > 1 and all(s in w.values for s, _ in d.powers) and at % stride == 0 \
                 and all(length(n) == n // stride for n in range(1, 4 * stride + 2)):
             out[axis] = Mono(d.coef / stride, d.powers)  # a floor of a quotient: a monomial of fractional coefficient
             continue
