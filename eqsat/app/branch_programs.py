@@ -6,8 +6,7 @@ nothing there. Each branch whose outer-scope reads are all the model's inputs an
 own right: its inputs are those inputs (their names, types and dynamic axes), its weights the initializers it reads,
 its outputs the branch's. :func:`optimized_branches` runs the whole pipeline on each such branch (import, search,
 verification against the branch, end-to-end measurement; the branch's program kept only where it was measured
-faster, as any run's; each branch with its share of ``--time-limit`` and of ``--measure-budget``) and writes each
-program back into its If.
+faster, as any run's; each branch with its share of ``--time-limit``) and writes each program back into its If.
 The model with its branches replaced is then the source of the run on the whole model, which verifies and measures
 it against the user's model like any other candidate.
 
@@ -195,10 +194,8 @@ def _assumed(assumed: dict[str, str], model: onnx.ModelProto) -> dict[str, str]:
 
 def _runs(branch: Branch, config: OptimizeConfig, share: float) -> Iterator[OptimizeConfig]:
     """The configurations a branch is tried under: at the given sizes of its inputs, then at its own; each with its
-    ``share`` of ``--time-limit`` and of ``--measure-budget`` (the run on the whole model measures it again, with
-    the whole budget)."""
-    given = replace(config.updated(time_limit=share * config.search.time_limit,
-                                   measure_budget=share * config.measure_budget),
+    ``share`` of ``--time-limit``."""
+    given = replace(config.updated(time_limit=share * config.search.time_limit),
                     input_shapes=_restricted(config.input_shapes, branch.model),
                     static_shapes=_restricted(config.static_shapes, branch.model), also_at=(),
                     assume_dims=_assumed(config.assume_dims, branch.model))
