@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 import onnx
 
 from eqsat.dims import Mono, SymShape
+from eqsat.onnx.pooling import ceil_length, rounds_up
 from eqsat.onnx.symbolic import int_values
 
 from .state import Rewrite
@@ -44,18 +45,11 @@ def _string(node: onnx.NodeProto, name: str, default: str) -> str:
     return default
 
 
-def _int(node: onnx.NodeProto, name: str, default: int) -> int:
-    for a in node.attribute:
-        if a.name == name:
-            return int(a.i)
-    return default
-
-
 def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], int] | None:
     """A Conv's or pooling's output length along its spatial axis ``spatial`` (0 for the first after the channels)
-    as a function of the input's, by the operator's definition; None where its kernel is not a constant size, its
-    padding is one this does not read, or a pooling rounds up (``ceil_mode``) or pads SAME with dilations, where
-    onnxruntime's lengths follow rules of their own."""
+    as a function of the input's, as onnxruntime computes it (a pooling that rounds up: :mod:`eqsat.onnx.pooling`);
+    None where its kernel is not a constant size, its padding is one this does not read, or a pooling pads SAME with
+    dilations (onnxruntime pads by the undilated kernel there)."""
     if node.op_type == "Conv":
         weight = w.shapes.get(node.input[1]) if len(node.input) > 1 else None
         kernels = _ints(node, "kernel_shape") or []
@@ -76,20 +70,22 @@ def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], in
     s, d = strides[spatial], dilations[spatial]
     if s < 1 or d < 1 or k < 1:
         return None
-    if node.op_type in POOLS and (_int(node, "ceil_mode", 0) == 1 or (auto.startswith("SAME") and d > 1)):
-        return None  # onnxruntime's own rules there (a last window in the padding dropped): fitted from runs
+    if node.op_type in POOLS and auto.startswith("SAME") and d > 1:
+        return None  # onnxruntime pads by the undilated kernel there: fitted from runs
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         return lambda n: -(-n // s)
     if auto == "VALID":
-        total = 0
+        begin = end = 0
     elif auto == "NOTSET":
-        total = pads[spatial] + pads[spatial + rank]
+        begin, end = pads[spatial], pads[spatial + rank]
     else:
         return None
+    if rounds_up(node):  # onnxruntime's rule: a last window that would start in the end padding dropped
+        return lambda n: ceil_length(n, k, s, d, begin, end)
     span = d * (k - 1) + 1
 
     def length(n: int) -> int:
-        return (n + total - span) // s + 1
+        return (n + begin + end - span) // s + 1
     return length
 
 

@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError
 from ..ir import Node
 from .io import session
+from .pooling import pooled, rounds_up
 from .subgraphs import implicit_inputs
 
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -187,6 +188,9 @@ class ModelRuns:
                 result.append(self._runtime_type(node, o))
             else:
                 result.append((tuple(d.dim_value for d in tt.shape.dim), dtype_name(tt.elem_type)))
+        if result and rounds_up(node) and node.input[0] in unique:  # onnxruntime's lengths, not onnx's (.pooling)
+            lengths = pooled(node, [int(d) for d in unique[node.input[0]].shape])
+            result[0] = (tuple(lengths), result[0][1]) if lengths is not None else self._runtime_type(node, node.output[0])
         return result
 
     def _runtime_type(self, node: onnx.NodeProto, value: str) -> Type:

@@ -15,6 +15,8 @@ from onnx import helper, numpy_helper, shape_inference
 
 from eqsat.dims import Mono, SymShape, product
 
+from .pooling import pooled, rounds_up
+
 
 def _type_proto(elem: int, shape: SymShape | None, keys: dict[str, Mono]) -> onnx.TypeProto:
     if shape is None:
@@ -89,6 +91,14 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
             done = COMPLETED[node.op_type](node, shapes, _Sizes(constants, vectors or {}))
             if done is not None and (shape is None or len(shape) == len(done)):
                 out[node.output[0]] = (elem, done if shape is None else [a or b for a, b in zip(shape, done)])
+    if rounds_up(node) and node.output[0] in out:  # onnxruntime's lengths, not onnx's (:mod:`.pooling`)
+        elem, shape = out[node.output[0]]
+        dims = shapes.get(node.input[0])
+        sizes = [int(d.value({})) for d in dims if d is not None and d.is_const] if dims is not None else []
+        lengths = pooled(node, sizes) if dims is not None and len(sizes) == len(dims) else None
+        if shape is not None:
+            out[node.output[0]] = (elem, [Mono.const(n) for n in lengths] if lengths is not None
+                                   else [*shape[:2], *(None for _ in shape[2:])])
     if node.op_type == "If" and node.domain in ("", "ai.onnx"):
         for name, (elem, shape) in _if_shapes(node, shapes, types, constants, opsets, sums, vectors).items():
             known = out[name][1] if name in out else None

@@ -38,15 +38,16 @@ WINDOWS = [
     ("MaxPool", {"kernel_shape": [3], "strides": [2], "pads": [1, 1], "dilations": [2]}),
     ("AveragePool", {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
     ("AveragePool", {"kernel_shape": [2], "strides": [2], "auto_pad": "SAME_LOWER"}),
-]
-LEFT_TO_RUNS = [
     ("MaxPool", {"kernel_shape": [2], "strides": [2], "pads": [1, 1], "ceil_mode": 1}),
     ("MaxPool", {"kernel_shape": [1], "strides": [2], "ceil_mode": 1}),
     ("AveragePool", {"kernel_shape": [3], "strides": [3], "pads": [1, 1], "ceil_mode": 1}),
-    ("MaxPool", {"kernel_shape": [2], "dilations": [2], "auto_pad": "SAME_UPPER"}),
 ]
-"""windows whose lengths follow onnxruntime's own rules (a last window that starts in the padding dropped under
-``ceil_mode``, SAME padding computed from the undilated kernel): not typed, fitted from runs as before"""
+LEFT_TO_RUNS = [
+    ("MaxPool", {"kernel_shape": [2], "dilations": [2], "auto_pad": "SAME_UPPER"}),
+    ("MaxPool", {"kernel_shape": [3], "dilations": [2], "strides": [2], "auto_pad": "SAME_LOWER"}),
+]
+"""windows whose lengths follow onnxruntime's own rule (SAME padding computed from the undilated kernel): not typed,
+fitted from runs as before"""
 
 
 class _Shapes:
@@ -77,9 +78,8 @@ def test_a_windows_output_length_is_onnxruntimes_at_every_length(op, attrs):
 def test_a_window_whose_length_follows_onnxruntimes_own_rules_is_not_typed(op, attrs):
     node, sess = _window(op, attrs)
     lengths = {n: sess.run(None, {"x": np.zeros((1, 1, n), np.float32)})[0].shape[2] for n in (12, 13, 14)}
-    ceil_or_same = {n: -(-(n + sum(attrs.get("pads", [0, 0])) - attrs["kernel_shape"][0]) // attrs.get("strides", [1])[0])
-                    + 1 for n in lengths}
-    assert lengths != ceil_or_same or "auto_pad" in attrs  # the textbook formula misses one of them (the oracle)
+    same = {n: -(-n // attrs.get("strides", [1])[0]) for n in lengths}
+    assert lengths != same  # SAME's textbook length misses onnxruntime's (the oracle)
     assert window(_Shapes(), node, 0) is None  # type: ignore[arg-type]
 
 
