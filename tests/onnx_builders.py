@@ -124,6 +124,32 @@ def waveform_model(kernel: int, stride: int = 2) -> onnx.ModelProto:
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
+def windowed_rows(kernel: int, windows: list[onnx.NodeProto]) -> onnx.ModelProto:
+    """samples ``x`` [batch, 1, samples] -> ``windows`` (a Conv of weight ``k``, [4, 1, ``kernel``], reading ``x``,
+    and what follows it, the last writing ``w``) -> Relu -> ``[batch, frames, 4]`` -> rows through a MatMul and a
+    Softmax over the rows (no rewrite removes the Reshapes) -> back to ``[batch, frames, 4]`` through the Shape, as
+    exporters write it."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 1, kernel)) * 0.3).astype(np.float32), "k"),
+             numpy_helper.from_array((rng.standard_normal((4, 4)) * 0.3).astype(np.float32), "m")]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("rows", [-1, 4]), ("i0", [0]), ("i1", [1]), ("c", [4]))]
+    nodes = [*windows,
+             helper.make_node("Relu", ["w"], ["r"]),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["t", "rows"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "m"], ["mm0"]),
+             helper.make_node("Softmax", ["mm0"], ["mm"], axis=0),
+             helper.make_node("Shape", ["t"], ["ts"]),
+             helper.make_node("Gather", ["ts", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["ts", "i1"], ["f"], axis=0),
+             helper.make_node("Concat", ["b", "f", "c"], ["back"], axis=0),
+             helper.make_node("Reshape", ["mm", "back"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, "samples"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "frames", 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 AUDIO_HEADS, AUDIO_WIDTH = 2, 8
 
 

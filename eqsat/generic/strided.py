@@ -21,72 +21,25 @@ from collections.abc import Callable, Mapping
 import onnx
 
 from eqsat.dims import Mono, SymShape
-from eqsat.onnx.pooling import ceil_length, rounds_up
 from eqsat.onnx.symbolic import int_values
+from eqsat.onnx.windows import WINDOWED, Window
 
 from .state import Rewrite
 
-POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
-STRIDED = POOLS | {"Conv"}
 INT64_MAX = 2**63 - 1
-
-
-def _ints(node: onnx.NodeProto, name: str) -> list[int] | None:
-    for a in node.attribute:
-        if a.name == name:
-            return list(a.ints)
-    return None
-
-
-def _string(node: onnx.NodeProto, name: str, default: str) -> str:
-    for a in node.attribute:
-        if a.name == name:
-            return a.s.decode()
-    return default
 
 
 def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], int] | None:
     """A Conv's or pooling's output length along its spatial axis ``spatial`` (0 for the first after the channels)
-    as a function of the input's, as onnxruntime computes it (a pooling that rounds up: :mod:`eqsat.onnx.pooling`);
-    None where its kernel is not a constant size, its padding is one this does not read, or a pooling pads SAME with
-    dilations (onnxruntime pads by the undilated kernel there)."""
-    if node.op_type == "Conv":
+    as a function of the input's, as onnxruntime computes it (:class:`eqsat.onnx.windows.Window`); None where its
+    kernel is not a constant size, or :meth:`~eqsat.onnx.windows.Window.length` reads no length."""
+    kernels: list[int] = []
+    if node.op_type == "Conv":  # a Conv that names no kernel_shape: its weight's spatial sizes, where constants
         weight = w.shapes.get(node.input[1]) if len(node.input) > 1 else None
-        kernels = _ints(node, "kernel_shape") or []
-        if not kernels and weight is not None and all(d is not None and d.is_const for d in weight[2:]):
+        if weight is not None and all(d is not None and d.is_const for d in weight[2:]):
             kernels = [int(d.value({})) for d in weight[2:] if d is not None]
-    else:
-        kernels = _ints(node, "kernel_shape") or []
-    rank = len(kernels)
-    if not 0 <= spatial < rank:
-        return None
-    k = kernels[spatial]
-    strides = _ints(node, "strides") or [1] * rank
-    dilations = _ints(node, "dilations") or [1] * rank
-    pads = _ints(node, "pads") or [0] * (2 * rank)
-    auto = _string(node, "auto_pad", "NOTSET")
-    if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
-        return None
-    s, d = strides[spatial], dilations[spatial]
-    if s < 1 or d < 1 or k < 1:
-        return None
-    if node.op_type in POOLS and auto.startswith("SAME") and d > 1:
-        return None  # onnxruntime pads by the undilated kernel there: fitted from runs
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        return lambda n: -(-n // s)
-    if auto == "VALID":
-        begin = end = 0
-    elif auto == "NOTSET":
-        begin, end = pads[spatial], pads[spatial + rank]
-    else:
-        return None
-    if rounds_up(node):  # onnxruntime's rule: a last window that would start in the end padding dropped
-        return lambda n: ceil_length(n, k, s, d, begin, end)
-    span = d * (k - 1) + 1
-
-    def length(n: int) -> int:
-        return (n + begin + end - span) // s + 1
-    return length
+    found = Window.of(node, kernels)
+    return None if found is None else found.length(spatial)
 
 
 def _dropped(w: Rewrite, node: onnx.NodeProto, axis: int) -> int | None:
@@ -162,7 +115,7 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
     Slice's constant drop of a known size typed by that arithmetic (the module's docstring); in a program written
     for the user only (:attr:`.state.Rewrite.final`)."""
     if not w.final or shape is None or None not in shape or node.domain not in ("", "ai.onnx") \
-            or node.op_type not in STRIDED | {"Slice"}:
+            or node.op_type not in WINDOWED | {"Slice"}:
         return shape
     dims = w.shapes.get(node.input[0])
     if dims is None or len(dims) != len(shape):
@@ -180,7 +133,8 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
         if length is None:
             continue
         at = int(d.value(w.sizes_at))
-        stride = (_ints(node, "strides") or [1] * (len(dims) - 2))[axis - 2]
+        found = Window.of(node)
+        stride = found.strides[axis - 2] if found is not None and axis - 2 < len(found.strides) else 1
         if stride > 1 and all(s in w.values for s, _ in d.powers) and at % stride == 0 \
                 and all(length(n) == n // stride for n in range(1, 4 * stride + 2)):
             out[axis] = Mono(d.coef / stride, d.powers)  # a floor of a quotient: a monomial of fractional coefficient
@@ -206,4 +160,4 @@ def opaque_at(w: Rewrite, at: Mapping[str, int]) -> dict[str, int] | None:
     return out
 
 
-__all__ = ["POOLS", "STRIDED", "opaque_at", "typed", "window"]
+__all__ = ["opaque_at", "typed", "window"]

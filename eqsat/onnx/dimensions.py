@@ -35,9 +35,9 @@ from ..dims import (
 from ..ir import Node
 from .fitting import fit_runs, run_values
 from .folding import ModelRuns
-from .pooling import pooled, rounds_up
 from .subgraphs import subgraphs
 from .targets import leading, reshape_target
+from .windows import pooled, rounds_up
 
 
 def input_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> tuple[int, ...]:
@@ -154,7 +154,7 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
             out.append(None)
         else:
             out.append(tuple(int(d.dim_value) for d in tt.shape.dim))
-    if out and out[0] is not None and rounds_up(node):  # onnxruntime's lengths, not onnx's (:mod:`.pooling`)
+    if out and out[0] is not None and rounds_up(node):  # onnxruntime's lengths, not onnx's (:mod:`.windows`)
         lengths = pooled(node, fps[0][0])
         out[0] = tuple(lengths) if lengths is not None else None
     return out

@@ -17,8 +17,8 @@ from onnx import helper, numpy_helper, shape_inference
 from ..errors import InputError
 from ..ir import Node
 from .io import session
-from .pooling import pooled, rounds_up
 from .subgraphs import implicit_inputs
+from .windows import pooled, rounds_up
 
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                               "Multinomial", "Bernoulli"})
@@ -188,7 +188,7 @@ class ModelRuns:
                 result.append(self._runtime_type(node, o))
             else:
                 result.append((tuple(d.dim_value for d in tt.shape.dim), dtype_name(tt.elem_type)))
-        if result and rounds_up(node) and node.input[0] in unique:  # onnxruntime's lengths, not onnx's (.pooling)
+        if result and rounds_up(node) and node.input[0] in unique:  # onnxruntime's lengths, not onnx's (.windows)
             lengths = pooled(node, [int(d) for d in unique[node.input[0]].shape])
             result[0] = (tuple(lengths), result[0][1]) if lengths is not None else self._runtime_type(node, node.output[0])
         return result

@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from eqsat.dims import Mono, SymShape, product
 
-from .pooling import pooled, rounds_up
+from .windows import pooled, rounds_up
 
 
 def _type_proto(elem: int, shape: SymShape | None, keys: dict[str, Mono]) -> onnx.TypeProto:
@@ -91,7 +91,7 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
             done = COMPLETED[node.op_type](node, shapes, _Sizes(constants, vectors or {}))
             if done is not None and (shape is None or len(shape) == len(done)):
                 out[node.output[0]] = (elem, done if shape is None else [a or b for a, b in zip(shape, done)])
-    if rounds_up(node) and node.output[0] in out:  # onnxruntime's lengths, not onnx's (:mod:`.pooling`)
+    if rounds_up(node) and node.output[0] in out:  # onnxruntime's lengths, not onnx's (:mod:`.windows`)
         elem, shape = out[node.output[0]]
         dims = shapes.get(node.input[0])
         sizes = [int(d.value({})) for d in dims if d is not None and d.is_const] if dims is not None else []

@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import windowed_rows
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
@@ -146,27 +147,9 @@ def test_a_front_ends_frames_are_written_for_every_length_without_a_run_of_the_p
 
 
 def _patches() -> onnx.ModelProto:
-    """A Conv of kernel 2 and stride 2 over the samples (``floor(samples / 2)`` frames), its rows through a MatMul and a
-    Softmax over the rows (no rewrite removes the Reshapes) and back to ``[batch, frames, 4]`` through the Shape."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((4, 1, 2)) * 0.3).astype(np.float32), "k"),
-             numpy_helper.from_array((rng.standard_normal((4, 4)) * 0.3).astype(np.float32), "m")]
-    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-              (("rows", [-1, 4]), ("i0", [0]), ("i1", [1]), ("c", [4]))]
-    nodes = [helper.make_node("Conv", ["x", "k"], ["cv"], kernel_shape=[2], strides=[2]),
-             helper.make_node("Relu", ["cv"], ["r"]),
-             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
-             helper.make_node("Reshape", ["t", "rows"], ["flat"]),
-             helper.make_node("MatMul", ["flat", "m"], ["mm0"]),
-             helper.make_node("Softmax", ["mm0"], ["mm"], axis=0),
-             helper.make_node("Shape", ["t"], ["ts"]),
-             helper.make_node("Gather", ["ts", "i0"], ["b"], axis=0),
-             helper.make_node("Gather", ["ts", "i1"], ["f"], axis=0),
-             helper.make_node("Concat", ["b", "f", "c"], ["back"], axis=0),
-             helper.make_node("Reshape", ["mm", "back"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, "samples"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "frames", 4])], inits)
-    return helper.make_model(graph, opset_imports=OPSET)
+    """A Conv of kernel 2 and stride 2 over the samples (``floor(samples / 2)`` frames), its rows through a MatMul
+    and back (:func:`onnx_builders.windowed_rows`)."""
+    return windowed_rows(2, [helper.make_node("Conv", ["x", "k"], ["w"], kernel_shape=[2], strides=[2])])
 
 
 @pytest.mark.parametrize("samples", [4000, 4001])

@@ -1,4 +1,4 @@
-"""A pooling that rounds up (``ceil_mode=1``) sized as onnxruntime sizes it (eqsat.onnx.pooling), not as onnx's shape
+"""A pooling that rounds up (``ceil_mode=1``) sized as onnxruntime sizes it (eqsat.onnx.windows), not as onnx's shape
 inference does: onnxruntime drops a last window that would start in the end padding. Oracles: onnxruntime's output
 lengths of one-node models, and the original in onnxruntime against the program eqsat writes (which failed to run
 before: the import carried onnx's length into the Reshape targets after the pool, and the run ended with exit 3)."""
@@ -11,11 +11,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+from onnx_builders import windowed_rows
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
-from eqsat.onnx.pooling import ceil_length
+from eqsat.onnx.windows import ceil_length
 
 OPSET = [helper.make_opsetid("", 17)]
 
@@ -44,38 +45,19 @@ def test_a_pooling_that_rounds_up_has_onnxruntimes_length(op, k, s, d, pb, pe):
         assert ceil_length(n, k, s, d, pb, pe) == y.shape[2], (n, y.shape)
 
 
-def _pooled_rows(samples: int | str) -> onnx.ModelProto:
-    """A Conv, a MaxPool of kernel 2, stride 2, padding 1 that rounds up (13 samples: 7 windows; onnx's inference says
-    8), its rows through a MatMul and a Softmax over the rows and back to ``[batch, frames, 4]`` through the Shape."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((4, 1, 3)) * 0.3).astype(np.float32), "k"),
-             numpy_helper.from_array((rng.standard_normal((4, 4)) * 0.3).astype(np.float32), "m")]
-    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-              (("rows", [-1, 4]), ("i0", [0]), ("i1", [1]), ("c", [4]))]
-    nodes = [helper.make_node("Conv", ["x", "k"], ["cv"], kernel_shape=[3], pads=[1, 1]),
-             helper.make_node("MaxPool", ["cv"], ["p"], kernel_shape=[2], strides=[2], pads=[1, 1], ceil_mode=1),
-             helper.make_node("Transpose", ["p"], ["t"], perm=[0, 2, 1]),
-             helper.make_node("Reshape", ["t", "rows"], ["flat"]),
-             helper.make_node("MatMul", ["flat", "m"], ["mm0"]),
-             helper.make_node("Softmax", ["mm0"], ["mm"], axis=0),
-             helper.make_node("Shape", ["t"], ["ts"]),
-             helper.make_node("Gather", ["ts", "i0"], ["b"], axis=0),
-             helper.make_node("Gather", ["ts", "i1"], ["f"], axis=0),
-             helper.make_node("Concat", ["b", "f", "c"], ["back"], axis=0),
-             helper.make_node("Reshape", ["mm", "back"], ["y"])]
-    batch = "batch" if isinstance(samples, str) else 1
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, samples])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [
-                                  batch, "frames" if isinstance(samples, str) else ceil_length(samples, 2, 2, 1, 1, 1), 4])],
-                              inits)
-    return helper.make_model(graph, opset_imports=OPSET)
+def _pooled_rows() -> onnx.ModelProto:
+    """A Conv, then a MaxPool of kernel 2, stride 2, padding 1 that rounds up (13 samples: 7 windows; onnx's inference
+    says 8), its rows through a MatMul and back (:func:`onnx_builders.windowed_rows`)."""
+    return windowed_rows(3, [
+        helper.make_node("Conv", ["x", "k"], ["cv"], kernel_shape=[3], pads=[1, 1]),
+        helper.make_node("MaxPool", ["cv"], ["w"], kernel_shape=[2], strides=[2], pads=[1, 1], ceil_mode=1)])
 
 
 @pytest.mark.parametrize("tuned", [4001, 4000, 13])
 def test_a_model_pooling_that_rounds_up_is_written_and_matches(tuned):
     """(A static model of this kind fails in onnxruntime itself: its graph optimizer folds the Shape from onnx's
     inferred 2002 frames.)"""
-    original = _pooled_rows("samples")
+    original = _pooled_rows()
     result = optimize(original, OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
                                                   input_shapes={"x": (1, 1, tuned)}))
     assert result.report.returned.program == "optimized", result.report.returned.reason
