@@ -13,7 +13,7 @@ together by a budget (``--memory-budget``; default :func:`auto_budget`):
   interleaved run under the sequential gate, whose Bonferroni correction counts the candidates of all the groups
   (:attr:`eqsat.measurement.timing.Protocol.family`), so that the false-ship rate of the whole measurement is the gate's.
   A shipping decision stays a paired comparison against the original, timed in the same rounds. Two candidates
-  faster with confidence in different groups share no rounds: the selection (:func:`eqsat.app.selection.choose`)
+  faster with confidence in different groups share no rounds: the selection (:func:`eqsat.measurement.decision.choose`)
   then times them against each other in a run of their own (a duel: the earlier one in place of the original)
   and keeps the later one only if it is faster than the earlier with confidence.
 

@@ -80,7 +80,8 @@ class Protocol:
     """without a gate: the time one round spends on one program (fast programs run many calls per round, slow ones
     one). With a gate a round runs one call of each program (more only where the budget affords more rounds than
     ``Gate.max_rounds``): on a 2-core host the noise of a 3 ms program is correlated over tens of milliseconds, so
-    that calls of two programs one after the other pair better than blocks of calls do (docs/measurement.md)"""
+    that calls of two programs one after the other pair better than blocks of calls do (docs/costs.md,
+    "Measurements: end to end")"""
     sessions: int = 20
     """sessions per program, used in turn by the rounds (fewer for programs slow to load or with large weights): each
     session's memory placement gives it an offset of about 1% that its rounds share, so the sessions, not the rounds,

@@ -16,7 +16,8 @@ where it is not installed or no GPU device exists.
 >>> from eqsat import ir
 >>> x, w = ir.input_("x", (2, 3)), ir.weight("w", (3, 4))
 >>> g = ir.Graph((x,), (ir.make("relu", [ir.make("matmul", [x, w], (0,))]),), ("y",), {"w": np.ones((3, 4), "float32")})
->>> TorchProgram(g).run_numpy({"x": np.ones((2, 3), "float32")})[0].tolist()
+>>> p = TorchProgram(g)
+>>> p.forward(*p.tensors({"x": np.ones((2, 3), "float32")}))[0].tolist()
 [[3.0, 3.0, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0]]
 """
 
@@ -199,12 +200,6 @@ class TorchProgram:
                 raise InputError(f"no value for input {name!r}; give one in the feeds")
             out.append(_tensor(self.torch, value, self.device))
         return out
-
-    def run_numpy(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """The outputs for numpy ``feeds`` (by input name), as numpy arrays."""
-        with self.torch.no_grad():
-            outs = self.forward(*self.tensors(feeds))
-        return [o.detach().cpu().numpy() for o in outs]
 
 
 class Replay:

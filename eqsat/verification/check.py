@@ -43,12 +43,12 @@ def feed_shapes(original: ort.InferenceSession, optimized: ort.InferenceSession,
 def verify(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: int = 0, draws: int = 3,
            input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Verification:
     """Run both models on ``draws`` seeded random inputs, and on the edge draws made from the first (float inputs
-    with rows of -inf, a NaN, values near the type's range: :func:`eqsat.inputs.edge_inputs`), and compare every
-    output: where the original gives NaN or an infinity the optimized model must give the same
+    with rows of -inf, a NaN, values near the type's range: :func:`eqsat.verification.feeds.edge_inputs`), and
+    compare every output: where the original gives NaN or an infinity the optimized model must give the same
     (:func:`compare_outputs`), so a program that makes a NaN finite fails.
 
     Inputs take the shapes the user fixed (``input_shapes``, for the original's dynamic dimensions);
-    integer inputs used as Gather indices range over the axis they index (see :mod:`eqsat.inputs`).
+    integer inputs used as Gather indices range over the axis they index (see :mod:`eqsat.verification.feeds`).
     Several candidates against one original: :class:`Verifier`."""
     return Verifier(original, seed, draws, input_shapes).check(optimized)
 
@@ -60,8 +60,8 @@ class Verifier:
 
     def __init__(self, original: onnx.ModelProto, seed: int = 0, draws: int = 3,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None, edges: Sequence[str] = EDGES):
-        """``edges``: the edge draws made from the first random one (:data:`eqsat.inputs.EDGES`; a run under
-        ``--assume-finite-masks`` leaves out those that hold -inf or NaN)."""
+        """``edges``: the edge draws made from the first random one (:data:`eqsat.verification.feeds.EDGES`; a
+        run under ``--assume-finite-masks`` leaves out those that hold -inf or NaN)."""
         self.original, self.seed, self.draws, self.input_shapes = original, seed, draws, input_shapes
         self.edges = tuple(edges)
         self._session: ort.InferenceSession | None = None
@@ -73,7 +73,7 @@ class Verifier:
 
     def check(self, optimized: onnx.ModelProto) -> Verification:
         """``optimized`` checked against the original (:func:`verify`)."""
-        if self._session is None:  # the original, its top-k choices exposed (:mod:`eqsat.ties`)
+        if self._session is None:  # the original, its top-k choices exposed (:mod:`eqsat.verification.ties`)
             self._screen = Screen.of(self.original)
             self._session = session(self._screen.model, prepacking=False)  # checked, not timed
         s1, screen = self._session, self._screen
@@ -134,9 +134,10 @@ class Verifier:
     def _edge_runs(self, s1: ort.InferenceSession, first: dict[str, np.ndarray] | None,
                    again: Callable[[], dict[str, np.ndarray]], spent: set[int]) -> list:
         """The original's outputs on each edge draw made from the first random draw
-        (:func:`eqsat.inputs.edge_draws`), those the original itself runs (a model may refuse NaN in an input it
-        checks: no check of the candidate there); one whose -inf leaves a near-tie among a row's finite values at a
-        top-k of the original is made again from another random draw (``again``; :mod:`eqsat.ties`)."""
+        (:func:`eqsat.verification.feeds.edge_cases`, :func:`eqsat.verification.feeds.edge_inputs`), those the
+        original itself runs (a model may refuse NaN in an input it checks: no check of the candidate there); one
+        whose -inf leaves a near-tie among a row's finite values at a top-k of the original is made again from
+        another random draw (``again``; :mod:`eqsat.verification.ties`)."""
         out: list = []
         if first is None:
             return out
@@ -163,8 +164,8 @@ class Verifier:
     def first_inputs(self) -> dict[str, np.ndarray] | None:
         """The first draw's inputs, when every candidate checked took the same input shapes (they are then the
         inputs :func:`eqsat.measurement.timing.timing_feeds` gives for the same seed, but for the masks it feeds
-        as served, :func:`eqsat.inputs.served`, and where the draw was made again, :mod:`eqsat.ties`); None
-        otherwise."""
+        as served, :func:`eqsat.verification.feeds.served`, and where the draw was made again,
+        :mod:`eqsat.verification.ties`); None otherwise."""
         return self.runs[next(iter(self.runs))][0][0] if len(self.runs) == 1 and self.draws else None
 
     def close(self) -> None:

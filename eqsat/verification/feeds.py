@@ -236,7 +236,7 @@ equivalence contract's stated magnitude (docs/robustness.md), each input's value
 
 
 EDGE_INPUTS = 8
-"""the float inputs that get edge draws of their own, at most (:func:`edge_draws`)"""
+"""the float inputs that get edge draws of their own, at most (:func:`edge_cases`)"""
 
 
 def edge_inputs(feeds: Mapping[str, np.ndarray], edge: str, rng: np.random.Generator,
@@ -268,21 +268,11 @@ def edge_inputs(feeds: Mapping[str, np.ndarray], edge: str, rng: np.random.Gener
     return out if changed else None
 
 
-def edge_draws(feeds: Mapping[str, np.ndarray], rng: np.random.Generator, edges: Sequence[str] = EDGES
-               ) -> list[tuple[dict[str, np.ndarray], str]]:
-    """The edge draws (of ``edges``) made from ``feeds``, each with what it holds: rows of -inf and a NaN in each
-    float input in turn, the others as drawn (a -inf in the queries would hide what a -inf mask does), up to
-    :data:`EDGE_INPUTS` of them; values near the range in every float input at once."""
-    out = []
-    for edge, name in edge_cases(feeds, edges):
-        drawn = edge_inputs(feeds, edge, rng, name)
-        if drawn is not None:
-            out.append((drawn, edge_label(edge, name)))
-    return out
-
-
 def edge_cases(feeds: Mapping[str, np.ndarray], edges: Sequence[str] = EDGES) -> list[tuple[str, str | None]]:
-    """The (edge, float input) pairs :func:`edge_draws` makes, in its order (None: every float input at once)."""
+    """The edge draws (of ``edges``) to make from ``feeds``, in order, as (edge, float input) pairs for
+    :func:`edge_inputs`: rows of -inf and a NaN in each float input in turn, the others as drawn (a -inf in the
+    queries would hide what a -inf mask does), up to :data:`EDGE_INPUTS` of them; values near the range in every
+    float input at once (None)."""
     floats = [n for n, v in feeds.items() if v.dtype.kind == "f" and v.size][:EDGE_INPUTS]
     return [(edge, name) for edge in edges for name in (floats if edge != "near the range" else [None])]
 
@@ -292,5 +282,5 @@ def edge_label(edge: str, name: str | None) -> str:
     return edge if name is None else f"{edge} in {name!r}"
 
 
-__all__ = ["EDGES", "NONFINITE_EDGES", "edge_cases", "edge_draws", "edge_inputs", "edge_label", "fixed_shape", "flags_alternated", "index_bounds", "random_inputs",
+__all__ = ["EDGES", "NONFINITE_EDGES", "edge_cases", "edge_inputs", "edge_label", "fixed_shape", "flags_alternated", "index_bounds", "random_inputs",
            "with_values"]

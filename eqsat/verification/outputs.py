@@ -25,8 +25,8 @@ class Verification:
     draws: int
     detail: str = ""
     edge: str = ""
-    """the edge draw the first mismatch was on (:data:`eqsat.inputs.EDGES`' label); "" where the candidate matched,
-    or failed on the random draws (or could not load or run)"""
+    """the edge draw the first mismatch was on (:data:`eqsat.verification.feeds.EDGES`' label); "" where the
+    candidate matched, or failed on the random draws (or could not load or run)"""
     spread: float = 0.0
     """where an output matched only within the runtime's own spread (:class:`Spread`), the largest such spread"""
 

@@ -68,7 +68,7 @@ class ShapesVerifier:
             except footprint.TooLarge as exc:  # not run: a skip, saying why (the original does not refuse it)
                 self._runs[label], self.too_large[label] = ([], True), exc.short()
                 return self._runs[label]
-            if self._session is None:  # the original, its top-k choices exposed (:mod:`eqsat.ties`)
+            if self._session is None:  # the original, its top-k choices exposed (:mod:`eqsat.verification.ties`)
                 self._screen = Screen.of(self.original)
                 self._session = session(self._screen.model, prepacking=False)  # checked, not timed
             rng, bounds = np.random.default_rng(self.seed), index_bounds(self.original)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from paths import REPO
 
 CHILD = """
@@ -32,6 +33,7 @@ sys.exit(cli.main(["info", "model.onnx"], process=True))
 """
 
 
+@pytest.mark.timing
 def test_a_sigterm_inside_a_long_native_call_ends_the_run_with_130():
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, cwd=REPO)

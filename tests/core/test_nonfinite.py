@@ -22,7 +22,7 @@ from eqsat.onnx.importer import import_model
 from eqsat.ops.bounds import finite_masks, value_range
 from eqsat.rules import RuleEngine, by_name
 from eqsat.verification import Verifier
-from eqsat.verification.feeds import EDGES, edge_draws
+from eqsat.verification.feeds import EDGES, edge_cases, edge_inputs, edge_label
 
 LOWEST = np.finfo(np.float32).min
 S, D = 8, 4
@@ -160,6 +160,16 @@ def test_the_output_verifier_draws_masked_rows_and_catches_a_nan_made_finite():
     assert not check.passed and "rows of -inf in 'mask'" in check.detail and "NaN" in check.detail, check.detail
     assert Verifier(original, seed=0, edges=()).check(program).passed
     assert Verifier(original, seed=0).check(original).passed  # the original against itself, every edge draw
+
+
+def edge_draws(feeds: dict[str, np.ndarray], rng: np.random.Generator) -> list[tuple[dict[str, np.ndarray], str]]:
+    """The edge draws made from ``feeds``, each with its label, as :class:`Verifier` first makes them."""
+    out = []
+    for edge, name in edge_cases(feeds):
+        drawn = edge_inputs(feeds, edge, rng, name)
+        if drawn is not None:
+            out.append((drawn, edge_label(edge, name)))
+    return out
 
 
 def test_edge_draws_hold_what_they_say():

@@ -122,8 +122,8 @@ def test_bert_like_torch_model_end_to_end(tmp_path):
     assert measured and r.measured is not None  # the search found another program: it was timed
     faster = [c for c in measured if c.ci_low is not None and c.ci_low > 1]
     if faster:
-        # the gate's rule (eqsat.app.selection.choose): the first faster with confidence, in candidate order, unless
-        # a later one is faster than it with confidence over the same rounds (then its median speedup is higher)
+        # the gate's rule (eqsat.measurement.decision.choose): the first faster with confidence, in candidate order,
+        # unless a later one is faster than it with confidence over the same rounds (then its median speedup is higher)
         best = next(c for c in faster if c.name == r.returned.candidate)
         assert best is faster[0] or (best.speedup or 0.0) > (faster[0].speedup or 0.0)
         assert r.returned.program == "optimized" and best.shipped

@@ -240,6 +240,7 @@ def test_renewed_sessions_never_fall_back_to_the_rounds_as_units():
     assert 0 < two.ci_low and two.units == 2
 
 
+@pytest.mark.timing
 def test_programs_of_few_sessions_are_renewed_so_that_session_pairs_are_the_units():
     """A memory budget that holds two sessions of each program (fewer than the gate's 5 units): the sessions are
     renewed every few rounds, and the interval's units are the pairs of every epoch (finite, not the rounds')."""

@@ -9,6 +9,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 from timing_cases import busy
+from torch_check import torch_outputs
 
 from eqsat.app.cli import main
 from eqsat.app.config import OptimizeConfig
@@ -43,14 +44,14 @@ def _assert_same(ref: list[np.ndarray], got: list[np.ndarray]) -> None:
 def test_torch_executor_matches_onnxruntime_on_builtin_models(name):
     graph = build(name, small=True)
     feeds, ref = _ort_outputs(export_model(graph))
-    _assert_same(ref, TorchProgram(graph).run_numpy(feeds))
+    _assert_same(ref, torch_outputs(TorchProgram(graph), feeds))
 
 
 @pytest.mark.parametrize("builder", [ob.residual_block, ob.mlp, ob.attention])
 def test_torch_executor_matches_onnxruntime_on_imported_models(builder):
     model = builder()
     feeds, ref = _ort_outputs(model, seed=3)  # the original ONNX model in onnxruntime: an independent oracle
-    _assert_same(ref, TorchProgram(import_model(model)).run_numpy(feeds))
+    _assert_same(ref, torch_outputs(TorchProgram(import_model(model)), feeds))
 
 
 def test_replicas_compute_the_same_and_hold_their_own_weights():
@@ -59,7 +60,7 @@ def test_replicas_compute_the_same_and_hold_their_own_weights():
     copy = prog.replica()
     assert all(a.data_ptr() != b.data_ptr() for a, b in zip(prog.constants, copy.constants))
     feeds, ref = _ort_outputs(export_model(graph))
-    _assert_same(ref, copy.run_numpy(feeds))
+    _assert_same(ref, torch_outputs(copy, feeds))
 
 
 def _opaque_model() -> onnx.ModelProto:

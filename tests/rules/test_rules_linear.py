@@ -47,7 +47,7 @@ def test_linear_splits_into_a_product_and_a_bias(rank):
     counts = op_counts(parts)
     assert "linear" not in counts and counts["matmul"] == 1 and counts["ewadd"] == 1
     assert [len(n.shape) for n in parts.nodes() if n.op == "matmul"] == [2]  # x flattened to rows of K
-    if rank == 1:  # the exporter fails on a rank-1 add of a constant (eqsat/onnx_forms.py, _with_constant)
+    if rank == 1:  # the exporter fails on a rank-1 add of a constant (eqsat/onnx/forms.py, _with_constant)
         evaluated_matches_ort(g, parts)
     else:
         check_same(g, parts)

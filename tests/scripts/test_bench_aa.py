@@ -8,8 +8,11 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 from script_loader import load_script
+
+pytestmark = pytest.mark.timing  # every test asserts on a measured speedup
 
 
 def _model() -> onnx.ModelProto:
