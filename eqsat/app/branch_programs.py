@@ -24,7 +24,6 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from eqsat.errors import InputError, ModelRefused, first_line
-from eqsat.measurement.decision import Measurement, Returned
 from eqsat.onnx.interface import symbols
 from eqsat.onnx.io import check
 from eqsat.onnx.kernels import UpgradeError, converted, opset_of
@@ -265,20 +264,6 @@ def written_back(model: onnx.ModelProto, shipped: list[tuple[Branch, onnx.ModelP
     return done if shipped else model
 
 
-def vouched(returned: Returned, measured: Measurement | None) -> Returned:
-    """The decision on a model whose If branches are programs each measured faster with confidence on its own (and
-    verified against its branch): the whole model's measurement runs one side of each If only (a decode step's
-    3-4 ms call, where the gate's interval is +-6% on a loaded 2-core machine), so it need not resolve a gain the
-    branches' runs did. The program ships unless it is slower with confidence there too; ``returned`` otherwise."""
-    if returned.program != "original" or measured is None or not measured.candidate or measured.ci_high < 1.0 \
-            or any(at["ci_high"] < 1.0 for at in measured.at_sizes):  # slower with confidence somewhere
-        return returned
-    return Returned("optimized", f"each If branch's program was measured faster with confidence on its own; the "
-                                 f"whole model, timed on one side of each If, is not slower with confidence "
-                                 f"({measured.speedup:.3f}x, CI {measured.ci_low:.3f}-{measured.ci_high:.3f})",
-                    measured.candidate)
-
-
 def _prefixed(say: Callable[[str], None], label: str, msg: str) -> None:
     say(f"{label}: {msg}")
 
@@ -289,4 +274,4 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-__all__ = ["MIN_BRANCH_OPERATORS", "Branch", "branch_models", "optimized_branches", "splice", "vouched", "written_back"]
+__all__ = ["MIN_BRANCH_OPERATORS", "Branch", "branch_models", "optimized_branches", "splice", "written_back"]

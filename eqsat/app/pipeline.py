@@ -29,14 +29,16 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, first_line
 from eqsat.extract import Extraction
 from eqsat.generic import carried as original_facts
+from eqsat.generic import import_generic
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
 from eqsat.measurement import experts, moe, runtimes
-from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure, measure_sizes
+from eqsat.measurement.decision import SPLIT_CANDIDATES, Measurement, Returned, measure
 from eqsat.measurement.decision import returned as decide
+from eqsat.measurement.decision import timed as to_time
 from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
-from eqsat.onnx import export_model, footprint, import_model, load_model, pool
+from eqsat.onnx import export_model, footprint, load_model, pool
 from eqsat.onnx.experts import as_gathers
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
@@ -45,7 +47,7 @@ from eqsat.verification.feeds import served
 
 from .api_guard import api_arguments
 from .blockwise import blocks_entry, blocks_seconds, rest_share
-from .branch_programs import optimized_branches, vouched
+from .branch_programs import optimized_branches
 from .candidates import build_candidates, export_phase, verifier_of, verify_phase, written_input
 from .config import OptimizeConfig, after_import, ilp_seconds, search_seconds
 from .floored import floored_phase
@@ -106,7 +108,7 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
 
     def imported(form: onnx.ModelProto) -> Graph:
         try:
-            return import_model(form, shaping.shapes, generic=shaping.generic,
+            return import_generic(form, shaping.shapes, generic=shaping.generic,
                                 source=model if isinstance(model, str) else None)
         except InputError as exc:
             raise shaping.explain(exc) from exc
@@ -385,9 +387,8 @@ class Run:
         """Measure the verified candidates against the original, decide which program ships, and report."""
         config, built = self.config, checked.built
         first = built[0]
-        timed = [b for b in built if b.entry.verified and not b.same_as_original]
-        if not timed and config.allow_slower and first.entry.verified:
-            timed = [first]
+        timed = [built[k] for k in to_time([bool(b.entry.verified) for b in built], [b.same_as_original for b in built],
+                                           config.allow_slower)]
         failed = [b.shapes.detail for b in built if b.shapes is not None and not b.shapes.passed]
         measured = None
         if config.measure and timed:
@@ -395,11 +396,8 @@ class Run:
                 spare = self.whole_limit - self.timer.total("rest", "search", "extract")
                 measured, comparisons = measure(imp.original, [Program(b.model, b.program) for b in timed], config,
                                                 graph=imp.graph, names=[b.entry.name for b in timed],
-                                                feeds=checked.feeds, spare_s=spare, say=self.say)
-                if imp.shaping.also:
-                    shipping = next(b for b in timed if b.entry.name == measured.candidate)
-                    measured = measure_sizes(measured, imp.original, shipping.model, config, imp.shaping.also,
-                                             say=self.say)
+                                                feeds=checked.feeds, spare_s=spare, say=self.say,
+                                                also=imp.shaping.also)
             _record(timed, comparisons)
             for k in comparisons.screened:
                 timed[k].entry.note = ("screened out: timed in a short screening run beside the other candidates, "
@@ -410,8 +408,7 @@ class Run:
                                 f"and only the first {SPLIT_CANDIDATES} are (--memory-budget MiB to time more "
                                 f"together)")
         returned = decide(not timed, measured, config, failed[0] if failed and not timed else "",
-                          checked.left_out if not timed else "")
-        returned = vouched(returned, measured) if imp.shaping.branch_programs else returned
+                          checked.left_out if not timed else "", branches=imp.shaping.branch_programs)
         if returned.fallback:
             self.say(returned.fallback)
         shipped = next((b for b in built if b.entry.name == returned.candidate), first)

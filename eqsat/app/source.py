@@ -9,9 +9,10 @@ import sys
 import onnx
 
 from eqsat.errors import InputError
+from eqsat.generic import import_generic
 from eqsat.ir import Graph
 from eqsat.models import build
-from eqsat.onnx import import_model, load_model, parse_input_shapes
+from eqsat.onnx import load_model, parse_input_shapes
 from eqsat.onnx.reading import check_model_file, read_stream
 
 from .config import OptimizeConfig
@@ -67,7 +68,7 @@ def source_shaped(args: argparse.Namespace) -> tuple[Graph, str, dict[str, int]]
     shaping = Shaping.of(model, config)
     try:
         named = label if args.model_path and label != "-" else None  # a file's path in messages
-        return import_model(model, shaping.shapes, generic=shaping.generic, source=named), label, shaping.values
+        return import_generic(model, shaping.shapes, source=named, generic=shaping.generic), label, shaping.values
     except InputError as exc:
         raise shaping.explain(exc) from exc
 

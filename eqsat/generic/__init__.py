@@ -10,12 +10,14 @@ The API:
   showed from one candidate to the next (:mod:`.original`). The notes say what could not be written shape-generic; the
   result is a best effort, which :func:`eqsat.verification.verify_shapes` runs at several values of each symbol (a
   program that fails at any is not written).
-- :func:`simplify_for_import` ``(model, input_shapes) -> model | None``: the forms a generic import starts from
-  (:func:`eqsat.onnx.importer.simplified`), so that the e-graph starts near the static program's size.
+- :func:`import_generic` ``(model, input_shapes, source=None) ->`` :class:`eqsat.ir.Graph`: a generic import, the
+  IR read (:func:`eqsat.onnx.import_model`) from the forms :func:`simplify_for_import` ``(model, input_shapes) ->
+  model | None`` gives the model's computations from its shapes (:mod:`.importing`), so that the e-graph starts
+  near the static program's size.
 
 The writer sits above the ONNX layer (:mod:`eqsat.onnx`: the interface, symbolic sizes, runs that fit sizes,
-dataflow, Reshape targets, the guards' form) and below the app; the ONNX layer imports it once, deferred, in
-``importer.simplified`` (``tests/core/test_layers.py``: ``UPWARD``).
+dataflow, Reshape targets, the guards' form) and below the app; the ONNX layer never imports it (a generic import's
+rewrite is passed to :func:`eqsat.onnx.import_model` as an argument).
 
 The flow (:func:`.rewrite.run`, over one :class:`.state.Rewrite`: the program being written, each value's shape as
 monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns):
@@ -59,7 +61,8 @@ As many kernels as the static program, size computations included, is the aim (`
 
 from __future__ import annotations
 
+from .importing import import_generic
 from .original import Original, carried
 from .rewrite import Generic, make_generic, simplify_for_import
 
-__all__ = ["Generic", "Original", "carried", "make_generic", "simplify_for_import"]
+__all__ = ["Generic", "Original", "carried", "import_generic", "make_generic", "simplify_for_import"]

@@ -82,7 +82,7 @@ class _TooLong(Exception):
 
 def simplify_for_import(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto | None:
     """A dynamic-axes ``model`` (at ``input_shapes``) with its computations from the shapes alone written in the forms
-    the importer reads (:func:`eqsat.onnx.importer.simplified`): every form a model read again takes where that
+    the importer reads (:func:`.importing.simplified`): every form a model read again takes where that
     leaves no notes (:data:`~.state.Forms.IMPORT`), else only the tables (:data:`~.state.Forms.TABLES`); None where
     neither does (or the rewrite fails: a best effort, the user's chains are then imported as they are). A note that
     an output axis is constant where the original names it with a name of its own (TorchScript's

@@ -171,9 +171,9 @@ def memory_budget(original: onnx.ModelProto, config: Settings) -> int | None:
 
 
 def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Program], config: Settings,
-                  runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
-                  feeds: dict[str, np.ndarray] | None = None,
-                  spare_s: float = 0.0, say: Callable[[str], None] | None = None) -> tuple[Measurement, runtimes.Measured]:
+            runtime: Runtime | None = None, graph: Graph | None = None, names: Sequence[str] | None = None,
+            feeds: dict[str, np.ndarray] | None = None, spare_s: float = 0.0, say: Callable[[str], None] | None = None,
+            also: Sequence[tuple[str, dict[str, tuple[int, ...]]]] = ()) -> tuple[Measurement, runtimes.Measured]:
     """Time the original and each candidate end to end in ``runtime`` (``--runtime`` if None) in one interleaved
     run (eqsat.measurement.runtimes) under the sequential gate (eqsat.measurement.gate: rounds until every candidate is resolved or the
     budget is spent; a false ship at most 1% of the time), and decide which one ships (:func:`choose`). ``optimized`` is one
@@ -187,11 +187,23 @@ def measure(original: onnx.ModelProto, optimized: onnx.ModelProto | Sequence[Pro
     rounds (slow programs), the candidates are screened first (:func:`_screened`) and only the fastest is gated.
     Else, where the memory budget cannot hold one session of every program (the measurement then runs in
     groups, each re-timing the original), only the first :data:`SPLIT_CANDIDATES` candidates are timed (the
-    comparisons are theirs). ``say``: told as each timed run starts. Returns the measurement of the candidate
-    reported (the shipped one, else the fastest) and every comparison."""
+    comparisons are theirs). ``say``: told as each timed run starts. ``also``: further sizes ((label, input
+    shapes): ``--also-at``) the candidate to ship is timed at too (:func:`measure_sizes`). Returns the measurement
+    of the candidate reported (the shipped one, else the fastest) and every comparison."""
     runtime = runtime or runtimes.make(config.runtime, config.measure_threads)
     candidates = [Program(optimized)] if isinstance(optimized, onnx.ModelProto) else list(optimized)
     names = list(names or ["extracted", *(f"candidate-{k}" for k in range(1, len(candidates)))])
+    measured, comparisons = _measured(original, candidates, names, config, runtime, graph, feeds, spare_s, say)
+    if also and measured.candidate in names:
+        shipping = candidates[names.index(measured.candidate)].model
+        measured = measure_sizes(measured, original, shipping, config, also, runtime, say)
+    return measured, comparisons
+
+
+def _measured(original: onnx.ModelProto, candidates: list[Program], names: list[str], config: Settings,
+              runtime: Runtime, graph: Graph | None, feeds: dict[str, np.ndarray] | None, spare_s: float,
+              say: Callable[[str], None] | None) -> tuple[Measurement, runtimes.Measured]:
+    """:func:`measure` at the representative shapes."""
     gate = Gate()
     budget = memory_budget(original, config)
     extension = min(max(spare_s, 0.0), (EXTENSION - 1) * config.measure_budget)
@@ -307,12 +319,43 @@ def measure_sizes(measured: Measurement, original: onnx.ModelProto, candidate: o
                    + (" (slower there, kept because --allow-slower was given)" if slower else ""))
 
 
+def timed(verified: Sequence[bool], same_as_original: Sequence[bool], allow_slower: bool) -> list[int]:
+    """The candidates the measurement times (their indices, in order, of candidates in :data:`ORDER`): each verified
+    one that is not the original's own program; where none is, with ``--allow-slower``, the first where verified
+    (the run then returns it unmeasured against a faster one)."""
+    chosen = [k for k, (ok, same) in enumerate(zip(verified, same_as_original)) if ok and not same]
+    return chosen or ([0] if allow_slower and verified and verified[0] else [])
+
+
 def returned(unchanged: bool, measured: Measurement | None, config: Settings,
-                 not_generic: str = "", unverified: str = "") -> Returned:
+             not_generic: str = "", unverified: str = "", branches: bool = False) -> Returned:
     """Which program to return: the original when no candidate can be written for every size of the dynamic
     dimensions (``not_generic``: why), when none matches the original on every input checked (``unverified``:
     why), when the search found no other one (unless --allow-slower) or when no candidate measured faster with
-    confidence; else the shipped candidate."""
+    confidence; else the shipped candidate. ``branches``: the candidates' If branches are programs each measured
+    faster with confidence on their own (:func:`vouched`)."""
+    decided = _returned(unchanged, measured, config, not_generic, unverified)
+    return vouched(decided, measured) if branches else decided
+
+
+def vouched(returned: Returned, measured: Measurement | None) -> Returned:
+    """The decision on a model whose If branches are programs each measured faster with confidence on its own (and
+    verified against its branch; :mod:`eqsat.app.branch_programs`): the whole model's measurement runs one side of
+    each If only (a decode step's 3-4 ms call, where the gate's interval is +-6% on a loaded 2-core machine), so it
+    need not resolve a gain the branches' runs did. The program ships unless it is slower with confidence there
+    too; ``returned`` otherwise."""
+    if returned.program != "original" or measured is None or not measured.candidate or measured.ci_high < 1.0 \
+            or any(at["ci_high"] < 1.0 for at in measured.at_sizes):  # slower with confidence somewhere
+        return returned
+    return Returned("optimized", f"each If branch's program was measured faster with confidence on its own; the "
+                                 f"whole model, timed on one side of each If, is not slower with confidence "
+                                 f"({measured.speedup:.3f}x, CI {measured.ci_low:.3f}-{measured.ci_high:.3f})",
+                    measured.candidate)
+
+
+def _returned(unchanged: bool, measured: Measurement | None, config: Settings, not_generic: str,
+              unverified: str) -> Returned:
+    """:func:`returned` before the branches' vouching."""
     if unchanged and unverified:
         return Returned("original", f"no program the search found matches the original on every input checked "
                                     f"({unverified}); the input model is returned unchanged")
@@ -376,4 +419,4 @@ def _faster_in_duel(cmp: Comparison, confidence: float, margin: float) -> bool:
 
 
 __all__ = ["ORDER", "PATH_LABELS", "SCREEN_ROUNDS", "SCREEN_SHARE", "SPLIT_CANDIDATES", "Measurement", "Returned", "Settings", "choose",
-           "in_order", "measure", "measure_sizes", "rank", "returned"]
+           "in_order", "measure", "measure_sizes", "rank", "returned", "timed", "vouched"]

@@ -10,8 +10,9 @@ Dropout) is carried as an opaque node with its attributes, subgraphs, omitted op
 inputs (the outer-scope values its subgraphs read). Output shapes come from onnx shape inference, else from one onnxruntime run of the model
 (:mod:`eqsat.onnx.folding`).
 Overridable initializers stay inputs with their defaults, and declared input/output types are kept.
-A generic import (dynamic axes kept symbolic) first writes a causal mask as a Trilu and a position or rotary
-table as a Slice of a constant (:func:`simplified`), then keeps the Shape computations that meet the data
+A generic import (dynamic axes kept symbolic) starts from a rewrite of the prepared model where its caller passes
+one (``simplify``: the shape-generic writer's forms, a causal mask as a Trilu and a position or rotary table as a
+Slice of a constant, :func:`eqsat.generic.import_generic`), then keeps the Shape computations that meet the data
 (:mod:`eqsat.onnx.live`); a Reshape whose target such a kept Shape computes (with constants) alone is imported
 as a ``reshape`` to the target's value at the representative sizes, as a folded one is (its symbols read off its
 input's, :func:`eqsat.onnx.dimensions.symbolic_target`; the export writes it shape-generic).
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -48,7 +49,6 @@ from .dimensions import (
     symbolic_target,
     values_at_fingerprints,
 )
-from .external import tensor_size
 from .folding import NONDETERMINISTIC, ModelRuns, Walks, constant_value, dense, dtype_name
 from .forms import repeated_heads
 from .interface import symbol_values
@@ -62,12 +62,13 @@ from .subgraphs import implicit_inputs
 
 MIN_OPSET = 13
 
+Simplify = Callable[[onnx.ModelProto, Mapping[str, tuple[int, ...]]], onnx.ModelProto]
+"""a rewrite of a prepared model, at its representative input shapes, that a generic import starts from"""
+
 SMALL_FOLDED = 64
 """entries up to which a value the import folded is read by the composite patterns of a second import
 (:meth:`_Importer.small_folded`): sizes, bounds, scales; never a weight's computation"""
 
-SIMPLIFIED_WEIGHTS = 256 << 20
-"""bytes of weights up to which a generic import first rewrites the shape computations (:func:`simplified`)"""
 
 
 def parse_input_shapes(specs: list[str] | None, flag: str = "--input-shape") -> dict[str, tuple[int, ...]]:
@@ -511,7 +512,7 @@ class _Importer:
 
     def _table(self, name: str) -> np.ndarray | None:
         """The constant ``name`` is, or the constant table it is a Slice of along its other axes than the last (a
-        generic import's rotary cos and sin: :func:`simplified` writes them so), with the value's rank."""
+        generic import's rotary cos and sin: :func:`eqsat.generic.import_generic` writes them so), with the value's rank."""
         if name in self.consts or (node := self._producers.get(name)) is None:
             return self.consts.get(name)
         if node.op_type != "Slice" or len(node.input) < 4 or node.input[0] not in self.consts \
@@ -553,38 +554,21 @@ class _Importer:
                                           slots=slots, implicit=implicit)
 
 
-def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
-    """A dynamic-axes ``model`` with its computations from the shapes alone written as the static program holds
-    them, or nearly (:func:`eqsat.generic.simplify_for_import`, the shape-generic writer: a causal mask a Trilu,
-    position and rotary tables Slices of constants, a row repeated along the symbols a constant, sizes read from
-    the inputs' shapes), so that the import carries a few opaque nodes where the user's chains would be dozens;
-    ``model`` where the rewrite leaves notes or the model's weights pass :data:`SIMPLIFIED_WEIGHTS` (the rewrite
-    works on a copy). Every form is written where it leaves no notes (the e-graph of a BERT layer then starts at
-    the static program's size, not twice it: the sym analysis pays for each e-node); else only the tables."""
-    if sum(tensor_size(t) for t in model.graph.initializer) > SIMPLIFIED_WEIGHTS or not live_shapes(model):
-        return model
-    # The one import of the shape-generic writer (eqsat.generic, the layer above this one) by the ONNX layer,
-    # deferred (the writer imports this package) and counted as the one exception by tests/core/test_layers.py: a
-    # generic import starts from the forms the writer gives the shape computations.
-    from eqsat.generic import simplify_for_import
-
-    written = simplify_for_import(model, input_shapes)
-    return model if written is None else written
-
-
 def import_model(model: onnx.ModelProto | str | os.PathLike,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False,
-                 source: str | None = None) -> Graph:
+                 source: str | None = None, simplify: Simplify | None = None) -> Graph:
     """Import an ONNX model (a ModelProto or a path) into the IR, its dynamic dimensions at ``input_shapes``.
     ``generic``: the program is to work at every size (:mod:`eqsat.generic`): the shape computations that
     meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.live.live_shapes`). ``source``: how
-    messages name the model (default: its path, where a path is given)."""
+    messages name the model (default: its path, where a path is given). ``simplify``: a rewrite of the prepared model
+    a generic import starts from (:func:`eqsat.generic.import_generic` passes the shape-generic writer's, which sits
+    above this layer)."""
     if not isinstance(model, onnx.ModelProto):
         source = source or os.fsdecode(model)
         model = load_model(model)
     prepared = prepare(model, input_shapes or {})
-    if generic:
-        prepared = simplified(prepared, input_shapes or {})
+    if generic and simplify is not None:
+        prepared = simplify(prepared, input_shapes or {})
     shared = Walks(live_shapes(prepared) if generic else set())  # (the walks below share it)
     importer = _Importer(prepared, input_shapes or {}, generic, source=source, shared=shared)
     graph = importer.run()

@@ -18,10 +18,9 @@ from eqsat.app.branch_programs import (
     branch_models,
     optimized_branches,
     splice,
-    vouched,
     written_back,
 )
-from eqsat.measurement.decision import Measurement, Returned
+from eqsat.measurement.decision import Measurement, Returned, vouched
 from tests.onnx_builders import attention
 
 

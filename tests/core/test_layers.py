@@ -25,9 +25,9 @@ each on its own by name, and a test checks that none is left out):
   ``blocks`` (repeated blocks of a program); on ``eqsat.onnx`` and below, no egglog. Beside them, on the same
   ground and importing neither, ``eqsat.verification`` (feeds, and two programs checked against each other in
   onnxruntime).
-* ``eqsat.generic``: the shape-generic writer, on the ONNX layer and below, no egglog. The ONNX layer imports it
-  once, in :data:`UPWARD`: the importer's generic import starts from the writer's forms (the one cycle between
-  floors, eqsat.onnx -> eqsat.generic -> eqsat.onnx, goes through it; a test checks that every cycle does).
+* ``eqsat.generic``: the shape-generic writer, on the ONNX layer and below, no egglog. The ONNX layer never
+  imports it, even deferred: a generic import's rewrite (the writer's forms) is passed down as an argument
+  (``import_model(simplify=...)``, :func:`eqsat.generic.import_generic`).
 * ``eqsat.measurement``: timing end to end, the shipping gate and the ship decision, on the root folder's floors
   but egglog.
 * ``eqsat.rules`` and ``eqsat.models``: each on the root folder's floors only (:data:`GROUND`);
@@ -35,10 +35,6 @@ each on its own by name, and a test checks that none is left out):
   ``eqsat.snapshot``); ``eqsat.cost`` times operators with ``eqsat.measurement``'s clocks and session settings.
 * ``eqsat.mcts``: rules, extract and cost, and the root folder's floors.
 * ``eqsat.app``: the pipeline, config, report and CLI, on top of everything.
-
-:data:`UPWARD` names the few imports against the floors that are there on purpose, each by its importing module
-and the package it reaches; they are left out of the package graph (cycles included), and a test checks that each
-is still there, deferred into a function, so that the list cannot go stale.
 
 ``eqsat/__init__.py`` is the public facade and is exempt as an importer: its one upward import
 (``eqsat.app``, deferred to the first use of ``eqsat.optimize``) is what a facade is for, and its
@@ -95,11 +91,6 @@ ALLOWED: dict[str, set[str]] = {
                            "eqsat.models", "eqsat.mcts"},
 }
 """floor -> the other floors it may import"""
-UPWARD: dict[tuple[str, str], str] = {
-    ("eqsat.onnx.importer", "eqsat.generic"): "a generic import (import_model(generic=True)) starts from the forms "
-                                             "the shape-generic writer gives the shape computations (simplified)",
-}
-"""(importing module, imported package) -> why: imports against the floors, on purpose (see the docstring)"""
 SUBPACKAGES = ("eqsat.app", "eqsat.ops", "eqsat.rules", "eqsat.extract", "eqsat.mcts", "eqsat.cost", "eqsat.models",
                "eqsat.generic", "eqsat.measurement", "eqsat.onnx", "eqsat.egglog", "eqsat.verification")
 NO_EGGLOG = (CORE, "eqsat.onnx", ROOT, "eqsat.verification", "eqsat.generic", "eqsat.measurement", "eqsat.extract",
@@ -175,11 +166,8 @@ def package_of(module: str) -> str:
     return ROOT  # a root module not in ROOT_FLOORS (test_every_root_module_is_on_a_floor fails on it)
 
 
-def package_edges(root: Path = REPO, upward: dict[tuple[str, str], str] | None = None
-                  ) -> dict[tuple[str, str], list[str]]:
-    """(importing package, imported package) -> the importing lines, for imports between eqsat packages; those of
-    ``upward`` (by importing module and imported package: :data:`UPWARD` by default) left out."""
-    upward = UPWARD if upward is None else upward
+def package_edges(root: Path = REPO) -> dict[tuple[str, str], list[str]]:
+    """(importing package, imported package) -> the importing lines, for imports between eqsat packages."""
     mods = modules(package_dirs(root))
     known = set(mods)
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -190,7 +178,7 @@ def package_edges(root: Path = REPO, upward: dict[tuple[str, str], str] | None =
             if imp.target.split(".")[0] != "eqsat":
                 continue
             a, b = package_of(imp.importer), package_of(imp.target)
-            if a != b and (imp.importer, b) not in upward:
+            if a != b:
                 edges[(a, b)].append(imp.where)
     return dict(edges)
 
@@ -276,28 +264,13 @@ def test_every_import_points_down_the_layers():
         describe([a, b], edges) for a, b in bad)
 
 
-def test_the_imports_against_the_floors_are_the_listed_ones_each_deferred():
-    """Each of :data:`UPWARD` is still there (the list does not go stale), inside a function (importing the lower
-    package does not import the higher one), and the only import of its module into that package."""
-    mods = modules(package_dirs())
-    known = set(mods)
-    for (module, package), why in UPWARD.items():
-        assert why
-        path = mods[module]
-        found = [imp for imp in imports(module, path, known) if package_of(imp.target) == package]
-        assert len(found) == 1, f"{module} -> {package}: {[imp.where for imp in found]}"
-        line = int(found[0].where.split(":")[1])
-        tree = ast.parse(path.read_text())
-        top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-        assert not any(node.lineno == line for node in top), f"{found[0].where}: import it inside a function"
+def test_the_onnx_layer_never_loads_the_shape_generic_writer():
+    """The ONNX layer imports nothing of the writer above it, not even inside a function (the generic import's
+    rewrite is an argument), and importing it loads none of the writer."""
+    assert ("eqsat.onnx", "eqsat.generic") not in package_edges()
     out = subprocess.run([sys.executable, "-c", "import sys, eqsat.onnx; print('eqsat.generic' in sys.modules)"],
                          capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False", "importing eqsat.onnx imported the shape-generic writer"
-    every = package_edges(upward={})
-    assert ("eqsat.onnx", "eqsat.generic") in every, "the checker no longer sees the listed import"
-    listed = {(package_of(module), package) for module, package in UPWARD}
-    for cycle in find_cycles(every):  # eqsat.onnx -> eqsat.generic -> eqsat.onnx: hidden by a listed import only
-        assert listed & set(zip(cycle, cycle[1:])), "a cycle through no listed import:\n" + describe(cycle, every)
 
 
 def test_every_root_module_is_on_a_floor():

@@ -16,8 +16,8 @@ from eqsat import optimize
 from eqsat.app.config import OptimizeConfig
 from eqsat.dims import Mono
 from eqsat.errors import InputError
-from eqsat.generic import make_generic
-from eqsat.onnx import export_model, import_model, session
+from eqsat.generic import import_generic, make_generic
+from eqsat.onnx import export_model, session
 from eqsat.onnx.fitting import fit_vectors
 from eqsat.onnx.interface import derived_symbols, interface, probe_shapes, runnable_values, symbol_values
 from eqsat.onnx.symbolic import concat_length
@@ -101,7 +101,7 @@ def test_a_decode_step_is_written_for_every_past_length_and_batch():
     values = symbol_values(model, {"past_k": (1, KV_HEADS, 127, DIM)})
     shapes = {"x": (1, 1, HIDDEN), "attention_mask": (1, 128), "past_k": (1, KV_HEADS, 127, DIM),
               "past_v": (1, KV_HEADS, 127, DIM)}
-    written = make_generic(export_model(import_model(model, shapes, generic=True)), model, values)
+    written = make_generic(export_model(import_generic(model, shapes)), model, values)
     assert written.notes == []  # every Reshape and Expand written from the symbols
     dims = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
             for vi in [*written.model.graph.input, *written.model.graph.output]}

@@ -17,7 +17,7 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import ir
-from eqsat.generic import make_generic
+from eqsat.generic import import_generic, make_generic
 from eqsat.onnx import export_model, import_model, session
 
 SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
@@ -86,7 +86,7 @@ def test_a_generic_decoder_runs_no_more_reshapes_than_the_static_one(name, expor
     model = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
     static = export_model(import_model(model, shapes))
-    generic = make_generic(export_model(import_model(model, shapes, generic=True)), model, {"batch": 1, "seq": 16})
+    generic = make_generic(export_model(import_generic(model, shapes)), model, {"batch": 1, "seq": 16})
     ks, kg = _kernels(static), _kernels(generic.model)
     # GPT-2's flattened mask gathered back is one Reshape of the mask where the static program gathers it
     assert kg["Reshape"] <= ks["Reshape"] + ks["GatherND"] + ks["Gather"] - kg["Gather"], (kg, ks)
@@ -104,7 +104,7 @@ def test_a_reshape_to_a_target_computed_from_kept_shapes_is_a_reshape_on_the_gen
     form, which the rules rewrite), not carried opaque; the written program matches the original at every size."""
     model = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
-    graphs = [import_model(model, shapes, generic=g) for g in (False, True)]
+    graphs = [import_generic(model, shapes, generic=g) for g in (False, True)]
     opaque = [collections.Counter(n.attrs[0] for n in ir.topo_order(list(g.outputs)) if n.op == "opaque")
               for g in graphs]
     assert opaque[0]["Reshape"] == opaque[1]["Reshape"] == 0, opaque
@@ -123,7 +123,7 @@ def test_the_rows_back_to_batch_and_seq_read_only_the_sequence_lengths_size(name
     the original at several sizes of each axis."""
     model = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
-    generic = make_generic(export_model(import_model(model, shapes, generic=True)), model, {"batch": 1, "seq": 16})
+    generic = make_generic(export_model(import_generic(model, shapes)), model, {"batch": 1, "seq": 16})
     kg = _kernels(generic.model)
     assert kg["Shape"] == 1, kg
     _matches_at_sizes(name, model, generic.model, seed=6)

@@ -20,7 +20,7 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.dims import Mono
-from eqsat.generic import make_generic, simplify_for_import
+from eqsat.generic import import_generic, make_generic, simplify_for_import
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.dataflow import prune, shape_only
 from eqsat.onnx.fitting import fit_vectors, run_values
@@ -62,7 +62,7 @@ def test_generic_and_static_programs_run_the_same_kernels_after_onnxruntime(name
     model = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
     static = export_model(import_model(model, shapes))
-    written = make_generic(export_model(import_model(model, shapes, generic=True)), model, {"batch": 1, "seq": 16})
+    written = make_generic(export_model(import_generic(model, shapes)), model, {"batch": 1, "seq": 16})
     assert not [n for n in written.notes if not n.startswith("output")]  # (an output axis the exporter left named)
     generic = written.model
     assert not generic.graph.value_info  # written for the user: no inner shapes
@@ -200,7 +200,7 @@ def test_a_slice_from_minus_the_length_is_written_from_the_symbols():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 8])
     model = helper.make_model(helper.make_graph(nodes, "tail", [x, mask], [y], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
-    written = make_generic(export_model(import_model(model, {"x": (1, 16, 8), "mask": (1, 16)}, generic=True)),
+    written = make_generic(export_model(import_generic(model, {"x": (1, 16, 8), "mask": (1, 16)})),
                            model, {"batch": 1, "seq": 16})
     want, got = session(model), session(written.model)
     rng = np.random.default_rng(0)
@@ -228,7 +228,7 @@ def test_a_quotient_by_a_symbol_divides_its_numerator():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None])
     model = helper.make_model(helper.make_graph(nodes, "quotient", [x], [y], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
-    written = make_generic(export_model(import_model(model, {"x": (1, 64)}, generic=True)), model, {"batch": 1})
+    written = make_generic(export_model(import_generic(model, {"x": (1, 64)})), model, {"batch": 1})
     want, got = session(model), ReferenceEvaluator(written.model)
     for b in (1, 2, 3, 7):
         feeds = {"x": np.random.default_rng(b).standard_normal((b, 64)).astype(np.float32)}
@@ -502,7 +502,7 @@ def test_the_import_s_rewrite_stops_at_its_deadline_and_the_model_imports_as_it_
     assert simplify_for_import(model, shapes) is not None
     monkeypatch.setattr(rewrite, "SIMPLIFY_SECONDS", 0.0)
     assert simplify_for_import(model, shapes) is None
-    imported = export_model(import_model(model, shapes, generic=True))
+    imported = export_model(import_generic(model, shapes))
     feeds = zoo.sized_feeds("bert", np.random.default_rng(0), 1, 16)
     want = session(model).run(None, feeds)[0]
     got = session(imported).run(None, {k: v for k, v in feeds.items() if k in {i.name for i in imported.graph.input}})[0]

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from rule_cases import choose
 
 from eqsat.egglog.egraph import EGraph
-from eqsat.generic import make_generic
-from eqsat.onnx import export_model, import_model, session
+from eqsat.generic import import_generic, make_generic
+from eqsat.onnx import export_model, session
 from eqsat.onnx.interface import symbol_values
 from eqsat.rules import RuleEngine, by_name
 
@@ -49,7 +49,7 @@ def _offset_rotary() -> onnx.ModelProto:
 def test_a_rotary_kernel_tuned_at_one_token_is_right_at_every_sequence_length():
     model = _offset_rotary()
     shapes = {"x": (1, HEADS, 1, D), "pos": (1, 1)}
-    graph = import_model(model, shapes, generic=True)
+    graph = import_generic(model, shapes)
     assert graph.op_counts()["rotary"] == 1
     eg = EGraph.from_graph(graph)
     assert RuleEngine(eg, [by_name()["rotary_kernel"]]).apply("rotary_kernel").changed

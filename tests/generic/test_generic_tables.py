@@ -17,9 +17,9 @@ from rule_cases import as_kernels
 
 from eqsat import ir
 from eqsat.dims import Mono
-from eqsat.generic import make_generic, simplify_for_import
+from eqsat.generic import import_generic, make_generic, simplify_for_import
 from eqsat.generic.tables import TABLE_SIZE, triangle
-from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx import export_model, session
 
 LOWEST = float(np.finfo(np.float32).min)
 
@@ -161,7 +161,7 @@ def test_a_dynamic_decoders_generic_and_static_programs_match_the_original(name,
     the original at batch 1, 2, 3 and each sequence length; the static one at its own shape."""
     model = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
-    graphs = [import_model(model, shapes, generic=g) for g in (False, True)]
+    graphs = [import_generic(model, shapes, generic=g) for g in (False, True)]
     # the attention composites are imported as on static shapes (GPT-2's padding mask, flattened from [batch, seq],
     # keeps its batch axis first: eqsat.onnx.targets)
     counts = [collections.Counter(n.op for n in ir.topo_order(list(g.outputs))) for g in graphs]
@@ -196,7 +196,7 @@ def test_the_qkv_merge_fires_on_the_generic_import_as_on_the_static_one(tmp_path
     shapes = {"input_ids": (1, 128)}
     found = {}
     for generic in (False, True):
-        graph = import_model(model, shapes, generic=generic)
+        graph = import_generic(model, shapes, generic=generic)
         assert not any(n.op == "opaque" and n.attrs and n.attrs[0] in ("Cos", "Sin", "Range", "LessOrEqual")
                        for n in ir.topo_order(list(graph.outputs)))
         eg = EGraph.from_graph(graph)
@@ -215,10 +215,10 @@ def test_the_generic_llama_import_holds_the_rotary_embedding_and_its_kernel_runs
     matches the original at batch 1-3."""
     model = zoo.export_dynamic("llama", "dynamo", str(tmp_path / "llama.onnx"))
     shapes = {"input_ids": (1, 16)}
-    counts = [collections.Counter(n.op for n in ir.topo_order(list(import_model(model, shapes, generic=g).outputs)))
+    counts = [collections.Counter(n.op for n in ir.topo_order(list(import_generic(model, shapes, generic=g).outputs)))
               for g in (False, True)]
     assert counts[0]["rotary"] == counts[1]["rotary"] == 2
-    graph = as_kernels(import_model(model, shapes, generic=True), {"rotary": "rope"})
+    graph = as_kernels(import_generic(model, shapes), {"rotary": "rope"})
     generic = make_generic(export_model(graph), model, {"batch": 1, "seq": 16}).model
     ops = collections.Counter(n.op_type for n in _taken(generic))
     assert ops["RotaryEmbedding"] == 2 and ops["Cos"] == ops["Sin"] == 0, ops
@@ -247,7 +247,7 @@ def test_the_rotary_kernels_halves_of_a_table_are_computed_beyond_it_as_the_orig
 
     monkeypatch.setattr(tables, "TABLE_SIZE", 64)
     model = zoo.export_dynamic(name, "dynamo", str(tmp_path / f"{name}.onnx"))
-    graph = as_kernels(import_model(model, {"input_ids": (1, 16)}, generic=True), {"rotary": "rope"})
+    graph = as_kernels(import_generic(model, {"input_ids": (1, 16)}), {"rotary": "rope"})
     program = export_model(graph)
     consts = {t.name for t in program.graph.initializer}
     imported = {n.input[0] for n in program.graph.node  # the import's tables: Slices of a constant to a size
@@ -374,7 +374,7 @@ def test_the_dynamic_t5_encoders_generic_program_slices_its_bias_and_matches_the
     (longer than the representative 128)."""
     model = zoo.export_dynamic("t5_encoder", exporter, str(tmp_path / "t5.onnx"))
     shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
-    generic = make_generic(export_model(import_model(model, shapes, generic=True)), model,
+    generic = make_generic(export_model(import_generic(model, shapes)), model,
                            {"batch": 1, "seq": 128}).model
     ops = collections.Counter(n.op_type for n in _taken(generic))
     assert ops["Log"] == ops["Range"] == 0 and ops["Slice"] >= 1, ops
@@ -411,7 +411,7 @@ def test_the_t5_bias_table_is_taken_within_its_bound_and_computed_beyond_it(expo
     and matches the original at both (the original itself has no bound)."""
     model = zoo.export_dynamic("t5_encoder", exporter, str(tmp_path / "t5.onnx"))
     shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
-    generic = make_generic(export_model(import_model(model, shapes, generic=True)), model,
+    generic = make_generic(export_model(import_generic(model, shapes)), model,
                            {"batch": 1, "seq": 128}).model
     ifs = [n for n in generic.graph.node if n.op_type == "If"]
     assert len(ifs) == 1 and not any(n.op_type == "Log" for n in generic.graph.node)
@@ -436,7 +436,7 @@ def test_a_rotary_table_is_taken_within_its_bound_and_computed_beyond_it(exporte
     monkeypatch.setattr(tables, "TABLE_SIZE", 64)
     model = zoo.export_dynamic("llama", exporter, str(tmp_path / "llama.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS["llama"].inputs}
-    generic = make_generic(export_model(import_model(model, shapes, generic=True)), model,
+    generic = make_generic(export_model(import_generic(model, shapes)), model,
                            {"batch": 1, "seq": 16}).model
     assert [n.op_type for n in generic.graph.node].count("If") == 1
     assert not any(n.op_type in ("Cos", "Sin") for n in generic.graph.node)
@@ -457,7 +457,7 @@ def test_a_table_the_users_own_buffer_bounds_takes_no_if(tmp_path):
     buffer, and beyond it both refuse the input."""
     model = zoo.export_dynamic("bert", "torchscript", str(tmp_path / "bert.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS["bert"].inputs}
-    generic = make_generic(export_model(import_model(model, shapes, generic=True)), model,
+    generic = make_generic(export_model(import_generic(model, shapes)), model,
                            {"batch": 1, "seq": 16}).model
     assert "If" not in [n.op_type for n in generic.graph.node]
     ref, got = session(model), session(generic)
@@ -482,7 +482,7 @@ def test_a_guards_else_branch_is_written_at_the_programs_opset_when_a_kernel_upg
     model = zoo.export_dynamic("t5_encoder", "torchscript", str(tmp_path / "t5.onnx"))
     assert max(o.version for o in model.opset_import if o.domain == "") == 17
     shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
-    upgraded = onnx.version_converter.convert_version(export_model(import_model(model, shapes, generic=True)), 23)
+    upgraded = onnx.version_converter.convert_version(export_model(import_generic(model, shapes)), 23)
     generic = make_generic(upgraded, model, {"batch": 1, "seq": 128}).model
     (guard,) = [n for n in generic.graph.node if n.op_type == "If"]
     beyond = next(a.g for a in guard.attribute if a.name == "else_branch")
@@ -511,7 +511,7 @@ def test_where_the_converter_refuses_the_original_no_older_node_is_copied_and_th
     monkeypatch.setattr(original, "converted", refuse)
     model = zoo.export_dynamic("t5_encoder", "torchscript", str(tmp_path / "t5.onnx"))
     shapes = {n: (1, 128) for n, _, _ in zoo.SPECS["t5_encoder"].inputs}
-    upgraded = onnx.version_converter.convert_version(export_model(import_model(model, shapes, generic=True)), 23)
+    upgraded = onnx.version_converter.convert_version(export_model(import_generic(model, shapes)), 23)
     written = make_generic(upgraded, model, {"batch": 1, "seq": 128})
     assert any("not copied into the written opset" in n and "no adapter" in n for n in written.notes), written.notes
     onnx.checker.check_model(written.model, full_check=True)

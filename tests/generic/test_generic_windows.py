@@ -24,8 +24,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.dims import Mono
-from eqsat.generic import make_generic
-from eqsat.onnx import export_model, import_model, session
+from eqsat.generic import import_generic, make_generic
+from eqsat.onnx import export_model, session
 from eqsat.onnx.fitting import REFUSED, agrees, fit_sizes, fit_vectors
 from eqsat.onnx.interface import symbol_values
 from eqsat.onnx.targets import reshape_target
@@ -62,7 +62,7 @@ def swin() -> onnx.ModelProto:
 
 def test_a_windowed_model_with_dynamic_sides_is_written_for_every_batch(swin):
     shapes = {"pixel_values": (1, 3, SIDE, SIDE)}
-    program = export_model(import_model(swin, shapes, generic=True))
+    program = export_model(import_generic(swin, shapes))
     written = make_generic(program, swin, symbol_values(swin, shapes)).model
     want, got = session(swin), session(written)
     rng = np.random.default_rng(0)
@@ -150,7 +150,7 @@ def _pooled(computed: bool, width: int = 6) -> onnx.ModelProto:
 def _written_anew(original: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
     """The generic import's program of ``original``, every integer constant named anew (the import may keep a
     name; SigLIP's are new), written for every size."""
-    program = export_model(import_model(original, shapes, generic=True))
+    program = export_model(import_generic(original, shapes))
     for init in program.graph.initializer:
         if init.data_type == TensorProto.INT64:
             old, init.name = init.name, init.name + "_anew"

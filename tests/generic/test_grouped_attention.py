@@ -21,8 +21,8 @@ from eqsat.decode import build_program
 from eqsat.dims import fp_of, symbol_table
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
-from eqsat.generic import make_generic
-from eqsat.onnx import export_model, import_model, session
+from eqsat.generic import import_generic, make_generic
+from eqsat.onnx import export_model, session
 from eqsat.onnx.interface import symbol_values
 from eqsat.ops import heads
 from eqsat.ops.composite import float_bits
@@ -125,7 +125,7 @@ def test_the_mask_length_fingerprints_as_the_past_plus_one():
     shapes = {"x": (1, 1, 16), "attention_mask": (1, 128), "past_k": (1, KV_HEADS, 127, 4),
               "past_v": (1, KV_HEADS, 127, 4)}
     with symbol_table():
-        graph = import_model(model, shapes, generic=True)
+        graph = import_generic(model, shapes)
         ins = {n.name: n for n in graph.inputs}
         present = graph.outputs[graph.output_names.index("present_k")]
         assert fp_of(ins["attention_mask"].shape[1]) == fp_of(present.shape[2]) == fp_of(ins["past_k"].shape[2]) + 1
@@ -138,7 +138,7 @@ def _grouped_program(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
     """``model`` imported shape-generic, its attentions written as kernels over the unrepeated cache (the rules'
     right-hand sides chosen), exported and written for every size."""
     with symbol_table():
-        graph = import_model(model, shapes, generic=True)
+        graph = import_generic(model, shapes)
         eg = EGraph.from_graph(graph)  # the masks proven finite by the encoder
         engine = RuleEngine(eg, [by_name()[r] for r in ("attention_kernel", "attention_grouped", "rotary_kernel")])
         assert engine.apply("attention_kernel").changed

@@ -12,9 +12,9 @@ import zoo
 from onnx import helper, numpy_helper
 from ort_check import assert_symbolic_shapes
 
-from eqsat.generic import Original, make_generic, simplify_for_import
+from eqsat.generic import Original, import_generic, make_generic, simplify_for_import
 from eqsat.generic import original as original_module
-from eqsat.onnx import export_model, import_model, session
+from eqsat.onnx import export_model, session
 from eqsat.onnx.interface import symbol_values
 
 SHAPES = {"input_ids": (1, 64), "attention_mask": (1, 64)}
@@ -30,7 +30,7 @@ def bert(tmp_path_factory) -> onnx.ModelProto:
 def _candidates(model: onnx.ModelProto) -> list[onnx.ModelProto]:
     """Two programs of the model at its representative sizes: the generic import's, and the same with its first
     output passed through an Identity (another program asking the same of the original)."""
-    first = export_model(import_model(model, SHAPES, generic=True))
+    first = export_model(import_generic(model, SHAPES))
     second = onnx.ModelProto()
     second.CopyFrom(first)
     out = second.graph.output[0].name
@@ -96,7 +96,7 @@ def test_vectors_the_shapes_decide_write_the_programs_the_runs_wrote(name, bert,
     model = bert if name == "bert" else zoo.export_dynamic(name, "torchscript", str(tmp_path / f"{name}.onnx"))
     shapes = {i.name: (1, 64) for i in model.graph.input}
     values = symbol_values(model, shapes)
-    program = export_model(import_model(model, shapes, generic=True))
+    program = export_model(import_generic(model, shapes))
     runs = _counted(monkeypatch, model)
     with monkeypatch.context() as only:
         _runs_only(only)
@@ -201,7 +201,7 @@ def test_the_import_fits_the_originals_vectors_in_one_batch(monkeypatch):
             m.setattr(Original, "runs_of", counting)
             if not batched:
                 m.setattr(Original, "prefetch", lambda self, names: None)
-            program = export_model(import_model(model, shapes, generic=True)).SerializeToString()
+            program = export_model(import_generic(model, shapes)).SerializeToString()
         return program, runs[0]
 
     batched, few = imported(True)
@@ -210,7 +210,7 @@ def test_the_import_fits_the_originals_vectors_in_one_batch(monkeypatch):
     # (unbatched, the layers' vectors, written from the input's shape alike in every layer, are read off the first
     # layer's runs under their content keys: eqsat.generic.keys)
     assert few < many, (few, many)
-    ref, got = session(model), session(export_model(import_model(model, shapes, generic=True)))
+    ref, got = session(model), session(export_model(import_generic(model, shapes)))
     x = np.random.default_rng(1).standard_normal((1, 16, 8)).astype(np.float32)
     np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
@@ -262,7 +262,7 @@ def test_the_import_s_facts_are_carried_to_the_candidates_within_a_run(tmp_path,
     llama = zoo.export_dynamic("llama", "torchscript", str(tmp_path / "llama.onnx"))
     shapes = {i.name: (1, 64) for i in llama.graph.input}
     values = symbol_values(llama, shapes)
-    program = export_model(import_model(llama, shapes, generic=True))
+    program = export_model(import_generic(llama, shapes))
     fresh = Original(llama, values)
     alone = make_generic(program, llama, values, fresh).model
     with original_module.carried():

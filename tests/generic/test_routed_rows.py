@@ -19,7 +19,8 @@ from ort_check import assert_symbolic_shapes, outputs_match
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.dims import Dim, Mono
-from eqsat.onnx import experts, import_model
+from eqsat.generic import import_generic
+from eqsat.onnx import experts
 
 F = TensorProto.FLOAT
 
@@ -54,7 +55,7 @@ def _monos(shape) -> list[Mono]:
 
 def test_the_import_reads_the_routed_rows_at_every_batch():
     model = _router()
-    graph = import_model(model, {"x": (1, 16, 8)}, generic=True)
+    graph = import_generic(model, {"x": (1, 16, 8)})
     reshapes = [n for n in graph.nodes() if n.op == "reshape"]
     (unsqueezed,) = [n for n in reshapes if n.shape == (32, 1, 1)]
     columns = [n for n in reshapes if n.shape == (32, 1)]  # the weights' column and the ids' (both [2*b*s, 1])

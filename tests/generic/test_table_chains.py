@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from eqsat.generic import make_generic
-from eqsat.onnx import export_model, import_model, session
+from eqsat.generic import import_generic, make_generic
+from eqsat.onnx import export_model, session
 from eqsat.onnx.footprint import activation_bytes
 
 H, F, V, LAYERS = 16, 32, 50, 2
@@ -54,7 +54,7 @@ def _positioned() -> onnx.ModelProto:
 
 
 def _written(model: onnx.ModelProto):
-    program = export_model(import_model(model, SHAPES, generic=True))
+    program = export_model(import_generic(model, SHAPES))
     return program, make_generic(program, model, {"batch": 1, "seq": 4})
 
 

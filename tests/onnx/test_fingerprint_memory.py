@@ -27,8 +27,8 @@ CHILD = textwrap.dedent("""
                          [h.make_tensor_value_info("y", T.FLOAT, ["batch", "seq"])], inits)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     resource.setrlimit(resource.RLIMIT_AS, (3 * 1024**3, 3 * 1024**3))
-    from eqsat.onnx import import_model
-    g = import_model(model, {"x": (2, 16)}, generic=True)
+    from eqsat.generic import import_generic
+    g = import_generic(model, {"x": (2, 16)})
     print(sorted({tuple(int(d) for d in n.shape) for n in g.nodes() if n.op == "opaque"}))
 """)
 

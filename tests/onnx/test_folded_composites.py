@@ -16,7 +16,7 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat import ir
-from eqsat.generic import make_generic, simplify_for_import
+from eqsat.generic import import_generic, make_generic, simplify_for_import
 from eqsat.onnx import export_model, import_model, session
 from eqsat.onnx.patterns import find_composites
 
@@ -101,7 +101,7 @@ def test_the_generic_writer_infers_through_a_constant_nodes_axes():
     bounds = [sliced[0].input[2], sliced[1].input[1]]  # the first half's end, the second's start
     assert len(sliced) == 2 and all(b in consts for b in bounds), [list(n.input) for n in sliced]
     assert [consts[b].tolist() for b in bounds] == [[D // 2], [D // 2]]
-    graph = import_model(model, {"x": (1, 2, 16, D)}, generic=True)
+    graph = import_generic(model, {"x": (1, 2, 16, D)})
     assert _ops(graph)["rotary"] == 1, _ops(graph)
     written = make_generic(export_model(graph), model, {"batch": 1, "seq": 16}).model
     rng = np.random.default_rng(1)
@@ -118,7 +118,7 @@ def test_torchscripts_decoder_rotary_is_read_by_both_imports(name, tmp_path):
     imported (neither found one before), and the generic program matches the original at several sizes."""
     model = zoo.export_dynamic(name, "torchscript", str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
-    graphs = [import_model(model, shapes, generic=g) for g in (False, True)]
+    graphs = [import_generic(model, shapes, generic=g) for g in (False, True)]
     counts = [_ops(g)["rotary"] for g in graphs]
     assert counts[0] == counts[1] == 2, counts  # one layer: its query and its key
     written = make_generic(export_model(graphs[1]), model, {"batch": 1, "seq": 16}).model

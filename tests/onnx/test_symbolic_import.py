@@ -13,6 +13,7 @@ from onnx_builders import audio_attention, audio_position_bias
 
 from eqsat.dims import Dim, Mono, fp_of, from_mono, reshape_sym, symbol_table, symbol_value
 from eqsat.egglog.egraph import EGraph
+from eqsat.generic import import_generic
 from eqsat.onnx import import_model
 from eqsat.onnx.dimensions import symbolic_target
 from eqsat.onnx.interface import shapes_at
@@ -22,7 +23,7 @@ from eqsat.onnx.interface import shapes_at
 def test_symbolic_dimensions_are_the_sizes_at_other_sizes(exporter, tmp_path):
     model = zoo.export_dynamic("bert", exporter, str(tmp_path / "m.onnx"))
     at = {"batch": 2, "seq": 16}
-    graph = import_model(model, shapes_at(model, at), generic=True)
+    graph = import_generic(model, shapes_at(model, at))
     nodes = graph.nodes()
     keys = [[d.mono.key() if isinstance(d, Dim) and d.mono else d for d in n.shape] for n in nodes]
     assert ["batch", "seq", 32] in keys  # the hidden states
@@ -30,7 +31,7 @@ def test_symbolic_dimensions_are_the_sizes_at_other_sizes(exporter, tmp_path):
     symbolic = [n for n in nodes if any(isinstance(d, Dim) for d in n.shape)]
     assert len(symbolic) >= len(nodes) // 3
     for other in ({"batch": 3, "seq": 16}, {"batch": 2, "seq": 7}):
-        again = import_model(model, shapes_at(model, other), generic=True).nodes()
+        again = import_generic(model, shapes_at(model, other)).nodes()
         assert [n.op for n in again] == [n.op for n in nodes]
         checked = 0
         for n, m in zip(nodes, again):
@@ -87,7 +88,7 @@ def test_a_value_typed_by_onnxruntime_runs_only_the_part_of_the_model_it_depends
         runs.append(m)
         return real(m, *args, **kwargs)
     monkeypatch.setattr(folding, "session", spy)
-    graph_ir = import_model(model, shapes_at(model, {"b": 2, "s": 16}), generic=True)
+    graph_ir = import_generic(model, shapes_at(model, {"b": 2, "s": 16}))
     whole = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     y = whole.run(["y"], {"x": rng.standard_normal((2, 16, 8)).astype(np.float32)})[0]
     assert [int(d) for d in graph_ir.outputs[0].shape] == list(y.shape)
@@ -139,17 +140,17 @@ def test_an_expand_to_a_shape_computed_from_the_shapes_is_typed_without_a_run(mo
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 2, 8])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    from eqsat.onnx import importer
+    from eqsat.generic import importing
 
     # as a model past the weights the import rewrites first (the rewrite writes the target as a constant)
-    monkeypatch.setattr(importer, "SIMPLIFIED_WEIGHTS", 0)
+    monkeypatch.setattr(importing, "SIMPLIFIED_WEIGHTS", 0)
     runs: list[bool] = []
     real = folding.ModelRuns._run_all
     monkeypatch.setattr(folding.ModelRuns, "_run_all", lambda self, node, whole=False: (
         runs.append(whole), real(self, node, whole))[1])
     whole = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for b, s in ((2, 16), (3, 5)):
-        g = import_model(model, shapes_at(model, {"b": b, "s": s}), generic=True)
+        g = import_generic(model, shapes_at(model, {"b": b, "s": s}))
         y = whole.run(["y"], {"x": rng.standard_normal((b, s, 8)).astype(np.float32)})[0]
         assert y.shape == (b, s, 2, 8)
         assert [int(d) for d in g.outputs[0].shape] == list(y.shape)
@@ -171,10 +172,10 @@ def test_a_size_no_monomial_fits_keeps_the_batch_beside_it():
     reading at a batch of 1 is ambiguous). Oracle: the same model imported at a batch of 2, value by value."""
     model = audio_attention(static=False)
     with symbol_table():
-        one = import_model(model, {"samples": (1, 64)}, generic=True).nodes()
+        one = import_generic(model, {"samples": (1, 64)}).nodes()
         batch = symbol_value("batch", 1)
         implied = [[int(d) * 2 ** _batch_power(d, batch) for d in n.shape] for n in one]
-    two = import_model(model, {"samples": (2, 64)}, generic=True).nodes()
+    two = import_generic(model, {"samples": (2, 64)}).nodes()
     assert [n.op for n in two] == [n.op for n in one]
     assert [n.op for n in one].count("reshape") >= 4  # the heads, the rows and back: all imported
     assert implied == [[int(d) for d in n.shape] for n in two]
@@ -192,11 +193,11 @@ def test_a_shape_that_follows_a_size_read_off_a_shape_keeps_the_frames(frames_fr
     model = audio_position_bias(frames_from)
     frames = (64 - 10) // 5 + 1
     with symbol_table():
-        one = import_model(model, {"samples": (1, 64)}, generic=True).nodes()
+        one = import_generic(model, {"samples": (1, 64)}).nodes()
         batch = symbol_value("batch", 1)
         implied = [[int(d) * 2 ** _batch_power(d, batch) for d in n.shape] for n in one]
         assert not [n for n in one if frames in [d for d in n.shape if not isinstance(d, Dim)]]
-    two = import_model(model, {"samples": (2, 64)}, generic=True).nodes()
+    two = import_generic(model, {"samples": (2, 64)}).nodes()
     assert [n.op for n in two] == [n.op for n in one]
     assert implied == [[int(d) for d in n.shape] for n in two]
 
@@ -270,7 +271,7 @@ def test_a_range_over_the_new_positions_is_sized_by_the_symbol_where_no_run_fits
     less ``past``), not the constant 1 a writer would keep; the mask's Range is ``total``."""
     model = _new_positions_model()
     with symbol_table():
-        graph = import_model(model, {"ids": (1, 1), "past": (1, 8, 4), "mask": (1, 9)}, generic=True)
+        graph = import_generic(model, {"ids": (1, 1), "past": (1, 8, 4), "mask": (1, 9)})
         ranges = [n for n in graph.nodes() if n.op == "opaque" and n.attrs[0] == "Range"]
         keys = sorted(d.mono.key() for n in ranges for d in n.shape if isinstance(d, Dim) and d.mono is not None)
     assert keys == ["seq", "total"]
@@ -288,7 +289,7 @@ def test_a_range_of_another_step_is_not_sized_as_a_quotient_of_the_symbol():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])], inits),
         opset_imports=[helper.make_opsetid("", 17)])
     with symbol_table():
-        graph = import_model(model, {"x": (1, 8)}, generic=True)
+        graph = import_generic(model, {"x": (1, 8)})
         sizes = [d.mono.key() for n in graph.nodes() if n.op == "opaque" and n.attrs[0] == "Range"
                  for d in n.shape if isinstance(d, Dim) and d.mono is not None]
     assert sizes == []

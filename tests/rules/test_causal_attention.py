@@ -14,6 +14,7 @@ from rule_cases import choose
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.cost.ort import runtime_nodes
 from eqsat.egglog.egraph import EGraph
+from eqsat.generic import import_generic
 from eqsat.onnx import export, kernels, session
 from eqsat.onnx.export import export_model
 from eqsat.onnx.importer import import_model
@@ -158,7 +159,7 @@ def test_a_dynamic_decoders_causal_mask_is_marked_and_the_kernel_keeps_the_inter
                         lambda self, key: priced(self, key) * (0.1 if key.op == "sdpa_causal" else 1))
     original = zoo.export_dynamic(name, exporter, str(tmp_path / f"{name}.onnx"))
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
-    eg = EGraph.from_graph(import_model(original, shapes, generic=True))
+    eg = EGraph.from_graph(import_generic(original, shapes))
     assert len(eg.encoding.marks["Causal"]) == 1
     config = OptimizeConfig.of(scheduler="tensat", cost="analytic", measure=False, input_shapes=shapes)
     result = optimize(original, config)

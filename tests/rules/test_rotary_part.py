@@ -20,7 +20,7 @@ from eqsat import ir
 from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.cost.ort import runtime_nodes
 from eqsat.egglog.egraph import EGraph
-from eqsat.generic import make_generic
+from eqsat.generic import import_generic, make_generic
 from eqsat.onnx.export import export_model
 from eqsat.onnx.importer import import_model
 from eqsat.rules import RuleEngine, by_name
@@ -107,7 +107,7 @@ def test_a_torch_export_of_a_partial_or_pairwise_rotary_imports_as_rotary_part_a
         rotary_dim, interleaved):
     original = _export(rotary_dim, interleaved)
     for generic in (False, True):
-        graph = import_model(original, {"x": (1, 8, HEADS * HEAD)}, generic=generic)
+        graph = import_generic(original, {"x": (1, 8, HEADS * HEAD)}, generic=generic)
         ops = collections.Counter(n.op for n in ir.topo_order(list(graph.outputs)))
         pairs = [n for n in ir.topo_order(list(graph.outputs)) if n.op == "rotary_part"]
         assert len(pairs) == 2 and all(n.attrs == (rotary_dim, int(interleaved)) for n in pairs), ops
@@ -132,7 +132,7 @@ def test_the_kernel_is_what_onnxruntime_runs_and_computes_the_same_at_every_size
     ran = runtime_nodes(static)
     assert ran.count("RotaryEmbedding") == 2 and "Neg" not in ran, ran
     _same(static, original, [(1, 8)])
-    generic = make_generic(export_model(as_kernels(import_model(original, {"x": (1, 8, HEADS * HEAD)}, generic=True), KERNEL)),
+    generic = make_generic(export_model(as_kernels(import_generic(original, {"x": (1, 8, HEADS * HEAD)}), KERNEL)),
                            original, {"batch": 1, "seq": 8}).model
     assert collections.Counter(n.op_type for n in generic.graph.node)["RotaryEmbedding"] == 2
     _same(generic, original, [(1, 8), (2, 5), (3, 13), (1, 1)])
@@ -142,7 +142,7 @@ def test_the_kernel_is_what_onnxruntime_runs_and_computes_the_same_at_every_size
 def test_tables_whose_pairs_or_halves_differ_are_no_rotary_embedding(interleaved):
     original = _export(8, interleaved, repeated=False)
     for generic in (False, True):
-        ops = import_model(original, {"x": (1, 8, HEADS * HEAD)}, generic=generic).op_counts()
+        ops = import_generic(original, {"x": (1, 8, HEADS * HEAD)}, generic=generic).op_counts()
         assert ops["rotary_part"] == ops["rotary"] == 0, ops
     out = optimize(original, OptimizeConfig.of(scheduler="none", cost="analytic", measure=False,
                                                input_shapes={"x": (1, 8, HEADS * HEAD)})).optimized

@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.decode import build_program
 from eqsat.dims import Dim
 from eqsat.egglog.egraph import EGraph
-from eqsat.generic import make_generic
-from eqsat.onnx import export_model, import_model, session
+from eqsat.generic import import_generic, make_generic
+from eqsat.onnx import export_model, session
 from eqsat.rules import registry
 from eqsat.rules.engine import RuleEngine
 
@@ -36,7 +36,7 @@ def _model() -> onnx.ModelProto:
 
 def _apply(static: bool) -> tuple[EGraph, object, object]:
     model = _model()
-    graph = import_model(model, {"x1": (1, 4), "x2": (1, 4)}, generic=not static)
+    graph = import_generic(model, {"x1": (1, 4), "x2": (1, 4)}, generic=not static)
     assert any(isinstance(d, Dim) for d in graph.inputs[0].shape) != static
     eg = EGraph.from_graph(graph)
     assert eg.symbolic != static
@@ -118,7 +118,7 @@ def test_a_projection_flattened_into_one_gemm_and_split_into_heads_commits_for_s
     and the heads' reshape: what the static program of a BERT runs) commits in a symbolic e-graph (its ``sym`` the
     operand's leading symbols and the heads' constant sizes: ``sym_Reshape3_unflatten_4_linear``), and its program,
     written shape-generic, is the original's in onnxruntime at every batch and sequence tried."""
-    graph = import_model(_projection(), {"x": (1, 16, 32)}, generic=True)
+    graph = import_generic(_projection(), {"x": (1, 16, 32)})
     eg = EGraph.from_graph(graph)
     assert eg.symbolic
     names = ("linear_split", "reshape_sink", "matmul_flatten", "reshape_cancel")
@@ -175,7 +175,7 @@ def test_a_broadcast_add_before_a_layernorm_is_an_addnorm_and_its_sum_spelling_c
     ``addnorm`` (onnxruntime fuses the pair into SkipLayerNormalization, which is what its measured cost is), so that
     ``addnorm_unfuse`` puts the Sum spelling it leaves apart beside it, in a symbolic e-graph too; that program,
     written shape-generic, is the original's in onnxruntime at every batch and sequence tried."""
-    graph = import_model(_embeddings(), {"x": (1, 16, 8), "pos": (1, 16, 8)}, generic=True)
+    graph = import_generic(_embeddings(), {"x": (1, 16, 8), "pos": (1, 16, 8)})
     eg = EGraph.from_graph(graph)
     snap = eg.snapshot()
     (root,) = snap.roots
@@ -210,7 +210,7 @@ def _transposed(shape: list, perm: list[int]) -> onnx.ModelProto:
 def _unit_reshapes(model: onnx.ModelProto, shape: tuple[int, ...]) -> tuple[EGraph, list[int]]:
     """``model`` imported shape-generic at ``shape``, ``transpose_unit`` applied: the e-graph and the reshape e-nodes
     in the e-class of the transpose."""
-    graph = import_model(model, {"x": shape}, generic=True)
+    graph = import_generic(model, {"x": shape})
     eg = EGraph.from_graph(graph)
     assert eg.symbolic
     engine = RuleEngine(eg, [r for r in registry.all_rules() if r.name == "transpose_unit"])
@@ -231,7 +231,7 @@ def test_a_transpose_of_a_constant_unit_axis_is_a_reshape_at_every_batch():
     (root,) = snap.roots
     choice = {c: nodes[0] for c, nodes in enumerate(snap.classes)}
     choice[snap.nodes[next(i for i in snap.classes[root] if snap.nodes[i].op == "relu")].children[0]] = reshapes[0]
-    program = export_model(build_program(snap, choice, import_model(model, {"x": (1, 1, 6, 8)}, generic=True)))
+    program = export_model(build_program(snap, choice, import_generic(model, {"x": (1, 1, 6, 8)})))
     written = make_generic(program, model, {"batch": 1}).model
     assert "Transpose" not in {n.op_type for n in written.graph.node}
     rng = np.random.default_rng(3)
