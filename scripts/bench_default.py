@@ -43,11 +43,11 @@ DistilBERT)"""
 @contextlib.contextmanager
 def resized(n: int | None = None, hidden: int | None = None) -> Iterator[None]:
     """While open, the zoo's transformer configs have ``n`` layers and width ``hidden`` (None: the zoo's own); a
-    wider config keeps its heads (each head wider) and its feed-forward ratio (the zoo's ``_eager`` sees every
+    wider config keeps its heads (each head wider) and its feed-forward ratio (the zoo's ``configure`` sees every
     config)."""
     import zoo
 
-    eager = zoo._eager
+    eager = zoo.configure
 
     def sized(config: Any) -> Any:
         if n is not None:
@@ -74,11 +74,11 @@ def resized(n: int | None = None, hidden: int | None = None) -> Iterator[None]:
                 config.head_dim = hidden // config.num_attention_heads
         return eager(config)
 
-    zoo._eager = sized
+    zoo.configure = sized
     try:
         yield
     finally:
-        zoo._eager = eager
+        zoo.configure = eager
 
 
 def export(name: str, exporter: str, opset: int, depth: int, seed: int) -> onnx.ModelProto:

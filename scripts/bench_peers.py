@@ -100,7 +100,7 @@ def models_from(args: argparse.Namespace) -> list[tuple[str, Callable[[], onnx.M
                   "all": ALL}
         for name in [n for m in args.models for n in groups.get(m, (m,))]:
             for exporter in args.exporters:
-                load = functools.partial(_dynamic, zoo, name, exporter, args.seed, args.weights) \
+                load = functools.partial(load_dynamic, zoo, name, exporter, args.seed, args.weights) \
                     if name in zoo.SERVING or args.dynamic else \
                     functools.partial(zoo.build, name, exporter, args.opset, seed=args.seed, weights=args.weights)
                 out.append((f"{name}/{exporter}", load))
@@ -126,7 +126,7 @@ def onnx_labels(paths: list[str]) -> dict[str, str]:
     return labels
 
 
-def _dynamic(zoo: Any, name: str, exporter: str, seed: int, weights: str) -> onnx.ModelProto:
+def load_dynamic(zoo: Any, name: str, exporter: str, seed: int, weights: str) -> onnx.ModelProto:
     """A model exported as serving code exports it: dynamic batch and sequence, a decode step's past
     (``zoo.export_dynamic``)."""
     with tempfile.TemporaryDirectory() as tmp:

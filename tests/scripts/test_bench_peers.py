@@ -185,7 +185,7 @@ def test_time_only_needs_an_optimized_workdir(tmp_path):
         _script().main(["--optimize-only"])
 
 
-def test_all_covers_the_issue_families_under_both_exporters():
+def test_all_names_its_zoo_families_under_both_exporters_static_unless_dynamic():
     mod = _script()
     args = type("Args", (), {"models": ["all"], "exporters": ["torchscript", "dynamo"], "opset": 18, "seed": 0,
                              "onnx": [], "dynamic": False, "weights": "init"})()
@@ -201,10 +201,10 @@ def test_all_covers_the_issue_families_under_both_exporters():
     loaders = dict(mod.models_from(args))
     assert loaders["bert/dynamo"].func is zoo.build  # static exports by default
     args.dynamic = True  # --dynamic: every model exported with dynamic axes, as serving code does
-    assert all(load.func is mod._dynamic for _, load in mod.models_from(args))
+    assert all(load.func is mod.load_dynamic for _, load in mod.models_from(args))
 
 
-def test_families_names_the_second_round_of_families_each_a_zoo_model():
+def test_families_names_each_model_of_its_set_under_each_exporter():
     """``--models families``: every model of ``zoo.FAMILIES`` under each exporter asked for, each a zoo spec (its
     inputs, outputs and, for HuBERT, the dynamic samples axis the export writes)."""
     mod = _script()
@@ -219,24 +219,25 @@ def test_families_names_the_second_round_of_families_each_a_zoo_model():
 
 
 @pytest.mark.parametrize("group", ["fourth", "fifth", "sixth", "seventh", "eighth"])
-def test_the_later_rounds_name_zoo_models_each_with_its_own_axes(group):
+def test_a_benchmark_set_names_zoo_models_of_no_other_set_each_with_its_own_axes(group):
     """``--models fourth`` (BART, T5, Whisper, YOLOS, MobileNetV1, Mamba), ``fifth`` (Qwen3, Phi-3, Gemma 3,
     ModernBERT, Pegasus, Hiera), ``sixth`` (Granite, StarCoder2, XLNet, Funnel, Marian, DETR, DPT, SigLIP,
     VideoMAE, TimeSformer, Data2VecAudio), ``seventh`` (Nemotron, Persimmon, EXAONE 4, CLIP text, ConvBERT,
-    M2M100) and ``eighth`` (LFM2, SmolLM3, OLMo 2, Arcee, MPNet, BigBird) under each exporter asked for, each a zoo spec of no earlier round; an encoder-decoder's decoder ids and
-    output have their own length (``dec_seq``), not the encoder's."""
+    M2M100) and ``eighth`` (LFM2, SmolLM3, OLMo 2, Arcee, MPNet, BigBird) under each exporter asked for, each a zoo
+    spec of no other set; an encoder-decoder's decoder ids and output have their own length (``dec_seq``), not the
+    encoder's."""
     mod = _script()
     import zoo
 
-    rounds = {"fourth": zoo.FOURTH, "fifth": zoo.FIFTH, "sixth": zoo.SIXTH, "seventh": zoo.SEVENTH,
-              "eighth": zoo.EIGHTH}
-    names = rounds[group]
+    sets = {"fourth": zoo.FOURTH, "fifth": zoo.FIFTH, "sixth": zoo.SIXTH, "seventh": zoo.SEVENTH,
+            "eighth": zoo.EIGHTH}
+    names = sets[group]
     args = type("Args", (), {"models": [group], "exporters": ["torchscript"], "opset": 18, "seed": 0,
                              "onnx": [], "dynamic": True, "weights": "init"})()
     labels = [label for label, _ in mod.models_from(args)]
     assert labels == [f"{n}/torchscript" for n in names] and len(labels) == {"sixth": 11}.get(group, 6)
-    earlier = zoo.THIRD + zoo.FAMILIES + zoo.WIDE + tuple(n for g, r in rounds.items() if g != group for n in r)
-    assert set(names) <= set(zoo.SPECS) and not set(names) & set(earlier)
+    others = zoo.THIRD + zoo.FAMILIES + zoo.WIDE + tuple(n for g, r in sets.items() if g != group for n in r)
+    assert set(names) <= set(zoo.SPECS) and not set(names) & set(others)
     for name in {"fourth": ("bart_w384", "t5_w384", "whisper_w384"), "fifth": ("pegasus_w384",),
                  "sixth": ("marian_w384",), "seventh": ("m2m100_w384",), "eighth": ()}[group]:
         spec = zoo.SPECS[name]

@@ -1,11 +1,12 @@
 """A real-model zoo for tests and benchmarks: small random-weight models of real architectures, exported to
 ONNX with torch's two exporters at opsets 17 and 18 (both exporters a user may have used).
 
-Every model is built from a tiny random config (``transformers``' own model classes, ``from_config``;
-nothing downloaded), seeded with ``torch.manual_seed(seed)``, in eval mode, with static shapes (batch 1,
-sequence 16, images 3x32x32). ``build(name, exporter, opset)`` returns the exported ``onnx.ModelProto``;
-``feeds(name, seed)`` gives seeded inputs in range (token ids below the vocabulary size, attention masks of
-0/1 with the first position kept).
+Every model is built from a random config (``transformers``' own model classes, ``from_config``; nothing
+downloaded), seeded with ``torch.manual_seed(seed)``, in eval mode, with static shapes (the first models: batch 1,
+sequence 16, images 3x32x32; the others at their natural sizes: sequence 128, 224x224 images, one second of audio).
+``build(name, exporter, opset)`` returns the exported ``onnx.ModelProto``; ``export_dynamic`` writes one with dynamic
+axes, as serving code does; ``feeds(name, seed)`` gives seeded inputs in range (token ids below the vocabulary size,
+attention masks of 0/1 with the first position kept).
 
 An exporter/model combination that this torch cannot export is listed in :data:`UNSUPPORTED` with the
 reason, and ``build`` raises :class:`Unsupported` for it (never a silent skip). With torch 2.13 and
@@ -13,64 +14,22 @@ onnxscript 0.7: the dynamo exporter writes opset 18 natively and down-converts; 
 invalid model for GPT-2 (Split with ``num_outputs``) and fails (the exporter keeps opset 18) for ResNet,
 MobileNet-v2, EfficientNet and LLaMA. Every other combination exports.
 
+The models come in benchmark sets (:mod:`.sets`: the lists of models each benchmark pass timed, each the
+``--models`` word of ``scripts/bench_peers.py`` in lower case): :data:`NAMES`, the first models, which the tests run
+over; :data:`EXTRA`, :data:`UNSEEN`, :data:`WIDE`, :data:`SERVING`, :data:`FAMILIES`, :data:`THIRD`, :data:`FOURTH`,
+:data:`FIFTH`, :data:`SIXTH`, :data:`SEVENTH` and :data:`EIGHTH`, built only by the tests and benchmarks that name
+them. :data:`SPECS` holds every model, set after set.
+
     >>> NAMES
     ('bert', 'gpt2', 'vit', 'resnet', 'mobilenetv2', 'efficientnet', 'llama')
 
-:data:`EXTRA` models (further families: a Qwen2-like decoder with grouped KV heads, sequence-128 variants)
-are built only by the tests and benchmarks that name them; the tests that run over :data:`NAMES` leave them out.
-
-    >>> EXTRA
-    ('qwen2', 'bert_s128', 'llama_s128')
-
-:data:`UNSEEN` models are further families beyond the zoo's (DistilBERT, a T5 encoder, a Whisper
-encoder, ConvNeXt, a ResNet-50-like bottleneck network) at their natural input sizes (sequence 128, 224x224
-images, 256 audio frames); only ``scripts/bench_peers.py`` and the tests that name one build them.
-
-    >>> UNSEEN
-    ('distilbert', 't5_encoder', 'whisper_encoder', 'convnext', 'resnet50')
-
-:data:`WIDE` models are common families at a realistic width: 384 wide, 4 layers, 6 heads, sequence 128, ids and
-an attention mask in (a BERT encoder; OPT, BLOOM, GPT-NeoX and Phi decoders, no cache), for the peers table at that
-size (``scripts/bench_peers.py --models wide``); no test builds them (an export takes seconds, a run a minute).
-
-    >>> WIDE
-    ('bert_w384', 'opt_w384', 'bloom_w384', 'neox_w384', 'phi_w384', 'vit_w384', 'swin_w384', 'convnext_w384', \
-'wav2vec2_w384', 'efficientnet_b0')
-
-:data:`FAMILIES` are a second round of families a new user tries (decoders with interleaved or partial rotary,
-multi-query attention, parallel attention and MLP; encoders with relative positions; vision models with layer scale,
-relative-position biases, spatially reduced keys; a convolutional audio front-end), at width 384 where the family
-has one; no test builds them.
-
-    >>> FAMILIES[:4]
-    ('gptj_w384', 'codegen_w384', 'falcon_w384', 'stablelm_w384')
-
-:data:`THIRD` is a third round (:mod:`.third`: Gemma 2, GPT-Neo, MPT, Cohere, OLMo, MobileBERT, RoFormer, ESM,
-SqueezeBERT, an LSTM, ConvNeXt V2, Swin V2, PoolFormer, LeViT, MobileNetV2, BiT, CvT, PVT, FocalNet, WavLM, AST);
-no test builds them either.
-
-    >>> THIRD[:3]
-    ('mobilebert_l4', 'gemma2_w384', 'gptneo_w384')
-
-:data:`FOURTH` is a fourth round (:mod:`.fourth`: BART, T5, Whisper, YOLOS, MobileNetV1, Mamba); :data:`FIFTH` a
-fifth (:mod:`.fifth`: Qwen3, Phi-3, Gemma 3, ModernBERT, Pegasus, Hiera); :data:`SIXTH` a sixth (:mod:`.sixth`:
-Granite, StarCoder2, XLNet, Funnel, Marian, DETR, DPT, SigLIP, VideoMAE, TimeSformer, Data2VecAudio); :data:`SEVENTH`
-a seventh (:mod:`.seventh`: Nemotron, Persimmon, EXAONE 4, CLIP text, ConvBERT, M2M100); :data:`EIGHTH` an eighth
-(:mod:`.eighth`: LFM2, SmolLM3, OLMo 2, Arcee, MPNet, BigBird); no test builds them.
-
-:data:`SERVING` models are the serving forms: a decoder's step against a key/value cache (one new token, the
-past per layer in, the present out; ``export_dynamic`` writes the past's length ``past`` and the mask's ``past + 1``),
-small for tests and at width 384 for ``scripts/bench_serving.py``; and the prefill before it (the prompt in, the
-cache out).
-
-    >>> SERVING
-    ('llama_decode', 'llama_decode_w384', 'llama_prefill_w384', 'qwen2_prefill_w384', 'qwen2_decode_w384', 'llama_sdpa_decode_w384', 'llama_decode_total_w384')
-
-The zoo is a package: this module holds the names, the shapes and :class:`Spec`, and builds and exports the models
-(:func:`module`, :func:`build`, :func:`export_dynamic`, the inputs); :mod:`.models` the torch modules and specs of
-:data:`NAMES`, :data:`EXTRA`, :data:`UNSEEN`, :data:`WIDE` and :data:`FAMILIES`; :mod:`.serving` the decode steps and
-prefills of :data:`SERVING`; :mod:`.third` the :data:`THIRD` round, :mod:`.fourth` the :data:`FOURTH`, :mod:`.fifth` the :data:`FIFTH`. Their
-builders call :func:`_eager` through this module (``zoo._eager``), so that a caller that replaces it
+The zoo is a package: this module holds the shapes, :class:`Spec` and :class:`Outputs`, and builds and exports the
+models (:func:`module`, :func:`build`, :func:`export_dynamic`, the inputs); the modules named by kind hold the torch
+modules and specs: :mod:`.small` the small models at tiny configs, :mod:`.decoders` the decoder-only language models,
+:mod:`.encoders` the text encoders, :mod:`.seq2seq` the encoder-decoders, :mod:`.vision` the image and video models,
+:mod:`.audio` the audio encoders (:mod:`.configs` the sizes the width-384 families share) and :mod:`.serving` the
+decode steps and prefills. Their builders pass each attention config through :func:`eager`, which calls this
+module's ``configure`` as it is at the call, so that a caller that replaces ``zoo.configure``
 (``scripts/bench_default.py``'s ``resized``) sees every config.
 """
 
@@ -89,16 +48,22 @@ import numpy as np
 import onnx
 import torch
 
-NAMES = ("bert", "gpt2", "vit", "resnet", "mobilenetv2", "efficientnet", "llama")
-EXTRA = ("qwen2", "bert_s128", "llama_s128")
-UNSEEN = ("distilbert", "t5_encoder", "whisper_encoder", "convnext", "resnet50")
-WIDE = ("bert_w384", "opt_w384", "bloom_w384", "neox_w384", "phi_w384", "vit_w384", "swin_w384", "convnext_w384",
-        "wav2vec2_w384", "efficientnet_b0")
-SERVING = ("llama_decode", "llama_decode_w384", "llama_prefill_w384", "qwen2_prefill_w384", "qwen2_decode_w384",
-           "llama_sdpa_decode_w384", "llama_decode_total_w384")
-FAMILIES = ("gptj_w384", "codegen_w384", "falcon_w384", "stablelm_w384", "mistral_w384", "bigcode_w384", "deberta_w384",
-            "xlmr_w384", "deit_w384", "dinov2_w384", "beit_w384", "segformer_b0", "mobilevit_s", "regnet_y",
-            "resnet50_full", "hubert_w384")
+from .sets import (
+    EIGHTH,
+    EVERY,
+    EXTRA,
+    FAMILIES,
+    FIFTH,
+    FOURTH,
+    NAMES,
+    SERVING,
+    SEVENTH,
+    SIXTH,
+    THIRD,
+    UNSEEN,
+    WIDE,
+)
+
 EXPORTERS = ("torchscript", "dynamo")
 OPSETS = (17, 18)
 SEQ = 16
@@ -109,13 +74,14 @@ FULL_IMAGE = 224
 MEL_BINS = 80
 WIDTH, WIDE_LAYERS, WIDE_HEADS = 384, 4, 6
 
-_IDS = ("input_ids", "ids", (1, SEQ))
-_LONG_IDS = ("input_ids", "ids", (1, LONG_SEQ))
-_MASK = ("attention_mask", "mask", (1, SEQ))
-_PIXELS = ("pixel_values", "float", (1, 3, IMAGE, IMAGE))
-_FULL_PIXELS = ("pixel_values", "float", (1, 3, FULL_IMAGE, FULL_IMAGE))
-_LONG_MASK = ("attention_mask", "mask", (1, LONG_SEQ))
-_AUDIO = ("input_values", "float", (1, 16000))
+IDS = ("input_ids", "ids", (1, SEQ))
+LONG_IDS = ("input_ids", "ids", (1, LONG_SEQ))
+MASK = ("attention_mask", "mask", (1, SEQ))
+PIXELS = ("pixel_values", "float", (1, 3, IMAGE, IMAGE))
+FULL_PIXELS = ("pixel_values", "float", (1, 3, FULL_IMAGE, FULL_IMAGE))
+LONG_MASK = ("attention_mask", "mask", (1, LONG_SEQ))
+AUDIO = ("input_values", "float", (1, 16000))
+"""the inputs the specs share, as :attr:`Spec.inputs` lists them: (name, kind, shape)"""
 
 UNSUPPORTED: dict[tuple[str, str, int], str] = {}
 """(name, exporter, opset) -> why this torch cannot export it; filled in as found (see the module docstring)."""
@@ -140,7 +106,7 @@ class Spec:
     """the same for the outputs (None: the default)"""
 
 
-class _Outputs(torch.nn.Module):
+class Outputs(torch.nn.Module):
     """Calls a transformers model with keyword inputs and returns the named fields of its output as a tuple."""
 
     def __init__(self, model: torch.nn.Module, input_names: tuple[str, ...], fields: tuple[str, ...],
@@ -159,29 +125,34 @@ class _Outputs(torch.nn.Module):
         return tuple(getattr(out, f) for f in self.fields)
 
 
-def _eager(config):
-    # the plain MatMul/Softmax attention (what the TorchScript exporter writes for any implementation);
-    # the same for both exporters so that they export one computation
+def configure(config):
+    """The plain MatMul/Softmax attention (what the TorchScript exporter writes for any implementation), the same
+    for both exporters so that they export one computation. The hook :func:`eager` calls: a caller may replace it
+    (``zoo.configure = ...``: scripts/bench_default.py's ``resized`` resizes every config)."""
     config._attn_implementation = "eager"
     return config
 
 
-from .eighth import EIGHTH, SPECS_EIGHTH  # noqa: E402
-from .fifth import FIFTH, SPECS_FIFTH  # noqa: E402
-from .fourth import FOURTH, SPECS_FOURTH  # noqa: E402
-from .models import SPECS_FAMILIES, SPECS_MODELS  # noqa: E402 - the models' modules read this one's names
+def eager(config):
+    """``config`` with the plain attention, through this module's ``configure`` as it is at the call (a caller may
+    have replaced it): what the builders call on every config they want exported alike."""
+    return configure(config)
+
+
+from .audio import SPECS_AUDIO  # noqa: E402 - the modules by kind read this one's names
+from .decoders import SPECS_DECODERS  # noqa: E402
+from .encoders import SPECS_ENCODERS  # noqa: E402
+from .seq2seq import SPECS_SEQ2SEQ  # noqa: E402
 from .serving import DECODE_PAST as DECODE_PAST  # noqa: E402 - re-exported
 from .serving import DECODE_WIDE_PAST as DECODE_WIDE_PAST  # noqa: E402
 from .serving import SPECS_SERVING  # noqa: E402
-from .seventh import SEVENTH, SPECS_SEVENTH  # noqa: E402
-from .sixth import SIXTH, SPECS_SIXTH  # noqa: E402
-from .third import SPECS_THIRD, THIRD  # noqa: E402
+from .small import SPECS_SMALL  # noqa: E402
+from .vision import SPECS_VISION  # noqa: E402
 
-SPECS: dict[str, Spec] = {**SPECS_MODELS, **SPECS_SERVING, **SPECS_FAMILIES, **SPECS_THIRD, **SPECS_FOURTH,
-                          **SPECS_FIFTH, **SPECS_SIXTH, **SPECS_SEVENTH, **SPECS_EIGHTH}
-"""zoo model name -> its :class:`Spec`, in the order of the name lists (checked below)"""
-assert tuple(SPECS) == NAMES + EXTRA + UNSEEN + WIDE + SERVING + FAMILIES + THIRD + FOURTH + FIFTH + SIXTH + SEVENTH \
-    + EIGHTH
+_BY_KIND = (SPECS_SMALL, SPECS_SERVING, SPECS_DECODERS, SPECS_ENCODERS, SPECS_SEQ2SEQ, SPECS_VISION, SPECS_AUDIO)
+assert sorted(n for kind in _BY_KIND for n in kind) == sorted(EVERY), "every model in one module and in one set"
+SPECS: dict[str, Spec] = {name: next(kind[name] for kind in _BY_KIND if name in kind) for name in EVERY}
+"""zoo model name -> its :class:`Spec`, set after set (:data:`sets.EVERY`)"""
 
 
 WEIGHTS = ("init", "trained")
@@ -350,5 +321,6 @@ def export_dynamic(name: str, exporter: str, path: str, seed: int = 0, weights: 
     return onnx.load(path)
 
 
-__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "FIFTH", "FOURTH", "NAMES", "OPSETS", "SERVING", "SEVENTH", "EIGHTH", "SIXTH", "SPECS", "THIRD", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported",
-           "build", "export", "export_dynamic", "feeds", "module"]
+__all__ = ["EXPORTERS", "EXTRA", "FAMILIES", "FIFTH", "FOURTH", "NAMES", "OPSETS", "SERVING", "SEVENTH", "EIGHTH",
+           "SIXTH", "SPECS", "THIRD", "UNSEEN", "UNSUPPORTED", "WIDE", "Unsupported", "build", "export", "export_dynamic",
+           "feeds", "module"]

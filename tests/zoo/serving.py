@@ -8,8 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-import zoo
-from zoo import _LONG_IDS, _LONG_MASK, VOCAB, WIDE_HEADS, WIDE_LAYERS, WIDTH, Spec
+from zoo import LONG_IDS, LONG_MASK, VOCAB, WIDE_HEADS, WIDE_LAYERS, WIDTH, Spec, eager
 
 
 class _DecodeStep(torch.nn.Module):
@@ -52,7 +51,7 @@ def _decode_step(family: str, wide: bool, sdpa: bool = False) -> Callable[[], to
             {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4}
         cfg = config(vocab_size=VOCAB, num_hidden_layers=layers, num_key_value_heads=2, max_position_embeddings=1024,
                      **size)
-        cfg = cfg if sdpa else zoo._eager(cfg)
+        cfg = cfg if sdpa else eager(cfg)
         return _DecodeStep(cls(cfg), layers)
     return make
 
@@ -61,7 +60,7 @@ def _prefill_spec(family: str, description: str) -> Spec:
     """The wide decode step's model as the prefill before it: the prompt's ids and mask in (batch and sequence
     dynamic), the hidden states and the cache it starts out."""
     present = tuple(f"present.{i}.{kv}" for i in range(WIDE_LAYERS) for kv in ("key", "value"))
-    return Spec(_decode_step(family, True), (_LONG_IDS, _LONG_MASK), ("last_hidden_state", *present), description,
+    return Spec(_decode_step(family, True), (LONG_IDS, LONG_MASK), ("last_hidden_state", *present), description,
                 out_axes={"last_hidden_state": {0: "batch", 1: "seq"}} | {o: {0: "batch", 2: "seq"} for o in present})
 
 
