@@ -42,7 +42,7 @@ from . import ir
 from .dims import fingerprint
 from .ir import Graph, Node, Origin, topo_order
 from .onnx import origins
-from .onnx.dataflow import unique_name
+from .onnx.axes.dataflow import unique_name
 from .ops.bounds import value_range
 
 MIN_BLOCK_NODES = 3

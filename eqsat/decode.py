@@ -9,7 +9,7 @@ from .dims import is_symbolic, volume_fp
 from .errors import EqsatError
 from .ir import Graph, Node
 from .onnx import origins
-from .onnx.dimensions import symbolic_target
+from .onnx.axes.dimensions import symbolic_target
 from .snapshot import Snapshot
 
 

@@ -1,6 +1,6 @@
 """Symbolic dimensions of the IR: a size that is a symbol of the model's interface, or computed from symbols.
 
-A dynamic-axes model is imported at a representative size of each symbol (:mod:`eqsat.onnx.interface`). A
+A dynamic-axes model is imported at a representative size of each symbol (:mod:`eqsat.onnx.axes.interface`). A
 :class:`Dim` is such a size that knows it is symbolic: an ``int`` (the representative value: every shape
 function, cost model and extractor reads it unchanged) that also carries its **fingerprint**, the value the
 same dimension takes when every symbol is at its own fixed large value (:func:`symbol_value`: 64 times a
@@ -18,8 +18,8 @@ not fire.
 
 The symbolic form, a :class:`Mono` (a rational coefficient times a product of symbols with integer powers: the
 products and quotients reshapes make of the input axes), is read back from a fingerprint by :attr:`Dim.mono`.
-This module is the one home of symbolic dimensions: :mod:`eqsat.onnx.symbolic` infers ONNX shapes in monomials,
-:mod:`eqsat.onnx.dimensions` gives an import's IR its Dims.
+This module is the one home of symbolic dimensions: :mod:`eqsat.onnx.axes.symbolic` infers ONNX shapes in monomials,
+:mod:`eqsat.onnx.axes.dimensions` gives an import's IR its Dims.
 
 >>> b = Dim.symbol("batch", 2)
 >>> b, int(b), b.fp == symbol_value("batch", 2), b.mono.key()
@@ -242,7 +242,7 @@ class SymbolTable:
         self.derived_of: dict[int, tuple[str, int]] = {}  # a derived symbol's fingerprint -> (it, its size)
         self.ties: dict[str, str] = {}
         """symbol -> the arithmetic of others it equals wherever the model runs, though its name does not say so
-        (``total`` -> ``past + seq``: :mod:`eqsat.onnx.tied`); :func:`derived_symbols` reads it as it reads a name"""
+        (``total`` -> ``past + seq``: :mod:`eqsat.onnx.axes.tied`); :func:`derived_symbols` reads it as it reads a name"""
 
     def derive(self, values: Mapping[str, int]) -> None:
         """Registers the :func:`derived_symbols` among ``values`` (symbol -> representative size) that are their

@@ -78,8 +78,8 @@ from peers_tools import TOOLS, run_tool, tool_version, tuned_shapes  # noqa: E40
 
 from eqsat.errors import InputError  # noqa: E402
 from eqsat.measurement import timing  # noqa: E402
+from eqsat.onnx.axes.interface import shapes_text  # noqa: E402
 from eqsat.onnx.importer import parse_input_shapes  # noqa: E402
-from eqsat.onnx.interface import shapes_text  # noqa: E402
 
 ALL = ("bert", "bert_s128", "distilbert", "gpt2", "llama", "llama_s128", "qwen2", "t5_encoder", "vit",
        "whisper_encoder", "convnext", "resnet50")

@@ -24,11 +24,11 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from eqsat.errors import InputError, ModelRefused, first_line
-from eqsat.onnx.interface import symbols
+from eqsat.onnx.axes.interface import symbols
+from eqsat.onnx.axes.tied import expression_names
 from eqsat.onnx.io import check
 from eqsat.onnx.kernels import UpgradeError, converted, opset_of
 from eqsat.onnx.subgraphs import defined_names, free_names, rename_outer, subgraphs
-from eqsat.onnx.tied import expression_names
 
 from .config import OptimizeConfig
 from .result import Result

@@ -20,10 +20,10 @@ from rich.table import Table
 from eqsat import memory
 from eqsat.errors import EqsatError, InputError
 from eqsat.models import MODELS
+from eqsat.onnx.axes.tied import parse_assumed
 from eqsat.onnx.external import data_file
 from eqsat.onnx.importer import parse_input_shapes, parse_sizes
 from eqsat.onnx.io import external_data_files
-from eqsat.onnx.tied import parse_assumed
 from eqsat.progress import progress_printer
 
 from . import cost_cli, memory_guard, models_cli, rules_cli, watchdog

@@ -31,7 +31,7 @@ from eqsat.extract import EXTRACTORS
 from eqsat.mcts import SearchConfig, option, scheduler_names
 from eqsat.mcts.config import WORKER_MB, usable_cores
 from eqsat.measurement.runtimes import TORCH_RUNTIMES, check_available, resolve, runtime_names
-from eqsat.onnx.tied import check_assumed
+from eqsat.onnx.axes.tied import check_assumed
 from eqsat.rules import RULE_SETS
 
 REGISTRIES: dict[str, Callable[[], list[str]]] = {

@@ -2,7 +2,7 @@
 the interface (shape-generic) or is specialized on purpose (``--static-shape``), and the shapes it is verified at.
 
 A model with dynamic input dimensions is tuned at its representative shapes (``--input-shape`` where given, else
-:mod:`eqsat.onnx.interface`'s defaults: a batch-like dimension 1, an image's side 224, any other 128, halved
+:mod:`eqsat.onnx.axes.interface`'s defaults: a batch-like dimension 1, an image's side 224, any other 128, halved
 down to 8 while the model refuses it, and where no smaller size runs doubled up to 4096) and written shape-generic with
 the original's interface (:mod:`eqsat.generic`); each candidate is verified at the representative shapes and
 at further sizes of each symbol, and one that fails at any is not written. ``--static-shape NAME=D1,...``
@@ -21,9 +21,9 @@ import onnxruntime as ort
 from eqsat.dims import derived_symbols, follow, tie
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
-from eqsat.onnx.beyond import beyond_shapes
-from eqsat.onnx.heads import sliced_heads
-from eqsat.onnx.interface import (
+from eqsat.onnx.axes.beyond import beyond_shapes
+from eqsat.onnx.axes.heads import sliced_heads
+from eqsat.onnx.axes.interface import (
     MAX_DEFAULT,
     MIN_DEFAULT,
     QUIET,
@@ -41,9 +41,9 @@ from eqsat.onnx.interface import (
     symbol_values,
     symbols,
 )
+from eqsat.onnx.axes.tied import Ties, assumed_ties, assumed_values, expression_names, tied_symbols
 from eqsat.onnx.io import session
 from eqsat.onnx.prepare import check_input_sizes
-from eqsat.onnx.tied import Ties, assumed_ties, assumed_values, expression_names, tied_symbols
 from eqsat.verification import ShapesCheck, ShapesVerifier, verify_guards
 from eqsat.verification.feeds import index_bounds, random_inputs
 
@@ -136,7 +136,7 @@ class Shaping:
     the lengths doubled until it does not, verified at too (not measured), so that no program fitted where a
     symbol looks like a constant ships unchecked (:meth:`probe`)"""
     beyond: list[tuple[str, Shapes]] | None = field(default=None, repr=False)
-    """the shapes just past the constant axes the original slices to an end it computes (:mod:`eqsat.onnx.beyond`),
+    """the shapes just past the constant axes the original slices to an end it computes (:mod:`eqsat.onnx.axes.beyond`),
     verified at too: read once, at the first :meth:`check`"""
     written_from: onnx.ModelProto | None = field(default=None, repr=False)
     """where the import rewrote the original before reading it (a mixture of experts' products written dense:
@@ -152,7 +152,7 @@ class Shaping:
     """the original's runs at the further shapes, carried from one candidate's :meth:`check` to the next (until
     :meth:`close`)"""
     assumed: dict[str, str] = field(default_factory=dict)
-    """``--assume-dim``: symbol -> the arithmetic of others the user vouches it always is (:mod:`eqsat.onnx.tied`)"""
+    """``--assume-dim``: symbol -> the arithmetic of others the user vouches it always is (:mod:`eqsat.onnx.axes.tied`)"""
     ties: Ties = field(default_factory=Ties)
     """the symbols the original ties to others, its names not saying so (``total`` -> ``past + seq``): those it runs
     under only, read so by the run from :meth:`probe` on (with :attr:`assumed`), and those it likely is fed under"""
@@ -303,7 +303,7 @@ class Shaping:
 
     def _tie(self, sess: ort.InferenceSession | None, config: OptimizeConfig) -> None:
         """Read the symbols the user assumes tied (:attr:`assumed`) and those the original ties to others
-        (:func:`eqsat.onnx.tied.tied_symbols`, run in ``sess`` on the verification's kind of inputs; None: opened at
+        (:func:`eqsat.onnx.axes.tied.tied_symbols`, run in ``sess`` on the verification's kind of inputs; None: opened at
         the first run where no sizes were given, not tried where they were) so for the rest of the run (:attr:`eqsat.dims.SymbolTable.ties`; ``--also-at``'s sizes follow them)."""
         assert self.original is not None
         original, derived = self.original, derived_symbols(list(self.values))

@@ -1,5 +1,5 @@
 """The shape-generic writer: a program exported at one representative shape (its Reshape targets and Slice bounds
-are numbers: :mod:`eqsat.onnx.interface`) rewritten so that it works for every value of the interface's symbols,
+are numbers: :mod:`eqsat.onnx.axes.interface`) rewritten so that it works for every value of the interface's symbols,
 with the original's interface (names, element types, ``dim_param`` names).
 
 The API:
@@ -20,7 +20,7 @@ dataflow, Reshape targets, the guards' form) and below the app; the ONNX layer n
 rewrite is passed to :func:`eqsat.onnx.import_model` as an argument).
 
 The flow (:func:`.rewrite.run`, over one :class:`.state.Rewrite`: the program being written, each value's shape as
-monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns):
+monomials of the symbols (:mod:`eqsat.onnx.axes.symbolic`), and what each pass learns):
 
 1. **annotate** (:mod:`.annotate`): the original's interface declared, its inputs' shapes read as symbols;
 2. **probes** (:mod:`.probes`): the values computed from the shapes alone, those the data reads, and the small
@@ -31,7 +31,7 @@ monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns
    - **Gemm forms** (:mod:`.gemm`): a MatMul by a constant and its bias a Gemm between two Reshapes;
    - **targets and slices** (:mod:`.reshapes`): a ``Shape`` of a value of known symbolic shape read from the
      inputs' shapes; a Reshape target (read off the vector that computes it, the original's runs, or its input's
-     symbolic shape: :func:`eqsat.onnx.targets.reshape_target`) written with ``0`` and ``-1`` and the rest from
+     symbolic shape: :func:`eqsat.onnx.axes.targets.reshape_target`) written with ``0`` and ``-1`` and the rest from
      the inputs' shapes (:mod:`.sizes`: a constant, an input's ``Shape``, Gathers of its sizes and a Concat), the
      targets back to ``[batch, seq, N]`` one vector ``[batch, seq, -1]`` (or ``[-1, seq, N]`` where that is one
      node fewer); a Reshape of a Reshape reads the first one's input, one to its input's own shape is dropped; a
@@ -48,7 +48,7 @@ monomials of the symbols (:mod:`eqsat.onnx.symbolic`), and what each pass learns
 4. **tables and guards** (:mod:`.values`' ``unexpand``, :mod:`.guards`; a candidate only): an Expand its readers
    broadcast anyway dropped; a table that stops below the sizes the user's program accepts guarded by an ``If``
    whose else-branch computes the value as the user's program does;
-5. **prune** (:func:`eqsat.onnx.dataflow.prune`): the chains no longer read;
+5. **prune** (:func:`eqsat.onnx.axes.dataflow.prune`): the chains no longer read;
 6. **annotate** (:func:`.annotate.annotate`): the inner values' symbolic shapes as ``value_info``, in a program
    eqsat reads again only: a candidate written for the user carries none, as onnxruntime runs a program faster
    without them (its memory planner; the fusions that compare shapes, SkipLayerNormalization among them, slower

@@ -10,9 +10,9 @@ import onnx
 from onnx import helper
 
 from eqsat.dims import Mono, SymShape
-from eqsat.onnx.interface import Port
+from eqsat.onnx.axes.interface import Port
+from eqsat.onnx.axes.symbolic import constant_shape
 from eqsat.onnx.subgraphs import subgraphs
-from eqsat.onnx.symbolic import constant_shape
 
 from .state import Rewrite
 

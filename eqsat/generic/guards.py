@@ -1,5 +1,5 @@
 """Tables and guards: a Slice of a table that stops below the sizes the user's program accepts becomes an ``If`` on
-the sizes it reads being within the table (named :data:`eqsat.onnx.branches.GUARD`, which the verification's
+the sizes it reads being within the table (named :data:`eqsat.onnx.axes.branches.GUARD`, which the verification's
 :func:`eqsat.verification.verify_guards` reads back). Its then-branch is the Slice; its else-branch computes the value
 at any size: the user's nodes that computed it, moved into the branch, or, where the import had already written
 the table, the original's chain (:func:`original_chain`) or the program's chain with the import's tables
@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from eqsat.dims import Mono
-from eqsat.onnx.branches import GUARD
+from eqsat.onnx.axes.branches import GUARD
 from eqsat.onnx.kernels import opset_of
 from eqsat.onnx.pool import array_of
 from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs

@@ -13,8 +13,8 @@ import onnx
 
 from eqsat.ir import Graph
 from eqsat.onnx import import_model
+from eqsat.onnx.axes.live import live_shapes
 from eqsat.onnx.external import tensor_size
-from eqsat.onnx.live import live_shapes
 
 from .rewrite import simplify_for_import
 

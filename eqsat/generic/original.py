@@ -1,6 +1,6 @@
 """What the writer learns of the user's model, once per model (:class:`Original`), carried to every candidate's
 rewrite: the entries of the small integer vectors and the Reshape targets the original computes from its inputs'
-shapes, read off runs of it at further sizes (:mod:`eqsat.onnx.fitting`); the original read as the import read it
+shapes, read off runs of it at further sizes (:mod:`eqsat.onnx.axes.fitting`); the original read as the import read it
 (its tables and its values' symbolic shapes: :func:`.rewrite.read_original`); its graph at a newer opset. Each is
 worked out at the first candidate that asks for it and read by the next ones; before, every candidate ran the
 original again at further sizes, and once more through a whole rewrite of a copy of it.
@@ -25,11 +25,11 @@ from onnx import numpy_helper
 
 from eqsat.dims import Mono, SymShape, derived_symbols
 from eqsat.errors import first_line
-from eqsat.onnx.fitting import REFUSED, Sizes, fit_runs, fit_vectors, run_values
+from eqsat.onnx.axes.fitting import REFUSED, Sizes, fit_runs, fit_vectors, run_values
+from eqsat.onnx.axes.interface import shapes_at, symbols
+from eqsat.onnx.axes.shape_values import shape_values
 from eqsat.onnx.footprint import static_shapes
-from eqsat.onnx.interface import shapes_at, symbols
 from eqsat.onnx.kernels import UpgradeError, converted
-from eqsat.onnx.shape_values import shape_values
 
 from .keys import Key, batch_key
 
@@ -200,7 +200,7 @@ class Original:
     def refuses(self, at: Mapping[str, int]) -> bool:
         """Whether onnxruntime cannot run the original at the sizes ``at`` (on zeros; each size run once, a run of
         every node: :meth:`_whole_at`): the runs that fit sizes are not read there
-        (:data:`eqsat.onnx.fitting.REFUSED`)."""
+        (:data:`eqsat.onnx.axes.fitting.REFUSED`)."""
         if tuple(sorted(at.items())) == tuple(sorted(self.values.items())):
             return False
         return not self._whole_at(at)
@@ -216,7 +216,7 @@ class Original:
     def _whole_at(self, at: Mapping[str, int]) -> bool:
         """Whether the whole original runs at the sizes ``at`` (each size run once; a model it cannot load runs at
         none). The run also gives the entries of its :attr:`small` values there (:meth:`entries_at`): a fit of the
-        original's sizes at sizes the fits of the programs asked of it (:data:`eqsat.onnx.fitting.REFUSED`) reads
+        original's sizes at sizes the fits of the programs asked of it (:data:`eqsat.onnx.axes.fitting.REFUSED`) reads
         them, not a run of its own (a mixture of experts' Reshape targets, deep in the model: a second run of
         almost all of it at each size)."""
         key = tuple(sorted(at.items()))
@@ -364,7 +364,7 @@ class Original:
     @functools.cached_property
     def decided(self) -> dict[str, list[Mono]]:
         """The original's small integer values whose entries the shapes decide, read without a run
-        (:func:`eqsat.onnx.shape_values.shape_values`): a 30-layer decoder's Reshape targets and the vectors before
+        (:func:`eqsat.onnx.axes.shape_values.shape_values`): a 30-layer decoder's Reshape targets and the vectors before
         its Expands were twenty runs of the whole model at further sizes."""
         return shape_values(self.model)
 

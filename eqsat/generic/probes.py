@@ -1,4 +1,4 @@
-"""What runs at several sizes show of the sizes a program computes (:mod:`eqsat.onnx.fitting`), for the passes that
+"""What runs at several sizes show of the sizes a program computes (:mod:`eqsat.onnx.axes.fitting`), for the passes that
 write them from the symbols: the original's folded sizes (:func:`folded_sizes`) and Reshape targets
 (:func:`original_target`; read once per model, :class:`.original.Original`), the small integer vectors computed from the shapes alone (:func:`vectors_read`) and the
 shapes inference left unknown (:func:`fit`), each read off runs of the program written so far
@@ -12,10 +12,10 @@ import numpy as np
 import onnx
 
 from eqsat.dims import Mono, SymShape, follow, product
-from eqsat.onnx.dataflow import prune
-from eqsat.onnx.fitting import Sizes, fit_vectors, run_values
-from eqsat.onnx.symbolic import infer_node
-from eqsat.onnx.targets import leading, reshape_target
+from eqsat.onnx.axes.dataflow import prune
+from eqsat.onnx.axes.fitting import Sizes, fit_vectors, run_values
+from eqsat.onnx.axes.symbolic import infer_node
+from eqsat.onnx.axes.targets import leading, reshape_target
 
 from .keys import Key
 from .state import Rewrite, RunKey
@@ -104,7 +104,7 @@ def vectors_read(w: Rewrite, node: onnx.NodeProto) -> dict[int, list[Mono]]:
 
 def fit_pending(w: Rewrite) -> None:
     """The entries of the pending shape vectors as monomials, read off runs of the program so far at several
-    sizes (:func:`eqsat.onnx.fitting.fit_vectors`)."""
+    sizes (:func:`eqsat.onnx.axes.fitting.fit_vectors`)."""
     names, w.fits.pending = w.fits.pending, []
     if not names:
         return
@@ -133,7 +133,7 @@ def fit_pending(w: Rewrite) -> None:
 
 def fit(w: Rewrite) -> None:
     """The symbolic shapes of the values written so far that shape inference left unknown, read off runs of
-    the program so far in onnxruntime (:mod:`eqsat.onnx.fitting`)."""
+    the program so far in onnxruntime (:mod:`eqsat.onnx.axes.fitting`)."""
     unknown = [o for n in w.nodes for o in n.output if o and o not in w.fits.tried
                and (w.shapes.get(o) is None or any(d is None for d in w.shapes[o] or []))]
     if w.of_original:  # the original's values a rewrite of it before knew (the import's)
@@ -184,7 +184,7 @@ def fit(w: Rewrite) -> None:
 
 def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess: list[Mono],
            allowzero: bool) -> list[Mono] | None:
-    """A Reshape target ``guess``ed (:func:`eqsat.onnx.targets.reshape_target`) for an input of shape ``dims_in``
+    """A Reshape target ``guess``ed (:func:`eqsat.onnx.axes.targets.reshape_target`) for an input of shape ``dims_in``
     that holds an opaque symbol (:meth:`.state.Rewrite.opaque_shape`), made again where no symbol of the input is
     at 1 (a batch of 1 hides which axis it goes with: ``[frames*batch, 384]`` and ``[frames, 384*batch]`` read
     alike): every such symbol at 2, the target the original computes there (``name``, read off a run of it) and the
@@ -192,7 +192,7 @@ def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess:
     at 1. Where the original computes no ``name`` (a Reshape of a layer replayed from the first one's program), or
     a run says nothing there, the guess as networks write them: a symbol at 1 split out onto an axis of 1 after it
     (``ones_before``: ``[frames, batch, 384]``, not ``[frames*batch, 1, 384]``), none on the last axis
-    (:func:`eqsat.onnx.targets.leading`)."""
+    (:func:`eqsat.onnx.axes.targets.leading`)."""
     ones = sorted({s for d in dims_in for s, _ in d.powers if w.values.get(s) == 1})
     if not ones:
         return guess

@@ -3,7 +3,7 @@ numbers.
 
 - a ``Shape`` of a value of known symbolic shape is read from the inputs' shapes (:func:`read_shape`);
 - a Reshape's target is its symbolic target (read off the vector that computes it, the original's runs, or the
-  constant target and its input's symbolic shape: :func:`eqsat.onnx.targets.reshape_target`) written with ``0``
+  constant target and its input's symbolic shape: :func:`eqsat.onnx.axes.targets.reshape_target`) written with ``0``
   and ``-1`` (:func:`reshape`, :func:`written_target`); a Reshape to its input's own shape is dropped, one of a
   Reshape or Flatten reads the first one's input (:func:`collapse`), and a Gather at each element's (flat or
   multi-) index is the Reshape it is (:func:`gathered`);
@@ -21,9 +21,9 @@ import onnx
 from onnx import helper
 
 from eqsat.dims import Mono, follow, product
-from eqsat.onnx.fitting import above, run_values
-from eqsat.onnx.symbolic import int_values
-from eqsat.onnx.targets import reshape_target, resolve_target
+from eqsat.onnx.axes.fitting import above, run_values
+from eqsat.onnx.axes.symbolic import int_values
+from eqsat.onnx.axes.targets import reshape_target, resolve_target
 
 from .probes import at_two, fit, original_target, probe
 from .state import Rewrite
@@ -362,7 +362,7 @@ def from_end(w: Rewrite, node: onnx.NodeProto, name: str, j: int, e: int, axis: 
     """Whether entry ``j`` of a Slice bound ``name`` (``e`` at the representative sizes, inside ``axis`` of the
     sliced value, of ``size`` there) is that axis' size less ``size - e`` at every size: where the original computes
     ``name`` (the program holds it folded), at a further size of each symbol (one above a symbol at 1 or 2, else
-    twice it: :func:`eqsat.onnx.fitting.above`), its entry there (a run of the original) and the axis' size there (a
+    twice it: :func:`eqsat.onnx.axes.fitting.above`), its entry there (a run of the original) and the axis' size there (a
     run of the program so far, kept for the other Slices of the value: :attr:`.state.Fits.axes`) are that, in every
     run where both ran, and the axis' size changed in one of them. What no run shows stays as the original has it."""
     if name not in w.facts.computed:

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from eqsat.onnx.dataflow import prune, shape_only
-from eqsat.onnx.fitting import REFUSED, run_values
-from eqsat.onnx.interface import interface, symbol_values
-from eqsat.onnx.shape_values import evaluate
-from eqsat.onnx.symbolic import constant_value, infer_node
+from eqsat.onnx.axes.dataflow import prune, shape_only
+from eqsat.onnx.axes.fitting import REFUSED, run_values
+from eqsat.onnx.axes.interface import interface, symbol_values
+from eqsat.onnx.axes.shape_values import evaluate
+from eqsat.onnx.axes.symbolic import constant_value, infer_node
 from eqsat.onnx.windows import WINDOWED
 
 from .annotate import annotate, declare, note_outputs

@@ -11,7 +11,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from eqsat.dims import Mono, SymShape
-from eqsat.onnx.symbolic import constant_shape
+from eqsat.onnx.axes.symbolic import constant_shape
 
 
 class SizeWriter:

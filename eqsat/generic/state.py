@@ -159,7 +159,7 @@ class Rewrite(SizeWriter):
         original's interface ties it to no symbol, and a program correct at every size computes it as the original
         does"""
         self.shape_only: set[str] = set()
-        """the values computed from the shapes alone (:func:`eqsat.onnx.dataflow.shape_only`)"""
+        """the values computed from the shapes alone (:func:`eqsat.onnx.axes.dataflow.shape_only`)"""
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         """value -> the nodes of the program as given that read it"""
         self.alias: dict[str, str] = {}

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 import onnx
 
 from eqsat.dims import Mono, SymShape
-from eqsat.onnx.symbolic import int_values
+from eqsat.onnx.axes.symbolic import int_values
 from eqsat.onnx.windows import WINDOWED, Window
 
 from .state import Rewrite

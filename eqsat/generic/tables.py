@@ -13,7 +13,7 @@ decoder's causal mask and rotary tables: the static program folds them into cons
   value at any size, computes it as the user's does (an ``If``: :mod:`eqsat.generic`). Two axes may be one symbol (``seq x seq``: T5's relative position bias, the top-left block of
   its value at a larger size); the table, of at most :data:`TABLE_ELEMENTS` entries, then covers fewer sizes
   (512 for 4 heads) and is taken only where it covers the sizes a generic result is verified at
-  (:data:`eqsat.onnx.interface.OTHER_PROBES`).
+  (:data:`eqsat.onnx.axes.interface.OTHER_PROBES`).
 
 Both are read off the runs :func:`eqsat.generic.uniform.shape_patterns` makes (the representative sizes and further
 sizes of each symbol), and a prefix table off one more run at the table's size: a value that breaks the pattern
@@ -37,9 +37,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from eqsat.dims import Mono
-from eqsat.onnx.dataflow import prune
+from eqsat.onnx.axes.dataflow import prune
+from eqsat.onnx.axes.interface import OTHER_PROBES, QUIET, shapes_at, zero_feeds
 from eqsat.onnx.footprint import activation_bytes
-from eqsat.onnx.interface import OTHER_PROBES, QUIET, shapes_at, zero_feeds
 from eqsat.onnx.io import session
 
 from .sizes import SizeWriter

@@ -8,7 +8,7 @@
   value, or a GatherND of a value of that grid, at those indices is a Reshape.
 
 Read off runs of the program at the representative sizes and, for each symbol, at the further sizes
-:func:`eqsat.onnx.fitting.further_sizes` names: a value whose shape is not its symbolic shape at some size, or
+:func:`eqsat.onnx.axes.fitting.further_sizes` names: a value whose shape is not its symbolic shape at some size, or
 that breaks the pattern at any, does not have it.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 
 from eqsat.dims import Mono, product
-from eqsat.onnx.fitting import further_sizes
-from eqsat.onnx.interface import QUIET, zero_feeds
+from eqsat.onnx.axes.fitting import further_sizes
+from eqsat.onnx.axes.interface import QUIET, zero_feeds
 from eqsat.onnx.io import session
 
 from .sizes import SizeWriter

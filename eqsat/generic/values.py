@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 
 from eqsat.dims import Mono, SymShape
+from eqsat.onnx.axes.symbolic import int_values
 from eqsat.onnx.pool import array_of
-from eqsat.onnx.symbolic import int_values
 
 from .guards import reads_table
 from .probes import fit, probe

@@ -15,13 +15,13 @@
 * Passes on the whole model, outside the e-graph: routed expert products in their dense form (:mod:`.experts`), a
   mixture of experts' block as onnxruntime's ``MoE`` kernel (:mod:`.moe`); where a model rounds coarsely, so that a
   candidate differing there is left out (:mod:`.rounding`).
-* Dynamic axes: the interface and its representative sizes (:mod:`.interface`), symbols tied to others
-  (:mod:`.tied`), inputs read at their head only (:mod:`.heads`), sizes as monomials of its symbols
-  (:mod:`.symbolic`), the IR's symbolic dimensions at import (:mod:`.dimensions`, reading Reshape targets with
-  :mod:`.targets`), the shape vectors read off the nodes without a run (:mod:`.shape_values`), sizes fitted from
-  runs (:mod:`.fitting`), the values computed from shapes alone and pruning (:mod:`.dataflow`), the Shape
-  computations kept live (:mod:`.live`), the sizes past a constant axis that a model slices to a computed end,
-  verified there too (:mod:`.beyond`), and the branches of a written program's table guards (:mod:`.branches`).
+* Dynamic axes: the interface and its representative sizes (:mod:`.axes.interface`), symbols tied to others
+  (:mod:`.axes.tied`), inputs read at their head only (:mod:`.axes.heads`), sizes as monomials of its symbols
+  (:mod:`.axes.symbolic`), the IR's symbolic dimensions at import (:mod:`.axes.dimensions`, reading Reshape targets with
+  :mod:`.axes.targets`), the shape vectors read off the nodes without a run (:mod:`.axes.shape_values`), sizes fitted from
+  runs (:mod:`.axes.fitting`), the values computed from shapes alone and pruning (:mod:`.axes.dataflow`), the Shape
+  computations kept live (:mod:`.axes.live`), the sizes past a constant axis that a model slices to a computed end,
+  verified there too (:mod:`.axes.beyond`), and the branches of a written program's table guards (:mod:`.axes.branches`).
 
 The shape-generic writer sits above this layer, in :mod:`eqsat.generic`; this layer never imports it: a generic
 import that starts from its forms is given that rewrite as an argument (``import_model(simplify=...)``:

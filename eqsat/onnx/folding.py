@@ -91,7 +91,7 @@ def _fold_key(node: onnx.NodeProto, feeds: Mapping[str, np.ndarray]) -> bytes | 
 @dataclass
 class Walks:
     """What the walks of one model at one set of sizes share (:func:`eqsat.onnx.importer.import_model` walks it up
-    to three times): its live Shapes (:func:`eqsat.onnx.live.live_shapes`) and the folds made."""
+    to three times): its live Shapes (:func:`eqsat.onnx.axes.live.live_shapes`) and the folds made."""
 
     live: set[str]
     folds: dict[bytes, dict[str, np.ndarray] | None] = field(default_factory=dict)

@@ -9,7 +9,7 @@ such sessions alive at once took a 24 GB machine down. :class:`Limit` estimates 
 (:func:`activation_bytes`: the values alive at once as the nodes run in order, their sizes from onnx's shape
 inference at those shapes) and refuses one whose estimate is over its budget, but never the run at the sizes
 tuned at, nor one estimated no larger; where a :class:`Limit` is current (:data:`LIMIT`, set for a run by
-:func:`limited`), :func:`eqsat.onnx.interface.zero_feeds` raises :class:`TooLarge` for such shapes, which every
+:func:`limited`), :func:`eqsat.onnx.axes.interface.zero_feeds` raises :class:`TooLarge` for such shapes, which every
 probe reads as sizes the model cannot run at (a prefix of the model that a probe runs is estimated itself: the
 position ids of 4096 tokens are cheap where the model at 4096 tokens is not), and the check at further sizes
 (:class:`eqsat.verification.ShapesVerifier`) skips them, saying so. What follows from that depends on the memory the

@@ -13,9 +13,9 @@ Overridable initializers stay inputs with their defaults, and declared input/out
 A generic import (dynamic axes kept symbolic) starts from a rewrite of the prepared model where its caller passes
 one (``simplify``: the shape-generic writer's forms, a causal mask as a Trilu and a position or rotary table as a
 Slice of a constant, :func:`eqsat.generic.import_generic`), then keeps the Shape computations that meet the data
-(:mod:`eqsat.onnx.live`); a Reshape whose target such a kept Shape computes (with constants) alone is imported
+(:mod:`eqsat.onnx.axes.live`); a Reshape whose target such a kept Shape computes (with constants) alone is imported
 as a ``reshape`` to the target's value at the representative sizes, as a folded one is (its symbols read off its
-input's, :func:`eqsat.onnx.dimensions.symbolic_target`; the export writes it shape-generic).
+input's, :func:`eqsat.onnx.axes.dimensions.symbolic_target`; the export writes it shape-generic).
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from ..ops.mapping import ImportContext, floats, onnx_attrs
 from ..ops.rotary import computed_halves_repeat, halves_repeat
 from ..ops.rotary_part import tables_repeat
 from . import origins, pool
-from .determinism import check_deterministic
-from .dimensions import (
+from .axes.dimensions import (
     carried,
     fitted_fingerprints,
     input_dims,
@@ -49,11 +48,12 @@ from .dimensions import (
     symbolic_target,
     values_at_fingerprints,
 )
+from .axes.interface import symbol_values
+from .axes.live import live_shapes
+from .determinism import check_deterministic
 from .folding import NONDETERMINISTIC, ModelRuns, Walks, constant_value, dense, dtype_name
 from .forms import repeated_heads
-from .interface import symbol_values
 from .io import check_bfloat16, is_large
-from .live import live_shapes
 from .neutral import kept_operand
 from .patterns import Match, find_composites
 from .prepare import QUANTIZATION, check_loads, check_value_sizes, prepare, removable_pass_through
@@ -262,7 +262,7 @@ class _Importer:
 
     def _fingerprint_values(self, node: onnx.NodeProto) -> None:
         """Keep the small values ``node`` computes where every symbol is at its fingerprint
-        (:func:`eqsat.onnx.dimensions.values_at_fingerprints`), for the shapes that follow them."""
+        (:func:`eqsat.onnx.axes.dimensions.values_at_fingerprints`), for the shapes that follow them."""
         if node.op_type != "Shape" and not any(i in self.fp_values for i in node.input):
             return
         names = [i for i in node.input if i]
@@ -559,7 +559,7 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
                  source: str | None = None, simplify: Simplify | None = None) -> Graph:
     """Import an ONNX model (a ModelProto or a path) into the IR, its dynamic dimensions at ``input_shapes``.
     ``generic``: the program is to work at every size (:mod:`eqsat.generic`): the shape computations that
-    meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.live.live_shapes`). ``source``: how
+    meet the data are kept, not folded at these sizes (:func:`eqsat.onnx.axes.live.live_shapes`). ``source``: how
     messages name the model (default: its path, where a path is given). ``simplify``: a rewrite of the prepared model
     a generic import starts from (:func:`eqsat.generic.import_generic` passes the shape-generic writer's, which sits
     above this layer)."""

@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import InputError, first_line
-from ..onnx.interface import QUIET, shapes_text
+from ..onnx.axes.interface import QUIET, shapes_text
 from ..onnx.io import session
 from .feeds import (
     EDGES,

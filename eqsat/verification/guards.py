@@ -13,8 +13,8 @@ import onnxruntime as ort
 from ..dims import derived_symbols, follow
 from ..errors import first_line
 from ..onnx import footprint
-from ..onnx.branches import guard_bounds, table_guards, taken
-from ..onnx.interface import QUIET, Shapes, shapes_at, symbols
+from ..onnx.axes.branches import guard_bounds, table_guards, taken
+from ..onnx.axes.interface import QUIET, Shapes, shapes_at, symbols
 from ..onnx.io import session
 from .feeds import index_bounds, random_inputs
 from .outputs import compare_outputs
@@ -123,7 +123,7 @@ def _branch_feeds(then_s: ort.InferenceSession, else_s: ort.InferenceSession, se
 
 def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values: Mapping[str, int],
                   seed: int = 0) -> ShapesCheck:
-    """Check the else-branches of ``optimized``'s table guards (:mod:`eqsat.onnx.branches`), which no shape within
+    """Check the else-branches of ``optimized``'s table guards (:mod:`eqsat.onnx.axes.branches`), which no shape within
     the tables runs: for each guard and each symbol of the inputs (``values``: their representative sizes) whose
     size the guard's bound stops (the first size beyond it turns the guard's condition false), the else-branch
     computes the then-branch's values at the last size within the table, and at the first size beyond it runs and

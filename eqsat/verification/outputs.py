@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..onnx.interface import QUIET
+from ..onnx.axes.interface import QUIET
 from ..onnx.io import session
 
 _RTOL = {"float16": 1e-2, "float32": 1e-3, "float64": 1e-7}

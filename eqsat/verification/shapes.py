@@ -12,7 +12,7 @@ import onnxruntime as ort
 
 from ..errors import InputError, first_line
 from ..onnx import footprint
-from ..onnx.interface import QUIET, Shapes, interface_difference
+from ..onnx.axes.interface import QUIET, Shapes, interface_difference
 from ..onnx.io import session
 from .feeds import flags_alternated, index_bounds, random_inputs
 from .outputs import Spread, compare_outputs
@@ -51,7 +51,7 @@ class ShapesVerifier:
         self.original, self.probes, self.seed, self.draws = original, list(probes), seed, draws
         self.near = list(near)
         """(symbol, label, shapes) checked where the original refuses every probe labelled ``symbol=...``
-        (:func:`eqsat.onnx.interface.near_shapes`)"""
+        (:func:`eqsat.onnx.axes.interface.near_shapes`)"""
         self._session: ort.InferenceSession | None = None
         self._screen = Screen(original, len(original.graph.output))
         self._spread = Spread(original)

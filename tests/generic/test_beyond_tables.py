@@ -1,6 +1,6 @@
 """A constant axis sliced to an end the model computes (a table's first ``seq`` rows, a projection's first ``seq``
 columns) is ``min(seq, length)``: a program written from the symbols reads its size as ``seq``, which holds up to the
-length only. The written model is verified past each such length (eqsat.onnx.beyond), so the model eqsat returns
+length only. The written model is verified past each such length (eqsat.onnx.axes.beyond), so the model eqsat returns
 computes what the original computes there too (onnxruntime on both, the oracle), or is the original."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.cli import main
 from eqsat.onnx import session
-from eqsat.onnx.beyond import beyond_shapes, past, sliced_lengths
+from eqsat.onnx.axes.beyond import beyond_shapes, past, sliced_lengths
 
 LENGTH = 300
 """the table's rows: past every size verified by default (1, 37, 256 and 32 at a tuned 16)"""

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.dims import Mono
 from eqsat.generic import Original, make_generic
 from eqsat.generic.values import broadcast_sizes
-from eqsat.onnx.symbolic import infer_node
+from eqsat.onnx.axes.symbolic import infer_node
 
 B, S, C = Mono.symbol("batch"), Mono.symbol("seq"), Mono.const
 VALUES = {"batch": 1, "seq": 6}

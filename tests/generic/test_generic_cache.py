@@ -18,9 +18,9 @@ from eqsat.dims import Mono
 from eqsat.errors import InputError
 from eqsat.generic import import_generic, make_generic
 from eqsat.onnx import export_model, session
-from eqsat.onnx.fitting import fit_vectors
-from eqsat.onnx.interface import derived_symbols, interface, probe_shapes, runnable_values, symbol_values
-from eqsat.onnx.symbolic import concat_length
+from eqsat.onnx.axes.fitting import fit_vectors
+from eqsat.onnx.axes.interface import derived_symbols, interface, probe_shapes, runnable_values, symbol_values
+from eqsat.onnx.axes.symbolic import concat_length
 from eqsat.verification.feeds import random_inputs
 
 SIZES = [(1, 127), (2, 127), (3, 5), (1, 0), (2, 1), (1, 300)]

@@ -22,8 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.dims import Mono
 from eqsat.generic import import_generic, make_generic, simplify_for_import
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.dataflow import prune, shape_only
-from eqsat.onnx.fitting import fit_vectors, run_values
+from eqsat.onnx.axes.dataflow import prune, shape_only
+from eqsat.onnx.axes.fitting import fit_vectors, run_values
 
 SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
 """(batch, seq): the representative shape and 2+ further sizes of each axis"""

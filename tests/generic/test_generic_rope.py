@@ -14,7 +14,7 @@ from rule_cases import choose
 from eqsat.egglog.egraph import EGraph
 from eqsat.generic import import_generic, make_generic
 from eqsat.onnx import export_model, session
-from eqsat.onnx.interface import symbol_values
+from eqsat.onnx.axes.interface import symbol_values
 from eqsat.rules import RuleEngine, by_name
 
 HEADS, D = 3, 8

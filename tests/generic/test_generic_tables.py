@@ -163,7 +163,7 @@ def test_a_dynamic_decoders_generic_and_static_programs_match_the_original(name,
     shapes = {n: (1, 16) for n, _, _ in zoo.SPECS[name].inputs}
     graphs = [import_generic(model, shapes, generic=g) for g in (False, True)]
     # the attention composites are imported as on static shapes (GPT-2's padding mask, flattened from [batch, seq],
-    # keeps its batch axis first: eqsat.onnx.targets)
+    # keeps its batch axis first: eqsat.onnx.axes.targets)
     counts = [collections.Counter(n.op for n in ir.topo_order(list(g.outputs))) for g in graphs]
     assert counts[1]["attention"] == counts[0]["attention"] >= 1, counts
     static = export_model(graphs[0])

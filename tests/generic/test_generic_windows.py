@@ -26,9 +26,9 @@ from onnx import TensorProto, helper, numpy_helper
 from eqsat.dims import Mono
 from eqsat.generic import import_generic, make_generic
 from eqsat.onnx import export_model, session
-from eqsat.onnx.fitting import REFUSED, agrees, fit_sizes, fit_vectors
-from eqsat.onnx.interface import symbol_values
-from eqsat.onnx.targets import reshape_target
+from eqsat.onnx.axes.fitting import REFUSED, agrees, fit_sizes, fit_vectors
+from eqsat.onnx.axes.interface import symbol_values
+from eqsat.onnx.axes.targets import reshape_target
 
 SIDE = 32
 """the side the model is tuned and imported at: one window of 4 of the 4 patches of the last stage"""

@@ -23,7 +23,7 @@ from eqsat.egglog.egraph import EGraph
 from eqsat.errors import ShapeError
 from eqsat.generic import import_generic, make_generic
 from eqsat.onnx import export_model, session
-from eqsat.onnx.interface import symbol_values
+from eqsat.onnx.axes.interface import symbol_values
 from eqsat.ops import heads
 from eqsat.ops.composite import float_bits
 from eqsat.rules import RuleEngine, by_name

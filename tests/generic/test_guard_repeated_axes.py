@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.generic import make_generic
 from eqsat.onnx import session
-from eqsat.onnx.branches import guard_bounds, table_guards
+from eqsat.onnx.axes.branches import guard_bounds, table_guards
 from eqsat.verification import verify_guards, verify_shapes
 
 HEADS, DIM, MID, MAX_POS, SPAN = 2, 4, 4, 32, 8

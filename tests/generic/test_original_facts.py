@@ -15,7 +15,7 @@ from ort_check import assert_symbolic_shapes
 from eqsat.generic import Original, import_generic, make_generic, simplify_for_import
 from eqsat.generic import original as original_module
 from eqsat.onnx import export_model, session
-from eqsat.onnx.interface import symbol_values
+from eqsat.onnx.axes.interface import symbol_values
 
 SHAPES = {"input_ids": (1, 64), "attention_mask": (1, 64)}
 
@@ -59,11 +59,11 @@ def _counted(monkeypatch, original: onnx.ModelProto) -> list[int]:
 
 
 def _runs_only(monkeypatch) -> None:
-    """The writer with no vector decided by the shapes (:mod:`eqsat.onnx.shape_values`, and no Range's length read
+    """The writer with no vector decided by the shapes (:mod:`eqsat.onnx.axes.shape_values`, and no Range's length read
     off its limit): each fitted from runs, as a vector the shapes do not decide is (a size read off a value the data
     computes), which the tests below count."""
     from eqsat.generic import rewrite
-    from eqsat.onnx import symbolic
+    from eqsat.onnx.axes import symbolic
 
     monkeypatch.setattr(original_module, "shape_values", lambda *args, **kwargs: {})
     monkeypatch.setattr(rewrite, "evaluate", lambda *args, **kwargs: None)
@@ -90,7 +90,7 @@ def test_carried_facts_write_the_same_programs_with_fewer_runs_of_the_original(b
 
 @pytest.mark.parametrize("name", ["bert", "llama"])
 def test_vectors_the_shapes_decide_write_the_programs_the_runs_wrote(name, bert, tmp_path, monkeypatch):
-    """The original's small vectors and the program's read off the shapes (:mod:`eqsat.onnx.shape_values`) where
+    """The original's small vectors and the program's read off the shapes (:mod:`eqsat.onnx.axes.shape_values`) where
     each entry is one monomial at every size: the same bytes as each fitted from runs of the original at further
     sizes (the oracle: onnxruntime's values there), with fewer runs of it."""
     model = bert if name == "bert" else zoo.export_dynamic(name, "torchscript", str(tmp_path / f"{name}.onnx"))
@@ -292,7 +292,7 @@ def test_the_original_s_targets_are_read_off_the_runs_that_say_it_runs(monkeypat
     set it), that run of the whole original gives its small values there too: a fit of its Reshape targets runs a
     batch of its own only at the representative sizes (a mixture of experts' targets lie deep in the model, and a
     second run of almost all of it at each size cost 23 s); each entry fitted is onnxruntime's at other sizes."""
-    from eqsat.onnx.fitting import REFUSED
+    from eqsat.onnx.axes.fitting import REFUSED
 
     model = _layers(4)
     values = {"batch": 1, "seq": 6}

@@ -202,10 +202,10 @@ def test_a_value_of_two_sizes_is_no_table_of_one():
 
 
 def test_a_program_right_where_one_size_changes_is_checked_where_both_do():
-    """The check at further sizes (eqsat.onnx.interface.probe_shapes) changes every symbol at once too: a program
+    """The check at further sizes (eqsat.onnx.axes.interface.probe_shapes) changes every symbol at once too: a program
     whose offsets are a table at the length tuned at (4) passes at every size where only one symbol changes, and
     fails where both do (a batch of 2 and 37 tokens)."""
-    from eqsat.onnx.interface import probe_shapes
+    from eqsat.onnx.axes.interface import probe_shapes
     from eqsat.verification import verify_shapes
 
     model = _pooled()
@@ -221,7 +221,7 @@ def test_where_the_original_refuses_both_sizes_changed_it_is_checked_at_twice_th
     """A model that takes lengths of a multiple of 4 only (a Reshape of the ids into rows of 4) refuses a batch of 2
     and 37 tokens: the check then changes both to twice their sizes (a batch of 2, 8 tokens; near_shapes), where
     the program whose offsets are a table at the length tuned at fails."""
-    from eqsat.onnx.interface import near_shapes, probe_shapes
+    from eqsat.onnx.axes.interface import near_shapes, probe_shapes
     from eqsat.verification import ShapesVerifier
 
     def fours(model: onnx.ModelProto) -> onnx.ModelProto:

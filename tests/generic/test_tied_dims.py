@@ -1,4 +1,4 @@
-"""Symbols of the interface tied to others, their names not saying so (eqsat.onnx.tied): a decode step exported with
+"""Symbols of the interface tied to others, their names not saying so (eqsat.onnx.axes.tied): a decode step exported with
 its mask's axis named ``total`` beside the cache's ``past``. Found by runs where onnxruntime runs the original only
 where the tie holds; where it also runs with the mask longer (the mask sliced to the keys), only said, and read when
 the user vouches for it (``--assume-dim``). Oracles: onnxruntime running the original, and the arithmetic."""
@@ -19,7 +19,7 @@ from eqsat.app.config import OptimizeConfig
 from eqsat.app.shaping import Shaping
 from eqsat.errors import InputError
 from eqsat.onnx import session
-from eqsat.onnx.interface import derived_symbols, interface
+from eqsat.onnx.axes.interface import derived_symbols, interface
 
 SHAPES = {"x": (1, 1, HIDDEN), "attention_mask": (1, 128), "past_k": (1, KV_HEADS, 127, DIM),
           "past_v": (1, KV_HEADS, 127, DIM)}

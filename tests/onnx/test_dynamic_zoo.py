@@ -18,7 +18,7 @@ from eqsat import OptimizeConfig, optimize
 from eqsat.dims import Mono
 from eqsat.generic import make_generic
 from eqsat.onnx import session
-from eqsat.onnx.fitting import fit_vectors
+from eqsat.onnx.axes.fitting import fit_vectors
 
 SIZES = [(1, 16), (2, 16), (3, 16), (2, 1), (2, 7), (3, 37)]
 """(batch, seq): the representative shape and 2+ further sizes of each axis"""

@@ -16,8 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.memory import Reading
 from eqsat.onnx import footprint
-from eqsat.onnx.fitting import run_values
-from eqsat.onnx.interface import probe_shapes, zero_feeds
+from eqsat.onnx.axes.fitting import run_values
+from eqsat.onnx.axes.interface import probe_shapes, zero_feeds
 from eqsat.onnx.io import session
 from eqsat.verification import ShapesVerifier
 

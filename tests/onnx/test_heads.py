@@ -1,4 +1,4 @@
-"""Inputs read through a Slice to a tie's first positions (eqsat.onnx.heads): a model written for ``total = past +
+"""Inputs read through a Slice to a tie's first positions (eqsat.onnx.axes.heads): a model written for ``total = past +
 seq`` then computes, with a longer mask, what a model that reads its mask at the keys' positions only computes.
 Oracles: onnxruntime running hand-written models of both kinds."""
 
@@ -9,8 +9,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.onnx import session
-from eqsat.onnx.heads import sliced_heads
-from eqsat.onnx.interface import interface
+from eqsat.onnx.axes.heads import sliced_heads
+from eqsat.onnx.axes.interface import interface
 
 F = TensorProto.FLOAT
 

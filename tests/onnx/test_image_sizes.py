@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from eqsat.app.cli import main
 from eqsat.onnx import session
-from eqsat.onnx.interface import IMAGE_DEFAULT, OTHER_DEFAULT, runnable_values, symbol_values
+from eqsat.onnx.axes.interface import IMAGE_DEFAULT, OTHER_DEFAULT, runnable_values, symbol_values
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

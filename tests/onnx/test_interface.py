@@ -23,10 +23,10 @@ from eqsat.app.pipeline import OptimizeConfig, optimize
 from eqsat.dims import Mono
 from eqsat.generic import make_generic
 from eqsat.onnx import export_model, import_model, session
-from eqsat.onnx.fitting import fit_sizes
-from eqsat.onnx.interface import near_shapes, probe_shapes, shapes_at, symbol_values
-from eqsat.onnx.live import live_shapes
-from eqsat.onnx.targets import reshape_target
+from eqsat.onnx.axes.fitting import fit_sizes
+from eqsat.onnx.axes.interface import near_shapes, probe_shapes, shapes_at, symbol_values
+from eqsat.onnx.axes.live import live_shapes
+from eqsat.onnx.axes.targets import reshape_target
 from eqsat.rules.rule import Rule
 from eqsat.verification import verify_shapes
 

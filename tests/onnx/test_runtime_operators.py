@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.cli import main
 from eqsat.onnx import session
-from eqsat.onnx.interface import zero_feeds
+from eqsat.onnx.axes.interface import zero_feeds
 from eqsat.onnx.reading import load_model
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64

@@ -1,5 +1,5 @@
 """The small integer vectors a dynamic-axes model computes from its shapes, read as monomials of the symbols without
-a run (eqsat.onnx.shape_values): each decided entry is the value onnxruntime computes at other sizes (the oracle),
+a run (eqsat.onnx.axes.shape_values): each decided entry is the value onnxruntime computes at other sizes (the oracle),
 and what is not one monomial at every size (a sum of two sizes, a floor of a quotient, a comparison the sizes
 decide) is left to the runs."""
 
@@ -13,7 +13,7 @@ import zoo
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.dims import Mono
-from eqsat.onnx.shape_values import evaluate, shape_values
+from eqsat.onnx.axes.shape_values import evaluate, shape_values
 
 SIZES = [{"batch": 1, "seq": 16}, {"batch": 2, "seq": 7}, {"batch": 3, "seq": 33}]
 

@@ -15,8 +15,8 @@ from eqsat.dims import Dim, Mono, fp_of, from_mono, reshape_sym, symbol_table, s
 from eqsat.egglog.egraph import EGraph
 from eqsat.generic import import_generic
 from eqsat.onnx import import_model
-from eqsat.onnx.dimensions import symbolic_target
-from eqsat.onnx.interface import shapes_at
+from eqsat.onnx.axes.dimensions import symbolic_target
+from eqsat.onnx.axes.interface import shapes_at
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

@@ -1,7 +1,7 @@
 """The sizes onnx's shape inference leaves unknown where they are products of symbols (a Reshape's ``-1`` over
 ``[batch*seq, 384]``, a Flatten, a Tile or an Expand of a symbolic axis, a Resize, a Range or a ConstantOfShape to
 sizes computed at run time) are given as monomials by
-:func:`eqsat.onnx.symbolic.infer_node`: each checked against the shapes onnxruntime computes at several sizes where
+:func:`eqsat.onnx.axes.symbolic.infer_node`: each checked against the shapes onnxruntime computes at several sizes where
 the symbols vary apart (the oracle), and none given where the sizes do not decide them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.dims import Mono
-from eqsat.onnx.symbolic import infer_node
+from eqsat.onnx.axes.symbolic import infer_node
 
 B, S = Mono.symbol("batch"), Mono.symbol("seq")
 C = Mono.const

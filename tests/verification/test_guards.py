@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.onnx import session
-from eqsat.onnx.branches import guard_bounds, table_guards, taken
+from eqsat.onnx.axes.branches import guard_bounds, table_guards, taken
 from eqsat.verification import verify_guards
 
 BOUND = 8

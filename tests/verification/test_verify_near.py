@@ -1,5 +1,5 @@
 """A shape-generic candidate checked near its tuned size where the original refuses every further size
-(eqsat.verification.ShapesVerifier's ``near``, eqsat.onnx.interface.near_shapes): a traced model that runs between about
+(eqsat.verification.ShapesVerifier's ``near``, eqsat.onnx.axes.interface.near_shapes): a traced model that runs between about
 half and twice its tuned length only (Funnel's TorchScript export: 65 to 254 tokens) refuses the usual further
 lengths (1, 37, 256), and a program that fixed a size computed from the length passed unchecked. The oracle:
 onnxruntime's runs of the original and of the candidate at the sizes named."""
@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.shaping import Shaping
-from eqsat.onnx.interface import near_shapes, probe_shapes
+from eqsat.onnx.axes.interface import near_shapes, probe_shapes
 from eqsat.onnx.io import session
 from eqsat.verification import ShapesVerifier
 

@@ -19,11 +19,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..dims import Mono, follow
-from . import pool
+from ...dims import Mono, follow
+from .. import pool
+from ..io import session
 from .dataflow import prune, unique_name
 from .interface import QUIET, zero_feeds
-from .io import session
 
 POWERS = range(-2, 4)
 """the powers a symbol is tried at in one size"""
@@ -82,7 +82,7 @@ def fit_sizes(base: Sizes, grown: Mapping[str, Probes | None], values: Mapping[s
 
 
 Sums = Mapping[str, Callable[[Mapping[str, int]], int]]
-"""the symbols written as arithmetic of others (``past + 1``: :func:`eqsat.onnx.interface.derived_symbols`): never
+"""the symbols written as arithmetic of others (``past + 1``: :func:`eqsat.onnx.axes.interface.derived_symbols`): never
 varied alone (they follow their symbols), and a size no monomial fits may be one of them"""
 
 

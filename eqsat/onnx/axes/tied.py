@@ -24,7 +24,7 @@ further sizes move it with them, its fingerprint is theirs, and the interface ke
   input axis of ``T`` at its first ``A + B`` positions only (transformers slices its mask to the keys' length): a
   random feed with those axes longer, their tails random or zeros, gives the same outputs bit for bit. The run reads
   the tie, and each written program reads those inputs through a Slice to ``A + B``
-  (:func:`eqsat.onnx.heads.sliced_heads`), so it computes what the original computes with ``T`` longer too; the
+  (:func:`eqsat.onnx.axes.heads.sliced_heads`), so it computes what the original computes with ``T`` longer too; the
   check at further sizes runs both there.
 - assumed (``--assume-dim total=past+seq``, :func:`parse_assumed`, :func:`assumed_ties`): where the original also
   runs with ``T`` otherwise (shorter, or reading the mask's tail), reading the tie would change what the written
@@ -41,8 +41,8 @@ from itertools import combinations
 
 import onnx
 
-from ..dims import Derived, derived_symbols, follow
-from ..errors import InputError
+from ...dims import Derived, derived_symbols, follow
+from ...errors import InputError
 from .interface import batch_symbols, length_symbols, symbols
 
 STEP = 3
@@ -78,7 +78,7 @@ class Ties:
     head: dict[str, str] = field(default_factory=dict)
     """likely ties where the original runs with the symbol longer only, and reads its inputs' axes of that symbol at
     their first (arithmetic) positions only (transformers' mask, sliced to the keys): read so by the run, its programs
-    reading those inputs through a Slice to that length (:func:`eqsat.onnx.heads.sliced_heads`)"""
+    reading those inputs through a Slice to that length (:func:`eqsat.onnx.axes.heads.sliced_heads`)"""
 
 
 def _candidates(target: str, others: list[str], values: Mapping[str, int]) -> Iterator[tuple[str, tuple[str, ...]]]:
@@ -173,7 +173,7 @@ def _cached(runs: Callable[[dict[str, int]], bool]) -> Callable[[dict[str, int]]
 
 def tied_symbols(model: onnx.ModelProto, values: Mapping[str, int], runs: Callable[[dict[str, int]], bool],
                  given: Mapping[str, str] | None = None, reads_head: Callable[[str], bool] | None = None) -> Ties:
-    """The model's length symbols (:func:`eqsat.onnx.interface.length_symbols`) tied to others at ``values`` (their
+    """The model's length symbols (:func:`eqsat.onnx.axes.interface.length_symbols`) tied to others at ``values`` (their
     representative sizes), tried by ``runs`` (whether the original runs at those symbols' sizes); ``given``: ties
     already read (assumed), not tried again, their operands no symbol to tie; ``reads_head``: whether the original
     reads a symbol's axes at their first ``values[symbol]`` positions only (run where it runs with the symbol longer

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..dims import Mono, product
+from ...dims import Mono, product
 
 
 def _groups(sizes_in: list[int], sizes_out: list[int]) -> list[tuple[list[int], list[int]]] | None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import onnx
 
-from .external import infer_shapes_aside
-from .io import is_large
+from ..external import infer_shapes_aside
+from ..io import is_large
 
 SHAPE_SLOTS = {("Reshape", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4)}
 """(operator, input index) where a shape computation is rewritten shape-generic on export, when the value reshaped

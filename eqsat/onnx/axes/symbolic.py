@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper, shape_inference
 
 from eqsat.dims import Mono, SymShape, product
 
-from .windows import pooled, rounds_up
+from ..windows import pooled, rounds_up
 
 
 def _type_proto(elem: int, shape: SymShape | None, keys: dict[str, Mono]) -> onnx.TypeProto:
@@ -58,7 +58,7 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
     """(element type, symbolic shape) of each output of ``node``, from its inputs' (``shapes``, ``types``; the
     small integer ``constants`` by value), by onnx's shape inference on a one-node model. Outputs it cannot type
     are left out. ``sums``: the interface's symbols that are sums of others (``past + 1``:
-    :func:`eqsat.onnx.interface.derived_symbols`), which a Concat's axis may be (a cache's past and its new
+    :func:`eqsat.onnx.axes.interface.derived_symbols`), which a Concat's axis may be (a cache's past and its new
     entries). ``vectors``: the int64 size vectors whose entries are known as monomials (a Reshape target computed
     from the inputs' shapes), which the operators of :data:`COMPLETED` read as a constant one."""
     keys: dict[str, Mono] = {}
@@ -91,7 +91,7 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
             done = COMPLETED[node.op_type](node, shapes, _Sizes(constants, vectors or {}))
             if done is not None and (shape is None or len(shape) == len(done)):
                 out[node.output[0]] = (elem, done if shape is None else [a or b for a, b in zip(shape, done)])
-    if rounds_up(node) and node.output[0] in out:  # onnxruntime's lengths, not onnx's (:mod:`.windows`)
+    if rounds_up(node) and node.output[0] in out:  # onnxruntime's lengths, not onnx's (:mod:`..windows`)
         elem, shape = out[node.output[0]]
         dims = shapes.get(node.input[0])
         sizes = [int(d.value({})) for d in dims if d is not None and d.is_const] if dims is not None else []

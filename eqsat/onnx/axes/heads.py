@@ -3,7 +3,7 @@ also runs with a longer ``total``, reading its mask at the keys' positions only 
 
 A program written for the tie (onnxruntime's ``Attention`` over a mask of ``past + seq`` positions) refuses, or
 reads differently, a longer mask. Read through a ``Slice`` of each such input to the tie's first positions, it
-computes what the original computes wherever the original reads only those (:attr:`eqsat.onnx.tied.Ties.head`,
+computes what the original computes wherever the original reads only those (:attr:`eqsat.onnx.axes.tied.Ties.head`,
 found by runs; the check at further sizes runs both with the symbol longer). The interface keeps the user's names
 and sizes; where the tie holds the Slice copies a mask of a few hundred integers.
 """
@@ -17,8 +17,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..subgraphs import defined_names, rename_outer, subgraphs
 from .interface import symbols
-from .subgraphs import defined_names, rename_outer, subgraphs
 
 MIN_OPSET = 10
 """the first opset whose Slice reads its bounds as inputs"""

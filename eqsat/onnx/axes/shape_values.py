@@ -3,7 +3,7 @@ from ``Shape`` entries, a Slice's bound, the ``Where(Equal(t, -1), 1, t)`` torch
 monomials of the interface's symbols, read off the model's nodes without running it.
 
 The shape-generic writer needs these vectors' entries at every size (:class:`eqsat.generic.original.Original`):
-runs of the original at further sizes fit them (:func:`eqsat.onnx.fitting.fit_vectors`), which for a 30-layer
+runs of the original at further sizes fit them (:func:`eqsat.onnx.axes.fitting.fit_vectors`), which for a 30-layer
 decoder of 650 MB is twenty runs of the whole model. Most are shape arithmetic onnx's shape inference types: each
 value's shape is inferred over the whole model with the symbols as ``dim_param``\\ s (its data propagation carries
 them through the Reshapes), and the vectors are then evaluated from those shapes and the constants, node by node,
@@ -24,8 +24,8 @@ from onnx import numpy_helper
 from eqsat.dims import Mono
 from eqsat.ops.mapping import onnx_attrs
 
-from .external import infer_shapes_aside
-from .folding import constant_value
+from ..external import infer_shapes_aside
+from ..folding import constant_value
 from .interface import symbols
 from .symbolic import constant_value as symbolic_constant
 from .symbolic import infer_node
@@ -262,7 +262,7 @@ def _evaluated(node: onnx.NodeProto, vals: dict[str, Vector], shapes: Shapes) ->
 
 def _declared_symbols(model: onnx.ModelProto) -> tuple[onnx.ModelProto, set[str]]:
     """A copy of ``model``'s interface for the inference: each dynamic input axis a ``dim_param`` named by its
-    symbol (:func:`eqsat.onnx.interface.symbols`: a declared name, or ``INPUT:AXIS`` for an unnamed one)."""
+    symbol (:func:`eqsat.onnx.axes.interface.symbols`: a declared name, or ``INPUT:AXIS`` for an unnamed one)."""
     found = symbols(model)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -298,7 +298,7 @@ def shape_values(model: onnx.ModelProto, sums: Mapping[str, Callable[[Mapping[st
     """The main graph's integer values of at most :data:`LONGEST` entries whose every entry is one monomial of
     the interface's symbols at every size, with their entries (a scalar as one), read without a run: each value's
     shape from onnx's inference over the whole model (``infer``), and where it left a size unknown (a Reshape's
-    ``-1`` among symbols) from :func:`eqsat.onnx.symbolic.infer_node` node by node, which reads the vectors
+    ``-1`` among symbols) from :func:`eqsat.onnx.axes.symbolic.infer_node` node by node, which reads the vectors
     evaluated so far as constants; the vectors evaluated from those shapes and the constants. ``sums``: the
     interface's symbols that are sums of others (:func:`eqsat.dims.derived_symbols`)."""
     declared, syms = _declared_symbols(model)

@@ -1,7 +1,7 @@
 """The sizes past the constant axes a model slices to an end it computes at run time: a position table's first
 ``seq`` rows, ``h[..., :seq]`` over a projection's 512 columns. A program written from the symbols reads such a
 slice's size as the symbol, which holds up to the axis' length only (past it the slice stops at the length), and the
-sizes verified by default (:func:`eqsat.onnx.interface.probe_values`: 1, 37, 256, ...) may all lie below it; so a
+sizes verified by default (:func:`eqsat.onnx.axes.interface.probe_values`: 1, 37, 256, ...) may all lie below it; so a
 written program is also verified past each such length (:func:`beyond_shapes`), where the original runs."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Mapping
 import onnx
 from onnx import numpy_helper
 
-from ..dims import derived_symbols, follow
-from .external import infer_shapes_aside
+from ...dims import derived_symbols, follow
+from ..external import infer_shapes_aside
 from .interface import Shapes, batch_symbols, probe_values, shapes_at, symbols
 from .shape_values import shape_values
 from .symbolic import constant_value
@@ -36,7 +36,7 @@ def past(length: int) -> int:
 def sliced_lengths(model: onnx.ModelProto) -> list[int]:
     """The lengths (above 1) of the constant axes the model's top-level Slices cut at an end computed at run time
     that the sizes may move (not a constant, nor a vector whose entries are constants at every size: Phi-3's fused
-    projections split at ``hidden`` computed from a Shape, :func:`eqsat.onnx.shape_values.shape_values`), sorted;
+    projections split at ``hidden`` computed from a Shape, :func:`eqsat.onnx.axes.shape_values.shape_values`), sorted;
     axes sized by onnx's shape inference over the model (none where it fails)."""
     try:
         inferred = infer_shapes_aside(model, strict_mode=False)

@@ -24,11 +24,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..dims import derived_symbols, follow
-from ..errors import InputError
-from . import footprint
-from .folding import indices_read
-from .io import session
+from ...dims import derived_symbols, follow
+from ...errors import InputError
+from .. import footprint
+from ..folding import indices_read
+from ..io import session
 
 BATCH_DEFAULT = 1
 """the representative value of a batch-like symbol (a ``dim_param`` named like a batch, or an unnamed axis 0)"""
@@ -280,7 +280,7 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     it at 1 (a decode step traced at one new token, which runs at a sequence of 1 only; not a table added whole,
     broadcast at 1, nor a short table that a user sizes: ``--input-shape``); where none runs either, one length
     symbol at one more than another's with the rest at 1, or at the sum of two others' defaults (a decode step's mask
-    over the cache and the new tokens, its length named apart: :mod:`eqsat.onnx.tied` then reads the tie); whether it
+    over the cache and the new tokens, its length named apart: :mod:`eqsat.onnx.axes.tied` then reads the tie); whether it
     ran at one: False where it never did, True where it did or nothing was tried (no such symbol, or the model does not load: the importer names what is wrong with it))."""
     derived = derived_symbols(list(values))
     syms = symbols(model)

@@ -3,7 +3,7 @@ targets of its reshapes and the shapes of its opaque operators.
 
 A reshape's target is folded to numbers at the representative sizes (its ``Shape`` computations, its ``0`` and
 ``-1``): :func:`symbolic_target` reads which symbols each target dimension is off the input's symbolic shape
-(:func:`eqsat.onnx.targets.reshape_target`, the same reading the shape-generic writer makes), so that the
+(:func:`eqsat.onnx.axes.targets.reshape_target`, the same reading the shape-generic writer makes), so that the
 reshape of ``[batch, seq, 768]`` to ``[batch*seq, 768]`` stays symbolic; a size no monomial fits (an audio model's
 frames) is a symbol of its own there. An opaque operator's output shapes are inferred again at its inputs'
 fingerprints (:func:`opaque_fingerprints`), with the small values computed from shapes taken where every symbol is at
@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from ..dims import (
+from ...dims import (
     Dim,
     Mono,
     combine,
@@ -32,17 +32,17 @@ from ..dims import (
     is_symbolic,
     volume_fp,
 )
-from ..ir import Node
+from ...ir import Node
+from ..folding import ModelRuns
+from ..subgraphs import subgraphs
+from ..windows import pooled, rounds_up
 from .fitting import fit_runs, run_values
-from .folding import ModelRuns
-from .subgraphs import subgraphs
 from .targets import leading, reshape_target
-from .windows import pooled, rounds_up
 
 
 def input_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> tuple[int, ...]:
     """An input's shape at the sizes ``dims``, each dynamic dimension the symbol it is (its ``dim_param``, or
-    ``INPUT:AXIS`` for an unnamed one: :func:`eqsat.onnx.interface.symbols`' names)."""
+    ``INPUT:AXIS`` for an unnamed one: :func:`eqsat.onnx.axes.interface.symbols`' names)."""
     out: list[int] = []
     for k, (d, size) in enumerate(zip(vi.type.tensor_type.shape.dim, dims)):
         if d.HasField("dim_value") and d.dim_value > 0:
@@ -59,7 +59,7 @@ def symbolic_target(shape: Sequence[int], target: Sequence[int]) -> tuple[int, .
     A dimension that is no monomial of the symbols (an audio model's frames, a floor of a quotient of the samples
     through strided convolutions) is read as a symbol of its own, so that the symbols beside it are not lost
     (``[frames, batch, 384]`` to ``[frames*batch, 384]``); where a symbol at 1 could go with either of two axes, it
-    goes as networks write it (:func:`eqsat.onnx.targets.leading`: with the rows, not the features)."""
+    goes as networks write it (:func:`eqsat.onnx.axes.targets.leading`: with the rows, not the features)."""
     monos: list[Mono] = []
     sizes: dict[str, int] = {}
     fps: dict[str, int] = {}
@@ -154,7 +154,7 @@ def opaque_fingerprints(runs: ModelRuns, node: onnx.NodeProto, names: list[str],
             out.append(None)
         else:
             out.append(tuple(int(d.dim_value) for d in tt.shape.dim))
-    if out and out[0] is not None and rounds_up(node):  # onnxruntime's lengths, not onnx's (:mod:`.windows`)
+    if out and out[0] is not None and rounds_up(node):  # onnxruntime's lengths, not onnx's (:mod:`..windows`)
         lengths = pooled(node, fps[0][0])
         out[0] = tuple(lengths) if lengths is not None else None
     return out
@@ -232,7 +232,7 @@ def _floored(node: onnx.NodeProto, feeds: Mapping[str, np.ndarray], names: Seque
 def fitted_fingerprints(model: onnx.ModelProto, names: list[str], values: Mapping[str, int]
                         ) -> dict[str, tuple[int, ...]]:
     """The shapes of the values ``names`` at the fingerprints, read off runs of ``model`` at ``values`` and at
-    further sizes of each symbol (:func:`eqsat.onnx.fitting.fit_runs`): for the opaque operators whose shapes
+    further sizes of each symbol (:func:`eqsat.onnx.axes.fitting.fit_runs`): for the opaque operators whose shapes
     follow the data (an ``Expand`` or a ``Reshape`` to a size computed from ``Shape``), which shape inference
     cannot give. A value with an axis no monomial explains is left out."""
     fitted = fit_runs(run_values(model, names, shapes=True), values, derived_symbols(list(values)))
