@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import onnx
 
-from eqsat import dims, memory
 from eqsat import extract as extractors
+from eqsat import memory
 from eqsat.blocks import DEFAULT_MIN_COPIES, DEFAULT_MIN_COVER, DEFAULT_MIN_WEIGHTS, Blocks, Rest, find_blocks
 from eqsat.cost import CostModel, costs_by_op, graph_cost, make, node_costs
 from eqsat.cost.measure import timing_until
@@ -28,7 +28,6 @@ from eqsat.decode import build_program
 from eqsat.egglog.egraph import EGraph
 from eqsat.errors import InputError, first_line
 from eqsat.extract import Extraction
-from eqsat.generic import carried as original_facts
 from eqsat.generic import import_generic
 from eqsat.ir import Graph
 from eqsat.mcts import DEFAULT_NODE_LIMIT, NODE_LIMIT_FACTOR, SearchConfig, SearchReport, run_scheduler
@@ -38,7 +37,7 @@ from eqsat.measurement.decision import returned as decide
 from eqsat.measurement.decision import timed as to_time
 from eqsat.measurement.runtimes import Program
 from eqsat.measurement.torch_run import check_runnable
-from eqsat.onnx import export_model, footprint, load_model, pool
+from eqsat.onnx import export_model, footprint, load_model
 from eqsat.onnx.experts import as_gathers
 from eqsat.onnx.metadata import with_metadata
 from eqsat.rules.rule import Rule
@@ -60,6 +59,7 @@ from .report import (
     VerificationReport,
 )
 from .result import Result
+from .scope import RunScope
 from .selection import (
     Built,
     Extracted,
@@ -199,17 +199,12 @@ def optimize(model: onnx.ModelProto | Graph | str | bytes, config: OptimizeConfi
     against it.
 
     ``extra_rules`` join the configured rule set (tests inject rules this way). Raises InputError for an
-    unusable config before any work, VerificationError when the optimized model does not match. Every
-    onnxruntime session of the run reads the weights from one pool (:mod:`eqsat.onnx.pool`), its symbolic
-    dimensions are numbered in a table of its own (:func:`eqsat.dims.symbol_table`), its runs at sizes whose
-    memory would not fit are left out (:mod:`eqsat.onnx.footprint`), and what the import's shape-generic rewrite of
-    the model learnt is read by every candidate's (:func:`eqsat.generic.original.carried`)."""
+    unusable config before any work, VerificationError when the optimized model does not match. The run's own
+    state (its weight pool, symbol table, runs' memory limit and what the import's rewrite learnt of the model) is
+    one :class:`~eqsat.app.scope.RunScope`, current while it runs."""
     model, config = api_arguments(model, config)  # InputErrors for arguments of the wrong kind; validated
-    # the run's symbolic dimensions in a table of its own (eqsat.dims.symbol_table); an IR graph given was imported
-    # in the caller's table, where its Dims are read
-    symbols = contextlib.nullcontext() if isinstance(model, Graph) else dims.symbol_table()
-    with pool.pooled(), symbols, footprint.limited(), original_facts():
-        return _optimize(model, config, progress or (lambda _msg: None), extra_rules)
+    with RunScope.entered(own_symbols=not isinstance(model, Graph)) as scope:
+        return _optimize(model, config, progress or (lambda _msg: None), extra_rules, scope)
 
 
 @dataclass
@@ -257,13 +252,14 @@ class Checked:
 
 class Run:
     """One optimization: its configuration (updated by the import: the sizes tuned at, the share of the time
-    limit a run with repeated blocks keeps), its progress, its phase timer and the run's weight pool, whose memory
+    limit a run with repeated blocks keeps), its progress, its phase timer and the run's weight pool (its
+    :class:`~eqsat.app.scope.RunScope`'s), whose memory
     it gives back when the run ends (:meth:`released`). :func:`optimize` calls its steps in order:
     :meth:`imported` -> :meth:`searched` -> :meth:`checked` -> :meth:`result`."""
 
-    def __init__(self, config: OptimizeConfig, say: Progress, extra_rules: Sequence[Rule] = ()):
+    def __init__(self, config: OptimizeConfig, say: Progress, scope: RunScope, extra_rules: Sequence[Rule] = ()):
         self.config, self.say, self.extra_rules, self.timer = config, say, extra_rules, PhaseTimer()
-        self.weights = pool.current()
+        self.weights = scope.weights
         self.whole_limit = config.search.time_limit
         """--time-limit, for the whole model, less the import (:func:`after_import`): what the search leaves, the
         gate may use"""
@@ -442,8 +438,8 @@ class Run:
 
 
 def _optimize(model: onnx.ModelProto | Graph | str, config: OptimizeConfig, say: Progress,
-              extra_rules: Sequence[Rule]) -> Result:
-    run = Run(config, say, extra_rules)
+              extra_rules: Sequence[Rule], scope: RunScope) -> Result:
+    run = Run(config, say, scope, extra_rules)
     with run.released():
         imported = run.imported(model)
         found = run.searched(imported)

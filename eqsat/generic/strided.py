@@ -10,7 +10,9 @@ such size of a program written for the user is an **opaque symbol** (:meth:`.sta
 read at run time off the value it sizes) that also carries its arithmetic of the symbols (:attr:`.state.Fits.formulas`),
 so its size at any sizes of the interface follows without a run (:func:`opaque_at`); a size an axis' own plus a
 constant is kept as that pair (:attr:`.state.Fits.offsets`), so a Slice that takes back what a Conv's padding added
-gives the Conv's input axis itself, and an Add of the two lines up. Before this, each candidate's writer ran
+gives the Conv's input axis itself, and an Add of the two lines up. A count the program computes as data from the
+shapes (torch's dynamo writes the frames so) is read as such a symbol where the two agree at every size probed
+(:func:`computed`). Before this, each candidate's writer ran
 prefixes of it at several sizes to fit these sizes (46 runs a candidate of a HuBERT export); the verification at
 further sizes stays the independent check of what is written."""
 
@@ -224,12 +226,16 @@ def computed(w: Rewrite, name: str) -> list[Mono] | None:
 
 def _agree(w: Rewrite, at: Callable[[Mapping[str, int]], int | None], symbol: str) -> bool:
     """Whether ``at`` (a size computed as data) equals the opaque ``symbol``'s size wherever that is a length (at
-    least 1), each symbol of the interface moved in turn over :data:`PROBES` consecutive sizes and a sweep of
-    multiples of its representative size; False where fewer than half the probes are lengths."""
+    least 1), each symbol of the interface moved in turn over :data:`PROBES` consecutive sizes, a sweep of
+    multiples of its representative size and its doublings up to 2**24 times it (a count capped far above the
+    sizes tuned at, ``min(frames, 4096)``, is not the frames); False where fewer than half the probes are
+    lengths."""
     compared = 0
     for s, base in w.values.items():
         start = max(1, base - PROBES // 4)
-        for v in [*range(start, start + PROBES), *(base * k // 8 + j for k in range(1, 33) for j in range(3))]:
+        far = (max(base, 1) << k for k in range(1, 25))  # a cap on the count (a Min) far above the sizes tuned at
+        for v in [*range(start, start + PROBES), *(base * k // 8 + j for k in range(1, 33) for j in range(3)),
+                  *(f + j for f in far for j in range(3))]:
             sizes = opaque_at(w, follow({**w.values, s: max(v, 1)}, w.sums))
             if sizes is None:
                 return False
