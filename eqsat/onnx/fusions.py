@@ -29,10 +29,12 @@ defeats it. The predicates state the constraints the code reads:
 * :data:`BIAS_PRODUCERS`: the producers whose bias :data:`MATMUL_ADD` and :data:`CONV_ADD` fold in. Read by
   :mod:`eqsat.onnx.neutral` (``DENSE``: whose zero bias it drops).
 
-The rules between a fused kernel and a spelling that stays unfused (``rules/ours/spelling.py``:
-:data:`SKIP_LAYER_NORM` and the ``Sum`` that defeats it) and the operator table's emitters (:mod:`eqsat.ops`,
-below this layer: their docstrings name the entries) hold these facts as egglog queries and ONNX writers;
-``tests/onnx/test_fusions.py`` checks that they agree with the table.
+The rules between a fused kernel and a spelling that stays unfused (``rules/ours/spelling.py``: ``addnorm``, which
+:data:`SKIP_LAYER_NORM` fuses, and ``layernorm(ewsum(a, b))``, whose ``Sum`` defeats it) relate operators of the
+table; the operator table's emitters (:mod:`eqsat.ops`, below this layer: their docstrings name the entries) write
+them in these spellings, and ``tests/onnx/test_fusions.py`` checks each emitter against the table and onnxruntime
+(``addnorm`` fused, ``ewsum`` the defeating ``Sum``). Where the fusion's input constraints do not hold (an
+``addnorm`` of rank 2), onnxruntime runs both sides unfused, and the operator timing prices them so.
 
 Not fused on the CPU, so not here: tanh-GELU (GPT-2's form), the rotary embedding, an activation after a MatMul.
 
