@@ -19,7 +19,7 @@ from eqsat.onnx.axes.targets import leading, reshape_target
 
 from .keys import Key
 from .state import Rewrite, RunKey
-from .strided import computed, opaque_at
+from .strided import opaque_at
 
 PREFETCH_AFTER = 1.0
 """the import's rewrite fits the original's small vectors in one batch (:func:`fit_pending`) once the runs of the
@@ -98,23 +98,14 @@ def vectors_read(w: Rewrite, node: onnx.NodeProto) -> dict[int, list[Mono]]:
     if all(o in inferred and small_vector(w, o, *inferred[o]) for o in outs) \
             and not any(o in w.outputs() for o in outs):
         return {}
-    fit_pending(w, [node.input[k] for k in read])
+    fit_pending(w)
     return {k: monos for k in read if (monos := w.fits.vectors.get(node.input[k])) is not None}
 
 
-def fit_pending(w: Rewrite, wanted: Iterable[str] = ()) -> None:
-    """The entries of the pending shape vectors as monomials: in a program written for the user, first those that
-    are sizes typed by their arithmetic (:func:`.strided.computed`: no run), and where the vectors ``wanted`` are
-    then known, the others left pending; the rest read off runs of the program so far at several sizes
-    (:func:`eqsat.onnx.axes.fitting.fit_vectors`)."""
+def fit_pending(w: Rewrite) -> None:
+    """The entries of the pending shape vectors as monomials, read off runs of the program so far at several
+    sizes (:func:`eqsat.onnx.axes.fitting.fit_vectors`)."""
     names, w.fits.pending = w.fits.pending, []
-    for name in names:  # in the order written: a vector read off others known just before
-        w.fits.vectors[name] = computed(w, name) or w.fits.vectors.get(name)
-    names = [name for name in names if w.fits.vectors.get(name) is None]
-    wanted = list(wanted)
-    if wanted and all(w.fits.vectors.get(name) is not None for name in wanted):
-        w.fits.pending = names  # (a later reader of one of them fits it)
-        return
     if not names:
         return
     if w.of_original and not w.fits.prefetched and w.fits.ran >= PREFETCH_AFTER * len(w.original.graph.node):

@@ -10,9 +10,7 @@ such size of a program written for the user is an **opaque symbol** (:meth:`.sta
 read at run time off the value it sizes) that also carries its arithmetic of the symbols (:attr:`.state.Fits.formulas`),
 so its size at any sizes of the interface follows without a run (:func:`opaque_at`); a size an axis' own plus a
 constant is kept as that pair (:attr:`.state.Fits.offsets`), so a Slice that takes back what a Conv's padding added
-gives the Conv's input axis itself, and an Add of the two lines up. A count the program computes as data from the
-shapes (torch's dynamo writes the frames so) is read as such a symbol where the two agree at every size probed
-(:func:`computed`). Before this, each candidate's writer ran
+gives the Conv's input axis itself, and an Add of the two lines up. Before this, each candidate's writer ran
 prefixes of it at several sizes to fit these sizes (46 runs a candidate of a HuBERT export); the verification at
 further sizes stays the independent check of what is written."""
 
@@ -22,21 +20,13 @@ from collections.abc import Callable, Mapping
 
 import onnx
 
-from eqsat.dims import Mono, SymShape, follow
-from eqsat.onnx.axes.shape_values import evaluate
+from eqsat.dims import Mono, SymShape
 from eqsat.onnx.axes.symbolic import int_values
 from eqsat.onnx.windows import WINDOWED, Window
 
 from .state import Rewrite
 
 INT64_MAX = 2**63 - 1
-
-PROBES = 384
-"""consecutive sizes of each symbol (from a quarter of them below its representative size), beside a coarse sweep
-of its multiples, at which a size a program computes as data must equal a window's for the two to be one symbol
-(:func:`computed`): an audio front-end's total stride is a few hundred samples, and two floors of quotients that
-agree over a whole period and the sweep are taken to agree everywhere (the verification at further sizes checks
-what is written)"""
 
 
 def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], int] | None:
@@ -170,81 +160,4 @@ def opaque_at(w: Rewrite, at: Mapping[str, int]) -> dict[str, int] | None:
     return out
 
 
-class _At(Mapping[str, "list[Mono | None] | None"]):
-    """Shapes (or size vectors) of symbolic entries read at the sizes ``at``: each entry a constant there, None
-    where it reads a symbol ``at`` does not hold."""
-
-    def __init__(self, of: Mapping[str, SymShape | list[Mono] | None], at: Mapping[str, int]):
-        self.of, self.at = of, at
-
-    def __getitem__(self, name: str) -> list[Mono | None] | None:
-        got = self.of[name]
-        if got is None:
-            return None
-        return [None if d is None or any(s not in self.at for s, _ in d.powers) else Mono.const(d.value(self.at))
-                for d in got]
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(self.of)
-
-    def __len__(self) -> int:
-        return len(self.of)
-
-
-def computed(w: Rewrite, name: str) -> list[Mono] | None:
-    """The entries of ``name``, a small integer vector the program computes from the shapes, where they are sizes
-    typed by their arithmetic (in a program written for the user only; None elsewhere, and where they are not: they
-    are then fitted from runs):
-
-    - each entry a monomial of the interface's symbols and of the opaque symbols of strided windows (:func:`typed`),
-      read off the shapes and the vectors known (:func:`eqsat.onnx.axes.shape_values.evaluate`): a Concat of such
-      sizes;
-    - an integer scalar (or a vector of one entry) computed as data (torch's dynamo writes an audio front-end's
-      frames so: ``((samples // 80 - 3) // 2 - 1) // 2 + 1``) that equals a strided window's opaque symbol at every
-      size probed (:data:`PROBES`): that symbol. A Range to it then has that window's length, and an axis of one
-      lines up with the other."""
-    if not w.final or not w.fits.formulas:
-        return None
-    entries = evaluate(name, w.made.get, w.sized, w.known, w.shapes)
-    if entries is not None and all(s in w.values or s in w.fits.formulas for m in entries for s, _ in m.powers):
-        return entries
-
-    def at(sizes: Mapping[str, int]) -> int | None:
-        got = evaluate(name, w.made.get, _At(w.sized, sizes), w.known, _At(w.shapes, sizes))
-        if got is None or len(got) != 1 or not got[0].is_const or got[0].coef.denominator != 1:
-            return None
-        return int(got[0].coef)
-
-    here = at(w.sizes_at)
-    if here is None:
-        return None
-    for symbol in w.fits.formulas:
-        if w.fits.opaque.get(symbol) == here and _agree(w, at, symbol):
-            return [Mono.symbol(symbol)]
-    return None
-
-
-def _agree(w: Rewrite, at: Callable[[Mapping[str, int]], int | None], symbol: str) -> bool:
-    """Whether ``at`` (a size computed as data) equals the opaque ``symbol``'s size wherever that is a length (at
-    least 1), each symbol of the interface moved in turn over :data:`PROBES` consecutive sizes, a sweep of
-    multiples of its representative size and its doublings up to 2**24 times it (a count capped far above the
-    sizes tuned at, ``min(frames, 4096)``, is not the frames); False where fewer than half the probes are
-    lengths."""
-    compared = 0
-    for s, base in w.values.items():
-        start = max(1, base - PROBES // 4)
-        far = (max(base, 1) << k for k in range(1, 25))  # a cap on the count (a Min) far above the sizes tuned at
-        for v in [*range(start, start + PROBES), *(base * k // 8 + j for k in range(1, 33) for j in range(3)),
-                  *(f + j for f in far for j in range(3))]:
-            sizes = opaque_at(w, follow({**w.values, s: max(v, 1)}, w.sums))
-            if sizes is None:
-                return False
-            if sizes[symbol] < 1:
-                continue
-            compared += 1
-            if at(sizes) != sizes[symbol]:
-                return False
-    return compared >= PROBES * len(w.values) // 2
-
-
-__all__ = ["PROBES", "computed", "opaque_at", "typed", "window"]
+__all__ = ["opaque_at", "typed", "window"]

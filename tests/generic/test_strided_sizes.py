@@ -13,7 +13,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import windowed_rows
 
-from eqsat.app import shaping
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.generic import original as original_facts
@@ -85,12 +84,10 @@ def test_a_window_whose_length_follows_onnxruntimes_own_rules_is_not_typed(op, a
     assert window(_Shapes(), node, 0) is None  # type: ignore[arg-type]
 
 
-def _front_end(positions: bool = False) -> onnx.ModelProto:
+def _front_end() -> onnx.ModelProto:
     """Two strided Convs over the samples, a position Conv padded to one frame more and sliced back, added, and the
     frames' rows through a MatMul and back to ``[batch, frames, 8]`` (a target computed from the Shape, as
-    exporters write it). ``positions``: each frame's index added to its features first, the frames counted as
-    data off the samples' Shape, as torch's dynamo writes them, in a spelling of its own (``((samples - 5) // 5 -
-    1) // 2``, the Convs' ``((samples - 10) // 5 + 1 - 3) // 2 + 1``), and a Range to them."""
+    exporters write it)."""
     rng = np.random.default_rng(0)
     w = {"k1": (8, 1, 10), "k2": (8, 8, 3), "kp": (8, 8, 4), "m": (8, 8)}
     inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n) for n, s in w.items()]
@@ -102,21 +99,8 @@ def _front_end(positions: bool = False) -> onnx.ModelProto:
              helper.make_node("Conv", ["c2", "kp"], ["cp"], kernel_shape=[4], pads=[2, 2]),
              helper.make_node("Slice", ["cp", "s0", "e1", "a2"], ["sp"]),
              helper.make_node("Add", ["c2", "sp"], ["h"]),
-             helper.make_node("Transpose", ["h"], ["t" if not positions else "t0"], perm=[0, 2, 1])]
-    if positions:
-        inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
-                  (("m5", -5), ("five", 5), ("m1", -1), ("two", 2), ("zero", 0), ("one", 1), ("a02", [0, 2]))]
-        nodes += [helper.make_node("Shape", ["x"], ["xs"], start=2),
-                  helper.make_node("Squeeze", ["xs"], ["n"]),
-                  helper.make_node("Add", ["n", "m5"], ["n1"]),
-                  helper.make_node("Div", ["n1", "five"], ["n2"]),
-                  helper.make_node("Add", ["n2", "m1"], ["n3"]),
-                  helper.make_node("Div", ["n3", "two"], ["frames"]),
-                  helper.make_node("Range", ["zero", "frames", "one"], ["ids"]),
-                  helper.make_node("Cast", ["ids"], ["idf"], to=TensorProto.FLOAT),
-                  helper.make_node("Unsqueeze", ["idf", "a02"], ["pos"]),
-                  helper.make_node("Add", ["t0", "pos"], ["t"])]
-    nodes += [helper.make_node("Reshape", ["t", "rows"], ["flat"]),
+             helper.make_node("Transpose", ["h"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["t", "rows"], ["flat"]),
              helper.make_node("MatMul", ["flat", "m"], ["mm"]),
              helper.make_node("Shape", ["t"], ["ts"]),
              helper.make_node("Gather", ["ts", "i0"], ["b"], axis=0),
@@ -129,42 +113,30 @@ def _front_end(positions: bool = False) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=OPSET)
 
 
-@pytest.mark.parametrize("positions", [False, True], ids=["frames", "frames-counted-as-data"])
-def test_a_front_ends_frames_are_written_for_every_length_without_a_run_of_the_program(monkeypatch, positions):
+def test_a_front_ends_frames_are_written_for_every_length_without_a_run_of_the_program(monkeypatch):
     """No prefix of a written program is run to fit the frames (before: one fit of the front end and one of the
-    position embedding's slice, each a batch of runs, for every candidate; with the frames also counted as data
-    and a Range to them, a fit of the count and of the Range's length); the program matches the original at
-    lengths and batches it was not tuned at. (The import's own rewrite of the original, once per model, fits the
-    count off runs of the original: counted apart.)"""
+    position embedding's slice, each a batch of runs, for every candidate); the program matches the original at
+    lengths and batches it was not tuned at."""
     asked: list[tuple[str, ...]] = []
-    writing: list[bool] = []
     real_runs_of, real_run_values = original_facts.Original.runs_of, probes.run_values
-    real_make_generic = shaping.make_generic
 
     def runs_of(self, model, names, keys, shapes):
         def counted():
-            if writing:
-                asked.append(tuple(names))
+            asked.append(tuple(names))
             return model()
         return real_runs_of(self, counted, names, keys, shapes)
 
     def run_values(model, names, shapes, whole=False):
-        if writing:
-            asked.append(tuple(names))
+        asked.append(tuple(names))
         return real_run_values(model, names, shapes, whole)
-
-    def make_generic(*args, **kwargs):  # a candidate written for the user: from here on, runs count
-        writing.append(True)
-        return real_make_generic(*args, **kwargs)
 
     monkeypatch.setattr(original_facts.Original, "runs_of", runs_of)
     monkeypatch.setattr(probes, "run_values", run_values)
-    monkeypatch.setattr(shaping, "make_generic", make_generic)
-    original = _front_end(positions)
+    original = _front_end()
     config = OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
                                input_shapes={"x": (1, 1, 4000)})
     result = optimize(original, config)
-    assert writing and asked == [], asked
+    assert asked == [], asked
     rng = np.random.default_rng(1)
     want_s, got_s = _session(original), _session(result.optimized)
     for batch, samples in ((1, 4000), (1, 4011), (2, 16003), (3, 257), (1, 9999)):
