@@ -167,3 +167,54 @@ def test_a_floor_window_tuned_at_a_size_its_stride_does_not_divide_is_written_fo
         x = rng.standard_normal((batch, 1, n)).astype(np.float32)
         (want,), (got,) = want_s.run(None, {"x": x}), got_s.run(None, {"x": x})
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+HUBERT_STACK = [(10, 5)] + [(3, 2)] * 4 + [(2, 2)] * 2
+"""(kernel, stride) of an audio front end's Convs as HuBERT's: ``(samples - 400) // 320 + 1`` frames"""
+
+
+def _guarded_mean(guard: str) -> onnx.ModelProto:
+    """An audio front end (:data:`HUBERT_STACK`, 4 channels), its last 3 frames dropped (``[..., :-3]``: no frame
+    left below 1360 samples, where the model still runs), summed over the frames and divided by their count read off
+    the Shape and guarded against 0 (``guard``: ``max``, ``max(len, 1)``; ``where``, ``Where(len == 0, 1, len)``):
+    a mean over lengths as models write it."""
+    rng = np.random.default_rng(3)
+    inits, nodes, x = [], [], "x"
+    for k, (kernel, stride) in enumerate(HUBERT_STACK):
+        inits.append(numpy_helper.from_array((rng.standard_normal((4, 1 if k == 0 else 4, kernel)) * 0.3)
+                                             .astype(np.float32), f"k{k}"))
+        nodes.append(helper.make_node("Conv", [x, f"k{k}"], [f"c{k}"], kernel_shape=[kernel], strides=[stride]))
+        x = f"c{k}"
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("s0", [0]), ("e3", [-3]), ("a2", [2]), ("zero", 0), ("one", 1), ("i2", [2]))]
+    nodes += [helper.make_node("Slice", [x, "s0", "e3", "a2"], ["kept"]),
+              helper.make_node("ReduceSum", ["kept", "i2"], ["total"], keepdims=0),
+              helper.make_node("Shape", ["kept"], ["ks"], start=2, end=3),
+              helper.make_node("Squeeze", ["ks"], ["n"])]
+    if guard == "max":
+        nodes.append(helper.make_node("Max", ["n", "one"], ["count"]))
+    else:
+        nodes += [helper.make_node("Equal", ["n", "zero"], ["empty"]),
+                  helper.make_node("Where", ["empty", "one", "n"], ["count"])]
+    nodes += [helper.make_node("Cast", ["count"], ["countf"], to=TensorProto.FLOAT),
+              helper.make_node("Div", ["total", "countf"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [
+        "batch", 1, "samples"])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+@pytest.mark.parametrize("guard", ["max", "where"])
+def test_a_count_of_frames_that_can_be_zero_keeps_its_guard(guard):
+    """The count of frames left after a Slice is 0 at 400-1359 samples, where the original divides by its guard's 1;
+    the written program must too (a count typed as at least 1 divides 0 by 0 there: NaN), at sizes the
+    verification's own (1, 37, 256 samples: refused by the original; 4000 and beyond: frames left) never reach."""
+    original = _guarded_mean(guard)
+    result = optimize(original, OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
+                                                  input_shapes={"x": (1, 1, 4000)}))
+    want_s, got_s = _session(original), _session(result.optimized)
+    rng = np.random.default_rng(4)
+    for batch, n in ((1, 400), (1, 1000), (2, 1359), (1, 1360), (3, 4000), (1, 9999)):
+        x = rng.standard_normal((batch, 1, n)).astype(np.float32)
+        (want,), (got,) = want_s.run(None, {"x": x}), got_s.run(None, {"x": x})
+        assert np.isfinite(got).all() == np.isfinite(want).all(), (guard, batch, n)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
