@@ -216,7 +216,7 @@ class Shaping:
             how = (", ".join(f"{s} at {tied[s]}" for s in self.resized) + ", where it runs (a length of the others' "
                    "arithmetic), the others at their defaults")
         elif not ones:
-            how = ("the nearest halving or doubling at which it runs with outputs of length 8 or more (the others "
+            how = ("the nearest halving or doubling at which it runs, one with outputs of length 8 or more where one runs (the others "
                    "back at their defaults where it runs there)")
         else:
             how = (f"{ones[0]} at 1, where it runs with its outputs' sizes following it (a step of one new token), "
