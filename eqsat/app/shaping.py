@@ -41,6 +41,7 @@ from eqsat.onnx.axes.interface import (
     symbol_values,
     symbols,
 )
+from eqsat.onnx.axes.smallest import smallest_shapes
 from eqsat.onnx.axes.tied import Ties, assumed_ties, assumed_values, expression_names, tied_symbols
 from eqsat.onnx.io import session
 from eqsat.onnx.prepare import check_input_sizes
@@ -138,6 +139,10 @@ class Shaping:
     beyond: list[tuple[str, Shapes]] | None = field(default=None, repr=False)
     """the shapes just past the constant axes the original slices to an end it computes (:mod:`eqsat.onnx.axes.beyond`),
     verified at too: read once, at the first :meth:`check`"""
+    smallest: list[tuple[str, Shapes]] | None = field(default=None, repr=False)
+    """the shapes at the smallest size the original runs at, for a symbol the default sizes verified all lie below
+    (:mod:`eqsat.onnx.axes.smallest`: a front end's one frame), verified at too: read once, at the first
+    :meth:`check`"""
     written_from: onnx.ModelProto | None = field(default=None, repr=False)
     """where the import rewrote the original before reading it (a mixture of experts' products written dense:
     :func:`eqsat.app.pipeline.rewritten_import_phase`), that program: the writer reads the sizes it fits off its
@@ -377,7 +382,10 @@ class Shaping:
         probes = probe_shapes(self.original, self.values)
         if self.beyond is None:
             self.beyond = beyond_shapes(self.original, self.values)
-        probes += [p for p in [*self.also, *self.wider, *self._off_ties(), *self.beyond] if p[0] not in dict(probes)]
+        if self.smallest is None:
+            self.smallest = smallest_shapes(self.original, self.values)
+        probes += [p for p in [*self.also, *self.wider, *self._off_ties(), *self.beyond, *self.smallest]
+                   if p[0] not in dict(probes)]
         near = near_shapes(self.original, self.values)
         if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed \
                 or self.checks.probes != probes or self.checks.near != near:

@@ -12,7 +12,8 @@ verification share about the axes a user's model leaves dynamic.
 - The Shape computations: which values are computed from shapes alone, and pruning (:mod:`.dataflow`), which
   must stay in the program (:mod:`.live`).
 - Checks of a written program: the branches of its table guards as models of their own (:mod:`.branches`), the
-  sizes past each constant axis the original slices to a computed end (:mod:`.beyond`).
+  sizes past each constant axis the original slices to a computed end (:mod:`.beyond`), the smallest size the
+  original runs at where the default sizes all lie below it (:mod:`.smallest`: a front end's one frame).
 
 Part of the ONNX layer (:mod:`eqsat.onnx`): these modules import the layer's others (reading, running, folding),
 and the layer's importer reads them.
