@@ -44,6 +44,19 @@ def outputs_match(original: onnx.ModelProto | str, optimized: onnx.ModelProto | 
     return True
 
 
+def assert_same_at(original: onnx.ModelProto, optimized: onnx.ModelProto, sizes: list[dict[str, tuple[int, ...]]],
+                   seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """``optimized`` gives ``original``'s outputs, of the same shapes and within ``rtol`` and ``atol``, on one seeded
+    random input at each of ``sizes`` (input name -> shape; the others at 1 where dynamic)."""
+    a, b = _session(original), _session(optimized)
+    rng = np.random.default_rng(seed)
+    for shapes in sizes:
+        feeds = _feeds(a, rng, shapes)
+        for want, got in zip(a.run(None, feeds), b.run(None, feeds)):
+            assert got.shape == want.shape, (shapes, got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=str(shapes))
+
+
 def assert_symbolic_shapes(model: onnx.ModelProto, shapes: dict, runs: list[tuple[dict[str, int], dict]]) -> None:
     """Each value of ``model`` named in ``shapes`` (name -> its sizes as monomials of the symbols, ``.value(at)``)
     has those sizes in onnxruntime at each run's symbol values ``at``, fed ``feeds`` (``runs``: (at, feeds))."""
