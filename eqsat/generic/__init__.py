@@ -25,7 +25,8 @@ monomials of the symbols (:mod:`eqsat.onnx.axes.symbolic`), and what each pass l
 1. **annotate** (:mod:`.annotate`): the original's interface declared, its inputs' shapes read as symbols;
 2. **probes** (:mod:`.probes`): the values computed from the shapes alone, those the data reads, and the small
    constants the original computes from its shapes (read off runs of the original at further sizes, once per
-   model: :mod:`.original`);
+   model: :mod:`.original`); a table of the sizes that the candidate holds folded and that changes with them (a
+   rotary table over an image's patch grid) computed by a copy of the original's nodes (:mod:`.recompute`);
 3. **the walk** (:func:`.rewrite.write_node`): each node in order, through the passes that take it:
 
    - **Gemm forms** (:mod:`.gemm`): a MatMul by a constant and its bias a Gemm between two Reshapes;

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 import onnx
@@ -208,11 +208,13 @@ def source_graph(w: Rewrite) -> onnx.GraphProto | None:
     return graph
 
 
-def copy_original(w: Rewrite, user: str) -> tuple[list[onnx.NodeProto], str] | None:
+def copy_original(w: Rewrite, user: str, within: Collection[str] | None = None
+                  ) -> tuple[list[onnx.NodeProto], str] | None:
     """The original's nodes computing its value ``user`` (at the written program's opset), copied under fresh
-    names, and the value's new name; None where the original cannot be read at that opset. The initializers
-    they read are the program's own where it holds one of the same name and values (an embedding read for its
-    shape), else copied, once for every chain."""
+    names, and the value's new name; None where the original cannot be read at that opset, or where the chain
+    holds a node computing a value not ``within`` (where given: the data a size is read off, which only a
+    ``Shape`` read from the inputs' shapes spares). The initializers they read are the program's own where it holds
+    one of the same name and values (an embedding read for its shape), else copied, once for every chain."""
     g = source_graph(w)
     if g is None:
         return None
@@ -226,6 +228,8 @@ def copy_original(w: Rewrite, user: str) -> tuple[list[onnx.NodeProto], str] | N
                 rename[node.output[0]], written = _in_branch(w, sizes)
                 sized += written
                 continue
+            if within is not None and any(o not in within for o in node.output if o):
+                return None
             chain.append(node)
             needed.update(i for i in [*node.input, *implicit_inputs(node)] if i)
     for name in sorted(needed & set(inits)):

@@ -25,6 +25,7 @@ from onnx import numpy_helper
 
 from eqsat.dims import Mono, SymShape, derived_symbols
 from eqsat.errors import first_line
+from eqsat.onnx.axes.dataflow import data_free, shape_only
 from eqsat.onnx.axes.fitting import REFUSED, Sizes, fit_runs, fit_vectors, run_values
 from eqsat.onnx.axes.interface import shapes_at, symbols
 from eqsat.onnx.axes.shape_values import shape_values
@@ -122,6 +123,9 @@ class Original:
         self.shapes: dict[str, list[Mono]] = {}
         """the symbolic shapes of the original's values as a rewrite of the original itself knew them (each size a
         monomial of the symbols), read by the next one instead of runs (:func:`.probes.fit`)"""
+        self.varying: dict[str, frozenset[int] | None] = {}
+        """the original's values computed from its sizes alone, each with the axes whose size changes with them
+        where it changes (another size or other entries), None where it does not (:func:`.recompute.varying`)"""
         self.probed = 0
         """the runs of programs so far (:meth:`runs_of`) made, and those read from earlier rewrites' runs"""
         self.reread = 0
@@ -162,6 +166,18 @@ class Original:
     def computed(self) -> frozenset[str]:
         """The values the original's nodes compute."""
         return frozenset(o for n in self.model.graph.node for o in n.output if o)
+
+    @functools.cached_property
+    def sized(self) -> frozenset[str]:
+        """The values the original computes from its sizes alone (an ``If`` on a size among them:
+        :func:`eqsat.onnx.axes.dataflow.shape_only`)."""
+        return frozenset(shape_only(self.model, branches=True))
+
+    @functools.cached_property
+    def data_free(self) -> frozenset[str]:
+        """The values the original computes without the data: :attr:`sized`'s and its constants
+        (:func:`eqsat.onnx.axes.dataflow.data_free`)."""
+        return frozenset(data_free(self.model))
 
     @functools.cached_property
     def constants(self) -> dict[str, list[int]]:

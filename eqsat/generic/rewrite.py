@@ -22,6 +22,7 @@ from .gemm import bias_add, consumers, write_gemm
 from .guards import guard_tables
 from .original import Original
 from .probes import boundary, folded_sizes, small_vector, vectors_read
+from .recompute import recomputed
 from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_end, split_rows
 from .state import Forms, Rewrite
 from .strided import typed
@@ -136,6 +137,8 @@ def _run(w: Rewrite) -> Generic:
     w.readers = consumers(w.model)
     w.fits.folded = folded_sizes(w) if w.every_form else {}
     w.fits.vectors.update(w.fits.folded)
+    for node in recomputed(w):  # the original's chains of the sizes' tables the candidate holds folded
+        _written(w, node)
     deadline = _DEADLINE.get()
     for node in list(g.node):
         if deadline is not None and time.monotonic() > deadline:
@@ -228,6 +231,12 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
     for k, monos in vectors.items():
         if node.input[k] in w.fits.vectors:  # not rewritten above: written from the symbols
             node.input[k] = w.vector(monos, w.shapes.get(node.input[k]) == [])
+    _written(w, node)
+
+
+def _written(w: Rewrite, node: onnx.NodeProto) -> None:
+    """``node`` appended to the program written, the shapes and element types of what it computes inferred."""
+    standard = node.domain in ("", "ai.onnx")
     w.nodes.append(node)
     w.made.update((o, node) for o in node.output if o)
     inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums, w.sized)

@@ -214,12 +214,13 @@ class Rewrite(SizeWriter):
         for axis, size in enumerate(sizes):
             d = dims[axis] if dims is not None else None
             if d is None:
-                d = self._split_ones(name, axis) or self._opaque_symbol(name, axis, size)
+                d = self._split_ones(name, axis) or self.opaque_symbol(name, axis, size)
             out.append(d)
         self.shapes[name] = out
         return out
 
-    def _opaque_symbol(self, name: str, axis: int, size: int) -> Mono:
+    def opaque_symbol(self, name: str, axis: int, size: int) -> Mono:
+        """The opaque symbol of ``name``'s ``axis`` (:meth:`opaque_shape`), of representative size ``size``."""
         symbol = f"{name}@{axis}"
         self.places.setdefault(symbol, (name, axis))
         self.fits.opaque[symbol] = size

@@ -19,6 +19,8 @@ from collections.abc import Iterable
 
 import onnx
 
+from eqsat.onnx.subgraphs import implicit_inputs
+
 SHAPE_READERS = frozenset({"Shape", "Size"})
 """operators that read only their input's shape"""
 
@@ -27,24 +29,37 @@ UNFOLDABLE = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", 
 """operators whose output is not a function of their inputs"""
 
 
-def shape_only(model: onnx.ModelProto) -> set[str]:
+def shape_only(model: onnx.ModelProto, branches: bool = False) -> set[str]:
     """The main graph's values computed from the shapes of other values (``Shape``, ``Size``) and constants (or values
     computed from constants alone) only, never from the data: their values at every size are functions of the
-    sizes. Only the standard domain's operators without subgraphs count."""
+    sizes. Only the standard domain's operators count; ``branches``: those with subgraphs too (an ``If`` on a
+    size, whose branches read such values only), else none with a subgraph."""
+    return _without_data(model, branches)[0]
+
+
+def data_free(model: onnx.ModelProto) -> set[str]:
+    """The main graph's values that no node computes from the data: :func:`shape_only`'s (its ``branches``
+    included) and the constants, those computed from constants alone among them."""
+    sized, constant = _without_data(model, True)
+    return sized | constant
+
+
+def _without_data(model: onnx.ModelProto, branches: bool) -> tuple[set[str], set[str]]:
+    """(:func:`shape_only`'s values, the constants and the values computed from constants alone)."""
     g = model.graph
     constant = {t.name for t in g.initializer} - {vi.name for vi in g.input}
     out: set[str] = set()
     for node in g.node:
-        standard = node.domain in ("", "ai.onnx") and node.op_type not in UNFOLDABLE \
-            and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-        inputs = [i for i in node.input if i]
+        nested = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+        standard = node.domain in ("", "ai.onnx") and node.op_type not in UNFOLDABLE and (branches or not nested)
+        inputs = [i for i in [*node.input, *(implicit_inputs(node) if nested else [])] if i]
         if standard and node.op_type in SHAPE_READERS:
             out.update(o for o in node.output if o)
         elif standard and inputs and all(i in out or i in constant for i in inputs) and any(i in out for i in inputs):
             out.update(o for o in node.output if o)
         elif standard and ((not inputs and node.op_type == "Constant") or (inputs and all(i in constant for i in inputs))):
             constant.update(o for o in node.output if o)  # a constant, or computed from constants alone
-    return out
+    return out, constant
 
 
 def prune(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -100,4 +115,4 @@ def unique_name(name: str, taken: set[str]) -> str:
     return out
 
 
-__all__ = ["unique_name", "SHAPE_READERS", "UNFOLDABLE", "needed", "prune", "shape_only"]
+__all__ = ["unique_name", "SHAPE_READERS", "UNFOLDABLE", "needed", "prune", "data_free", "shape_only"]

@@ -329,12 +329,7 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool,
     ``whole``: the model's outputs computed too (not returned): a run of every node, which fails where the model
     refuses the sizes, not only where the nodes ``names`` depend on do; a value asked that holds no integers (a
     mask's ``-inf``) is given as no entries (``[]``)."""
-    weights = pool.current()
-    if weights is not None:  # a copy referring to the pool for its weights (the session reads them there)
-        probe = weights.slim(model)
-    else:
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
+    probe = _copy(model)
     asked = names
     if shapes:  # each value's Shape asked, not the value: a large one freed once read (not kept to the run's end)
         taken = {o for n in probe.graph.node for o in n.output} | {vi.name for vi in probe.graph.input} \
@@ -360,4 +355,37 @@ def run_values(model: onnx.ModelProto, names: list[str], shapes: bool,
     return run
 
 
-__all__ = ["ABOVE_AT_MOST", "POWERS", "REFUSED", "Probes", "above", "agrees", "multiples", "Sums", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_values"]
+def run_arrays(model: onnx.ModelProto, names: list[str]) -> Callable[[Mapping[str, int]], list[np.ndarray] | None]:
+    """A run of ``model`` (one session, built once, of the nodes ``names`` depend on, as written: nothing folded)
+    on :func:`~.interface.zero_feeds` giving the values ``names``; None at sizes onnxruntime cannot run it at (or
+    whose memory would not fit). For values computed from the sizes alone (a rotary table over an image's patch
+    grid), which the zeros do not change."""
+    probe = _copy(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    prune(probe)
+    sess: list[ort.InferenceSession] = []
+
+    def run(at: Mapping[str, int]) -> list[np.ndarray] | None:
+        try:
+            if not sess:
+                sess.append(session(probe, optimized=False))
+            return [np.asarray(r) for r in sess[0].run(None, zero_feeds(model, at), QUIET)]
+        except Exception:  # noqa: BLE001 - sizes it cannot run at (or a model it cannot load)
+            return None
+
+    return run
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` to run, referring to the run's weight pool for its weights where there is one (the
+    session reads them there)."""
+    weights = pool.current()
+    if weights is not None:
+        return weights.slim(model)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    return probe
+
+
+__all__ = ["ABOVE_AT_MOST", "POWERS", "REFUSED", "Probes", "above", "agrees", "multiples", "Sums", "fit_runs", "fit_sizes", "fit_vectors", "further_sizes", "run_arrays", "run_values"]

@@ -447,26 +447,36 @@ def probe_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tupl
     ``batch=2,seq=37``; the second where the original refuses it: :func:`near_shapes`): a value computed from two
     sizes (CLIP's pooled rows, ``Range(batch) * seq``) that a program fixed at one of them is right wherever only
     one changes."""
-    out: list[tuple[str, Shapes]] = []
+    return [(label, shapes_at(model, at)) for label, at in probe_sizes(model, values)]
+
+
+def probe_sizes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """(label, the symbols' sizes) of :func:`probe_shapes`: the sizes a shape-generic result is verified at."""
+    out: list[tuple[str, dict[str, int]]] = []
     syms = symbols(model)
     derived = derived_symbols(list(syms))
     free = {sym: _batch(sym, places) for sym, places in syms.items() if sym not in derived}  # (the others follow)
     for sym, batch in free.items():
         for v in probe_values(values[sym], batch):
-            out.append((f"{sym}={v}", shapes_at(model, follow({**values, sym: v}, derived))))
-    return out + _joint_shapes(model, values)[:1]
+            out.append((f"{sym}={v}", follow({**values, sym: v}, derived)))
+    return out + _joint_sizes(model, values)[:1]
 
 
 def _joint_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, Shapes]]:
     """(label, shapes) of each of :func:`joint_values` of the model's free symbols; none where fewer than two are
     free."""
+    return [(label, shapes_at(model, at)) for label, at in _joint_sizes(model, values)]
+
+
+def _joint_sizes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """(label, the symbols' sizes) of :func:`_joint_shapes`."""
     syms = symbols(model)
     derived = derived_symbols(list(syms))
     free = {sym: _batch(sym, places) for sym, places in syms.items() if sym not in derived}
     if len(free) < 2:
         return []
     joints = joint_values({sym: values[sym] for sym in free}, {sym for sym, batch in free.items() if batch})
-    return [(joint_label(j), shapes_at(model, follow({**values, **j}, derived))) for j in joints]
+    return [(joint_label(j), follow({**values, **j}, derived)) for j in joints]
 
 
 def joint_label(joint: Mapping[str, int]) -> str:
@@ -525,5 +535,5 @@ def near_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tuple
 
 
 __all__ = ["BATCH_DEFAULT", "batch_symbols", "NEAR", "near_shapes", "BATCH_PROBES", "IMAGE_DEFAULT", "default_value", "is_image_side", "MAX_DEFAULT", "MIN_DEFAULT", "QUIET", "OTHER_DEFAULT", "OTHER_PROBES", "Port", "Shapes", "derived_symbols", "interface", "length_symbols", "short_outputs",
-           "interface_difference", "is_batch_like", "joint_label", "joint_values", "probe_shapes", "probe_values",
+           "interface_difference", "is_batch_like", "joint_label", "joint_values", "probe_shapes", "probe_sizes", "probe_values",
            "runnable_values", "shapes_at", "symbol_values", "symbols", "zero_feeds"]

@@ -14,6 +14,7 @@ import onnx
 
 from ..external import infer_shapes_aside
 from ..io import is_large
+from ..subgraphs import implicit_inputs
 
 SHAPE_SLOTS = {("Reshape", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4)}
 """(operator, input index) where a shape computation is rewritten shape-generic on export, when the value reshaped
@@ -37,7 +38,9 @@ def _symbolic_dims(model: onnx.ModelProto) -> dict[str, list[bool]]:
 def live_shapes(model: onnx.ModelProto) -> set[str]:
     """The outputs of the main graph's ``Shape`` nodes that read a dynamic dimension and whose values reach the
     data (a node that also reads a value computed from the inputs, on a slot other than :data:`SHAPE_SLOTS`) or an
-    output of the graph (ViTMAE's mask of the patches kept, computed from the shapes alone)."""
+    output of the graph (ViTMAE's mask of the patches kept, computed from the shapes alone); a value a node's
+    subgraph reads reaches that node's outputs (DINOv3's rotary table over the patch grid, passed through an ``If``
+    on its size that TorchScript writes: folded, the table was the tuned image's at every size)."""
     g = model.graph
     inits = {t.name for t in g.initializer}
     inputs = {vi.name for vi in g.input if vi.name not in inits}
@@ -45,7 +48,7 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
         return set()
     data = set(inputs)
     for node in g.node:  # in order: what the inputs' values flow into (Shape reads no values)
-        if node.op_type not in ("Shape", "Size") and any(i in data for i in node.input):
+        if node.op_type not in ("Shape", "Size") and any(i in data for i in [*node.input, *implicit_inputs(node)]):
             data.update(o for o in node.output if o)
     shapes = [n for n in g.node if n.op_type == "Shape" and n.domain in ("", "ai.onnx")]
     if not shapes:
@@ -55,6 +58,8 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
     for node in g.node:
         for k, i in enumerate(node.input):
             consumers.setdefault(i, []).append((node, k))
+        for i in implicit_inputs(node):  # read inside a branch (an If on a size whose branches read the table)
+            consumers.setdefault(i, []).append((node, -1))
 
     outputs = {o.name for o in g.output}
 
@@ -70,7 +75,8 @@ def live_shapes(model: onnx.ModelProto) -> set[str]:
             for user, k in consumers.get(frontier.pop(), []):
                 if (user.op_type, k) in SHAPE_SLOTS and user.input[0] in data:
                     continue  # sizes a Reshape or bounds a Slice of the data: rewritten generic on export
-                if any(i in data for j, i in enumerate(user.input) if j != k):
+                if any(i in data for j, i in enumerate(user.input) if j != k) \
+                        or any(i in data for i in implicit_inputs(user)):
                     return True
                 for o in user.output:
                     if o in outputs:

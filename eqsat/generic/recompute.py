@@ -1,0 +1,84 @@
+"""Values the original computes from its sizes alone that a candidate holds as constants, computed again as the
+original computes them.
+
+The import folds what the original computes from its inputs' shapes at the representative sizes (the e-graph's
+program is static). The patterns of :mod:`.values` write most such values back for any size (a causal mask, a
+prefix of a position table); one that follows none is a constant of the candidate under the original's name, right
+at the representative sizes only. DINOv3's rotary tables are one: the angles of each patch's row and column,
+``(arange(h // 16) + 0.5) / (h // 16)`` over the patch grid, every entry different at another image side, and the
+grid no prefix of a larger one. Such a constant, where a run of the original's own nodes shows its value to change
+at a size the written program is verified at (:func:`~eqsat.onnx.axes.interface.probe_sizes`; one run of those
+nodes a size, once per model: :attr:`.original.Original.varying`), is computed by a copy of the original's nodes
+(:func:`.guards.copy_original`: a ``Shape`` of a value whose symbolic shape the import knew read from the inputs'
+shapes). Its readers read the copy. The value is the original's at every size; what it costs is the few nodes of
+its chain, run on sizes and small tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from eqsat.dims import Mono
+from eqsat.onnx.axes.fitting import run_arrays
+from eqsat.onnx.axes.interface import probe_sizes
+
+from .guards import copy_original
+from .original import Original
+from .state import Rewrite
+
+
+def varying(facts: Original, names: list[str]) -> dict[str, frozenset[int]]:
+    """Those of ``names`` (values the original computes from its sizes alone) whose value at some size of
+    :func:`~eqsat.onnx.axes.interface.probe_sizes` is not their value at the representative sizes (another shape,
+    other entries), each with the axes whose size changes; each asked once per model."""
+    ask = [n for n in names if n not in facts.varying]
+    if ask:
+        run = run_arrays(facts.model, ask)
+        base = run(facts.values)
+        moved: dict[str, set[int]] = {}
+        for _, at in probe_sizes(facts.model, facts.values) if base is not None else []:
+            got = run(at)
+            for name, a, b in zip(ask, base or [], got or []):
+                if a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+                    moved.setdefault(name, set()).update(
+                        k for k in range(a.ndim) if a.ndim != b.ndim or a.shape[k] != b.shape[k])
+        for name in ask:  # (the original not run at its own sizes: kept as the candidate has it, for the check)
+            facts.varying[name] = frozenset(moved[name]) if name in moved else None
+    return {n: axes for n in names if (axes := facts.varying[n]) is not None}
+
+
+def recomputed(w: Rewrite) -> list[onnx.NodeProto]:
+    """The copies of the original's nodes computing each constant of the candidate that stands for a value the
+    original computes from its sizes and that changes with them (:func:`varying`), the candidate's readers of the
+    constant reading the copy from now on (:attr:`.state.Rewrite.alias`); in a program written for the user only.
+    Each axis of the copy whose size changes is an opaque symbol (:meth:`.state.Rewrite.opaque_shape`: read off the
+    copy where a size needs it), the others constants. A constant of another shape than the original's value (a
+    slice the import wrote in its place) is left."""
+    if not w.final:
+        return []
+    read = {i for n in w.model.graph.node for i in n.input}
+    tensors = {t.name: t for t in w.model.graph.initializer
+               if t.name in w.facts.sized and t.name in read and not _small(t)
+               and tuple(t.dims) == w.facts.static.get(t.name)}
+    out: list[onnx.NodeProto] = []
+    for name, axes in varying(w.facts, list(tensors)).items():
+        chain = copy_original(w, name, within=w.facts.data_free)
+        if chain is None:  # (read off the data, or the original not read at the program's opset: the check decides)
+            continue
+        nodes, value = chain
+        out += nodes
+        w.alias[name] = value
+        dims = list(tensors[name].dims)
+        w.shapes[value] = [w.opaque_symbol(value, k, n) if k in axes else Mono.const(n) for k, n in enumerate(dims)]
+        w.types[value] = tensors[name].data_type
+    return out
+
+
+def _small(t: onnx.TensorProto) -> bool:
+    """Whether ``t`` is an integer scalar or vector of at most 8 entries: a size, a Reshape target or a Slice's
+    bounds, which the writer's own passes write from the symbols (:mod:`.reshapes`, :mod:`.sizes`)."""
+    return t.data_type in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and len(t.dims) <= 1 \
+        and (not t.dims or t.dims[0] <= 8)
+
+
+__all__ = ["recomputed", "varying"]
