@@ -15,7 +15,6 @@ from eqsat.onnx.axes.fitting import REFUSED, run_values
 from eqsat.onnx.axes.interface import interface, symbol_values
 from eqsat.onnx.axes.shape_values import evaluate
 from eqsat.onnx.axes.symbolic import constant_value, infer_node
-from eqsat.onnx.windows import WINDOWED
 
 from .annotate import annotate, declare, note_outputs
 from .gemm import bias_add, consumers, write_gemm
@@ -25,7 +24,7 @@ from .probes import boundary, folded_sizes, small_vector, vectors_read
 from .recompute import recomputed
 from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_end, split_rows
 from .state import Forms, Rewrite
-from .strided import typed
+from .strided import TYPED, typed
 from .uniform import flat_gather, grid_gather
 from .values import (
     BROADCASTING,
@@ -246,8 +245,8 @@ def _written(w: Rewrite, node: onnx.NodeProto) -> None:
             if standard and w.final and (node.op_type in BROADCASTING or node.op_type == "MatMul") and shape is not None \
                     and None in shape:
                 shape = broadcast_sizes(w, node, shape)
-            if out == node.output[0] and standard and w.final and node.op_type in WINDOWED | {"Slice"}:
-                shape = typed(w, node, shape)  # a strided window's or a constant drop's size: its arithmetic
+            if out == node.output[0] and standard and w.final and node.op_type in TYPED:
+                shape = typed(w, node, shape)  # a strided window's, a constant drop's or a join's: its arithmetic
             w.types.setdefault(out, elem)
             w.shapes.setdefault(out, shape)
         if small_vector(w, out):

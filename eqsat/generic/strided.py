@@ -28,6 +28,9 @@ from .state import Rewrite
 
 INT64_MAX = 2**63 - 1
 
+TYPED = WINDOWED | {"Slice", "Concat"}
+"""the operators whose output sizes :func:`typed` reads off their arithmetic"""
+
 
 def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], int] | None:
     """A Conv's or pooling's output length along its spatial axis ``spatial`` (0 for the first after the channels)
@@ -42,9 +45,9 @@ def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], in
     return None if found is None else found.length(spatial)
 
 
-def _dropped(w: Rewrite, node: onnx.NodeProto, axis: int) -> int | None:
-    """The constant a Slice adds to ``axis``' size (a negative count), where it slices that axis by a step of 1 from a
-    constant start at or after 0 to a constant end before the axis' end (negative) or to its end; None otherwise."""
+def _bounds(w: Rewrite, node: onnx.NodeProto, axis: int) -> tuple[int, int, int] | None:
+    """A Slice's constant (start, end, step) along ``axis`` (``(0, INT64_MAX, 1)`` where it does not slice it); None
+    where one of them is not a constant."""
     consts = [w.constants.get(node.input[k]) if len(node.input) > k and node.input[k] else None for k in (1, 2, 3, 4)]
     starts, ends, axes, steps = consts
     if starts is None or ends is None or (len(node.input) > 3 and node.input[3] and axes is None) \
@@ -53,16 +56,32 @@ def _dropped(w: Rewrite, node: onnx.NodeProto, axis: int) -> int | None:
     rank = len(w.shapes.get(node.input[0]) or [])
     along = [a % rank for a in int_values(axes)] if axes is not None else list(range(len(int_values(starts))))
     if axis not in along:
-        return 0
+        return 0, INT64_MAX, 1
     j = along.index(axis)
-    start, end = int_values(starts)[j], int_values(ends)[j]
-    if steps is not None and int_values(steps)[j] != 1:
-        return None
-    if start < 0:
+    return int_values(starts)[j], int_values(ends)[j], int_values(steps)[j] if steps is not None else 1
+
+
+def _dropped(bounds: tuple[int, int, int]) -> int | None:
+    """The constant a Slice of ``bounds`` adds to its axis' size (a negative count), where it slices by a step of 1
+    from a constant start at or after 0 to a constant end before the axis' end (negative) or to its end; None
+    otherwise."""
+    start, end, step = bounds
+    if step != 1 or start < 0:
         return None
     if end >= INT64_MAX // 2:
         return -start
     return end - start if end < 0 else None
+
+
+def _head(w: Rewrite, d: Mono, bounds: tuple[int, int, int]) -> Mono | None:
+    """The size a Slice of ``bounds`` leaves of an axis of size ``d`` where it keeps a constant count from its head:
+    a step of 1 from a start at or after 0 to an end that a size its own plus a count of at least the end
+    (:attr:`.state.Fits.offsets`: the class and register tokens before a ViT's patches) never falls short of."""
+    start, end, step = bounds
+    _, offset = _offset(w, d)
+    if step != 1 or start < 0 or end <= 0 or end >= INT64_MAX // 2 or offset < end:
+        return None
+    return Mono.const(max(0, end - start))
 
 
 def _offset(w: Rewrite, d: Mono) -> tuple[Mono, int]:
@@ -111,12 +130,14 @@ def _shifted(w: Rewrite, out: str, axis: int, d: Mono, count: int) -> Mono:
 
 
 def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape | None:
-    """``shape`` (of ``node``'s first output, as inferred) with each unknown axis that is a strided window's or a
-    Slice's constant drop of a known size typed by that arithmetic (the module's docstring); in a program written
-    for the user only (:attr:`.state.Rewrite.final`)."""
+    """``shape`` (of ``node``'s first output, as inferred) with each unknown axis that is a strided window's, a
+    Slice's constant drop of a known size or a Concat of one known size and constants typed by that arithmetic (the
+    module's docstring); in a program written for the user only (:attr:`.state.Rewrite.final`)."""
     if not w.final or shape is None or None not in shape or node.domain not in ("", "ai.onnx") \
-            or node.op_type not in WINDOWED | {"Slice"}:
+            or node.op_type not in TYPED:
         return shape
+    if node.op_type == "Concat":
+        return _joined(w, node, shape)
     dims = w.shapes.get(node.input[0])
     if dims is None or len(dims) != len(shape):
         return shape
@@ -125,9 +146,12 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
         if have is not None or d is None or d.is_const:
             continue
         if node.op_type == "Slice":
-            drop = _dropped(w, node, axis)
+            bounds = _bounds(w, node, axis)
+            drop = None if bounds is None else _dropped(bounds)
             if drop is not None:
                 out[axis] = _shifted(w, node.output[0], axis, d, drop)
+            elif bounds is not None:
+                out[axis] = _head(w, d, bounds)
             continue
         length = window(w, node, axis - 2) if axis >= 2 else None
         if length is None:
@@ -148,6 +172,25 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
     return out
 
 
+def _joined(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymShape:
+    """A Concat's ``shape`` with its axis typed where one input's size there is a size of the symbols and the others'
+    constants: that size plus their sum (a ViT's tokens, the class and register tokens before the patches: a Slice
+    that drops them gives the patches' size again)."""
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % len(shape)
+    if shape[axis] is not None:
+        return shape
+    sizes = [(w.shapes.get(i) or [])[axis:axis + 1] for i in node.input if i]
+    if any(len(d) != 1 or d[0] is None for d in sizes):
+        return shape
+    moving = [d[0] for d in sizes if d[0] is not None and not d[0].is_const]
+    fixed = [d[0].coef for d in sizes if d[0] is not None and d[0].is_const]
+    if len(moving) != 1 or any(c.denominator != 1 or c < 0 for c in fixed):
+        return shape
+    out = list(shape)
+    out[axis] = _shifted(w, node.output[0], axis, moving[0], int(sum(fixed)))
+    return out
+
+
 def opaque_at(w: Rewrite, at: Mapping[str, int]) -> dict[str, int] | None:
     """``at`` (sizes of the interface's symbols) with every opaque symbol's size there, each by its arithmetic
     (:attr:`.state.Fits.formulas`, in the order they were made: a later one may read an earlier one); None where an
@@ -160,4 +203,4 @@ def opaque_at(w: Rewrite, at: Mapping[str, int]) -> dict[str, int] | None:
     return out
 
 
-__all__ = ["opaque_at", "typed", "window"]
+__all__ = ["TYPED", "opaque_at", "typed", "window"]

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import windowed_rows
 from ort_check import assert_same_at
 
+from eqsat.app import shaping
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
 from eqsat.generic import original as original_facts
@@ -114,25 +115,46 @@ def _front_end() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=OPSET)
 
 
-def test_a_front_ends_frames_are_written_for_every_length_without_a_run_of_the_program(monkeypatch):
-    """No prefix of a written program is run to fit the frames (before: one fit of the front end and one of the
-    position embedding's slice, each a batch of runs, for every candidate); the program matches the original at
-    lengths and batches it was not tuned at."""
+def _runs(monkeypatch, writing: bool = False) -> list[tuple[str, ...]]:
+    """The names each run of a program's prefix (or of values read off runs) is made for, recorded as they are
+    made; ``writing``: only those made while a candidate is written for the user (not the import's rewrite of the
+    original, once per model)."""
     asked: list[tuple[str, ...]] = []
+    inside = [not writing]
+    real_make_generic = shaping.make_generic
+
+    def make_generic(*args, **kwargs):
+        inside.append(True)
+        try:
+            return real_make_generic(*args, **kwargs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(shaping, "make_generic", make_generic)
     real_runs_of, real_run_values = original_facts.Original.runs_of, probes.run_values
 
     def runs_of(self, model, names, keys, shapes):
         def counted():
-            asked.append(tuple(names))
+            if inside[-1]:
+                asked.append(tuple(names))
             return model()
         return real_runs_of(self, counted, names, keys, shapes)
 
     def run_values(model, names, shapes, whole=False):
-        asked.append(tuple(names))
+        if inside[-1]:
+            asked.append(tuple(names))
         return real_run_values(model, names, shapes, whole)
 
     monkeypatch.setattr(original_facts.Original, "runs_of", runs_of)
     monkeypatch.setattr(probes, "run_values", run_values)
+    return asked
+
+
+def test_a_front_ends_frames_are_written_for_every_length_without_a_run_of_the_program(monkeypatch):
+    """No prefix of a written program is run to fit the frames (before: one fit of the front end and one of the
+    position embedding's slice, each a batch of runs, for every candidate); the program matches the original at
+    lengths and batches it was not tuned at."""
+    asked = _runs(monkeypatch)
     original = _front_end()
     config = OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
                                input_shapes={"x": (1, 1, 4000)})
@@ -207,3 +229,47 @@ def test_a_count_of_frames_that_can_be_zero_keeps_its_guard(guard):
                                                   input_shapes={"x": (1, 1, 4000)}))
     assert_same_at(original, result.optimized, [{"x": (b, 1, n)} for b, n in ((1, 400), (1, 1000), (2, 1359),
                                                                              (1, 1360), (3, 4000), (1, 9999))], seed=4)
+
+
+def _class_token() -> onnx.ModelProto:
+    """A ViT's tokens: patches of 4x4 (a Conv of stride 4) flattened, a class token expanded to the batch and put
+    before them (``1 + floor(h / 4) * floor(w / 4)`` tokens), a linear layer over every token, then the class token's row
+    (``[:, :1]``) added to the patches' rows (``[:, 1:]``)."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 3, 4, 4)) * 0.2).astype(np.float32), "k"),
+             numpy_helper.from_array((rng.standard_normal((1, 1, 8))).astype(np.float32), "cls"),
+             numpy_helper.from_array((rng.standard_normal((8, 8)) * 0.3).astype(np.float32), "m"),
+             numpy_helper.from_array((rng.standard_normal(8)).astype(np.float32), "bias")]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+              (("flat", [0, 8, -1]), ("i0", [0]), ("one", [1]), ("rest", [1, 1, 1]), ("big", [2**62]), ("ax1", [1]))]
+    nodes = [helper.make_node("Conv", ["x", "k"], ["c"], kernel_shape=[4, 4], strides=[4, 4]),
+             helper.make_node("Reshape", ["c", "flat"], ["cf"]),
+             helper.make_node("Transpose", ["cf"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Shape", ["x"], ["s"], end=1),
+             helper.make_node("Concat", ["s", "one", "one"], ["to"], axis=0),
+             helper.make_node("Expand", ["cls", "to"], ["token"]),
+             helper.make_node("Concat", ["token", "t"], ["tokens"], axis=1),
+             helper.make_node("MatMul", ["tokens", "m"], ["product"]),
+             helper.make_node("Add", ["product", "bias"], ["mixed"]),
+             helper.make_node("Slice", ["mixed", "i0", "one", "ax1"], ["head"]),
+             helper.make_node("Slice", ["mixed", "one", "big", "ax1"], ["patches"]),
+             helper.make_node("Add", ["patches", "head"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         ["batch", 3, "height", "width"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "patches", 8])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def test_a_class_token_before_the_patches_is_typed_without_a_run_of_the_program(monkeypatch):
+    """The tokens are the patches plus one (a Concat of a size of the symbols and a constant), the class token's
+    slice one at every size, and the patches' slice the patches again: no prefix of the written program is run to
+    fit them (before: the tokens' size fitted from runs, an opaque symbol, for every candidate; the import's rewrite
+    of the original, not final, still fits the patches once per model)."""
+    asked = _runs(monkeypatch, writing=True)
+    original = _class_token()
+    result = optimize(original, OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
+                                                  input_shapes={"x": (1, 3, 32, 32)}))
+    assert result.report.returned.program == "optimized", result.report.returned.reason
+    assert asked == [], asked
+    assert_same_at(original, result.optimized, [{"x": s} for s in ((1, 3, 32, 32), (2, 3, 37, 50), (1, 3, 4, 4),
+                                                                   (3, 3, 61, 19))], seed=3)
