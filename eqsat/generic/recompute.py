@@ -1,17 +1,18 @@
-"""Values the original computes from its sizes alone that a candidate holds as constants, computed again as the
-original computes them.
+"""Values the original computes from its inputs' sizes alone that a candidate holds as constants, computed again as
+the original computes them.
 
-The import folds what the original computes from its inputs' shapes at the representative sizes (the e-graph's
-program is static). The patterns of :mod:`.values` write most such values back for any size (a causal mask, a
-prefix of a position table); one that follows none is a constant of the candidate under the original's name, right
-at the representative sizes only. DINOv3's rotary tables are one: the angles of each patch's row and column,
-``(arange(h // 16) + 0.5) / (h // 16)`` over the patch grid, every entry different at another image side, and the
-grid no prefix of a larger one. Such a constant, where a run of the original's own nodes shows its value to change
-at a size the written program is verified at (:func:`~eqsat.onnx.axes.interface.probe_sizes`; one run of those
-nodes a size, once per model: :attr:`.original.Original.varying`), is computed by a copy of the original's nodes
-(:func:`.guards.copy_original`: a ``Shape`` of a value whose symbolic shape the import knew read from the inputs'
-shapes). Its readers read the copy. The value is the original's at every size; what it costs is the few nodes of
-its chain, run on sizes and small tables."""
+The import folds what the original computes from its inputs' shapes at the representative sizes where it does not
+meet the data (:func:`eqsat.onnx.axes.live.live_shapes`; the e-graph's program is static). The patterns of
+:mod:`.values` write most such values back for any size (a causal mask, a prefix of a position table); one that
+follows none is a constant of the candidate under the original's name, right at the representative sizes only. A
+rotary table over an image's patch grid is one (DINOv3's: ``(arange(h // 16) + 0.5) / (h // 16)`` for rows and
+columns, every entry other at another side, the grid no prefix of a larger one), where the import does not see it
+meet the data. Such a constant, where a run of the original's own nodes shows its value to change at a size the
+written program is verified at (:func:`~eqsat.onnx.axes.interface.probe_sizes`; one run of those nodes a size,
+once per model: :attr:`.original.Original.varying`), is computed by a copy of the original's nodes
+(:func:`.guards.copy_original`). Its readers read the copy, whose changing axes are opaque symbols. Only a value
+computed from the inputs' shapes and constants is taken: the run and the copy then compute no data. The value is
+the original's at every size; what it costs is the few nodes of its chain, run on sizes and small tables."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ import numpy as np
 import onnx
 
 from eqsat.dims import Mono
+from eqsat.onnx.axes.dataflow import SHAPE_READERS
 from eqsat.onnx.axes.fitting import run_arrays
 from eqsat.onnx.axes.interface import probe_sizes
+from eqsat.onnx.subgraphs import implicit_inputs
 
 from .guards import copy_original
 from .original import Original
@@ -30,7 +33,12 @@ from .state import Rewrite
 def varying(facts: Original, names: list[str]) -> dict[str, frozenset[int]]:
     """Those of ``names`` (values the original computes from its sizes alone) whose value at some size of
     :func:`~eqsat.onnx.axes.interface.probe_sizes` is not their value at the representative sizes (another shape,
-    other entries), each with the axes whose size changes; each asked once per model."""
+    other entries), each with the axes whose size changes; each asked once per model. Only a value computed from the
+    inputs' shapes (a ``Shape`` of an input or of a constant) and constants is asked: one read off a layer's
+    output would run the model up to it at every size."""
+    for name in names:
+        if name not in facts.varying and not _of_the_inputs(facts, name):
+            facts.varying[name] = None  # (a run would compute the data: kept as the candidate has it, for the check)
     ask = [n for n in names if n not in facts.varying]
     if ask:
         run = run_arrays(facts.model, ask)
@@ -45,6 +53,25 @@ def varying(facts: Original, names: list[str]) -> dict[str, frozenset[int]]:
         for name in ask:  # (the original not run at its own sizes: kept as the candidate has it, for the check)
             facts.varying[name] = frozenset(moved[name]) if name in moved else None
     return {n: axes for n in names if (axes := facts.varying[n]) is not None}
+
+
+def _of_the_inputs(facts: Original, name: str) -> bool:
+    """Whether the original computes ``name`` from the shapes of its inputs (or of constants) and constants only."""
+    inputs = {vi.name for vi in facts.model.graph.input}
+    needed, made = {name}, {o: n for n in facts.model.graph.node for o in n.output if o}
+    while needed:
+        node = made.get(needed.pop())
+        if node is None:
+            continue
+        reads = [*node.input, *implicit_inputs(node)]
+        if node.op_type in SHAPE_READERS and node.domain in ("", "ai.onnx"):
+            if node.input[0] not in inputs and node.input[0] not in facts.data_free:
+                return False
+            continue
+        if any(o not in facts.data_free for o in node.output if o):
+            return False
+        needed.update(i for i in reads if i)
+    return True
 
 
 def recomputed(w: Rewrite) -> list[onnx.NodeProto]:

@@ -16,7 +16,8 @@ from ort_check import assert_same_at
 
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
-from eqsat.generic import make_generic
+from eqsat.generic import Original, make_generic
+from eqsat.generic.recompute import varying
 from eqsat.onnx.axes import dataflow
 from eqsat.onnx.axes.dataflow import data_free, shape_only
 from eqsat.onnx.axes.live import live_shapes
@@ -138,3 +139,29 @@ def test_a_table_a_candidate_holds_folded_is_computed_again_as_the_original_comp
     ops = [n.op_type for n in written.graph.node]
     assert "Sin" in ops and "If" in ops  # the table's chain, copied
     assert "Sqrt" not in ops  # the channels' root
+
+
+def _length_scale(read: str) -> onnx.ModelProto:
+    """``y = r * (1 / n)``, ``r = Relu(x)``, ``n`` the length of ``read`` (``x``: the input's; ``r``: a layer's output)
+    as a float."""
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("i1", 1),)]
+    inits += [numpy_helper.from_array(np.array(1.0, np.float32), "unit")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", [read], ["s"]),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["unit", "nf"], ["scale"]),
+             helper.make_node("Mul", ["r", "scale"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def test_only_values_of_the_inputs_sizes_are_asked_whether_they_change():
+    """A scale of the input's length changes with it (a run of its chain at each verified size says so); the same
+    scale read off a layer's output is not asked (its run would compute the layer at every size)."""
+    values = {"batch": 1, "seq": 16}
+    assert varying(Original.of(_length_scale("x"), values), ["scale"]) == {"scale": frozenset()}
+    facts = Original.of(_length_scale("r"), values)
+    assert varying(facts, ["scale"]) == {}
+    assert facts.varying == {"scale": None}
