@@ -119,8 +119,12 @@ def _windowed(d: Mono, length: Callable[[int], int]) -> Callable[[Mapping[str, i
 
 def _shifted(w: Rewrite, out: str, axis: int, d: Mono, count: int) -> Mono:
     """The size ``d`` plus ``count``: ``d``'s own base where the counts cancel (a Slice that takes back what a
-    Conv's padding added), else the opaque symbol of that base plus their sum."""
+    Conv's padding added), else the opaque symbol of that base plus their sum. A size that dropped a count (a Slice,
+    clamped at 0: ``max(0, frames - 9)``) and then gains one is not its base plus their sum (``max(0, frames - 9) +
+    9`` is not ``frames`` below 9 frames): it is the base of what it gains."""
     base, offset = _offset(w, d)
+    if offset < 0 < count:
+        base, offset = d, 0
     total = offset + count
     if total == 0:
         return base
