@@ -108,6 +108,17 @@ def test_values_behind_an_if_on_a_size_are_computed_from_the_sizes_alone():
     assert not {"c", "t", "rotated", "y"} & data_free(model)
 
 
+def test_a_branch_holding_a_random_operator_is_not_computed_from_the_sizes():
+    """An ``If`` on a size whose branch draws random numbers is no function of the sizes (a copy of it would draw
+    again)."""
+    model = _grid_rope()
+    branch = next(n for n in model.graph.node if n.op_type == "If").attribute[0].g
+    branch.node[0].input[0] = "noise"
+    branch.node.insert(0, helper.make_node("RandomUniformLike", ["sin"], ["noise"]))
+    assert "table" not in shape_only(model, branches=True)
+    assert "table" not in data_free(model)
+
+
 def test_a_shape_whose_values_reach_the_data_inside_a_branch_is_kept_live():
     """The table meets the data only past the ``If`` that reads it in its branches (before, the walk followed a
     node's inputs only: the Shape was folded, and the table with it)."""

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import onnx
 
-from eqsat.onnx.subgraphs import implicit_inputs
+from eqsat.onnx.subgraphs import implicit_inputs, subgraphs
 
 SHAPE_READERS = frozenset({"Shape", "Size"})
 """operators that read only their input's shape"""
@@ -33,7 +33,7 @@ def shape_only(model: onnx.ModelProto, branches: bool = False) -> set[str]:
     """The main graph's values computed from the shapes of other values (``Shape``, ``Size``) and constants (or values
     computed from constants alone) only, never from the data: their values at every size are functions of the
     sizes. Only the standard domain's operators count; ``branches``: those with subgraphs too (an ``If`` on a
-    size, whose branches read such values only), else none with a subgraph."""
+    size, whose branches read such values only, and hold no random or custom operator), else none with a subgraph."""
     return _without_data(model, branches)[0]
 
 
@@ -44,6 +44,13 @@ def data_free(model: onnx.ModelProto) -> set[str]:
     return sized | constant
 
 
+def _plain(node: onnx.NodeProto) -> bool:
+    """Whether ``node`` and every node of its subgraphs, at any depth, is of the standard domain and a function of
+    its inputs (none of :data:`UNFOLDABLE`)."""
+    return node.domain in ("", "ai.onnx") and node.op_type not in UNFOLDABLE \
+        and all(_plain(inner) for sub in subgraphs(node) for inner in sub.node)
+
+
 def _without_data(model: onnx.ModelProto, branches: bool) -> tuple[set[str], set[str]]:
     """(:func:`shape_only`'s values, the constants and the values computed from constants alone)."""
     g = model.graph
@@ -51,7 +58,7 @@ def _without_data(model: onnx.ModelProto, branches: bool) -> tuple[set[str], set
     out: set[str] = set()
     for node in g.node:
         nested = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-        standard = node.domain in ("", "ai.onnx") and node.op_type not in UNFOLDABLE and (branches or not nested)
+        standard = _plain(node) and (branches or not nested)
         inputs = [i for i in [*node.input, *(implicit_inputs(node) if nested else [])] if i]
         if standard and node.op_type in SHAPE_READERS:
             out.update(o for o in node.output if o)
