@@ -16,6 +16,8 @@ the original's at every size; what it costs is the few nodes of its chain, run o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import onnx
 
@@ -36,8 +38,9 @@ def varying(facts: Original, names: list[str]) -> dict[str, frozenset[int]]:
     other entries), each with the axes whose size changes; each asked once per model. Only a value computed from the
     inputs' shapes (a ``Shape`` of an input or of a constant) and constants is asked: one read off a layer's
     output would run the model up to it at every size."""
+    made = {o: n for n in facts.model.graph.node for o in n.output if o}
     for name in names:
-        if name not in facts.varying and not _of_the_inputs(facts, name):
+        if name not in facts.varying and not _of_the_inputs(facts, made, name):
             facts.varying[name] = None  # (a run would compute the data: kept as the candidate has it, for the check)
     ask = [n for n in names if n not in facts.varying]
     if ask:
@@ -55,22 +58,25 @@ def varying(facts: Original, names: list[str]) -> dict[str, frozenset[int]]:
     return {n: axes for n in names if (axes := facts.varying[n]) is not None}
 
 
-def _of_the_inputs(facts: Original, name: str) -> bool:
-    """Whether the original computes ``name`` from the shapes of its inputs (or of constants) and constants only."""
+def _of_the_inputs(facts: Original, made: Mapping[str, onnx.NodeProto], name: str) -> bool:
+    """Whether the original (``made``: value -> the node computing it) computes ``name`` from the shapes of its
+    inputs (or of constants) and constants only; each value visited once."""
     inputs = {vi.name for vi in facts.model.graph.input}
-    needed, made = {name}, {o: n for n in facts.model.graph.node for o in n.output if o}
+    needed, seen = [name], {name}
     while needed:
         node = made.get(needed.pop())
         if node is None:
             continue
-        reads = [*node.input, *implicit_inputs(node)]
         if node.op_type in SHAPE_READERS and node.domain in ("", "ai.onnx"):
             if node.input[0] not in inputs and node.input[0] not in facts.data_free:
                 return False
             continue
         if any(o not in facts.data_free for o in node.output if o):
             return False
-        needed.update(i for i in reads if i)
+        for i in [*node.input, *implicit_inputs(node)]:
+            if i and i not in seen:
+                seen.add(i)
+                needed.append(i)
     return True
 
 
