@@ -110,7 +110,7 @@ class Entry:
         return t
 
 
-def _copy_fields(src: Any, dst: Any, skip: set[str]) -> None:
+def copy_fields(src: Any, dst: Any, skip: set[str]) -> None:
     """Every field ``src`` sets, but those in ``skip``, set alike in ``dst`` (a message of the same type)."""
     for f, value in src.ListFields():
         if f.name in skip:
@@ -253,9 +253,9 @@ class WeightPool:
         need this pool (:func:`current`); :meth:`restore` gives it its data back."""
         g = model.graph
         slim = onnx.ModelProto()
-        _copy_fields(model, slim, skip={"graph"})
+        copy_fields(model, slim, skip={"graph"})
         sg = slim.graph
-        _copy_fields(g, sg, skip={"initializer"})
+        copy_fields(g, sg, skip={"initializer"})
         for t in g.initializer:
             e = None if t.data_location == TensorProto.EXTERNAL else self.entry(t)  # (DEFAULT once loaded)
             if e is None:
@@ -263,7 +263,7 @@ class WeightPool:
                 continue
             e.drop()  # read to compare or written: not needed resident for a reference
             ref = sg.initializer.add()
-            _copy_fields(t, ref, skip={"raw_data", "external_data"})
+            copy_fields(t, ref, skip={"raw_data", "external_data"})
             ref.data_location = TensorProto.EXTERNAL
             ref.external_data.extend(e.reference(t.name).external_data)
         return slim
@@ -430,4 +430,4 @@ def pooled(folder: str | None = None) -> Iterator[WeightPool]:
         pool.close()
 
 
-__all__ = ["ALIGN", "MIN_BYTES", "PREFIX", "Entry", "WeightPool", "array_of", "current", "pooled"]
+__all__ = ["ALIGN", "MIN_BYTES", "PREFIX", "Entry", "WeightPool", "array_of", "copy_fields", "current", "pooled"]

@@ -2,8 +2,9 @@
 eqsat refuses up front (exit 2, naming the cause) and the preparation pass that makes a valid model importable.
 
 - What is read (a regular file, standard input, bytes): :mod:`.reading`.
-- :func:`prepare`: non-tensor graph inputs and outputs are refused, model-local functions are inlined, and the
-  inputs' sizes are checked against :func:`memory_cap`.
+- :func:`prepare`: non-tensor graph inputs and outputs are refused, model-local functions are inlined, an ``If``
+  whose condition is constant is its branch (:mod:`.constant_ifs`), and the inputs' sizes are checked against
+  :func:`memory_cap`.
 - :func:`check_loads`: the model loads in onnxruntime (eqsat verifies every result there).
 - :func:`check_value_sizes`: no value of the imported graph is larger than :func:`memory_cap`.
 - What the importer keeps: :data:`QUANTIZATION` operators are never folded; :func:`removable_pass_through`
@@ -25,6 +26,7 @@ from onnx import helper
 
 from ..errors import InputError, ModelRefused
 from ..ir import Graph
+from .constant_ifs import inline_constant_ifs
 from .io import inference_session
 from .reading import gib
 
@@ -201,10 +203,11 @@ def removable_pass_through(node: onnx.NodeProto, consts: Mapping[str, np.ndarray
 
 def prepare(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
     """The model the importer reads: non-tensor interfaces refused, local functions inlined, input sizes
-    checked (the onnxruntime load check, :func:`check_loads`, runs after the importer's dtype checks)."""
+    checked (the onnxruntime load check, :func:`check_loads`, runs after the importer's dtype checks), and each
+    ``If`` whose condition is the same at every size replaced by the branch it takes (:mod:`.constant_ifs`)."""
     check_tensor_interface(model)
     check_input_sizes(model, input_shapes)
-    return inline_functions(model)
+    return inline_constant_ifs(inline_functions(model))
 
 
 __all__ = ["MAX_ELEMENTS", "MEMORY_FRACTION", "QUANTIZATION", "check_input_sizes", "check_loads", "check_size", "check_tensor_interface", "check_value_sizes", "describe_type", "inline_functions", "memory_cap", "prepare", "removable_pass_through"]

@@ -39,8 +39,9 @@ def _angles(axis: int, tag: str) -> list[onnx.NodeProto]:
 def _grid_rope() -> onnx.ModelProto:
     """Patches of 4x4 (a Conv of stride 4: ``floor(h / 4) * floor(w / 4)`` rows of 8), scaled by ``sin`` of the
     patch grid's angles (rows ``3 * a_h + a_w``, flattened: a ``[rows, 1]`` table, negated behind an ``If`` whose
-    branches read it, as TorchScript writes ``if``s on sizes: its condition a constant, as DINOv3's is once the import
-    reads the rank its ``Size`` gives) and by the square root of the channels (4 at every size: a
+    branches read it, as TorchScript writes ``if``s on sizes: its condition ``h // 4 > 0``, true at every side the
+    model runs at, but read at run time: an ``If`` of a constant condition is its branch at import,
+    eqsat.onnx.constant_ifs) and by the square root of the channels (4 at every size: a
     value of the sizes that does not change), then a MatMul."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array((rng.standard_normal((8, 3, 4, 4)) * 0.2).astype(np.float32), "k"),
@@ -60,7 +61,7 @@ def _grid_rope() -> onnx.ModelProto:
              helper.make_node("Add", ["ah3", "aw2"], ["grid"]),
              helper.make_node("Reshape", ["grid", "column"], ["g"]),
              helper.make_node("Sin", ["g"], ["sin"]),
-             helper.make_node("Greater", ["one", "zero"], ["some"]),
+             helper.make_node("Greater", ["nh", "zero"], ["some"]),
              helper.make_node("If", ["some"], ["table"],
                               then_branch=helper.make_graph([helper.make_node("Neg", ["sin"], ["neg"])], "then", [],
                                                             [helper.make_tensor_value_info("neg", TensorProto.FLOAT,
