@@ -105,6 +105,9 @@ class Original:
         self.values = dict(values)
         self.sums = derived_symbols(list(symbols(model)))
         """the interface's symbols written as arithmetic of others (``past + 1``)"""
+        self.typed: object | None = None
+        """the original read by the writer's shape arithmetic (a :class:`.state.Rewrite` that writes nothing:
+        :func:`.typed_original.typed` makes and reads it); None until asked"""
         self.found: object | None = None
         """the original read as the import read it (a :class:`.state.Rewrite`, which imports this module:
         :func:`.rewrite.read_original` makes and reads it); None until asked"""

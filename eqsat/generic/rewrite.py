@@ -13,23 +13,21 @@ import onnx
 from eqsat.onnx.axes.dataflow import prune, shape_only
 from eqsat.onnx.axes.fitting import REFUSED, run_values
 from eqsat.onnx.axes.interface import interface, symbol_values
-from eqsat.onnx.axes.shape_values import evaluate
-from eqsat.onnx.axes.symbolic import constant_value, infer_node
+from eqsat.onnx.axes.symbolic import constant_value
 
 from .annotate import annotate, declare, note_outputs
 from .gemm import bias_add, consumers, write_gemm
 from .guards import guard_tables
+from .inference import infer
 from .original import Original
-from .probes import boundary, folded_sizes, small_vector, vectors_read
+from .probes import boundary, folded_sizes, vectors_read
 from .recompute import recomputed
 from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_end, split_rows
 from .state import Forms, Rewrite
-from .strided import TYPED, typed
+from .typed_original import folded_exactly
 from .uniform import flat_gather, grid_gather
 from .values import (
-    BROADCASTING,
     IDENTITIES,
-    broadcast_sizes,
     identity,
     rotary_positions,
     spread,
@@ -195,6 +193,8 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
             return
     if standard and node.op_type == "Shape" and w.every_form and read_shape(w, node):
         return
+    if w.every_form and w.final:
+        exact(w, node)
     vectors = vectors_read(w, node) if w.every_form else {}
     if w.every_form:
         for k, name in enumerate(node.input):
@@ -233,33 +233,27 @@ def write_node(w: Rewrite, node: onnx.NodeProto) -> None:
     _written(w, node)
 
 
+def exact(w: Rewrite, node: onnx.NodeProto) -> None:
+    """The small vectors ``node`` reads that the import folded and no run fitted (a size no monomial of the interface's
+    symbols is: an audio model's frames), read as the candidate's sizes of the same arithmetic where the original
+    computes them so (:func:`.typed_original.folded_exactly`), each looked at once."""
+    for name in node.input:
+        if not name or name in w.fits.folded or name in w.fits.exact or name not in w.facts.computed \
+                or name not in w.constants:
+            continue
+        entries = folded_exactly(w, name)
+        w.fits.exact[name] = entries
+        if entries is not None and any(not m.is_const for m in entries):
+            w.fits.folded[name] = entries
+            w.fits.vectors[name] = entries
+
+
 def _written(w: Rewrite, node: onnx.NodeProto) -> None:
     """``node`` appended to the program written, the shapes and element types of what it computes inferred."""
-    standard = node.domain in ("", "ai.onnx")
     w.nodes.append(node)
     w.made.update((o, node) for o in node.output if o)
-    inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums, w.sized)
-    for out in node.output:
-        if out in inferred:
-            elem, shape = inferred[out]
-            if standard and w.final and (node.op_type in BROADCASTING or node.op_type == "MatMul") and shape is not None \
-                    and None in shape:
-                shape = broadcast_sizes(w, node, shape)
-            if out == node.output[0] and standard and w.final and node.op_type in TYPED:
-                shape = typed(w, node, shape)  # a strided window's, a constant drop's or a join's: its arithmetic
-            w.types.setdefault(out, elem)
-            w.shapes.setdefault(out, shape)
-        if small_vector(w, out):
-            # its entries read off the shapes and the vectors known, where each is one monomial of the interface's
-            # symbols at every size (as a fit's are); else fitted from runs (pending)
-            entries = evaluate(out, w.made.get, w.sized, w.known, w.shapes)
-            w.fits.vectors[out] = entries if entries is not None and all(
-                s in w.values for m in entries for s, _ in m.powers) else None
-            if w.fits.vectors[out] is None:
-                w.fits.pending.append(out)
-        elif out in w.shaped.boundary:
-            w.shaped.pending.append(out)
+    infer(w, node)
 
 
-__all__ = ["Generic", "make_generic", "read_original", "rewrite", "run", "runs_where", "simplify_for_import",
-           "write_node"]
+__all__ = ["Generic", "make_generic", "read_original", "rewrite", "run", "runs_where",
+           "simplify_for_import", "write_node"]

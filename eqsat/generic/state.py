@@ -81,6 +81,13 @@ class Fits:
     """those of them that are a size plus a constant -> that size and the constant"""
     arithmetic: dict[tuple, str] = field(default_factory=dict)
     """the arithmetic of each of them -> the symbol (the same arithmetic of the same size is one symbol)"""
+    exact: dict[str, list[Mono] | None] = field(default_factory=dict)
+    """the original's folded vectors looked at by :func:`.rewrite.exact` -> their entries as this rewrite's sizes
+    (None: not so read)"""
+    canon: dict[str, tuple] = field(default_factory=dict)
+    """those of them whose arithmetic is known down to the interface's symbols -> that arithmetic, keyed alike in
+    every rewrite of the model (:func:`.strided.canonical`): the original's sizes read as a candidate's
+    (:mod:`.typed_original`)"""
 
 
 @dataclass
@@ -182,6 +189,12 @@ class Rewrite(SizeWriter):
     def final(self) -> bool:
         """Whether the rewrite writes a program for the user (the forms only a written program takes included)."""
         return self.forms is Forms.EXPORT
+
+    @property
+    def typing(self) -> bool:
+        """Whether the rewrite reads the original by the written program's arithmetic and writes nothing (the
+        original typed once: :mod:`.typed_original`)."""
+        return self.of_original and self.final
 
     @property
     def known(self) -> Mapping[str, onnx.TensorProto]:

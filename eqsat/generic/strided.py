@@ -24,11 +24,12 @@ from eqsat.dims import Mono, SymShape
 from eqsat.onnx.axes.symbolic import int_values
 from eqsat.onnx.windows import WINDOWED, Window
 
+from .affine import affine, difference
 from .state import Rewrite
 
 INT64_MAX = 2**63 - 1
 
-TYPED = WINDOWED | {"Slice", "Concat"}
+TYPED = WINDOWED | {"Slice", "Concat", "Pad"}
 """the operators whose output sizes :func:`typed` reads off their arithmetic"""
 
 
@@ -36,19 +37,43 @@ def window(w: Rewrite, node: onnx.NodeProto, spatial: int) -> Callable[[int], in
     """A Conv's or pooling's output length along its spatial axis ``spatial`` (0 for the first after the channels)
     as a function of the input's, as onnxruntime computes it (:class:`eqsat.onnx.windows.Window`); None where its
     kernel is not a constant size, or :meth:`~eqsat.onnx.windows.Window.length` reads no length."""
+    found = _window(w, node)
+    return None if found is None else found.length(spatial)
+
+
+def _window(w: Rewrite, node: onnx.NodeProto) -> Window | None:
     kernels: list[int] = []
     if node.op_type == "Conv":  # a Conv that names no kernel_shape: its weight's spatial sizes, where constants
         weight = w.shapes.get(node.input[1]) if len(node.input) > 1 else None
         if weight is not None and all(d is not None and d.is_const for d in weight[2:]):
             kernels = [int(d.value({})) for d in weight[2:] if d is not None]
-    found = Window.of(node, kernels)
-    return None if found is None else found.length(spatial)
+    return Window.of(node, kernels)
+
+
+def canonical(w: Rewrite, d: Mono) -> tuple | None:
+    """``d``'s arithmetic of the interface's symbols, the same in every rewrite of the same model that computes the
+    same size (:attr:`.state.Fits.canon`); None where one of its symbols is fitted from runs (no arithmetic known)."""
+    powers = []
+    for s, p in d.powers:
+        key = ("symbol", s) if s in w.values else w.fits.canon.get(s)
+        if key is None:
+            return None
+        powers.append((key, p))
+    return ("mono", d.coef, tuple(sorted(powers, key=repr)))
+
+
+def _along(found: Window, spatial: int) -> tuple:
+    """The window's parameters along one spatial axis: those its length there follows (a 1-D Conv and the 2-D one
+    over a height of 1 eqsat writes for it alike)."""
+    rank = len(found.kernels)
+    return (found.kernels[spatial], found.strides[spatial], found.dilations[spatial], found.pads[spatial],
+            found.pads[rank + spatial], found.auto, found.ceil)
 
 
 def _bounds(w: Rewrite, node: onnx.NodeProto, axis: int) -> tuple[int, int, int] | None:
     """A Slice's constant (start, end, step) along ``axis`` (``(0, INT64_MAX, 1)`` where it does not slice it); None
     where one of them is not a constant."""
-    consts = [w.constants.get(node.input[k]) if len(node.input) > k and node.input[k] else None for k in (1, 2, 3, 4)]
+    consts = [w.known.get(node.input[k]) if len(node.input) > k and node.input[k] else None for k in (1, 2, 3, 4)]
     starts, ends, axes, steps = consts
     if starts is None or ends is None or (len(node.input) > 3 and node.input[3] and axes is None) \
             or (len(node.input) > 4 and node.input[4] and steps is None):
@@ -91,9 +116,11 @@ def _offset(w: Rewrite, d: Mono) -> tuple[Mono, int]:
     return d, 0
 
 
-def _symbol(w: Rewrite, out: str, axis: int, key: tuple, formula: Callable[[Mapping[str, int]], int]) -> Mono:
+def _symbol(w: Rewrite, out: str, axis: int, key: tuple, formula: Callable[[Mapping[str, int]], int],
+            canon: tuple | None) -> Mono:
     """The opaque symbol of ``out``'s ``axis`` (one per ``key``: the same arithmetic of the same size is one symbol),
-    its representative size its formula's at the representative sizes."""
+    its representative size its formula's at the representative sizes; ``canon``: its arithmetic as any rewrite of
+    the model keys it (:func:`canonical`), where known."""
     if key in w.fits.arithmetic:
         return Mono.symbol(w.fits.arithmetic[key])
     symbol = Mono.symbol(f"{out}@{axis}")
@@ -102,6 +129,8 @@ def _symbol(w: Rewrite, out: str, axis: int, key: tuple, formula: Callable[[Mapp
     w.fits.opaque[name] = formula(w.sizes_at)
     w.fits.formulas[name] = formula
     w.fits.arithmetic[key] = name
+    if canon is not None:
+        w.fits.canon[name] = canon
     return symbol
 
 
@@ -128,7 +157,9 @@ def _shifted(w: Rewrite, out: str, axis: int, d: Mono, count: int) -> Mono:
     total = offset + count
     if total == 0:
         return base
-    sym = _symbol(w, out, axis, ("offset", base, total), _plus(base, total))
+    based = canonical(w, base)
+    sym = _symbol(w, out, axis, ("offset", base, total), _plus(base, total),
+                  None if based is None else ("offset", based, total))
     w.fits.offsets.setdefault(sym.powers[0][0], (base, total))
     return sym
 
@@ -145,6 +176,10 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
     dims = w.shapes.get(node.input[0])
     if dims is None or len(dims) != len(shape):
         return shape
+    if node.op_type == "Pad":
+        return _padded(w, node, shape, dims)
+    if node.op_type == "Slice" and w.typing:
+        shape = _between(w, node, shape, dims)
     out = list(shape)
     for axis, (have, d) in enumerate(zip(shape, dims)):
         if have is not None or d is None or d.is_const:
@@ -172,8 +207,59 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
             continue
         params = (node.op_type, tuple(sorted((a.name, tuple(a.ints), a.i, a.s) for a in node.attribute)),
                   tuple(w.shapes.get(node.input[1]) or []) if node.op_type == "Conv" else ())
-        out[axis] = _symbol(w, node.output[0], axis, ("window", d, axis, params), _windowed(d, length))
+        windowed = canonical(w, d)
+        whole = _window(w, node)
+        canon = None if windowed is None or whole is None else ("window", windowed, _along(whole, axis - 2))
+        out[axis] = _symbol(w, node.output[0], axis, ("window", d, axis, params), _windowed(d, length), canon)
     return out
+
+
+def _padded(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -> SymShape:
+    """A Pad's ``shape`` with each unknown axis typed where its input's size there is known and the pads are
+    constants: that size plus the two counts (the original typed once only: :attr:`.state.Rewrite.typing`)."""
+    if not w.typing or len(node.input) < 2 or (len(node.input) > 3 and node.input[3]):
+        return shape
+    pads = w.known.get(node.input[1])
+    entries = w.sized.get(node.input[1]) if pads is None else None
+    if pads is not None:
+        counts = int_values(pads)
+    elif entries is not None and all(m.is_const and m.coef.denominator == 1 for m in entries):
+        counts = [int(m.coef) for m in entries]  # (computed from constants)
+    else:
+        return shape
+    rank = len(shape)
+    if len(counts) != 2 * rank:
+        return shape
+    out = list(shape)
+    for axis, (have, d) in enumerate(zip(shape, dims)):
+        if have is None and d is not None and not d.is_const:
+            out[axis] = _shifted(w, node.output[0], axis, d, counts[axis] + counts[rank + axis])
+    return out
+
+
+def _between(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -> SymShape:
+    """A Slice's ``shape`` (the original typed once) with each unknown axis typed where it slices a constant axis (a
+    table) by a step of 1 between two bounds that are each a size plus a constant (:mod:`.affine`): their difference
+    (``4999 + frames`` less ``5000 - frames``: ``2 * frames - 1`` rows of a relative-position table), as the
+    program computes it wherever the bounds lie within the table (a table's length past its rows is verified apart:
+    :mod:`eqsat.onnx.axes.beyond`); the drops and heads of the walk below otherwise."""
+    out = list(shape)
+    ins = list(node.input) + [""] * (5 - len(node.input))
+    axes = int_values(w.known[ins[3]]) if ins[3] and ins[3] in w.known else None
+    steps = int_values(w.known[ins[4]]) if ins[4] and ins[4] in w.known else None
+    if (ins[3] and axes is None) or (ins[4] and steps is None) or (axes is not None and len(axes) != 1) \
+            or (steps is not None and steps != [1]):
+        return shape
+    axis = (axes[0] if axes is not None else 0) % len(shape)
+    start, end = affine(w, ins[1]), affine(w, ins[2])
+    d = dims[axis]
+    if out[axis] is not None or d is None or not d.is_const or start is None or end is None:
+        return shape
+    base = difference(end[0], start[0])
+    if base is None or base.coef <= 0:
+        return shape
+    out[axis] = _shifted(w, node.output[0], axis, base, end[1] - start[1])
+    return [d if k != axis and have is None else have for k, (have, d) in enumerate(zip(out, dims))]
 
 
 def _joined(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymShape:
@@ -207,4 +293,4 @@ def opaque_at(w: Rewrite, at: Mapping[str, int]) -> dict[str, int] | None:
     return out
 
 
-__all__ = ["TYPED", "opaque_at", "typed", "window"]
+__all__ = ["TYPED", "canonical", "opaque_at", "typed", "window"]

@@ -62,11 +62,11 @@ def _runs_only(monkeypatch) -> None:
     """The writer with no vector decided by the shapes (:mod:`eqsat.onnx.axes.shape_values`, and no Range's length read
     off its limit): each fitted from runs, as a vector the shapes do not decide is (a size read off a value the data
     computes), which the tests below count."""
-    from eqsat.generic import rewrite
+    from eqsat.generic import inference
     from eqsat.onnx.axes import symbolic
 
     monkeypatch.setattr(original_module, "shape_values", lambda *args, **kwargs: {})
-    monkeypatch.setattr(rewrite, "evaluate", lambda *args, **kwargs: None)
+    monkeypatch.setattr(inference, "evaluate", lambda *args, **kwargs: None)
     monkeypatch.setattr(symbolic, "COMPLETED", {k: v for k, v in symbolic.COMPLETED.items() if k != "Range"})
 
 

@@ -126,3 +126,71 @@ def test_a_program_written_for_every_size_holds_no_if_of_a_rank():
     assert_same_at(model, result.optimized, SIZES, seed=2)
     sess = ort.InferenceSession(result.optimized.SerializeToString(), providers=["CPUExecutionProvider"])
     assert [d for d in sess.get_inputs()[0].shape] == ["batch", 3, "n"]
+
+
+def _neg_or_same(cond: str, name: str = "if", out: str = "y", local: str = "t") -> onnx.NodeProto:
+    return helper.make_node("If", [cond], [out], name=name,
+                            then_branch=_branch("t", [helper.make_node("Neg", ["x"], [local])], local),
+                            else_branch=_branch("e", [helper.make_node("Identity", ["x"], [local + "_e"])],
+                                                local + "_e"))
+
+
+def _one_if(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], inits: list[onnx.TensorProto],
+            out: str = "y") -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, ["n"])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_an_initializer_the_user_may_feed_is_no_constant():
+    """A review's wrong model: ``k`` has a default (an initializer) and is an input too; folded with its default,
+    the written model ignored the ``k`` the user feeds."""
+    model = _one_if([helper.make_node("Greater", ["k", "zero"], ["c"]), _neg_or_same("c")],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                     helper.make_tensor_value_info("k", TensorProto.INT64, [])],
+                    [numpy_helper.from_array(np.array(1, np.int64), "k"),
+                     numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    assert constant_conditions(model) == {}
+    inlined = inline_constant_ifs(model)
+    x = np.arange(3, dtype=np.float32)
+    for k in (1, -1):
+        feeds = {"x": x, "k": np.array(k, np.int64)}
+        np.testing.assert_array_equal(_run(inlined, feeds)[0], _run(model, feeds)[0])
+
+
+def test_a_size_onnx_infers_otherwise_than_onnxruntime_is_not_read():
+    """onnx's inference sizes a Resize by 0.7 of 10 as 6, onnxruntime computes 7: a condition on it is read at run
+    time (a review found the If folded to the branch onnxruntime never takes)."""
+    scales = numpy_helper.from_array(np.array([1.0, 1.0, 0.7], np.float32), "scales")
+    model = _one_if([helper.make_node("Resize", ["x3", "", "scales"], ["r"], mode="nearest"),
+                     helper.make_node("Shape", ["r"], ["s"], start=2),
+                     helper.make_node("Equal", ["s", "six"], ["c1"]),
+                     helper.make_node("Squeeze", ["c1"], ["c"]),
+                     _neg_or_same("c")],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                     helper.make_tensor_value_info("x3", TensorProto.FLOAT, ["b", 1, 10])],
+                    [scales, numpy_helper.from_array(np.array([6], np.int64), "six")])
+    assert constant_conditions(model) == {}
+
+
+def test_names_made_for_a_branch_are_new_to_the_whole_model():
+    """A kept If's branch defines ``if/t``, the name the folded If's local ``t`` would be given (a review: the graph
+    was refused as defining it twice)."""
+    rank = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Size", ["s"], ["r"]),
+            helper.make_node("Equal", ["r", "one"], ["c"])]
+    kept = helper.make_node("If", ["d"], ["z"], name="kept",
+                            then_branch=_branch("t2", [helper.make_node("Abs", ["x"], ["if/t"])], "if/t"),
+                            else_branch=_branch("e2", [helper.make_node("Identity", ["x"], ["q"])], "q"))
+    model = _one_if([*rank, _neg_or_same("c"), helper.make_node("ReduceSum", ["x"], ["sm"], keepdims=0),
+                     helper.make_node("Greater", ["sm", "zf"], ["d"]), kept, helper.make_node("Add", ["y", "z"], ["o"])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                    [numpy_helper.from_array(np.array(1, np.int64), "one"),
+                     numpy_helper.from_array(np.array(0, np.float32), "zf")], out="o")
+    inlined = inline_constant_ifs(model)
+    assert _ifs(inlined) == ["kept"]
+    onnx.checker.check_model(inlined)  # (and onnxruntime loads it: one definition of each name)
+    for x in (np.ones(3, np.float32), -np.ones(4, np.float32)):
+        np.testing.assert_array_equal(_run(inlined, {"x": x})[0], _run(model, {"x": x})[0])
