@@ -1,11 +1,11 @@
 """Sizes that are a monomial of the symbols plus a constant, read off the small integer scalars a program computes
-from its shapes (:func:`affine`): a relative-position table's bounds around its centre, ``4999 - frames + 1`` and
-``4999 + frames``, or a length plus the one a Pad adds, ``Shape(x)[3] + 1``.
+from its shapes (:func:`affine`): a length plus the one a Pad adds, ``Shape(x)[3] + 1``.
 
-The original typed once (:mod:`.typed_original`) reads with them what a monomial alone does not type: a Slice of a
-constant table between two such bounds (its length their difference: ``2 * frames - 1`` rows), a Pad by constant
-counts, and a size vector whose entries are such sums that cancel to a monomial (``(2 * frames - 1) + 1``). A sum
-that does not cancel is an opaque symbol that carries it (:mod:`.strided`), as a Slice's drop is."""
+The original typed once (:mod:`.typed_original`) reads with them a size vector whose entries are such sums that
+cancel to a monomial (``(frames + 1) - 1``). Only exact sums are read: a size that dropped a count is clamped at 0
+(``max(0, frames - 3)``), so it is not expanded into its base less the count (``+ 3`` would cancel to the frames,
+wrong below 3 frames), and a monomial of fractional coefficient is a floor (``floor(samples / 2)``: twice it is not
+the samples), so no sum or multiple of one is taken."""
 
 from __future__ import annotations
 
@@ -25,13 +25,11 @@ ZERO = Mono(Fraction(0))
 _PASSING = frozenset({"Unsqueeze", "Squeeze", "Identity", "Reshape", "Cast"})
 
 
-def difference(a: Mono, b: Mono) -> Mono | None:
-    """``a - b`` where it is one monomial; None otherwise."""
-    return _plus(a, b, -1)
-
-
 def _plus(a: Mono, b: Mono, sign: int) -> Mono | None:
-    """``a + sign * b`` where it is one monomial (like terms, or one of them none); None otherwise."""
+    """``a + sign * b`` where it is one monomial (like terms, or one of them none); None otherwise, and where either
+    is a floor (a fractional coefficient)."""
+    if a.coef.denominator != 1 or b.coef.denominator != 1:
+        return None
     if b.coef == 0:
         return a
     if a.coef == 0:
@@ -48,7 +46,9 @@ def expanded(w: Rewrite, d: Mono) -> Affine:
     if d.is_const and d.coef.denominator == 1:
         return ZERO, int(d.coef)
     if d.coef == 1 and len(d.powers) == 1 and d.powers[0][1] == 1 and d.powers[0][0] in w.fits.offsets:
-        return w.fits.offsets[d.powers[0][0]]
+        base, count = w.fits.offsets[d.powers[0][0]]
+        if count >= 0:  # (a drop is clamped at 0: kept whole)
+            return base, count
     return d, 0
 
 
@@ -75,7 +75,9 @@ def affine(w: Rewrite, name: str, depth: int = 0) -> Affine | None:
         return expanded(w, dims[0]) if dims is not None and len(dims) == 1 and dims[0] is not None else None
     if op == "Neg":
         got = affine(w, node.input[0], depth + 1)
-        return None if got is None else (Mono(-got[0].coef, got[0].powers), -got[1])
+        if got is None or got[0].coef.denominator != 1:
+            return None
+        return Mono(-got[0].coef, got[0].powers), -got[1]
     if op in ("Add", "Sub"):
         a, b = affine(w, node.input[0], depth + 1), affine(w, node.input[1], depth + 1)
         if a is None or b is None:
@@ -89,7 +91,7 @@ def affine(w: Rewrite, name: str, depth: int = 0) -> Affine | None:
             return None
         if b[0].coef == 0:
             a, b = b, a
-        if a[0].coef != 0:  # (a product of two sizes: no sum of this kind)
+        if a[0].coef != 0 or b[0].coef.denominator != 1:  # (a product of two sizes, or a multiple of a floor)
             return None
         return Mono(b[0].coef * a[1], b[0].powers) if b[0].coef * a[1] else ZERO, b[1] * a[1]
     return None
@@ -142,4 +144,4 @@ def entries(w: Rewrite, name: str) -> list[Mono] | None:
     return out
 
 
-__all__ = ["ZERO", "Affine", "affine", "difference", "entries", "expanded"]
+__all__ = ["ZERO", "Affine", "affine", "entries", "expanded"]

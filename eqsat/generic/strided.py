@@ -24,7 +24,6 @@ from eqsat.dims import Mono, SymShape
 from eqsat.onnx.axes.symbolic import int_values
 from eqsat.onnx.windows import WINDOWED, Window
 
-from .affine import affine, difference
 from .state import Rewrite
 
 INT64_MAX = 2**63 - 1
@@ -178,8 +177,6 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
         return shape
     if node.op_type == "Pad":
         return _padded(w, node, shape, dims)
-    if node.op_type == "Slice" and w.typing:
-        shape = _between(w, node, shape, dims)
     out = list(shape)
     for axis, (have, d) in enumerate(zip(shape, dims)):
         if have is not None or d is None or d.is_const:
@@ -216,7 +213,8 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
 
 def _padded(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -> SymShape:
     """A Pad's ``shape`` with each unknown axis typed where its input's size there is known and the pads are
-    constants: that size plus the two counts (the original typed once only: :attr:`.state.Rewrite.typing`)."""
+    constants at or above 0: that size plus the two counts (the original typed once only:
+    :attr:`.state.Rewrite.typing`)."""
     if not w.typing or len(node.input) < 2 or (len(node.input) > 3 and node.input[3]):
         return shape
     pads = w.known.get(node.input[1])
@@ -232,34 +230,10 @@ def _padded(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -
         return shape
     out = list(shape)
     for axis, (have, d) in enumerate(zip(shape, dims)):
-        if have is None and d is not None and not d.is_const:
+        if have is None and d is not None and not d.is_const and counts[axis] >= 0 and counts[rank + axis] >= 0:
+            # (a negative count crops, clamped at 0: no sum)
             out[axis] = _shifted(w, node.output[0], axis, d, counts[axis] + counts[rank + axis])
     return out
-
-
-def _between(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -> SymShape:
-    """A Slice's ``shape`` (the original typed once) with each unknown axis typed where it slices a constant axis (a
-    table) by a step of 1 between two bounds that are each a size plus a constant (:mod:`.affine`): their difference
-    (``4999 + frames`` less ``5000 - frames``: ``2 * frames - 1`` rows of a relative-position table), as the
-    program computes it wherever the bounds lie within the table (a table's length past its rows is verified apart:
-    :mod:`eqsat.onnx.axes.beyond`); the drops and heads of the walk below otherwise."""
-    out = list(shape)
-    ins = list(node.input) + [""] * (5 - len(node.input))
-    axes = int_values(w.known[ins[3]]) if ins[3] and ins[3] in w.known else None
-    steps = int_values(w.known[ins[4]]) if ins[4] and ins[4] in w.known else None
-    if (ins[3] and axes is None) or (ins[4] and steps is None) or (axes is not None and len(axes) != 1) \
-            or (steps is not None and steps != [1]):
-        return shape
-    axis = (axes[0] if axes is not None else 0) % len(shape)
-    start, end = affine(w, ins[1]), affine(w, ins[2])
-    d = dims[axis]
-    if out[axis] is not None or d is None or not d.is_const or start is None or end is None:
-        return shape
-    base = difference(end[0], start[0])
-    if base is None or base.coef <= 0:
-        return shape
-    out[axis] = _shifted(w, node.output[0], axis, base, end[1] - start[1])
-    return [d if k != axis and have is None else have for k, (have, d) in enumerate(zip(out, dims))]
 
 
 def _joined(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymShape:
