@@ -15,6 +15,10 @@ from eqsat.snapshot import Snapshot
 from .base import DEFAULT_OPTIONS, Extraction, ExtractOptions, finish
 from .cycles import without_cycles
 
+CAP = 1e300
+"""the largest tree cost counted: a subterm shared along a chain of a thousand steps (torch's unrolled recurrence)
+is counted 2**1000 times, past a float's range, where every choice would tie at infinity and none be made"""
+
 
 def _tree_choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tuple[dict[int, int], float]:
     best = [math.inf] * snap.num_classes
@@ -30,7 +34,8 @@ def _tree_choice(snap: Snapshot, costs: Sequence[float], banned: set[int]) -> tu
                 total = costs[n]
                 for ch in e.children:
                     total += best[ch]
-                if total < best[c]:
+                total = min(total, CAP)  # (a child's class with no choice yet stays inf: this node waits)
+                if total < best[c] and all(best[ch] < math.inf for ch in e.children):
                     best[c] = total
                     choice[c] = n
                     changed = True

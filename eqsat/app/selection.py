@@ -31,7 +31,7 @@ from eqsat import extract as extractors
 from eqsat.cost import CostModel, make, node_costs
 from eqsat.cost.favoured import ATTENTION_KERNELS, AVOIDED, KERNEL_OPS, KernelsFavoured
 from eqsat.cost.measure import timing_until
-from eqsat.extract import Extraction, ExtractOptions
+from eqsat.extract import Extraction, ExtractionError, ExtractOptions
 from eqsat.ir import Graph, Node
 from eqsat.mcts import PathState
 from eqsat.measurement import floor_probe, runtimes
@@ -254,8 +254,11 @@ def _more_candidates(snap: Snapshot, first: Extraction, config: OptimizeConfig, 
     out += [Extracted(state.label.replace(" ", "-"), f"{state.extraction.extractor} at search {state.label} under "
                                                       f"{cost_model.name}", state.extraction, cost_model, state.snapshot)
             for state in path]
-    out.append(Extracted("greedy-tree", f"greedy-tree under {cost_model.name}",
-                         extractors.extract("greedy-tree", snap, costs), cost_model))
+    try:  # (the paper's extractor, one more candidate: a run never stops on it)
+        out.append(Extracted("greedy-tree", f"greedy-tree under {cost_model.name}",
+                             extractors.extract("greedy-tree", snap, costs), cost_model))
+    except ExtractionError:
+        pass
     return out
 
 

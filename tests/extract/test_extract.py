@@ -139,3 +139,17 @@ def test_ilp_time_limit_and_warm_start_notes():
     r = extract("ilp", snap, costs, ExtractOptions(time_limit=5.0))
     assert find_cycle(snap, r.choice) is None
     assert r.gap is not None and (r.optimal or r.notes)
+
+
+def test_a_tree_cost_past_a_floats_range_still_extracts_a_program():
+    """A residual chain of 1100 steps (RecurrentGemma's recurrence, unrolled by torch) counts its first term 2**1100
+    times in a tree cost: past a float's range, where no choice was ever made and the run stopped with an error."""
+    spec, prev = [(0, "x", [], 1)], 0
+    for i in range(1100):
+        f = 2 * i + 1
+        spec += [(f, "f", [prev], 1), (f + 1, "add", [f, prev], 1)]
+        prev = f + 1
+    snap, costs = snapshot(spec, [prev])
+    r = extract("greedy-tree", snap, costs)
+    assert find_cycle(snap, r.choice) is None and prev in r.choice
+    assert r.dag_cost == pytest.approx(2201)
