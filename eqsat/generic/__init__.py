@@ -42,8 +42,8 @@ monomials of the symbols (:mod:`eqsat.onnx.axes.symbolic`), and what each pass l
      that drops a constant count from one, typed by their arithmetic (an opaque symbol that carries it: an audio
      front-end's frames), not fitted from runs of the program so far;
    - **the original's sizes read exactly** (:mod:`.typed_original`): a small vector the import folded that no run
-     fits (a size of the frames: a relative-position model's slice of its scores to them), read off the original
-     typed once by the same arithmetic (:mod:`.affine` for sums of a size and a constant), each of its opaque
+     fits (a size of the frames: a Slice of the data to them, read off another value), read off the original typed
+     once by the same arithmetic (:mod:`.affine` for exact sums of a size and a constant), each of its opaque
      symbols the candidate's of the same arithmetic (:attr:`.state.Fits.canon`);
    - **values computed from the shapes alone** (:mod:`.values`, the patterns of :mod:`.uniform` and
      :mod:`.tables`): one slice repeated along the symbolic axes is that slice, a Gather at each element's flat

@@ -1,10 +1,10 @@
 """The original typed once per model by the writer's own arithmetic, so that a size the import folded that no
-monomial of the interface's symbols is (a Slice of an audio model's scores to its frames, ``Shape(k)[2]``: a floor
-arithmetic of the samples, which no run fits) is written as a candidate's size of the same arithmetic, exactly and
-without a run.
+monomial of the interface's symbols is (a Slice of an audio model's data to its frames read off another value,
+``Shape(k)[1]``: a floor arithmetic of the samples, which no run fits) is written as a candidate's size of the same
+arithmetic, exactly and without a run.
 
 :func:`typed` walks the original's nodes once (:func:`.inference.infer`, in a rewrite that writes nothing), its
-strided windows' and constant drops' sizes typed as opaque symbols that carry their arithmetic down to the
+strided windows', constant drops' and Pads' sizes typed as opaque symbols that carry their arithmetic down to the
 interface's symbols (:attr:`.state.Fits.canon`, :func:`.strided.canonical`: a window's parameters along its axis
 over the size it windows; a 1-D Conv's and the 2-D one over a height of 1 that eqsat writes for it alike), and the
 entries of its small integer vectors evaluated over those shapes. :func:`folded_exactly` reads one of them as a
