@@ -21,6 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from .axes.dataflow import unique_name
 from .external import infer_shapes_aside
 from .pool import copy_fields
 from .subgraphs import defined_names, rename_outer, subgraphs
@@ -223,14 +224,7 @@ def inline_constant_ifs(model: onnx.ModelProto) -> onnx.ModelProto:
     for n in g.node:
         used |= defined_names(n)  # (names are unique across the subgraphs too)
     named = {n.name for n in g.node if n.name}
-
-    def fresh(base: str, taken: set[str]) -> str:
-        name, k = base, 0
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
-        taken.add(name)
-        return name
+    fresh = unique_name
 
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
