@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from eqsat.onnx.axes.dataflow import prune, shape_only
@@ -241,6 +242,9 @@ def exact(w: Rewrite, node: onnx.NodeProto) -> None:
         if not name or name in w.fits.folded or name in w.fits.exact or name not in w.facts.computed \
                 or name not in w.constants:
             continue
+        t = w.constants[name]
+        if t.data_type != onnx.TensorProto.INT64 or len(t.dims) > 1 or int(np.prod(t.dims)) > 8:
+            continue  # (a size vector only: the original is not typed for a folded weight)
         entries = folded_exactly(w, name)
         w.fits.exact[name] = entries
         if entries is not None and any(not m.is_const for m in entries):
