@@ -221,8 +221,8 @@ class Shaping:
             how = (", ".join(f"{s} at {tied[s]}" for s in self.resized) + ", where it runs (a length of the others' "
                    "arithmetic), the others at their defaults")
         elif not ones:
-            how = ("the nearest halving or doubling at which it runs, one with outputs of length 8 or more where one runs (the others "
-                   "back at their defaults where it runs there)")
+            how = ("the nearest halving or doubling at which it runs (where none does, a doubling of 5/4 of it), one with "
+                   "outputs of length 8 or more where one runs (the others back at their defaults where it runs there)")
         else:
             how = (f"{ones[0]} at 1, where it runs with its outputs' sizes following it (a step of one new token), "
                    "and at no halving or doubling of the defaults; the others at their defaults")

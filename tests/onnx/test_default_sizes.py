@@ -134,3 +134,19 @@ def test_a_table_added_whole_is_not_tuned_at_one_by_its_broadcast():
     values, ran = runnable_values(model, symbol_values(model, {}), ["batch", "seq"])
     assert not ran and values["seq"] == OTHER_DEFAULT
     assert session(model).run(None, {"x": np.zeros((1, 1, 4), np.float32)})[0].shape == (1, 77, 4)  # the broadcast
+
+
+def test_samples_framed_by_80_are_tuned_at_a_multiple_of_80():
+    """A speech model that frames its samples by 80 (``Reshape(x, [0, -1, 80])``: Moonshine) runs at no power of two,
+    where every halving and doubling of the default 128 lies: the sizes are then doubled from 5/4 of it (160, 320,
+    640) and tuned at the first with 8 frames or more. Before, the run asked for ``--input-shape`` (exit 2)."""
+    t = helper.make_tensor("t", I64, [3], [0, -1, 80])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["frames80"]),
+                               helper.make_node("ReduceMean", ["frames80"], ["y"], axes=[2], keepdims=0)], "framed",
+                              [helper.make_tensor_value_info("x", F, ["batch", "samples"])],
+                              [helper.make_tensor_value_info("y", F, ["batch", "frames"])], [t])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    values, ran = runnable_values(model, symbol_values(model, {}), ["batch", "samples"])
+    assert ran and values == {"batch": 1, "samples": 640}
+    (y,) = session(model).run(None, {"x": np.zeros((1, values["samples"]), np.float32)})  # the oracle
+    assert y.shape == (1, 8)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import onnx
@@ -45,6 +46,9 @@ MIN_DEFAULT = 8
 MAX_DEFAULT = 4096
 """... and, where no smaller size runs, doubled up to this (an audio waveform's samples: a convolutional front-end
 needs hundreds)"""
+ROUNDER = (Fraction(1), Fraction(5, 4))
+"""the defaults doubled as they are, then from 5/4 of them where no doubling runs (128 samples: 160, 320, 640, ...; a
+speech model that frames its samples by 80 runs at no power of two)"""
 OTHER_PROBES = (1, 37, 256, 64)
 """the further values any other symbol is verified at: the first three that are not its representative value; a
 symbol represented above them (audio samples) also at two sizes near its own (:func:`probe_values`)"""
@@ -296,8 +300,10 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
     refusals: list[str] = []
     short: set[int] = set()  # the shifts whose outputs came out short (short_outputs)
 
+    base = dict(movable)
+
     def sizes(shift: int) -> dict[str, int]:  # each default doubled ``shift`` times (halved where negative)
-        return {s: v << shift if shift >= 0 else v >> -shift for s, v in movable.items()}
+        return {s: v << shift if shift >= 0 else v >> -shift for s, v in base.items()}
 
     def is_short(at: dict[str, int]) -> bool | None:  # None: refused there; else whether an output came out short
         try:
@@ -361,16 +367,19 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         if (at := runs(shift)) is not None:
             return restored(at), True
         shift -= 1
-    shift = 1
-    while max(sizes(shift).values()) <= MAX_DEFAULT:
-        if (at := runs(shift)) is not None:
-            while shift in short and max(sizes(shift + 1).values()) <= MAX_DEFAULT \
-                    and (more := runs(shift + 1)) is not None:
-                at, shift = more, shift + 1  # an output's dynamic length under MIN_DEFAULT: no size to tune at
-            return restored(at), True
-        if refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size (larger ones would cost)
-            break
-        shift += 1
+    for scale in ROUNDER:  # doubled; then, where no doubling runs, from a rounder size (a multiple of 80 samples)
+        base = {s: v * scale.numerator // scale.denominator for s, v in movable.items()}
+        shift = 0 if scale != 1 else 1
+        while max(sizes(shift).values()) <= MAX_DEFAULT:
+            if (at := runs(shift)) is not None:
+                while shift in short and max(sizes(shift + 1).values()) <= MAX_DEFAULT \
+                        and (more := runs(shift + 1)) is not None:
+                    at, shift = more, shift + 1  # an output's dynamic length under MIN_DEFAULT: no size to tune at
+                return restored(at), True
+            if len(refusals) > 1 and refusals[-1] == refusals[-2]:  # refused alike at two sizes: not for its size
+                break
+            shift += 1
+    base = dict(movable)
     for s in movable:  # a size only 1 runs at (a decode step traced at one new token): it alone at 1, not at 2
         at = follow({**values, s: 1}, derived)
         if follows(at, s) and is_short(follow({**values, s: 2}, derived)) is None:
