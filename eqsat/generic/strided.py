@@ -189,7 +189,8 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
             elif bounds is not None:
                 out[axis] = _head(w, d, bounds)
             continue
-        length = window(w, node, axis - 2) if axis >= 2 else None
+        whole = _window(w, node) if axis >= 2 else None
+        length = whole.length(axis - 2) if whole is not None else None
         if length is None:
             continue
         at = int(d.value(w.sizes_at))
@@ -205,7 +206,6 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
         params = (node.op_type, tuple(sorted((a.name, tuple(a.ints), a.i, a.s) for a in node.attribute)),
                   tuple(w.shapes.get(node.input[1]) or []) if node.op_type == "Conv" else ())
         windowed = canonical(w, d)
-        whole = _window(w, node)
         canon = None if windowed is None or whole is None else ("window", windowed, _along(whole, axis - 2))
         out[axis] = _symbol(w, node.output[0], axis, ("window", d, axis, params), _windowed(d, length), canon)
     return out

@@ -33,13 +33,19 @@ def test_diamond_counts_shared_once():
     assert res["greedy-tree"].tree_cost == 23 == res["greedy-tree"].estimate
 
 
-def test_residual_chain_tree_cost_explodes():
+def _residual_chain(steps: int) -> tuple[object, list[float], int]:
+    """``x``, then ``steps`` times ``h = f(h) + h``: the snapshot, its costs and the root class."""
     spec, prev = [(0, "x", [], 1)], 0
-    for i in range(20):
+    for i in range(steps):
         f = 2 * i + 1
         spec += [(f, "f", [prev], 1), (f + 1, "add", [f, prev], 1)]
         prev = f + 1
     snap, costs = snapshot(spec, [prev])
+    return snap, costs, prev
+
+
+def test_residual_chain_tree_cost_explodes():
+    snap, costs, _ = _residual_chain(20)
     res = run_all(snap, costs)
     assert all(r.dag_cost == 41 for r in res.values())
     assert res["ilp"].tree_cost > 1e6  # counted once per path
@@ -144,12 +150,7 @@ def test_ilp_time_limit_and_warm_start_notes():
 def test_a_tree_cost_past_a_floats_range_still_extracts_a_program():
     """A residual chain of 1100 steps (RecurrentGemma's recurrence, unrolled by torch) counts its first term 2**1100
     times in a tree cost: past a float's range, where no choice was ever made and the run stopped with an error."""
-    spec, prev = [(0, "x", [], 1)], 0
-    for i in range(1100):
-        f = 2 * i + 1
-        spec += [(f, "f", [prev], 1), (f + 1, "add", [f, prev], 1)]
-        prev = f + 1
-    snap, costs = snapshot(spec, [prev])
+    snap, costs, prev = _residual_chain(1100)
     r = extract("greedy-tree", snap, costs)
     assert find_cycle(snap, r.choice) is None and prev in r.choice
     assert r.dag_cost == pytest.approx(2201)
