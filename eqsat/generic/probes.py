@@ -18,6 +18,7 @@ from eqsat.onnx.axes.symbolic import infer_node
 from eqsat.onnx.axes.targets import leading, reshape_target
 
 from .keys import Key
+from .products import product_fit
 from .state import Rewrite, RunKey
 from .strided import opaque_at
 
@@ -125,8 +126,18 @@ def fit_pending(w: Rewrite) -> None:
         w.fits.ran += len(model.graph.node)
         return model
 
-    fitted = fit_vectors(w.facts.runs_of(program, names, keys(w), shapes=False), w.values, w.sums) or []
-    for name, entries in zip(names, fitted):
+    runs = w.facts.runs_of(program, names, keys(w), shapes=False)
+    seen: list[tuple[Mapping[str, int], Sizes]] = []
+
+    def run(at: Mapping[str, int]) -> Sizes | None:  # every run's entries kept for a product's fit
+        got = runs(at)
+        if got is not None and w.final:
+            seen.append((dict(at), got))
+        return got
+
+    fitted = fit_vectors(run, w.values, w.sums) or []
+    for k, (name, entries) in enumerate(zip(names, fitted)):
+        entries = with_products(w, entries, seen, k)
         whole = [m for m in entries if m is not None]
         w.fits.vectors[name] = whole if len(whole) == len(entries) else None
 
@@ -169,6 +180,7 @@ def fit(w: Rewrite) -> None:
     if base and base[0] is not None:
         w.fits.sizes.update(zip(unknown, (list(s) for s in base[0])))
     for k, (name, dims) in enumerate(zip(unknown, fitted or [])):
+        dims = with_products(w, dims, [(dict(key), sizes) for key, sizes in seen], k)
         old = w.shapes.get(name)
         shape = dims if old is None or len(old) != len(dims) else [a if a is not None else b for a, b in zip(old, dims)]
         w.shapes[name] = shape
@@ -180,6 +192,21 @@ def fit(w: Rewrite) -> None:
         for name in unknown:
             if None in (w.shapes.get(name) or []):
                 w.opaque_shape(name)
+
+
+def with_products(w: Rewrite, entries: list[Mono | None], seen: list[tuple[Mapping[str, int], Sizes]],
+                  index: int) -> list[Mono | None]:
+    """``entries`` (value ``index``'s of each run in ``seen``, as fitted) with each that no monomial fits read as a
+    product of the typed opaque symbols where one is (:func:`.products.product_fit`; a program written for the user
+    only, where the opaque symbols are)."""
+    if not w.final or None not in entries:
+        return entries
+    out = list(entries)
+    for j, m in enumerate(entries):
+        if m is None:
+            out[j] = product_fit(w, [(at, int(sizes[index][j])) for at, sizes in seen
+                                     if index < len(sizes) and len(sizes[index]) == len(entries)])
+    return out
 
 
 def at_two(w: Rewrite, name: str, target: list[int], dims_in: list[Mono], guess: list[Mono],
@@ -239,5 +266,5 @@ def original_target(w: Rewrite, name: str, target: list[int], dims_in: list[Mono
     return out
 
 
-__all__ = ["PREFETCH_AFTER", "at_two", "boundary", "fit", "fit_pending", "folded_sizes", "original_target",
+__all__ = ["PREFETCH_AFTER", "at_two", "boundary", "fit", "fit_pending", "folded_sizes", "original_target", "with_products",
            "probe", "small_vector", "vectors_read"]

@@ -1,0 +1,72 @@
+"""A size no monomial of the interface's symbols fits, read as a product of the opaque symbols typed by their
+arithmetic (:mod:`.strided`): the tokens of a strided convolution's output flattened, ``floor(h/4) * floor(w/4)``,
+which ``h * w / 16`` is not (the two differ at a side of 33). The runs that fitted the sizes (:mod:`.probes`) give
+the size at several sizes of the interface, and each typed opaque symbol's size there is its arithmetic's; a
+product of one or two of them (and one of the interface's symbols: a batch) times a constant that is the size in
+every run is the size's reading, where exactly one such product of the fewest factors is (:func:`product_fit`).
+What is read so is checked, as every fit is, by the verification at further sizes."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+from eqsat.dims import Mono
+
+from .state import Rewrite
+
+MOST = 2
+"""the most typed opaque symbols one product reads (a height's and a width's)"""
+
+
+def typed_sizes(w: Rewrite, at: Mapping[str, int]) -> dict[str, int]:
+    """``at`` (the interface's sizes) with each typed opaque symbol's size there (:attr:`.state.Fits.formulas`, in the
+    order they were made); one whose arithmetic reads a symbol it has no size of is left out."""
+    out = dict(at)
+    for s, f in w.fits.formulas.items():
+        try:
+            out[s] = int(f(out))
+        except (KeyError, ZeroDivisionError, ValueError):
+            continue
+    return out
+
+
+def product_fit(w: Rewrite, runs: Sequence[tuple[Mapping[str, int], int]]) -> Mono | None:
+    """The size that is ``runs``' (each run's interface sizes and the size there) as a constant times a product of
+    one or two typed opaque symbols and at most one of the interface's symbols; None where no such product is the size
+    in every run, where the runs do not tell its factors apart (its product the same in each), or where two products
+    of the fewest factors both are."""
+    if len(runs) < 3 or not w.fits.formulas:
+        return None
+    sized = [(typed_sizes(w, at), size) for at, size in runs]
+    typed = [s for s in w.fits.formulas if all(s in got for got, _ in sized)]
+    free = [s for s in w.values if s not in w.sums and all(s in got for got, _ in sized)]
+    for count in range(1, MOST + 1):
+        found: dict[str, Mono] = {}
+        for opaque in itertools.combinations_with_replacement(typed, count):
+            for extra in [(), *((s,) for s in free)]:
+                factors = (*opaque, *extra)
+                products = [_product(got, factors) for got, _ in sized]
+                if 0 in products or len(set(products)) < 2:
+                    continue
+                coef = Fraction(sized[0][1], products[0])
+                if coef <= 0 or any(coef * p != size for p, (_, size) in zip(products, sized)):
+                    continue
+                m = Mono.const(coef)
+                for s in factors:
+                    m = m * Mono.symbol(s)
+                found[m.key()] = m
+        if found:
+            return next(iter(found.values())) if len(found) == 1 else None
+    return None
+
+
+def _product(sizes: Mapping[str, int], factors: Sequence[str]) -> int:
+    out = 1
+    for s in factors:
+        out *= sizes[s]
+    return out
+
+
+__all__ = ["MOST", "product_fit", "typed_sizes"]

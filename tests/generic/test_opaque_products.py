@@ -1,0 +1,67 @@
+"""A size the exporter computes from the input's shape by arithmetic that no monomial of the interface's symbols
+fits (a Conv of stride 2 and padding 1: ``(h - 1) // 2 + 1``, ``ceil(h/2)``; its tokens, the product of two such
+sides) read as the typed opaque symbols of the Conv's output (eqsat.generic.products): SwiftFormer's dynamo export,
+whose every candidate failed at a batch of 2 (a Reshape target left at the sizes tuned at) and came back as the
+input. The oracle: onnxruntime's runs of the original at every side from 1 to 40."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from eqsat import optimize
+from eqsat.app.config import OptimizeConfig
+from eqsat.onnx.io import session
+
+
+def strided_tokens() -> onnx.ModelProto:
+    """SwiftFormer's dynamo export in small: a Conv of stride 2 and padding 1 (sides ceil(h/2)), its tokens
+    counted by the exporter's arithmetic on the input's Shape ((h - 1) // 2 + 1), flattened, projected, normalized
+    by an L2 norm expanded to the tokens' shape, and reshaped back to the sides."""
+    rng = np.random.default_rng(0)
+    i64 = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "k"),
+             numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "proj"),
+             i64("zero", 0), i64("two", 2), i64("three", 3), i64("one", 1), i64("axes0", [0]), i64("eight", [8]),
+             i64("last", [-1])]
+    n = helper.make_node
+    nodes = [n("Conv", ["x", "k"], ["c"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             n("Shape", ["x"], ["xs"]),
+             n("Gather", ["xs", "zero"], ["b"], axis=0),
+             n("Gather", ["xs", "two"], ["h"], axis=0), n("Gather", ["xs", "three"], ["w"], axis=0),
+             n("Sub", ["h", "one"], ["h1"]), n("Div", ["h1", "two"], ["h2"]), n("Add", ["h2", "one"], ["hh"]),
+             n("Sub", ["w", "one"], ["w1"]), n("Div", ["w1", "two"], ["w2"]), n("Add", ["w2", "one"], ["ww"]),
+             n("Mul", ["hh", "ww"], ["p"]),
+             n("Unsqueeze", ["b", "axes0"], ["bu"]), n("Unsqueeze", ["p", "axes0"], ["pu"]),
+             n("Unsqueeze", ["hh", "axes0"], ["hu"]), n("Unsqueeze", ["ww", "axes0"], ["wu"]),
+             n("Concat", ["bu", "pu", "eight"], ["rows"], axis=0),
+             n("Concat", ["bu", "hu", "wu", "eight"], ["sides"], axis=0),
+             n("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]),
+             n("Reshape", ["t", "rows"], ["r"]),
+             n("MatMul", ["r", "proj"], ["m"]),
+             n("ReduceL2", ["m", "last"], ["l2"], keepdims=1),
+             n("Expand", ["l2", "rows"], ["e"]),
+             n("Div", ["m", "e"], ["d"]),
+             n("Reshape", ["d", "sides"], ["y"])]
+    graph = helper.make_graph(nodes, "strided_tokens",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                             ["batch", "((height - 1)//2) + 1", "((width - 1)//2) + 1", 8])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_tokens_of_a_strided_conv_counted_by_the_exporter_are_written_for_every_size():
+    model = strided_tokens()
+    result = optimize(model, OptimizeConfig.of(budget=4, cost="analytic", measure=False))
+    assert result.report.returned.program == "optimized", result.report.returned.reason
+    assert {"batch=2", "height=37", "width=37"} <= set(result.report.interface.verified_at)
+    want, got = session(model), session(result.optimized)
+    rng = np.random.default_rng(1)
+    sides = [(h, 23) for h in range(1, 41)] + [(17, w) for w in range(1, 41)] + [(225, 190)]
+    for k, (h, w) in enumerate(sides):
+        x = rng.standard_normal((1 + k % 3, 3, h, w)).astype(np.float32)
+        a, b = want.run(None, {"x": x})[0], got.run(None, {"x": x})[0]
+        assert a.shape == b.shape, (h, w)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"at h={h}, w={w}")
