@@ -15,7 +15,8 @@ from onnx import TensorProto, helper
 
 from eqsat.app.cli import main
 from eqsat.onnx import session
-from eqsat.onnx.axes.interface import OTHER_DEFAULT, runnable_values, symbol_values
+from eqsat.onnx import footprint
+from eqsat.onnx.axes.interface import OTHER_DEFAULT, batch_symbols, runnable_values, symbol_values
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -150,3 +151,38 @@ def test_samples_framed_by_80_are_tuned_at_a_multiple_of_80():
     assert ran and values == {"batch": 1, "samples": 640}
     (y,) = session(model).run(None, {"x": np.zeros((1, values["samples"]), np.float32)})  # the oracle
     assert y.shape == (1, 8)
+
+
+def _framed(names: list[str], width: int = 1) -> onnx.ModelProto:
+    """Samples framed by 80 (as in the test above), each frame projected to ``width`` features."""
+    t = helper.make_tensor("t", I64, [3], [0, -1, 80])
+    w = helper.make_tensor("w", F, [80, width], np.ones(80 * width, np.float32))
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "t"], ["frames80"]),
+                               helper.make_node("MatMul", ["frames80", "w"], ["projected"]),
+                               helper.make_node("ReduceMean", ["projected"], ["y"], axes=[2], keepdims=0)], "framed",
+                              [helper.make_tensor_value_info("x", F, names)],
+                              [helper.make_tensor_value_info("y", F, [names[0], "frames"])], [t, w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_dimension_torch_export_named_itself_is_a_batch_at_axis_0():
+    """torch's default exporter names a dimension it made symbolic itself ``s`` and a number (``s33``), which says
+    nothing of what it is: at axis 0 it is the batch, as an unnamed axis is. Before, ``s33`` was a length, doubled
+    with the samples (a wav2vec2's run tried a batch of 4096 at 4096 samples and took 20 GB)."""
+    model = _framed(["s33", "s50"])
+    assert batch_symbols(model) == ["s33"]
+    values, ran = runnable_values(model, symbol_values(model, {}), ["s33", "s50"])
+    assert ran and values == {"s33": 1, "s50": 640}
+
+
+def test_a_default_size_whose_run_would_not_fit_the_memory_is_not_tried():
+    """Where the default is refused and the sizes are doubled, a size whose run is estimated over the memory a run
+    may take (eqsat.onnx.footprint, the run's limit) is not run: the sizes stop at the last that fits (320 samples,
+    4 frames of 4096 features, 64 KB; 640 samples would take 128 KB, over a limit of 100 KB)."""
+    model = _framed(["batch", "samples"], width=4096)
+    assert runnable_values(model, symbol_values(model, {}), ["batch", "samples"])[0]["samples"] == 640
+    with footprint.limited(budget=100_000):
+        values, ran = runnable_values(model, symbol_values(model, {}), ["batch", "samples"])
+    assert ran and values == {"batch": 1, "samples": 320}
+    (y,) = session(model).run(None, {"x": np.zeros((1, 320), np.float32)})  # the oracle: it runs there
+    assert y.shape == (1, 4)

@@ -57,10 +57,11 @@ QUIET = ort.RunOptions()
 QUIET.log_severity_level = 4  # a size the model refuses is an answer here, not an error to print
 
 _BATCH = re.compile(r"^(n|b|bs|batch|batch_?size|batch_?dim|.*batch.*)$", re.IGNORECASE)
-_LISTED = re.compile(r"^.+_dynamic_axes_\d+$")
+_LISTED = re.compile(r"^(.+_dynamic_axes_\d+|s\d+)$")
 """the name TorchScript gives an axis listed without a name (``dynamic_axes={"input_ids": [0, 1]}``:
-``input_ids_dynamic_axes_1``): it says nothing of what the axis is, so it is read as an unnamed one (axis 0 the
-batch)"""
+``input_ids_dynamic_axes_1``), and the one torch.export gives a dimension it made symbolic itself (``s33``: a
+``Dim.AUTO`` or a listed axis, torch's default exporter): it says nothing of what the axis is, so it is read as an
+unnamed one (axis 0 the batch)"""
 _NOT_SIDE = re.compile(r"seq|past|total|cache|kv|head|token|len", re.IGNORECASE)
 """a symbol named like a sequence, a cache or a head's size is not an image's side, whatever its input's shape"""
 _CACHE = re.compile(r"past|cache|present", re.IGNORECASE)
@@ -296,6 +297,8 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
         sess = session(model)
     except Exception:  # noqa: BLE001 - the importer names what is wrong with the model
         return dict(values), True
+    current = footprint.LIMIT.get()  # (the run's memory limit, the model not watched yet: its sizes are chosen here)
+    limits: list[footprint.Limit] = []
 
     refusals: list[str] = []
     short: set[int] = set()  # the shifts whose outputs came out short (short_outputs)
@@ -307,6 +310,10 @@ def runnable_values(model: onnx.ModelProto, values: Mapping[str, int],
 
     def is_short(at: dict[str, int]) -> bool | None:  # None: refused there; else whether an output came out short
         try:
+            if current is not None and at != values:  # a size the memory would not hold is not tried (an image's
+                # sides doubled to 3584 pixels; a batch read as a length and doubled with the samples)
+                limits[:] = limits or [footprint.Limit(model, current.budget)]  # (each estimated: no tuned size runs)
+                limits[0].check(shapes_at(model, at))
             outputs = sess.run(None, zero_feeds(model, at), QUIET)
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common type: a size it refuses
             refusals.append(str(exc))
