@@ -14,8 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from eqsat.app.cli import main
-from eqsat.onnx import session
-from eqsat.onnx import footprint
+from eqsat.onnx import footprint, session
 from eqsat.onnx.axes.interface import OTHER_DEFAULT, batch_symbols, runnable_values, symbol_values
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
