@@ -102,8 +102,8 @@ class ShapesVerifier:
                 try:
                     got = s2.run(None, feeds, QUIET)
                 except Exception as exc:  # noqa: BLE001
-                    return ShapesCheck(False, out.verified, out.skipped,
-                                       f"at {label} onnxruntime fails: {first_line(exc)}")
+                    return ShapesCheck(False, out.verified, out.skipped, f"at {label} the written program fails in "
+                                       f"onnxruntime where the original runs: {first_line(exc)}")
                 for k, (name, a, b) in enumerate(zip(names, ref, got)):
                     ok, e_abs, e_rel = compare_outputs(np.asarray(a), np.asarray(b))
                     if not ok and not self._spread.allows(runs, k, np.asarray(a), np.asarray(b)):

@@ -240,6 +240,25 @@ def test_candidates_checked_at_further_shapes_against_one_run_of_the_original(mo
     assert checks.check(same).verified == ["batch=2", "seq=8"]
 
 
+def test_a_candidate_that_fails_where_the_original_runs_is_said_to_be_the_written_program():
+    """A program whose Reshape target was left at the sizes tuned at fails at a batch of 2, where the original runs:
+    the check says it is the written program that fails there (a new user read "onnxruntime fails" as the
+    original's failure)."""
+    from eqsat.verification import verify_shapes
+
+    fixed = numpy_helper.from_array(np.array([1, 6, 8], np.int64), "fixed")
+    original = _shaped([helper.make_node("Add", ["c", "x"], ["y"])])
+    pinned = _shaped([helper.make_node("Reshape", ["x", "fixed"], ["xr"]), helper.make_node("Add", ["xr", "c"], ["y"])],
+                     [fixed])
+    x = np.zeros((2, 6, 8), np.float32)
+    assert session(original).run(None, {"x": x})[0].shape == (2, 6, 8)  # the oracle: the original runs there
+    with pytest.raises(Exception, match="Reshape"):
+        session(pinned).run(None, {"x": x})
+    check = verify_shapes(original, pinned, [("seq=6", {"x": (1, 6, 8)}), ("batch=2", {"x": (2, 6, 8)})])
+    assert not check.passed and check.verified == ["seq=6"]
+    assert check.detail.startswith("at batch=2 the written program fails in onnxruntime where the original runs: ")
+
+
 def test_a_probe_the_original_refuses_on_a_later_draw_still_checks_the_draws_before_it():
     """The original gathers from a table of 4 at an index computed from its input: some draws at batch 2 it
     refuses (the index past the table), and those before them it runs. A candidate wrong everywhere fails on a
