@@ -65,3 +65,36 @@ def test_tokens_of_a_strided_conv_counted_by_the_exporter_are_written_for_every_
         a, b = want.run(None, {"x": x})[0], got.run(None, {"x": x})[0]
         assert a.shape == b.shape, (h, w)
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6, err_msg=f"at h={h}, w={w}")
+
+
+def _rewrite():
+    from eqsat.generic.state import Forms, Rewrite
+
+    model = strided_tokens()
+    w = Rewrite(model, model, {"batch": 1, "height": 224, "width": 224}, Forms.EXPORT)
+    w.fits.formulas = {"c@2": lambda at: (at["height"] - 1) // 2 + 1, "c@3": lambda at: (at["width"] - 1) // 2 + 1}
+    w.fits.opaque = {"c@2": 112, "c@3": 112}
+    return w
+
+
+def test_a_product_is_read_only_where_one_of_the_fewest_factors_and_a_whole_constant_is_every_run():
+    """The reading itself, over runs at sizes a fit makes (the sides alone halved and doubled): the tokens, 8 times
+    them, a batch's rows of them; none where a fraction of a side fits (a second Conv of stride 2 halves a side it
+    rounds: every run here at an even side, where it divides), nor where the sides change together in every run
+    (which of the two a size is, the runs cannot tell), nor where two readings of as many factors are every run's."""
+    from eqsat.generic.products import product_fit
+
+    w = _rewrite()
+    sides = [{"batch": 1, "height": h, "width": v} for h, v in ((224, 224), (112, 224), (448, 224), (37, 224),
+                                                                 (224, 112), (224, 448), (224, 37))]
+    sides.append({"batch": 2, "height": 224, "width": 224})
+    side = lambda at, s: (at[s] - 1) // 2 + 1  # noqa: E731 - the Conv's arithmetic, the oracle
+    tokens = [(at, side(at, "height") * side(at, "width")) for at in sides]
+    assert product_fit(w, tokens).key() == "c@2*c@3"
+    assert product_fit(w, [(at, 8 * n) for at, n in tokens]).key() == "8*c@2*c@3"
+    assert product_fit(w, [(at, at["batch"] * n) for at, n in tokens]).key() == "batch*c@2*c@3"
+    assert product_fit(w, [(at, side(at, "height") // 2) for at in sides[:3]]) is None  # 1/2*c@2 at even sides only
+    even = [at for at in sides if at["height"] % 2 == 0]  # 8*c@2*c@3, and 4*height*c@3 where the height is even
+    assert product_fit(w, [(at, 8 * side(at, "height") * side(at, "width")) for at in even]) is None
+    square = [{"batch": 1, "height": s, "width": s} for s in (224, 112, 448, 64)]
+    assert product_fit(w, [(at, side(at, "height")) for at in square]) is None  # c@2 or c@3
