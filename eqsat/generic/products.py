@@ -36,8 +36,8 @@ def typed_sizes(w: Rewrite, at: Mapping[str, int]) -> dict[str, int]:
 def product_fit(w: Rewrite, runs: Sequence[tuple[Mapping[str, int], int]]) -> Mono | None:
     """The size that is ``runs``' (each run's interface sizes and the size there) as a whole constant times a product of
     one or two typed opaque symbols and at most one of the interface's symbols; None where no such product is the size
-    in every run, where the runs do not tell its factors apart (its product the same in each), or where two products
-    of the fewest factors both are."""
+    in every run, where a factor is of one size in every run, or where two products of the fewest factors both are
+    (the runs do not tell them apart)."""
     if len(runs) < 3 or not w.fits.formulas:
         return None
     sized = [(typed_sizes(w, at), size) for at, size in runs]
@@ -58,10 +58,10 @@ def product_fit(w: Rewrite, runs: Sequence[tuple[Mapping[str, int], int]]) -> Mo
 
 def _reading(sized: Sequence[tuple[Mapping[str, int], int]], factors: Sequence[str]) -> Mono | None:
     """The size in every run of ``sized`` (the symbols' sizes there, the size) as a whole constant times the product
-    of ``factors``; None where none is, or the product is the same in every run."""
+    of ``factors``; None where none is, or a factor is of the same size in every run."""
     products = [_product(got, factors) for got, _ in sized]
-    if 0 in products or len(set(products)) < 2:
-        return None
+    if 0 in products or any(len({got[s] for got, _ in sized}) < 2 for s in factors):
+        return None  # (a factor of the same size in every run says nothing of it: 197 tokens at every size run)
     coef = Fraction(sized[0][1], products[0])
     if coef <= 0 or coef.denominator != 1 or any(coef * p != size for p, (_, size) in zip(products, sized)):
         return None  # (a fraction of one, half a strided side, is a floor whose rounding the runs may hide)

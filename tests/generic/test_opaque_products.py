@@ -98,3 +98,16 @@ def test_a_product_is_read_only_where_one_of_the_fewest_factors_and_a_whole_cons
     assert product_fit(w, [(at, 8 * side(at, "height") * side(at, "width")) for at in even]) is None
     square = [{"batch": 1, "height": s, "width": s} for s in (224, 112, 448, 64)]
     assert product_fit(w, [(at, side(at, "height")) for at in square]) is None  # c@2 or c@3
+
+
+def test_a_factor_of_one_size_in_every_run_is_no_reading():
+    """Rows of 112 per batch where every run is at a side of 224 (its Conv's output side, 112, in each): ``112 * batch``
+    or ``c@2 * batch``, the runs cannot tell; no reading (the side of one size in every run says nothing of it)."""
+    from eqsat.generic.products import product_fit
+
+    w = _rewrite()
+    runs = [({"batch": b, "height": 224, "width": v}, 112 * b) for b, v in ((1, 224), (2, 100), (3, 37), (4, 224))]
+    assert product_fit(w, runs) is None
+    varied = [({"batch": b, "height": h, "width": 224}, ((h - 1) // 2 + 1) * b) for b, h in ((1, 224), (2, 224),
+                                                                                           (1, 37), (3, 100))]
+    assert product_fit(w, varied).key() == "batch*c@2"
