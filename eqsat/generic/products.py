@@ -10,27 +10,17 @@ What is read so is checked, as every fit is, by the verification at further size
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 from eqsat.dims import Mono
 
 from .state import Rewrite
+from .strided import typed_sizes
 
 MOST = 2
 """the most typed opaque symbols one product reads (a height's and a width's)"""
-
-
-def typed_sizes(w: Rewrite, at: Mapping[str, int]) -> dict[str, int]:
-    """``at`` (the interface's sizes) with each typed opaque symbol's size there (:attr:`.state.Fits.formulas`, in the
-    order they were made); one whose arithmetic reads a symbol it has no size of is left out."""
-    out = dict(at)
-    for s, f in w.fits.formulas.items():
-        try:
-            out[s] = int(f(out))
-        except (KeyError, ZeroDivisionError, ValueError):
-            continue
-    return out
 
 
 def product_fit(w: Rewrite, runs: Sequence[tuple[Mapping[str, int], int]]) -> Mono | None:
@@ -59,7 +49,7 @@ def product_fit(w: Rewrite, runs: Sequence[tuple[Mapping[str, int], int]]) -> Mo
 def _reading(sized: Sequence[tuple[Mapping[str, int], int]], factors: Sequence[str]) -> Mono | None:
     """The size in every run of ``sized`` (the symbols' sizes there, the size) as a whole constant times the product
     of ``factors``; None where none is, or a factor is of the same size in every run."""
-    products = [_product(got, factors) for got, _ in sized]
+    products = [math.prod(got[s] for s in factors) for got, _ in sized]
     if 0 in products or any(len({got[s] for got, _ in sized}) < 2 for s in factors):
         return None  # (a factor of the same size in every run says nothing of it: 197 tokens at every size run)
     coef = Fraction(sized[0][1], products[0])
@@ -71,11 +61,4 @@ def _reading(sized: Sequence[tuple[Mapping[str, int], int]], factors: Sequence[s
     return m
 
 
-def _product(sizes: Mapping[str, int], factors: Sequence[str]) -> int:
-    out = 1
-    for s in factors:
-        out *= sizes[s]
-    return out
-
-
-__all__ = ["MOST", "product_fit", "typed_sizes"]
+__all__ = ["MOST", "product_fit"]

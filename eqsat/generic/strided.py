@@ -261,10 +261,20 @@ def opaque_at(w: Rewrite, at: Mapping[str, int]) -> dict[str, int] | None:
     opaque symbol has none (a size fitted from runs)."""
     if any(s not in w.fits.formulas for s in w.fits.opaque):
         return None
+    return typed_sizes(w, at)
+
+
+def typed_sizes(w: Rewrite, at: Mapping[str, int]) -> dict[str, int]:
+    """``at`` with the size there of each opaque symbol typed by its arithmetic (:attr:`.state.Fits.formulas`, in the
+    order they were made), whether or not every opaque symbol is (:mod:`.products` reads them among fitted ones); one
+    whose arithmetic reads a size it has none of is left out."""
     out = dict(at)
     for s, f in w.fits.formulas.items():
-        out[s] = f(out)
+        try:
+            out[s] = int(f(out))
+        except (KeyError, ZeroDivisionError, ValueError):
+            continue
     return out
 
 
-__all__ = ["TYPED", "canonical", "opaque_at", "typed", "window"]
+__all__ = ["TYPED", "canonical", "opaque_at", "typed", "typed_sizes", "window"]
