@@ -21,7 +21,7 @@ import onnxruntime as ort
 from eqsat.dims import derived_symbols, follow, tie
 from eqsat.errors import InputError, ModelRefused, first_line
 from eqsat.generic import Original, make_generic
-from eqsat.onnx.axes.beyond import beyond_shapes
+from eqsat.onnx.axes.beyond import beyond_shapes, span_shapes
 from eqsat.onnx.axes.heads import sliced_heads
 from eqsat.onnx.axes.interface import (
     MAX_DEFAULT,
@@ -45,7 +45,7 @@ from eqsat.onnx.axes.smallest import smallest_shapes
 from eqsat.onnx.axes.tied import Ties, assumed_ties, assumed_values, expression_names, tied_symbols
 from eqsat.onnx.io import session
 from eqsat.onnx.prepare import check_input_sizes
-from eqsat.verification import ShapesCheck, ShapesVerifier, verify_guards
+from eqsat.verification import ShapesCheck, ShapesVerifier, verify_guards, verify_within
 from eqsat.verification.feeds import index_bounds, random_inputs
 
 from .config import OptimizeConfig
@@ -384,8 +384,8 @@ class Shaping:
             self.beyond = beyond_shapes(self.original, self.values)
         if self.smallest is None:
             self.smallest = smallest_shapes(self.original, self.values)
-        probes += [p for p in [*self.also, *self.wider, *self._off_ties(), *self.beyond, *self.smallest]
-                   if p[0] not in dict(probes)]
+        probes += [p for p in [*self.also, *self.wider, *self._off_ties(), *self.beyond, *self.smallest,
+                               *span_shapes(self.original, model, self.values)] if p[0] not in dict(probes)]
         near = near_shapes(self.original, self.values)
         if self.checks is None or self.checks.original is not self.original or self.checks.seed != seed \
                 or self.checks.probes != probes or self.checks.near != near:
@@ -394,6 +394,9 @@ class Shaping:
         if not check.passed:
             return check
         guards = verify_guards(self.original, model, self.values, seed=seed)
+        if guards.passed:
+            spans = verify_within(self.original, model, self.values, seed=seed)
+            guards = ShapesCheck(spans.passed, guards.verified + spans.verified, guards.skipped, spans.detail)
         return ShapesCheck(guards.passed, check.verified + guards.verified, check.skipped + guards.skipped,
                            guards.detail)
 

@@ -25,6 +25,12 @@ ZERO = Mono(Fraction(0))
 _PASSING = frozenset({"Unsqueeze", "Squeeze", "Identity", "Reshape", "Cast"})
 
 
+def difference(a: Mono, b: Mono) -> Mono | None:
+    """``a - b`` where it is one monomial; None otherwise (:func:`.ranged.between`: a table's rows between two
+    bounds)."""
+    return _plus(a, b, -1)
+
+
 def _plus(a: Mono, b: Mono, sign: int) -> Mono | None:
     """``a + sign * b`` where it is one monomial (like terms, or one of them none); None otherwise, and where either
     is a floor (a fractional coefficient)."""
@@ -47,8 +53,8 @@ def expanded(w: Rewrite, d: Mono) -> Affine:
         return ZERO, int(d.coef)
     if d.coef == 1 and len(d.powers) == 1 and d.powers[0][1] == 1 and d.powers[0][0] in w.fits.offsets:
         base, count = w.fits.offsets[d.powers[0][0]]
-        if count >= 0:  # (a drop is clamped at 0: kept whole)
-            return base, count
+        if count >= 0 or d.powers[0][0] in w.fits.spans:  # (a drop is clamped at 0: kept whole; a table's rows
+            return base, count                               # between two bounds exact on their span: .ranged)
     return d, 0
 
 
@@ -144,4 +150,4 @@ def entries(w: Rewrite, name: str) -> list[Mono] | None:
     return out
 
 
-__all__ = ["ZERO", "Affine", "affine", "entries", "expanded"]
+__all__ = ["ZERO", "Affine", "affine", "difference", "entries", "expanded"]

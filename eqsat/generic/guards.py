@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -215,15 +215,24 @@ def copy_original(w: Rewrite, user: str, within: Collection[str] | None = None
     holds a node computing a value not ``within`` (where given: the data a size is read off, which only a
     ``Shape`` read from the inputs' shapes spares). The initializers they read are the program's own where it holds
     one of the same name and values (an embedding read for its shape), else copied, once for every chain."""
+    copied = copy_values(w, [user], within)
+    return None if copied is None else (copied[0], copied[1][0])
+
+
+def copy_values(w: Rewrite, users: Sequence[str], within: Collection[str] | None = None, shapes_read: bool = True
+                ) -> tuple[list[onnx.NodeProto], list[str]] | None:
+    """:func:`copy_original` of several values at once (the nodes they share copied once); ``shapes_read``: a
+    ``Shape`` whose sizes the symbols give written from the inputs' shapes, not copied (False: every node copied,
+    the program outside not read)."""
     g = source_graph(w)
     if g is None:
         return None
     inits = {t.name: t for t in g.initializer} | {t.name: t for t in w.original.graph.initializer}
-    needed, chain, sized = {user}, [], []
+    needed, chain, sized = set(users), [], []
     rename: dict[str, str] = {}
     for node in reversed(g.node):
         if any(o in needed for o in node.output if o):
-            sizes = _shape_read(w, node)
+            sizes = _shape_read(w, node) if shapes_read else None
             if sizes is not None:  # its input not computed for it (an encoder's output: not the encoder again)
                 rename[node.output[0]], written = _in_branch(w, sizes)
                 sized += written
@@ -260,7 +269,7 @@ def copy_original(w: Rewrite, user: str, within: Collection[str] | None = None
             node.input[k] = rename.get(i, i)
         for sub in subgraphs(node):
             rename_outer(sub, rename)
-    return sized + out, rename[user]
+    return sized + out, [rename.get(user, user) for user in users]
 
 
 def _in_branch(w: Rewrite, sizes: list[Mono]) -> tuple[str, list[onnx.NodeProto]]:
@@ -394,4 +403,4 @@ def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
     return out if len(out) == len(nodes) else nodes
 
 
-__all__ = ["copy_original", "guard_tables", "original_chain", "reads_table", "source_graph", "substituted_chain"]
+__all__ = ["copy_original", "copy_values", "guard_tables", "original_chain", "reads_table", "source_graph", "substituted_chain"]

@@ -11,6 +11,7 @@ from eqsat.onnx.axes.symbolic import infer_node
 
 from .affine import entries as summed
 from .probes import small_vector
+from .ranged import between
 from .state import Rewrite
 from .strided import TYPED, typed
 from .values import BROADCASTING, broadcast_sizes
@@ -29,6 +30,8 @@ def infer(w: Rewrite, node: onnx.NodeProto, opaque: bool = False) -> None:
             if standard and w.final and (node.op_type in BROADCASTING or node.op_type == "MatMul") and shape is not None \
                     and None in shape:
                 shape = broadcast_sizes(w, node, shape)
+            if out == node.output[0] and standard and w.typing and node.op_type == "Slice":
+                shape = between(w, node, shape)  # a table's rows between two bounds, on their span
             if out == node.output[0] and standard and w.final and node.op_type in TYPED:
                 shape = typed(w, node, shape)  # a strided window's, a constant drop's or a join's: its arithmetic
             w.types.setdefault(out, elem)

@@ -35,6 +35,7 @@ from .values import (
     unexpand,
     uniform_input,
 )
+from .within import keep_within
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Generic:
     notes: list[str] = field(default_factory=list)
     unnamed_constant_outputs: list[str] = field(default_factory=list)
     """those of the notes that tie the program to no symbol (:attr:`.state.Rewrite.unnamed_constant_outputs`)"""
+    unwritable: bool = False
+    """whether the program could not be written for every size (the program as exported is given instead)"""
 
 
 def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapping[str, int],
@@ -54,6 +57,8 @@ def make_generic(model: onnx.ModelProto, original: onnx.ModelProto, values: Mapp
     of earlier candidates learnt of ``original`` (:class:`.original.Original`, one per model: the original is then
     run at further sizes once per model, not per candidate); None: learnt anew."""
     written = rewrite(model, original, values, Forms.EXPORT, facts)
+    if written.unwritable:
+        return Generic(model, written.notes)
     return written if runs_where(written.model, model, values) else Generic(
         model, [*written.notes, "the program written shape-generic fails at the representative sizes: kept as "
                 "exported (its sizes constants)"])
@@ -145,6 +150,10 @@ def _run(w: Rewrite) -> Generic:
     if w.every_form and w.final:
         unexpand(w)
         guard_tables(w, lambda: read_original(w))
+        if w.fits.within and not keep_within(w):  # (a size exact on a span only, and the original not copied)
+            w.notes.append("a size the program reads is exact on a span of the sizes only, and the original could "
+                           "not be copied to compute the others: kept as exported")
+            w.unwritable = True
     if w.of_original:  # the original's values' symbolic shapes, for the next rewrite of it (:func:`.probes.fit`)
         w.facts.learn(w.shapes)
     del g.node[:]
@@ -153,7 +162,7 @@ def _run(w: Rewrite) -> Generic:
     prune(w.model)
     if not w.final:  # a program written for the user carries no inner shapes (.annotate's docstring)
         annotate(w)
-    return Generic(w.model, w.notes, w.unnamed_constant_outputs)
+    return Generic(w.model, w.notes, w.unnamed_constant_outputs, w.unwritable)
 
 
 def read_original(w: Rewrite) -> Rewrite:

@@ -40,6 +40,10 @@ class Forms(enum.Enum):
 RunKey = tuple[tuple[str, int], ...]
 """the symbols' sizes in one run, sorted by symbol"""
 
+Span = tuple[str, int | None, int | None]
+"""a symbol of the interface and the first and last of its sizes where a size is exact (None: no bound on that
+side; :mod:`.ranged`)"""
+
 
 @dataclass
 class Fits:
@@ -84,6 +88,14 @@ class Fits:
     exact: dict[str, list[Mono] | None] = field(default_factory=dict)
     """the original's folded vectors looked at by :func:`.rewrite.exact` -> their entries as this rewrite's sizes
     (None: not so read)"""
+    spans: dict[str, Span] = field(default_factory=dict)
+    """those of them exact on a span of the interface's sizes only (:mod:`.ranged`: a table's rows between two
+    bounds) -> that span"""
+    ranged: dict[str, tuple[Span, ...]] = field(default_factory=dict)
+    """the original typed once: the values computed from a size exact on a span only -> the spans"""
+    within: dict[str, Span] = field(default_factory=dict)
+    """a candidate: the interface's symbols -> the span its program is written for, where it reads a size of the
+    original's exact on a span only (:mod:`.within`: the original beyond it)"""
     canon: dict[str, tuple] = field(default_factory=dict)
     """those of them whose arithmetic is known down to the interface's symbols -> that arithmetic, keyed alike in
     every rewrite of the model (:func:`.strided.canonical`): the original's sizes read as a candidate's
@@ -165,6 +177,9 @@ class Rewrite(SizeWriter):
         that no input carries, nor arithmetic of the inputs' (an exporter's own, ``Concatpresent.0.key_dim_3``): the
         original's interface ties it to no symbol, and a program correct at every size computes it as the original
         does"""
+        self.unwritable = False
+        """whether a size it reads is exact on a span only and the original could not be copied beyond it
+        (:mod:`.within`): the program as exported is given instead"""
         self.shape_only: set[str] = set()
         """the values computed from the shapes alone (:func:`eqsat.onnx.axes.dataflow.shape_only`)"""
         self.readers: dict[str, list[onnx.NodeProto]] = {}

@@ -145,7 +145,7 @@ def _windowed(d: Mono, length: Callable[[int], int]) -> Callable[[Mapping[str, i
     return size
 
 
-def _shifted(w: Rewrite, out: str, axis: int, d: Mono, count: int) -> Mono:
+def shifted(w: Rewrite, out: str, axis: int, d: Mono, count: int) -> Mono:
     """The size ``d`` plus ``count``: ``d``'s own base where the counts cancel (a Slice that takes back what a
     Conv's padding added), else the opaque symbol of that base plus their sum. A size that dropped a count (a Slice,
     clamped at 0: ``max(0, frames - 9)``) and then gains one is not its base plus their sum (``max(0, frames - 9) +
@@ -185,7 +185,7 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
             bounds = _bounds(w, node, axis)
             drop = None if bounds is None else _dropped(bounds)
             if drop is not None:
-                out[axis] = _shifted(w, node.output[0], axis, d, drop)
+                out[axis] = shifted(w, node.output[0], axis, d, drop)
             elif bounds is not None:
                 out[axis] = _head(w, d, bounds)
             continue
@@ -201,7 +201,7 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
             out[axis] = Mono(d.coef / stride, d.powers)  # a floor of a quotient: a monomial of fractional coefficient
             continue
         if all(length(n) == n + length(at) - at for n in (at, at + 1, at + 7, 2 * at + 3)):
-            out[axis] = _shifted(w, node.output[0], axis, d, length(at) - at)  # stride 1: a size plus a constant
+            out[axis] = shifted(w, node.output[0], axis, d, length(at) - at)  # stride 1: a size plus a constant
             continue
         params = (node.op_type, tuple(sorted((a.name, tuple(a.ints), a.i, a.s) for a in node.attribute)),
                   tuple(w.shapes.get(node.input[1]) or []) if node.op_type == "Conv" else ())
@@ -232,7 +232,7 @@ def _padded(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -
     for axis, (have, d) in enumerate(zip(shape, dims)):
         if have is None and d is not None and not d.is_const and counts[axis] >= 0 and counts[rank + axis] >= 0:
             # (a negative count crops, clamped at 0: no sum)
-            out[axis] = _shifted(w, node.output[0], axis, d, counts[axis] + counts[rank + axis])
+            out[axis] = shifted(w, node.output[0], axis, d, counts[axis] + counts[rank + axis])
     return out
 
 
@@ -251,7 +251,7 @@ def _joined(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymShape:
     if len(moving) != 1 or any(c.denominator != 1 or c < 0 for c in fixed):
         return shape
     out = list(shape)
-    out[axis] = _shifted(w, node.output[0], axis, moving[0], int(sum(fixed)))
+    out[axis] = shifted(w, node.output[0], axis, moving[0], int(sum(fixed)))
     return out
 
 
@@ -277,4 +277,4 @@ def typed_sizes(w: Rewrite, at: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-__all__ = ["TYPED", "canonical", "opaque_at", "typed", "typed_sizes", "window"]
+__all__ = ["TYPED", "canonical", "opaque_at", "shifted", "typed", "typed_sizes", "window"]

@@ -23,10 +23,12 @@ from eqsat.onnx.axes.interface import interface
 from eqsat.onnx.axes.symbolic import constant_value, int_values
 from eqsat.onnx.constant_ifs import Constants
 from eqsat.onnx.external import set_weights_aside
+from eqsat.onnx.subgraphs import implicit_inputs
 
 from .annotate import declare
 from .inference import infer
 from .original import Original
+from .ranged import meet
 from .state import Forms, Rewrite
 
 __all__ = ["folded_exactly", "typed"]
@@ -49,6 +51,10 @@ def typed(facts: Original) -> Rewrite:
             w.node_constants[node.output[0]] = numpy_helper.from_array(folded, node.output[0])
         w.made.update((o, node) for o in node.output if o)
         infer(w, node, opaque=True)
+        spans = {s for i in [*node.input, *implicit_inputs(node)] if i for s in w.fits.ranged.get(i, ())}
+        for o in node.output:  # what is computed from a size exact on a span only carries the span
+            if o and spans:
+                w.fits.ranged[o] = tuple(sorted({*w.fits.ranged.get(o, ()), *spans}, key=repr))
     w.fits.pending.clear()  # (nothing is fitted here)
     facts.typed = w
     return w
@@ -82,4 +88,8 @@ def folded_exactly(w: Rewrite, name: str) -> list[Mono] | None:
     folded = int_values(w.constants[name])
     if len(folded) != len(out) or any(m.value(w.sizes_at) != v for m, v in zip(out, folded)):
         return None
+    for spanned in original.fits.ranged.get(name, ()) if any(not m.is_const for m in out) else ():
+        # (written for the span only: :mod:`.within`)
+        had = w.fits.within.get(spanned[0])
+        w.fits.within[spanned[0]] = spanned if had is None else meet(had, spanned)
     return out

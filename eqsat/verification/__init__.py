@@ -14,7 +14,9 @@ The flow, for each candidate of a run:
    the original once for all of a run's candidates);
 5. **shapes** (:mod:`.shapes`): a shape-generic candidate's interface, and its outputs at further sizes of each
    symbol (:func:`verify_shapes`, :class:`ShapesVerifier`);
-6. **guards** (:mod:`.guards`): the else-branches of its table guards, beyond the tables (:func:`verify_guards`).
+6. **guards** (:mod:`.guards`): the else-branches of its table guards, beyond the tables (:func:`verify_guards`);
+7. **spans** (:mod:`.spans`): the original a program written for a span of sizes carries beyond it
+   (:func:`verify_within`).
 
 A program that fails any of these is not written: the run returns the input.
 """
@@ -25,6 +27,7 @@ from .check import Verifier, feed_shapes, verify
 from .guards import verify_guards
 from .outputs import Spread, Verification, compare_outputs
 from .shapes import ShapesCheck, ShapesVerifier, verify_shapes
+from .spans import verify_within
 
 __all__ = ["ShapesCheck", "ShapesVerifier", "Spread", "Verification", "Verifier", "compare_outputs", "feed_shapes",
-           "verify", "verify_guards", "verify_shapes"]
+           "verify", "verify_guards", "verify_shapes", "verify_within"]

@@ -12,7 +12,9 @@ import onnx
 from onnx import numpy_helper
 
 from ...dims import derived_symbols, follow
+from .. import footprint
 from ..external import infer_shapes_aside
+from .branches import within_spans
 from .interface import Shapes, batch_symbols, probe_values, shapes_at, symbols
 from .shape_values import shape_values
 from .symbolic import constant_value
@@ -85,4 +87,34 @@ def beyond_shapes(model: onnx.ModelProto, values: Mapping[str, int]) -> list[tup
     return out
 
 
-__all__ = ["COUNT", "MOST", "beyond_shapes", "past", "sliced_lengths"]
+SPAN_GROWTH = 16
+"""a bound of a span is checked only where a run of the original there is estimated to take at most this many
+times the memory of one at the tuned sizes (a Wav2Vec2-Conformer's table of 9,999 relative positions spans up to
+1.6 million samples: a run there took minutes); beyond the span the written program is the original itself, which
+:func:`eqsat.verification.verify_within` checks at the tuned sizes"""
+
+
+def span_shapes(model: onnx.ModelProto, written: onnx.ModelProto, values: Mapping[str, int]
+                ) -> list[tuple[str, Shapes]]:
+    """(label, shapes) on both sides of each bound of the spans a program written for a span only is kept to
+    (:func:`.branches.within_spans`: the last size within and the first beyond, the others at their ``values``);
+    ``model``: the original (its shapes at those sizes)."""
+    syms = symbols(model)
+    derived = derived_symbols(list(syms))
+    place = {p: sym for sym, places in syms.items() for p in places}
+    out: list[tuple[str, Shapes]] = []
+    for at, (low, high) in within_spans(written).items():
+        sym = place.get(at)
+        if sym is None or sym in derived:
+            continue
+        sizes = [(v, v < low) for v in (low - 1, low) if v >= 1] if low is not None else []
+        sizes += [(v, v > high) for v in (high, high + 1)] if high is not None else []
+        tuned = footprint.activation_bytes(model, shapes_at(model, values))
+        for v, beyond in sizes:
+            shapes = shapes_at(model, follow({**values, sym: v}, derived))
+            if footprint.activation_bytes(model, shapes) <= SPAN_GROWTH * max(tuned, 1):
+                out.append((f"{sym}={v}" + (" (beyond the span)" if beyond else ""), shapes))
+    return out
+
+
+__all__ = ["COUNT", "MOST", "SPAN_GROWTH", "beyond_shapes", "past", "sliced_lengths", "span_shapes"]

@@ -17,11 +17,46 @@ from onnx import helper, numpy_helper
 
 from .dataflow import needed
 
-__all__ = ["GUARD", "guard_bounds", "table_guards", "taken"]
+__all__ = ["GUARD", "WITHIN", "guard_bounds", "table_guards", "taken", "within_spans"]
 
 
 GUARD = "table_if"
 """the prefix of the names :mod:`eqsat.generic` gives the guards it writes"""
+
+
+WITHIN = "span_if"
+"""the prefix of the name :mod:`eqsat.generic` gives the If that keeps a program to the span of sizes it is written
+for, the original beyond (:mod:`eqsat.generic.within`)"""
+
+
+def within_spans(model: onnx.ModelProto) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+    """The spans a program written for a span only is kept to (the If named :data:`WITHIN` of the main graph, its
+    condition ``Not`` of an ``Or`` of ``Less(Shape(x)[axis], low)`` and ``Greater(Shape(x)[axis], high)``): (input,
+    axis) -> (low, high), None where it is not bounded on that side; empty where the program has no such If."""
+    g = model.graph
+    made = {o: n for n in g.node for o in n.output if o}
+    constants = {t.name: t for t in g.initializer}
+    out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+    for guard in g.node:
+        if guard.op_type != "If" or not guard.name.startswith(WITHIN) or guard.input[0] not in made:
+            continue
+        stack = [made[guard.input[0]].input[0]] if made[guard.input[0]].op_type == "Not" else []
+        while stack:
+            node = made.get(stack.pop())
+            if node is None:
+                continue
+            if node.op_type == "Or":
+                stack.extend(node.input)
+                continue
+            shape = made.get(node.input[0])
+            if node.op_type not in ("Less", "Greater") or shape is None or shape.op_type != "Shape" \
+                    or node.input[1] not in constants:
+                continue
+            axis = next((a.i for a in shape.attribute if a.name == "start"), 0)
+            bound = int(numpy_helper.to_array(constants[node.input[1]]).reshape(-1)[0])
+            low, high = out.get((shape.input[0], axis), (None, None))
+            out[(shape.input[0], axis)] = (bound, high) if node.op_type == "Less" else (low, bound)
+    return out
 
 
 def table_guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
