@@ -105,9 +105,10 @@ def _own_weights(w: Rewrite, then: onnx.GraphProto, others: list[onnx.NodeProto]
     initializers (measured on a Wav2Vec2-Conformer: the program in an If that read them outside ran 12% slower
     than alone; with them inside, as fast)."""
     mine, theirs = _reads(list(then.node)), _reads(others)
-    kept, renamed = [], {}
+    fed = {i.name for i in w.model.graph.input}  # (an initializer the graph also lists as an input is the user's to
+    kept, renamed = [], {}                       # feed: it stays where the feed reaches it)
     for t in w.model.graph.initializer:
-        if t.name not in mine:
+        if t.name not in mine or t.name in fed:
             kept.append(t)
             continue
         if t.name in theirs:

@@ -23,11 +23,12 @@ from eqsat.onnx.axes.branches import within_spans
 CENTRE = 30
 
 
-def _relative(centre: int = CENTRE) -> onnx.ModelProto:
+def _relative(centre: int = CENTRE, fed: bool = False) -> onnx.ModelProto:
     """``x`` of ``[batch, 1, samples]`` through a strided Conv to ``kk`` of ``[batch, frames, 4]``; a table of ``2 *
     centre + 1`` rows sliced between ``centre + 1 - frames`` and ``centre + frames`` (``rows``); the data, ``kk``
     twice along the frames, transposed there and back and sliced to one more than the rows (all of it while the
-    frames are within the table, fewer past it); and the rows summed."""
+    frames are within the table, fewer past it); and the rows summed. ``fed``: the weight ``W`` also an input, the
+    user's to feed."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((4, 1, 10)).astype(np.float32), "k"),
              numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "W"),
@@ -54,8 +55,9 @@ def _relative(centre: int = CENTRE) -> onnx.ModelProto:
              helper.make_node("Transpose", ["zt"], ["z2"], perm=[0, 2, 1]),
              helper.make_node("Slice", ["z2", "start", "g1", "ax1"], ["out"]),
              helper.make_node("ReduceSum", ["rows"], ["summed"], keepdims=0)]
+    weight = [helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 4])] if fed else []
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                         ["batch", 1, "samples"])],
+                                                                         ["batch", 1, "samples"]), *weight],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "rows", 4]),
                                helper.make_tensor_value_info("summed", TensorProto.FLOAT, [])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -74,6 +76,15 @@ def test_a_table_sliced_around_its_centre_is_written_for_its_span_and_the_origin
     written = _optimized(original)
     assert list(within_spans(written).values()) == [(10, 5 * CENTRE + 14)]
     assert_same_at(original, written, [{"x": (1 + n % 3, 1, n)} for n in range(10, 420)], seed=0)
+
+
+def test_a_weight_the_user_may_feed_is_read_where_the_feed_reaches_it():
+    """A weight the user may feed (an initializer the graph also lists as an input) is read from the feed on both
+    sides of the span, not from a copy of its default."""
+    original = _relative(fed=True)
+    written = _optimized(original)
+    assert within_spans(written)
+    assert_same_at(original, written, [{"x": (2, 1, n), "W": (4, 4)} for n in (40, 100, 164, 165, 300)], seed=0)
 
 
 def _conformer() -> onnx.ModelProto:
