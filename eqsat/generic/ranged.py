@@ -9,8 +9,9 @@ lie within the table for form one range of a single symbol of the interface (eac
 constant, its symbols' arithmetic known down to that symbol: :attr:`.state.Fits.formulas`, each monotone in it, so
 the sizes where a bound holds are one side of a size): the symbol's span, found by bisection over that
 arithmetic (:func:`span`). The values computed from the Slice carry the span (:attr:`.state.Fits.ranged`), and a
-candidate that reads one of their folded sizes (:func:`.typed_original.folded_exactly`) is written for the span
-only, with the original beyond it (:mod:`.within`)."""
+candidate that holds a constant in place of one of them (a size vector read exactly,
+:func:`.typed_original.folded_exactly`, or one the runs fitted) is written for the span only, with the original
+beyond it (:mod:`.within`)."""
 
 from __future__ import annotations
 
@@ -59,8 +60,8 @@ def between(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShap
         return shape
     out = list(shape)
     out[axis] = symbol = shifted(w, node.output[0], axis, base, end[1] - start[1])
-    if not symbol.is_const and len(symbol.powers) == 1:
-        w.fits.spans[symbol.powers[0][0]] = found
+    if symbol != base and len(symbol.powers) == 1:  # (the difference plus a count: a symbol of its own, exact on the
+        w.fits.spans[symbol.powers[0][0]] = found   # span; the difference itself, the frames, is exact everywhere)
     w.fits.ranged.setdefault(node.output[0], (found,))
     return [dk if k != axis and have is None else have for k, (have, dk) in enumerate(zip(out, dims))]
 

@@ -150,7 +150,7 @@ def _run(w: Rewrite) -> Generic:
     if w.every_form and w.final:
         unexpand(w)
         guard_tables(w, lambda: read_original(w))
-        if w.fits.within and not keep_within(w):  # (a size exact on a span only, and the original not copied)
+        if not keep_within(w):  # (a size exact on a span only, and the original not copied)
             w.notes.append("a size the program reads is exact on a span of the sizes only, and the original could "
                            "not be copied to compute the others: kept as exported")
             w.unwritable = True

@@ -93,9 +93,6 @@ class Fits:
     bounds) -> that span"""
     ranged: dict[str, tuple[Span, ...]] = field(default_factory=dict)
     """the original typed once: the values computed from a size exact on a span only -> the spans"""
-    within: dict[str, Span] = field(default_factory=dict)
-    """a candidate: the interface's symbols -> the span its program is written for, where it reads a size of the
-    original's exact on a span only (:mod:`.within`: the original beyond it)"""
     canon: dict[str, tuple] = field(default_factory=dict)
     """those of them whose arithmetic is known down to the interface's symbols -> that arithmetic, keyed alike in
     every rewrite of the model (:func:`.strided.canonical`): the original's sizes read as a candidate's

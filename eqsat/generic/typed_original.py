@@ -28,10 +28,9 @@ from eqsat.onnx.subgraphs import implicit_inputs
 from .annotate import declare
 from .inference import infer
 from .original import Original
-from .ranged import meet
-from .state import Forms, Rewrite
+from .state import Forms, Rewrite, Span
 
-__all__ = ["folded_exactly", "typed"]
+__all__ = ["folded_exactly", "spans", "typed"]
 
 
 def typed(facts: Original) -> Rewrite:
@@ -88,8 +87,11 @@ def folded_exactly(w: Rewrite, name: str) -> list[Mono] | None:
     folded = int_values(w.constants[name])
     if len(folded) != len(out) or any(m.value(w.sizes_at) != v for m, v in zip(out, folded)):
         return None
-    for spanned in original.fits.ranged.get(name, ()) if any(not m.is_const for m in out) else ():
-        # (written for the span only: :mod:`.within`)
-        had = w.fits.within.get(spanned[0])
-        w.fits.within[spanned[0]] = spanned if had is None else meet(had, spanned)
     return out
+
+
+def spans(facts: Original) -> set[Span]:
+    """The spans of the sizes on which a size of the original is exact only (:mod:`.ranged`: a table's rows between
+    bounds of the frames), each of one symbol of the interface."""
+    return {s for found in typed(facts).fits.ranged.values() for s in found}
+

@@ -20,21 +20,33 @@ from eqsat.onnx.pool import array_of
 from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs
 
 from .guards import copy_values
-from .state import Rewrite
+from .ranged import meet
+from .state import Rewrite, Span
+from .typed_original import spans
 
 
 def keep_within(w: Rewrite) -> bool:
-    """``w``'s program (its nodes, all written) put in the then-branch of an If on the sizes of
-    :attr:`.state.Fits.within` being within their spans, the original in its else-branch; False (nothing changed)
-    where a symbol is read by no input, the program guards a table (:mod:`.guards`), or the original cannot be
-    copied at the written opset."""
+    """``w``'s program (its nodes, all written) put in the then-branch of an If on the sizes being within the spans
+    on which a size of the original is exact only (:func:`.typed_original.spans`), the original in its
+    else-branch; True (nothing changed) where the original has no such size. Every candidate of such a model is kept
+    so, whether or not it reads one: the import folds what it computes from the sizes, under names of its own, so a
+    constant that stands for such a size (a table's rows less twice the frames, constant on the span) is not told
+    apart. False (nothing changed) where a symbol is read by no input, the program guards a table (:mod:`.guards`),
+    or the original cannot be copied at the written opset."""
+    within: dict[str, Span] = {}
+    for found in sorted(spans(w.facts), key=repr) if sliced_between(w.original) else []:
+        within[found[0]] = meet(within[found[0]], found) if found[0] in within else found
     places = symbols(w.original)
-    spans = [s for s in w.fits.within.values() if s[1] is not None or s[2] is not None]
-    if not spans:
+    bounded = [s for s in within.values() if s[1] is not None or s[2] is not None]
+    if not bounded:
         return True
-    if any(sym not in places for sym, _, _ in spans) or w.guards.guarded:
+    if any(sym not in places for sym, _, _ in bounded) or w.guards.guarded:
         return False  # (a table guard inside the If would not be checked: eqsat.verification.verify_guards)
-    outputs = [o.name for o in w.original.graph.output]
+    _computed_outputs(w)
+    given = {i.name for i in w.model.graph.input} | {t.name for t in w.model.graph.initializer}
+    outputs = [o.name for o in w.original.graph.output if o.name not in given]  # (one passed through stays so)
+    if not outputs:
+        return True
     copied = copy_values(w, outputs, shapes_read=False)
     if copied is None:
         return False
@@ -67,7 +79,7 @@ def keep_within(w: Rewrite) -> bool:
                                  [helper.make_tensor_value_info(i, types[o], None) for i, o in zip(outs, outputs)])
 
     cond, nodes = "", []
-    for sym, low, high in spans:
+    for sym, low, high in bounded:
         source, axis = places[sym][0]
         size = w.fresh(f"{sym}_size")
         nodes.append(helper.make_node("Shape", [source], [size], name=size, start=axis, end=axis + 1))
@@ -85,7 +97,7 @@ def keep_within(w: Rewrite) -> bool:
     theirs = _reads(else_nodes)
     beside = sum(math.prod(t.dims) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
                  for t in w.model.graph.initializer if t.name in theirs)
-    shown = ", ".join(f"{sym} from {low or 1} to {high if high is not None else 'any'}" for sym, low, high in spans)
+    shown = ", ".join(f"{sym} from {low or 1} to {high if high is not None else 'any'}" for sym, low, high in bounded)
     w.notes.append(f"written for {shown}, where the rows the original slices off a table by these sizes lie within "
                    f"it; beyond, the model runs the original, whose weights it holds beside its own "
                    f"({beside / 2**20:.1f} MB more)")
@@ -93,6 +105,27 @@ def keep_within(w: Rewrite) -> bool:
                                   else_branch=branch(else_nodes, else_outs, "beyond_span")))
     w.nodes = nodes
     return True
+
+
+def sliced_between(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` slices a constant (an initializer or a Constant's value) by a start and an end it computes,
+    as a table sliced between bounds of a size (:func:`.ranged.between`)."""
+    g = model.graph
+    constant = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
+    return any(n.op_type == "Slice" and len(n.input) > 2 and n.input[0] in constant and n.input[1] not in constant
+               and n.input[2] not in constant for n in g.node)
+
+
+def _computed_outputs(w: Rewrite) -> None:
+    """Each output of ``w``'s program that is one of its initializers (a value the original computes, folded) made
+    an Identity of it under a name of its own, so that the If computes it (the original beyond the span need not
+    give that constant)."""
+    inits = {t.name: t for t in w.model.graph.initializer}
+    for out in w.model.graph.output:
+        if out.name in inits and out.name in w.facts.computed:
+            t = inits[out.name]
+            t.name = w.fresh(out.name)
+            w.nodes.append(helper.make_node("Identity", [t.name], [out.name], name=w.fresh(out.name)))
 
 
 def _reads(nodes: list[onnx.NodeProto]) -> set[str]:
@@ -105,8 +138,9 @@ def _own_weights(w: Rewrite, then: onnx.GraphProto, others: list[onnx.NodeProto]
     initializers (measured on a Wav2Vec2-Conformer: the program in an If that read them outside ran 12% slower
     than alone; with them inside, as fast)."""
     mine, theirs = _reads(list(then.node)), _reads(others)
-    fed = {i.name for i in w.model.graph.input}  # (an initializer the graph also lists as an input is the user's to
-    kept, renamed = [], {}                       # feed: it stays where the feed reaches it)
+    # an initializer the graph also lists as an input (the user's to feed) or as an output stays in the main graph
+    fed = {i.name for i in [*w.model.graph.input, *w.model.graph.output]}
+    kept, renamed = [], {}
     for t in w.model.graph.initializer:
         if t.name not in mine or t.name in fed:
             kept.append(t)

@@ -23,12 +23,13 @@ from eqsat.onnx.axes.branches import within_spans
 CENTRE = 30
 
 
-def _relative(centre: int = CENTRE, fed: bool = False) -> onnx.ModelProto:
+def _relative(centre: int = CENTRE, fed: bool = False, constant: bool = False) -> onnx.ModelProto:
     """``x`` of ``[batch, 1, samples]`` through a strided Conv to ``kk`` of ``[batch, frames, 4]``; a table of ``2 *
     centre + 1`` rows sliced between ``centre + 1 - frames`` and ``centre + frames`` (``rows``); the data, ``kk``
     twice along the frames, transposed there and back and sliced to one more than the rows (all of it while the
     frames are within the table, fewer past it); and the rows summed. ``fed``: the weight ``W`` also an input, the
-    user's to feed."""
+    user's to feed; ``constant``: also the rows of a weight up to the table's rows less twice the frames plus 3 (2
+    rows within the table, none past it)."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((4, 1, 10)).astype(np.float32), "k"),
              numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "W"),
@@ -55,11 +56,19 @@ def _relative(centre: int = CENTRE, fed: bool = False) -> onnx.ModelProto:
              helper.make_node("Transpose", ["zt"], ["z2"], perm=[0, 2, 1]),
              helper.make_node("Slice", ["z2", "start", "g1", "ax1"], ["out"]),
              helper.make_node("ReduceSum", ["rows"], ["summed"], keepdims=0)]
+    if constant:
+        inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("two", 2), ("three", 3))]
+        inits.append(numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W2"))
+        nodes += [helper.make_node("Mul", ["frames", "two"], ["f2"]), helper.make_node("Sub", ["r", "f2"], ["d0"]),
+                  helper.make_node("Add", ["d0", "three"], ["d1"]), helper.make_node("Unsqueeze", ["d1", "ax0"], ["d2"]),
+                  helper.make_node("Slice", ["W2", "start", "d2", "ax0"], ["picked"])]
     weight = [helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 4])] if fed else []
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                          ["batch", 1, "samples"]), *weight],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "rows", 4]),
-                               helper.make_tensor_value_info("summed", TensorProto.FLOAT, [])], inits)
+                               helper.make_tensor_value_info("summed", TensorProto.FLOAT, []),
+                               *([helper.make_tensor_value_info("picked", TensorProto.FLOAT, ["picks", 4])]
+                                 if constant else [])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -76,6 +85,17 @@ def test_a_table_sliced_around_its_centre_is_written_for_its_span_and_the_origin
     written = _optimized(original)
     assert list(within_spans(written).values()) == [(10, 5 * CENTRE + 14)]
     assert_same_at(original, written, [{"x": (1 + n % 3, 1, n)} for n in range(10, 420)], seed=0)
+
+
+def test_a_size_constant_on_the_span_is_not_kept_beyond_it():
+    """The table's rows less twice the frames, plus 3, are 2 at every size within the table, and the import folds
+    what it computes from the sizes: a candidate holding that constant is kept to the span too (a review found it
+    written as 2 rows at every length: wrong from 10,015 samples, far past every size the verification runs)."""
+    original = _relative(centre=2000, constant=True)
+    written = _optimized(original)
+    assert list(within_spans(written).values()) == [(10, 5 * 2000 + 14)]
+    sizes = [{"x": (1, 1, n)} for n in (128, 10014, 10015, 10100)]
+    assert_same_at(original, written, sizes, seed=0)
 
 
 def test_a_weight_the_user_may_feed_is_read_where_the_feed_reaches_it():
