@@ -13,7 +13,7 @@ import onnxruntime as ort
 from ..dims import derived_symbols, follow
 from ..errors import first_line
 from ..onnx import footprint
-from ..onnx.axes.branches import guard_bounds, table_guards, taken
+from ..onnx.axes.branches import guard_bounds, shapes_fed, table_guards, taken
 from ..onnx.axes.interface import QUIET, Shapes, shapes_at, symbols
 from ..onnx.io import session
 from .feeds import index_bounds, random_inputs
@@ -114,11 +114,13 @@ def _own(sess: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[st
 
 
 def _branch_feeds(then_s: ort.InferenceSession, else_s: ort.InferenceSession, seed: int, shapes: Shapes,
-                  index: Mapping[str, int]) -> dict[str, np.ndarray]:
+                  index: Mapping[str, int], fed: Mapping[str, str]) -> dict[str, np.ndarray]:
     """One seeded random feed for the inputs of both branches' models: the else-branch's, and the then-branch's
-    others."""
-    return {**random_inputs(then_s, np.random.default_rng(seed + 1), shapes, index),
-            **random_inputs(else_s, np.random.default_rng(seed), shapes, index)}
+    others; an input a branch reads only the shape of fed by its shape (``fed``: :func:`shapes_fed`)."""
+    feeds = {**random_inputs(then_s, np.random.default_rng(seed + 1), shapes, index),
+             **random_inputs(else_s, np.random.default_rng(seed), shapes, index)}
+    feeds.update({by: np.array(shapes[name], np.int64) for name, by in fed.items() if name in shapes})
+    return feeds
 
 
 def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values: Mapping[str, int],
@@ -143,12 +145,15 @@ def verify_guards(original: onnx.ModelProto, optimized: onnx.ModelProto, values:
         checked = False
         try:
             within, beyond = (taken(optimized, guard, b) for b in ("then_branch", "else_branch"))
+            read = symbols(beyond)  # the symbols of the inputs the guard reads
+            (within, fed), (beyond, fed_too) = shapes_fed(within), shapes_fed(beyond)
+            fed.update(fed_too)
             then_s, else_s = session(within, prepacking=False), session(beyond, prepacking=False)
-            for sym in symbols(beyond):  # the symbols of the inputs the guard reads
+            for sym in read:
                 for first in bounds:
                     sizes = (f"{sym}={first - 1}", f"{sym}={first} (beyond the tables)")
                     feeds = tuple(_branch_feeds(then_s, else_s, seed,
-                                                shapes_at(optimized, follow({**values, sym: v}, derived)), index)
+                                                shapes_at(optimized, follow({**values, sym: v}, derived)), index, fed)
                                   for v in (first - 1, first))
                     failed = _beyond(guard.name, then_s, else_s, guard.output, feeds, sizes)  # type: ignore[arg-type]
                     if isinstance(failed, Stops) and sym not in derived:
