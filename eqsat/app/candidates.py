@@ -146,6 +146,9 @@ def build_candidates(snap: Snapshot, extracted: Sequence[Extracted], graph: Grap
         if shaping is not None and (entry.verified or (k == 0 and first is not None)):
             shapes_phase(b, shaping, config)
         built.append(b)
+        if k > 0 or first is None:  # (a large model's candidates take minutes to write and check: one line each)
+            say(f"candidate {c.name} written and checked: "
+                + ("verified" if b.entry.verified else b.entry.note.removeprefix("not measured: ")[:160]))
     return built
 
 
