@@ -353,7 +353,7 @@ class Run:
             first = export_phase(found.snap, found.ext, imp.searched, found.cost_model, imp.shaping, imp.blocks,
                                  found.rest)
         self.say("the extracted program written; checking it against the original"
-                 + (", then the other candidates" if config.candidates > 1 else ""))
+                 + (", then the other candidates" if config.candidates > 1 and config.measure else ""))
         # the verifier's sessions and the original's outputs at each size let go even where a check raises
         with timer("verify"), contextlib.closing(verifier_of(imp.original, config)) as verifier, \
                 contextlib.closing(imp.shaping):

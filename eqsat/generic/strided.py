@@ -24,11 +24,12 @@ from eqsat.dims import Mono, SymShape
 from eqsat.onnx.axes.symbolic import int_values
 from eqsat.onnx.windows import WINDOWED, Window
 
+from .affine import affine, difference
 from .state import Rewrite
 
 INT64_MAX = 2**63 - 1
 
-TYPED = WINDOWED | {"Slice", "Concat", "Pad"}
+TYPED = WINDOWED | {"Slice", "Concat", "Pad", "Range"}
 """the operators whose output sizes :func:`typed` reads off their arithmetic"""
 
 
@@ -172,6 +173,8 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
         return shape
     if node.op_type == "Concat":
         return _joined(w, node, shape)
+    if node.op_type == "Range":
+        return _counted(w, node, shape)
     dims = w.shapes.get(node.input[0])
     if dims is None or len(dims) != len(shape):
         return shape
@@ -234,6 +237,24 @@ def _padded(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -
             # (a negative count crops, clamped at 0: no sum)
             out[axis] = shifted(w, node.output[0], axis, d, counts[axis] + counts[rank + axis])
     return out
+
+
+def _counted(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymShape:
+    """A Range's ``shape`` typed where its delta is a constant 1 or -1 and its start and limit are each a size plus
+    a constant (:mod:`.affine`) whose difference is one monomial: that difference over the delta, clamped at 0 as the
+    Range is (``range(frames - 1, -frames, -1)``: ``2 * frames - 1`` relative positions, at every size)."""
+    if len(shape) != 1 or len(node.input) < 3:
+        return shape
+    delta = w.known.get(node.input[2])
+    steps = int_values(delta) if delta is not None and delta.data_type in (onnx.TensorProto.INT64,
+                                                                        onnx.TensorProto.INT32) else []
+    start, limit = affine(w, node.input[0]), affine(w, node.input[1])
+    if steps not in ([1], [-1]) or start is None or limit is None:
+        return shape
+    base = difference(limit[0], start[0]) if steps == [1] else difference(start[0], limit[0])
+    if base is None or base.coef <= 0:
+        return shape
+    return [shifted(w, node.output[0], 0, base, (limit[1] - start[1]) * steps[0])]
 
 
 def _joined(w: Rewrite, node: onnx.NodeProto, shape: SymShape) -> SymShape:
