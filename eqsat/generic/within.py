@@ -1,5 +1,5 @@
-"""A program written for the user that reads a size exact on a span of the interface's sizes only (:mod:`.ranged`:
-a relative-position table's rows between two bounds) is kept to that span: the written program becomes the
+"""A program written for the user from a model with a size exact on a span of the interface's sizes only
+(:mod:`.ranged`: a relative-position table's rows between two bounds) is kept to that span: the written program becomes the
 then-branch of an ``If`` on each such symbol's size being within its span, and the original, copied whole at the
 written program's opset, its else-branch (:func:`keep_within`). At every size the original runs, the program the
 user gets computes what the original computes: the candidate within the span (where the verification checks it),
@@ -8,14 +8,14 @@ further sizes reads its bounds back (:func:`eqsat.onnx.axes.branches.within_span
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from eqsat.onnx import pool
 from eqsat.onnx.axes.branches import WITHIN
 from eqsat.onnx.axes.interface import symbols
+from eqsat.onnx.external import data_size
 from eqsat.onnx.pool import array_of
 from eqsat.onnx.subgraphs import implicit_inputs, rename_outer, subgraphs
 
@@ -95,8 +95,7 @@ def keep_within(w: Rewrite) -> bool:
     then_graph = branch(then_nodes, then_outs, "within_span")
     _own_weights(w, then_graph, [*else_nodes, *nodes])
     theirs = _reads(else_nodes)
-    beside = sum(math.prod(t.dims) * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-                 for t in w.model.graph.initializer if t.name in theirs)
+    beside = sum(data_size(t, pool.current()) for t in w.model.graph.initializer if t.name in theirs)
     shown = ", ".join(f"{sym} from {low or 1} to {high if high is not None else 'any'}" for sym, low, high in bounded)
     w.notes.append(f"written for {shown}, where the rows the original slices off a table by these sizes lie within "
                    f"it; beyond, the model runs the original, whose weights it holds beside its own "
