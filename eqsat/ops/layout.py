@@ -252,7 +252,7 @@ def _target(cx: ImportContext[V], node: onnx.NodeProto, x: V) -> tuple[int, ...]
     if node.op_type == "Reshape":
         if node.input[1] not in cx.consts:
             return None
-        shape = [int(d) for d in cx.consts[node.input[1]]]
+        shape = [int(d) for d in np.asarray(cx.consts[node.input[1]]).reshape(-1)]
         allowzero = at.get("allowzero", 0)
         shape = [x.shape[i] if d == 0 and not allowzero else d for i, d in enumerate(shape)]
         if -1 in shape:
@@ -266,7 +266,7 @@ def _target(cx: ImportContext[V], node: onnx.NodeProto, x: V) -> tuple[int, ...]
     if axes is None and len(node.input) > 1:
         if node.input[1] not in cx.consts:
             return None
-        axes = [int(a) for a in cx.consts[node.input[1]]]
+        axes = [int(a) for a in np.asarray(cx.consts[node.input[1]]).reshape(-1)]
     if node.op_type == "Squeeze":
         if not axes:  # every axis of 1 at these sizes; one that is a symbol at 1 (a batch) is not one at others:
             # the value's rank depends on the sizes, which no reshape holds (carried as an opaque operator)

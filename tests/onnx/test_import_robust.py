@@ -150,6 +150,17 @@ def test_output_that_is_an_input():
     same_outputs(m, optimized(m), {"x": X23})
 
 
+def test_unsqueeze_axes_given_as_a_scalar_constant():
+    """torch's dynamo exporter writes an Unsqueeze's axes as a 0-d constant (Sapiens2): onnx's checker and onnxruntime
+    accept it (onnxruntime refuses a Squeeze's so); the import once failed on it (iteration over a 0-d array)."""
+    rng = np.random.default_rng(1)
+    shape_in, shape_out = [2, 8, 16], [2, 8, 1, 16]
+    m = make([helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Relu", ["mm"], ["r"]),
+              helper.make_node("Unsqueeze", ["r", "ax"], ["y"])], [vi("x", F, shape_in)], [vi("y", F, shape_out)],
+             [const("w", rng.standard_normal((16, 16)).astype(np.float32)), const("ax", np.int64(2))], opset=18)
+    same_outputs(m, optimized(m, SEARCH), {"x": rng.standard_normal(shape_in).astype(np.float32)})
+
+
 def test_graph_without_nodes():
     m = make([], [vi("x", F, [2, 3]), vi("z", TensorProto.INT64, [4])],
              [vi("z", TensorProto.INT64, [4]), vi("w", F, [3]), vi("x", F, [2, 3])],
