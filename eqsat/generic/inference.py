@@ -20,8 +20,10 @@ from .values import BROADCASTING, broadcast_sizes
 def infer(w: Rewrite, node: onnx.NodeProto, opaque: bool = False) -> None:
     """The shapes and element types of what ``node`` computes, and the entries of the small integer vectors among
     them, from its inputs' (the written program's ``w.made``); ``opaque``: an entry may hold the opaque symbols
-    typed by their arithmetic (:attr:`.state.Fits.canon`; the original typed once: :mod:`.typed_original`), else
-    only the interface's symbols (those a written vector reads from the inputs' shapes), the rest fitted."""
+    typed by their arithmetic (:attr:`.state.Fits.canon`: the original typed once, :mod:`.typed_original`, and a
+    program written for the user, whose sizes read off a Shape of a strided or resized value then need no run of
+    its prefix), else only the interface's symbols (those a written vector reads from the inputs' shapes), the rest
+    fitted."""
     standard = node.domain in ("", "ai.onnx")
     inferred = infer_node(node, w.shapes, w.types, w.known, w.model.opset_import, w.sums, w.sized)
     for out in node.output:
@@ -40,7 +42,8 @@ def infer(w: Rewrite, node: onnx.NodeProto, opaque: bool = False) -> None:
             # its entries read off the shapes and the vectors known, where each is one monomial of the interface's
             # symbols at every size (as a fit's are); else fitted from runs (pending)
             entries = evaluate(out, w.made.get, w.sized, w.known, w.shapes)
-            if entries is None and opaque:  # sums that cancel to a monomial (:mod:`.affine`)
+            if entries is None and opaque and w.typing:  # sums that cancel to a monomial (:mod:`.affine`), in the
+                # original only (a candidate's sizes the import folded are constants there: not its own arithmetic)
                 entries = summed(w, out)
             w.fits.vectors[out] = entries if entries is not None and all(
                 s in w.values or (opaque and s in w.fits.canon) for m in entries for s, _ in m.powers) else None

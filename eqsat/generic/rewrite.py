@@ -265,7 +265,7 @@ def _written(w: Rewrite, node: onnx.NodeProto) -> None:
     """``node`` appended to the program written, the shapes and element types of what it computes inferred."""
     w.nodes.append(node)
     w.made.update((o, node) for o in node.output if o)
-    infer(w, node)
+    infer(w, node, opaque=w.final)
 
 
 __all__ = ["Generic", "make_generic", "read_original", "rewrite", "run", "runs_where",

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 import onnx
 
 from eqsat.dims import Mono, SymShape
-from eqsat.onnx.axes.symbolic import int_values
+from eqsat.onnx.axes.symbolic import int_values, resize_scales, scaled_length
 from eqsat.onnx.windows import WINDOWED, Window
 
 from .affine import affine, difference
@@ -29,7 +29,7 @@ from .state import Rewrite
 
 INT64_MAX = 2**63 - 1
 
-TYPED = WINDOWED | {"Slice", "Concat", "Pad", "Range"}
+TYPED = WINDOWED | {"Slice", "Concat", "Pad", "Range", "Resize", "ConvTranspose"}
 """the operators whose output sizes :func:`typed` reads off their arithmetic"""
 
 
@@ -180,6 +180,10 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
         return shape
     if node.op_type == "Pad":
         return _padded(w, node, shape, dims)
+    if node.op_type == "Resize":
+        return _scaled(w, node, shape, dims)
+    if node.op_type == "ConvTranspose":
+        return _upsampled(w, node, shape, dims)
     out = list(shape)
     for axis, (have, d) in enumerate(zip(shape, dims)):
         if have is not None or d is None or d.is_const:
@@ -212,6 +216,76 @@ def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape 
         canon = None if windowed is None or whole is None else ("window", windowed, _along(whole, axis - 2))
         out[axis] = _symbol(w, node.output[0], axis, ("window", d, axis, params), _windowed(d, length), canon)
     return out
+
+
+def _scaled(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -> SymShape:
+    """A Resize's ``shape`` by constant scales with each unknown axis typed where its input's size there is known:
+    that size scaled as onnxruntime computes it (:func:`eqsat.onnx.axes.symbolic.scaled_length`; a whole-number
+    scale of a size of integer coefficient is a monomial already: ``infer_node``), an opaque symbol (a depth
+    head's features upsampled by 2 after a patch grid of ``floor(h / 16)``, then read off by a Resize to their size)."""
+    scales = resize_scales(node, w.known)
+    if scales is None or len(scales) != len(shape):
+        return shape
+    out = list(shape)
+    for axis, (have, d, s) in enumerate(zip(shape, dims, scales)):
+        if have is None and d is not None and not d.is_const:
+            based = canonical(w, d)
+            out[axis] = _symbol(w, node.output[0], axis, ("scaled", d, s), _resized(d, s),
+                                None if based is None else ("scaled", based, s))
+    return out
+
+
+def _transposed(w: Rewrite, node: onnx.NodeProto) -> list[Callable[[int], int]] | None:
+    """A ConvTranspose's output length along each spatial axis as a function of the input's (onnx's rule:
+    ``stride * (n - 1) + output_padding + (kernel - 1) * dilation + 1 - pads``), where it names no ``output_shape``
+    nor ``auto_pad`` and its kernel is a constant size; else None."""
+    at = {a.name: a for a in node.attribute}
+    if "output_shape" in at or at.get("auto_pad", onnx.AttributeProto(s=b"NOTSET")).s not in (b"NOTSET", b""):
+        return None
+    weight = w.shapes.get(node.input[1]) if len(node.input) > 1 else None
+    if weight is None or any(d is None or not d.is_const for d in weight[2:]):
+        return None
+    kernels = [int(d.value({})) for d in weight[2:] if d is not None]
+    rank = len(kernels)
+
+    def ints(name: str, default: int, count: int) -> list[int]:
+        return list(at[name].ints) if name in at else [default] * count
+
+    strides, dilations = ints("strides", 1, rank), ints("dilations", 1, rank)
+    extra, pads = ints("output_padding", 0, rank), ints("pads", 0, 2 * rank)
+    if not all(len(v) == rank for v in (strides, dilations, extra)) or len(pads) != 2 * rank:
+        return None
+    def along(k: int) -> Callable[[int], int]:
+        def length(n: int) -> int:
+            return strides[k] * (n - 1) + extra[k] + (kernels[k] - 1) * dilations[k] + 1 - pads[k] - pads[rank + k]
+        return length
+
+    return [along(k) for k in range(rank)]
+
+
+def _upsampled(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -> SymShape:
+    """A ConvTranspose's ``shape`` with each unknown spatial axis typed where its input's size there is known: an
+    opaque symbol of its arithmetic (:func:`_transposed`; a depth model's neck upsampling a patch grid)."""
+    lengths = _transposed(w, node)
+    if lengths is None or len(lengths) != len(shape) - 2:
+        return shape
+    out = list(shape)
+    params = tuple(sorted((a.name, tuple(a.ints), a.i, a.s) for a in node.attribute)) + \
+        tuple(w.shapes.get(node.input[1]) or [])
+    for axis in range(2, len(shape)):
+        d = dims[axis]
+        if shape[axis] is None and d is not None and not d.is_const:
+            based = canonical(w, d)
+            length = lengths[axis - 2]
+            out[axis] = _symbol(w, node.output[0], axis, ("transposed", d, axis, params), _windowed(d, length),
+                                None if based is None else ("transposed", based, axis, params))
+    return out
+
+
+def _resized(d: Mono, scale: float) -> Callable[[Mapping[str, int]], int]:
+    def size(values: Mapping[str, int]) -> int:
+        return scaled_length(scale, int(d.value(values)))
+    return size
 
 
 def _padded(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape) -> SymShape:

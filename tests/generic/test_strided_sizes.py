@@ -13,12 +13,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx_builders import windowed_rows
 from ort_check import assert_same_at
+from run_records import program_runs
 
-from eqsat.app import shaping
 from eqsat.app.config import OptimizeConfig
 from eqsat.app.pipeline import optimize
-from eqsat.generic import original as original_facts
-from eqsat.generic import probes
 from eqsat.generic.strided import window
 
 OPSET = [helper.make_opsetid("", 17)]
@@ -115,46 +113,11 @@ def _front_end() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=OPSET)
 
 
-def _runs(monkeypatch, writing: bool = False) -> list[tuple[str, ...]]:
-    """The names each run of a program's prefix (or of values read off runs) is made for, recorded as they are
-    made; ``writing``: only those made while a candidate is written for the user (not the import's rewrite of the
-    original, once per model)."""
-    asked: list[tuple[str, ...]] = []
-    inside = [not writing]
-    real_make_generic = shaping.make_generic
-
-    def make_generic(*args, **kwargs):
-        inside.append(True)
-        try:
-            return real_make_generic(*args, **kwargs)
-        finally:
-            inside.pop()
-
-    monkeypatch.setattr(shaping, "make_generic", make_generic)
-    real_runs_of, real_run_values = original_facts.Original.runs_of, probes.run_values
-
-    def runs_of(self, model, names, keys, shapes):
-        def counted():
-            if inside[-1]:
-                asked.append(tuple(names))
-            return model()
-        return real_runs_of(self, counted, names, keys, shapes)
-
-    def run_values(model, names, shapes, whole=False):
-        if inside[-1]:
-            asked.append(tuple(names))
-        return real_run_values(model, names, shapes, whole)
-
-    monkeypatch.setattr(original_facts.Original, "runs_of", runs_of)
-    monkeypatch.setattr(probes, "run_values", run_values)
-    return asked
-
-
 def test_a_front_ends_frames_are_written_for_every_length_without_a_run_of_the_program(monkeypatch):
     """No prefix of a written program is run to fit the frames (before: one fit of the front end and one of the
     position embedding's slice, each a batch of runs, for every candidate); the program matches the original at
     lengths and batches it was not tuned at."""
-    asked = _runs(monkeypatch)
+    asked = program_runs(monkeypatch)
     original = _front_end()
     config = OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
                                input_shapes={"x": (1, 1, 4000)})
@@ -265,7 +228,7 @@ def test_a_class_token_before_the_patches_is_typed_without_a_run_of_the_program(
     slice one at every size, and the patches' slice the patches again: no prefix of the written program is run to
     fit them (before: the tokens' size fitted from runs, an opaque symbol, for every candidate; the import's rewrite
     of the original, not final, still fits the patches once per model)."""
-    asked = _runs(monkeypatch, writing=True)
+    asked = program_runs(monkeypatch, writing=True)
     original = _class_token()
     result = optimize(original, OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
                                                   input_shapes={"x": (1, 3, 32, 32)}))

@@ -104,14 +104,51 @@ def infer_node(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], type
             known = out[name][1] if name in out else None
             if known is None or None in known:
                 out[name] = (elem, shape)
-    if node.op_type == "Concat" and sums and node.output[0] in out:
+    if node.op_type == "Concat" and node.domain in ("", "ai.onnx") and node.output[0] in out:
         elem, shape = out[node.output[0]]
         axis = _attr(node, "axis", 0)
         if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] is None:
             shape = list(shape)
-            shape[axis] = concat_length([shapes.get(i) for i in node.input if i], axis, sums)
+            joined = [shapes.get(i) for i in node.input if i]
+            shape[axis] = (concat_length(joined, axis, sums) if sums else None) or _stacked(joined, axis)
             out[node.output[0]] = (elem, shape)
+    if node.op_type == "Split" and node.domain in ("", "ai.onnx"):
+        _split_sizes(node, out, constants)
     return out
+
+
+def _stacked(inputs: Sequence[SymShape | None], axis: int) -> Mono | None:
+    """The length of a Concat along ``axis`` of inputs whose lengths there are one monomial of whole coefficient
+    each, all of the same symbols (four layers' hidden states stacked on the batch: ``4*batch``): their sum."""
+    lengths = [s[axis] if s is not None and -len(s) <= axis < len(s) else None for s in inputs]
+    if not lengths or any(d is None or d.coef.denominator != 1 for d in lengths):
+        return None
+    known = [d for d in lengths if d is not None]
+    if any(d.powers != known[0].powers for d in known) or not known[0].powers:
+        return None
+    return Mono(sum((d.coef for d in known), Fraction(0)), known[0].powers)
+
+
+def _split_sizes(node: onnx.NodeProto, out: dict[str, tuple[int, SymShape | None]],
+                 constants: Mapping[str, onnx.TensorProto]) -> None:
+    """A Split by constant sizes (its input 1, or the attribute before opset 13) along an axis onnx's inference left
+    unknown (a symbol there: onnx cannot check the sizes' sum): each output is its size there (onnxruntime runs it
+    only where they sum to the axis)."""
+    const = constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    sizes = int_values(const) if const is not None and _small_ints(const) else \
+        next((list(a.ints) for a in node.attribute if a.name == "split"), None)
+    outputs = [o for o in node.output]
+    if sizes is None or len(sizes) != len(outputs):
+        return
+    axis = _attr(node, "axis", 0)
+    for name, size in zip(outputs, sizes):
+        if name not in out:
+            continue
+        elem, shape = out[name]
+        if shape is not None and -len(shape) <= axis < len(shape) and shape[axis] is None and size >= 0:
+            shape = list(shape)
+            shape[axis] = Mono.const(int(size))
+            out[name] = (elem, shape)
 
 
 def _if_shapes(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], types: Mapping[str, int],
@@ -323,11 +360,52 @@ def _filled(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: 
     return None if target is None else [_size(t) for t in target]
 
 
+def resize_scales(node: onnx.NodeProto, constants: Mapping[str, onnx.TensorProto]) -> list[float] | None:
+    """The constant scales of a Resize by scales (no sizes input, no ``axes``, no crop to a region), one per axis as
+    float32 values, where each output length is ``floor(scale * length)`` (:func:`scaled_length`); else None."""
+    if node.op_type != "Resize" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 \
+            or (len(node.input) > 3 and node.input[3]) or any(a.name == "axes" for a in node.attribute):
+        return None
+    mode = next((a.s.decode() for a in node.attribute if a.name == "coordinate_transformation_mode"), "half_pixel")
+    const = constants.get(node.input[2])
+    if mode == "tf_crop_and_resize" or const is None or const.data_type not in (onnx.TensorProto.FLOAT,
+                                                                                onnx.TensorProto.DOUBLE):
+        return None
+    scales = numpy_helper.to_array(const).reshape(-1).astype(np.float32)
+    return [float(v) for v in scales] if scales.size and bool(np.all(scales > 0)) else None
+
+
+def scaled_length(scale: float, length: int) -> int:
+    """A Resize's output length over ``length`` by ``scale``, as onnxruntime computes it: their float32 product,
+    truncated.
+
+    >>> scaled_length(2.0, 14), scaled_length(0.5, 15), scaled_length(1.5, 7)
+    (28, 7, 10)
+    """
+    return int(np.float32(scale) * np.float32(length))
+
+
+def _by_scales(node: onnx.NodeProto, shape: SymShape, sizes: _Sizes) -> SymShape | None:
+    """A Resize of ``shape`` by constant scales: an axis scaled by 1 keeps its size, one of an integer size scaled by
+    a whole number is that multiple of it (exact); any other is left unknown."""
+    scales = resize_scales(node, sizes.constants)
+    if scales is None or len(scales) != len(shape):
+        return None
+    out: list[Mono | None] = []
+    for d, s in zip(shape, scales):
+        whole = d is not None and _size(d) is not None
+        out.append(d if s == 1 else Mono(d.coef * int(s), d.powers) if whole and s == int(s) and d is not None
+                   else None)
+    return out
+
+
 def _resized(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: _Sizes) -> SymShape | None:
     """A Resize to a size vector (its input 3, over its ``axes`` where given), which it takes as the output's sizes
-    under the default ``keep_aspect_ratio_policy`` ("stretch"); one by ``scales`` is left to onnx."""
+    under the default ``keep_aspect_ratio_policy`` ("stretch"); one by constant ``scales``: :func:`_by_scales`."""
     shape, target = shapes.get(node.input[0]), sizes.entries(node, 3)
     policy = next((a.s.decode() for a in node.attribute if a.name == "keep_aspect_ratio_policy"), "stretch")
+    if shape is not None and target is None and (len(node.input) < 4 or not node.input[3]):
+        return _by_scales(node, shape, sizes)
     if shape is None or target is None or policy != "stretch":
         return None
     axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), list(range(len(shape))))
@@ -392,4 +470,5 @@ def int_values(t: onnx.TensorProto) -> list[int]:
     return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
 
 
-__all__ = ["COMPLETED", "SMALL_CONSTANT", "concat_length", "constant_shape", "constant_value", "infer_node", "int_values"]
+__all__ = ["COMPLETED", "SMALL_CONSTANT", "concat_length", "constant_shape", "constant_value", "infer_node", "int_values",
+           "resize_scales", "scaled_length"]

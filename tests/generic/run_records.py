@@ -1,0 +1,43 @@
+"""What the tests of the shape-generic writer share: the runs of programs it makes while it writes (each run of a
+prefix of a written program, or of values read off runs, recorded by the names it is made for)."""
+
+from __future__ import annotations
+
+from eqsat.app import shaping
+from eqsat.generic import original as original_facts
+from eqsat.generic import probes
+
+
+def program_runs(monkeypatch, writing: bool = False) -> list[tuple[str, ...]]:
+    """The names each run of a program's prefix (or of values read off runs) is made for, recorded as they are
+    made; ``writing``: only those made while a candidate is written for the user (not the import's rewrite of the
+    original, once per model)."""
+    asked: list[tuple[str, ...]] = []
+    inside = [not writing]
+    real_make_generic = shaping.make_generic
+
+    def make_generic(*args, **kwargs):
+        inside.append(True)
+        try:
+            return real_make_generic(*args, **kwargs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(shaping, "make_generic", make_generic)
+    real_runs_of, real_run_values = original_facts.Original.runs_of, probes.run_values
+
+    def runs_of(self, model, names, keys, shapes):
+        def counted():
+            if inside[-1]:
+                asked.append(tuple(names))
+            return model()
+        return real_runs_of(self, counted, names, keys, shapes)
+
+    def run_values(model, names, shapes, whole=False):
+        if inside[-1]:
+            asked.append(tuple(names))
+        return real_run_values(model, names, shapes, whole)
+
+    monkeypatch.setattr(original_facts.Original, "runs_of", runs_of)
+    monkeypatch.setattr(probes, "run_values", run_values)
+    return asked
