@@ -35,7 +35,7 @@ def infer(w: Rewrite, node: onnx.NodeProto, opaque: bool = False) -> None:
             if out == node.output[0] and standard and w.typing and node.op_type == "Slice":
                 shape = between(w, node, shape)  # a table's rows between two bounds, on their span
             if out == node.output[0] and standard and w.final and node.op_type in TYPED:
-                shape = typed(w, node, shape)  # a strided window's, a constant drop's or a join's: its arithmetic
+                shape = typed(w, node, shape)  # a strided window's, a resize's, a constant drop's or a join's
             w.types.setdefault(out, elem)
             w.shapes.setdefault(out, shape)
         if small_vector(w, out):

@@ -1,5 +1,6 @@
 """Sizes that no monomial of the symbols is, typed by their arithmetic instead of fitted from runs: a strided
-Conv's or pooling's output along a symbolic axis (an audio front-end's frames: ``(samples - 10) // 5 + 1``), and
+Conv's or pooling's output along a symbolic axis (an audio front-end's frames: ``(samples - 10) // 5 + 1``), a Resize's
+by constant scales and a ConvTranspose's (a depth model's neck and head upsampling a patch grid), and
 a Slice that drops a constant count from such an axis (a convolutional position embedding's ``x[..., :-1]`` after a
 Conv padded to ``frames + 1``).
 
@@ -166,7 +167,7 @@ def shifted(w: Rewrite, out: str, axis: int, d: Mono, count: int) -> Mono:
 
 def typed(w: Rewrite, node: onnx.NodeProto, shape: SymShape | None) -> SymShape | None:
     """``shape`` (of ``node``'s first output, as inferred) with each unknown axis that is a strided window's, a
-    Slice's constant drop of a known size or a Concat of one known size and constants typed by that arithmetic (the
+    Resize's by constant scales, a ConvTranspose's, a Slice's constant drop of a known size or a Concat of one known size and constants typed by that arithmetic (the
     module's docstring); in a program written for the user only (:attr:`.state.Rewrite.final`)."""
     if not w.final or shape is None or None not in shape or node.domain not in ("", "ai.onnx") \
             or node.op_type not in TYPED:
@@ -245,7 +246,7 @@ def _transposed(w: Rewrite, node: onnx.NodeProto) -> list[Callable[[int], int]] 
     weight = w.shapes.get(node.input[1]) if len(node.input) > 1 else None
     if weight is None or any(d is None or not d.is_const for d in weight[2:]):
         return None
-    kernels = [int(d.value({})) for d in weight[2:] if d is not None]
+    kernels = [int(d.value({})) for d in weight[2:] if d is not None]  # (each one, checked above)
     rank = len(kernels)
 
     def ints(name: str, default: int, count: int) -> list[int]:
@@ -255,6 +256,7 @@ def _transposed(w: Rewrite, node: onnx.NodeProto) -> list[Callable[[int], int]] 
     extra, pads = ints("output_padding", 0, rank), ints("pads", 0, 2 * rank)
     if not all(len(v) == rank for v in (strides, dilations, extra)) or len(pads) != 2 * rank:
         return None
+
     def along(k: int) -> Callable[[int], int]:
         def length(n: int) -> int:
             return strides[k] * (n - 1) + extra[k] + (kernels[k] - 1) * dilations[k] + 1 - pads[k] - pads[rank + k]
@@ -270,8 +272,8 @@ def _upsampled(w: Rewrite, node: onnx.NodeProto, shape: SymShape, dims: SymShape
     if lengths is None or len(lengths) != len(shape) - 2:
         return shape
     out = list(shape)
-    params = tuple(sorted((a.name, tuple(a.ints), a.i, a.s) for a in node.attribute)) + \
-        tuple(w.shapes.get(node.input[1]) or [])
+    attrs = tuple(sorted((a.name, tuple(a.ints), a.i, a.s) for a in node.attribute))
+    params = attrs + tuple(w.shapes.get(node.input[1]) or [])
     for axis in range(2, len(shape)):
         d = dims[axis]
         if shape[axis] is None and d is not None and not d.is_const:

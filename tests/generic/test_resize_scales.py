@@ -143,3 +143,13 @@ def test_a_transposed_convolutions_output_is_sized_as_onnxruntime_sizes_it(attrs
         assert at is not None
         (got,) = sess.run(None, {"x": np.zeros((1, 3, h, wd), np.float32)})
         assert [int(d.value(at)) for d in shape[2:] if d is not None] == list(got.shape[2:]), (h, wd)
+
+
+def test_an_infinite_or_zero_scale_is_not_typed():
+    """A scale onnxruntime would not size by (infinite, 0) is left to onnx: no size is made of it, and no error."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    shapes, types = {"x": [Mono.const(1), Mono.symbol("h")]}, {"x": TensorProto.FLOAT, "scales": TensorProto.FLOAT}
+    for bad in (np.inf, 0.0):
+        scales = numpy_helper.from_array(np.array([1, bad], np.float32), "scales")
+        got = infer_node(node, shapes, types, {"scales": scales}, OPSET)
+        assert not got or got["y"][1] is None or got["y"][1][1] is None

@@ -121,7 +121,7 @@ def _stacked(inputs: Sequence[SymShape | None], axis: int) -> Mono | None:
     """The length of a Concat along ``axis`` of inputs whose lengths there are one monomial of whole coefficient
     each, all of the same symbols (four layers' hidden states stacked on the batch: ``4*batch``): their sum."""
     lengths = [s[axis] if s is not None and -len(s) <= axis < len(s) else None for s in inputs]
-    if not lengths or any(d is None or d.coef.denominator != 1 for d in lengths):
+    if not lengths or any(d is None or _size(d) is None for d in lengths):
         return None
     known = [d for d in lengths if d is not None]
     if any(d.powers != known[0].powers for d in known) or not known[0].powers:
@@ -137,7 +137,7 @@ def _split_sizes(node: onnx.NodeProto, out: dict[str, tuple[int, SymShape | None
     const = constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
     sizes = int_values(const) if const is not None and _small_ints(const) else \
         next((list(a.ints) for a in node.attribute if a.name == "split"), None)
-    outputs = [o for o in node.output]
+    outputs = list(node.output)
     if sizes is None or len(sizes) != len(outputs):
         return
     axis = _attr(node, "axis", 0)
@@ -362,7 +362,8 @@ def _filled(node: onnx.NodeProto, shapes: Mapping[str, SymShape | None], sizes: 
 
 def resize_scales(node: onnx.NodeProto, constants: Mapping[str, onnx.TensorProto]) -> list[float] | None:
     """The constant scales of a Resize by scales (no sizes input, no ``axes``, no crop to a region), one per axis as
-    float32 values, where each output length is ``floor(scale * length)`` (:func:`scaled_length`); else None."""
+    float32 values (finite, above 0), each output length their float32 product with its input's, truncated
+    (:func:`scaled_length`); else None."""
     if node.op_type != "Resize" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 \
             or (len(node.input) > 3 and node.input[3]) or any(a.name == "axes" for a in node.attribute):
         return None
@@ -372,7 +373,7 @@ def resize_scales(node: onnx.NodeProto, constants: Mapping[str, onnx.TensorProto
                                                                                 onnx.TensorProto.DOUBLE):
         return None
     scales = numpy_helper.to_array(const).reshape(-1).astype(np.float32)
-    return [float(v) for v in scales] if scales.size and bool(np.all(scales > 0)) else None
+    return [float(v) for v in scales] if scales.size and bool(np.all(np.isfinite(scales) & (scales > 0))) else None
 
 
 def scaled_length(scale: float, length: int) -> int:
