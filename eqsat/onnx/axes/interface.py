@@ -11,7 +11,7 @@ the model refuses moved to a size it runs at (:func:`runnable_values`), the shap
 >>> is_batch_like("batch_size"), is_batch_like("N"), is_batch_like("sequence")
 (True, True, False)
 >>> probe_values(1, batch=True), probe_values(128, batch=False)
-([2, 3], [1, 37, 256])
+([2, 3], [1, 37, 256, 127])
 """
 
 from __future__ import annotations
@@ -438,12 +438,15 @@ def probe_values(value: int, batch: bool) -> list[int]:
     last well above it, so that a size derived from it, a waveform's frames, is larger there than at every size
     verified below: a constant that equals such a size at ``value`` fails there, where it may pass below, as a Slice
     to a constant end does); any other symbol also at twice its value where that is not among them (an image's side
-    at 448: a windowed model refuses 1, 37 and 256, and the sizes it takes are multiples of the one it was tuned at).
+    at 448: a windowed model refuses 1, 37 and 256, and the sizes it takes are multiples of the one it was tuned at);
+    and any other symbol above 2 also at one below its value (223 pixels: a size that is one side's floor times a
+    constant, ``2 * floor(h / 16)``, written as another floor, ``floor(h / 8)``, is right at 37, 256 and 448 and wrong
+    wherever ``h mod 16`` is 8 or more; one below a size of many factors of 2 is the largest remainder of each).
 
     >>> probe_values(3, batch=True), probe_values(37, batch=False), probe_values(512, batch=False)
-    ([2, 4, 1], [1, 256, 64, 74], [1, 37, 256, 549, 257, 1061])
+    ([2, 4, 1], [1, 256, 64, 74, 36], [1, 37, 256, 549, 257, 1061, 511])
     >>> probe_values(128, batch=False), probe_values(224, batch=False)
-    ([1, 37, 256], [1, 37, 256, 448])
+    ([1, 37, 256, 127], [1, 37, 256, 448, 223])
     """
     probes = BATCH_PROBES if batch else OTHER_PROBES
     out = [v for v in probes if v != value][:len(probes) - 1]
@@ -453,6 +456,8 @@ def probe_values(value: int, batch: bool) -> list[int]:
         out += [value + 37, value // 2 + 1, 2 * value + 37]
     elif not batch and 2 * value not in out:
         out.append(2 * value)
+    if not batch and value > 2 and value - 1 not in out:
+        out.append(value - 1)
     return out
 
 

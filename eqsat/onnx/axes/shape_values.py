@@ -93,7 +93,10 @@ def _binary(op: str, a: Entry, b: Entry) -> Entry:
         return None
     if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, Mono) or not isinstance(b, Mono):
         return None
-    if op == "Mul":
+    if op == "Mul":  # a floor (a fractional coefficient: ``1/16*h`` is ``floor(h / 16)``) times anything but 1 is no
+        # monomial: ``2 * floor(h / 16)`` is not ``floor(h / 8)`` (3 against 2 at a side of 24)
+        if (a.coef.denominator != 1 and b != Mono.const(1)) or (b.coef.denominator != 1 and a != Mono.const(1)):
+            return None
         return a * b
     if x is not None and y is not None:
         if op == "Add":
