@@ -76,9 +76,10 @@ def test_a_floor_times_a_constant_is_not_another_floor():
     verified at (37, 256, 448), one row and column more wherever ``h mod 16`` is 8 or more (a side of 24: 3 against
     2), a wrong model shipped. The product of a floor is no monomial now (eqsat.onnx.axes.shape_values), and the
     verification also checks one below the tuned side (223: every remainder by 16 at its largest)."""
+    from ort_check import assert_same_at
+
     from eqsat.app.config import OptimizeConfig
     from eqsat.app.pipeline import optimize
-    from ort_check import assert_same_at
 
     original = _upsampled_to_twice_the_grid()
     result = optimize(original, OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0))
