@@ -94,8 +94,6 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
     if isinstance(model, Graph):
         return export_model(model), model, Shaping.of(None, config), []
     original = model if isinstance(model, onnx.ModelProto) else load_model(model)
-    if say is not None:  # (a large model's import runs it at several sizes: a line before it, not only after)
-        say(f"importing {len(original.graph.node)} ONNX nodes")
     shaping = Shaping.of(original, config)
     footprint.watch(original, shaping.shapes)  # the runs at further sizes from here on: those that would not fit left out
     shaping.probe(config)  # the sizes given: before the import and the search, not after them at the verification
