@@ -3,7 +3,12 @@ prefix of a written program, or of values read off runs, recorded by the names i
 
 from __future__ import annotations
 
+import onnx
+from ort_check import assert_same_at
+
 from eqsat.app import shaping
+from eqsat.app.config import OptimizeConfig
+from eqsat.app.pipeline import optimize
 from eqsat.generic import original as original_facts
 from eqsat.generic import probes
 
@@ -41,3 +46,16 @@ def program_runs(monkeypatch, writing: bool = False) -> list[tuple[str, ...]]:
     monkeypatch.setattr(original_facts.Original, "runs_of", runs_of)
     monkeypatch.setattr(probes, "run_values", run_values)
     return asked
+
+
+def written_without_runs(monkeypatch, original: onnx.ModelProto, tuned: tuple[int, ...], at: list[tuple[int, ...]],
+                         seed: int, **tolerance: float) -> None:
+    """``original`` (one input ``x``, tuned at the shape ``tuned``) optimized shape-generic: the program ships, no
+    prefix of it is run while a candidate is written for the user, and it matches the original in onnxruntime at the
+    shapes ``at``."""
+    asked = program_runs(monkeypatch, writing=True)
+    result = optimize(original, OptimizeConfig.of(cost="analytic", budget=2, measure=False, seed=0,
+                                                  input_shapes={"x": tuned}))
+    assert result.report.returned.program == "optimized", result.report.returned.reason
+    assert asked == [], asked
+    assert_same_at(original, result.optimized, [{"x": s} for s in at], seed=seed, **tolerance)
