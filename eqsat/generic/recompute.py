@@ -95,16 +95,36 @@ def recomputed(w: Rewrite) -> list[onnx.NodeProto]:
                and tuple(t.dims) == w.facts.static.get(t.name)}
     out: list[onnx.NodeProto] = []
     for name, axes in varying(w.facts, list(tensors)).items():
-        chain = copy_original(w, name, within=w.facts.data_free)
-        if chain is None:  # (read off the data, or the original not read at the program's opset: the check decides)
-            continue
-        nodes, value = chain
-        out += nodes
-        w.alias[name] = value
-        dims = list(tensors[name].dims)
-        w.shapes[value] = [w.opaque_symbol(value, k, n) if k in axes else Mono.const(n) for k, n in enumerate(dims)]
-        w.types[value] = tensors[name].data_type
+        out += _copied(w, name, tensors[name], axes) or []
     return out
+
+
+def recomputed_vector(w: Rewrite, name: str) -> list[onnx.NodeProto] | None:
+    """The copy of the original's nodes computing ``name``, a small integer vector of the original's sizes that the
+    candidate holds folded and that neither a fit nor the writer's arithmetic reads as monomials of the symbols (a
+    count of patches ``floor(h / 16) * floor(w / 16)``: a product of two floors, which no monomial is; Sapiens2's q/k
+    split sizes), where it changes with the sizes (:func:`varying`) and the original computes it from its inputs'
+    shapes alone; None where not. Its readers read the copy from now on (:attr:`.state.Rewrite.alias`). Before, the
+    constant stayed, right at the representative sizes only, and the verification refused the program."""
+    t = w.constants.get(name)
+    if not w.final or t is None or not _small(t):
+        return None
+    axes = varying(w.facts, [name]).get(name)
+    return None if axes is None else _copied(w, name, t, axes)
+
+
+def _copied(w: Rewrite, name: str, t: onnx.TensorProto, axes: frozenset[int]) -> list[onnx.NodeProto] | None:
+    """The original's chain computing ``name`` copied (:func:`.guards.copy_original`), ``name`` read as the copy, whose
+    ``axes`` that change with the sizes are opaque symbols; None where it cannot be copied (read off the data, or the
+    original not read at the program's opset: the check decides)."""
+    chain = copy_original(w, name, within=w.facts.data_free)
+    if chain is None:
+        return None
+    nodes, value = chain
+    w.alias[name] = value
+    w.shapes[value] = [w.opaque_symbol(value, k, n) if k in axes else Mono.const(n) for k, n in enumerate(t.dims)]
+    w.types[value] = t.data_type
+    return nodes
 
 
 def _small(t: onnx.TensorProto) -> bool:
@@ -114,4 +134,4 @@ def _small(t: onnx.TensorProto) -> bool:
         and (not t.dims or t.dims[0] <= 8)
 
 
-__all__ = ["recomputed", "varying"]
+__all__ = ["recomputed", "recomputed_vector", "varying"]

@@ -22,7 +22,7 @@ from .guards import guard_tables
 from .inference import infer
 from .original import Original
 from .probes import boundary, folded_sizes, vectors_read
-from .recompute import recomputed
+from .recompute import recomputed, recomputed_vector
 from .reshapes import collapse, expand, gathered, read_shape, reshape, slice_to_end, split_rows
 from .state import Forms, Rewrite
 from .typed_original import folded_exactly
@@ -259,6 +259,18 @@ def exact(w: Rewrite, node: onnx.NodeProto) -> None:
         if entries is not None and any(not m.is_const for m in entries):
             w.fits.folded[name] = entries
             w.fits.vectors[name] = entries
+        elif entries is None and not _written_from_symbols(node, name):  # no arithmetic reads it: the original's
+            for copied in recomputed_vector(w, name) or []:  # own nodes compute it, where they can
+                _written(w, copied)
+    for k, name in enumerate(node.input):
+        node.input[k] = w.alias.get(name, name)
+
+
+def _written_from_symbols(node: onnx.NodeProto, name: str) -> bool:
+    """Whether ``node`` reads ``name`` where the passes of :mod:`.reshapes` write it from the symbols or from runs
+    of the original (a Reshape's or an Expand's target, a Slice's bounds), which they try first."""
+    slots = {"Reshape": (1,), "Expand": (1,), "Slice": (1, 2, 3, 4)}.get(node.op_type, ())
+    return node.domain in ("", "ai.onnx") and any(k < len(node.input) and node.input[k] == name for k in slots)
 
 
 def _written(w: Rewrite, node: onnx.NodeProto) -> None:
