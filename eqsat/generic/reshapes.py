@@ -143,9 +143,38 @@ def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono]) ->
             continue
         out = [m for m in entries if m is not None]
         if [m.value(w.values) for m in out] == whole and all(m.coef > 0 for m in out) \
-                and product(out) == product(known):
+                and (product(out) == product(known) or _lines_up(w, out, known)):
             found[",".join(m.key() for m in out)] = out
     return next(iter(found.values())) if len(found) == 1 else None
+
+
+def _lines_up(w: Rewrite, target: list[Mono], known: list[Mono]) -> bool:
+    """Whether a Reshape of an input of shape ``known`` that holds a size fitted from runs (an opaque symbol of no
+    arithmetic: a ViT's patches after its register tokens, ``floor(h / 16) * floor(w / 16)``, which no monomial is)
+    to ``target`` (each entry a size of the symbols: ``[batch, 384, floor(h / 16), floor(w / 16)]``, a segmentation
+    head's grid) keeps its elements in every run that sized it (:attr:`.state.Fits.runs`): the two products agree
+    at each, and the runs vary every symbol the target reads. Sapiens2's grid was written at the tuned 14 x 14
+    patches, and failed at any other size."""
+    opaque = {s for m in known for s, _ in m.powers if s not in w.values}
+    read = {s for m in target for s, _ in m.powers}
+    if not opaque or not read <= set(w.values) or any(m.coef <= 0 for m in [*target, *known]) \
+            or any(p < 0 for m in [*target, *known] for _, p in m.powers):
+        return False
+    keys: set | None = None
+    for s in opaque:
+        value, axis = w.places.get(s, ("", -1))
+        have = {key for key, sizes in (w.fits.runs.get(value) or {}).items() if axis < len(sizes)}
+        keys = have if keys is None else keys & have
+    varied: set[str] = set()
+    for key in keys or ():
+        at = dict(key)
+        sizes = {**at, **{s: w.fits.runs[w.places[s][0]][key][w.places[s][1]] for s in opaque}}
+        lhs = int(np.prod([int(m.value(at)) for m in target]))  # (each entry a size: a floor of its own)
+        rhs = int(np.prod([int(m.value(sizes)) for m in known]))
+        if lhs != rhs:
+            return False
+        varied |= {s for s, n in at.items() if n != w.values.get(s)}
+    return read <= varied
 
 
 def write_target(w: Rewrite, node: onnx.NodeProto, sym: list[Mono], known: list[Mono], allowzero: bool) -> None:
