@@ -70,6 +70,11 @@ from .shaping import Shaping
 
 Progress = Callable[[str], None]
 
+SAID_BEFORE_IMPORT = 500
+"""ONNX nodes from which a line is printed as the import begins: a model that large is run at further sizes for a
+minute or more while it is imported (PE-Audio printed nothing for 67 s, ZoeDepth for 50 s); a small one's import
+takes seconds and says what it found as it ends (and a model refused by the import prints nothing before the error)"""
+
 
 # -- the phases ----------------------------------------------------------------------------------------------
 
@@ -113,6 +118,8 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
         except InputError as exc:
             raise shaping.explain(exc) from exc
 
+    if say is not None and len(source.graph.node) >= SAID_BEFORE_IMPORT:
+        say(f"importing {len(source.graph.node)} ONNX nodes (the shape computations read at further sizes)")
     graph = imported(source)  # first: a model the import refuses is refused before its branches are searched
     if branches:
         branched, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))
