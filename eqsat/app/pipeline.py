@@ -71,9 +71,10 @@ from .shaping import Shaping
 Progress = Callable[[str], None]
 
 SAID_BEFORE_IMPORT = 500
-"""ONNX nodes from which a line is printed as the import begins: a model that large is run at further sizes for a
-minute or more while it is imported (PE-Audio printed nothing for 67 s, ZoeDepth for 50 s); a small one's import
-takes seconds and says what it found as it ends (and a model refused by the import prints nothing before the error)"""
+"""ONNX nodes from which a line is printed as a generic import's rewrite begins, once the checks that refuse a model
+before any work have passed: a model that large is run at further sizes for a minute or more while it is imported
+(PE-Audio printed nothing for 67 s, ZoeDepth for 50 s); a small one's import takes seconds and says what it found
+as it ends"""
 
 
 # -- the phases ----------------------------------------------------------------------------------------------
@@ -111,15 +112,17 @@ def rewritten_import_phase(model: onnx.ModelProto | Graph | str, config: Optimiz
         notes += more
         source = original if source is routed else source  # the Gathers alone: the user's model as it was
 
+    def begins(prepared: onnx.ModelProto) -> None:
+        if say is not None and len(prepared.graph.node) >= SAID_BEFORE_IMPORT:
+            say(f"importing {len(prepared.graph.node)} ONNX nodes (the shape computations read at further sizes)")
+
     def imported(form: onnx.ModelProto) -> Graph:
         try:
             return import_generic(form, shaping.shapes, generic=shaping.generic,
-                                source=model if isinstance(model, str) else None)
+                                source=model if isinstance(model, str) else None, begins=begins)
         except InputError as exc:
             raise shaping.explain(exc) from exc
 
-    if say is not None and len(source.graph.node) >= SAID_BEFORE_IMPORT:
-        say(f"importing {len(source.graph.node)} ONNX nodes (the shape computations read at further sizes)")
     graph = imported(source)  # first: a model the import refuses is refused before its branches are searched
     if branches:
         branched, more = optimized_branches(source, config, optimize, say or (lambda _msg: None))

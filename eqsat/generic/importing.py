@@ -7,7 +7,7 @@ The ONNX layer below takes the rewrite as an argument; it does not import this w
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import onnx
 
@@ -37,11 +37,19 @@ def simplified(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...
 
 
 def import_generic(model: onnx.ModelProto | str | os.PathLike, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                   source: str | None = None, generic: bool = True) -> Graph:
+                   source: str | None = None, generic: bool = True,
+                   begins: Callable[[onnx.ModelProto], None] | None = None) -> Graph:
     """:func:`eqsat.onnx.import_model` of ``model`` at ``input_shapes``, its dynamic axes kept symbolic and its
     shape computations first written by :func:`simplified` (``generic=False``: the static import, as the ONNX layer's,
-    for a caller that decides by a flag)."""
-    return import_model(model, input_shapes, generic=generic, source=source, simplify=simplified if generic else None)
+    for a caller that decides by a flag). ``begins``: called with the prepared model as that rewrite begins, once the
+    checks that refuse a model before any work have passed (a progress line: the rewrite and the import after it run
+    the model at further sizes)."""
+    def simplify(prepared: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
+        if begins is not None:
+            begins(prepared)
+        return simplified(prepared, shapes)
+
+    return import_model(model, input_shapes, generic=generic, source=source, simplify=simplify if generic else None)
 
 
 __all__ = ["SIMPLIFIED_WEIGHTS", "import_generic", "simplified"]

@@ -25,6 +25,7 @@ from eqsat.dims import Mono
 from eqsat.onnx.axes.dataflow import SHAPE_READERS
 from eqsat.onnx.axes.fitting import run_arrays
 from eqsat.onnx.axes.interface import probe_sizes
+from eqsat.onnx.pool import array_of
 from eqsat.onnx.subgraphs import implicit_inputs
 
 from .guards import copy_original
@@ -107,8 +108,9 @@ def recomputed_vector(w: Rewrite, name: str) -> list[onnx.NodeProto] | None:
     shapes alone; None where not. Its readers read the copy from now on (:attr:`.state.Rewrite.alias`). Before, the
     constant stayed, right at the representative sizes only, and the verification refused the program."""
     t = w.constants.get(name)
-    if not w.final or t is None or not _small(t):
-        return None
+    if not w.final or t is None or not _small(t) \
+            or w.facts.entries_at(name, w.values) != [int(v) for v in np.asarray(array_of(t)).reshape(-1)]:
+        return None  # (a constant of the original's name that is not its value at the tuned sizes: left)
     axes = varying(w.facts, [name]).get(name)
     return None if axes is None else _copied(w, name, t, axes)
 

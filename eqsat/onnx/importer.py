@@ -219,12 +219,6 @@ class _Importer:
 
     # -- main ----------------------------------------------------------------------------------
     def run(self) -> Graph:
-        if self.opset < MIN_OPSET:
-            raise InputError(f"model uses opset {self.opset}; eqsat needs opset >= {MIN_OPSET} "
-                             "(convert it with onnx.version_converter.convert_version(model, 13))")
-        check_bfloat16(self.model)
-        check_deterministic(self.model)
-        check_loads(self.model, self.source)
         shared = pool.current()  # where a run's pool is current, large weights are its (mapped) arrays: no copy
         for init in self.g.initializer:
             entry = shared.entry(init) if shared is not None else None
@@ -554,6 +548,19 @@ class _Importer:
                                           slots=slots, implicit=implicit)
 
 
+def check_importable(model: onnx.ModelProto, source: str | None = None) -> None:
+    """Refuse a model the import cannot take, each check before any work on it: an opset below :data:`MIN_OPSET`,
+    bfloat16 values, an operator whose output is random, a model onnxruntime cannot load (:func:`check_loads`;
+    ``source``: the user's name of the model)."""
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset < MIN_OPSET:
+        raise InputError(f"model uses opset {opset}; eqsat needs opset >= {MIN_OPSET} "
+                         "(convert it with onnx.version_converter.convert_version(model, 13))")
+    check_bfloat16(model)
+    check_deterministic(model)
+    check_loads(model, source)
+
+
 def import_model(model: onnx.ModelProto | str | os.PathLike,
                  input_shapes: Mapping[str, tuple[int, ...]] | None = None, generic: bool = False,
                  source: str | None = None, simplify: Simplify | None = None) -> Graph:
@@ -567,6 +574,7 @@ def import_model(model: onnx.ModelProto | str | os.PathLike,
         source = source or os.fsdecode(model)
         model = load_model(model)
     prepared = prepare(model, input_shapes or {})
+    check_importable(prepared, source)  # before any work: the rewrite below runs the model at further sizes
     if generic and simplify is not None:
         prepared = simplify(prepared, input_shapes or {})
     shared = Walks(live_shapes(prepared) if generic else set())  # (the walks below share it)
