@@ -508,14 +508,24 @@ def joint_label(joint: Mapping[str, int]) -> str:
 def joint_values(values: Mapping[str, int], batch: set[str]) -> list[dict[str, int]]:
     """The sizes every symbol of ``values`` is verified at at once: each at the first of its :func:`probe_values`
     above 1 (a batch of 2, 37 tokens), and, where the original refuses those, each at twice its value (a batch-like
-    one at 2: a windowed model refuses 37 pixels and takes a multiple of its side).
+    one at 2: a windowed model refuses 37 pixels and takes a multiple of its side). Symbols that are not batch-like
+    each take a size no other of them takes (the next of their probe values; three times the value in place of
+    twice): an image's height and width, both changed, at 37 and 256 pixels, not a square, so that a size written
+    for the one and read for the other (a grid's rows and columns swapped where both change) shows.
 
     >>> joint_values({"batch": 1, "seq": 128}, {"batch"})
     [{'batch': 2, 'seq': 37}, {'batch': 2, 'seq': 256}]
+    >>> joint_values({"batch": 1, "height": 224, "width": 224}, {"batch"})
+    [{'batch': 2, 'height': 37, 'width': 256}, {'batch': 2, 'height': 448, 'width': 672}]
     """
-    first = {sym: next((v for v in probe_values(value, sym in batch) if v > 1), 2 * value)
-             for sym, value in values.items()}
-    twice = {sym: BATCH_PROBES[0] if sym in batch else 2 * value for sym, value in values.items()}
+    first: dict[str, int] = {}
+    twice: dict[str, int] = {}
+    for sym, value in values.items():
+        taken = {v for s, v in first.items() if s not in batch}
+        above = [v for v in probe_values(value, sym in batch) if v > 1]
+        first[sym] = next((v for v in above if sym in batch or v not in taken), above[0] if above else 2 * value)
+        doubled = {v for s, v in twice.items() if s not in batch}
+        twice[sym] = BATCH_PROBES[0] if sym in batch else 2 * value if 2 * value not in doubled else 3 * value
     return [first] + ([twice] if twice != first else [])
 
 
