@@ -37,19 +37,25 @@ def _scaled(scales: list[float], stride: int, mode: str = "asymmetric") -> onnx.
     return helper.make_model(graph, opset_imports=OPSET)
 
 
-@pytest.mark.parametrize("scales, stride", [([1, 1, 2, 2], 1), ([1, 1, 2, 3], 4), ([1, 1, 1.5, 0.5], 4),
-                                            ([1, 1, 0.25, 1.3], 3), ([1, 1, 2, 1], 16)])
-def test_a_resize_by_constant_scales_is_sized_as_onnxruntime_sizes_it(scales, stride):
-    model = _scaled(scales, stride)
-    w = typed(Original(model, {"batch": 1, "height": 224, "width": 224}))
-    shape = w.shapes["up"]
+def _sized_as_onnxruntime_sizes_it(model, side: int, value: str, sides: list[tuple[int, int]]) -> None:
+    """``model`` (one input ``x``, ``[batch, 3, height, width]``) typed once at a square ``side``: ``value``'s spatial
+    sizes are typed, and at each of ``sides`` their arithmetic gives onnxruntime's output sizes."""
+    w = typed(Original(model, {"batch": 1, "height": side, "width": side}))
+    shape = w.shapes[value]
     assert shape is not None and all(d is not None for d in shape[2:]), shape
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for h, wd in [(224, 224), (stride, stride), (37, 61), (100, 17), (255, 256), (513, 31)]:
+    for h, wd in sides:
         at = opaque_at(w, {"batch": 1, "height": h, "width": wd})
         assert at is not None
         (got,) = sess.run(None, {"x": np.zeros((1, 3, h, wd), np.float32)})
         assert [int(d.value(at)) for d in shape[2:] if d is not None] == list(got.shape[2:]), (h, wd)
+
+
+@pytest.mark.parametrize("scales, stride", [([1, 1, 2, 2], 1), ([1, 1, 2, 3], 4), ([1, 1, 1.5, 0.5], 4),
+                                            ([1, 1, 0.25, 1.3], 3), ([1, 1, 2, 1], 16)])
+def test_a_resize_by_constant_scales_is_sized_as_onnxruntime_sizes_it(scales, stride):
+    _sized_as_onnxruntime_sizes_it(_scaled(scales, stride), 224, "up",
+                                   [(224, 224), (stride, stride), (37, 61), (100, 17), (255, 256), (513, 31)])
 
 
 def test_a_whole_number_scale_of_a_symbol_is_its_multiple_and_a_crop_is_left_unknown():
@@ -125,16 +131,8 @@ def test_a_transposed_convolutions_output_is_sized_as_onnxruntime_sizes_it(attrs
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                          ["batch", 3, "height", "width"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(graph, opset_imports=OPSET)
-    w = typed(Original(model, {"batch": 1, "height": 64, "width": 64}))
-    shape = w.shapes["y"]
-    assert shape is not None and all(d is not None for d in shape[2:]), shape
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    for h, wd in [(64, 64), (8, 8), (37, 61), (100, 17), (255, 130)]:
-        at = opaque_at(w, {"batch": 1, "height": h, "width": wd})
-        assert at is not None
-        (got,) = sess.run(None, {"x": np.zeros((1, 3, h, wd), np.float32)})
-        assert [int(d.value(at)) for d in shape[2:] if d is not None] == list(got.shape[2:]), (h, wd)
+    _sized_as_onnxruntime_sizes_it(helper.make_model(graph, opset_imports=OPSET), 64, "y",
+                                   [(64, 64), (8, 8), (37, 61), (100, 17), (255, 130)])
 
 
 def test_an_infinite_or_zero_scale_is_not_typed():
