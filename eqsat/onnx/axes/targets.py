@@ -57,8 +57,15 @@ def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]
     order = {s: min(k for k, d in enumerate(dims_in) if any(t == s for t, _ in d.powers)) for s in factors}
     rest = [Fraction(n) for n in sizes_out]
     given: list[list[str]] = [[] for _ in sizes_out]
+    wide = [j for j, n in enumerate(sizes_out) if n != 1]
     for s in factors:
         v = values[s]
+        if v != 1 and len(wide) == 1:
+            # one axis above 1 (rows back to ``[1, patches, 384]``): it takes every symbol above 1, whatever the
+            # coefficient (``1/256*height*width`` patches of 16 pixels is no multiple of either side's size)
+            rest[wide[0]] /= v
+            given[wide[0]].append(s)
+            continue
         if v == 1:  # ambiguous: an axis of 1 between the axes of the symbols around it in the input, else theirs
             later = [j for j, g in enumerate(given) for t in g if values[t] != 1 and order[t] > order[s]]
             earlier = [j for j, g in enumerate(given) for t in g if values[t] != 1 and order[t] < order[s]]
@@ -133,6 +140,13 @@ def reshape_target(dims_in: list[Mono], target: list[int], values: Mapping[str, 
     ['b', 's', '64']
     >>> [d.key() for d in reshape_target([b, s], [16, 1], {"b": 1, "s": 16})]  # a Flatten: b stays before s
     ['b*s', '1']
+
+    A group of one axis above 1 takes every symbol above 1, whatever their coefficient (patches of 16 pixels
+    back from rows):
+
+    >>> patches = Mono.const(Fraction(1, 256)) * Mono.symbol("h") * Mono.symbol("w")
+    >>> [d.key() for d in reshape_target([b * patches, Mono.const(8)], [1, 196, 8], {"b": 1, "h": 224, "w": 224})]
+    ['b', '1/256*h*w', '8']
 
     ``ones_before``: an output axis of size 1 that opens a group of axes is read as part of the group before where
     that one's input holds a symbol at 1 (:func:`_ones_before`; the writer's reading where nothing else decides):
