@@ -182,6 +182,23 @@ def test_nchwc_reorders_are_charged_where_a_blocked_chain_would_pay_them(tmp_pat
     assert cost.reorder_pair_us((1, 32, 8, 8)) == first
 
 
+def test_a_grouped_conv_onnxruntime_runs_unblocked_is_charged_the_chain_it_breaks(tmp_path):
+    # 2 channels a group fill no NCHWc block at any width onnxruntime uses (4, 8 or 16): onnxruntime runs it in
+    # NCHW, so between blocked convs it pays the reorders; a depthwise conv of the same channels runs blocked
+    cost = OrtCost(CostCache(str(tmp_path / "c.sqlite")), repeats=3)
+    grouped = OpKey("conv2d", (1, 1, 0, 0, 0), ((1, 64, 8, 8), (64, 2, 1, 1)), (1, 64, 8, 8))
+    depthwise = OpKey("conv2d", (1, 1, 0, 0, 0), ((1, 64, 8, 8), (64, 1, 1, 1)), (1, 64, 8, 8))
+    ran = {}
+    for name, key in (("grouped", grouped), ("depthwise", depthwise)):
+        built = op_model(key)
+        assert built is not None
+        ran[name] = cost._time(built, 10.0)[1]
+    assert ran["grouped"] == ["Conv"] and ran["depthwise"] == ["ReorderInput", "Conv", "ReorderOutput"]
+    cost._reorders[(1, 64, 8, 8)] = 7.0  # a pair's price, as timed once per shape (a busy machine may read 0)
+    assert cost.chain_break_us(grouped, ran["grouped"]) == pytest.approx(7.0)  # half a pair on each side
+    assert cost.chain_break_us(depthwise, ran["depthwise"]) == 0.0
+
+
 def test_opaque_operators_are_timed_as_their_onnx_node(tmp_path):
     from onnx import helper
 
