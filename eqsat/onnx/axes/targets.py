@@ -43,11 +43,44 @@ def _groups(sizes_in: list[int], sizes_out: list[int]) -> list[tuple[list[int], 
     return groups
 
 
+def _in_order(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]) -> list[Mono] | None:
+    """The output axes of a group as a Reshape fills them, in memory order: each takes the input's axes in turn, a
+    constant axis split where an output axis takes part of it (GroupNorm's ``[1, 256, h/32, w/32]`` to ``[1, 32,
+    392]``: 32 of the 256 channels, then the other 8 times both sides). None where an output axis would take part of
+    a symbolic axis, or a symbol is at 1 (which axis it goes with is then open: :func:`_assign` reads it)."""
+    if any(values[s] == 1 for m in dims_in for s, _ in m.powers):
+        return None
+    pieces = list(dims_in)
+    out: list[Mono] = []
+    for n in sizes_out:
+        taken = Mono.const(1)
+        while taken.value(values) < n:
+            if not pieces:
+                return None
+            piece, have = pieces.pop(0), taken.value(values)
+            size = piece.value(values)
+            if n % (have * size) == 0:
+                taken = taken * piece
+            elif piece.is_const and n % have == 0 and size % (n // have) == 0:
+                taken = taken * Mono.const(n // have)
+                pieces.insert(0, Mono.const(size // (n // have)))
+            else:
+                return None
+        if taken.value(values) != n:
+            return None
+        out.append(taken)
+    return out if all(m.is_const and m.value(values) == 1 for m in pieces) else None
+
+
 def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]) -> list[Mono] | None:
-    """The monomials of a group's output axes (concrete ``sizes_out``) whose product is that of ``dims_in``."""
+    """The monomials of a group's output axes (concrete ``sizes_out``) whose product is that of ``dims_in``: in
+    memory order where that decides them (:func:`_in_order`), else each symbol on an axis its size divides."""
     total = product(dims_in)
     if len(sizes_out) == 1:
         return [total]
+    ordered = _in_order(dims_in, sizes_out, values)
+    if ordered is not None:
+        return ordered
     factors: list[str] = []
     for s, p in total.powers:
         if p < 0:
@@ -66,22 +99,31 @@ def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]
             rest[wide[0]] /= v
             given[wide[0]].append(s)
             continue
+        # the axes holding the other symbols of its input axis
+        fellows = [j for j, g in enumerate(given) if any(values[t] != 1 and order[t] == order[s] for t in g)]
         if v == 1:  # ambiguous: an axis of 1 between the axes of the symbols around it in the input, else theirs
             later = [j for j, g in enumerate(given) for t in g if values[t] != 1 and order[t] > order[s]]
             earlier = [j for j, g in enumerate(given) for t in g if values[t] != 1 and order[t] < order[s]]
             low, high = max(earlier, default=-1), min(later, default=len(rest))
             free = [j for j in range(len(rest)) if rest[j] == 1 and not given[j] and low < j < high]
-            j = free[0] if free else high if later else low if earlier else None
+            j = free[0] if free else high if later else low if earlier else fellows[0] if fellows else None
             if j is not None:
                 given[j].append(s)
                 continue
+        fraction = total.coef.denominator != 1
         tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
                  [j for j in range(len(rest)) if rest[j] == v],
                  [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
                  [j for j in range(len(rest)) if (rest[j] / v).denominator == 1],
-                 # a size a fraction of the symbol (``length / 2`` frames of a stride-2 convolution onto ``[1, 32]``):
-                 # the first axis above 1 that holds no symbol yet, its coefficient the fraction
-                 [j for j in range(len(rest)) if rest[j] > 1 and not given[j] and total.coef.denominator != 1]]
+                 # a size the symbol's over a whole number (``length / 2`` frames of a stride-2 convolution onto
+                 # ``[1, 32]``, a side of 16-pixel patches): the first axis above 1 that holds no symbol yet
+                 [j for j in range(len(rest)) if rest[j] > 1 and not given[j] and fraction
+                  and (rest[j] / v).numerator == 1],
+                 # else the axis of the other symbols of its input axis, or the first above 1: Swin's windows,
+                 # ``[1/16*batch*h*w, 144]`` to ``[64, 49, 144]``, are ``1/784*batch*h*w`` (not 2/7 of the height by
+                 # 7/32 of the width)
+                 fellows if fraction else [],
+                 [j for j, n in enumerate(sizes_out) if n > 1 and fraction]]
         j = next((t[0] for t in tiers if t), None)
         if j is None:
             return None
