@@ -23,6 +23,7 @@ from fractions import Fraction
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from ort_check import assert_same_at
 
@@ -123,3 +124,26 @@ def test_window_rows_go_back_to_the_windows_at_every_size():
     assert not [n for n in written.notes if "does not line up" in n], written.notes
     assert_same_at(original, written.model, [{"x": (b, 3, h, w)} for b in (1, 2, 3)
                                              for h, w in ((224, 224), (448, 224), (280, 336), (28, 56))])
+
+
+@pytest.mark.parametrize("dims, target, inner", [
+    # a side's patches cut into pairs: the pairs' count takes the side (not a 1/112 of it on the pairs)
+    ([Mono.const(Fraction(7, 8)) * Mono.symbol("h")], [98, 2], [2]),
+    # Swin's windows of 49 patches, at a batch of 1: the windows take the batch and both sides
+    ([Mono.const(Fraction(1, 16)) * Mono.symbol("b") * Mono.symbol("h") * Mono.symbol("w"), Mono.const(144)],
+     [64, 49, 144], [49, 144]),
+    # a grid of 16-pixel patches: each side its own axis
+    ([Mono.const(Fraction(1, 256)) * Mono.symbol("h") * Mono.symbol("w"), Mono.const(8)], [14, 14, 8], None),
+])
+def test_a_constant_target_reads_as_the_reshape_the_network_writes(dims, target, inner):
+    # oracle: numpy's reshape at other sizes, to the constant inner axes with the rest outside them (``inner``), or
+    # to the grid of each side's patches
+    values = {"b": 1, "h": 224, "w": 224}
+    read = reshape_target(dims, target, {s: values[s] for m in dims for s, _ in m.powers})
+    assert read is not None
+    for at in ({"b": 2, "h": 448, "w": 224}, {"b": 3, "h": 224, "w": 672}):
+        shape = [int(m.value(at)) for m in dims]
+        flat = np.arange(int(np.prod(shape))).reshape(shape)
+        want = flat.reshape(-1, *inner).shape if inner is not None \
+            else flat.reshape(at["h"] // 16, at["w"] // 16, -1).shape
+        assert tuple(int(m.value(at)) for m in read) == want, at

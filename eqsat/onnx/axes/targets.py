@@ -111,18 +111,19 @@ def _assign(dims_in: list[Mono], sizes_out: list[int], values: Mapping[str, int]
                 given[j].append(s)
                 continue
         fraction = total.coef.denominator != 1
+        free = [j for j in range(len(rest)) if rest[j] > 1 and not given[j] and fraction][:1]
         tiers = [[j for j in range(len(rest)) if rest[j] == v and not given[j]],
                  [j for j in range(len(rest)) if rest[j] == v],
                  [j for j in range(len(rest)) if (rest[j] / v).denominator == 1 and not given[j]],
                  [j for j in range(len(rest)) if (rest[j] / v).denominator == 1],
-                 # a size the symbol's over a whole number (``length / 2`` frames of a stride-2 convolution onto
-                 # ``[1, 32]``, a side of 16-pixel patches): the first axis above 1 that holds no symbol yet
-                 [j for j in range(len(rest)) if rest[j] > 1 and not given[j] and fraction
-                  and (rest[j] / v).numerator == 1],
-                 # else the axis of the other symbols of its input axis, or the first above 1: Swin's windows,
-                 # ``[1/16*batch*h*w, 144]`` to ``[64, 49, 144]``, are ``1/784*batch*h*w`` (not 2/7 of the height by
-                 # 7/32 of the width)
+                 # a size a fraction of the symbol (``length / 2`` frames of a stride-2 convolution onto ``[1, 32]``,
+                 # a side of 16-pixel patches): the first axis above 1 that holds no symbol yet, where the symbol's
+                 # size over a whole number is it; else the axis of the other symbols of its input axis (Swin's
+                 # windows, ``[1/16*batch*h*w, 144]`` to ``[64, 49, 144]``, are ``1/784*batch*h*w``, not 2/7 of the
+                 # height by 7/32 of the width); else that first free axis, its coefficient the fraction
+                 [j for j in free if (rest[j] / v).numerator == 1],
                  fellows if fraction else [],
+                 free,
                  [j for j, n in enumerate(sizes_out) if n > 1 and fraction]]
         j = next((t[0] for t in tiers if t), None)
         if j is None:
