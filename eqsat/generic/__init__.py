@@ -32,9 +32,10 @@ monomials of the symbols (:mod:`eqsat.onnx.axes.symbolic`), and what each pass l
    - **Gemm forms** (:mod:`.gemm`): a MatMul by a constant and its bias a Gemm between two Reshapes;
    - **targets and slices** (:mod:`.reshapes`): a ``Shape`` of a value of known symbolic shape read from the
      inputs' shapes; a Reshape target (read off the vector that computes it, the original's runs, or its input's
-     symbolic shape: :func:`eqsat.onnx.axes.targets.reshape_target`) written with ``0`` and ``-1`` and the rest from
-     the inputs' shapes (:mod:`.sizes`: a constant, an input's ``Shape``, Gathers of its sizes and a Concat), the
-     targets back to ``[batch, seq, N]`` one vector ``[batch, seq, -1]`` (or ``[-1, seq, N]`` where that is one
+     symbolic shape: :func:`eqsat.onnx.axes.targets.reshape_target`; where the original's targets of the same
+     entries read the symbols two ways, the one whose Reshape holds the same elements: :mod:`.provenance`) written
+     with ``0`` and ``-1`` and the rest from the inputs' shapes (:mod:`.sizes`: a constant, an input's ``Shape``,
+     Gathers of its sizes and a Concat), the targets back to ``[batch, seq, N]`` one vector ``[batch, seq, -1]`` (or ``[-1, seq, N]`` where that is one
      node fewer); a Reshape of a Reshape reads the first one's input, one to its input's own shape is dropped; a
      Split of rows reshaped to ``[batch, seq, 3*hidden]`` splits the rows; an Expand target written with 1 where
      the input has the size; a Slice to the end of a symbolic axis runs to its end at any size;

@@ -26,6 +26,7 @@ from eqsat.onnx.axes.symbolic import int_values
 from eqsat.onnx.axes.targets import reshape_target, resolve_target
 
 from .probes import at_two, fit, original_target, probe
+from .provenance import reading_by_data
 from .state import Rewrite
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -68,18 +69,21 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
         if known is None:
             w.notes.append(f"Reshape {node.name!r}: its input's shape is not known symbolically")
             return False
-        sym = constant_target(w, node.input[1], target, known) or original_target(w, node.input[1], target, known)
+        sym = constant_target(w, node.input[1], target, known, node.input[0]) \
+            or original_target(w, node.input[1], target, known)
         if sym is None:
             sym = reshape_target(known, target, w.sizes_at, allowzero)
             if sym is not None and w.opaque(known):
                 sym = at_two(w, node.input[1], target, known, sym, allowzero)
-            elif sym is not None and any(w.values.get(s) == 1 for m in known for s, _ in m.powers):
+            elif sym is not None and (any(w.values.get(s) == 1 for m in known for s, _ in m.powers)
+                                      or _coincides(w, known, target)):
                 # a symbol at 1 hides which axis it goes with ([1, 6*batch, 64] to [-1, 384] reads as [1,
                 # 384*batch] and as [batch, 384]; [1, batch, 384] to [1, 6, 64] as [batch, 6, 64] and as
-                # [1, 6*batch, 64]): as the original computes it, where it does
-                sym = alike_target(w, node.input[1], target, known) or sym
+                # [1, 6*batch, 64]), and so does a size of the symbols equal to a constant of the target: as the
+                # original computes it, where it does
+                sym = alike_target(w, node.input[1], target, known, node.input[0]) or sym
         if sym is None:  # the sizes do not decide it: as the original computes it, under another name
-            sym = alike_target(w, node.input[1], target, known)
+            sym = alike_target(w, node.input[1], target, known, node.input[0])
         if sym is None:
             w.notes.append(f"Reshape {node.name!r}: the target {target} does not line up with its input")
             return False
@@ -99,7 +103,18 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
     return False
 
 
-def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono]) -> list[Mono] | None:
+def _coincides(w: Rewrite, known: list[Mono], target: list[int]) -> bool:
+    """Whether a size of the input that the symbols make (``known``, at the representative sizes) equals a
+    constant entry above 1 of ``target`` that the reading may take for it: a Swin's last stage of one window at
+    224 pixels holds its 49 tokens, ``1/1024*batch*height*width``, as the window's 49, and ``[-1, 49, 12, 32]``
+    read the tokens as the window (the q, k and v of four windows at 448 pixels then broke the product with the
+    relative bias)."""
+    entries = {t for t in target if t > 1}
+    return any(not m.is_const and int(m.value(w.sizes_at)) in entries for m in known)
+
+
+def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono], data: str | None = None
+                    ) -> list[Mono] | None:
     """The symbolic target of a Reshape whose target is a constant of the original (of that name and those entries,
     a ``-1`` in it and no ``0``: ``[-1, 49, 384]``, the windows of a Swin layer): the original reshapes to it at
     every size, so its entries stay as they are and its ``-1`` takes the rest of the input's size (``known``). A
@@ -107,7 +122,11 @@ def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono])
     windows, 49, 384]`` at a batch and windows of 1 reads as ``[batch, windows * 49, 384]``), which is wrong where
     the batch or the windows grow. A constant the import named anew is read alike where the original reshapes to
     one of those entries (``[-1, 384]``, the pooled rows of a vision tower, which at batch 1 otherwise reads as
-    ``[1, 384 * batch]``). None where the original holds no such constant, or it does not line up."""
+    ``[1, 384 * batch]``). Where the original also computes a target of those entries that reads otherwise (a
+    MaskFormer's decoder keys ``[1, -1, 12, 32]`` over the 49 tokens of a Swin's last window, whose q, k and v the
+    original computes as ``[windows, 49, -1, 32]``), the elements reshaped (``data``) tell which it is
+    (:func:`.provenance.reading_by_data`; undecided: the constant's reading). None where the original holds no such
+    constant, or it does not line up."""
     if target.count(-1) != 1 or 0 in target:
         return None
     if w.facts.constants.get(name) == target:
@@ -118,34 +137,71 @@ def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono])
     # of [batch, seq] at a sequence of 128): kept only where the -1 takes a whole product of the input's sizes
     sym = resolve_target([Mono.const(t) for t in target], known, False)
     whole = sym is not None and all(m.coef.denominator == 1 and all(p > 0 for _, p in m.powers) for m in sym)
-    return sym if whole else None
+    if not whole or sym is None:
+        return None
+    readings = original_readings(w, target, known) if data is not None and name not in w.facts.computed else {}
+    mine = ",".join(m.key() for m in sym)
+    if any(key != mine for key in readings):
+        return reading_by_data(w, data, readings) or sym  # type: ignore[arg-type]
+    return sym
 
 
-def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono]) -> list[Mono] | None:
+def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono], data: str | None = None
+                 ) -> list[Mono] | None:
     """The symbolic target of a Reshape whose constant target the original computes under another name (the import
     folded it and named it anew): the targets the original's Reshapes compute (their entries read off runs of it at
-    further sizes: :meth:`.original.Original.targets`) of the same entries at the representative sizes that line up
+    further sizes: :meth:`.original.Original.targets`), or hold as constants with a ``-1``, of the same entries at the representative sizes that line up
     with the input (``known``), where they all read alike (a ``-1`` of ``target`` read as the size it takes). A
     target the sizes alone do not decide (``[1, 8, 8, 8]`` of ``[batch, height * width / 16, 8]``: which of the two
     8s is the height's; ``[-1, 384]`` of ``[1, 6 * batch, 64]``: ``[batch, 384]`` or ``[1, 384 * batch]``) is read as
     the original computes it, also over the reading its sizes suggest (:func:`reshape`). None where none is, or two
-    read otherwise."""
+    read otherwise, unless the elements reshaped (``data``: the program's value) tell which
+    (:func:`.provenance.reading_by_data`)."""
     if name in w.facts.computed:
         return None
+    found = original_readings(w, target, known)
+    if len(found) > 1 and data is not None:
+        return reading_by_data(w, data, found)
+    return next(iter(found.values()))[0] if len(found) == 1 else None
+
+
+def original_readings(w: Rewrite, target: list[int], known: list[Mono]) -> dict[str, tuple[list[Mono], list[str]]]:
+    """The readings of the original's Reshape targets whose entries at the representative sizes are ``target``'s
+    and that line up with the input (``known``), by key, each with the names of the targets read so: those it
+    computes, and its constants with a ``-1`` (the size it takes of ``known``)."""
     names = w.facts.computed_targets
+    constants = [n for n in w.facts.reshape_targets if n in w.facts.constants and -1 in w.facts.constants[n]]
+    fitted = list(w.facts.targets(names)) if names else []
     whole = list(target)  # its -1 as the size it takes here (the import writes [-1, 384] for [batch, 384])
     rest = int(np.prod([t for t in target if t != -1]))
     if target.count(-1) == 1 and rest > 0:  # (an opaque size of the input: no computed target's product is its)
         whole[target.index(-1)] = int(np.prod([int(m.value(w.sizes_at)) for m in known])) // rest
-    found: dict[str, list[Mono]] = {}
-    for entries in w.facts.targets(names) if names else []:
+    found: dict[str, tuple[list[Mono], list[str]]] = {}
+    fitted += [[Mono.const(t) for t in w.facts.constants[n]] for n in constants]
+    for computed, entries in zip([*names, *constants], fitted):
         if entries is None or len(entries) != len(target) or any(m is None for m in entries):
             continue
-        out = [m for m in entries if m is not None]
+        out = _rest_resolved([m for m in entries if m is not None], known)
+        if out is None or any(s not in w.values for m in out for s, _ in m.powers):
+            continue  # (a -1 taking a size fitted from runs, no symbol's: read as before, by the sizes)
         if [m.value(w.values) for m in out] == whole and all(m.coef > 0 for m in out) \
                 and (product(out) == product(known) or _lines_up(w, out, known)):
-            found[",".join(m.key() for m in out)] = out
-    return next(iter(found.values())) if len(found) == 1 else None
+            found.setdefault(",".join(m.key() for m in out), (out, []))[1].append(computed)
+    return found
+
+
+def _rest_resolved(entries: list[Mono], known: list[Mono]) -> list[Mono] | None:
+    """A computed target's entries with its ``-1`` as the size it takes of an input of shape ``known`` (Swin's
+    ``[windows, 49, -1, 32]``, whose ``-1`` is the 12 heads a candidate's constant target names); as they are where
+    none is, None where two are."""
+    rest = [k for k, m in enumerate(entries) if m.is_const and m.coef == -1]
+    if not rest:
+        return entries
+    if len(rest) > 1 or any(m.is_const and m.coef <= 0 for k, m in enumerate(entries) if k != rest[0]):
+        return None
+    out = list(entries)
+    out[rest[0]] = product(known) / product([m for k, m in enumerate(entries) if k != rest[0]])
+    return None if any(p < 0 for _, p in out[rest[0]].powers) else out
 
 
 def _lines_up(w: Rewrite, target: list[Mono], known: list[Mono]) -> bool:
