@@ -131,6 +131,9 @@ class Original:
         where it changes (another size or other entries), None where it does not (:func:`.recompute.varying`)"""
         self.probed = 0
         """the runs of programs so far (:meth:`runs_of`) made, and those read from earlier rewrites' runs"""
+        self.elements: dict[str, Any] | None = None
+        """a sample of the elements each of the original's Reshapes reshapes, on one seeded input at the
+        representative sizes (:func:`.provenance.reading_by_data`); None until asked"""
         self.reread = 0
 
     def learn(self, shapes: Mapping[str, SymShape | None]) -> None:

@@ -75,13 +75,15 @@ def reshape(w: Rewrite, node: onnx.NodeProto, fitted: list[Mono] | None) -> bool
             sym = reshape_target(known, target, w.sizes_at, allowzero)
             if sym is not None and w.opaque(known):
                 sym = at_two(w, node.input[1], target, known, sym, allowzero)
-            elif sym is not None and (any(w.values.get(s) == 1 for m in known for s, _ in m.powers)
-                                      or _coincides(w, known, target)):
+            elif sym is not None and any(w.values.get(s) == 1 for m in known for s, _ in m.powers):
                 # a symbol at 1 hides which axis it goes with ([1, 6*batch, 64] to [-1, 384] reads as [1,
                 # 384*batch] and as [batch, 384]; [1, batch, 384] to [1, 6, 64] as [batch, 6, 64] and as
-                # [1, 6*batch, 64]), and so does a size of the symbols equal to a constant of the target: as the
-                # original computes it, where it does
+                # [1, 6*batch, 64]): as the original computes it, where it does
                 sym = alike_target(w, node.input[1], target, known, node.input[0]) or sym
+            elif sym is not None and _coincides(w, known, target):
+                # so may a size of the symbols equal to a constant of the target: as the original's Reshape that
+                # holds the same elements reads it, where one does
+                sym = alike_target(w, node.input[1], target, known, node.input[0], confirm=True) or sym
         if sym is None:  # the sizes do not decide it: as the original computes it, under another name
             sym = alike_target(w, node.input[1], target, known, node.input[0])
         if sym is None:
@@ -146,8 +148,8 @@ def constant_target(w: Rewrite, name: str, target: list[int], known: list[Mono],
     return sym
 
 
-def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono], data: str | None = None
-                 ) -> list[Mono] | None:
+def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono], data: str | None = None,
+                 confirm: bool = False) -> list[Mono] | None:
     """The symbolic target of a Reshape whose constant target the original computes under another name (the import
     folded it and named it anew): the targets the original's Reshapes compute (their entries read off runs of it at
     further sizes: :meth:`.original.Original.targets`), or hold as constants with a ``-1``, of the same entries at the representative sizes that line up
@@ -156,19 +158,25 @@ def alike_target(w: Rewrite, name: str, target: list[int], known: list[Mono], da
     8s is the height's; ``[-1, 384]`` of ``[1, 6 * batch, 64]``: ``[batch, 384]`` or ``[1, 384 * batch]``) is read as
     the original computes it, also over the reading its sizes suggest (:func:`reshape`). None where none is, or two
     read otherwise, unless the elements reshaped (``data``: the program's value) tell which
-    (:func:`.provenance.reading_by_data`)."""
+    (:func:`.provenance.reading_by_data`); where they do not, the one target the original computes without a
+    ``-1`` of those entries, if one is. ``confirm``: only a reading the elements tell."""
     if name in w.facts.computed:
         return None
     found = original_readings(w, target, known)
-    if len(found) > 1 and data is not None:
-        return reading_by_data(w, data, found)
-    return next(iter(found.values()))[0] if len(found) == 1 else None
+    if data is not None and (len(found) > 1 or (confirm and found)):
+        told = reading_by_data(w, data, found)
+        if told is not None or confirm:
+            return told
+    plain = [out for out, _, computed in found.values() if computed]
+    return plain[0] if len(plain) == 1 and not confirm else None
 
 
-def original_readings(w: Rewrite, target: list[int], known: list[Mono]) -> dict[str, tuple[list[Mono], list[str]]]:
+def original_readings(w: Rewrite, target: list[int], known: list[Mono]
+                      ) -> dict[str, tuple[list[Mono], list[str], bool]]:
     """The readings of the original's Reshape targets whose entries at the representative sizes are ``target``'s
-    and that line up with the input (``known``), by key, each with the names of the targets read so: those it
-    computes, and its constants with a ``-1`` (the size it takes of ``known``)."""
+    and that line up with the input (``known``), by key, each with the names of the targets read so and whether one
+    is computed without a ``-1``: those it computes, and its constants with a ``-1`` (the size it takes of
+    ``known``)."""
     names = w.facts.computed_targets
     constants = [n for n in w.facts.reshape_targets if n in w.facts.constants and -1 in w.facts.constants[n]]
     fitted = list(w.facts.targets(names)) if names else []
@@ -176,7 +184,7 @@ def original_readings(w: Rewrite, target: list[int], known: list[Mono]) -> dict[
     rest = int(np.prod([t for t in target if t != -1]))
     if target.count(-1) == 1 and rest > 0:  # (an opaque size of the input: no computed target's product is its)
         whole[target.index(-1)] = int(np.prod([int(m.value(w.sizes_at)) for m in known])) // rest
-    found: dict[str, tuple[list[Mono], list[str]]] = {}
+    found: dict[str, tuple[list[Mono], list[str], bool]] = {}
     fitted += [[Mono.const(t) for t in w.facts.constants[n]] for n in constants]
     for computed, entries in zip([*names, *constants], fitted):
         if entries is None or len(entries) != len(target) or any(m is None for m in entries):
@@ -186,7 +194,10 @@ def original_readings(w: Rewrite, target: list[int], known: list[Mono]) -> dict[
             continue  # (a -1 taking a size fitted from runs, no symbol's: read as before, by the sizes)
         if [m.value(w.values) for m in out] == whole and all(m.coef > 0 for m in out) \
                 and (product(out) == product(known) or _lines_up(w, out, known)):
-            found.setdefault(",".join(m.key() for m in out), (out, []))[1].append(computed)
+            key = ",".join(m.key() for m in out)
+            plain = computed in names and entries == out  # (computed, and no -1 resolved)
+            held = found.get(key, (out, [], False))
+            found[key] = (out, [*held[1], computed], held[2] or plain)
     return found
 
 

@@ -75,3 +75,38 @@ def test_the_window_reading_is_the_one_holding_the_same_elements(batch, constant
     batches = (1, 2, 3) if batch == "batch" else (1,)
     assert_same_at(original, written.model,
                    [{"x": (b, n, D)} for b in batches for n in (WINDOW, 2 * WINDOW, 4 * WINDOW)])
+
+
+def _twice(rows: bool) -> onnx.ModelProto:
+    """q (of 49 tokens, batch fixed at 1) reshaped both to the windows ``[windows, 49, -1, 32]`` (plus a bias) and
+    to heads ``[0, 0, 12, 32]``; k to ``[batch, tokens, -1, 32]``. ``rows``: the heads' target folded to the constant
+    ``[1, 49, 12, 32]`` (the reading it needs is ``[1, tokens, 12, 32]``, which no other target of those entries
+    gives: the windows' Reshape holds the same elements, so the elements do not decide, and the sizes do)."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((D, D)).astype(np.float32) * 0.05, "wq"),
+             numpy_helper.from_array(rng.standard_normal((D, D)).astype(np.float32) * 0.05, "wk"),
+             numpy_helper.from_array(rng.standard_normal((WINDOW, HEADS, 32)).astype(np.float32), "bias"),
+             _ints("i0", 0), _ints("i1", 1), _ints("window", WINDOW), _ints("rest", -1), _ints("head", 32),
+             _ints("heads", *((1, WINDOW, HEADS, 32) if rows else (0, 0, HEADS, 32)))]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+             helper.make_node("Mul", ["b", "n"], ["bn"]),
+             helper.make_node("Div", ["bn", "window"], ["nw"]),
+             helper.make_node("Concat", ["nw", "window", "rest", "head"], ["t_win"], axis=0),
+             helper.make_node("Concat", ["b", "n", "rest", "head"], ["t_keys"], axis=0),
+             helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("Reshape", ["q", "t_win"], ["qw"]), helper.make_node("Add", ["qw", "bias"], ["w"]),
+             helper.make_node("Reshape", ["k", "t_keys"], ["kk"]),
+             helper.make_node("Reshape", ["q", "heads"], ["qh"]),
+             helper.make_node("Transpose", ["qh"], ["h"], perm=[0, 2, 1, 3])]
+    graph = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "tokens", D])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("h", "w", "kk")],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_elements_another_target_reshapes_too_leave_the_reading_to_the_sizes():
+    original = _twice(False)
+    written = make_generic(_twice(True), original, {"tokens": WINDOW})
+    assert_same_at(original, written.model, [{"x": (1, n, D)} for n in (WINDOW, 2 * WINDOW, 4 * WINDOW)])
