@@ -26,6 +26,18 @@ def _ints(name: str, *values: int) -> onnx.TensorProto:
     return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
+def _computed_targets() -> list[onnx.NodeProto]:
+    """The windows' ``[batch*tokens/49, 49, -1, 32]`` (``t_win``) and the keys' ``[batch, tokens, -1, 32]``
+    (``t_keys``), computed from ``x``'s shape as TorchScript writes them."""
+    return [helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+            helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
+            helper.make_node("Mul", ["b", "n"], ["bn"]),
+            helper.make_node("Div", ["bn", "window"], ["nw"]),
+            helper.make_node("Concat", ["nw", "window", "rest", "head"], ["t_win"], axis=0),
+            helper.make_node("Concat", ["b", "n", "rest", "head"], ["t_keys"], axis=0)]
+
+
 def _windows_and_keys(rows: bool, batch: str | int, constants: bool = False) -> onnx.ModelProto:
     """Tokens ``[batch, tokens, D]`` (tokens a multiple of 49) through a window attention's q (to ``[windows, 49,
     -1, 32]``, plus a per-window bias ``[12, 49, 32]``) and a decoder's keys (to ``[batch, tokens, -1, 32]``), both
@@ -41,13 +53,7 @@ def _windows_and_keys(rows: bool, batch: str | int, constants: bool = False) -> 
              _ints("to_rows", -1, D), _ints("tuned", 1, WINDOW, HEADS, 32)]
     if constants:
         inits += [_ints("t_win", -1, WINDOW, HEADS, 32), _ints("t_keys", 1, -1, HEADS, 32)]
-    sizes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
-             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
-             helper.make_node("Mul", ["b", "n"], ["bn"]),
-             helper.make_node("Div", ["bn", "window"], ["nw"]),
-             helper.make_node("Concat", ["nw", "window", "rest", "head"], ["t_win"], axis=0),
-             helper.make_node("Concat", ["b", "n", "rest", "head"], ["t_keys"], axis=0)] if not constants else []
+    sizes = _computed_targets() if not constants else []
     if rows:
         q = [helper.make_node("Reshape", ["x", "to_rows"], ["xr"]),
              helper.make_node("MatMul", ["xr", "wq"], ["qr"]),
@@ -88,13 +94,7 @@ def _twice(rows: bool) -> onnx.ModelProto:
              numpy_helper.from_array(rng.standard_normal((WINDOW, HEADS, 32)).astype(np.float32), "bias"),
              _ints("i0", 0), _ints("i1", 1), _ints("window", WINDOW), _ints("rest", -1), _ints("head", 32),
              _ints("heads", *((1, WINDOW, HEADS, 32) if rows else (0, 0, HEADS, 32)))]
-    nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
-             helper.make_node("Gather", ["s", "i1"], ["n"], axis=0),
-             helper.make_node("Mul", ["b", "n"], ["bn"]),
-             helper.make_node("Div", ["bn", "window"], ["nw"]),
-             helper.make_node("Concat", ["nw", "window", "rest", "head"], ["t_win"], axis=0),
-             helper.make_node("Concat", ["b", "n", "rest", "head"], ["t_keys"], axis=0),
+    nodes = [*_computed_targets(),
              helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
              helper.make_node("Reshape", ["q", "t_win"], ["qw"]), helper.make_node("Add", ["qw", "bias"], ["w"]),
              helper.make_node("Reshape", ["k", "t_keys"], ["kk"]),
