@@ -52,7 +52,7 @@ def reading_by_data(w: Rewrite, data: str, readings: Mapping[str, tuple[list[Mon
     try:
         theirs = _original_elements(w)
         feeds = _feeds(w.original, w.values)
-        mine = _sample(_run(probe(w, [data]), [data], feeds)[0])
+        mine = _sample(_run(probe(w, [data]), [data], feeds)[0])  # (pruned to ``data`` already)
     except Exception:  # noqa: BLE001 - onnxruntime's errors have no common type: undecided
         return None
     if mine is None:
@@ -72,7 +72,7 @@ def _original_elements(w: Rewrite) -> dict[str, Sample | None]:
         out: dict[str, Sample | None] = {}
         for start in range(0, len(names), CHUNK):
             part = names[start:start + CHUNK]
-            out.update(zip(part, (_sample(v) for v in _run(w.original, part, feeds))))
+            out.update(zip(part, (_sample(v) for v in _run(_asking(w.original, part), part, feeds))))
         w.facts.elements = out
     return w.facts.elements
 
@@ -93,12 +93,18 @@ def _feeds(model: onnx.ModelProto, values: Mapping[str, int]) -> dict[str, np.nd
     return out
 
 
+def _asking(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of ``model`` computing ``names`` as its outputs, pruned to what they read."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.output[:]
+    out.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    return prune(out)
+
+
 def _run(model: onnx.ModelProto, names: list[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    probe_model = onnx.ModelProto()
-    probe_model.CopyFrom(model)
-    del probe_model.graph.output[:]
-    probe_model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
-    sess = session(prune(probe_model))
+    """``names`` computed by ``model`` (which has them among its outputs) on those of ``feeds`` it reads."""
+    sess = session(model)
     wanted = {i.name for i in sess.get_inputs()}
     return [np.asarray(v) for v in sess.run(names, {k: v for k, v in feeds.items() if k in wanted}, QUIET)]
 
